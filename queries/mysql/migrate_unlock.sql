@@ -1,0 +1,1 @@
+SELECT CAST(RELEASE_LOCK('idemguard.migrate') AS SIGNED)

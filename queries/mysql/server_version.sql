@@ -1,0 +1,1 @@
+SELECT CAST(CONCAT(@@version_comment, ' ', VERSION()) AS CHAR)

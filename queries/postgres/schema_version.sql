@@ -1,0 +1,2 @@
+-- Highest schema version applied (doctor, migrate).
+SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) FROM idemguard_schema_version

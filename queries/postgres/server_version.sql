@@ -1,0 +1,1 @@
+SELECT CAST(version() AS TEXT)

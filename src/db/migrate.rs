@@ -1,0 +1,63 @@
+//! `idemguard migrate`: creates every table of the design, in either dialect.
+//!
+//! Safe to run twice (every statement is IF NOT EXISTS) and from two processes at once (an
+//! advisory lock — `pg_advisory_lock` / `GET_LOCK` — serializes them, because two concurrent
+//! `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's catalog).
+
+use sqlx::Acquire;
+
+use super::queries::statements;
+use super::Database;
+use crate::config::Dialect;
+use crate::contracts::now_ms;
+
+/// The schema version `queries/<dialect>/schema.sql` creates.
+pub const SCHEMA_VERSION: i64 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateReport {
+    pub version_before: i64,
+    pub version_after: i64,
+    pub statements: usize,
+}
+
+pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
+    let mut conn = db.pool.acquire().await.map_err(|e| anyhow::anyhow!("database {}: {e}", db.shown_url))?;
+    match db.dialect() {
+        Dialect::Postgres => {
+            sqlx::query(db.sql("migrate_lock")).execute(&mut *conn).await?;
+        }
+        Dialect::Mysql => {
+            let got: Option<i64> = sqlx::query_scalar(db.sql("migrate_lock")).fetch_one(&mut *conn).await?;
+            if got != Some(1) {
+                anyhow::bail!("another `idemguard migrate` held the migration lock for 60s; try again when it has finished");
+            }
+        }
+    }
+    let result = apply(db, &mut conn).await;
+    // Release whatever happened; a dropped connection releases it too.
+    let _ = sqlx::query(db.sql("migrate_unlock")).execute(&mut *conn).await;
+    result
+}
+
+async fn apply(db: &Database, conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> anyhow::Result<MigrateReport> {
+    let version_before = schema_version(db, conn).await.unwrap_or(0);
+    let script = statements(db.sql("schema"));
+    for stmt in &script {
+        sqlx::raw_sql(stmt).execute(&mut **conn).await.map_err(|e| {
+            let first = stmt.lines().find(|l| !l.trim_start().starts_with("--")).unwrap_or(stmt);
+            anyhow::anyhow!("migration failed at `{}`: {e}", first.trim())
+        })?;
+    }
+    let mut tx = conn.begin().await?;
+    sqlx::query(db.sql("schema_version_record")).bind(SCHEMA_VERSION).bind(now_ms()).execute(&mut *tx).await?;
+    tx.commit().await?;
+    let version_after = schema_version(db, conn).await?;
+    Ok(MigrateReport { version_before, version_after, statements: script.len() })
+}
+
+/// The highest schema version applied; an error when the version table is missing.
+pub async fn schema_version(db: &Database, conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> anyhow::Result<i64> {
+    let v: i64 = sqlx::query_scalar(db.sql("schema_version")).fetch_one(&mut **conn).await?;
+    Ok(v)
+}

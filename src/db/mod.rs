@@ -1,0 +1,112 @@
+//! Line of defense 1, the order database: the final arbiter. Its unique keys decide what is a
+//! duplicate even when every layer above has failed (seed §2, §5.4).
+//!
+//! One code base serves PostgreSQL and MySQL/MariaDB through sqlx's `Any` driver; what differs
+//! between them lives in the SQL files under `queries/<dialect>/`, never in Rust.
+
+pub mod migrate;
+pub mod queries;
+
+use std::sync::{Arc, Once};
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+
+use crate::config::{host_port, redact_url, Config, Dialect};
+pub use queries::Queries;
+
+/// A pool on the order database plus the statements of its dialect.
+#[derive(Clone)]
+pub struct Database {
+    pub pool: AnyPool,
+    pub queries: Arc<Queries>,
+    /// The URL with its password hidden, for messages.
+    pub shown_url: String,
+}
+
+static INSTALL_DRIVERS: Once = Once::new();
+
+impl Database {
+    /// The primary: every write, and every read-back after a unique violation.
+    pub async fn connect(config: &Config) -> anyhow::Result<Database> {
+        Database::connect_url(config, &config.database.url).await
+    }
+
+    /// The replica when one is configured (console reads only), else the primary.
+    pub async fn connect_for_reads(config: &Config) -> anyhow::Result<Database> {
+        if config.database.replica_url.is_empty() {
+            Database::connect(config).await
+        } else {
+            Database::connect_url(config, &config.database.replica_url).await
+        }
+    }
+
+    pub async fn connect_url(config: &Config, url: &str) -> anyhow::Result<Database> {
+        INSTALL_DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let dialect = Dialect::of_url(url);
+        let override_dir = (!config.database.queries_dir.is_empty()).then(|| std::path::Path::new(&config.database.queries_dir));
+        let queries = Queries::load(dialect, &config.tables, override_dir)?;
+        probe_tcp(url, config.database.connect_timeout).await?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(config.database.max_connections)
+            .acquire_timeout(config.database.connect_timeout)
+            .connect(url)
+            .await
+            .map_err(|e| connect_error(url, &e))?;
+        Ok(Database { pool, queries: Arc::new(queries), shown_url: redact_url(url) })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.queries.dialect()
+    }
+
+    /// The text of a statement under `queries/<dialect>/`.
+    pub fn sql(&self, name: &str) -> &str {
+        self.queries.get(name)
+    }
+
+    /// "PostgreSQL 15.19 …" / "mariadb.org binary distribution 10.11.19-MariaDB …".
+    pub async fn server_version(&self) -> anyhow::Result<String> {
+        let v: String = sqlx::query_scalar(self.sql("server_version")).fetch_one(&self.pool).await?;
+        Ok(v)
+    }
+}
+
+/// Says "refused" at once instead of after the pool's acquire timeout, which hides the cause.
+async fn probe_tcp(url: &str, timeout: std::time::Duration) -> anyhow::Result<()> {
+    let target = host_port(url);
+    let shown = redact_url(url);
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => anyhow::bail!("database {shown} ({target}) refused the connection: {e} (is it running? `scripts/stack up` starts the local stack)"),
+        Err(_) => anyhow::bail!("database {shown} ({target}) did not answer within {timeout:?} (is the host reachable?)"),
+    }
+}
+
+/// A connection error that names the database and says what to do.
+pub fn connect_error(url: &str, e: &sqlx::Error) -> anyhow::Error {
+    let target = host_port(url);
+    let shown = redact_url(url);
+    let text = e.to_string();
+    let hint = if text.contains("refused") || text.contains("timed out") || matches!(e, sqlx::Error::PoolTimedOut) {
+        format!("is it running on {target}? `scripts/stack up` starts the local stack")
+    } else if text.contains("does not exist") || text.contains("Unknown database") {
+        "create the database (the local stack's `scripts/stack up` creates `idemguard`)".to_string()
+    } else if text.contains("password") || text.contains("Access denied") || text.contains("authentication") {
+        "check the user and password in the URL (set it through IDEMGUARD_DATABASE__URL)".to_string()
+    } else {
+        "check database.url (or IDEMGUARD_DATABASE__URL)".to_string()
+    };
+    anyhow::anyhow!("database {shown} ({target}): {text} ({hint})")
+}
+
+/// True when `e` is a unique-key violation: the database telling us "this already exists".
+pub fn is_unique_violation(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => matches!(d.kind(), sqlx::error::ErrorKind::UniqueViolation) || {
+            // MySQL 1062 / PostgreSQL 23505, in case the driver does not classify it.
+            matches!(d.code().as_deref(), Some("23505") | Some("1062") | Some("23000"))
+        },
+        _ => false,
+    }
+}

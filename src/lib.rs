@@ -1,0 +1,17 @@
+//! idemguard: three lines of defense against duplicate orders, and an operations console that
+//! shows where each duplicate was stopped — or where it got through.
+//!
+//! One module per layer of the defense system (seed §5.4), named as the trace events name them:
+//! - [`db`] — line 1, the order database: unique keys, row locks, versions, fencing;
+//! - `lock` — line 2, Redis locks;
+//! - `stream` — line 3, the payment-event consumer;
+//! - `api` — the Idempotency-Key layer in front of them;
+//! - `console` — the operations console.
+//!
+//! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`].
+
+pub mod config;
+pub mod contracts;
+pub mod db;
+pub mod doctor;
+pub mod trace;
