@@ -4,7 +4,8 @@
 //! advisory lock — `pg_advisory_lock` / `GET_LOCK` — serializes them, because two concurrent
 //! `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's catalog).
 
-use sqlx::Acquire;
+use sqlx::pool::PoolConnection;
+use sqlx::Any;
 
 use super::queries::statements;
 use super::Database;
@@ -34,30 +35,33 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
             }
         }
     }
-    let result = apply(db, &mut conn).await;
+    let version_before = schema_version(db, &mut conn).await.unwrap_or(0);
+    let script = statements(db.sql("schema"));
+    let mut failure = None;
+    for stmt in &script {
+        // A plain &str runs unprepared (DDL), like raw_sql, but keeps the future `Send`.
+        if let Err(e) = sqlx::Executor::execute(&mut *conn, stmt.as_str()).await {
+            let first = stmt.lines().find(|l| !l.trim_start().starts_with("--")).unwrap_or(stmt);
+            failure = Some(anyhow::anyhow!("migration failed at `{}`: {e}", first.trim()));
+            break;
+        }
+    }
+    if failure.is_none() {
+        if let Err(e) = sqlx::query(db.sql("schema_version_record")).bind(SCHEMA_VERSION).bind(now_ms()).execute(&mut *conn).await {
+            failure = Some(e.into());
+        }
+    }
     // Release whatever happened; a dropped connection releases it too.
     let _ = sqlx::query(db.sql("migrate_unlock")).execute(&mut *conn).await;
-    result
-}
-
-async fn apply(db: &Database, conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> anyhow::Result<MigrateReport> {
-    let version_before = schema_version(db, conn).await.unwrap_or(0);
-    let script = statements(db.sql("schema"));
-    for stmt in &script {
-        sqlx::raw_sql(stmt).execute(&mut **conn).await.map_err(|e| {
-            let first = stmt.lines().find(|l| !l.trim_start().starts_with("--")).unwrap_or(stmt);
-            anyhow::anyhow!("migration failed at `{}`: {e}", first.trim())
-        })?;
+    if let Some(e) = failure {
+        return Err(e);
     }
-    let mut tx = conn.begin().await?;
-    sqlx::query(db.sql("schema_version_record")).bind(SCHEMA_VERSION).bind(now_ms()).execute(&mut *tx).await?;
-    tx.commit().await?;
-    let version_after = schema_version(db, conn).await?;
+    let version_after = schema_version(db, &mut conn).await?;
     Ok(MigrateReport { version_before, version_after, statements: script.len() })
 }
 
 /// The highest schema version applied; an error when the version table is missing.
-pub async fn schema_version(db: &Database, conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> anyhow::Result<i64> {
+pub async fn schema_version(db: &Database, conn: &mut PoolConnection<Any>) -> anyhow::Result<i64> {
     let v: i64 = sqlx::query_scalar(db.sql("schema_version")).fetch_one(&mut **conn).await?;
     Ok(v)
 }
