@@ -268,6 +268,58 @@ impl Instance {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Lock values and payment events — read by more than one layer
+// ---------------------------------------------------------------------------------------------
+
+/// The value stored under a `lock:*` key: it describes its holder and is unique per acquisition
+/// (the nonce), so a release compares the exact value and an operator can see who holds what.
+/// Stored as compact JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolder {
+    pub instance: String,
+    pub host: String,
+    pub pid: u32,
+    /// Epoch milliseconds of the acquisition.
+    pub acquired_at: i64,
+    pub ttl_ms: u64,
+    /// Strictly increasing per lock key across holders (`INCR fence:{key}`).
+    pub fence: i64,
+    pub nonce: String,
+}
+
+impl LockHolder {
+    pub fn to_value(&self) -> String {
+        serde_json::to_string(self).expect("a LockHolder always serializes")
+    }
+    /// Decode a stored value; `None` for a value some other tool wrote (shown raw by the console).
+    pub fn from_value(value: &str) -> Option<LockHolder> {
+        serde_json::from_str(value).ok()
+    }
+}
+
+/// The payload of a `payment.succeeded` message (JSON). Key = orderNo; headers eventId,
+/// requestId, orderNo carry the same IDs so they can be read without parsing the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentSucceeded {
+    pub event_id: String,
+    pub order_no: String,
+    pub request_id: String,
+    pub pay_no: String,
+    pub user_id: i64,
+    /// Minor units (cents).
+    pub amount: i64,
+    /// Epoch milliseconds.
+    pub paid_at: i64,
+}
+
+/// Header names of payment messages.
+pub mod headers {
+    pub const EVENT_ID: &str = "eventId";
+    pub const REQUEST_ID: &str = "requestId";
+    pub const ORDER_NO: &str = "orderNo";
+}
+
+// ---------------------------------------------------------------------------------------------
 // Trace events
 // ---------------------------------------------------------------------------------------------
 
