@@ -14,4 +14,5 @@ pub mod config;
 pub mod contracts;
 pub mod db;
 pub mod doctor;
+pub mod stream;
 pub mod trace;

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 
 use idemguard::config::{Config, ConfigSource};
 use idemguard::db::{migrate, Database};
+use idemguard::contracts::Instance;
 use idemguard::doctor;
+use idemguard::stream::{ConsumeOptions, PaymentConsumer};
+use idemguard::trace::Tracer;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +56,16 @@ enum Command {
     },
     /// Print the effective configuration (passwords hidden)
     Config,
+    /// Consume payment events (a consumer-group member on kafka.payment_topic) until Ctrl-C
+    Consume {
+        /// Fault injection: abort right after the database commit of batch N, before the
+        /// offset commit (what the sinks' unique keys exist for)
+        #[arg(long, value_name = "N", hide = true)]
+        crash_after_db_commit: Option<u64>,
+        /// Consumer group (default: kafka.consumer_group)
+        #[arg(long)]
+        group: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -107,6 +121,23 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             } else {
                 Ok(ExitCode::SUCCESS)
             }
+        }
+        Command::Consume { crash_after_db_commit, group } => {
+            let instance = Instance::current();
+            let db = Database::connect(&config).await?;
+            let tracer = Tracer::from_config(&config, &instance)?;
+            let options = ConsumeOptions { crash_after_db_commit, group };
+            let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
+            let shutdown = CancellationToken::new();
+            let on_signal = shutdown.clone();
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                eprintln!("idemguard consume: stopping after the current batch");
+                on_signal.cancel();
+            });
+            consumer.run(shutdown).await?;
+            tracer.flush(std::time::Duration::from_secs(5));
+            Ok(ExitCode::SUCCESS)
         }
         Command::Config => {
             print!("{}", config.to_redacted_toml());

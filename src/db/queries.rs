@@ -27,6 +27,13 @@ builtin![
     "schema_version",
     "schema_version_record",
     "server_version",
+    // stream: the payment-event consumer's sinks and dedup state
+    "stream_order_mark_paid",
+    "stream_order_status",
+    "stream_points_insert",
+    "stream_notification_insert",
+    "stream_processed_insert",
+    "stream_processed_find",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

@@ -1,0 +1,4 @@
+-- The persisted dedup state: consumer_group + event_id unique.
+INSERT INTO {{processed_event}}
+  (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -1,0 +1,427 @@
+//! `idemguard consume`: a consumer-group member on `payment.succeeded` that makes at-least-once
+//! delivery effectively once (seed §4, §6.3).
+//!
+//! The loop, per batch of up to `consumer.batch_size` messages:
+//! 1. parse; a poison message (not JSON, missing fields, IDs that disagree with the headers,
+//!    unknown order) goes to the DLQ with its reason and original partition/offset;
+//! 2. drop events the dedup state has seen within the TTL — memory first, then
+//!    `processed_event` — before any sink work (`dedup_hit`);
+//! 3. run each sink in its own transaction (order → PAID, points, notification, then
+//!    `processed_event`); a sink's unique key saying "already there" is `sink_duplicate`;
+//! 4. only then commit the offsets.
+//!
+//! A crash anywhere before step 4 redelivers the batch, and every step is idempotent, so the
+//! redelivery changes nothing. A transient database error retries the whole batch with backoff
+//! (never the DLQ): the partition waits rather than losing or doubling anything.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use super::dedup::DedupState;
+use super::sinks::{self, Delivery, PaidDecision, SinkWrite};
+use crate::config::Config;
+use crate::contracts::{headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent};
+use crate::db::Database;
+use crate::trace::Tracer;
+
+/// Counters of one consumer, readable while it runs.
+#[derive(Debug, Default)]
+pub struct ConsumeStats {
+    pub received: AtomicU64,
+    pub applied: AtomicU64,
+    pub dedup_hits: AtomicU64,
+    pub sink_duplicates: AtomicU64,
+    pub transitions_rejected: AtomicU64,
+    pub dlq: AtomicU64,
+    pub batches: AtomicU64,
+    pub db_retries: AtomicU64,
+}
+
+impl ConsumeStats {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// Options that are not configuration: fault injection for the storm tester and the tests.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumeOptions {
+    /// Abort the process right after the database commit of this many batches, before the
+    /// offset commit — the crash the sinks' unique keys exist for.
+    pub crash_after_db_commit: Option<u64>,
+    /// Overrides `kafka.consumer_group` (the benchmark and tests use their own groups).
+    pub group: Option<String>,
+}
+
+/// Logs partition assignment changes; offsets are committed after every batch, so a revoke
+/// never has processed-but-uncommitted work to lose.
+struct RebalanceLog;
+
+impl ClientContext for RebalanceLog {}
+
+impl ConsumerContext for RebalanceLog {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            tracing::info!(partitions = tpl.count(), "partitions revoked (offsets of finished batches are already committed)");
+        }
+    }
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let parts: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                tracing::info!(partitions = %parts.join(","), "partitions assigned");
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+            Rebalance::Revoke(_) => {}
+        }
+    }
+}
+
+pub struct PaymentConsumer {
+    db: Database,
+    tracer: Tracer,
+    consumer: Arc<StreamConsumer<RebalanceLog>>,
+    dlq: FutureProducer,
+    dlq_topic: String,
+    group: String,
+    topic: String,
+    batch_size: usize,
+    dedup: DedupState,
+    options: ConsumeOptions,
+    stats: Arc<ConsumeStats>,
+}
+
+/// A message that cannot be processed, and why.
+struct Poison {
+    message: OwnedMessage,
+    reason: String,
+}
+
+impl PaymentConsumer {
+    /// Joins the group and subscribes. Fails with the broker's address when it cannot.
+    pub fn new(config: &Config, db: Database, tracer: Tracer, options: ConsumeOptions) -> anyhow::Result<PaymentConsumer> {
+        let group = options.group.clone().unwrap_or_else(|| config.kafka.consumer_group.clone());
+        let servers = &config.kafka.bootstrap_servers;
+        let consumer: StreamConsumer<RebalanceLog> = ClientConfig::new()
+            .set("bootstrap.servers", servers)
+            .set("group.id", &group)
+            .set("client.id", format!("idemguard-consume-{}", tracer.instance_id()))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000")
+            .set("log_level", "3")
+            .create_with_context(RebalanceLog)
+            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
+        consumer
+            .subscribe(&[&config.kafka.payment_topic])
+            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot subscribe to {}: {e}", config.kafka.payment_topic))?;
+        let dlq: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", servers)
+            .set("client.id", format!("idemguard-dlq-{}", tracer.instance_id()))
+            .set("acks", "all")
+            .set("message.timeout.ms", "30000")
+            .set("log_level", "3")
+            .create()
+            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the DLQ producer: {e}"))?;
+        Ok(PaymentConsumer {
+            db,
+            tracer,
+            consumer: Arc::new(consumer),
+            dlq,
+            dlq_topic: config.kafka.dlq_topic.clone(),
+            group,
+            topic: config.kafka.payment_topic.clone(),
+            batch_size: config.consumer.batch_size,
+            dedup: DedupState::new(config.consumer.dedup_ttl, config.consumer.dedup_memory_entries),
+            options,
+            stats: Arc::new(ConsumeStats::default()),
+        })
+    }
+
+    pub fn stats(&self) -> Arc<ConsumeStats> {
+        self.stats.clone()
+    }
+
+    /// Consume until `shutdown` is cancelled. Returns after the last finished batch's offsets
+    /// are committed.
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        tracing::info!(group = %self.group, topic = %self.topic, "consuming");
+        loop {
+            let batch = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                batch = self.next_batch() => batch?,
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            let offsets = next_offsets(&batch);
+            if !self.process_with_retry(batch, &shutdown).await {
+                break; // shut down while the database was unavailable: nothing committed
+            }
+            let n = self.stats.batches.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.options.crash_after_db_commit == Some(n) {
+                eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
+                std::process::abort();
+            }
+            self.commit(offsets).await?;
+        }
+        Ok(())
+    }
+
+    /// Up to `batch_size` messages: waits for the first, then takes what arrives within 20 ms.
+    async fn next_batch(&self) -> anyhow::Result<Vec<OwnedMessage>> {
+        let mut batch = Vec::new();
+        let first = self.consumer.recv().await;
+        match first {
+            Ok(m) => batch.push(m.detach()),
+            Err(e) => {
+                tracing::warn!(error = %e, "kafka receive error; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(batch);
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
+        while batch.len() < self.batch_size {
+            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Ok(Ok(m)) => batch.push(m.detach()),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "kafka receive error");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        self.stats.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(batch)
+    }
+
+    /// Retries the batch while the database fails transiently; false if shut down meanwhile.
+    async fn process_with_retry(&mut self, batch: Vec<OwnedMessage>, shutdown: &CancellationToken) -> bool {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.process(&batch).await {
+                Ok(()) => return true,
+                Err(e) => {
+                    self.stats.db_retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %format!("{e:#}"), retry_in = ?backoff, "batch failed; retrying (nothing was committed to Kafka, every sink is idempotent)");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return false,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn process(&mut self, batch: &[OwnedMessage]) -> anyhow::Result<()> {
+        let now = now_ms();
+        let mut poison: Vec<Poison> = Vec::new();
+        let mut fresh: Vec<Delivery> = Vec::new();
+        let mut in_batch: HashSet<String> = HashSet::new();
+        for m in batch {
+            let event = match parse(m) {
+                Ok(e) => e,
+                Err(reason) => {
+                    poison.push(Poison { message: m.clone(), reason });
+                    continue;
+                }
+            };
+            let started = Instant::now();
+            let seen = self.dedup.contains(&event.event_id, now)
+                || in_batch.contains(&event.event_id)
+                || sinks::was_processed(&self.db, &self.group, &event.event_id).await?;
+            if seen {
+                self.stats.dedup_hits.fetch_add(1, Ordering::Relaxed);
+                self.dedup.remember(&event.event_id, now);
+                self.tracer.emit(
+                    TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+                        .order_no(&event.order_no)
+                        .request_id(&event.request_id)
+                        .event_id(&event.event_id)
+                        .detail(format!("partition {} offset {}: seen within the dedup TTL", m.partition(), m.offset()))
+                        .since(started),
+                );
+                continue;
+            }
+            in_batch.insert(event.event_id.clone());
+            fresh.push(Delivery { event, topic: m.topic().to_string(), partition: m.partition(), offset: m.offset() });
+        }
+
+        // Sink 1: order → PAID. Decides which events go on to the other sinks.
+        let decisions = if fresh.is_empty() { Vec::new() } else { sinks::mark_paid(&self.db, &fresh).await? };
+        let mut effects: Vec<&Delivery> = Vec::new();
+        let mut processed: Vec<(&Delivery, &'static str)> = Vec::new();
+        for (d, decision) in fresh.iter().zip(&decisions) {
+            let ev = |o: Outcome| TraceEvent::new(Layer::Stream, o).order_no(&d.event.order_no).request_id(&d.event.request_id).event_id(&d.event.event_id);
+            match decision {
+                PaidDecision::Applied => {
+                    effects.push(d);
+                    processed.push((d, "applied"));
+                }
+                PaidDecision::AlreadyApplied => {
+                    self.sink_duplicate(ev(Outcome::SinkDuplicate).detail("order_record: already PAID by this event"));
+                    effects.push(d);
+                    processed.push((d, "applied"));
+                }
+                PaidDecision::PaidByOther(by) => {
+                    self.stats.transitions_rejected.fetch_add(1, Ordering::Relaxed);
+                    self.tracer.emit(ev(Outcome::TransitionRejected).detail(format!("order already PAID by event {by}: no points or notification for a second payment")));
+                    processed.push((d, "paid_by_other"));
+                }
+                PaidDecision::Rejected(status) => {
+                    self.stats.transitions_rejected.fetch_add(1, Ordering::Relaxed);
+                    self.tracer.emit(ev(Outcome::TransitionRejected).detail(format!("order is {status}; PAID not allowed")));
+                    processed.push((d, "rejected"));
+                }
+                PaidDecision::UnknownOrder => {
+                    let message = batch.iter().find(|m| m.partition() == d.partition && m.offset() == d.offset).expect("delivery comes from the batch");
+                    poison.push(Poison { message: message.clone(), reason: format!("unknown order {}", d.event.order_no) });
+                }
+            }
+        }
+
+        // Sinks 2 and 3, each with its own unique key, each in its own transaction.
+        if !effects.is_empty() {
+            let points = sinks::write_points(&self.db, &effects).await?;
+            self.report_sink("points_ledger", &effects, &points);
+            let notes = sinks::write_notifications(&self.db, &effects).await?;
+            self.report_sink("notification", &effects, &notes);
+            let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
+            self.stats.applied.fetch_add(applied as u64, Ordering::Relaxed);
+        }
+        // Sink 4, last: the persisted dedup state.
+        if !processed.is_empty() {
+            let ttl = self.dedup.ttl_ms();
+            sinks::record_processed(&self.db, &self.group, ttl, &processed).await?;
+            for (d, _) in &processed {
+                self.dedup.remember(&d.event.event_id, now);
+            }
+        }
+        // Poison last: after every database write succeeded, so a retried batch does not
+        // publish its poison twice.
+        for p in poison {
+            self.send_to_dlq(p).await?;
+        }
+        Ok(())
+    }
+
+    fn report_sink(&self, sink: &str, batch: &[&Delivery], writes: &[SinkWrite]) {
+        for (d, w) in batch.iter().zip(writes) {
+            if *w == SinkWrite::Duplicate {
+                self.sink_duplicate(
+                    TraceEvent::new(Layer::Stream, Outcome::SinkDuplicate)
+                        .order_no(&d.event.order_no)
+                        .request_id(&d.event.request_id)
+                        .event_id(&d.event.event_id)
+                        .detail(format!("{sink}: unique key already holds this event")),
+                );
+            }
+        }
+    }
+
+    fn sink_duplicate(&self, event: TraceEvent) {
+        self.stats.sink_duplicates.fetch_add(1, Ordering::Relaxed);
+        self.tracer.emit(event);
+    }
+
+    /// Publishes the original message to the DLQ with the reason and where it came from, and
+    /// waits for the broker to acknowledge it: only then may its offset be committed.
+    async fn send_to_dlq(&self, p: Poison) -> anyhow::Result<()> {
+        let m = &p.message;
+        let partition = m.partition().to_string();
+        let offset = m.offset().to_string();
+        let mut headers = OwnedHeaders::new();
+        if let Some(orig) = m.headers() {
+            for h in orig.iter() {
+                headers = headers.insert(Header { key: h.key, value: h.value });
+            }
+        }
+        headers = headers
+            .insert(Header { key: "dlq.reason", value: Some(p.reason.as_bytes()) })
+            .insert(Header { key: "dlq.source.topic", value: Some(m.topic().as_bytes()) })
+            .insert(Header { key: "dlq.source.partition", value: Some(partition.as_bytes()) })
+            .insert(Header { key: "dlq.source.offset", value: Some(offset.as_bytes()) });
+        let payload = m.payload().unwrap_or_default();
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic).payload(payload).headers(headers);
+        if let Some(k) = m.key() {
+            record = record.key(k);
+        }
+        self.dlq
+            .send(record, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("cannot publish to the DLQ topic {}: {e}", self.dlq_topic))?;
+        self.stats.dlq.fetch_add(1, Ordering::Relaxed);
+        let header = |name: &str| header_str(m, name);
+        let mut ev = TraceEvent::new(Layer::Stream, Outcome::Dlq).detail(format!("{} (partition {partition} offset {offset})", p.reason));
+        if let Some(v) = header(headers::ORDER_NO) {
+            ev = ev.order_no(v);
+        }
+        if let Some(v) = header(headers::REQUEST_ID) {
+            ev = ev.request_id(v);
+        }
+        if let Some(v) = header(headers::EVENT_ID) {
+            ev = ev.event_id(v);
+        }
+        self.tracer.emit(ev);
+        Ok(())
+    }
+
+    /// Commits `offsets` (the next offset to read per partition), synchronously, so a consumer
+    /// stopped after this call leaves exactly this position behind.
+    async fn commit(&self, offsets: TopicPartitionList) -> anyhow::Result<()> {
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+            .await?
+            .map_err(|e| anyhow::anyhow!("offset commit failed: {e} (the batch will be redelivered and changes nothing)"))
+    }
+}
+
+/// For each partition in the batch, the offset after its last message.
+fn next_offsets(batch: &[OwnedMessage]) -> TopicPartitionList {
+    let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for m in batch {
+        let e = next.entry((m.topic().to_string(), m.partition())).or_insert(0);
+        *e = (*e).max(m.offset() + 1);
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in next {
+        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset)).expect("valid offset");
+    }
+    tpl
+}
+
+fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {
+    let hs = m.headers()?;
+    hs.iter().find(|h| h.key == name).and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string)
+}
+
+/// A payment event, or the reason it is poison.
+fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
+    let payload = m.payload().ok_or("empty message")?;
+    let event: PaymentSucceeded = serde_json::from_slice(payload).map_err(|e| format!("not a payment event: {e}"))?;
+    if uuid::Uuid::try_parse(&event.event_id).is_err() {
+        return Err(format!("event_id `{}` is not a UUID", event.event_id));
+    }
+    crate::contracts::OrderNo::parse(&event.order_no)?;
+    if event.amount < 0 {
+        return Err(format!("negative amount {}", event.amount));
+    }
+    for (name, value) in [(headers::EVENT_ID, &event.event_id), (headers::ORDER_NO, &event.order_no)] {
+        if let Some(h) = header_str(m, name) {
+            if &h != value {
+                return Err(format!("header {name} `{h}` disagrees with the body `{value}`"));
+            }
+        }
+    }
+    Ok(event)
+}

@@ -1,0 +1,393 @@
+//! Line of defense 3 against the real broker and both databases: duplicates delivered by Kafka
+//! (re-produced events, rewound offsets, a crash between the database commit and the offset
+//! commit, a rebalance) change nothing; poison goes to the DLQ without stalling the partition.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use idemguard::config::{Config, Dialect};
+use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
+use idemguard::db::Database;
+use idemguard::stream::lag::consumer_lag;
+use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
+use idemguard::trace::Tracer;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+struct Setup {
+    config: Config,
+    db: Database,
+    group: String,
+}
+
+async fn setup(dialect: Dialect) -> Setup {
+    let (mut config, db) = migrated_database(dialect).await;
+    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.dlq_topic = topics[1].clone();
+    config.consumer.batch_size = 50;
+    Setup { config, db, group: format!("igt-group-{}", unique_suffix()) }
+}
+
+fn ph(db: &Database, n: usize) -> String {
+    (1..=n).map(|i| if db.dialect() == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+}
+
+/// A CREATED order to pay (test fixture written straight into the schema).
+async fn create_order(db: &Database, user_id: i64) -> (String, String) {
+    let order_no = OrderNo::generate().to_string();
+    let req = format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7());
+    let sql = format!(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({})",
+        ph(db, 9)
+    );
+    sqlx::query(&sql)
+        .bind(&req)
+        .bind(&order_no)
+        .bind(user_id)
+        .bind(1_i64)
+        .bind(1_i64)
+        .bind(1999_i64)
+        .bind("CREATED")
+        .bind(0_i64)
+        .bind(0_i64)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    (order_no, req)
+}
+
+fn payment(order_no: &str, request_id: &str, user_id: i64) -> PaymentSucceeded {
+    PaymentSucceeded {
+        event_id: new_event_id(),
+        order_no: order_no.into(),
+        request_id: request_id.into(),
+        pay_no: format!("PAY{}", unique_suffix()),
+        user_id,
+        amount: 1999,
+        paid_at: 0,
+    }
+}
+
+fn producer(config: &Config) -> FutureProducer {
+    ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).set("acks", "all").create().unwrap()
+}
+
+async fn produce(p: &FutureProducer, topic: &str, e: &PaymentSucceeded) {
+    let body = serde_json::to_vec(e).unwrap();
+    let h = OwnedHeaders::new()
+        .insert(Header { key: headers::EVENT_ID, value: Some(e.event_id.as_bytes()) })
+        .insert(Header { key: headers::REQUEST_ID, value: Some(e.request_id.as_bytes()) })
+        .insert(Header { key: headers::ORDER_NO, value: Some(e.order_no.as_bytes()) });
+    p.send(FutureRecord::to(topic).key(&e.order_no).payload(&body).headers(h), Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+}
+
+async fn produce_raw(p: &FutureProducer, topic: &str, key: &str, body: &[u8]) {
+    p.send(FutureRecord::to(topic).key(key).payload(body), Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+}
+
+struct Running {
+    stop: CancellationToken,
+    stats: Arc<ConsumeStats>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+fn start(s: &Setup) -> Running {
+    let tracer = Tracer::log_only(&Instance::current());
+    let options = ConsumeOptions { group: Some(s.group.clone()), ..Default::default() };
+    let consumer = PaymentConsumer::new(&s.config, s.db.clone(), tracer, options).unwrap();
+    let stats = consumer.stats();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(consumer.run(stop.clone()));
+    Running { stop, stats, handle }
+}
+
+impl Running {
+    async fn stop(self) -> Arc<ConsumeStats> {
+        self.stop.cancel();
+        self.handle.await.unwrap().unwrap();
+        self.stats
+    }
+}
+
+async fn count(db: &Database, table: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {}) FROM {table}", if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" }))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn count_where(db: &Database, sql_tail: &str) -> i64 {
+    let cast = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
+    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {sql_tail}")).fetch_one(&db.pool).await.unwrap()
+}
+
+/// Waits (bounded) until `check` holds.
+async fn eventually<F, Fut>(what: &str, secs: u64, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn one_event_five_times(dialect: Dialect) {
+    let s = setup(dialect).await;
+    let (order_no, req) = create_order(&s.db, 7).await;
+    let e = payment(&order_no, &req, 7);
+    let p = producer(&s.config);
+    for _ in 0..5 {
+        produce(&p, &s.config.kafka.payment_topic, &e).await;
+    }
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("5 messages handled", 60, || {
+        let st = stats.clone();
+        async move { ConsumeStats::get(&st.applied) + ConsumeStats::get(&st.dedup_hits) >= 5 }
+    })
+    .await;
+    let stats = run.stop().await;
+    assert_eq!(ConsumeStats::get(&stats.applied), 1, "{dialect}");
+    assert_eq!(ConsumeStats::get(&stats.dedup_hits), 4, "{dialect}: four copies stopped by the dedup state");
+    assert_eq!(count_where(&s.db, &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID' AND payment_event_id = '{}'", e.event_id)).await, 1);
+    assert_eq!(count(&s.db, "points_ledger").await, 1, "{dialect}");
+    assert_eq!(count(&s.db, "notification").await, 1, "{dialect}");
+    assert_eq!(count(&s.db, "processed_event").await, 1, "{dialect}");
+}
+
+#[tokio::test]
+async fn one_event_produced_five_times_postgres() {
+    one_event_five_times(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn one_event_produced_five_times_mysql() {
+    one_event_five_times(Dialect::Mysql).await;
+}
+
+/// Moves the group's committed offsets back to the start of every partition (the group must
+/// have no live member, as when an operator rewinds it).
+fn rewind(config: &Config, group: &str) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Offset(0)).unwrap();
+    }
+    c.commit(&tpl, CommitMode::Sync).expect("rewind the group's offsets");
+}
+
+async fn committed_total(config: &Config, group: &str) -> i64 {
+    let (servers, topic, group) = (config.kafka.bootstrap_servers.clone(), config.kafka.payment_topic.clone(), group.to_string());
+    tokio::task::spawn_blocking(move || consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap())
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.committed.unwrap_or(0))
+        .sum()
+}
+
+async fn rewound_offsets_change_nothing(dialect: Dialect) {
+    let s = setup(dialect).await;
+    let p = producer(&s.config);
+    let mut orders = Vec::new();
+    for i in 0..1000 {
+        orders.push(create_order(&s.db, i).await);
+    }
+    let sends = orders.iter().enumerate().map(|(i, (o, r))| {
+        let (p, topic, e) = (p.clone(), s.config.kafka.payment_topic.clone(), payment(o, r, i as i64));
+        async move { produce(&p, &topic, &e).await }
+    });
+    futures::future::join_all(sends).await;
+
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("1000 events applied", 120, || {
+        let st = stats.clone();
+        async move { ConsumeStats::get(&st.applied) >= 1000 }
+    })
+    .await;
+    let first = run.stop().await;
+    assert_eq!(ConsumeStats::get(&first.applied), 1000);
+    assert_eq!(committed_total(&s.config, &s.group).await, 1000, "every offset committed after its batch");
+
+    rewind(&s.config, &s.group);
+    assert_eq!(committed_total(&s.config, &s.group).await, 0);
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("1000 redelivered events handled", 120, || {
+        let st = stats.clone();
+        async move { ConsumeStats::get(&st.received) >= 1000 }
+    })
+    .await;
+    let second = run.stop().await;
+    assert_eq!(ConsumeStats::get(&second.applied), 0, "{dialect}: a rewound replay applied something");
+    assert_eq!(ConsumeStats::get(&second.dedup_hits), 1000, "{dialect}: the persisted dedup state caught every replay after a restart");
+    for table in ["points_ledger", "notification", "processed_event"] {
+        assert_eq!(count(&s.db, table).await, 1000, "{dialect}: {table}");
+    }
+    assert_eq!(count_where(&s.db, "order_record WHERE status = 'PAID'").await, 1000);
+}
+
+#[tokio::test]
+async fn rewound_offsets_change_nothing_postgres() {
+    rewound_offsets_change_nothing(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn rewound_offsets_change_nothing_mysql() {
+    rewound_offsets_change_nothing(Dialect::Mysql).await;
+}
+
+async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
+    let s = setup(dialect).await;
+    let p = producer(&s.config);
+    for i in 0..20 {
+        let (o, r) = create_order(&s.db, i).await;
+        produce(&p, &s.config.kafka.payment_topic, &payment(&o, &r, i)).await;
+    }
+    // The real binary, killed by its own fault injection right after the first batch's
+    // database commit and before its offset commit.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "consume", "--group", &s.group, "--crash-after-db-commit", "1"])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &s.config.kafka.payment_topic)
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out).await.expect("the consumer crashed within 60s").unwrap();
+    assert!(!out.status.success(), "the consumer was meant to abort: {out:?}");
+    let applied_before = count(&s.db, "points_ledger").await;
+    assert!(applied_before > 0, "{dialect}: the crashed batch had committed to the database");
+    assert_eq!(committed_total(&s.config, &s.group).await, 0, "{dialect}: no offset was committed before the crash");
+
+    // Restarted: the whole batch is redelivered; it changes nothing, the rest is applied once.
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("all 20 handled after restart", 60, || {
+        let st = stats.clone();
+        async move { ConsumeStats::get(&st.received) >= 20 }
+    })
+    .await;
+    let after = run.stop().await;
+    assert_eq!(ConsumeStats::get(&after.dedup_hits) as i64, applied_before, "{dialect}: each redelivered event was a dedup hit");
+    assert_eq!(ConsumeStats::get(&after.applied) as i64, 20 - applied_before);
+    for table in ["points_ledger", "notification", "processed_event"] {
+        assert_eq!(count(&s.db, table).await, 20, "{dialect}: {table}");
+    }
+}
+
+#[tokio::test]
+async fn crash_between_db_and_offset_commit_postgres() {
+    crash_between_db_commit_and_offset_commit(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn crash_between_db_and_offset_commit_mysql() {
+    crash_between_db_commit_and_offset_commit(Dialect::Mysql).await;
+}
+
+#[tokio::test]
+async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
+    let s = setup(Dialect::Postgres).await;
+    let p = producer(&s.config);
+    let mut orders = Vec::new();
+    for i in 0..600 {
+        orders.push((create_order(&s.db, i).await, i));
+    }
+    let topic = s.config.kafka.payment_topic.clone();
+    for ((o, r), i) in &orders[..300] {
+        produce(&p, &topic, &payment(o, r, *i)).await;
+    }
+    let a = start(&s);
+    let b = start(&s);
+    let (sa, sb) = (a.stats.clone(), b.stats.clone());
+    eventually("consumption under way", 90, || {
+        let (sa, sb) = (sa.clone(), sb.clone());
+        async move { ConsumeStats::get(&sa.applied) + ConsumeStats::get(&sb.applied) >= 100 }
+    })
+    .await;
+    let a_stats = a.stop().await; // mid-stream: its partitions move to b
+    for ((o, r), i) in &orders[300..] {
+        produce(&p, &topic, &payment(o, r, *i)).await;
+    }
+    eventually("all 600 applied across both", 120, || {
+        let db = s.db.clone();
+        async move { count(&db, "points_ledger").await >= 600 }
+    })
+    .await;
+    let b_stats = b.stop().await;
+    let applied = ConsumeStats::get(&a_stats.applied) + ConsumeStats::get(&b_stats.applied);
+    assert_eq!(applied, 600, "each event applied exactly once across both consumers (a {:?}, b {:?})", a_stats, b_stats);
+    for table in ["points_ledger", "notification", "processed_event"] {
+        assert_eq!(count(&s.db, table).await, 600, "{table}");
+    }
+    assert_eq!(count_where(&s.db, "order_record WHERE status = 'PAID'").await, 600);
+}
+
+#[tokio::test]
+async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
+    let s = setup(Dialect::Mysql).await;
+    let p = producer(&s.config);
+    let topic = s.config.kafka.payment_topic.clone();
+    // All on one key → one partition, in order: poison first, then a good event.
+    let (o, r) = create_order(&s.db, 1).await;
+    produce_raw(&p, &topic, &o, b"{not json").await;
+    produce_raw(&p, &topic, &o, br#"{"event_id":"x"}"#).await;
+    let unknown = payment(&OrderNo::generate().to_string(), &r, 1);
+    produce(&p, &topic, &PaymentSucceeded { order_no: o.clone(), ..unknown.clone() }).await; // header/body agree, order exists: fine
+    let ghost = PaymentSucceeded { order_no: "20260101000000000ffffffffffff".into(), event_id: new_event_id(), ..unknown };
+    produce(&p, &topic, &ghost).await; // unknown order
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("3 to the DLQ and 1 applied", 60, || {
+        let st = stats.clone();
+        async move { ConsumeStats::get(&st.dlq) >= 3 && ConsumeStats::get(&st.applied) >= 1 }
+    })
+    .await;
+    let stats = run.stop().await;
+    assert_eq!(ConsumeStats::get(&stats.dlq), 3);
+    assert_eq!(ConsumeStats::get(&stats.applied), 1);
+    assert_eq!(count_where(&s.db, &format!("order_record WHERE order_no = '{o}' AND status = 'PAID'")).await, 1);
+    assert_eq!(committed_total(&s.config, &s.group).await, 4, "poison is committed too: it never stalls the partition");
+
+    // Read the DLQ back: the reasons and the original positions.
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &s.config.kafka.bootstrap_servers)
+        .set("group.id", format!("dlq-reader-{}", unique_suffix()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[&s.config.kafka.dlq_topic]).unwrap();
+    let mut reasons = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reasons.len() < 3 {
+        assert!(Instant::now() < deadline, "DLQ messages not read back: {reasons:?}");
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(300)) {
+            let h = m.headers().unwrap();
+            let get = |k: &str| h.iter().find(|x| x.key == k).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).to_string());
+            assert_eq!(get("dlq.source.topic").as_deref(), Some(topic.as_str()));
+            assert!(get("dlq.source.offset").is_some() && get("dlq.source.partition").is_some());
+            reasons.push(get("dlq.reason").unwrap());
+        }
+    }
+    reasons.sort();
+    assert!(reasons.iter().any(|r| r.starts_with("not a payment event")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("unknown order 20260101000000000ffffffffffff")), "{reasons:?}");
+    assert_eq!(reasons.iter().filter(|r| r.starts_with("not a payment event")).count(), 2, "{reasons:?}");
+}
