@@ -241,6 +241,26 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
         assert_eq!(count(&s.db, table).await, 1000, "{dialect}: {table}");
     }
     assert_eq!(count_where(&s.db, "order_record WHERE status = 'PAID'").await, 1000);
+
+    // The dedup state lost (memory gone with the consumer, processed_event emptied behind its
+    // back): the next line of defense, each sink's unique key, still stops every replay.
+    sqlx::query("DELETE FROM processed_event").execute(&s.db.pool).await.unwrap();
+    rewind(&s.config, &s.group);
+    let run = start(&s);
+    let stats = run.stats.clone();
+    eventually("1000 replays handled by the sinks", 120, || {
+        let db = s.db.clone();
+        async move { count(&db, "processed_event").await >= 1000 }
+    })
+    .await;
+    let third = run.stop().await;
+    assert_eq!(ConsumeStats::get(&third.applied), 0, "{dialect}: a sink applied a replay twice");
+    assert_eq!(ConsumeStats::get(&third.dedup_hits), 0);
+    // order (already PAID by this event) + points + notification, for each of the 1000.
+    assert_eq!(ConsumeStats::get(&third.sink_duplicates), 3000, "{dialect}");
+    for table in ["points_ledger", "notification"] {
+        assert_eq!(count(&s.db, table).await, 1000, "{dialect}: {table}");
+    }
 }
 
 #[tokio::test]

@@ -1,3 +1,4 @@
--- Has this group processed this event within the dedup TTL? (1 or 0)
-SELECT CAST(COUNT(*) AS BIGINT) FROM {{processed_event}}
-WHERE consumer_group = $1 AND event_id = $2 AND expire_at > $3
+-- Which of a batch's eventIds this group processed within the dedup TTL. $3: JSON array of ids.
+SELECT p.event_id FROM {{processed_event}} p
+WHERE p.consumer_group = $1 AND p.expire_at > $2
+  AND p.event_id IN (SELECT value FROM json_array_elements_text(CAST($3 AS json)))

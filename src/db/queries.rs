@@ -30,8 +30,11 @@ builtin![
     // stream: the payment-event consumer's sinks and dedup state
     "stream_order_mark_paid",
     "stream_order_status",
+    "stream_points_existing",
     "stream_points_insert",
+    "stream_notification_existing",
     "stream_notification_insert",
+    "stream_processed_existing",
     "stream_processed_insert",
     "stream_processed_find",
 ];

@@ -228,18 +228,19 @@ impl PaymentConsumer {
         let mut poison: Vec<Poison> = Vec::new();
         let mut fresh: Vec<Delivery> = Vec::new();
         let mut in_batch: HashSet<String> = HashSet::new();
+        let mut parsed: Vec<(&OwnedMessage, PaymentSucceeded)> = Vec::new();
         for m in batch {
-            let event = match parse(m) {
-                Ok(e) => e,
-                Err(reason) => {
-                    poison.push(Poison { message: m.clone(), reason });
-                    continue;
-                }
-            };
+            match parse(m) {
+                Ok(e) => parsed.push((m, e)),
+                Err(reason) => poison.push(Poison { message: m.clone(), reason }),
+            }
+        }
+        // The dedup state: memory first, then one query for the batch's misses.
+        let misses: Vec<&str> = parsed.iter().filter(|(_, e)| !self.dedup.contains(&e.event_id, now)).map(|(_, e)| e.event_id.as_str()).collect();
+        let persisted = sinks::already_processed(&self.db, &self.group, &misses).await?;
+        for (m, event) in parsed {
             let started = Instant::now();
-            let seen = self.dedup.contains(&event.event_id, now)
-                || in_batch.contains(&event.event_id)
-                || sinks::was_processed(&self.db, &self.group, &event.event_id).await?;
+            let seen = self.dedup.contains(&event.event_id, now) || in_batch.contains(&event.event_id) || persisted.contains(&event.event_id);
             if seen {
                 self.stats.dedup_hits.fetch_add(1, Ordering::Relaxed);
                 self.dedup.remember(&event.event_id, now);
