@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use idemguard::config::Dialect;
 use idemguard::contracts::{new_event_id, Instance, OrderNo, RequestId};
-use idemguard::db::orders::{CreateOutcome, NewOrder, OrderError, Orders, Transition, TransitionOutcome};
+use idemguard::db::orders::{find_order, CreateOutcome, NewOrder, OrderError, OrderKey, Orders, Transition, TransitionOutcome};
 use idemguard::db::state_machine::OrderStatus;
 use idemguard::db::{migrate, Database};
 use idemguard::trace::Tracer;
@@ -85,6 +85,7 @@ async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
     assert_eq!(row.order_no, order_no);
     assert_eq!(row.replay_count, 499, "{dialect}: each duplicate was told apart from a new order and counted");
     assert_eq!(orders.find_by_order_no(&order_no).await.unwrap().unwrap(), row);
+    assert_eq!(find_order(db, OrderKey::OrderNo(&order_no)).await.unwrap(), Some(row));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -516,17 +516,17 @@ impl Orders {
 
     /// The order with this orderNo, from the primary.
     pub async fn find_by_order_no(&self, order_no: &str) -> Result<Option<OrderRecord>, OrderError> {
-        find(&self.db, "order_by_order_no", order_no).await
+        find_order(&self.db, OrderKey::OrderNo(order_no)).await
     }
 
     /// The order created for this requestId, from the primary.
     pub async fn find_by_request_id(&self, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
-        find(&self.db, "order_by_req_id", request_id).await
+        find_order(&self.db, OrderKey::RequestId(request_id)).await
     }
 
     /// The order a payment event moved to PAID, from the primary.
     pub async fn find_by_payment_event_id(&self, event_id: &str) -> Result<Option<OrderRecord>, OrderError> {
-        find(&self.db, "order_by_payment_event_id", event_id).await
+        find_order(&self.db, OrderKey::PaymentEventId(event_id)).await
     }
 
     /// The stock of a SKU; `None` for an unknown SKU.
@@ -540,10 +540,23 @@ impl Orders {
     }
 }
 
-/// One order by a unique key, from the pool of `db` (a console may pass its replica
-/// [`Database`]; the defense layers pass the primary).
-pub async fn find(db: &Database, query: &'static str, key: &str) -> Result<Option<OrderRecord>, OrderError> {
-    let row = sqlx::query(db.sql(query)).bind(key).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
+/// A unique key of `order_record`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderKey<'a> {
+    OrderNo(&'a str),
+    RequestId(&'a str),
+    PaymentEventId(&'a str),
+}
+
+/// One order by a unique key, from the pool of `db`: the defense layers pass the primary; the
+/// console may pass its replica ([`Database::connect_for_reads`]) for views that decide nothing.
+pub async fn find_order(db: &Database, key: OrderKey<'_>) -> Result<Option<OrderRecord>, OrderError> {
+    let (query, value) = match key {
+        OrderKey::OrderNo(v) => ("order_by_order_no", v),
+        OrderKey::RequestId(v) => ("order_by_req_id", v),
+        OrderKey::PaymentEventId(v) => ("order_by_payment_event_id", v),
+    };
+    let row = sqlx::query(db.sql(query)).bind(value).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()
 }
 
