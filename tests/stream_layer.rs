@@ -247,7 +247,6 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     sqlx::query("DELETE FROM processed_event").execute(&s.db.pool).await.unwrap();
     rewind(&s.config, &s.group);
     let run = start(&s);
-    let stats = run.stats.clone();
     eventually("1000 replays handled by the sinks", 120, || {
         let db = s.db.clone();
         async move { count(&db, "processed_event").await >= 1000 }

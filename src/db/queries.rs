@@ -28,8 +28,6 @@ builtin![
     "schema_version_record",
     "server_version",
     // stream: the payment-event consumer's sinks and dedup state
-    "stream_order_mark_paid",
-    "stream_order_status",
     "stream_points_existing",
     "stream_points_insert",
     "stream_notification_existing",
@@ -37,6 +35,19 @@ builtin![
     "stream_processed_existing",
     "stream_processed_insert",
     "stream_processed_find",
+    // line 1: orders, stock, transitions (src/db/orders.rs, src/db/inventory.rs)
+    "order_insert",
+    "order_replay",
+    "order_by_order_no",
+    "order_by_req_id",
+    "order_by_payment_event_id",
+    "order_current",
+    "order_transition",
+    "inventory_lock",
+    "inventory_take",
+    "inventory_stock",
+    "inventory_set",
+    "stock_movement_insert",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

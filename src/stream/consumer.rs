@@ -29,6 +29,7 @@ use super::dedup::DedupState;
 use super::sinks::{self, Delivery, PaidDecision, SinkWrite};
 use crate::config::Config;
 use crate::contracts::{headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent};
+use crate::db::orders::Orders;
 use crate::db::Database;
 use crate::trace::Tracer;
 
@@ -87,6 +88,7 @@ impl ConsumerContext for RebalanceLog {
 
 pub struct PaymentConsumer {
     db: Database,
+    orders: Orders,
     tracer: Tracer,
     consumer: Arc<StreamConsumer<RebalanceLog>>,
     dlq: FutureProducer,
@@ -133,6 +135,7 @@ impl PaymentConsumer {
             .create()
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the DLQ producer: {e}"))?;
         Ok(PaymentConsumer {
+            orders: Orders::new(db.clone(), tracer.clone()),
             db,
             tracer,
             consumer: Arc::new(consumer),
@@ -259,7 +262,7 @@ impl PaymentConsumer {
         }
 
         // Sink 1: order → PAID. Decides which events go on to the other sinks.
-        let decisions = if fresh.is_empty() { Vec::new() } else { sinks::mark_paid(&self.db, &fresh).await? };
+        let decisions = if fresh.is_empty() { Vec::new() } else { sinks::mark_paid(&self.orders, &fresh).await? };
         let mut effects: Vec<&Delivery> = Vec::new();
         let mut processed: Vec<(&Delivery, &'static str)> = Vec::new();
         for (d, decision) in fresh.iter().zip(&decisions) {
@@ -284,9 +287,13 @@ impl PaymentConsumer {
                     self.tracer.emit(ev(Outcome::TransitionRejected).detail(format!("order is {status}; PAID not allowed")));
                     processed.push((d, "rejected"));
                 }
-                PaidDecision::UnknownOrder => {
+                PaidDecision::UnknownOrder | PaidDecision::EventUsedElsewhere(_) => {
                     let message = batch.iter().find(|m| m.partition() == d.partition && m.offset() == d.offset).expect("delivery comes from the batch");
-                    poison.push(Poison { message: message.clone(), reason: format!("unknown order {}", d.event.order_no) });
+                    let reason = match decision {
+                        PaidDecision::EventUsedElsewhere(other) => format!("event {} already paid order {other}", d.event.event_id),
+                        _ => format!("unknown order {}", d.event.order_no),
+                    };
+                    poison.push(Poison { message: message.clone(), reason });
                 }
             }
         }

@@ -15,6 +15,7 @@
 //! few bytes, not a round trip.
 
 use crate::contracts::{now_ms, PaymentSucceeded};
+use crate::db::orders::{db_error, OrderError, Orders, Transition, TransitionOutcome};
 use crate::db::Database;
 
 /// One event of a batch, with where it came from.
@@ -47,35 +48,35 @@ pub enum PaidDecision {
     Rejected(String),
     /// No such order: a poison message.
     UnknownOrder,
+    /// The eventId already paid another order: a poison message.
+    EventUsedElsewhere(String),
 }
 
-/// Order → PAID for each delivery, in one transaction.
-pub async fn mark_paid(db: &Database, batch: &[Delivery]) -> Result<Vec<PaidDecision>, sqlx::Error> {
-    let mut tx = db.pool.begin().await?;
+/// Order → PAID for each delivery, in one transaction, through the database layer's state
+/// machine (one table of transitions, a version check, `payment_event_id` unique).
+pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDecision>, OrderError> {
+    let db = orders.database();
+    let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the order sink", e))?;
     let mut out = Vec::with_capacity(batch.len());
     for d in batch {
         let e = &d.event;
-        let moved = sqlx::query(db.sql("stream_order_mark_paid"))
-            .bind(e.event_id.as_str())
-            .bind(now_ms())
-            .bind(e.order_no.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if moved == 1 {
-            out.push(PaidDecision::Applied);
-            continue;
-        }
-        let row: Option<(String, Option<String>)> =
-            sqlx::query_as(db.sql("stream_order_status")).bind(e.order_no.as_str()).fetch_optional(&mut *tx).await?;
-        out.push(match row {
-            None => PaidDecision::UnknownOrder,
-            Some((status, Some(by))) if status == "PAID" && by == e.event_id => PaidDecision::AlreadyApplied,
-            Some((status, Some(by))) if status == "PAID" => PaidDecision::PaidByOther(by),
-            Some((status, _)) => PaidDecision::Rejected(status),
-        });
+        let decision = match orders.transition_in(&mut tx, &Transition::paid(e.order_no.as_str(), e.event_id.as_str())).await {
+            Ok(TransitionOutcome::Applied(_)) => PaidDecision::Applied,
+            Ok(TransitionOutcome::AlreadyApplied(o)) => match o.payment_event_id {
+                Some(by) if by == e.event_id => PaidDecision::AlreadyApplied,
+                Some(by) => PaidDecision::PaidByOther(by),
+                None => PaidDecision::Rejected(o.status.as_str().to_string()),
+            },
+            Ok(TransitionOutcome::Rejected(o)) => PaidDecision::Rejected(o.status.as_str().to_string()),
+            Ok(TransitionOutcome::FenceRejected { current, .. }) => PaidDecision::Rejected(current.status.as_str().to_string()),
+            Err(OrderError::NotFound { .. }) => PaidDecision::UnknownOrder,
+            // This event already paid ANOTHER order: the message is inconsistent, not a retry.
+            Err(OrderError::PaymentEventTaken { order_no, .. }) => PaidDecision::EventUsedElsewhere(order_no),
+            Err(other) => return Err(other),
+        };
+        out.push(decision);
     }
-    tx.commit().await?;
+    tx.commit().await.map_err(|e| db_error(db, "commit the order sink", e))?;
     Ok(out)
 }
 
