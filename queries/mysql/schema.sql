@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS {{order_record}} (
   version           BIGINT       NOT NULL DEFAULT 0,
   fence             BIGINT       NOT NULL DEFAULT 0,
   payment_event_id  VARCHAR(64)  NULL,
+  replay_count      BIGINT       NOT NULL DEFAULT 0,
   created_at        BIGINT       NOT NULL,
   updated_at        BIGINT       NOT NULL,
   UNIQUE KEY uk_req_id (req_id),

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS {{order_record}} (
   version           BIGINT       NOT NULL DEFAULT 0,-- optimistic lock of status transitions (seed §2.3)
   fence             BIGINT       NOT NULL DEFAULT 0,-- highest lock fence token that wrote this row
   payment_event_id  VARCHAR(64),                    -- the event that moved it to PAID
+  replay_count      BIGINT       NOT NULL DEFAULT 0,-- duplicate creates the unique keys turned into replays
   created_at        BIGINT       NOT NULL,
   updated_at        BIGINT       NOT NULL,
   CONSTRAINT {{order_record}}_uk_req_id UNIQUE (req_id),

@@ -4,8 +4,11 @@
 //! One code base serves PostgreSQL and MySQL/MariaDB through sqlx's `Any` driver; what differs
 //! between them lives in the SQL files under `queries/<dialect>/`, never in Rust.
 
+pub mod inventory;
 pub mod migrate;
+pub mod orders;
 pub mod queries;
+pub mod state_machine;
 
 use std::sync::{Arc, Once};
 
@@ -104,9 +107,20 @@ pub fn connect_error(url: &str, e: &sqlx::Error) -> anyhow::Error {
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => matches!(d.kind(), sqlx::error::ErrorKind::UniqueViolation) || {
-            // MySQL 1062 / PostgreSQL 23505, in case the driver does not classify it.
-            matches!(d.code().as_deref(), Some("23505") | Some("1062") | Some("23000"))
+            // PostgreSQL 23505, in case the driver does not classify it. (MySQL's SQLSTATE 23000
+            // is not enough: it also covers NOT NULL and CHECK violations, e.g. a negative stock.)
+            matches!(d.code().as_deref(), Some("23505"))
         },
+        _ => false,
+    }
+}
+
+/// True when the database aborted the whole transaction as a deadlock victim or a serialization
+/// failure (PostgreSQL 40P01 / 40001, MySQL 1213 = SQLSTATE 40001): nothing of it was written,
+/// so it may be run again.
+pub fn is_transient_conflict(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => matches!(d.code().as_deref(), Some("40001") | Some("40P01")),
         _ => false,
     }
 }

@@ -27,6 +27,19 @@ builtin![
     "schema_version",
     "schema_version_record",
     "server_version",
+    // line 1: orders, stock, transitions (src/db/orders.rs, src/db/inventory.rs)
+    "order_insert",
+    "order_replay",
+    "order_by_order_no",
+    "order_by_req_id",
+    "order_by_payment_event_id",
+    "order_current",
+    "order_transition",
+    "inventory_lock",
+    "inventory_take",
+    "inventory_stock",
+    "inventory_set",
+    "stock_movement_insert",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

@@ -1,0 +1,2 @@
+-- The stock of one SKU (no lock). No row: unknown SKU.
+SELECT stock FROM {{inventory}} WHERE sku_id = ?

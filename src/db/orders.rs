@@ -1,0 +1,660 @@
+//! Orders on line of defense 1: create by requestId, status transitions, fencing, reads.
+//!
+//! - **Create** (seed §2.1, §6.1): one short transaction inserts the order — the unique keys
+//!   `req_id` and `order_no` decide duplicates — then takes the stock under a row lock
+//!   ([`super::inventory`]). A duplicate is never an error: the losing transaction ends, the
+//!   first order is read back from the primary and returned as this request's result.
+//! - **Transitions** (seed §2.3, §4.4): an optimistic `UPDATE … WHERE version = ? AND status IN
+//!   (predecessors)`; when it matches nothing the row is re-read: already in the target status
+//!   is an idempotent success, anything else is refused. The allowed moves are the one table in
+//!   [`super::state_machine`].
+//! - **Fencing** (the answer to seed §3.3's clock objection): a write made under a lock carries
+//!   the lock's fence token; a token lower than the one stored on the row is refused, so a
+//!   holder whose lock expired during a pause cannot overwrite its successor's work.
+//!
+//! Every decision emits a trace event on [`Layer::Db`] with the order's IDs.
+
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Either, Executor, Row};
+
+use super::inventory;
+use super::state_machine::OrderStatus;
+use super::{is_transient_conflict, is_unique_violation, Database};
+use crate::contracts::{now_ms, Layer, OrderNo, Outcome, RequestId, TraceEvent};
+use crate::trace::Tracer;
+
+/// A create transaction the database aborted as a deadlock victim or serialization failure
+/// wrote nothing; it is run again this many times in all.
+const CREATE_ATTEMPTS: u32 = 5;
+
+/// An order row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderRecord {
+    pub id: i64,
+    pub req_id: String,
+    pub order_no: String,
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    /// Minor units (cents).
+    pub amount: i64,
+    pub status: OrderStatus,
+    /// Raised by every status transition (optimistic lock).
+    pub version: i64,
+    /// The highest lock fence token that wrote this row (0: never written under a lock).
+    pub fence: i64,
+    /// The payment event that moved the order to PAID.
+    pub payment_event_id: Option<String>,
+    /// Duplicate creates the unique keys turned into replays of this order.
+    pub replay_count: i64,
+    /// Epoch milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// What the API layer asks to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOrder {
+    /// The Idempotency-Key; unique in `order_record.req_id`.
+    pub request_id: RequestId,
+    /// Chosen by the caller (it locks `lock:order:{orderNo}` before creating). A duplicate
+    /// request gets the first request's orderNo back, not this one.
+    pub order_no: OrderNo,
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    /// Minor units (cents).
+    pub amount: i64,
+    /// Fence token of the lock held while creating; stored on the row, so later writes under
+    /// an older token of the same lock key are refused. `None`: created without a lock.
+    pub fence: Option<i64>,
+}
+
+/// The result of [`Orders::create`]: either way the caller answers with this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// This request created the order and took its stock.
+    Created(OrderRecord),
+    /// The unique keys found an earlier request with the same requestId: its order, read back
+    /// from the primary. Nothing was written for this request (besides `replay_count`).
+    Replayed(OrderRecord),
+}
+
+impl CreateOutcome {
+    pub fn order(&self) -> &OrderRecord {
+        match self {
+            CreateOutcome::Created(o) | CreateOutcome::Replayed(o) => o,
+        }
+    }
+    pub fn into_order(self) -> OrderRecord {
+        match self {
+            CreateOutcome::Created(o) | CreateOutcome::Replayed(o) => o,
+        }
+    }
+    pub fn is_replay(&self) -> bool {
+        matches!(self, CreateOutcome::Replayed(_))
+    }
+}
+
+/// A requested status change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub order_no: String,
+    pub to: OrderStatus,
+    /// Required for PAID (and only there): the payment event that caused it, recorded in the
+    /// unique `payment_event_id`, so the same event can never pay a second order.
+    pub payment_event_id: Option<String>,
+    /// `Some(v)`: apply only to version `v` (the caller decided on what it read at `v`); a
+    /// newer version is `Rejected`. `None`: read the current row, check the state machine,
+    /// and compare-and-set on the version just read.
+    pub expected_version: Option<i64>,
+    /// Fence token of the lock held for this write; `None` for a write made without a lock
+    /// (the version and the state machine still guard it).
+    pub fence: Option<i64>,
+}
+
+impl Transition {
+    /// A move to `to` (not PAID: use [`Transition::paid`]).
+    pub fn to(order_no: impl Into<String>, to: OrderStatus) -> Transition {
+        Transition { order_no: order_no.into(), to, payment_event_id: None, expected_version: None, fence: None }
+    }
+
+    /// CREATED → PAID caused by `payment_event_id`.
+    pub fn paid(order_no: impl Into<String>, payment_event_id: impl Into<String>) -> Transition {
+        Transition {
+            order_no: order_no.into(),
+            to: OrderStatus::Paid,
+            payment_event_id: Some(payment_event_id.into()),
+            expected_version: None,
+            fence: None,
+        }
+    }
+
+    pub fn with_fence(mut self, fence: i64) -> Transition {
+        self.fence = Some(fence);
+        self
+    }
+
+    pub fn with_expected_version(mut self, version: i64) -> Transition {
+        self.expected_version = Some(version);
+        self
+    }
+
+    fn validate(&self) -> Result<(), OrderError> {
+        match (self.to, &self.payment_event_id) {
+            (OrderStatus::Paid, None) => Err(OrderError::InvalidRequest(format!(
+                "the PAID transition of order {} must name its payment event (payment_event_id), so a replay of that event is recognised",
+                self.order_no
+            ))),
+            (OrderStatus::Paid, Some(e)) if e.is_empty() || e.len() > 64 => Err(OrderError::InvalidRequest(format!(
+                "payment event id `{}` must be 1-64 characters",
+                e.escape_debug()
+            ))),
+            (to, Some(_)) if to != OrderStatus::Paid => Err(OrderError::InvalidRequest(format!(
+                "only the PAID transition records a payment event; order {} → {to} named one",
+                self.order_no
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The result of a transition. Only database failures are errors; every decision is here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    /// Written: the order after the write.
+    Applied(OrderRecord),
+    /// The order was already in the target status; nothing written (idempotent success). For
+    /// PAID, compare `payment_event_id` to tell a replayed event from a second payment.
+    AlreadyApplied(OrderRecord),
+    /// The state machine refuses the move from the current status, or `expected_version` is
+    /// no longer current. The order as it is.
+    Rejected(OrderRecord),
+    /// The row was last written under a newer fence token than `offered`: this writer's lock
+    /// expired and a successor took over. Nothing written.
+    FenceRejected { current: OrderRecord, offered: i64 },
+}
+
+impl TransitionOutcome {
+    /// The order after the decision.
+    pub fn order(&self) -> &OrderRecord {
+        match self {
+            TransitionOutcome::Applied(o)
+            | TransitionOutcome::AlreadyApplied(o)
+            | TransitionOutcome::Rejected(o)
+            | TransitionOutcome::FenceRejected { current: o, .. } => o,
+        }
+    }
+
+    /// Applied or AlreadyApplied: the order is in the requested status.
+    pub fn is_success(&self) -> bool {
+        matches!(self, TransitionOutcome::Applied(_) | TransitionOutcome::AlreadyApplied(_))
+    }
+
+    /// The trace outcome of this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            TransitionOutcome::Applied(_) => Outcome::TransitionApplied,
+            TransitionOutcome::AlreadyApplied(_) => Outcome::TransitionAlreadyApplied,
+            TransitionOutcome::Rejected(_) => Outcome::TransitionRejected,
+            TransitionOutcome::FenceRejected { .. } => Outcome::FenceRejected,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error("SKU {sku_id} has {available} in stock and the order wants {wanted}; nothing was written")]
+    OutOfStock { sku_id: i64, available: i64, wanted: i64 },
+    #[error("SKU {sku_id} is not in the inventory table; nothing was written (seed it with db::inventory::set_stock)")]
+    UnknownSku { sku_id: i64 },
+    #[error("order number {order_no} already belongs to another request; generate a new orderNo and create again")]
+    OrderNoTaken { order_no: String },
+    #[error("no order {order_no} in the order database")]
+    NotFound { order_no: String },
+    #[error("payment event {event_id} already paid another order, so it cannot pay order {order_no}; check the payment flow of both orders")]
+    PaymentEventTaken { event_id: String, order_no: String },
+    #[error("order {order_no} has status `{status}`, which the state machine does not know (known: CREATED, PAID, CANCELLED, REFUNDED)")]
+    UnknownStatus { order_no: String, status: String },
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("database {url}: cannot {what}: {source}")]
+    Database {
+        what: &'static str,
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+/// A database failure, naming the database and the step.
+pub(crate) fn db_error(db: &Database, what: &'static str, source: sqlx::Error) -> OrderError {
+    OrderError::Database { what, url: db.shown_url.clone(), source }
+}
+
+/// The order table of line 1. Cheap to clone.
+#[derive(Clone)]
+pub struct Orders {
+    db: Database,
+    tracer: Tracer,
+}
+
+/// How one create attempt ended.
+enum Attempt {
+    Created(OrderRecord, inventory::StockTaken),
+    Replayed(OrderRecord),
+}
+
+impl Orders {
+    /// `db` must be the primary ([`Database::connect`]): every decision and every read-back
+    /// after a duplicate is made there, never on a replica (seed §2.4).
+    pub fn new(db: Database, tracer: Tracer) -> Orders {
+        Orders { db, tracer }
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Create the order of `order.request_id`, taking its stock in the same short transaction.
+    ///
+    /// Any number of concurrent calls with one requestId create one order and one stock
+    /// movement; every one of them returns that order. A short stock or an unknown SKU is an
+    /// error and writes nothing.
+    pub async fn create(&self, order: &NewOrder) -> Result<CreateOutcome, OrderError> {
+        let start = Instant::now();
+        if order.quantity <= 0 || order.amount < 0 {
+            return Err(OrderError::InvalidRequest(format!(
+                "an order needs a quantity of at least 1 and an amount of 0 or more (got quantity {}, amount {})",
+                order.quantity, order.amount
+            )));
+        }
+        let mut attempt = 1;
+        let result = loop {
+            match self.create_once(order).await {
+                Err(OrderError::Database { source, .. }) if is_transient_conflict(&source) && attempt < CREATE_ATTEMPTS => {
+                    // The database rolled the whole transaction back (deadlock victim): nothing
+                    // was written, so running it again cannot duplicate anything.
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(1..=10_u64) * u64::from(attempt))).await;
+                }
+                other => break other,
+            }
+        };
+        let ids = |outcome| {
+            TraceEvent::new(Layer::Db, outcome).request_id(order.request_id.as_str()).since(start)
+        };
+        match result {
+            Ok(Attempt::Created(o, stock)) => {
+                self.tracer.emit(ids(Outcome::OrderCreated).order_no(&o.order_no).detail(format!(
+                    "sku {} stock {} -> {}, fence {}",
+                    o.sku_id, stock.before, stock.after, o.fence
+                )));
+                Ok(CreateOutcome::Created(o))
+            }
+            Ok(Attempt::Replayed(o)) => {
+                self.tracer.emit(ids(Outcome::UniqueViolationReplayed).order_no(&o.order_no).detail(format!(
+                    "req_id already created order {} (status {}); returned it instead of new order {}",
+                    o.order_no,
+                    o.status,
+                    order.order_no
+                )));
+                Ok(CreateOutcome::Replayed(o))
+            }
+            Err(e) => {
+                if matches!(e, OrderError::OutOfStock { .. } | OrderError::UnknownSku { .. }) {
+                    self.tracer.emit(ids(Outcome::StockRejected).order_no(order.order_no.as_str()).detail(e.to_string()));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn create_once(&self, order: &NewOrder) -> Result<Attempt, OrderError> {
+        let db = &self.db;
+        let now = now_ms();
+        let fence = order.fence.unwrap_or(0);
+        let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the create transaction", e))?;
+        let insert = sqlx::query(db.sql("order_insert"))
+            .bind(order.request_id.as_str())
+            .bind(order.order_no.as_str())
+            .bind(order.user_id)
+            .bind(order.sku_id)
+            .bind(order.quantity)
+            .bind(order.amount)
+            .bind(OrderStatus::Created.as_str())
+            .bind(fence)
+            .bind(now)
+            .bind(now);
+        // Rows affected say new (1) or duplicate (PostgreSQL 0, MySQL 2); the new id comes back
+        // as a row (RETURNING) or as the last insert id, whichever the dialect gives.
+        let (mut affected, mut id) = (0_u64, None);
+        {
+            let mut steps = (&mut *tx).fetch_many(insert);
+            while let Some(step) = steps.try_next().await.map_err(|e| db_error(db, "insert the order", e))? {
+                match step {
+                    Either::Left(done) => {
+                        affected += done.rows_affected();
+                        id = id.or(done.last_insert_id());
+                    }
+                    Either::Right(row) => id = Some(row.try_get("id").map_err(|e| db_error(db, "read the new order's id", e))?),
+                }
+            }
+        }
+        if affected != 1 {
+            // Duplicate. End the losing transaction first (it wrote nothing but a replay
+            // count), then read the first order from the primary: the answer it got is ours.
+            tx.commit().await.map_err(|e| db_error(db, "end the duplicate's transaction", e))?;
+            let row = sqlx::query(db.sql("order_replay"))
+                .bind(order.request_id.as_str())
+                .fetch_optional(&db.pool)
+                .await
+                .map_err(|e| db_error(db, "read back the first order of this requestId", e))?;
+            return match row {
+                Some(row) => Ok(Attempt::Replayed(order_from_row(db, &row)?)),
+                // Not our req_id: another request's order already has this order_no.
+                None => Err(OrderError::OrderNoTaken { order_no: order.order_no.to_string() }),
+            };
+        }
+        let id = id.ok_or_else(|| db_error(db, "learn the new order's id", sqlx::Error::RowNotFound))?;
+        // Same transaction, right after the insert: the inventory row lock is held only for
+        // the stock statements and the commit. An error drops `tx`, which rolls back.
+        let stock = inventory::take(db, &mut tx, order.sku_id, order.quantity, order.order_no.as_str(), order.request_id.as_str()).await?;
+        tx.commit().await.map_err(|e| db_error(db, "commit the order", e))?;
+        Ok(Attempt::Created(
+            OrderRecord {
+                id,
+                req_id: order.request_id.to_string(),
+                order_no: order.order_no.to_string(),
+                user_id: order.user_id,
+                sku_id: order.sku_id,
+                quantity: order.quantity,
+                amount: order.amount,
+                status: OrderStatus::Created,
+                version: 0,
+                fence,
+                payment_event_id: None,
+                replay_count: 0,
+                created_at: now,
+                updated_at: now,
+            },
+            stock,
+        ))
+    }
+
+    /// Apply `t` in a transaction of its own.
+    pub async fn transition(&self, t: &Transition) -> Result<TransitionOutcome, OrderError> {
+        let start = Instant::now();
+        let db = &self.db;
+        let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the transition", e))?;
+        let outcome = self.decide_transition(&mut tx, t).await?;
+        tx.commit().await.map_err(|e| db_error(db, "commit the transition", e))?;
+        self.emit_transition(t, &outcome, start);
+        Ok(outcome)
+    }
+
+    /// Apply `t` inside the caller's transaction (`&mut *tx`), e.g. the payment consumer's
+    /// "order → PAID" sink next to its own writes. The row stays locked until the caller
+    /// commits; the trace event is emitted when the decision is made, so a caller that rolls
+    /// back afterwards should say so in its own event. On PostgreSQL an `Err` leaves the
+    /// caller's transaction aborted: roll it back.
+    pub async fn transition_in(&self, conn: &mut AnyConnection, t: &Transition) -> Result<TransitionOutcome, OrderError> {
+        let start = Instant::now();
+        let outcome = self.decide_transition(conn, t).await?;
+        self.emit_transition(t, &outcome, start);
+        Ok(outcome)
+    }
+
+    async fn decide_transition(&self, conn: &mut AnyConnection, t: &Transition) -> Result<TransitionOutcome, OrderError> {
+        t.validate()?;
+        let db = &self.db;
+        let Some(predecessors) = t.to.predecessor_binds() else {
+            // Nothing may move to this status (CREATED): only the create transaction writes it.
+            let current = self.current(conn, &t.order_no).await?;
+            return Ok(match judge(&current, t) {
+                Verdict::AlreadyApplied => TransitionOutcome::AlreadyApplied(current),
+                Verdict::FenceRejected(offered) => TransitionOutcome::FenceRejected { current, offered },
+                _ => TransitionOutcome::Rejected(current),
+            });
+        };
+        let mut version = match t.expected_version {
+            Some(v) => v,
+            None => {
+                let current = self.read(conn, "order_by_order_no", &t.order_no).await?;
+                match judge(&current, t) {
+                    Verdict::Proceed => current.version,
+                    refused => return Ok(refused.outcome(current)),
+                }
+            }
+        };
+        // Two rounds at most: after a miss, the re-read holds the row lock, so the second
+        // UPDATE sees exactly the version it was given. The third is a safety bound.
+        for _ in 0..3 {
+            let done = sqlx::query(db.sql("order_transition"))
+                .bind(t.to.as_str())
+                .bind(t.fence)
+                .bind(t.payment_event_id.as_deref())
+                .bind(now_ms())
+                .bind(t.order_no.as_str())
+                .bind(version)
+                .bind(predecessors[0])
+                .bind(predecessors[1])
+                .bind(predecessors[2])
+                .bind(predecessors[3])
+                .bind(t.fence)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| match (&t.payment_event_id, is_unique_violation(&e)) {
+                    (Some(event_id), true) => {
+                        OrderError::PaymentEventTaken { event_id: event_id.clone(), order_no: t.order_no.clone() }
+                    }
+                    _ => db_error(db, "update the order status", e),
+                })?;
+            let current = self.current(conn, &t.order_no).await?;
+            if done.rows_affected() == 1 {
+                return Ok(TransitionOutcome::Applied(current));
+            }
+            match judge(&current, t) {
+                // Still a legal move: someone else wrote the row in between (or our read was
+                // an older snapshot). Compare-and-set again on what is there now.
+                Verdict::Proceed if t.expected_version.is_none() => version = current.version,
+                // The caller decided on version `expected_version`, which is gone.
+                Verdict::Proceed => return Ok(TransitionOutcome::Rejected(current)),
+                refused => return Ok(refused.outcome(current)),
+            }
+        }
+        Ok(TransitionOutcome::Rejected(self.current(conn, &t.order_no).await?))
+    }
+
+    fn emit_transition(&self, t: &Transition, outcome: &TransitionOutcome, start: Instant) {
+        let o = outcome.order();
+        let detail = match outcome {
+            TransitionOutcome::Applied(o) => format!("-> {} (version {}, fence {})", o.status, o.version, o.fence),
+            TransitionOutcome::AlreadyApplied(o) => match (&t.payment_event_id, &o.payment_event_id) {
+                (Some(asked), Some(by)) if asked != by => {
+                    format!("already {} by payment event {by}; this event {asked} changed nothing", o.status)
+                }
+                _ => format!("already {} (version {})", o.status, o.version),
+            },
+            TransitionOutcome::Rejected(o) => match t.expected_version {
+                Some(v) if v != o.version && o.status.can_move_to(t.to) => {
+                    format!("{} -> {} refused: version {v} is stale (now {})", o.status, t.to, o.version)
+                }
+                _ => format!("{} -> {} is not a move of the state machine", o.status, t.to),
+            },
+            TransitionOutcome::FenceRejected { current, offered } => {
+                format!("-> {} refused: fence token {offered} is older than {} (the lock expired and was taken over)", t.to, current.fence)
+            }
+        };
+        let mut ev = TraceEvent::new(Layer::Db, outcome.outcome()).order_no(&o.order_no).request_id(&o.req_id).detail(detail).since(start);
+        if let Some(e) = t.payment_event_id.as_deref().or(o.payment_event_id.as_deref()) {
+            ev = ev.event_id(e);
+        }
+        self.tracer.emit(ev);
+    }
+
+    async fn read(&self, conn: &mut AnyConnection, query: &'static str, order_no: &str) -> Result<OrderRecord, OrderError> {
+        let row = sqlx::query(self.db.sql(query))
+            .bind(order_no)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error(&self.db, "read the order", e))?;
+        match row {
+            Some(row) => order_from_row(&self.db, &row),
+            None => Err(OrderError::NotFound { order_no: order_no.to_string() }),
+        }
+    }
+
+    /// The latest committed row, locked until the transaction ends.
+    async fn current(&self, conn: &mut AnyConnection, order_no: &str) -> Result<OrderRecord, OrderError> {
+        self.read(conn, "order_current", order_no).await
+    }
+
+    /// The order with this orderNo, from the primary.
+    pub async fn find_by_order_no(&self, order_no: &str) -> Result<Option<OrderRecord>, OrderError> {
+        find(&self.db, "order_by_order_no", order_no).await
+    }
+
+    /// The order created for this requestId, from the primary.
+    pub async fn find_by_request_id(&self, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+        find(&self.db, "order_by_req_id", request_id).await
+    }
+
+    /// The order a payment event moved to PAID, from the primary.
+    pub async fn find_by_payment_event_id(&self, event_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+        find(&self.db, "order_by_payment_event_id", event_id).await
+    }
+
+    /// The stock of a SKU; `None` for an unknown SKU.
+    pub async fn stock_of(&self, sku_id: i64) -> Result<Option<i64>, OrderError> {
+        inventory::stock_of(&self.db, sku_id).await
+    }
+
+    /// Set the stock of a SKU, creating it when new (tests, storms, the demo).
+    pub async fn set_stock(&self, sku_id: i64, stock: i64) -> Result<(), OrderError> {
+        inventory::set_stock(&self.db, sku_id, stock).await
+    }
+}
+
+/// One order by a unique key, from the pool of `db` (a console may pass its replica
+/// [`Database`]; the defense layers pass the primary).
+pub async fn find(db: &Database, query: &'static str, key: &str) -> Result<Option<OrderRecord>, OrderError> {
+    let row = sqlx::query(db.sql(query)).bind(key).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
+    row.map(|r| order_from_row(db, &r)).transpose()
+}
+
+/// The decision on a transition given the current row: the one place its rules are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Proceed,
+    AlreadyApplied,
+    FenceRejected(i64),
+    Rejected,
+}
+
+impl Verdict {
+    fn outcome(self, current: OrderRecord) -> TransitionOutcome {
+        match self {
+            Verdict::AlreadyApplied => TransitionOutcome::AlreadyApplied(current),
+            Verdict::FenceRejected(offered) => TransitionOutcome::FenceRejected { current, offered },
+            Verdict::Proceed | Verdict::Rejected => TransitionOutcome::Rejected(current),
+        }
+    }
+}
+
+fn judge(current: &OrderRecord, t: &Transition) -> Verdict {
+    // Already there: a replay (same event, retried request) succeeds without writing. This
+    // comes first, so a retry is answered the same whatever happened to its lock since.
+    if current.status == t.to {
+        return Verdict::AlreadyApplied;
+    }
+    if let Some(offered) = t.fence {
+        if offered < current.fence {
+            return Verdict::FenceRejected(offered);
+        }
+    }
+    if !current.status.can_move_to(t.to) {
+        return Verdict::Rejected;
+    }
+    Verdict::Proceed
+}
+
+fn order_from_row(db: &Database, row: &AnyRow) -> Result<OrderRecord, OrderError> {
+    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(|e| db_error(db, "decode an order row", e));
+    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(|e| db_error(db, "decode an order row", e));
+    let order_no = get_str("order_no")?;
+    let raw_status = get_str("status")?;
+    let status = OrderStatus::parse(&raw_status).map_err(|_| OrderError::UnknownStatus { order_no: order_no.clone(), status: raw_status })?;
+    Ok(OrderRecord {
+        id: get_i64("id")?,
+        req_id: get_str("req_id")?,
+        order_no,
+        user_id: get_i64("user_id")?,
+        sku_id: get_i64("sku_id")?,
+        quantity: get_i64("quantity")?,
+        amount: get_i64("amount")?,
+        status,
+        version: get_i64("version")?,
+        fence: get_i64("fence")?,
+        payment_event_id: row.try_get::<Option<String>, _>("payment_event_id").map_err(|e| db_error(db, "decode an order row", e))?,
+        replay_count: get_i64("replay_count")?,
+        created_at: get_i64("created_at")?,
+        updated_at: get_i64("updated_at")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(status: OrderStatus, version: i64, fence: i64) -> OrderRecord {
+        OrderRecord {
+            id: 1,
+            req_id: "APP:ORDER:20261129:abcdefgh".into(),
+            order_no: "O1".into(),
+            user_id: 1,
+            sku_id: 1,
+            quantity: 1,
+            amount: 100,
+            status,
+            version,
+            fence,
+            payment_event_id: None,
+            replay_count: 0,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn judge_follows_the_state_machine_and_the_fence() {
+        use OrderStatus::*;
+        let paid = Transition::paid("O1", "E1");
+        assert_eq!(judge(&order(Created, 0, 0), &paid), Verdict::Proceed);
+        assert_eq!(judge(&order(Paid, 1, 0), &paid), Verdict::AlreadyApplied);
+        assert_eq!(judge(&order(Cancelled, 1, 0), &paid), Verdict::Rejected);
+        assert_eq!(judge(&order(Paid, 1, 0), &Transition::to("O1", Created)), Verdict::Rejected);
+        assert_eq!(judge(&order(Paid, 1, 0), &Transition::to("O1", Cancelled)), Verdict::Rejected);
+        // A stale token is refused; an equal or newer one passes.
+        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(6)), Verdict::FenceRejected(6));
+        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(7)), Verdict::Proceed);
+        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(8)), Verdict::Proceed);
+        // Unfenced writes are not judged by the fence.
+        assert_eq!(judge(&order(Created, 0, 7), &paid), Verdict::Proceed);
+    }
+
+    #[test]
+    fn transitions_validate_the_payment_event() {
+        assert!(Transition::paid("O1", "E1").validate().is_ok());
+        let mut no_event = Transition::paid("O1", "E1");
+        no_event.payment_event_id = None;
+        assert!(no_event.validate().unwrap_err().to_string().contains("must name its payment event"));
+        let mut stray = Transition::to("O1", OrderStatus::Cancelled);
+        stray.payment_event_id = Some("E1".into());
+        assert!(stray.validate().unwrap_err().to_string().contains("only the PAID transition"));
+    }
+}

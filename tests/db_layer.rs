@@ -1,0 +1,405 @@
+//! Line of defense 1 against the real PostgreSQL and MariaDB, each test on both dialects:
+//! duplicate creates become replays of the first order, stock never oversells, the state
+//! machine and the version make transitions idempotent, stale fence tokens change nothing.
+//!
+//! Pools stay at 16 connections; the concurrency comes from hundreds of tasks waiting on them.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use idemguard::config::Dialect;
+use idemguard::contracts::{new_event_id, Instance, OrderNo, RequestId};
+use idemguard::db::orders::{CreateOutcome, NewOrder, OrderError, Orders, Transition, TransitionOutcome};
+use idemguard::db::state_machine::OrderStatus;
+use idemguard::db::{migrate, Database};
+use idemguard::trace::Tracer;
+
+/// A fresh migrated database and the order table on it. The pool waits up to a minute for a
+/// connection: the storms below queue hundreds of tasks on 16 connections on purpose.
+async fn orders_on(dialect: Dialect) -> Orders {
+    let mut config = fresh_database_config(dialect).await;
+    config.database.max_connections = 16;
+    config.database.connect_timeout = Duration::from_secs(60);
+    let db = Database::connect(&config).await.expect("connect to the test database");
+    migrate::migrate(&db).await.expect("migrate the test database");
+    Orders::new(db, Tracer::log_only(&Instance::current()))
+}
+
+fn new_order(request_id: &RequestId, sku_id: i64, fence: Option<i64>) -> NewOrder {
+    NewOrder {
+        request_id: request_id.clone(),
+        order_no: OrderNo::generate(),
+        user_id: 42,
+        sku_id,
+        quantity: 1,
+        amount: 1999,
+        fence,
+    }
+}
+
+/// `SELECT CAST(COUNT(*) AS <bigint>) FROM table WHERE where_` — test-only inspection of the
+/// tables, written per dialect here rather than in queries/ (no product code runs it).
+async fn count(db: &Database, table: &str, where_: &str) -> i64 {
+    let bigint = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
+    let sql = format!("SELECT CAST(COUNT(*) AS {bigint}) FROM {table} WHERE {where_}");
+    sqlx::query_scalar(sql.as_str()).fetch_one(&db.pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    orders.set_stock(1, 1000).await.unwrap();
+    let request_id = RequestId::generate("APP", "ORDER");
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let orders = orders.clone();
+            // Each caller brings its own orderNo, as retries of the API layer would.
+            let order = new_order(&request_id, 1, None);
+            tokio::spawn(async move { orders.create(&order).await })
+        })
+        .collect();
+    let mut created = 0;
+    let mut order_nos = HashSet::new();
+    for t in tasks {
+        let outcome = t.await.unwrap().unwrap_or_else(|e| panic!("{dialect}: a duplicate create must not fail: {e}"));
+        if let CreateOutcome::Created(_) = outcome {
+            created += 1;
+        }
+        assert_eq!(outcome.order().req_id, request_id.as_str());
+        order_nos.insert(outcome.order().order_no.clone());
+    }
+    assert_eq!(created, 1, "{dialect}: exactly one caller creates");
+    assert_eq!(order_nos.len(), 1, "{dialect}: every caller gets the same orderNo: {order_nos:?}");
+    let order_no = order_nos.into_iter().next().unwrap();
+    let db = orders.database();
+    assert_eq!(count(db, "order_record", "1 = 1").await, 1, "{dialect}: order rows");
+    assert_eq!(count(db, "stock_movement", "1 = 1").await, 1, "{dialect}: stock movements");
+    assert_eq!(orders.stock_of(1).await.unwrap(), Some(999), "{dialect}: stock taken once");
+    let row = orders.find_by_request_id(request_id.as_str()).await.unwrap().unwrap();
+    assert_eq!(row.order_no, order_no);
+    assert_eq!(row.replay_count, 499, "{dialect}: each duplicate was told apart from a new order and counted");
+    assert_eq!(orders.find_by_order_no(&order_no).await.unwrap().unwrap(), row);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_storm_postgres() {
+    five_hundred_creates_of_one_request_make_one_order(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_storm_mysql() {
+    five_hundred_creates_of_one_request_make_one_order(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    orders.set_stock(7, 100).await.unwrap();
+    // Watches the stock during the storm: it must never be seen below zero.
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (orders, done) = (orders.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut lowest = i64::MAX;
+            let mut samples = 0;
+            while !done.load(Ordering::Relaxed) && samples < 10_000 {
+                lowest = lowest.min(orders.stock_of(7).await.unwrap().unwrap());
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (lowest, samples)
+        })
+    };
+    let tasks: Vec<_> = (0..300)
+        .map(|_| {
+            let orders = orders.clone();
+            let order = new_order(&RequestId::generate("APP", "ORDER"), 7, None);
+            tokio::spawn(async move { orders.create(&order).await })
+        })
+        .collect();
+    let (mut created, mut out_of_stock) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(CreateOutcome::Created(o)) => {
+                assert_eq!(o.status, OrderStatus::Created);
+                created += 1;
+            }
+            Ok(CreateOutcome::Replayed(o)) => panic!("{dialect}: distinct requestIds were replayed as {}", o.order_no),
+            Err(OrderError::OutOfStock { sku_id: 7, available: 0, wanted: 1 }) => out_of_stock += 1,
+            Err(e) => panic!("{dialect}: unexpected error {e}"),
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let (lowest, samples) = watcher.await.unwrap();
+    assert_eq!((created, out_of_stock), (100, 200), "{dialect}");
+    assert_eq!(orders.stock_of(7).await.unwrap(), Some(0), "{dialect}: stock ends at 0");
+    assert!(samples > 0 && lowest >= 0, "{dialect}: stock seen at {lowest} during the storm");
+    let db = orders.database();
+    assert_eq!(count(db, "order_record", "1 = 1").await, 100, "{dialect}: a refused order writes nothing");
+    assert_eq!(count(db, "stock_movement", "delta = -1").await, 100, "{dialect}: one movement per order");
+    assert_eq!(count(db, "order_record o", "NOT EXISTS (SELECT 1 FROM stock_movement m WHERE m.order_no = o.order_no)").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_storm_postgres() {
+    three_hundred_orders_on_a_hundred_units(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_storm_mysql() {
+    three_hundred_orders_on_a_hundred_units(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    orders.set_stock(3, 10).await.unwrap();
+    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None)).await.unwrap().into_order();
+    let event_id = new_event_id();
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let orders = orders.clone();
+            let t = Transition::paid(order.order_no.clone(), event_id.clone());
+            tokio::spawn(async move { orders.transition(&t).await })
+        })
+        .collect();
+    let (mut applied, mut already) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap().unwrap_or_else(|e| panic!("{dialect}: {e}")) {
+            TransitionOutcome::Applied(o) => {
+                assert_eq!((o.status, o.version), (OrderStatus::Paid, 1));
+                applied += 1;
+            }
+            TransitionOutcome::AlreadyApplied(o) => {
+                assert_eq!(o.status, OrderStatus::Paid);
+                already += 1;
+            }
+            other => panic!("{dialect}: a replayed payment must be applied or already applied, got {other:?}"),
+        }
+    }
+    assert_eq!((applied, already), (1, 199), "{dialect}");
+    let paid = orders.find_by_payment_event_id(&event_id).await.unwrap().expect("the order is found by its payment event");
+    assert_eq!((paid.order_no.as_str(), paid.status, paid.version), (order.order_no.as_str(), OrderStatus::Paid, 1));
+
+    // A late or replayed event never moves the order back, nor sideways out of PAID.
+    let back = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Created)).await.unwrap();
+    assert!(matches!(&back, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid), "{dialect}: {back:?}");
+    let cancel = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Cancelled)).await.unwrap();
+    assert!(matches!(&cancel, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid), "{dialect}: {cancel:?}");
+    // A second, different payment event for a paid order changes nothing; the record says
+    // which event paid it.
+    let second = orders.transition(&Transition::paid(order.order_no.clone(), new_event_id())).await.unwrap();
+    assert!(matches!(&second, TransitionOutcome::AlreadyApplied(o) if o.payment_event_id.as_deref() == Some(event_id.as_str())));
+    let refund = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded)).await.unwrap();
+    assert!(matches!(&refund, TransitionOutcome::Applied(o) if o.status == OrderStatus::Refunded && o.version == 2), "{dialect}: {refund:?}");
+    let after = orders.find_by_order_no(&order.order_no).await.unwrap().unwrap();
+    assert_eq!((after.status, after.version, after.payment_event_id.as_deref()), (OrderStatus::Refunded, 2, Some(event_id.as_str())));
+
+    // The same event cannot pay a second order (payment_event_id is unique).
+    let other = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None)).await.unwrap().into_order();
+    let err = orders.transition(&Transition::paid(other.order_no.clone(), event_id.clone())).await.unwrap_err();
+    assert!(matches!(err, OrderError::PaymentEventTaken { .. }), "{dialect}: {err}");
+    assert_eq!(orders.find_by_order_no(&other.order_no).await.unwrap().unwrap().status, OrderStatus::Created);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_storm_postgres() {
+    two_hundred_payments_of_one_order_apply_once(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_storm_mysql() {
+    two_hundred_payments_of_one_order_apply_once(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn a_stale_fence_token_changes_nothing(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    orders.set_stock(5, 10).await.unwrap();
+    // Created under the lock's token 7.
+    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 5, Some(7))).await.unwrap().into_order();
+    assert_eq!(order.fence, 7);
+    let before = orders.find_by_order_no(&order.order_no).await.unwrap().unwrap();
+
+    // Token 5: its holder's lock expired long ago. Refused whether the layer reads first...
+    let stale = Transition::paid(order.order_no.clone(), new_event_id()).with_fence(5);
+    let out = orders.transition(&stale).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 5, current } if current.fence == 7), "{dialect}: {out:?}");
+    // ...or goes straight to the conditional UPDATE (known version): the SQL refuses it itself.
+    let out = orders.transition(&stale.clone().with_expected_version(0)).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 5, .. }), "{dialect}: {out:?}");
+    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap(), before, "{dialect}: the stale writes changed the row");
+
+    // The successor's token 9 applies and raises the stored fence; the old token stays out.
+    let out = orders.transition(&Transition::paid(order.order_no.clone(), new_event_id()).with_fence(9)).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Paid), "{dialect}: {out:?}");
+    let paid = out.order().clone();
+    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(7).with_expected_version(1)).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 7, .. }), "{dialect}: {out:?}");
+    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap(), paid, "{dialect}: the stale refund changed the row");
+    // An equal token is the same holder: allowed.
+    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(9)).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Refunded), "{dialect}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_postgres() {
+    a_stale_fence_token_changes_nothing(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_mysql() {
+    a_stale_fence_token_changes_nothing(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The affected-rows rule of `order_insert`, at the statement level: sqlx connects to MySQL
+/// with CLIENT_FOUND_ROWS, so a no-op `ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)`
+/// reports 1 for a duplicate — the same as a new row — while `replay_count = replay_count + 1`
+/// reports 2. PostgreSQL's `ON CONFLICT DO NOTHING` reports 0.
+async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    let db = orders.database();
+    let insert = |req: &'static str, order_no: &'static str| {
+        sqlx::query(db.sql("order_insert"))
+            .bind(req)
+            .bind(order_no)
+            .bind(1_i64)
+            .bind(1_i64)
+            .bind(1_i64)
+            .bind(100_i64)
+            .bind("CREATED")
+            .bind(0_i64)
+            .bind(0_i64)
+            .bind(0_i64)
+    };
+    let first = insert("APP:ORDER:20261129:first-req", "O-first").execute(&db.pool).await.unwrap();
+    let dup = insert("APP:ORDER:20261129:first-req", "O-second").execute(&db.pool).await.unwrap();
+    let expected_dup = if dialect == Dialect::Postgres { 0 } else { 2 };
+    assert_eq!((first.rows_affected(), dup.rows_affected()), (1, expected_dup), "{dialect}");
+    if dialect == Dialect::Mysql {
+        let noop = "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, fence, created_at, updated_at) \
+                    VALUES (?, ?, 1, 1, 1, 100, 'CREATED', 0, 0, 0) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)";
+        let new = sqlx::query(noop).bind("APP:ORDER:20261129:noop-req").bind("O-noop-1").execute(&db.pool).await.unwrap();
+        let again = sqlx::query(noop).bind("APP:ORDER:20261129:noop-req").bind("O-noop-2").execute(&db.pool).await.unwrap();
+        assert_eq!((new.rows_affected(), again.rows_affected()), (1, 1), "the no-op form cannot tell them apart under CLIENT_FOUND_ROWS");
+    }
+}
+
+#[tokio::test]
+async fn affected_rows_postgres() {
+    affected_rows_tell_new_from_duplicate(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn affected_rows_mysql() {
+    affected_rows_tell_new_from_duplicate(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn refusals_write_nothing(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    let db = orders.database();
+    let err = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 404, None)).await.unwrap_err();
+    assert!(matches!(err, OrderError::UnknownSku { sku_id: 404 }), "{dialect}: {err}");
+    orders.set_stock(2, 1).await.unwrap();
+    let mut big = new_order(&RequestId::generate("APP", "ORDER"), 2, None);
+    big.quantity = 2;
+    let err = orders.create(&big).await.unwrap_err();
+    assert!(matches!(err, OrderError::OutOfStock { sku_id: 2, available: 1, wanted: 2 }), "{dialect}: {err}");
+    assert_eq!(count(db, "order_record", "1 = 1").await, 0, "{dialect}: a refused create left an order");
+    assert_eq!(count(db, "stock_movement", "1 = 1").await, 0);
+    assert_eq!(orders.stock_of(2).await.unwrap(), Some(1));
+    assert_eq!(orders.stock_of(404).await.unwrap(), None);
+    // After a refusal the same requestId may still succeed (nothing of it was kept).
+    big.quantity = 1;
+    assert!(matches!(orders.create(&big).await.unwrap(), CreateOutcome::Created(_)));
+
+    // Another request that happens to bring a taken orderNo is refused, not given that order.
+    let mut clash = new_order(&RequestId::generate("APP", "ORDER"), 2, None);
+    clash.order_no = big.order_no.clone();
+    let err = orders.create(&clash).await.unwrap_err();
+    assert!(matches!(&err, OrderError::OrderNoTaken { order_no } if order_no == big.order_no.as_str()), "{dialect}: {err}");
+    assert_eq!(count(db, "order_record", "1 = 1").await, 1);
+
+    // A stale expected version is refused; the unknown order is an error.
+    let order = orders.find_by_order_no(big.order_no.as_str()).await.unwrap().unwrap();
+    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Cancelled).with_expected_version(5)).await.unwrap();
+    assert!(matches!(&out, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Created && o.version == 0), "{dialect}: {out:?}");
+    let err = orders.transition(&Transition::to("no-such-order", OrderStatus::Cancelled)).await.unwrap_err();
+    assert!(matches!(err, OrderError::NotFound { .. }), "{dialect}: {err}");
+    assert!(orders.find_by_request_id("APP:ORDER:20261129:never-sent").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn refusals_postgres() {
+    refusals_write_nothing(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn refusals_mysql() {
+    refusals_write_nothing(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The consumer's form: the PAID transition inside the caller's own transaction, from a
+/// spawned task (the future must be `Send`). A rollback of the caller undoes it.
+async fn transition_inside_a_callers_transaction(dialect: Dialect) {
+    let orders = orders_on(dialect).await;
+    orders.set_stock(9, 5).await.unwrap();
+    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 9, None)).await.unwrap().into_order();
+    let event_id = new_event_id();
+
+    let rolled_back = {
+        let (orders, order_no, event_id) = (orders.clone(), order.order_no.clone(), event_id.clone());
+        tokio::spawn(async move {
+            let mut tx = orders.database().pool.begin().await.unwrap();
+            let out = orders.transition_in(&mut tx, &Transition::paid(order_no, event_id)).await.unwrap();
+            tx.rollback().await.unwrap();
+            out
+        })
+    }
+    .await
+    .unwrap();
+    assert!(matches!(rolled_back, TransitionOutcome::Applied(_)));
+    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap().status, OrderStatus::Created, "{dialect}");
+
+    let committed = {
+        let (orders, order_no, event_id) = (orders.clone(), order.order_no.clone(), event_id.clone());
+        tokio::spawn(async move {
+            let mut tx = orders.database().pool.begin().await.unwrap();
+            let out = orders.transition_in(&mut tx, &Transition::paid(order_no.clone(), event_id.clone())).await.unwrap();
+            // The replay inside the same transaction sees its own write.
+            let again = orders.transition_in(&mut tx, &Transition::paid(order_no, event_id)).await.unwrap();
+            tx.commit().await.unwrap();
+            (out, again)
+        })
+    }
+    .await
+    .unwrap();
+    assert!(matches!(committed, (TransitionOutcome::Applied(_), TransitionOutcome::AlreadyApplied(_))), "{dialect}: {committed:?}");
+    let paid = orders.find_by_payment_event_id(&event_id).await.unwrap().unwrap();
+    assert_eq!((paid.status, paid.version), (OrderStatus::Paid, 1), "{dialect}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transition_in_postgres() {
+    transition_inside_a_callers_transaction(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transition_in_mysql() {
+    transition_inside_a_callers_transaction(Dialect::Mysql).await;
+}
