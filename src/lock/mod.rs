@@ -189,9 +189,10 @@ impl ReleaseReport {
     pub fn released(&self) -> bool {
         self.nodes.iter().any(|(_, r)| *r == NodeRelease::Deleted)
     }
-    /// True when nothing was deleted and every node answered: we were not the holder.
+    /// True when nothing was deleted and the nodes that answered did not hold our value: we were
+    /// no longer the holder (a node that did not answer keeps its copy until its TTL).
     pub fn refused(&self) -> bool {
-        !self.released() && self.nodes.iter().all(|(_, r)| matches!(r, NodeRelease::NotHeld { .. }))
+        !self.released() && self.nodes.iter().any(|(_, r)| matches!(r, NodeRelease::NotHeld { .. }))
     }
     /// The value someone else holds now, if a node reported one.
     pub fn current(&self) -> Option<&str> {
