@@ -10,6 +10,7 @@
 //!
 //! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`].
 
+pub mod api;
 pub mod config;
 pub mod contracts;
 pub mod db;

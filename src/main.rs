@@ -52,6 +52,14 @@ enum Command {
     },
     /// Print the effective configuration (passwords hidden)
     Config,
+    /// Run the order service: POST /orders, POST /payments/callback, GET /orders/{orderNo},
+    /// GET /healthz, with the Idempotency-Key layer and the outbox relay; Ctrl-C finishes the
+    /// requests in flight, then stops
+    Serve {
+        /// Address to listen on [default: api.listen]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Hold one lock in this process until killed or `--hold` passes (tests and the storm
     /// tester use it to have a real, separate holder they can kill)
     #[command(hide = true)]
@@ -123,6 +131,16 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             } else {
                 Ok(ExitCode::SUCCESS)
             }
+        }
+        Command::Serve { listen } => {
+            let listen = listen.unwrap_or_else(|| config.api.listen.clone());
+            let server = idemguard::api::server::start(config, &listen).await?;
+            println!("idemguard serve: listening on http://{}", server.addr);
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("idemguard serve: finishing requests in flight");
+            server.shutdown.cancel();
+            server.done.await??;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Config => {
             print!("{}", config.to_redacted_toml());

@@ -26,6 +26,7 @@ struct Service {
 }
 
 async fn service(dialect: Dialect) -> Service {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded"]).await;
     config.kafka.payment_topic = topics[0].clone();
@@ -271,6 +272,10 @@ async fn an_expired_record_is_answered_from_the_order_tables() {
     let v: serde_json::Value = r.json().await.unwrap();
     // Past its retention: its stored response must not be trusted; the order's state is.
     sqlx::query(&format!("UPDATE idempotency_record SET expire_at = 1 WHERE request_id = '{k}'")).execute(&s.db.pool).await.unwrap();
+    // The fast path's copy lives at most as long as the record (fast_path_ttl <= retention).
+    let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL").arg(format!("idem:{k}")).query_async(&mut conn).await.unwrap();
     sqlx::query(&format!("UPDATE order_record SET status = 'CANCELLED' WHERE req_id = '{k}'")).execute(&s.db.pool).await.unwrap();
     let r = s.post("/orders", Some(&k), &order_body(9)).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -319,7 +324,12 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
-    c.subscribe(&[&s.config.kafka.payment_topic]).unwrap();
+    // Assigned, not subscribed: no group join to wait for.
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&s.config.kafka.payment_topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
     let mut events = Vec::new();
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {

@@ -302,7 +302,8 @@ pub fn key_older_than(request_id: &RequestId, retention: Duration, now_ms: i64) 
     let date = request_id.as_str().split(':').nth(2).unwrap_or("");
     let day_start = days_from_civil(date).map(|d| d * 86_400_000);
     // One extra day of slack: the key's date is the client's local date.
-    matches!(day_start, Some(start) if start + 86_400_000 + retention.as_millis() as i64 < now_ms)
+    let retention_ms = retention.as_millis() as i64;
+    matches!(day_start, Some(start) if start + 86_400_000 + retention_ms < now_ms)
 }
 
 /// Days since 1970-01-01 of a `yyyymmdd` date (Howard Hinnant's algorithm).

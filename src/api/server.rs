@@ -169,12 +169,12 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
         Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => {
             Ok(outcome_json(SUCCEEDED, StatusCode::CREATED, &OrderView::from(&o), Some(o.order_no.clone())))
         }
-        Err(OrderError::OutOfStock { sku_id, available, requested }) => Ok(refusal(
+        Err(OrderError::OutOfStock { sku_id, available, wanted }) => Ok(refusal(
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "out-of-stock",
                 "Out of stock",
-                format!("sku {sku_id} has {available} left, {requested} requested"),
+                format!("sku {sku_id} has {available} left, {wanted} requested"),
             ),
             None,
         )),
