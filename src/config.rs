@@ -30,6 +30,7 @@ pub struct Config {
     pub lock: LockConfig,
     pub instance: InstanceConfig,
     pub idempotency: IdempotencyConfig,
+    pub api: ApiConfig,
     pub consumer: ConsumerConfig,
     pub console: ConsoleConfig,
     pub trace: TraceConfig,
@@ -111,6 +112,18 @@ pub struct IdempotencyConfig {
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
     pub retry_after_secs: u32,
+    pub fast_path: bool,
+    #[serde(with = "humantime_serde")]
+    pub fast_path_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    pub listen: String,
+    #[serde(with = "humantime_serde")]
+    pub relay_interval: Duration,
+    pub relay_batch: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -347,6 +360,12 @@ impl Config {
         }
         if self.idempotency.retention <= self.idempotency.lease {
             return Err(err("idempotency.retention", "must be longer than idempotency.lease".into()));
+        }
+        if self.api.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(err("api.listen", format!("`{}` is not an address like 127.0.0.1:8080", self.api.listen)));
+        }
+        if self.api.relay_batch == 0 || self.api.relay_interval.is_zero() {
+            return Err(err("api.relay_batch", "the relay needs a batch of at least 1 and an interval above zero".into()));
         }
         if self.trace.buffer == 0 {
             return Err(err("trace.buffer", "must be at least 1".into()));

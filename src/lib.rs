@@ -3,16 +3,18 @@
 //!
 //! One module per layer of the defense system (seed §5.4), named as the trace events name them:
 //! - [`db`] — line 1, the order database: unique keys, row locks, versions, fencing;
-//! - `lock` — line 2, Redis locks;
+//! - [`lock`] — line 2, Redis locks;
 //! - `stream` — line 3, the payment-event consumer;
 //! - `api` — the Idempotency-Key layer in front of them;
 //! - `console` — the operations console.
 //!
 //! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`].
 
+pub mod api;
 pub mod config;
 pub mod contracts;
 pub mod db;
 pub mod doctor;
 pub mod stream;
+pub mod lock;
 pub mod trace;

@@ -66,6 +66,30 @@ enum Command {
         #[arg(long)]
         group: Option<String>,
     },
+    /// Run the order service: POST /orders, POST /payments/callback, GET /orders/{orderNo},
+    /// GET /healthz, with the Idempotency-Key layer and the outbox relay; Ctrl-C finishes the
+    /// requests in flight, then stops
+    Serve {
+        /// Address to listen on [default: api.listen]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Hold one lock in this process until killed or `--hold` passes (tests and the storm
+    /// tester use it to have a real, separate holder they can kill)
+    #[command(hide = true)]
+    LockHold {
+        /// The lock key, e.g. lock:order:2026112914054212300000abcdef
+        key: String,
+        /// Lock TTL [default: lock.ttl]
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+        /// Do not renew: the lock expires after --ttl even while held
+        #[arg(long)]
+        no_watchdog: bool,
+        /// Release after this long [default: hold until killed]
+        #[arg(long, value_parser = humantime::parse_duration)]
+        hold: Option<std::time::Duration>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -139,11 +163,73 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             tracer.flush(std::time::Duration::from_secs(5));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { listen } => {
+            let listen = listen.unwrap_or_else(|| config.api.listen.clone());
+            let server = idemguard::api::server::start(config, &listen).await?;
+            println!("idemguard serve: listening on http://{}", server.addr);
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("idemguard serve: finishing requests in flight");
+            server.shutdown.cancel();
+            server.done.await??;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Config => {
             print!("{}", config.to_redacted_toml());
             Ok(ExitCode::SUCCESS)
         }
+        Command::LockHold { key, ttl, no_watchdog, hold } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
     }
+}
+
+/// Prints one JSON line when the lock is held (`{"held":true,"instance":…,"fence":…,"value":…}`)
+/// and one when it ends, so a parent process can follow along.
+async fn lock_hold(
+    config: &Config,
+    key: &str,
+    ttl: Option<std::time::Duration>,
+    no_watchdog: bool,
+    hold: Option<std::time::Duration>,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::lock::{Acquisition, Locks};
+    use std::io::Write;
+
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance)?;
+    let locks = Locks::from_config(config, &instance, tracer.clone())?;
+    let heartbeat = locks.liveness().start(&instance).await?;
+    let mut options = locks.options();
+    if let Some(ttl) = ttl {
+        options = options.ttl(ttl);
+    }
+    if no_watchdog {
+        options = options.without_watchdog();
+    }
+    let guard = match locks.acquire_with(key, &options).await? {
+        Acquisition::Held(g) => g,
+        Acquisition::Contended(c) => {
+            println!("{}", serde_json::json!({"held": false, "key": key, "current": c.value}));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    println!("{}", serde_json::json!({"held": true, "key": key, "instance": instance.id, "fence": guard.fence(), "value": guard.value()}));
+    std::io::stdout().flush()?;
+    let held_for = async {
+        match hold {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let ended = tokio::select! {
+        _ = held_for => "hold time over",
+        _ = guard.lost() => "lock lost",
+        _ = tokio::signal::ctrl_c() => "interrupted",
+    };
+    let lost = guard.lost_reason();
+    let report = guard.release().await?;
+    println!("{}", serde_json::json!({"held": false, "key": key, "ended": ended, "lost": lost, "released": report.released()}));
+    heartbeat.stop().await?;
+    tracer.flush(std::time::Duration::from_secs(2));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init_logging(format: LogFormat) {

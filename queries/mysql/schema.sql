@@ -1,5 +1,7 @@
 -- idemguard schema, MySQL 8 / MariaDB 10.6+. Applied by `idemguard migrate` (IF NOT EXISTS).
 -- Indexes are declared inside CREATE TABLE, because MySQL has no CREATE INDEX IF NOT EXISTS.
+-- sqlx's Any driver reads TEXT columns as BLOB: SELECTs cast them with a length,
+-- CAST(col AS CHAR(n)), which MySQL sends as VARCHAR.
 -- Table names are placeholders in double braces, replaced by the names in [tables] of the config.
 -- Times are BIGINT epoch milliseconds (UTC) in both dialects.
 
@@ -8,7 +10,7 @@ CREATE TABLE IF NOT EXISTS {{idempotency_record}} (
   id             BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
   request_id     VARCHAR(128) NOT NULL,
   biz_type       VARCHAR(32)  NOT NULL,
-  request_hash   CHAR(64)     NOT NULL,
+  request_hash   VARCHAR(64)  NOT NULL,
   status         VARCHAR(16)  NOT NULL,
   response_code  INT          NULL,
   response_body  MEDIUMTEXT   NULL,

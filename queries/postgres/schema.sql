@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS {{idempotency_record}} (
   id             BIGSERIAL    PRIMARY KEY,
   request_id     VARCHAR(128) NOT NULL,
   biz_type       VARCHAR(32)  NOT NULL,
-  request_hash   CHAR(64)     NOT NULL,            -- SHA-256 of method + path + canonical body
+  request_hash   VARCHAR(64)  NOT NULL,            -- SHA-256 (hex) of method + path + canonical body
   status         VARCHAR(16)  NOT NULL,            -- PROCESSING | SUCCEEDED | FAILED
   response_code  INTEGER,
   response_body  TEXT,

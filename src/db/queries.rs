@@ -48,6 +48,19 @@ builtin![
     "inventory_stock",
     "inventory_set",
     "stock_movement_insert",
+    // api: the idempotency record, payment callbacks and the outbox
+    "api_idem_claim",
+    "api_idem_get",
+    "api_idem_reclaim",
+    "api_idem_finalize",
+    "api_idem_abandon",
+    "api_idem_count_replay",
+    "api_idem_purge",
+    "api_payment_insert",
+    "api_payment_by_pay_no",
+    "api_outbox_insert",
+    "api_outbox_claim",
+    "api_outbox_mark_sent",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

@@ -1,0 +1,1 @@
+UPDATE {{outbox}} SET status = 'SENT', sent_at = ? WHERE id = ?

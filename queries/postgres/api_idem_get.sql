@@ -1,0 +1,3 @@
+SELECT request_id, biz_type, request_hash, status, CAST(response_code AS BIGINT) AS response_code, response_body, order_no, owner, fence,
+       lease_until, replay_count, created_at, updated_at, expire_at, version
+FROM {{idempotency_record}} WHERE request_id = $1

@@ -1,0 +1,344 @@
+//! The Idempotency-Key flow every POST goes through (seed §5.3, the IETF draft "The
+//! Idempotency-Key HTTP Header Field", and what Stripe does):
+//!
+//! 1. validate the key (format, length) — 400 problem+json;
+//! 2. the Redis fast path answers copies of a finished request (replay) or of one in flight
+//!    (409) before the database is touched;
+//! 3. the atomic claim — the `idempotency_record` unique insert — decides who processes;
+//!    a finished record is replayed byte for byte with `Idempotent-Replayed: true`, the same key
+//!    with a different request is 422, a live first request is 409 + Retry-After, a record
+//!    whose owner died or gave up is reclaimed;
+//! 4. the endpoint runs; its outcome (SUCCEEDED, or FAILED for a business refusal) is stored
+//!    so every retry gets the same answer; an error whose outcome is unknown releases the record
+//!    so a retry resolves it (the database layer returns the first result if it had committed).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::fast_path::{FastPath, FastPathValue};
+use super::idempotency::{self, Claim, ClaimRequest, IdempotencyRecord, Outcome};
+use super::problem::Problem;
+use crate::config::Config;
+use crate::contracts::{now_ms, Layer, Outcome as Decision, RequestId, TraceEvent};
+use crate::db::Database;
+use crate::trace::Tracer;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Tells whether an instance still has a heartbeat (`instance:{id}`).
+pub trait Liveness: Send + Sync {
+    fn is_alive(&self, instance_id: &str) -> impl Future<Output = bool> + Send;
+}
+
+/// What an endpoint needs to process a claimed request.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub request_id: RequestId,
+    /// The instance that owns the record.
+    pub owner: String,
+    /// True when this request took over an abandoned or dead owner's record.
+    pub reclaimed: bool,
+}
+
+/// Everything the flow needs, shared by the handlers.
+pub struct Guard<L> {
+    pub config: Arc<Config>,
+    pub db: Database,
+    pub fast_path: Option<FastPath>,
+    pub liveness: L,
+    pub tracer: Tracer,
+    pub replays: ReplayCounter,
+}
+
+/// A response ready to send or to store.
+fn respond(code: u16, body: String, replayed: bool, retry_after: Option<u32>) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if status.is_success() { "application/json" } else { super::problem::CONTENT_TYPE };
+    let mut res = (status, [(header::CONTENT_TYPE, content_type)], body).into_response();
+    if replayed {
+        res.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    if let Some(s) = retry_after {
+        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    res
+}
+
+/// Counts replays in memory and writes them to `replay_count` once a second, so a storm of
+/// replays costs one UPDATE per key per second instead of one per request.
+#[derive(Clone, Default)]
+pub struct ReplayCounter {
+    pending: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl ReplayCounter {
+    pub fn add(&self, request_id: &str) {
+        *self.pending.lock().expect("replay counter").entry(request_id.to_string()).or_insert(0) += 1;
+    }
+
+    /// Write what has accumulated; kept for the next flush if the database fails.
+    pub async fn flush(&self, db: &Database) {
+        let batch: Vec<(String, i64)> = std::mem::take(&mut *self.pending.lock().expect("replay counter")).into_iter().collect();
+        for (request_id, n) in batch {
+            let mut left = n;
+            while left > 0 {
+                if idempotency::count_replay(db, &request_id).await.is_err() {
+                    *self.pending.lock().expect("replay counter").entry(request_id.clone()).or_insert(0) += left;
+                    break;
+                }
+                left -= 1;
+            }
+        }
+    }
+}
+
+impl<L: Liveness> Guard<L> {
+    /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
+    /// record is past its retention from the business tables instead (seed §6.4).
+    pub async fn run<P, PF, E, EF>(&self, headers: &HeaderMap, method: &str, path: &str, body: &serde_json::Value, process: P, answer_expired: E) -> Response
+    where
+        P: FnOnce(Claimed) -> PF,
+        PF: Future<Output = anyhow::Result<Outcome>>,
+        E: FnOnce(Claimed) -> EF,
+        EF: Future<Output = anyhow::Result<Outcome>>,
+    {
+        let started = Instant::now();
+        let raw = headers.get(IDEMPOTENCY_KEY).map(|v| v.to_str().map(str::to_string));
+        let request_id = match raw {
+            None => return self.reject_key(started, "", "the Idempotency-Key header is missing"),
+            Some(Err(_)) => return self.reject_key(started, "", "the Idempotency-Key contains a character that is not printable ASCII"),
+            Some(Ok(k)) => match RequestId::parse(&k) {
+                Ok(r) => r,
+                Err(e) => return self.reject_key(started, &k, &e.to_string()),
+            },
+        };
+        let rid = request_id.as_str().to_string();
+        let ev = |d: Decision| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
+        let hash = idempotency::request_hash(method, path, body);
+        let owner = self.tracer.instance_id().to_string();
+        let cfg = &self.config.idempotency;
+
+        // 2. The fast path.
+        let placeholder = FastPathValue::Processing { hash: hash.clone(), owner: owner.clone(), nonce: uuid::Uuid::new_v4().to_string() };
+        let mut placed = false;
+        if let Some(fp) = &self.fast_path {
+            match fp.claim(&rid, &placeholder, cfg.lease).await {
+                Ok(None) => placed = true,
+                Ok(Some(existing)) if existing.hash() != hash => {
+                    self.tracer.emit(ev(Decision::PayloadMismatch).detail("fast path").since(started));
+                    return Problem::key_reused().into_response();
+                }
+                Ok(Some(FastPathValue::Finished { code, body, .. })) => {
+                    self.replays.add(&rid);
+                    self.tracer.emit(ev(Decision::Replayed).detail(format!("fast path: {code}")).since(started));
+                    return respond(code, body, true, None);
+                }
+                Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
+                    if self.liveness.is_alive(&first).await {
+                        self.tracer.emit(ev(Decision::InFlightRejected).detail(format!("fast path: {first} is processing")).since(started));
+                        return Problem::in_flight(cfg.retry_after_secs).into_response();
+                    }
+                    // A dead owner's placeholder: the database record decides what happens.
+                }
+                Err(e) => tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides"),
+            }
+        }
+        let drop_placeholder = || async {
+            if let (true, Some(fp)) = (placed, &self.fast_path) {
+                let _ = fp.drop_placeholder(&rid, &placeholder).await;
+            }
+        };
+
+        // 3. The atomic claim.
+        let claim = ClaimRequest {
+            request_id: &rid,
+            biz_type: &cfg.biz_type,
+            request_hash: &hash,
+            owner: &owner,
+            fence: 0,
+            lease_ms: cfg.lease.as_millis() as i64,
+            retention_ms: cfg.retention.as_millis() as i64,
+        };
+        let claimed = match idempotency::claim(&self.db, &claim).await {
+            Ok(c) => c,
+            Err(e) => {
+                drop_placeholder().await;
+                return Problem::internal(format!("the idempotency record could not be claimed: {e}")).into_response();
+            }
+        };
+        let now = now_ms();
+        let mut reclaimed = false;
+        match claimed {
+            Claim::New => {
+                self.tracer.emit(ev(Decision::Claimed).since(started));
+                if key_older_than(&request_id, cfg.retention, now) {
+                    // A retry of a key whose record was already purged: never create anything.
+                    let ctx = Claimed { request_id: request_id.clone(), owner: owner.clone(), reclaimed: false };
+                    return self.finish(started, &rid, &owner, &hash, answer_expired(ctx).await, &drop_placeholder, Decision::AnsweredFromOrders).await;
+                }
+            }
+            Claim::Existing(rec) => {
+                if rec.request_hash != hash {
+                    drop_placeholder().await;
+                    self.tracer.emit(ev(Decision::PayloadMismatch).since(started));
+                    return Problem::key_reused().into_response();
+                }
+                if rec.is_expired(now) {
+                    drop_placeholder().await;
+                    let ctx = Claimed { request_id: request_id.clone(), owner: owner.clone(), reclaimed: false };
+                    return match answer_expired(ctx).await {
+                        Ok(o) => {
+                            self.tracer.emit(ev(Decision::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
+                            respond(o.code, o.body, true, None)
+                        }
+                        Err(e) => Problem::internal(format!("{e:#}")).into_response(),
+                    };
+                }
+                if rec.is_finished() {
+                    return self.replay(started, &rid, &rec, placed).await;
+                }
+                let alive = self.liveness.is_alive(&rec.owner).await;
+                if !idempotency::may_reclaim(&rec, now, alive) || !self.try_reclaim(&rec, &owner).await {
+                    drop_placeholder().await;
+                    self.tracer.emit(ev(Decision::InFlightRejected).detail(format!("{} is processing", rec.owner)).since(started));
+                    return Problem::in_flight(cfg.retry_after_secs).into_response();
+                }
+                reclaimed = true;
+                self.tracer.emit(ev(Decision::Reclaimed).detail(format!("from {} (alive: {alive})", rec.owner)).since(started));
+            }
+        }
+
+        // 4. Process.
+        let ctx = Claimed { request_id, owner: owner.clone(), reclaimed };
+        self.finish(started, &rid, &owner, &hash, process(ctx).await, &drop_placeholder, Decision::Finalized).await
+    }
+
+    async fn try_reclaim(&self, rec: &IdempotencyRecord, owner: &str) -> bool {
+        let lease = self.config.idempotency.lease.as_millis() as i64;
+        idempotency::reclaim(&self.db, rec, owner, 0, lease).await.unwrap_or(false)
+    }
+
+    /// Store the outcome, or release the record when the outcome is unknown.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish<D, DF>(&self, started: Instant, rid: &str, owner: &str, hash: &str, result: anyhow::Result<Outcome>, drop_placeholder: &D, decision: Decision) -> Response
+    where
+        D: Fn() -> DF,
+        DF: Future<Output = ()>,
+    {
+        let cfg = &self.config.idempotency;
+        match result {
+            Ok(outcome) => {
+                let retention = cfg.retention.as_millis() as i64;
+                match idempotency::finalize(&self.db, rid, owner, &outcome, retention).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result"),
+                    Err(e) => {
+                        // The business effect is committed; the record stays PROCESSING and a
+                        // retry after the lease gets the same result from the database layer.
+                        tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record");
+                    }
+                }
+                if let Some(fp) = &self.fast_path {
+                    let value = FastPathValue::Finished { hash: hash.to_string(), code: outcome.code, body: outcome.body.clone() };
+                    if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
+                        tracing::warn!(request_id = %rid, error = %e, "fast path not updated; replays will come from the database");
+                    }
+                }
+                let mut e = TraceEvent::new(Layer::Api, decision).request_id(rid).detail(format!("{} {}", outcome.status, outcome.code));
+                if let Some(o) = &outcome.order_no {
+                    e = e.order_no(o.clone());
+                }
+                self.tracer.emit(e.since(started));
+                respond(outcome.code, outcome.body, false, None)
+            }
+            Err(err) => {
+                let _ = idempotency::abandon(&self.db, rid, owner).await;
+                drop_placeholder().await;
+                tracing::error!(request_id = %rid, error = %format!("{err:#}"), "request failed before its outcome was known; record released for a retry");
+                Problem::internal(format!("{err:#}; the request may be retried with the same Idempotency-Key")).into_response()
+            }
+        }
+    }
+
+    fn fast_path_ttl(&self) -> Duration {
+        self.config.idempotency.fast_path_ttl.min(self.config.idempotency.retention)
+    }
+
+    async fn replay(&self, started: Instant, rid: &str, rec: &IdempotencyRecord, placed: bool) -> Response {
+        let code = rec.response_code.unwrap_or(500) as u16;
+        let body = rec.response_body.clone().unwrap_or_default();
+        // Refresh the fast path (our placeholder, or an evicted key) with the stored response.
+        if let Some(fp) = &self.fast_path {
+            let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code, body: body.clone() };
+            if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
+                tracing::warn!(request_id = %rid, error = %e, placed, "fast path not refreshed");
+            }
+        }
+        self.replays.add(rid);
+        let mut e = TraceEvent::new(Layer::Api, Decision::Replayed).request_id(rid).detail(format!("{} {code}", rec.status));
+        if let Some(o) = &rec.order_no {
+            e = e.order_no(o.clone());
+        }
+        self.tracer.emit(e.since(started));
+        respond(code, body, true, None)
+    }
+
+    fn reject_key(&self, started: Instant, raw: &str, why: &str) -> Response {
+        let shown: String = raw.chars().take(64).collect();
+        self.tracer.emit(TraceEvent::new(Layer::Api, Decision::KeyRejected).detail(format!("{why}: {}", shown.escape_debug())).since(started));
+        Problem::bad_key(why.to_string()).into_response()
+    }
+}
+
+/// True when the key's date part is older than the retention: its record, if it ever existed,
+/// has been purged, so this is a very late retry, never a new request.
+pub fn key_older_than(request_id: &RequestId, retention: Duration, now_ms: i64) -> bool {
+    let date = request_id.as_str().split(':').nth(2).unwrap_or("");
+    let day_start = days_from_civil(date).map(|d| d * 86_400_000);
+    // One extra day of slack: the key's date is the client's local date.
+    let retention_ms = retention.as_millis() as i64;
+    matches!(day_start, Some(start) if start + 86_400_000 + retention_ms < now_ms)
+}
+
+/// Days since 1970-01-01 of a `yyyymmdd` date (Howard Hinnant's algorithm).
+fn days_from_civil(yyyymmdd: &str) -> Option<i64> {
+    if yyyymmdd.len() != 8 {
+        return None;
+    }
+    let y: i64 = yyyymmdd[0..4].parse().ok()?;
+    let m: i64 = yyyymmdd[4..6].parse().ok()?;
+    let d: i64 = yyyymmdd[6..8].parse().ok()?;
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_days() {
+        assert_eq!(days_from_civil("19700101"), Some(0));
+        assert_eq!(days_from_civil("20261129"), Some(20_786));
+    }
+
+    #[test]
+    fn old_keys_are_recognised() {
+        let week = Duration::from_secs(7 * 86_400);
+        let now = 20_786 * 86_400_000 + 3_600_000; // 2026-11-29 01:00 UTC
+        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261129:abcdefgh").unwrap(), week, now));
+        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261121:abcdefgh").unwrap(), week, now));
+        assert!(key_older_than(&RequestId::parse("APP:ORDER:20261101:abcdefgh").unwrap(), week, now));
+    }
+}

@@ -1,0 +1,95 @@
+//! `application/problem+json` (RFC 9457) responses: every refusal says what is wrong and what
+//! the client should do.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::contracts::REQUEST_ID_FORMAT;
+
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    #[serde(rename = "expectedFormat", skip_serializing_if = "Option::is_none")]
+    pub expected_format: Option<String>,
+    #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u32>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("https://idemguard.dev/problems/{kind}"),
+            title: title.into(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            expected_format: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: the Idempotency-Key is missing or malformed.
+    pub fn bad_key(detail: impl Into<String>) -> Problem {
+        Problem {
+            expected_format: Some(REQUEST_ID_FORMAT.into()),
+            ..Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Invalid Idempotency-Key", detail)
+        }
+    }
+
+    /// 400: the body is not the JSON this endpoint takes.
+    pub fn bad_body(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid-body", "Invalid request body", detail)
+    }
+
+    /// 409 + Retry-After: the first request with this key is still being processed.
+    pub fn in_flight(retry_after: u32) -> Problem {
+        Problem {
+            retry_after: Some(retry_after),
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                "request-in-progress",
+                "A request with this Idempotency-Key is in progress",
+                "the first request with this key has not finished; retry with the same key after Retry-After seconds",
+            )
+        }
+    }
+
+    /// 422: the key was used for a different request.
+    pub fn key_reused() -> Problem {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency-Key reused with a different request",
+            "this key was first used with a different method, path or body; send a new key for a new request",
+        )
+    }
+
+    /// 500: the outcome is unknown; the record was released so a retry with the same key is safe.
+    pub fn internal(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", detail)
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    pub fn body(&self) -> String {
+        serde_json::to_string(self).expect("a problem serializes")
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut res = (self.status_code(), [(header::CONTENT_TYPE, CONTENT_TYPE)], self.body()).into_response();
+        if let Some(s) = self.retry_after {
+            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        res
+    }
+}

@@ -1,0 +1,361 @@
+//! `idemguard serve`: the order service over all three lines of defense.
+//!
+//! `POST /orders` (userId, skuId, quantity, amount), `POST /payments/callback` (payNo,
+//! orderNo, amount), `GET /orders/{orderNo}`, `GET /healthz`. Both POSTs go through the
+//! Idempotency-Key flow of [`super::guard`]; inside it, orders take `lock:req:{requestId}` and
+//! write with its fence token, so a holder whose lock expired cannot overwrite its successor.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::guard::{Claimed, Guard, Liveness as OwnerLiveness, ReplayCounter};
+use super::idempotency::{Outcome, FAILED, SUCCEEDED};
+use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback};
+use super::problem::Problem;
+use super::fast_path::FastPath;
+use crate::config::Config;
+use crate::contracts::{keys, Instance, OrderNo};
+use crate::db::orders::{CreateOutcome, NewOrder, OrderError, OrderRecord, Orders};
+use crate::db::Database;
+use crate::lock::{Acquisition, Liveness, Locks};
+use crate::trace::Tracer;
+
+/// The body of `POST /orders`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateOrderRequest {
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    /// Minor units (cents).
+    pub amount: i64,
+}
+
+/// An order as the API shows it. Built only from the row, so the first response and a
+/// read-back after a unique violation are the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderView {
+    pub order_no: String,
+    pub request_id: String,
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    pub amount: i64,
+    pub status: String,
+    pub created_at: i64,
+}
+
+impl From<&OrderRecord> for OrderView {
+    fn from(o: &OrderRecord) -> OrderView {
+        OrderView {
+            order_no: o.order_no.clone(),
+            request_id: o.req_id.clone(),
+            user_id: o.user_id,
+            sku_id: o.sku_id,
+            quantity: o.quantity,
+            amount: o.amount,
+            status: o.status.as_str().to_string(),
+            created_at: o.created_at,
+        }
+    }
+}
+
+/// Instance liveness through the lock layer's heartbeats. Redis unreachable counts as alive:
+/// never take over a request from an owner we cannot prove dead.
+pub struct HeartbeatLiveness(pub Liveness);
+
+impl OwnerLiveness for HeartbeatLiveness {
+    async fn is_alive(&self, instance_id: &str) -> bool {
+        self.0.is_alive(instance_id).await.unwrap_or(true)
+    }
+}
+
+pub struct AppState {
+    pub guard: Guard<HeartbeatLiveness>,
+    pub orders: Orders,
+    pub locks: Locks,
+    pub relay_wake: Arc<Notify>,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/orders", post(create_order))
+        .route("/orders/{order_no}", get(get_order))
+        .route("/payments/callback", post(payment_callback))
+        .route("/healthz", get(healthz))
+        .with_state(state)
+}
+
+fn body_json(body: &Bytes) -> Result<serde_json::Value, Problem> {
+    serde_json::from_slice(body).map_err(|e| Problem::bad_body(format!("the body is not JSON: {e}")))
+}
+
+fn outcome_json<T: Serialize>(status: &'static str, code: StatusCode, value: &T, order_no: Option<String>) -> Outcome {
+    Outcome { status, code: code.as_u16(), body: serde_json::to_string(value).expect("serializes"), order_no }
+}
+
+fn refusal(problem: Problem, order_no: Option<String>) -> Outcome {
+    Outcome { status: FAILED, code: problem.status, body: problem.body(), order_no }
+}
+
+async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let json = match body_json(&body) {
+        Ok(j) => j,
+        Err(p) => return p.into_response(),
+    };
+    let req: CreateOrderRequest = match serde_json::from_value(json.clone()) {
+        Ok(r) => r,
+        Err(e) => return Problem::bad_body(format!("{e} (expected userId, skuId, quantity, amount)")).into_response(),
+    };
+    if req.quantity <= 0 || req.amount < 0 {
+        return Problem::bad_body("quantity must be at least 1 and amount at least 0").into_response();
+    }
+    let st = s.clone();
+    let st2 = s.clone();
+    s.guard
+        .run(
+            &headers,
+            "POST",
+            "/orders",
+            &json,
+            move |claimed| async move { place_order(&st, &claimed, &req).await },
+            move |claimed| async move { answer_from_orders(&st2, &claimed).await },
+        )
+        .await
+}
+
+/// Inside the claim: the request lock, then the database layer (the final arbiter).
+async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) -> anyhow::Result<Outcome> {
+    let key = keys::request_lock(claimed.request_id.as_str());
+    let guard = match s.locks.acquire(&key).await {
+        Ok(Acquisition::Held(g)) => Some(g),
+        // Another request with this key holds it: the idempotency record already decided we
+        // process, so the holder is a stale or reclaimed attempt. The database decides.
+        Ok(Acquisition::Contended(_)) => None,
+        // Redis down: the database constraints still hold (seed §5.4).
+        Err(e) => {
+            tracing::warn!(request_id = %claimed.request_id, error = %e, "request lock unavailable; relying on the database");
+            None
+        }
+    };
+    let new = NewOrder {
+        request_id: claimed.request_id.clone(),
+        order_no: OrderNo::generate(),
+        user_id: req.user_id,
+        sku_id: req.sku_id,
+        quantity: req.quantity,
+        amount: req.amount,
+        fence: guard.as_ref().map(|g| g.fence().0),
+    };
+    let result = s.orders.create(&new).await;
+    if let Some(g) = guard {
+        if let Err(e) = g.release().await {
+            tracing::warn!(request_id = %claimed.request_id, error = %e, "request lock not released; it expires with its TTL");
+        }
+    }
+    match result {
+        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => {
+            Ok(outcome_json(SUCCEEDED, StatusCode::CREATED, &OrderView::from(&o), Some(o.order_no.clone())))
+        }
+        Err(OrderError::OutOfStock { sku_id, available, wanted }) => Ok(refusal(
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "out-of-stock",
+                "Out of stock",
+                format!("sku {sku_id} has {available} left, {wanted} requested"),
+            ),
+            None,
+        )),
+        Err(OrderError::UnknownSku { sku_id }) => Ok(refusal(
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-sku", "Unknown SKU", format!("sku {sku_id} does not exist")),
+            None,
+        )),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}
+
+/// A retry whose idempotency record is past its retention: answer with the order's current
+/// state rather than creating anything (seed §6.4).
+async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<Outcome> {
+    match s.orders.find_by_request_id(claimed.request_id.as_str()).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+        Some(o) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &OrderView::from(&o), Some(o.order_no.clone()))),
+        None => Ok(refusal(
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-expired",
+                "Idempotency-Key expired",
+                "this key is older than the retention and no order was created with it; send a new key to place a new order",
+            ),
+            None,
+        )),
+    }
+}
+
+async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let json = match body_json(&body) {
+        Ok(j) => j,
+        Err(p) => return p.into_response(),
+    };
+    let cb: PaymentCallback = match serde_json::from_value(json.clone()) {
+        Ok(c) => c,
+        Err(e) => return Problem::bad_body(format!("{e} (expected payNo, orderNo, amount)")).into_response(),
+    };
+    if cb.pay_no.is_empty() || cb.pay_no.len() > 64 {
+        return Problem::bad_body("payNo must be 1 to 64 characters").into_response();
+    }
+    let (st, st2, cb2) = (s.clone(), s.clone(), cb.clone());
+    s.guard
+        .run(
+            &headers,
+            "POST",
+            "/payments/callback",
+            &json,
+            move |_| async move { book(&st, &cb).await },
+            move |_| async move {
+                match payments::payment_by_pay_no(&st2.guard.db, &cb2.pay_no).await? {
+                    Some(p) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &p, Some(p.order_no.clone()))),
+                    None => Ok(refusal(
+                        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-expired", "Idempotency-Key expired", "no payment was booked with this key"),
+                        None,
+                    )),
+                }
+            },
+        )
+        .await
+}
+
+async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
+    let Some(order) = s.orders.find_by_order_no(&cb.order_no).await.map_err(|e| anyhow::anyhow!("{e}"))? else {
+        return Ok(refusal(
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-order", "Unknown order", format!("order {} does not exist", cb.order_no)),
+            None,
+        ));
+    };
+    if order.amount != cb.amount {
+        return Ok(refusal(
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "amount-mismatch",
+                "Amount does not match the order",
+                format!("order {} is for {}, the callback says {}", order.order_no, order.amount, cb.amount),
+            ),
+            Some(order.order_no.clone()),
+        ));
+    }
+    let payable = PayableOrder { order_no: order.order_no.clone(), request_id: order.req_id.clone(), user_id: order.user_id, amount: order.amount };
+    let booking = payments::book_payment(&s.guard.db, &s.guard.config, &s.guard.tracer, &payable, &cb.pay_no).await?;
+    s.relay_wake.notify_one();
+    let (code, flow) = match booking {
+        Booking::Recorded(f) => (StatusCode::CREATED, f),
+        Booking::AlreadyRecorded(f) => (StatusCode::OK, f),
+    };
+    Ok(outcome_json(SUCCEEDED, code, &flow, Some(flow.order_no.clone())))
+}
+
+async fn get_order(State(s): State<Arc<AppState>>, Path(order_no): Path<String>) -> Response {
+    if let Err(e) = OrderNo::parse(&order_no) {
+        return Problem::new(StatusCode::BAD_REQUEST, "invalid-order-no", "Invalid order number", e).into_response();
+    }
+    match s.orders.find_by_order_no(&order_no).await {
+        Ok(Some(o)) => Json(OrderView::from(&o)).into_response(),
+        Ok(None) => Problem::new(StatusCode::NOT_FOUND, "unknown-order", "Unknown order", format!("order {order_no} does not exist")).into_response(),
+        Err(e) => Problem::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn healthz(State(s): State<Arc<AppState>>) -> Response {
+    let db_ok = sqlx::query("SELECT 1").execute(&s.guard.db.pool).await.is_ok();
+    let body = serde_json::json!({ "status": if db_ok { "ok" } else { "degraded" }, "instance": s.guard.tracer.instance_id(), "database": db_ok });
+    (if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body)).into_response()
+}
+
+/// A running service: its address and what stops it.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub done: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts the service on `listen` (port 0 = any free port). Shutdown finishes the requests in
+/// flight, publishes what the outbox holds, stops the heartbeat and flushes the trace.
+pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
+    let config = Arc::new(config);
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(&config, &instance)?;
+    let db = Database::connect(&config).await?;
+    let locks = Locks::from_config(&config, &instance, tracer.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let heartbeat = match locks.liveness().start(&instance).await {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "instance heartbeat not started (Redis down?); records this instance owns look dead to others");
+            None
+        }
+    };
+    let fast_path = if config.idempotency.fast_path {
+        let client = redis::Client::open(config.redis.url.as_str())?;
+        let cm_config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.redis.command_timeout))
+            .set_response_timeout(Some(config.redis.command_timeout))
+            .set_number_of_retries(1);
+        match redis::aio::ConnectionManager::new_with_config(client, cm_config).await {
+            Ok(cm) => Some(FastPath::new(cm)),
+            Err(e) => {
+                tracing::warn!(error = %e, "fast path off: Redis {} unreachable; the database decides every request", crate::config::host_port(&config.redis.url));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?;
+    let relay_wake = relay.waker();
+    let replays = ReplayCounter::default();
+    let state = Arc::new(AppState {
+        guard: Guard { config: config.clone(), db: db.clone(), fast_path, liveness: HeartbeatLiveness(locks.liveness().clone()), tracer: tracer.clone(), replays: replays.clone() },
+        orders: Orders::new(db.clone(), tracer.clone()),
+        locks,
+        relay_wake,
+    });
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+    let flusher = {
+        let (db, stop) = (db.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => replays.flush(&db).await,
+                }
+            }
+            replays.flush(&db).await;
+        })
+    };
+    let app = router(state);
+    let stop = shutdown.clone();
+    let done = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await?;
+        let _ = relay_task.await;
+        let _ = flusher.await;
+        if let Some(h) = heartbeat {
+            let _ = h.stop().await;
+        }
+        tracer.flush(Duration::from_secs(5));
+        Ok(())
+    });
+    tracing::info!(%addr, instance = %instance.id, "serving");
+    Ok(Server { addr, shutdown, done })
+}
