@@ -178,7 +178,7 @@ pub struct Contention {
 }
 
 /// The outcome of a compare-and-delete, node by node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReleaseReport {
     pub key: String,
     /// (host:port, what that node did). Nodes that were never ours are not asked.

@@ -21,7 +21,7 @@ use crate::config::{host_port, redact_url};
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// A node that could not be reached, or that refused an operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NodeError {
     /// host:port of the node.
     pub node: String,

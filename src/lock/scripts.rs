@@ -44,7 +44,8 @@ pub(crate) enum NodeAcquire {
 }
 
 /// What one node answered to a compare-and-delete.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum NodeRelease {
     /// Our value was there and is deleted.
     Deleted,
