@@ -717,3 +717,59 @@ fn futures_of_the_lock_layer_can_be_spawned() {
     assert_send(&locks.bump_fence("lock:order:x"));
     assert_send(&locks.liveness().is_alive("x"));
 }
+
+/// Concurrent operations on one node are coalesced into few script calls, and every caller
+/// still gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_operations_on_a_node_are_coalesced() {
+    let server = RedisServer::start();
+    let mut config = single_config();
+    config.redis.url = server.url();
+    let locks = lock_service(&config);
+    let mut admin = raw(&server.url()).await;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut admin).await.unwrap();
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let key = format!("lock:order:Tcoalesce{i}");
+                let g = hold(&locks, &key, &locks.options()).await;
+                assert_eq!(g.fence().0, 1, "{key}: every key's first holder gets fence 1");
+                assert_eq!(g.value(), locks.inspect(&key).await.values()[0]);
+                assert!(g.release().await.unwrap().released());
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut admin).await.unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no EVALSHA in {stats}"));
+    // 400 operations (200 acquires, 200 releases), plus a failed first call before the script
+    // was loaded.
+    assert!(calls < 300, "{calls} script calls for 400 operations: nothing was coalesced");
+}
+
+/// The service works from a second runtime after the first one is gone (its batch drivers
+/// died with it).
+#[test]
+fn a_lock_service_outlives_its_first_runtime() {
+    let config = single_config();
+    let locks = lock_service(&config);
+    let key = test_key("runtimes");
+    for _ in 0..2 {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let g = hold(&locks, &key, &locks.options()).await;
+            assert!(g.release().await.unwrap().released());
+        });
+        drop(runtime);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(cleanup(&lock_urls(&config), &key));
+}

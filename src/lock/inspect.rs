@@ -253,13 +253,14 @@ impl Locks {
     pub async fn release_if_value(&self, key: &str, exact_value: &str) -> Result<ReleaseReport, LockError> {
         let started = Instant::now();
         let nodes = &self.inner.nodes;
-        let answers = join_all(nodes.iter().map(|n| scripts::release(n, key, exact_value))).await;
+        let (key_arc, value): (Arc<str>, Arc<str>) = (key.into(), exact_value.into());
+        let answers = join_all(nodes.iter().map(|n| scripts::release(n, &key_arc, &value))).await;
         let report = ReleaseReport {
             key: key.to_string(),
             nodes: nodes
                 .iter()
                 .zip(answers)
-                .map(|(n, a)| (n.addr.clone(), a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e.to_string() })))
+                .map(|(n, a)| (n.addr.clone(), a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e })))
                 .collect(),
         };
         let fence = LockHolder::from_value(exact_value).map(|h| h.fence);
@@ -282,7 +283,8 @@ impl Locks {
             return Err(self.no_quorum(key, ok.len(), failures));
         }
         let max = ok.iter().map(|(_, v)| *v).max().unwrap_or(0);
-        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_key, max))).await;
+        let fence_arc: Arc<str> = fence_key.as_str().into();
+        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_arc, max))).await;
         let settled = ok.iter().filter(|(_, v)| *v == max).count() + raised.iter().filter(|r| r.is_ok()).count();
         if settled < needed {
             return Err(self.no_quorum(key, settled, raised.into_iter().filter_map(Result::err).collect()));

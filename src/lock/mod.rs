@@ -21,6 +21,7 @@
 //!
 //! Both modes sit behind one type, [`Locks`], chosen by `lock.mode`.
 
+mod batch;
 mod inspect;
 mod liveness;
 mod node;
@@ -177,7 +178,7 @@ pub struct Contention {
 }
 
 /// The outcome of a compare-and-delete, node by node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReleaseReport {
     pub key: String,
     /// (host:port, what that node did). Nodes that were never ours are not asked.
@@ -244,7 +245,7 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub(crate) enum Claim {
     /// The node took our SET; this is the exact value (with its fence).
-    Known(String),
+    Known(Arc<str>),
     /// The node did not answer: it may hold our value with a fence we do not know.
     Unknown,
     /// The node refused (someone else held it) or was never asked.
@@ -342,9 +343,11 @@ impl Locks {
     /// `options.attempts` tries. An error means the nodes could not be asked (nothing is held).
     pub async fn acquire_with(&self, key: &str, options: &AcquireOptions) -> Result<Acquisition, LockError> {
         let started = Instant::now();
+        let key_name = key;
+        let key: Arc<str> = Arc::from(key);
         let ttl = options.ttl.max(Duration::from_millis(1));
         let ttl_ms = ttl.as_millis().max(1) as u64;
-        let fence_key = keys::fence(key);
+        let fence_key: Arc<str> = keys::fence(&key).into();
         let attempts = options.attempts.max(1);
         let mut last: (Option<String>, Option<i64>) = (None, None);
         for attempt in 1..=attempts {
@@ -359,7 +362,7 @@ impl Locks {
             };
             let parts = ValueParts::of(&holder);
             let t0 = Instant::now();
-            match self.attempt(key, &fence_key, &parts, ttl_ms).await? {
+            match self.attempt(&key, &fence_key, &parts, ttl_ms).await? {
                 Attempt::Granted { claims, fence } => {
                     let elapsed = t0.elapsed();
                     match self.validity(ttl, elapsed) {
@@ -368,7 +371,7 @@ impl Locks {
                             let granted = claims.iter().filter(|c| matches!(c, Claim::Known(_))).count();
                             self.emit(
                                 Outcome::LockAcquired,
-                                key,
+                                key_name,
                                 format!(
                                     "key={key} fence={fence} ttl_ms={ttl_ms} nodes={granted}/{} attempt={attempt} watchdog={}",
                                     self.inner.nodes.len(),
@@ -379,9 +382,9 @@ impl Locks {
                             return Ok(Acquisition::Held(LockGuard::new(self.clone(), key, holder, parts, claims, ttl, t0 + validity, options.watchdog)));
                         }
                         None => {
-                            self.release_claims(key, &claims, &parts).await;
+                            self.release_claims(&key, &claims, &parts).await;
                             if attempt == attempts {
-                                return Err(LockError::NoValidity { key: key.into(), elapsed_ms: elapsed.as_millis() as u64, ttl_ms });
+                                return Err(LockError::NoValidity { key: key_name.into(), elapsed_ms: elapsed.as_millis() as u64, ttl_ms });
                             }
                         }
                     }
@@ -403,11 +406,11 @@ impl Locks {
         };
         self.emit(
             Outcome::LockContended,
-            key,
+            key_name,
             format!("key={key} {who} pttl_ms={} attempts={attempts}", pttl_ms.map_or("?".into(), |p| p.to_string())),
             started,
         );
-        Ok(Acquisition::Contended(Contention { key: key.to_string(), value, holder, pttl_ms, attempts }))
+        Ok(Acquisition::Contended(Contention { key: key_name.to_string(), value, holder, pttl_ms, attempts }))
     }
 
     /// Validity left after an acquire or renewal that took `elapsed`:
@@ -417,21 +420,21 @@ impl Locks {
         ttl.checked_sub(elapsed + drift).filter(|v| !v.is_zero())
     }
 
-    async fn attempt(&self, key: &str, fence_key: &str, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
+    async fn attempt(&self, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
         match self.inner.mode {
             LockMode::Single => single::attempt(&self.inner.nodes[0], key, fence_key, parts, ttl_ms).await,
             LockMode::Redlock => redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms).await,
         }
     }
 
-    async fn renew_claims(&self, key: &str, claims: &[Claim], ttl_ms: u64) -> Renewal {
+    async fn renew_claims(&self, key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
         match self.inner.mode {
             LockMode::Single => single::renew(&self.inner.nodes[0], key, claims, ttl_ms).await,
             LockMode::Redlock => redlock::renew(&self.inner.nodes, key, claims, ttl_ms).await,
         }
     }
 
-    async fn release_claims(&self, key: &str, claims: &[Claim], parts: &ValueParts) -> ReleaseReport {
+    async fn release_claims(&self, key: &Arc<str>, claims: &[Claim], parts: &ValueParts) -> ReleaseReport {
         let nodes = match self.inner.mode {
             LockMode::Single => vec![single::release(&self.inner.nodes[0], key, claims, parts).await],
             LockMode::Redlock => redlock::release(&self.inner.nodes, key, claims, parts).await,
@@ -447,8 +450,8 @@ impl Locks {
             let failures = report
                 .nodes
                 .iter()
-                .filter_map(|(n, r)| match r {
-                    NodeRelease::Unreachable { error } => Some(NodeError { node: n.clone(), problem: error.clone() }),
+                .filter_map(|(_, r)| match r {
+                    NodeRelease::Unreachable { error } => Some(error.clone()),
                     _ => None,
                 })
                 .collect::<Vec<_>>();
@@ -477,7 +480,7 @@ impl Locks {
 
 /// What a held lock shares with its watchdog.
 pub(crate) struct Held {
-    key: String,
+    key: Arc<str>,
     holder: LockHolder,
     parts: ValueParts,
     claims: Vec<Claim>,
@@ -516,9 +519,9 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     #[allow(clippy::too_many_arguments)]
-    fn new(locks: Locks, key: &str, holder: LockHolder, parts: ValueParts, claims: Vec<Claim>, ttl: Duration, valid_until: Instant, watchdog: bool) -> LockGuard {
+    fn new(locks: Locks, key: Arc<str>, holder: LockHolder, parts: ValueParts, claims: Vec<Claim>, ttl: Duration, valid_until: Instant, watchdog: bool) -> LockGuard {
         let held = Arc::new(Held {
-            key: key.to_string(),
+            key,
             holder,
             parts,
             claims,

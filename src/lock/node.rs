@@ -7,33 +7,60 @@
 //! making every caller wait for its own connect timeout.
 
 use std::future::Future;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use tokio::sync::mpsc;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, Value};
 
+use super::batch::{self, Pending};
 use crate::config::{host_port, redact_url};
 
 /// How long a failed connect is remembered before the next caller tries again.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
-/// A node that could not be reached or refused a command.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("redis node {node} {problem} (is it running? scripts/stack status)")]
+/// A node that could not be reached, or that refused an operation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NodeError {
     /// host:port of the node.
     pub node: String,
     /// What went wrong, e.g. "refused the connection", "did not answer within 500ms".
     pub problem: String,
+    /// True when the node could not be reached (as opposed to answering with an error).
+    pub unreachable: bool,
 }
 
+impl std::fmt::Display for NodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redis node {} {}", self.node, self.problem)?;
+        if self.unreachable {
+            write!(f, " (is it running? scripts/stack status)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// One Redis node as the lock layer uses it: its connection, and the queue through which lock
+/// operations are coalesced ([`batch`]).
 pub(crate) struct Node {
-    /// host:port, used in every message about this node.
+    pub addr: String,
+    pub(crate) conn: Arc<Conn>,
+    /// The queue of the node's batch driver, started on first use (on the caller's runtime, and
+    /// again if that runtime has gone away).
+    ops: Mutex<Option<mpsc::Sender<Pending>>>,
+}
+
+/// The connection side of a node, shared with its batch driver.
+pub(crate) struct Conn {
     pub addr: String,
     client: redis::Client,
-    timeout: Duration,
-    slot: Mutex<Option<MultiplexedConnection>>,
+    pub timeout: Duration,
+    /// The connection and the runtime whose task drives it: a connection opened on a runtime
+    /// that has since shut down is dead, so another runtime opens its own.
+    slot: Mutex<Option<(tokio::runtime::Id, MultiplexedConnection)>>,
     /// Held while connecting; remembers the last failed connect.
     connecting: tokio::sync::Mutex<Option<(Instant, String)>>,
     /// Whether the server has `DELEX key IFEQ value` (Redis 8.4+), asked once per node.
@@ -43,45 +70,108 @@ pub(crate) struct Node {
 impl Node {
     pub fn open(url: &str, timeout: Duration) -> Result<Node, NodeError> {
         let addr = host_port(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| NodeError { node: addr.clone(), problem: format!("has an unusable URL {}: {e}", redact_url(url)) })?;
-        Ok(Node {
-            addr,
+        let client = redis::Client::open(url).map_err(|e| NodeError {
+            node: addr.clone(),
+            problem: format!("has an unusable URL {}: {e}", redact_url(url)),
+            unreachable: false,
+        })?;
+        let conn = Conn {
+            addr: addr.clone(),
             client,
             timeout,
             slot: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(None),
             delex: OnceLock::new(),
-        })
+        };
+        Ok(Node { addr, conn: Arc::new(conn), ops: Mutex::new(None) })
     }
 
+    /// One command.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, NodeError> {
+        self.conn.run(|mut c| async move { cmd.query_async(&mut c).await }).await
+    }
+
+    /// Anything on the connection, bounded by the command timeout.
+    pub async fn run<T, F, Fut>(&self, f: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        self.conn.run(f).await
+    }
+
+    /// Queue one lock operation; it runs in the node's next batch. Waits at most the command
+    /// timeout for the answer.
+    pub async fn submit(&self, op: batch::Op) -> Result<Value, NodeError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let mut pending = Pending { op, reply };
+        for _ in 0..2 {
+            let queue = {
+                let mut ops = self.ops.lock().expect("node queue");
+                ops.get_or_insert_with(|| batch::start(self.conn.clone())).clone()
+            };
+            match queue.try_send(pending) {
+                Ok(()) => break,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(self.conn.error(format!("has {} lock operations queued already", batch::QUEUE)));
+                }
+                Err(mpsc::error::TrySendError::Closed(p)) => {
+                    // The runtime that ran the driver is gone: start a new one here.
+                    *self.ops.lock().expect("node queue") = None;
+                    pending = p;
+                }
+            }
+        }
+        match tokio::time::timeout(self.conn.timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.conn.error("lost its batch driver")),
+            Err(_) => Err(self.conn.error(format!("did not answer within {}ms", self.conn.timeout.as_millis()))),
+        }
+    }
+}
+
+impl Conn {
     /// True once the server is known to have `DELEX … IFEQ`.
     pub fn has_delex(&self) -> bool {
         self.delex.get().copied().unwrap_or(false)
     }
 
-    fn error(&self, problem: impl Into<String>) -> NodeError {
-        NodeError { node: self.addr.clone(), problem: problem.into() }
+    /// An error reaching this node.
+    pub fn error(&self, problem: impl Into<String>) -> NodeError {
+        NodeError { node: self.addr.clone(), problem: problem.into(), unreachable: true }
     }
 
-    fn describe(&self, e: &RedisError) -> String {
+    /// An error this node answered with.
+    pub fn refused(&self, problem: impl Into<String>) -> NodeError {
+        NodeError { node: self.addr.clone(), problem: problem.into(), unreachable: false }
+    }
+
+    fn describe(&self, e: &RedisError) -> (String, bool) {
         if e.is_connection_refusal() {
-            "refused the connection".into()
+            ("refused the connection".into(), true)
         } else if e.is_timeout() {
-            format!("did not answer within {}ms", self.timeout.as_millis())
-        } else if e.is_connection_dropped() {
-            "dropped the connection".into()
+            (format!("did not answer within {}ms", self.timeout.as_millis()), true)
+        } else if e.is_connection_dropped() || e.is_io_error() {
+            (format!("dropped the connection ({e})"), true)
         } else {
-            format!("failed: {e}")
+            (format!("answered with an error: {e}"), false)
+        }
+    }
+
+    fn cached(&self, runtime: tokio::runtime::Id) -> Option<MultiplexedConnection> {
+        match &*self.slot.lock().expect("node slot") {
+            Some((id, c)) if *id == runtime => Some(c.clone()),
+            _ => None,
         }
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, NodeError> {
-        if let Some(c) = self.slot.lock().expect("node slot").clone() {
+        let runtime = tokio::runtime::Handle::current().id();
+        if let Some(c) = self.cached(runtime) {
             return Ok(c);
         }
         let mut last_failure = self.connecting.lock().await;
-        if let Some(c) = self.slot.lock().expect("node slot").clone() {
+        if let Some(c) = self.cached(runtime) {
             return Ok(c);
         }
         if let Some((at, problem)) = last_failure.as_ref() {
@@ -104,12 +194,12 @@ impl Node {
         };
         match tokio::time::timeout(self.timeout, connected).await {
             Ok(Ok(conn)) => {
-                *self.slot.lock().expect("node slot") = Some(conn.clone());
+                *self.slot.lock().expect("node slot") = Some((runtime, conn.clone()));
                 *last_failure = None;
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                let problem = self.describe(&e);
+                let (problem, _) = self.describe(&e);
                 *last_failure = Some((Instant::now(), problem.clone()));
                 Err(self.error(problem))
             }
@@ -136,10 +226,11 @@ impl Node {
         let attempt = async {
             let conn = self.connection().await?;
             f(conn).await.map_err(|e| {
-                if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                let (problem, unreachable) = self.describe(&e);
+                if unreachable || e.is_unrecoverable_error() {
                     self.forget();
                 }
-                self.error(self.describe(&e))
+                NodeError { node: self.addr.clone(), problem, unreachable }
             })
         };
         match tokio::time::timeout(self.timeout, attempt).await {
@@ -149,15 +240,5 @@ impl Node {
                 Err(self.error(format!("did not answer within {}ms", self.timeout.as_millis())))
             }
         }
-    }
-
-    /// One command.
-    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, NodeError> {
-        self.run(|mut c| async move { cmd.query_async(&mut c).await }).await
-    }
-
-    /// One script (EVALSHA, loading it on NOSCRIPT).
-    pub async fn invoke<T: FromRedisValue>(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<T, NodeError> {
-        self.run(|mut c| async move { invocation.invoke_async(&mut c).await }).await
     }
 }

@@ -28,17 +28,27 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &str, fence_key: &str, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
+pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
     let needed = quorum(nodes.len());
     let answers = join_all(nodes.iter().map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms))).await;
     let mut claims = Vec::with_capacity(nodes.len());
     let mut fences: Vec<(usize, i64)> = Vec::new();
+    // Nodes usually agree on the fence: one value string for all of them.
+    let mut values: Vec<(i64, Arc<str>)> = Vec::new();
     let mut held: Option<(String, i64)> = None;
     let mut failures: Vec<NodeError> = Vec::new();
     for (i, answer) in answers.into_iter().enumerate() {
         match answer {
-            Ok(NodeAcquire::Granted { fence, value }) => {
+            Ok(NodeAcquire::Granted { fence }) => {
                 fences.push((i, fence));
+                let value = match values.iter().find(|(f, _)| *f == fence) {
+                    Some((_, v)) => v.clone(),
+                    None => {
+                        let v: Arc<str> = parts.value(fence).into();
+                        values.push((fence, v.clone()));
+                        v
+                    }
+                };
                 claims.push(Claim::Known(value));
             }
             Ok(NodeAcquire::Held { current, pttl_ms }) => {
@@ -83,7 +93,7 @@ pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &str, fence_key: &str, par
     Ok(Attempt::Contended { current, pttl_ms })
 }
 
-pub(crate) async fn renew(nodes: &[Arc<Node>], key: &str, claims: &[Claim], ttl_ms: u64) -> Renewal {
+pub(crate) async fn renew(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
     let needed = quorum(nodes.len());
     let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
         match c {
@@ -112,14 +122,14 @@ pub(crate) async fn renew(nodes: &[Arc<Node>], key: &str, claims: &[Claim], ttl_
 
 /// Compare-and-delete on every node that may hold our value: the exact value where the node
 /// told us its fence, by holder where it did not answer.
-pub(crate) async fn release(nodes: &[Arc<Node>], key: &str, claims: &[Claim], parts: &ValueParts) -> Vec<(String, NodeRelease)> {
+pub(crate) async fn release(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], parts: &ValueParts) -> Vec<(String, NodeRelease)> {
     let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
         let outcome = match c {
             Claim::Known(value) => scripts::release(n, key, value).await,
             Claim::Unknown => scripts::release_by_holder(n, key, parts).await,
             Claim::None => return None,
         };
-        Some((n.addr.clone(), outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e.to_string() })))
+        Some((n.addr.clone(), outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e })))
     }))
     .await;
     answers.into_iter().flatten().collect()

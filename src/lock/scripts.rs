@@ -1,26 +1,21 @@
-//! The Lua scripts of the lock layer (`queries/redis/*.lua`, compiled in) and their calls on one
-//! node. Each script is one atomic step on the server: no other client's command can run between
-//! its GET and its SET/DEL/PEXPIRE, which is the whole point.
+//! The lock operations on one node, as the rest of the layer calls them. Each is one function of
+//! `queries/redis/lock.lua` — one atomic step on the server: no other client's command runs
+//! between its GET and its SET/DEL/PEXPIRE, which is the whole point — sent through the node's
+//! coalescing queue ([`super::batch`]).
 
-use std::sync::LazyLock;
+use std::sync::Arc;
 
-use redis::{Script, Value};
+use redis::Value;
 
+use super::batch::Op;
 use super::node::{Node, NodeError};
-
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/release.lua")));
-static RELEASE_BY_HOLDER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../queries/redis/release_by_holder.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/renew.lua")));
-static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/raise_fence.lua")));
 
 /// A holder's value cut around its fence number: `head` + fence + `tail`. The script that takes
 /// the lock learns the fence only on the server, so it writes the value from these two parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ValueParts {
-    pub head: String,
-    pub tail: String,
+    pub head: Arc<str>,
+    pub tail: Arc<str>,
 }
 
 impl ValueParts {
@@ -33,7 +28,7 @@ impl ValueParts {
         const MARKER: &str = "\"fence\":0,\"nonce\":";
         let at = json.find(MARKER).expect("a LockHolder's JSON has its fence before its nonce");
         let digit = at + "\"fence\":".len();
-        ValueParts { head: json[..digit].to_string(), tail: json[digit + 1..].to_string() }
+        ValueParts { head: Arc::from(&json[..digit]), tail: Arc::from(&json[digit + 1..]) }
     }
 
     pub fn value(&self, fence: i64) -> String {
@@ -44,20 +39,22 @@ impl ValueParts {
 /// What one node answered to an acquire.
 #[derive(Debug, Clone)]
 pub(crate) enum NodeAcquire {
-    Granted { fence: i64, value: String },
+    Granted { fence: i64 },
     Held { current: String, pttl_ms: i64 },
 }
 
 /// What one node answered to a compare-and-delete.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum NodeRelease {
     /// Our value was there and is deleted.
     Deleted,
     /// Our value was not there: nothing deleted. `current` is what the key holds instead
     /// (None: expired or deleted).
     NotHeld { current: Option<String> },
-    /// The node did not answer; its copy (if any) expires with its TTL.
-    Unreachable { error: String },
+    /// The node did not answer (or refused the operation); its copy, if any, expires with its
+    /// TTL.
+    Unreachable { error: NodeError },
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -76,18 +73,29 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn unexpected(node: &Node, what: &str, v: &Value) -> NodeError {
-    NodeError { node: node.addr.clone(), problem: format!("answered the {what} script with an unexpected reply {v:?}") }
+/// The reply of one operation: an error of this operation alone is `{-1, message}`.
+async fn submit(node: &Node, what: &str, op: Op) -> Result<Value, NodeError> {
+    let reply = node.submit(op).await?;
+    if let Value::Array(items) = &reply {
+        if items.first().and_then(int) == Some(-1) {
+            let message = items.get(1).and_then(text).unwrap_or_default();
+            return Err(node.conn.refused(format!("refused the {what} operation: {message}")));
+        }
+    }
+    Ok(reply)
 }
 
-pub(crate) async fn acquire(node: &Node, key: &str, fence_key: &str, parts: &ValueParts, ttl_ms: u64) -> Result<NodeAcquire, NodeError> {
-    let mut inv = ACQUIRE.prepare_invoke();
-    inv.key(key).key(fence_key).arg(&parts.head).arg(&parts.tail).arg(ttl_ms);
-    let reply: Value = node.invoke(&inv).await?;
+fn unexpected(node: &Node, what: &str, v: &Value) -> NodeError {
+    node.conn.refused(format!("answered the {what} operation with an unexpected reply {v:?}"))
+}
+
+pub(crate) async fn acquire(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<NodeAcquire, NodeError> {
+    let op = Op::Acquire { key: key.clone(), fence_key: fence_key.clone(), head: parts.head.clone(), tail: parts.tail.clone(), ttl_ms };
+    let reply = submit(node, "acquire", op).await?;
     match &reply {
         Value::Array(items) if items.len() >= 2 && int(&items[0]) == Some(1) => {
             let fence = int(&items[1]).ok_or_else(|| unexpected(node, "acquire", &reply))?;
-            Ok(NodeAcquire::Granted { fence, value: parts.value(fence) })
+            Ok(NodeAcquire::Granted { fence })
         }
         Value::Array(items) if !items.is_empty() && int(&items[0]) == Some(0) => Ok(NodeAcquire::Held {
             current: items.get(1).and_then(text).unwrap_or_default(),
@@ -99,52 +107,35 @@ pub(crate) async fn acquire(node: &Node, key: &str, fence_key: &str, parts: &Val
 
 fn release_reply(node: &Node, reply: &Value) -> Result<NodeRelease, NodeError> {
     match reply {
-        Value::Array(items) if int(items.first().unwrap_or(&Value::Nil)) == Some(1) => Ok(NodeRelease::Deleted),
-        Value::Array(items) if int(items.first().unwrap_or(&Value::Nil)) == Some(0) => {
-            Ok(NodeRelease::NotHeld { current: items.get(1).and_then(text) })
-        }
+        Value::Array(items) if items.first().and_then(int) == Some(1) => Ok(NodeRelease::Deleted),
+        Value::Array(items) if items.first().and_then(int) == Some(0) => Ok(NodeRelease::NotHeld { current: items.get(1).and_then(text) }),
         _ => Err(unexpected(node, "release", reply)),
     }
 }
 
-/// Compare-and-delete of an exact value: `DELEX key IFEQ value` where the server has it,
-/// else the Lua script.
-pub(crate) async fn release(node: &Node, key: &str, value: &str) -> Result<NodeRelease, NodeError> {
-    if node.has_delex() {
-        let deleted: i64 = node.query(redis::cmd("DELEX").arg(key).arg("IFEQ").arg(value)).await?;
-        if deleted == 1 {
-            return Ok(NodeRelease::Deleted);
-        }
-        let current: Option<String> = node.query(redis::cmd("GET").arg(key)).await?;
-        return Ok(NodeRelease::NotHeld { current });
-    }
-    let mut inv = RELEASE.prepare_invoke();
-    inv.key(key).arg(value);
-    let reply: Value = node.invoke(&inv).await?;
+/// Compare-and-delete of an exact value (`DELEX key IFEQ value` where the server has it).
+pub(crate) async fn release(node: &Node, key: &Arc<str>, value: &Arc<str>) -> Result<NodeRelease, NodeError> {
+    let reply = submit(node, "release", Op::Release { key: key.clone(), value: value.clone() }).await?;
     release_reply(node, &reply)
 }
 
 /// Compare-and-delete of our value whatever fence number the node wrote into it.
-pub(crate) async fn release_by_holder(node: &Node, key: &str, parts: &ValueParts) -> Result<NodeRelease, NodeError> {
-    let mut inv = RELEASE_BY_HOLDER.prepare_invoke();
-    inv.key(key).arg(&parts.head).arg(&parts.tail);
-    let reply: Value = node.invoke(&inv).await?;
+pub(crate) async fn release_by_holder(node: &Node, key: &Arc<str>, parts: &ValueParts) -> Result<NodeRelease, NodeError> {
+    let op = Op::ReleaseByHolder { key: key.clone(), head: parts.head.clone(), tail: parts.tail.clone() };
+    let reply = submit(node, "release", op).await?;
     release_reply(node, &reply)
 }
 
 /// Compare-and-PEXPIRE. True when renewed.
-pub(crate) async fn renew(node: &Node, key: &str, value: &str, ttl_ms: u64) -> Result<bool, NodeError> {
-    let mut inv = RENEW.prepare_invoke();
-    inv.key(key).arg(value).arg(ttl_ms);
-    let renewed: i64 = node.invoke(&inv).await?;
-    Ok(renewed == 1)
+pub(crate) async fn renew(node: &Node, key: &Arc<str>, value: &Arc<str>, ttl_ms: u64) -> Result<bool, NodeError> {
+    let reply = submit(node, "renew", Op::Renew { key: key.clone(), value: value.clone(), ttl_ms }).await?;
+    int(&reply).map(|n| n == 1).ok_or_else(|| unexpected(node, "renew", &reply))
 }
 
-/// Raise `fence:{key}` to at least `to`; returns the counter afterwards.
-pub(crate) async fn raise_fence(node: &Node, fence_key: &str, to: i64) -> Result<i64, NodeError> {
-    let mut inv = RAISE_FENCE.prepare_invoke();
-    inv.key(fence_key).arg(to);
-    node.invoke(&inv).await
+/// Raise `fence:{key}` to at least `at_least`; returns the counter afterwards.
+pub(crate) async fn raise_fence(node: &Node, fence_key: &Arc<str>, at_least: i64) -> Result<i64, NodeError> {
+    let reply = submit(node, "raise_fence", Op::RaiseFence { fence_key: fence_key.clone(), at_least }).await?;
+    int(&reply).ok_or_else(|| unexpected(node, "raise_fence", &reply))
 }
 
 #[cfg(test)]

@@ -73,6 +73,10 @@ impl RedisServer {
         }
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

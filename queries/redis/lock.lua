@@ -1,0 +1,119 @@
+-- The lock operations of idemguard (line of defense 2), one function per rule.
+--
+-- One call runs a list of operations, in order, atomically: the client coalesces the lock
+-- operations that many callers send to one node at the same moment into one call, so a storm
+-- of acquisitions costs the server one script call per batch instead of one per lock.
+-- Encoding: ARGV holds each operation's name followed by its arguments; KEYS holds its keys in
+-- the same order. The reply is one entry per operation.
+
+-- acquire KEYS: lock, fence:{lock}  ARGV: head, tail, ttl_ms
+-- Takes the lock and its fence token in one step. The value is head .. fence .. tail (the
+-- holder's compact JSON), so the token is written into the value it guards; tokens strictly
+-- increase across holders of a key, which lets the database refuse a writer whose lock expired
+-- while it was paused. Returns {1, fence} when taken, {0, current value, PTTL} when held.
+local function acquire(key, fence_key, head, tail, ttl_ms)
+  local current = redis.call('GET', key)
+  if current then
+    return {0, current, redis.call('PTTL', key)}
+  end
+  local fence = redis.call('INCR', fence_key)
+  redis.call('SET', key, head .. fence .. tail, 'PX', ttl_ms)
+  return {1, fence}
+end
+
+-- release KEYS: lock  ARGV: exact value
+-- Compare-and-delete: deletes only while the lock holds exactly this value (a plain DEL is how
+-- one worker deletes the next worker's lock after its own expired). Returns {1} when deleted,
+-- {0, current value or nil} when it was not ours.
+local function release(key, value)
+  local current = redis.call('GET', key)
+  if current == value then
+    redis.call('DEL', key)
+    return {1}
+  end
+  return {0, current}
+end
+
+-- release_delex: the same with the server's own DELEX key IFEQ value (Redis 8.4+).
+local function release_delex(key, value)
+  if redis.call('DELEX', key, 'IFEQ', value) == 1 then
+    return {1}
+  end
+  return {0, redis.call('GET', key)}
+end
+
+-- release_by_holder KEYS: lock  ARGV: head, tail
+-- Compare-and-delete when our fence number is not known: a RedLock node that did not answer
+-- in time may still have taken our SET with a fence of its own. Only head .. digits .. tail
+-- matches, and head/tail carry this acquisition's nonce: nothing but our own value matches.
+local function release_by_holder(key, head, tail)
+  local current = redis.call('GET', key)
+  if current and #current > #head + #tail
+     and string.sub(current, 1, #head) == head
+     and string.sub(current, -#tail) == tail
+     and string.match(string.sub(current, #head + 1, #current - #tail), '^%d+$') then
+    redis.call('DEL', key)
+    return {1}
+  end
+  return {0, current}
+end
+
+-- renew KEYS: lock  ARGV: exact value, ttl_ms
+-- Watchdog renewal: pushes the expiry out only while the lock holds exactly our value (else the
+-- holder must stop: the loss signal fires). Returns 1 when renewed, 0 when not ours.
+local function renew(key, value, ttl_ms)
+  if redis.call('GET', key) == value then
+    return redis.call('PEXPIRE', key, ttl_ms)
+  end
+  return 0
+end
+
+-- raise_fence KEYS: fence:{lock}  ARGV: at least
+-- Raises a fence counter, never lowers it; returns its value afterwards. RedLock raises every
+-- node of a quorum to the quorum's token (so the next quorum, which shares a node with it,
+-- issues a larger one); the console's fence bump uses it too.
+local function raise_fence(fence_key, at_least)
+  local current = tonumber(redis.call('GET', fence_key) or '0')
+  if current < tonumber(at_least) then
+    redis.call('SET', fence_key, at_least)
+    return tonumber(at_least)
+  end
+  return current
+end
+
+-- One failing operation (say, a fence key someone overwrote with text) must not fail the
+-- others of its batch: each runs protected and fails alone as {-1, message}.
+local function run(fn, ...)
+  local ok, result = pcall(fn, ...)
+  if ok then
+    return result
+  end
+  return {-1, type(result) == 'table' and result.err or tostring(result)}
+end
+
+local out, k, a = {}, 1, 1
+while a <= #ARGV do
+  local op = ARGV[a]
+  if op == 'acquire' then
+    out[#out + 1] = run(acquire, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+    k, a = k + 2, a + 4
+  elseif op == 'release' then
+    out[#out + 1] = run(release, KEYS[k], ARGV[a + 1])
+    k, a = k + 1, a + 2
+  elseif op == 'release_delex' then
+    out[#out + 1] = run(release_delex, KEYS[k], ARGV[a + 1])
+    k, a = k + 1, a + 2
+  elseif op == 'release_by_holder' then
+    out[#out + 1] = run(release_by_holder, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 1, a + 3
+  elseif op == 'renew' then
+    out[#out + 1] = run(renew, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 1, a + 3
+  elseif op == 'raise_fence' then
+    out[#out + 1] = run(raise_fence, KEYS[k], ARGV[a + 1])
+    k, a = k + 1, a + 2
+  else
+    return redis.error_reply('idemguard lock.lua: unknown operation ' .. tostring(op))
+  end
+end
+return out

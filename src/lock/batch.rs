@@ -1,0 +1,122 @@
+//! Coalescing: the lock operations that many callers send to one node at the same moment go to
+//! the server as one call of `queries/redis/lock.lua`, which runs them in order, atomically.
+//!
+//! Why: on a sale night thousands of requests take and release locks at once. One script call
+//! per lock costs the server a command dispatch and a script setup each, and the client a
+//! request, a reply and system calls each; coalesced, a batch of N costs that once. A caller
+//! never waits for a batch to fill: the node's driver sends whatever is queued as soon as the
+//! previous call on that node has answered, so an idle node answers one operation at once and
+//! a busy one answers many per round trip.
+//!
+//! Ordering: one driver per node sends its batches one after another, so operations on a node
+//! run in the order they were queued — a release queued after an acquire (even one whose caller
+//! gave up waiting) runs after it. An acquisition or renewal whose caller is gone is dropped
+//! before it is sent; a release always runs.
+
+use std::sync::{Arc, LazyLock};
+
+use redis::{Script, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::node::{Conn, NodeError};
+
+static LOCK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/lock.lua")));
+
+/// Operations queued per node before new ones are refused (a node that hangs cannot make the
+/// process queue without bound).
+pub(crate) const QUEUE: usize = 8192;
+/// Operations per script call: bounds how long one call holds the server.
+const MAX_BATCH: usize = 128;
+
+/// One lock operation (see `queries/redis/lock.lua` for each one's rule).
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Acquire { key: Arc<str>, fence_key: Arc<str>, head: Arc<str>, tail: Arc<str>, ttl_ms: u64 },
+    Release { key: Arc<str>, value: Arc<str> },
+    ReleaseByHolder { key: Arc<str>, head: Arc<str>, tail: Arc<str> },
+    Renew { key: Arc<str>, value: Arc<str>, ttl_ms: u64 },
+    RaiseFence { fence_key: Arc<str>, at_least: i64 },
+}
+
+impl Op {
+    /// Operations that are pointless once nobody waits for their answer.
+    fn droppable(&self) -> bool {
+        matches!(self, Op::Acquire { .. } | Op::Renew { .. })
+    }
+
+    fn encode(&self, inv: &mut redis::ScriptInvocation<'_>, delex: bool) {
+        match self {
+            Op::Acquire { key, fence_key, head, tail, ttl_ms } => {
+                inv.key(&**key).key(&**fence_key).arg("acquire").arg(&**head).arg(&**tail).arg(*ttl_ms);
+            }
+            Op::Release { key, value } => {
+                inv.key(&**key).arg(if delex { "release_delex" } else { "release" }).arg(&**value);
+            }
+            Op::ReleaseByHolder { key, head, tail } => {
+                inv.key(&**key).arg("release_by_holder").arg(&**head).arg(&**tail);
+            }
+            Op::Renew { key, value, ttl_ms } => {
+                inv.key(&**key).arg("renew").arg(&**value).arg(*ttl_ms);
+            }
+            Op::RaiseFence { fence_key, at_least } => {
+                inv.key(&**fence_key).arg("raise_fence").arg(*at_least);
+            }
+        }
+    }
+}
+
+pub(crate) struct Pending {
+    pub op: Op,
+    pub reply: oneshot::Sender<Result<Value, NodeError>>,
+}
+
+/// Start the driver of one node; it ends when the node (the queue's sender) is dropped.
+pub(crate) fn start(conn: Arc<Conn>) -> mpsc::Sender<Pending> {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    tokio::spawn(drive(conn, rx));
+    tx
+}
+
+async fn drive(conn: Arc<Conn>, mut queue: mpsc::Receiver<Pending>) {
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        batch.retain(|p| !(p.op.droppable() && p.reply.is_closed()));
+        if batch.is_empty() {
+            continue;
+        }
+        match run(&conn, &batch).await {
+            Ok(replies) => {
+                for (p, r) in batch.drain(..).zip(replies) {
+                    let _ = p.reply.send(Ok(r));
+                }
+            }
+            Err(e) => {
+                for p in batch.drain(..) {
+                    let _ = p.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// One script call for the whole batch; one reply per operation.
+async fn run(conn: &Conn, batch: &[Pending]) -> Result<Vec<Value>, NodeError> {
+    let delex = conn.has_delex();
+    let mut inv = LOCK_SCRIPT.prepare_invoke();
+    for p in batch {
+        p.op.encode(&mut inv, delex);
+    }
+    let inv = &inv;
+    let reply: Value = conn.run(|mut c| async move { inv.invoke_async(&mut c).await }).await?;
+    match reply {
+        Value::Array(items) if items.len() == batch.len() => Ok(items),
+        other => Err(conn.refused(format!("answered lock.lua with {} replies for {} operations: {other:?}", count(&other), batch.len()))),
+    }
+}
+
+fn count(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => items.len(),
+        _ => 1,
+    }
+}
