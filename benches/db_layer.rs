@@ -12,13 +12,15 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/bare_insert.rs"]
+mod bare_insert;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemguard::config::Dialect;
-use idemguard::contracts::{now_ms, Instance, OrderNo, RequestId};
+use idemguard::contracts::{Instance, OrderNo, RequestId};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::{migrate, Database};
 use idemguard::trace::Tracer;
@@ -48,23 +50,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// The baseline: one autocommitted statement, the same columns `order_insert` writes. Written
-/// here, not under queries/: it is a yardstick, no part of idemguard runs it.
-fn bare_insert_sql(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Postgres => {
-            "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, fence, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
-        }
-        Dialect::Mysql => {
-            "INSERT IGNORE INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, fence, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        }
-    }
-}
-
 /// Orders per second of `load` over `secs` seconds with [`CLIENTS`] clients.
-async fn measure(orders: &Orders, dialect: Dialect, load: Load, secs: u64) -> f64 {
+async fn measure(orders: &Orders, load: Load, secs: u64) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -84,22 +71,7 @@ async fn measure(orders: &Orders, dialect: Dialect, load: Load, secs: u64) -> f6
                         fence: None,
                     };
                     if load == Load::Bare {
-                        let now = now_ms();
-                        let r = sqlx::query(bare_insert_sql(dialect))
-                            .bind(order.request_id.as_str())
-                            .bind(order.order_no.as_str())
-                            .bind(order.user_id)
-                            .bind(order.sku_id)
-                            .bind(order.quantity)
-                            .bind(order.amount)
-                            .bind("CREATED")
-                            .bind(0_i64)
-                            .bind(now)
-                            .bind(now)
-                            .execute(&orders.database().pool)
-                            .await
-                            .expect("bare insert");
-                        assert_eq!(r.rows_affected(), 1, "the baseline must insert, not skip");
+                        bare_insert::insert_one(orders.database(), &order).await;
                     } else {
                         let out = orders.create(&order).await.expect("create through the layer");
                         assert!(!out.is_replay(), "fresh requestIds are never replays");
@@ -135,8 +107,8 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let server = orders.database().server_version().await.unwrap_or_default();
     println!("\n{dialect} ({}), {CLIENTS} clients, {secs} s per measurement, {rounds} rounds", server.trim());
     // Warm-up: connections opened, statements prepared, caches filled.
-    measure(&orders, dialect, Load::Bare, 1).await;
-    measure(&orders, dialect, Load::Spread, 1).await;
+    measure(&orders, Load::Bare, 1).await;
+    measure(&orders, Load::Spread, 1).await;
 
     let loads = [Load::Bare, Load::Spread, Load::Hot];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
@@ -144,7 +116,7 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         // Alternate the order so the growing table does not favour one side.
         let order: Vec<usize> = if round % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
         for i in order {
-            let r = measure(&orders, dialect, loads[i], secs).await;
+            let r = measure(&orders, loads[i], secs).await;
             rates[i].push(r);
         }
         println!(

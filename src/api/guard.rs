@@ -338,7 +338,8 @@ mod tests {
         let week = Duration::from_secs(7 * 86_400);
         let now = 20_786 * 86_400_000 + 3_600_000; // 2026-11-29 01:00 UTC
         assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261129:abcdefgh").unwrap(), week, now));
-        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261121:abcdefgh").unwrap(), week, now));
+        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261122:abcdefgh").unwrap(), week, now), "7 days + 1 h: within retention + a day of slack");
+        assert!(key_older_than(&RequestId::parse("APP:ORDER:20261121:abcdefgh").unwrap(), week, now), "8 days + 1 h");
         assert!(key_older_than(&RequestId::parse("APP:ORDER:20261101:abcdefgh").unwrap(), week, now));
     }
 }
