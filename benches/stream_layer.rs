@@ -7,16 +7,17 @@
 //! Sizes: IDEMGUARD_BENCH_EVENTS (default 20000) events per round, 3 rounds, medians reported.
 //! Every loop is bounded; everything runs against the loopback stack.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemguard::config::{Config, ConfigSource, Dialect};
+use idemguard::config::{Config, Dialect};
 use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
-use idemguard::db::{migrate, Database};
+use idemguard::db::Database;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -24,45 +25,6 @@ use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
 const ROUNDS: usize = 3;
-
-fn suffix() -> String {
-    format!("{:x}", uuid::Uuid::now_v7().as_u128() & 0xffff_ffff_ffff)
-}
-
-fn base_config() -> Config {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local.toml");
-    Config::load(&ConfigSource { file: Some(file), env: vec![] }).expect("config/local.toml")
-}
-
-async fn fresh_db(dialect: Dialect) -> (Config, Database) {
-    let mut config = base_config();
-    let server = match dialect {
-        Dialect::Postgres => "postgres://root@127.0.0.1:5432/postgres",
-        Dialect::Mysql => "mysql://root@127.0.0.1:3306/mysql",
-    };
-    let name = format!("igbench_{}", suffix());
-    let admin = Database::connect_url(&config, server).await.expect("database (scripts/stack up)");
-    sqlx::Executor::execute(&admin.pool, format!("CREATE DATABASE {name}").as_str()).await.unwrap();
-    let mut url = url::Url::parse(server).unwrap();
-    url.set_path(&format!("/{name}"));
-    config.database.url = url.to_string();
-    config.database.max_connections = 8;
-    let db = Database::connect(&config).await.unwrap();
-    migrate::migrate(&db).await.unwrap();
-    (config, db)
-}
-
-async fn fresh_topic(config: &Config, base: &str) -> String {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).create().unwrap();
-    let name = format!("{base}.b{}", suffix());
-    let r = admin
-        .create_topics(&[NewTopic::new(&name, 3, TopicReplication::Fixed(1))], &AdminOptions::new())
-        .await
-        .expect("broker (scripts/stack up)");
-    r[0].as_ref().unwrap();
-    name
-}
 
 /// CREATED orders, inserted with multi-row statements (bench setup only).
 async fn seed_orders(db: &Database, n: usize) -> Vec<(String, String)> {
@@ -112,7 +74,7 @@ async fn produce_all(config: &Config, topic: &str, events: &[PaymentSucceeded]) 
 async fn bare_read(config: &Config, topic: &str, n: usize) -> f64 {
     let c: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("group.id", format!("bare-{}", suffix()))
+        .set("group.id", format!("bare-{}", common::unique_suffix()))
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
         .create()
@@ -139,7 +101,7 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
         config,
         db.clone(),
         Tracer::log_only(&Instance::current()),
-        ConsumeOptions { group: Some(format!("dedup-{}", suffix())), ..Default::default() },
+        ConsumeOptions { group: Some(format!("dedup-{}", common::unique_suffix())), ..Default::default() },
     )
     .unwrap();
     let stats = consumer.stats();
@@ -177,7 +139,7 @@ async fn main() {
     for dialect in [Dialect::Postgres, Dialect::Mysql] {
         let (mut bare, mut unique, mut half) = (Vec::new(), Vec::new(), Vec::new());
         for round in 1..=ROUNDS {
-            let (mut config, db) = fresh_db(dialect).await;
+            let (mut config, db) = common::migrated_database(dialect).await;
             let orders = seed_orders(&db, n).await;
             let events: Vec<PaymentSucceeded> = orders
                 .iter()
@@ -192,9 +154,9 @@ async fn main() {
                 })
                 .collect();
             // Topic 1: n distinct events. Topic 2: n messages, half of them copies.
-            let t_unique = fresh_topic(&config, "bench.unique").await;
+            let t_unique = common::fresh_topics(&config, &["bench.unique"]).await.remove(0);
             produce_all(&config, &t_unique, &events).await;
-            let t_half = fresh_topic(&config, "bench.half").await;
+            let t_half = common::fresh_topics(&config, &["bench.half"]).await.remove(0);
             let mut halfset: Vec<PaymentSucceeded> = events[..n / 2].to_vec();
             halfset.extend(events[..n / 2].iter().cloned());
             produce_all(&config, &t_half, &halfset).await;
@@ -203,9 +165,7 @@ async fn main() {
             config.kafka.payment_topic = t_unique.clone();
             let (u, _) = dedup_consume(&config, &db, n).await;
             // The half-duplicate topic needs fresh orders: a second database.
-            let (mut config2, db2) = fresh_db(dialect).await;
-            let orders2: Vec<String> = seed_orders(&db2, 0).await.into_iter().map(|o| o.0).collect();
-            drop(orders2);
+            let (mut config2, db2) = common::migrated_database(dialect).await;
             let values: Vec<String> = halfset[..n / 2].iter().map(|e| format!("('{}', '{}', 1, 1, 1, 1999, 'CREATED', 0, 0)", e.request_id, e.order_no)).collect();
             for chunk in values.chunks(1000) {
                 let sql = format!("INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES {}", chunk.join(","));

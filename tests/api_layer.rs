@@ -62,11 +62,6 @@ fn order_body(sku: i64) -> serde_json::Value {
     serde_json::json!({"userId": 42, "skuId": sku, "quantity": 1, "amount": 1999})
 }
 
-async fn count(db: &Database, sql_tail: &str) -> i64 {
-    let cast = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
-    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {sql_tail}")).fetch_one(&db.pool).await.unwrap()
-}
-
 async fn five_hundred_identical_requests(dialect: Dialect) {
     let s = service(dialect).await;
     s.orders().set_stock(7, 1000).await.unwrap();
@@ -175,7 +170,7 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
 
     // In flight: a PROCESSING record owned by a live instance (this service) → 409 + Retry-After.
     let k2 = key();
-    let ph = |n: usize| (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ");
+    let ph = |n: usize| placeholders(dialect, n);
     let owner = {
         let h: serde_json::Value = s.http.get(format!("{}/healthz", s.base)).send().await.unwrap().json().await.unwrap();
         h["instance"].as_str().unwrap().to_string()
@@ -205,7 +200,7 @@ async fn mismatch_replay_and_in_flight_mysql() {
 async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
     let s = service(dialect).await;
     s.orders().set_stock(5, 10).await.unwrap();
-    let ph = |n: usize| (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ");
+    let ph = |n: usize| placeholders(dialect, n);
     let insert_processing = |k: String, owner: &'static str| {
         let db = s.db.clone();
         let sql = format!("INSERT INTO idempotency_record (request_id, biz_type, request_hash, status, owner, lease_until, created_at, updated_at, expire_at) VALUES ({})", ph(9));

@@ -35,17 +35,13 @@ async fn setup(dialect: Dialect) -> Setup {
     Setup { config, db, group: format!("igt-group-{}", unique_suffix()) }
 }
 
-fn ph(db: &Database, n: usize) -> String {
-    (1..=n).map(|i| if db.dialect() == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
-}
-
 /// A CREATED order to pay (test fixture written straight into the schema).
 async fn create_order(db: &Database, user_id: i64) -> (String, String) {
     let order_no = OrderNo::generate().to_string();
     let req = format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7());
     let sql = format!(
         "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({})",
-        ph(db, 9)
+        placeholders(db.dialect(), 9)
     );
     sqlx::query(&sql)
         .bind(&req)
@@ -116,18 +112,6 @@ impl Running {
     }
 }
 
-async fn count(db: &Database, table: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {}) FROM {table}", if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" }))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
-async fn count_where(db: &Database, sql_tail: &str) -> i64 {
-    let cast = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
-    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {sql_tail}")).fetch_one(&db.pool).await.unwrap()
-}
-
 /// Waits (bounded) until `check` holds.
 async fn eventually<F, Fut>(what: &str, secs: u64, mut check: F)
 where
@@ -159,7 +143,7 @@ async fn one_event_five_times(dialect: Dialect) {
     let stats = run.stop().await;
     assert_eq!(ConsumeStats::get(&stats.applied), 1, "{dialect}");
     assert_eq!(ConsumeStats::get(&stats.dedup_hits), 4, "{dialect}: four copies stopped by the dedup state");
-    assert_eq!(count_where(&s.db, &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID' AND payment_event_id = '{}'", e.event_id)).await, 1);
+    assert_eq!(count(&s.db, &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID' AND payment_event_id = '{}'", e.event_id)).await, 1);
     assert_eq!(count(&s.db, "points_ledger").await, 1, "{dialect}");
     assert_eq!(count(&s.db, "notification").await, 1, "{dialect}");
     assert_eq!(count(&s.db, "processed_event").await, 1, "{dialect}");
@@ -240,7 +224,7 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, 1000, "{dialect}: {table}");
     }
-    assert_eq!(count_where(&s.db, "order_record WHERE status = 'PAID'").await, 1000);
+    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, 1000);
 
     // The dedup state lost (memory gone with the consumer, processed_event emptied behind its
     // back): the next line of defense, each sink's unique key, still stops every replay.
@@ -356,7 +340,7 @@ async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, 600, "{table}");
     }
-    assert_eq!(count_where(&s.db, "order_record WHERE status = 'PAID'").await, 600);
+    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, 600);
 }
 
 #[tokio::test]
@@ -382,7 +366,7 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
     let stats = run.stop().await;
     assert_eq!(ConsumeStats::get(&stats.dlq), 3);
     assert_eq!(ConsumeStats::get(&stats.applied), 1);
-    assert_eq!(count_where(&s.db, &format!("order_record WHERE order_no = '{o}' AND status = 'PAID'")).await, 1);
+    assert_eq!(count(&s.db, &format!("order_record WHERE order_no = '{o}' AND status = 'PAID'")).await, 1);
     assert_eq!(committed_total(&s.config, &s.group).await, 4, "poison is committed too: it never stalls the partition");
 
     // Read the DLQ back: the reasons and the original positions.

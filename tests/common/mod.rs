@@ -81,3 +81,14 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
 
 /// Both dialects, for tests that must hold on each.
 pub const DIALECTS: [Dialect; 2] = [Dialect::Postgres, Dialect::Mysql];
+
+/// `n` bind placeholders of the dialect: `$1, $2` or `?, ?`.
+pub fn placeholders(dialect: Dialect, n: usize) -> String {
+    (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+}
+
+/// `SELECT COUNT(*) FROM {tail}` as an i64 in either dialect, e.g. `count(&db, "order_record WHERE status = 'PAID'")`.
+pub async fn count(db: &Database, tail: &str) -> i64 {
+    let cast = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
+    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {tail}")).fetch_one(&db.pool).await.unwrap()
+}
