@@ -27,6 +27,16 @@ builtin![
     "schema_version",
     "schema_version_record",
     "server_version",
+    // the console's read-through (src/console/records.rs)
+    "console_trace_idempotency",
+    "console_trace_order",
+    "console_trace_stock",
+    "console_trace_payment",
+    "console_trace_outbox",
+    "console_trace_processed",
+    "console_trace_points",
+    "console_trace_notification",
+    "console_stuck",
 ];
 
 /// The statements of one dialect, templated with the configured table names.
