@@ -234,7 +234,7 @@ impl App {
             UiAction::Quit => self.quit = true,
             UiAction::Help => self.show_help = true,
             UiAction::CommandLine => self.input = Input::Command(String::new()),
-            UiAction::Filter => self.input = Input::Filter(self.filter(self.view).typed()),
+            UiAction::Filter => self.input = Input::Filter(String::new()),
             UiAction::Pause => {
                 self.paused = !self.paused;
                 self.paused_at_ms = self.paused.then(now_ms);

@@ -6,10 +6,9 @@
 //! The UI tells the collectors what it looks at through a `watch` channel ([`Focus`]): the
 //! trace target and the IDs it resolved to, the refresh period, and whether it is paused.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -281,79 +280,50 @@ enum TopicKind {
     Payments,
 }
 
-/// Follows one topic from its beginning (every partition assigned, no group), sending what it
-/// reads in batches; every refresh it also probes the broker (watermarks; for payments, the
-/// consumer group's lag), which is how a dead broker shows up — the client library itself
-/// retries silently.
+/// Follows one topic from its beginning (every partition assigned, no group). A reader thread
+/// polls the topic and sends what it reads in batches; this task probes the broker every refresh
+/// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
+/// dead broker shows up — the client library itself retries silently. The reader and the probe
+/// never share a client, so a probe can never disturb the reader's fetches.
 async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
     let topic = match kind {
         TopicKind::Trace => config.kafka.trace_topic.clone(),
         TopicKind::Payments => config.kafka.payment_topic.clone(),
     };
-    let servers = config.kafka.bootstrap_servers.clone();
-    let mut consumer: Option<Arc<StreamConsumer>> = None;
-    let mut batch_events: Vec<TraceEvent> = Vec::new();
-    let mut batch_payments: Vec<PaymentMessage> = Vec::new();
-    let mut next_probe = tokio::time::Instant::now();
-    // A batch is sent when it is full or 100 ms after its first message, whichever comes first:
-    // live enough for the trace view, few enough updates for the UI.
-    let flush_every = Duration::from_millis(100);
-    let mut flush_at: Option<tokio::time::Instant> = None;
+    let mut reader: Option<std::thread::JoinHandle<()>> = None;
+    let stop_reader = cancel.child_token();
     loop {
         let f = focus.borrow_and_update().clone();
-        // Probe (and connect) once per refresh period.
-        if tokio::time::Instant::now() >= next_probe {
-            next_probe = tokio::time::Instant::now() + f.refresh;
-            let u = match probe_topic(&config, &topic, kind, consumer.clone()).await {
-                Ok((c, progress, lag)) => {
-                    consumer = Some(c);
-                    match kind {
-                        TopicKind::Trace => Update::TraceTopic(Ok(progress)),
-                        TopicKind::Payments => Update::PaymentTopic { progress: Ok(progress), lag },
-                    }
-                }
-                Err(e) => topic_error(kind, e),
-            };
-            if tx.send(u).await.is_err() {
-                return;
-            }
-        }
-        let reading = consumer.clone().filter(|_| !f.paused);
-        let wake = flush_at.unwrap_or(next_probe).min(next_probe);
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = focus.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep_until(wake) => {}
-            m = async { reading.as_ref().expect("guarded").recv().await.map(|m| match kind {
-                    TopicKind::Trace => (topics::trace_event_of(&m), None),
-                    TopicKind::Payments => (None, Some(PaymentMessage::from_kafka(&m))),
-                }) }, if reading.is_some() => {
-                match m {
-                    Ok((Some(e), _)) => batch_events.push(e),
-                    Ok((_, Some(p))) => batch_payments.push(p),
-                    Ok(_) => {}
-                    Err(e) => {
-                        if tx.send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).await.is_err() {
-                            return;
+        let u = match probe_topic(&config, &topic, kind).await {
+            Ok((marks, progress, lag)) => {
+                if reader.is_none() {
+                    match start_reader(&config, &topic, kind, &marks, tx.clone(), focus.clone(), stop_reader.clone()) {
+                        Ok(h) => reader = Some(h),
+                        Err(e) => {
+                            if tx.send(topic_error(kind, e)).await.is_err() {
+                                break;
+                            }
+                            if !next_round(&mut focus, f.refresh, &cancel).await {
+                                break;
+                            }
+                            continue;
                         }
                     }
                 }
-                let due = *flush_at.get_or_insert_with(|| tokio::time::Instant::now() + flush_every);
-                if batch_events.len() < BATCH && batch_payments.len() < BATCH && tokio::time::Instant::now() < due {
-                    continue;
+                match kind {
+                    TopicKind::Trace => Update::TraceTopic(Ok(progress)),
+                    TopicKind::Payments => Update::PaymentTopic { progress: Ok(progress), lag },
                 }
             }
+            Err(e) => topic_error(kind, e),
+        };
+        if tx.send(u).await.is_err() || !next_round(&mut focus, f.refresh, &cancel).await {
+            break;
         }
-        if flush_at.is_some_and(|t| tokio::time::Instant::now() < t) && batch_events.len() < BATCH && batch_payments.len() < BATCH {
-            continue;
-        }
-        flush_at = None;
-        if !batch_events.is_empty() && tx.send(Update::TraceEvents(std::mem::take(&mut batch_events))).await.is_err() {
-            return;
-        }
-        if !batch_payments.is_empty() && tx.send(Update::PaymentMessages(std::mem::take(&mut batch_payments))).await.is_err() {
-            return;
-        }
+    }
+    stop_reader.cancel();
+    if let Some(h) = reader {
+        let _ = tokio::task::spawn_blocking(move || h.join()).await;
     }
 }
 
@@ -364,38 +334,89 @@ fn topic_error(kind: TopicKind, e: String) -> Update {
     }
 }
 
-type Probe = (Arc<StreamConsumer>, TopicProgress, Result<Vec<PartitionLag>, String>);
+/// A thread that reads the topic from its beginning and sends batches: full ones at once, others
+/// 100 ms after their first message — live enough for the trace view, few enough updates for
+/// the UI. It waits (never drops) when the UI is behind, and stops reading while paused.
+fn start_reader(
+    config: &Config,
+    topic: &str,
+    kind: TopicKind,
+    marks: &[(i32, i64, i64)],
+    tx: mpsc::Sender<Update>,
+    focus: watch::Receiver<Focus>,
+    stop: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let servers = config.kafka.bootstrap_servers.clone();
+    let consumer: BaseConsumer = topics::reader_config(config, if kind == TopicKind::Trace { "trace" } else { "payments" })
+        .create()
+        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for (p, _, _) in marks {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
+    let topic = topic.to_string();
+    let failure = format!("cannot start the {topic} reader thread");
+    let flush_after = Duration::from_millis(100);
+    std::thread::Builder::new()
+        .name(format!("console-{}", if kind == TopicKind::Trace { "trace" } else { "payments" }))
+        .spawn(move || {
+            let mut events: Vec<TraceEvent> = Vec::new();
+            let mut payments: Vec<PaymentMessage> = Vec::new();
+            let mut first: Option<std::time::Instant> = None;
+            while !stop.is_cancelled() {
+                if focus.borrow().paused {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                match consumer.poll(Duration::from_millis(50)) {
+                    Some(Ok(m)) => {
+                        match kind {
+                            TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                            TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                        }
+                        first.get_or_insert_with(std::time::Instant::now);
+                    }
+                    Some(Err(e)) => {
+                        if tx.blocking_send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).is_err() {
+                            return;
+                        }
+                    }
+                    None => {}
+                }
+                let due = events.len() >= BATCH || payments.len() >= BATCH || first.is_some_and(|t| t.elapsed() >= flush_after);
+                if due {
+                    first = None;
+                    if !events.is_empty() && tx.blocking_send(Update::TraceEvents(std::mem::take(&mut events))).is_err() {
+                        return;
+                    }
+                    if !payments.is_empty() && tx.blocking_send(Update::PaymentMessages(std::mem::take(&mut payments))).is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("{failure}: {e}"))
+}
 
-/// Watermarks of the topic (the broker's health), creating and assigning the reader on the first
-/// success; for payments also the consumer group's lag.
-async fn probe_topic(config: &Config, topic: &str, kind: TopicKind, existing: Option<Arc<StreamConsumer>>) -> Result<Probe, String> {
+type Probe = (Vec<(i32, i64, i64)>, TopicProgress, Result<Vec<PartitionLag>, String>);
+
+/// The topic's partitions and watermarks (the broker's health); for payments also the consumer
+/// group's lag. A client of its own each time: probing is rare and must not share state with the
+/// reader.
+async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Probe, String> {
     let config = config.clone();
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let servers = config.kafka.bootstrap_servers.clone();
-        let consumer = match existing {
-            Some(c) => c,
-            None => {
-                let c: StreamConsumer = topics::reader_config(&config, if kind == TopicKind::Trace { "trace" } else { "payments" })
-                    .create()
-                    .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
-                Arc::new(c)
-            }
-        };
-        let marks = topics::watermarks(consumer.as_ref(), &servers, &topic).map_err(|e| format!("{e:#}"))?;
-        if consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0 {
-            let mut tpl = TopicPartitionList::new();
-            for (p, _, _) in &marks {
-                tpl.add_partition_offset(&topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
-            }
-            consumer.assign(&tpl).map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
-        }
+        let prober = topics::reader(&config, "probe").map_err(|e| format!("{e:#}"))?;
+        let marks = topics::watermarks(&prober, &servers, &topic).map_err(|e| format!("{e:#}"))?;
         let progress = TopicProgress { topic: topic.clone(), partitions: marks.len(), end_offsets: marks.iter().map(|(_, _, h)| h).sum() };
         let lag = match kind {
             TopicKind::Payments => topics::consumer_lag(&config, &topic, &config.kafka.consumer_group).map_err(|e| format!("{e:#}")),
             TopicKind::Trace => Ok(Vec::new()),
         };
-        Ok((consumer, progress, lag))
+        Ok((marks, progress, lag))
     })
     .await
     .map_err(|e| format!("kafka probe failed: {e}"))?

@@ -18,7 +18,7 @@ const fn col(header: &'static str, width: u16) -> Column {
     Column { header, width }
 }
 
-pub static TIMELINE: &[Column] = &[col("TIME", 12), col("LAYER", 6), col("SOURCE", 30), col("WHAT", 0), col("STOPPED BY", 10)];
+pub static TIMELINE: &[Column] = &[col("TIME", 12), col("LAYER", 6), col("SOURCE", 42), col("WHAT", 0), col("STOPPED BY", 10)];
 
 pub fn timeline_cells(e: &TimelineEntry) -> Vec<String> {
     vec![

@@ -18,7 +18,7 @@ use super::backend::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
 use super::columns;
 use super::locks::{self, LockScan};
 use super::records::{self, StuckRecord, TraceIds, TraceRows};
-use super::store::{PaymentIndex, RateTable, TraceLog, RATE_WINDOW_MINUTES};
+use super::store::{PaymentIndex, RateTable, TraceLog};
 use super::timeline::{self, Timeline, TimelineInputs};
 use super::topics::{self, PartitionLag, PaymentMessage, StartAt};
 
@@ -312,10 +312,11 @@ pub struct RatesData {
 pub async fn rates(config: &Config) -> Report<RatesData> {
     let started = Instant::now();
     let now = now_ms();
-    let since = now - (RATE_WINDOW_MINUTES as i64) * 60_000;
     let c = config.clone();
+    // From the beginning, not from an hour ago by time: brokers differ in how well they look
+    // offsets up by time, and the rates only count events whose own `ts` is in the window.
     let (log, lag) = tokio::join!(
-        read_trace_log(config, StartAt::Since(since)),
+        read_trace_log(config, StartAt::Beginning),
         blocking(move || topics::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
     );
     let backends = vec![

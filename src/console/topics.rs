@@ -82,13 +82,20 @@ pub fn trace_event_of(m: &BorrowedMessage<'_>) -> Option<TraceEvent> {
 
 /// The settings of a reader that reads by assignment only (no group membership, no commits).
 pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &config.kafka.bootstrap_servers)
         // A group id is required by the client library; it is never joined or committed to.
-        .set("group.id", format!("idemguard-console-{purpose}-{}", std::process::id()))
+        // Unique per reader, like the client id: readers of one process must never share
+        // broker-side state (fetch sessions, coordinators) with each other.
+        .set("group.id", format!("idemguard-console-{purpose}-{tag}"))
+        .set("client.id", format!("idemguard-console-{purpose}-{tag}"))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
+        // Should a start offset ever be refused, start over from the beginning rather than skip
+        // to the end: the console must not miss the messages it exists to show.
+        .set("auto.offset.reset", "earliest")
         .set("log_level", "0");
     c
 }
@@ -173,12 +180,17 @@ pub fn read_to_end(
     }
     let started = Instant::now();
     let mut read = 0u64;
-    while !remaining.is_empty() {
+    // Done when every partition reached the mark seen at the start AND one poll came back empty:
+    // some brokers (tansu) report a high watermark that counts record batches, not records, so
+    // the mark alone can stop a read early; the idle poll says the reader has really caught up.
+    let mut idle = false;
+    while !(remaining.is_empty() && idle) {
         if started.elapsed() > deadline {
             anyhow::bail!("kafka {servers}: reading {topic} took longer than {deadline:?} ({read} messages read)");
         }
-        match consumer.poll(Duration::from_millis(200)) {
+        match consumer.poll(Duration::from_millis(if remaining.is_empty() { 300 } else { 200 })) {
             Some(Ok(m)) => {
+                idle = false;
                 read += 1;
                 each(&m);
                 if let Some(high) = remaining.get(&m.partition()) {
@@ -189,6 +201,7 @@ pub fn read_to_end(
             }
             Some(Err(e)) => anyhow::bail!("kafka {servers}: reading {topic}: {e}"),
             None => {
+                idle = true;
                 // Nothing for a while: a partition whose position already passed its mark is done.
                 if let Ok(pos) = consumer.position() {
                     for e in pos.elements() {

@@ -15,7 +15,7 @@ use crate::contracts::now_ms;
 use super::app::{App, Health, Input, Level};
 use super::backend::BackendId;
 use super::columns::{self, Column};
-use super::format::{age, short};
+use super::format::age;
 use super::keymap::{self, View, KEYMAP};
 
 pub fn env_color(name: &str) -> Color {
@@ -126,8 +126,10 @@ fn titled(title: String) -> Block<'static> {
 }
 
 /// A table of which only the rows on screen are built: `cells(i)` is called for those alone.
-fn windowed_table(f: &mut Frame<'_>, area: Rect, block: Block<'_>, cols: &[Column], total: usize, selected: usize, mut cells: impl FnMut(usize) -> (Vec<String>, Style)) {
+fn windowed_table(f: &mut Frame<'_>, area: Rect, block: Block<'_>, cols: &[Column], total: usize, selected: Option<usize>, mut cells: impl FnMut(usize) -> (Vec<String>, Style)) {
     let inner_height = area.height.saturating_sub(3) as usize; // borders + header
+    let highlight = selected.is_some() && total > 0;
+    let selected = selected.unwrap_or(0).min(total.saturating_sub(1));
     let offset = if inner_height == 0 || selected < inner_height { 0 } else { selected + 1 - inner_height };
     let end = (offset + inner_height).min(total);
     let rows: Vec<Row<'_>> = (offset..end)
@@ -139,7 +141,7 @@ fn windowed_table(f: &mut Frame<'_>, area: Rect, block: Block<'_>, cols: &[Colum
     let widths: Vec<Constraint> = cols.iter().map(|c| if c.width == 0 { Constraint::Fill(1) } else { Constraint::Length(c.width) }).collect();
     let header = Row::new(cols.iter().map(|c| Cell::from(c.header))).style(HEADER);
     let table = Table::new(rows, widths).header(header).block(block).row_highlight_style(SELECTED).column_spacing(1);
-    let mut state = TableState::default().with_selected((total > 0).then(|| selected.min(total - 1) - offset));
+    let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
     f.render_stateful_widget(table, area, &mut state);
 }
 
@@ -171,7 +173,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         f.render_widget(Paragraph::new(text).block(titled(" Trace ".into())), area);
         return;
     };
-    let [summary, table, detail] = Layout::vertical([Constraint::Length(5), Constraint::Fill(1), Constraint::Length(8)]).areas(area);
+    let [summary, table, detail] = Layout::vertical([Constraint::Length(6), Constraint::Fill(1), Constraint::Length(7)]).areas(area);
 
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("{} ", t.kind.replace('_', " ")), DIM),
@@ -201,7 +203,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     let events: Vec<String> = t
         .events
         .iter()
-        .map(|e| format!("{} ×{} in kafka → processed {} · points {} · notifications {}", short(&e.event_id, 13), e.kafka_copies, e.processed_rows, e.points_rows, e.notification_rows))
+        .map(|e| format!("{} ×{} in kafka → processed {} · points {} · notifications {}", e.event_id, e.kafka_copies, e.processed_rows, e.points_rows, e.notification_rows))
         .collect();
     lines.push(Line::from(vec![Span::styled("payment events: ", DIM), Span::raw(if events.is_empty() { "none".into() } else { events.join(" | ") })]));
     f.render_widget(Paragraph::new(lines).block(titled(" Trace ".into())), summary);
@@ -209,7 +211,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     let rows = app.timeline_rows();
     let selected = app.selected(View::Trace).min(rows.len().saturating_sub(1));
     let title = format!(" Timeline, oldest first [{}] ", filter_note(app, View::Trace, rows.len(), t.entries.len()));
-    windowed_table(f, table, titled(title), columns::TIMELINE, rows.len(), selected, |i| {
+    windowed_table(f, table, titled(title), columns::TIMELINE, rows.len(), Some(selected), |i| {
         let (entry, cells) = &rows[i];
         let e = &t.entries[*entry];
         let style = if e.stopped_by.is_some() {
@@ -273,7 +275,7 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(Paragraph::new(vec![line1, Line::from(nodes)]), summary);
     let rows = app.filtered.get(&View::Locks).cloned().unwrap_or_default();
     let title = format!(" Locks [{}] ", filter_note(app, View::Locks, rows.len(), scan.locks.len()));
-    windowed_table(f, table, titled(title), columns::LOCKS, rows.len(), app.selected(View::Locks), |i| {
+    windowed_table(f, table, titled(title), columns::LOCKS, rows.len(), Some(app.selected(View::Locks)), |i| {
         let l = &scan.locks[rows[i]];
         let style = if l.flags.iter().any(|f| matches!(f, super::locks::LockFlag::DeadOwner | super::locks::LockFlag::NoQuorum)) {
             Style::new().fg(Color::Red)
@@ -309,13 +311,13 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
     let rows = app.rate_rows();
     let title = format!(" Interceptions per minute, last 60 minutes [{}] ", filter_note(app, View::Rates, rows.len(), rates.series.len()));
-    windowed_table(f, table, titled(title), columns::RATES, rows.len(), app.selected(View::Rates), |i| {
+    windowed_table(f, table, titled(title), columns::RATES, rows.len(), Some(app.selected(View::Rates)), |i| {
         let busy = rows[i][3] != "0";
         (rows[i].clone(), if busy { Style::new().fg(Color::Yellow) } else { DIM })
     });
     match &app.lag {
         Some(Ok(l)) => {
-            windowed_table(f, lag, titled(" Consumer lag per partition ".into()), columns::LAG, l.len(), usize::MAX / 2, |i| {
+            windowed_table(f, lag, titled(" Consumer lag per partition ".into()), columns::LAG, l.len(), None, |i| {
                 let style = if l[i].lag > 0 { Style::new().fg(Color::Yellow) } else { Style::new() };
                 (columns::lag_cells(&l[i]), style)
             });
@@ -351,7 +353,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
     let rows = app.filtered.get(&View::Stuck).cloned().unwrap_or_default();
     let title = format!(" Stuck records [{}] ", filter_note(app, View::Stuck, rows.len(), stuck.len()));
-    windowed_table(f, table, titled(title), columns::STUCK, rows.len(), app.selected(View::Stuck), |i| {
+    windowed_table(f, table, titled(title), columns::STUCK, rows.len(), Some(app.selected(View::Stuck)), |i| {
         let s = &stuck[rows[i]];
         let style = if s.owner_alive == Some(false) { Style::new().fg(Color::Red) } else { Style::new() };
         (columns::stuck_cells(s, now), style)
@@ -378,12 +380,16 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                 Span::styled(format!("   {}", hint.join("  ")), DIM),
             ])
         }
-        Input::Filter(s) => Line::from(vec![
-            Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
-            Span::raw(s.clone()),
-            Span::styled("█", Style::new().fg(Color::Cyan)),
-            Span::styled("   filter · !text inverts · enter applies · esc cancels", DIM),
-        ]),
+        Input::Filter(s) => {
+            let current = app.filter(app.view);
+            let now = if current.is_empty() { "none".to_string() } else { format!("/{}", current.typed()) };
+            Line::from(vec![
+                Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+                Span::raw(s.clone()),
+                Span::styled("█", Style::new().fg(Color::Cyan)),
+                Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.view.title()), DIM),
+            ])
+        }
         Input::Normal => match &app.message {
             Some((m, level, _)) => Line::from(Span::styled(
                 format!(" {m}"),
