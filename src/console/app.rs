@@ -199,11 +199,9 @@ impl App {
                         Input::Normal => {}
                     }
                 }
-                KeyCode::Backspace => {
-                    if line.pop().is_none() {
-                        self.input = Input::Normal;
-                    }
-                }
+                // Backspace on an empty line leaves it, as in k9s.
+                KeyCode::Backspace if line.pop().is_none() => self.input = Input::Normal,
+                KeyCode::Backspace => {}
                 KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
                 KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => line.clear(),
                 KeyCode::Tab => {

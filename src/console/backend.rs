@@ -377,11 +377,8 @@ fn start_reader(
                         }
                         first.get_or_insert_with(std::time::Instant::now);
                     }
-                    Some(Err(e)) => {
-                        if tx.blocking_send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).is_err() {
-                            return;
-                        }
-                    }
+                    Some(Err(e)) if tx.blocking_send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).is_err() => return,
+                    Some(Err(_)) => {}
                     None => {}
                 }
                 let due = events.len() >= BATCH || payments.len() >= BATCH || first.is_some_and(|t| t.elapsed() >= flush_after);
