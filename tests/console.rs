@@ -51,10 +51,12 @@ async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &str, 
             app.apply(u);
         }
     }
+    app.refresh_views();
 }
 
 /// Draw the app and return the screen as text.
-fn screen(app: &App, width: u16, height: u16) -> String {
+fn screen(app: &mut App, width: u16, height: u16) -> String {
+    app.refresh_views();
     let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
     t.draw(|f| ui::draw(f, app)).unwrap();
     let buf = t.backend().buffer().clone();
@@ -160,7 +162,7 @@ async fn trace_view(dialect: Dialect) {
     assert!(kafka[2].ends_with("copy 3 of 3"), "{kafka:?}");
 
     pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
-    snapshot!(format!("trace_view_{}", dialect.dir()), screen(&app, 170, 46));
+    snapshot!(format!("trace_view_{}", dialect.dir()), screen(&mut app, 170, 46));
 
     // The requestId and the eventId resolve to the same order.
     for id in [inc.request_id.clone(), inc.event_id.clone()] {
@@ -245,7 +247,7 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     assert_eq!(s.quorum.map(|q| (q.agreeing, q.reached)), Some((1, false)));
     assert!(s.flags.iter().any(|f| f.as_str() == "no_quorum"));
     pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
-    snapshot!("locks_view", screen(&app, 170, 20));
+    snapshot!("locks_view", screen(&mut app, 170, 20));
 
     // Enter on the order's lock traces the order.
     let row = app.filtered[&View::Locks].iter().position(|i| scan.locks[*i].key == live.key).unwrap();
@@ -307,14 +309,14 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     assert_eq!((s[0].owner_alive, s[0].order_exists), (Some(false), false));
     assert_eq!((s[1].owner_alive, s[1].order_exists, s[1].order_status.as_deref()), (Some(true), true, Some("CREATED")));
     pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
-    snapshot!("stuck_view", screen(&app, 170, 12));
+    snapshot!("stuck_view", screen(&mut app, 170, 12));
 
     app.run_command("rates");
     pump_until(&mut app, &mut b.updates, "the trace topic read and the lag", |a| {
         a.trace_log.events_seen == 10 && matches!(&a.lag, Some(Ok(l)) if !l.is_empty())
     })
     .await;
-    snapshot!("rates_view", screen(&app, 170, 28));
+    snapshot!("rates_view", screen(&mut app, 170, 28));
     b.shutdown().await;
 
     // Headless stuck, field by field.
@@ -379,13 +381,13 @@ async fn scripted_keys_trace_filter_switch_views() {
     assert_eq!(app.row_count(View::Trace), 3);
     type_str(&mut app, "/");
     assert_eq!(app.input, Input::Filter(String::new()));
-    assert!(screen(&app, 170, 46).contains("now /kafka"), "the filter line says what the view's filter is");
+    assert!(screen(&mut app, 170, 46).contains("now /kafka"), "the filter line says what the view's filter is");
     press(&mut app, KeyCode::Esc);
     assert_eq!(app.row_count(View::Trace), 3, "esc leaves the filter as it was");
     type_str(&mut app, "/!kafka");
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.row_count(View::Trace), INCIDENT_ENTRIES - 3);
-    assert!(screen(&app, 170, 46).contains("filter /!kafka"));
+    assert!(screen(&mut app, 170, 46).contains("filter /!kafka"));
 
     // Switch views: the filter stays with the Trace view.
     press(&mut app, KeyCode::Tab);
@@ -419,7 +421,7 @@ async fn scripted_keys_trace_filter_switch_views() {
 
     // Help generated from the keymap; any key closes it.
     press(&mut app, KeyCode::Char('?'));
-    let help = screen(&app, 170, 46);
+    let help = screen(&mut app, 170, 46);
     assert!(help.contains("Help") && help.contains(":trace ID") && help.contains("aliases :t :tr") && help.contains("copy the selected ID"), "{help}");
     press(&mut app, KeyCode::Char('x'));
     assert!(!app.show_help);
@@ -427,12 +429,12 @@ async fn scripted_keys_trace_filter_switch_views() {
     // Unknown command: said, nothing else changes.
     type_str(&mut app, ":pods");
     press(&mut app, KeyCode::Enter);
-    assert!(screen(&app, 170, 46).contains("unknown command `pods`"));
+    assert!(screen(&mut app, 170, 46).contains("unknown command `pods`"));
 
     // Pause: the collectors are told and the header says so; +/- step the refresh period.
     press(&mut app, KeyCode::Char(' '));
     assert!(app.paused && b.focus.borrow().paused);
-    assert!(screen(&app, 170, 46).contains("PAUSED"));
+    assert!(screen(&mut app, 170, 46).contains("PAUSED"));
     press(&mut app, KeyCode::Char(' '));
     assert!(!b.focus.borrow().paused);
     app.run_command("refresh 1s");
@@ -510,7 +512,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     // The last good data stays on screen, with its age.
     assert_eq!(app.locks.as_ref().unwrap().locks.len(), 2);
     pump_until(&mut app, &mut b.updates, "every other backend up", |a| all_up_but(a, Some(BackendId::Redis))).await;
-    let s = screen(&app, 170, 20);
+    let s = screen(&mut app, 170, 20);
     assert!(s.contains("redis DOWN") && s.contains("last good data"), "{s}");
     snapshot!("locks_view_redis_down", s);
 

@@ -21,6 +21,9 @@ use super::store::{PaymentIndex, TraceLog};
 use super::timeline::{self, Timeline, TimelineInputs};
 use super::topics::PartitionLag;
 
+/// How often the timeline's relative times (ages, PTTLs) are recomputed without new data.
+const TIMELINE_AGES: Duration = Duration::from_millis(500);
+
 /// A view's filter: case-insensitive text; `invert` keeps the rows that do NOT contain it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
@@ -108,6 +111,11 @@ pub struct App {
 
     /// Rows of the Locks and Stuck views that pass their filter (indices into the data).
     pub filtered: BTreeMap<View, Vec<usize>>,
+    /// The trace view's timeline as last built ([`App::refresh_views`]): rebuilt when its data
+    /// changed or its relative times aged, never more than once per frame.
+    pub trace_view: Option<Timeline>,
+    trace_stale: bool,
+    trace_built_at: Option<Instant>,
     /// The last text copied with `y` (and written to the terminal as OSC 52).
     pub copied: Option<String>,
     clipboard_out: Option<String>,
@@ -147,6 +155,9 @@ impl App {
             stuck: None,
             live_instances: None,
             filtered: BTreeMap::new(),
+            trace_view: None,
+            trace_stale: true,
+            trace_built_at: None,
             copied: None,
             clipboard_out: None,
             focus,
@@ -293,6 +304,7 @@ impl App {
             self.trace_keys = None;
             self.selected.insert(View::Trace, 0);
         }
+        self.trace_stale = true;
         let kind = timeline::kind_of(&TraceTarget::classify(&id)).replace('_', " ");
         self.say(format!("tracing {kind} {id}"), Level::Info);
         self.publish_focus();
@@ -417,6 +429,7 @@ impl App {
                     self.ok(backend);
                     if self.trace_query.as_deref() == Some(query.as_str()) {
                         self.trace_rows = Some(rows);
+                        self.trace_stale = true;
                         self.publish_focus();
                     }
                 }
@@ -450,6 +463,7 @@ impl App {
                 Ok(k) => {
                     if ids == self.resolved_ids() {
                         self.trace_keys = Some(k);
+                        self.trace_stale = true;
                     }
                 }
                 Err(e) => self.down(backend, e),
@@ -459,6 +473,7 @@ impl App {
                 for e in events {
                     self.trace_log.ingest(e);
                 }
+                self.trace_stale = true;
                 self.publish_focus();
             }
             Update::TraceTopic(Ok(p)) => {
@@ -471,6 +486,7 @@ impl App {
                 for m in msgs {
                     self.payments.ingest(m);
                 }
+                self.trace_stale = true;
                 self.publish_focus();
             }
             Update::PaymentTopic { progress, lag } => {
@@ -586,9 +602,25 @@ impl App {
         }))
     }
 
+    /// Rebuild what the views show from the stores, when it changed or aged: called before each
+    /// frame, so the (linear) search of the trace log runs at most once per frame and not at all
+    /// when nothing changed.
+    pub fn refresh_views(&mut self) {
+        if self.trace_query.is_none() {
+            self.trace_view = None;
+            return;
+        }
+        let aged = !self.paused && self.trace_built_at.is_none_or(|t| t.elapsed() >= TIMELINE_AGES);
+        if self.trace_stale || aged || self.trace_view.is_none() {
+            self.trace_view = self.timeline();
+            self.trace_stale = false;
+            self.trace_built_at = Some(Instant::now());
+        }
+    }
+
     /// The trace view's rows after its filter: (entry index, cells).
     pub fn timeline_rows(&self) -> Vec<(usize, Vec<String>)> {
-        let Some(t) = self.timeline() else { return Vec::new() };
+        let Some(t) = &self.trace_view else { return Vec::new() };
         let f = self.filter(View::Trace);
         let needle = f.text.to_lowercase();
         t.entries.iter().enumerate().map(|(i, e)| (i, columns::timeline_cells(e))).filter(|(_, c)| columns::passes(c, &needle, f.invert)).collect()

@@ -92,6 +92,7 @@ where
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    app.refresh_views();
     terminal.draw(|f| ui::draw(f, app))?;
     loop {
         tokio::select! {
@@ -105,6 +106,7 @@ where
             _ = render.tick() => {
                 if app.dirty {
                     app.dirty = false;
+                    app.refresh_views();
                     terminal.draw(|f| ui::draw(f, app))?;
                 }
             }

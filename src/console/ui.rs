@@ -159,7 +159,7 @@ fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let Some(t) = app.timeline() else {
+    let Some(t) = &app.trace_view else {
         let text = vec![
             Line::from(""),
             Line::from(Span::styled("Trace one orderNo, requestId or eventId across every layer", Style::new().add_modifier(Modifier::BOLD))),
