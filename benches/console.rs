@@ -202,6 +202,15 @@ async fn run() {
     results.push(Row { what: "  (same client, no scan running: max)".into(), target: "-".into(), measured: format!("{:.2} ms", median(baseline_max)), ratio: "-".into() });
     results.push(Row { what: "  GETs over 5 ms during all scans".into(), target: "0".into(), measured: slow_total.to_string(), ratio: "-".into() });
 
+    // ---- the real console's resident memory, 100,000 locks on screen ---------------------------
+    match real_console_rss(&config, lock_count) {
+        Ok((rss, hwm)) => {
+            results.push(row(&format!("resident memory of `idemguard console` showing {lock_count} locks (VmRSS)"), 150.0, rss, "MB"));
+            results.push(Row { what: "  its peak (VmHWM)".into(), target: "-".into(), measured: format!("{hwm:.0} MB"), ratio: "-".into() });
+        }
+        Err(e) => println!("the real console could not be measured: {e}"),
+    }
+
     // ---- frame render of a 10,000-row table ---------------------------------------------------
     let mut app = App::new(&config, None);
     app.apply(Update::Locks(synthetic_scan(10_000)));
@@ -240,23 +249,23 @@ async fn run() {
     println!("resident memory before the stores are full: {:.0} MB", rss_mb().0);
     app.apply(Update::Locks(scan.take().unwrap()));
     println!("resident memory with the 100,000-lock scan applied: {:.0} MB", rss_mb().0);
-    let msgs: Vec<PaymentMessage> = (0..idemguard::console::store::PAYMENT_MESSAGES_KEPT as i64)
-        .map(|i| PaymentMessage {
-            topic: "payment.succeeded".into(),
-            partition: (i % 3) as i32,
-            offset: i,
-            timestamp_ms: Some(now),
-            order_no: Some(order_no(i + 1)),
-            request_id: Some(request_id(i + 1)),
-            event_id: Some(format!("evt-{i}-0")),
-            pay_no: Some(format!("PAY{i}")),
-            payload_ok: true,
-        })
-        .collect();
-    for chunk in msgs.chunks(500) {
-        app.apply(Update::PaymentMessages(chunk.to_vec()));
+    let kept = idemguard::console::store::PAYMENT_MESSAGES_KEPT as i64;
+    for start in (0..kept).step_by(500) {
+        let chunk: Vec<PaymentMessage> = (start..(start + 500).min(kept))
+            .map(|i| PaymentMessage {
+                topic: "payment.succeeded".into(),
+                partition: (i % 3) as i32,
+                offset: i,
+                timestamp_ms: Some(now),
+                order_no: Some(order_no(i + 1)),
+                request_id: Some(request_id(i + 1)),
+                event_id: Some(format!("0193a1c2-7f3e-7c1a-9d2b-{i:012}")),
+                pay_no: Some(format!("PAY{i}")),
+                payload_ok: true,
+            })
+            .collect();
+        app.apply(Update::PaymentMessages(chunk));
     }
-    drop(msgs);
     println!("resident memory with the payment index full: {:.0} MB", rss_mb().0);
     app.run_command("locks");
     let _ = render_rounds(&mut app, "locks view, 100,000 rows (the real scan)");
@@ -399,6 +408,50 @@ async fn probe_latency(url: String, limit: Duration, stop: Option<std::sync::Arc
     })
     .await
     .unwrap()
+}
+
+/// Starts the release binary's `idemguard console` in tmux against the bench's database and
+/// Redis, waits until it lists every lock, and reads its resident memory (max over 3 s).
+fn real_console_rss(config: &Config, lock_count: usize) -> Result<(f64, f64), String> {
+    let session = format!("igbench{}", std::process::id());
+    let script = format!(
+        "export IDEMGUARD_CONFIG={dir}/config/local.toml IDEMGUARD_DATABASE__URL='{db}' IDEMGUARD_REDIS__URL='{redis}' IDEMGUARD_REDIS__REDLOCK_NODES=''; exec {bin} console",
+        dir = env!("CARGO_MANIFEST_DIR"),
+        db = config.database.url,
+        redis = config.redis.url,
+        bin = env!("CARGO_BIN_EXE_idemguard"),
+    );
+    let tmux = |args: &[&str]| std::process::Command::new("tmux").args(args).output().map_err(|e| format!("tmux: {e}"));
+    tmux(&["new-session", "-d", "-s", &session, "-x", "200", "-y", "50", "bash", "-c", &script])?;
+    let pid: u32 = String::from_utf8_lossy(&tmux(&["list-panes", "-t", &session, "-F", "#{pane_pid}"])?.stdout).trim().parse().map_err(|e| format!("pane pid: {e}"))?;
+    tmux(&["send-keys", "-t", &session, "2"])?;
+    let want = format!("{lock_count} locks");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"])?.stdout).into_owned();
+        if screen.contains(&want) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = tmux(&["kill-session", "-t", &session]);
+            return Err(format!("the console did not list {want} within 60 s:\n{screen}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut rss: f64 = 0.0;
+    let mut hwm: f64 = 0.0;
+    for _ in 0..15 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |name: &str| status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0;
+        rss = rss.max(field("VmRSS:"));
+        hwm = hwm.max(field("VmHWM:"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = tmux(&["send-keys", "-t", &session, "q"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = tmux(&["kill-session", "-t", &session]);
+    println!("idemguard console (pid {pid}) showing {want}: VmRSS {rss:.0} MB, VmHWM {hwm:.0} MB");
+    Ok((rss, hwm))
 }
 
 fn render_rounds(app: &mut App, what: &str) -> f64 {

@@ -242,22 +242,37 @@ async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::
             return;
         }
     };
+    // The full lock scan runs at most every refresh period and never more than a third of the
+    // time (a scan of 100,000 keys takes about a second): the console must not become the load on
+    // the Redis it watches. The keys of the trace in focus are read every period.
+    let mut next_scan = tokio::time::Instant::now();
     loop {
         let f = focus.borrow_and_update().clone();
         if !f.paused {
-            let scan = match tokio::time::timeout(POLL_TIMEOUT * 6, locks::scan_locks(&mut main, &mut redlock)).await {
-                Ok(s) => s,
-                Err(_) => {
-                    main.forget_connection();
-                    LockScan {
-                        nodes: vec![locks::NodeScan { node: main.name.clone(), role: "main", ok: false, error: Some(format!("redis node {}: the lock scan did not finish within {:?}", main.name, POLL_TIMEOUT * 6)), keys: 0, scan_ms: 0.0 }],
-                        read_at_ms: now_ms(),
-                        ..Default::default()
+            if tokio::time::Instant::now() >= next_scan {
+                let started = tokio::time::Instant::now();
+                let scan = match tokio::time::timeout(POLL_TIMEOUT * 6, locks::scan_locks(&mut main, &mut redlock)).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        main.forget_connection();
+                        LockScan {
+                            nodes: vec![locks::NodeScan {
+                                node: main.name.clone(),
+                                role: "main",
+                                ok: false,
+                                error: Some(format!("redis node {}: the lock scan did not finish within {:?}", main.name, POLL_TIMEOUT * 6)),
+                                keys: 0,
+                                scan_ms: 0.0,
+                            }],
+                            read_at_ms: now_ms(),
+                            ..Default::default()
+                        }
                     }
+                };
+                next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
+                if tx.send(Update::Locks(scan)).await.is_err() {
+                    return;
                 }
-            };
-            if tx.send(Update::Locks(scan)).await.is_err() {
-                return;
             }
             if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
                 let ids = f.ids.clone();

@@ -15,7 +15,7 @@ use crate::contracts::{keys, LockHolder};
 
 /// Keys asked for per `SCAN` call; small enough that one call costs the server well under a
 /// millisecond, so other clients are never held up by the console.
-pub const SCAN_COUNT: usize = 1000;
+pub const SCAN_COUNT: usize = 500;
 
 /// One Redis server the console reads: the main one or a RedLock node.
 #[derive(Clone)]
@@ -182,11 +182,26 @@ impl LockScan {
     }
 }
 
-/// (key, value, pttl) of one node.
-type NodeKeys = Vec<(String, Option<Vec<u8>>, i64)>;
+/// One lock key as read from one node.
+#[derive(Debug, Clone)]
+pub struct ScannedKey {
+    pub key: String,
+    pub value: String,
+    pub pttl: i64,
+    /// `fence:{key}` on the same node, when it was asked for.
+    pub fence: Option<i64>,
+}
 
-/// `SCAN` for `pattern` with [`SCAN_COUNT`], then GET + PTTL of each batch in one pipeline.
-pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str) -> redis::RedisResult<NodeKeys> {
+type NodeKeys = Vec<ScannedKey>;
+
+fn into_text(b: Vec<u8>) -> String {
+    String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// `SCAN` for `pattern` with [`SCAN_COUNT`], then GET + PTTL (+ the fence counter when
+/// `with_fence`) of each batch in one pipeline. Between batches the scan yields a moment, so it
+/// is never a burst other clients queue behind.
+pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_fence: bool) -> redis::RedisResult<NodeKeys> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -196,22 +211,25 @@ pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str) -> red
             let mut pipe = redis::pipe();
             for k in &batch {
                 pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
-            }
-            let answers: Vec<redis::Value> = pipe.query_async(conn).await?;
-            for (k, pair) in batch.into_iter().zip(answers.chunks(2)) {
-                let value = match &pair[0] {
-                    redis::Value::BulkString(b) => Some(b.clone()),
-                    redis::Value::SimpleString(s) => Some(s.clone().into_bytes()),
-                    _ => None, // expired between SCAN and GET, or not a string
-                };
-                let pttl = match &pair[1] {
-                    redis::Value::Int(n) => *n,
-                    _ => -2,
-                };
-                if value.is_some() {
-                    out.push((k, value, pttl));
+                if with_fence {
+                    pipe.cmd("GET").arg(keys::fence(k));
                 }
             }
+            let answers: Vec<redis::Value> = pipe.query_async(conn).await?;
+            let mut answers = answers.into_iter();
+            for k in batch {
+                let (value, pttl) = (answers.next(), answers.next());
+                let fence = if with_fence { answers.next() } else { None };
+                let value = match value {
+                    Some(redis::Value::BulkString(b)) => into_text(b),
+                    Some(redis::Value::SimpleString(s)) => s,
+                    _ => continue, // expired between SCAN and GET, or not a string
+                };
+                let pttl = if let Some(redis::Value::Int(n)) = pttl { n } else { -2 };
+                let fence = fence.as_ref().and_then(value_string).and_then(|f| f.parse().ok());
+                out.push(ScannedKey { key: k, value, pttl, fence });
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
         }
         cursor = next;
         if cursor == 0 {
@@ -249,7 +267,7 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
     let t = Instant::now();
     let main_result = async {
         let mut c = main.conn().await?;
-        main_keys = scan_values(&mut c, keys::LOCK_PATTERN).await.map_err(|e| main.error(e))?;
+        main_keys = scan_values(&mut c, keys::LOCK_PATTERN, true).await.map_err(|e| main.error(e))?;
         scan.live_instances = Some(live_instances(&mut c).await.map_err(|e| main.error(e))?);
         anyhow::Ok(c)
     }
@@ -257,14 +275,15 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
     match main_result {
         Ok(c) => {
             scan.nodes.push(NodeScan { node: main.name.clone(), role: "main", ok: true, error: None, keys: main_keys.len(), scan_ms: ms(t) });
-            // Fence counters for every lock key seen anywhere, read from the main Redis.
-            let mut all: BTreeSet<String> = main_keys.iter().map(|(k, _, _)| k.clone()).collect();
+            // Fence counters of the RedLock keys, read from the main Redis (the main keys' own
+            // came with them).
+            let mut all: BTreeSet<String> = BTreeSet::new();
             let mut per_node: Vec<(String, Result<NodeKeys, String>, f64)> = Vec::new();
             for node in redlock.iter_mut() {
                 let t = Instant::now();
                 let r = read_node(node).await;
                 if let Ok(keys) = &r {
-                    all.extend(keys.iter().map(|(k, _, _)| k.clone()));
+                    all.extend(keys.iter().map(|k| k.key.clone()));
                 }
                 per_node.push((node.name.clone(), r, ms(t)));
             }
@@ -293,7 +312,7 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
 async fn read_node(node: &mut RedisNode) -> Result<NodeKeys, String> {
     let r = async {
         let mut c = node.conn().await?;
-        scan_values(&mut c, keys::LOCK_PATTERN).await.map_err(|e| node.error(e))
+        scan_values(&mut c, keys::LOCK_PATTERN, false).await.map_err(|e| node.error(e))
     }
     .await;
     if r.is_err() {
@@ -323,9 +342,9 @@ async fn read_fences(conn: &mut MultiplexedConnection, lock_keys: &BTreeSet<Stri
 fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Result<NodeKeys, String>, f64)>, fences: &BTreeMap<String, i64>) {
     let live = scan.live_instances.clone();
     let read_at = scan.read_at_ms;
-    for (key, value, pttl) in main_keys {
-        let value = String::from_utf8_lossy(value.as_deref().unwrap_or_default()).into_owned();
-        scan.locks.push(lock_row(key, "single", value, pttl, read_at, live.as_ref(), fences, Vec::new(), None));
+    scan.locks.reserve(main_keys.len());
+    for k in main_keys {
+        scan.locks.push(lock_row(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None));
     }
     // RedLock: group each key over the nodes that answered.
     let node_count = per_node.len();
@@ -334,9 +353,8 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
         match r {
             Ok(keys) => {
                 scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: true, error: None, keys: keys.len(), scan_ms: *t });
-                for (k, v, pttl) in keys {
-                    let v = String::from_utf8_lossy(v.as_deref().unwrap_or_default()).into_owned();
-                    by_key.entry(k.clone()).or_default().insert(name.clone(), (v, *pttl));
+                for k in keys {
+                    by_key.entry(k.key.clone()).or_default().insert(name.clone(), (k.value.clone(), k.pttl));
                 }
             }
             Err(e) => scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: false, error: Some(e.clone()), keys: 0, scan_ms: *t }),
@@ -359,7 +377,8 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
             })
             .collect();
         let pttl = nodes.iter().filter(|n| n.agrees).map(|n| n.pttl_ms).filter(|p| *p != -2).min_by_key(|p| if *p < 0 { i64::MAX } else { *p }).unwrap_or(-2);
-        scan.locks.push(lock_row(key, "redlock", majority, pttl, read_at, live.as_ref(), fences, nodes, Some(quorum)));
+        let fence = fences.get(&key).copied();
+        scan.locks.push(lock_row(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)));
     }
     scan.locks.sort_by(|a, b| a.key.cmp(&b.key).then(a.scope.cmp(b.scope)));
 }
@@ -372,7 +391,7 @@ fn lock_row(
     pttl_ms: i64,
     read_at_ms: i64,
     live: Option<&BTreeSet<String>>,
-    fences: &BTreeMap<String, i64>,
+    fence_counter: Option<i64>,
     nodes: Vec<NodeHolding>,
     quorum: Option<Quorum>,
 ) -> LockRow {
@@ -394,7 +413,7 @@ fn lock_row(
     if quorum.is_some_and(|q| !q.reached) {
         flags.push(LockFlag::NoQuorum);
     }
-    LockRow { fence_counter: fences.get(&key).copied(), key, scope, value, holder, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
+    LockRow { fence_counter, key, scope, value, holder, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
 }
 
 fn ms(t: Instant) -> f64 {
@@ -455,7 +474,23 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
         }
         pipe.cmd("PING"); // keeps the pipeline non-empty when no ID is known yet
         let answers: Vec<redis::Value> = pipe.query_async(&mut c).await?;
-        let live = live_instances(&mut c).await?;
+        // Liveness of the holders only (EXISTS instance:{id}), never a SCAN of every heartbeat:
+        // a trace must stay fast whatever the size of the keyspace.
+        let holders: BTreeSet<String> = answers
+            .iter()
+            .filter_map(value_string)
+            .filter_map(|v| LockHolder::from_value(&v))
+            .map(|h| h.instance)
+            .collect();
+        let mut live = BTreeSet::new();
+        if !holders.is_empty() {
+            let mut pipe = redis::pipe();
+            for h in &holders {
+                pipe.cmd("EXISTS").arg(keys::instance(h));
+            }
+            let exists: Vec<bool> = pipe.query_async(&mut c).await?;
+            live.extend(holders.into_iter().zip(exists).filter(|(_, e)| *e).map(|(h, _)| h));
+        }
         redis::RedisResult::Ok((answers, fast, live))
     }
     .await;
@@ -474,7 +509,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
         }
         if let Some(v) = value_string(v) {
             let pttl = if let redis::Value::Int(n) = pttl { *n } else { -2 };
-            out.locks.push(lock_row(k.clone(), "single", v, pttl, read_at_ms, Some(&live), &fences, Vec::new(), None));
+            out.locks.push(lock_row(k.clone(), "single", v, pttl, read_at_ms, Some(&live), fences.get(k).copied(), Vec::new(), None));
         }
     }
     if let Some(f) = fast {
@@ -500,7 +535,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 for (k, pair) in lock_keys.iter().zip(answers.chunks(2)) {
                     if let Some(v) = value_string(&pair[0]) {
                         let pttl = if let redis::Value::Int(n) = &pair[1] { *n } else { -2 };
-                        found.push((k.clone(), Some(v.into_bytes()), pttl));
+                        found.push(ScannedKey { key: k.clone(), value: v, pttl, fence: None });
                     }
                 }
                 anyhow::Ok(found)
@@ -511,6 +546,24 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 out.node_errors.push(format!("{e:#}"));
             }
             per_node.push((node.name.clone(), r.map_err(|e| format!("{e:#}")), ms(t)));
+        }
+        // Holders seen only on the RedLock nodes: their heartbeats too (on the main Redis).
+        let mut live = live;
+        let extra: BTreeSet<String> = per_node
+            .iter()
+            .filter_map(|(_, r, _)| r.as_ref().ok())
+            .flatten()
+            .filter_map(|k| LockHolder::from_value(&k.value))
+            .map(|h| h.instance)
+            .filter(|i| !live.contains(i))
+            .collect();
+        if !extra.is_empty() {
+            let mut pipe = redis::pipe();
+            for h in &extra {
+                pipe.cmd("EXISTS").arg(keys::instance(h));
+            }
+            let exists: Vec<bool> = pipe.query_async(&mut c).await.map_err(|e| main.error(e))?;
+            live.extend(extra.into_iter().zip(exists).filter(|(_, e)| *e).map(|(h, _)| h));
         }
         let mut scan = LockScan { read_at_ms, live_instances: Some(live), ..Default::default() };
         finish(&mut scan, Vec::new(), per_node, &fences);

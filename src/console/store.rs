@@ -3,6 +3,7 @@
 //! Collection fills these; the views only read them (collection → store → widget).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -13,7 +14,7 @@ use super::topics::PaymentMessage;
 /// Trace events kept in memory; older ones are forgotten (the rates keep their counts).
 pub const TRACE_EVENTS_KEPT: usize = 100_000;
 /// Payment messages kept in the index.
-pub const PAYMENT_MESSAGES_KEPT: usize = 200_000;
+pub const PAYMENT_MESSAGES_KEPT: usize = 100_000;
 /// Minutes of interception rates.
 pub const RATE_WINDOW_MINUTES: usize = 60;
 
@@ -147,62 +148,116 @@ pub struct RateTable {
     pub events_seen: u64,
 }
 
-/// The payment messages by orderNo, and which order each eventId belongs to.
+/// One payment message as the index keeps it: the orderNo is the index's key and the topic is
+/// the index's, so neither is stored per message (a console follows one payment topic).
+#[derive(Debug, Clone)]
+struct StoredMessage {
+    partition: i32,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    request_id: Option<Box<str>>,
+    event_id: Option<Box<str>>,
+    pay_no: Option<Box<str>>,
+    payload_ok: bool,
+}
+
+/// The payment messages by orderNo, and which order each eventId belongs to; the oldest are
+/// forgotten past [`PAYMENT_MESSAGES_KEPT`]. Strings are shared, not copied, between the three
+/// maps (about 300 bytes per message).
 #[derive(Debug, Default)]
 pub struct PaymentIndex {
-    by_order: HashMap<String, Vec<PaymentMessage>>,
-    order_of_event: HashMap<String, String>,
-    arrival: VecDeque<String>,
+    topic: Option<Arc<str>>,
+    by_order: HashMap<Arc<str>, Vec<StoredMessage>>,
+    order_of_event: HashMap<Box<str>, Arc<str>>,
+    /// The order of each kept message, oldest first (for forgetting the oldest).
+    arrival: VecDeque<Arc<str>>,
     pub messages_seen: u64,
 }
 
 impl PaymentIndex {
     pub fn ingest(&mut self, m: PaymentMessage) {
         self.messages_seen += 1;
-        let Some(order) = m.order_no.clone() else { return };
-        if let Some(e) = &m.event_id {
-            self.order_of_event.insert(e.clone(), order.clone());
+        let Some(order) = m.order_no else { return };
+        if self.topic.as_deref() != Some(m.topic.as_str()) {
+            self.topic = Some(Arc::from(m.topic.as_str()));
         }
+        let order: Arc<str> = match self.by_order.get_key_value(order.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(order.as_str()),
+        };
         let list = self.by_order.entry(order.clone()).or_default();
         // A re-read (the reader restarted after the broker came back) is not a new copy.
-        if list.iter().any(|x| x.partition == m.partition && x.offset == m.offset && x.topic == m.topic) {
+        if list.iter().any(|x| x.partition == m.partition && x.offset == m.offset) {
             return;
         }
-        list.push(m);
+        if let Some(e) = &m.event_id {
+            self.order_of_event.insert(e.as_str().into(), order.clone());
+        }
+        list.push(StoredMessage {
+            partition: m.partition,
+            offset: m.offset,
+            timestamp_ms: m.timestamp_ms,
+            request_id: m.request_id.map(String::into_boxed_str),
+            event_id: m.event_id.map(String::into_boxed_str),
+            pay_no: m.pay_no.map(String::into_boxed_str),
+            payload_ok: m.payload_ok,
+        });
         self.arrival.push_back(order);
         while self.arrival.len() > PAYMENT_MESSAGES_KEPT {
-            if let Some(old) = self.arrival.pop_front() {
-                if let Some(l) = self.by_order.get_mut(&old) {
-                    if !l.is_empty() {
-                        let gone = l.remove(0);
-                        if let Some(e) = gone.event_id {
-                            if l.iter().all(|x| x.event_id.as_deref() != Some(&e)) {
-                                self.order_of_event.remove(&e);
-                            }
-                        }
-                    }
-                    if l.is_empty() {
-                        self.by_order.remove(&old);
+            let Some(old) = self.arrival.pop_front() else { break };
+            let Some(list) = self.by_order.get_mut(&old) else { continue };
+            if !list.is_empty() {
+                let gone = list.remove(0);
+                if let Some(e) = gone.event_id {
+                    if list.iter().all(|x| x.event_id.as_deref() != Some(&*e)) {
+                        self.order_of_event.remove(&e);
                     }
                 }
+            }
+            if list.is_empty() {
+                self.by_order.remove(&old);
             }
         }
     }
 
-    /// The messages of an order (or of the order an eventId belongs to), by partition and offset.
+    /// The messages of an order (or of the order an eventId belongs to), oldest first.
     pub fn messages_for(&self, order_no: Option<&str>, event_id: Option<&str>) -> Vec<PaymentMessage> {
-        let order = order_no.map(str::to_string).or_else(|| event_id.and_then(|e| self.order_of_event.get(e).cloned()));
-        let mut out = order.and_then(|o| self.by_order.get(&o).cloned()).unwrap_or_default();
+        let order: Option<&str> = order_no.or_else(|| event_id.and_then(|e| self.order_of_event.get(e).map(|o| &**o)));
+        let Some((key, list)) = order.and_then(|o| self.by_order.get_key_value(o)) else { return Vec::new() };
+        let topic = self.topic.as_deref().unwrap_or_default().to_string();
+        let mut out: Vec<PaymentMessage> = list
+            .iter()
+            .map(|m| PaymentMessage {
+                topic: topic.clone(),
+                partition: m.partition,
+                offset: m.offset,
+                timestamp_ms: m.timestamp_ms,
+                order_no: Some(key.to_string()),
+                request_id: m.request_id.as_deref().map(str::to_string),
+                event_id: m.event_id.as_deref().map(str::to_string),
+                pay_no: m.pay_no.as_deref().map(str::to_string),
+                payload_ok: m.payload_ok,
+            })
+            .collect();
         out.sort_by_key(|m| (m.timestamp_ms, m.partition, m.offset));
         out
     }
 
     pub fn order_of_event(&self, event_id: &str) -> Option<&str> {
-        self.order_of_event.get(event_id).map(String::as_str)
+        self.order_of_event.get(event_id).map(|o| &**o)
     }
 
     pub fn orders(&self) -> usize {
         self.by_order.len()
+    }
+
+    /// Messages kept now.
+    pub fn len(&self) -> usize {
+        self.arrival.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.arrival.is_empty()
     }
 }
 
@@ -257,5 +312,16 @@ mod tests {
         assert_eq!(idx.messages_for(Some("O1"), None).len(), 2);
         assert_eq!(idx.messages_for(None, Some("E1")).len(), 2);
         assert_eq!(idx.order_of_event("E1"), Some("O1"));
+        assert_eq!(idx.messages_for(Some("O1"), None)[1].topic, "p");
+        // Bounded: the oldest are forgotten, with their eventIds.
+        for i in 0..PAYMENT_MESSAGES_KEPT as i64 {
+            let mut x = m(10 + i, &format!("F{i}"));
+            x.order_no = Some(format!("O{}", i + 2));
+            idx.ingest(x);
+        }
+        assert_eq!(idx.len(), PAYMENT_MESSAGES_KEPT);
+        assert!(idx.messages_for(Some("O1"), None).is_empty());
+        assert_eq!(idx.order_of_event("E1"), None);
+        assert_eq!(idx.order_of_event("F0"), Some("O2"));
     }
 }
