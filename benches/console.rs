@@ -207,6 +207,22 @@ async fn run() {
     let latest: Vec<Vec<redis::Value>> = redis::cmd("LATENCY").arg("LATEST").query_async(&mut admin).await.unwrap_or_default();
     let stall_ms = latest.iter().filter_map(|e| if let Some(redis::Value::Int(n)) = e.get(3) { Some(*n) } else { None }).max().unwrap_or(0);
     println!("redis server during the scans: {} command(s) slower than 1 ms (slowest {slowest_us} us); event-loop stalls >= 1 ms: max {stall_ms} ms", slow.len());
+    let mut by_command: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+    for e in &slow {
+        if let redis::Value::Array(f) = e {
+            let us = if let Some(redis::Value::Int(n)) = f.get(2) { *n } else { 0 };
+            let name = match f.get(3) {
+                Some(redis::Value::Array(args)) => args.first().and_then(|a| if let redis::Value::BulkString(b) = a { Some(String::from_utf8_lossy(b).to_uppercase()) } else { None }).unwrap_or_default(),
+                _ => String::new(),
+            };
+            let entry = by_command.entry(name).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.max(us);
+        }
+    }
+    println!("  slow commands by name (count, slowest us): {by_command:?}");
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("  machine load average during the bench: {}", loadavg.trim());
     results.push(Row {
         what: "server side: commands of any client slower than 1 ms during the scans (SLOWLOG)".into(),
         target: "0 over 5 ms".into(),
