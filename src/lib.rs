@@ -6,12 +6,13 @@
 //! - [`lock`] — line 2, Redis locks;
 //! - `stream` — line 3, the payment-event consumer;
 //! - `api` — the Idempotency-Key layer in front of them;
-//! - `console` — the operations console.
+//! - [`console`] — the operations console.
 //!
 //! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`].
 
 pub mod api;
 pub mod config;
+pub mod console;
 pub mod contracts;
 pub mod db;
 pub mod doctor;

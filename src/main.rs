@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use idemguard::config::{Config, ConfigSource};
 use idemguard::db::{migrate, Database};
 use idemguard::contracts::Instance;
+use idemguard::console::{self, headless};
 use idemguard::doctor;
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
@@ -89,6 +90,31 @@ enum Command {
         /// Release after this long [default: hold until killed]
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
+    },
+    /// Open the operations console (terminal UI): Trace, Locks, Rates and Stuck views, live
+    Console,
+    /// Trace one orderNo, requestId or eventId across every layer (the console's Trace view, once)
+    Trace {
+        /// An orderNo, a requestId (has ':') or an eventId (a UUID)
+        id: String,
+        /// Print the `idemguard.console/v1` JSON document instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every lock:* key with its holder, PTTL, owner liveness and RedLock quorum (SCAN, never KEYS)
+    Locks {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Interceptions per layer per minute over the last hour, and the consumer group's lag
+    Rates {
+        #[arg(long)]
+        json: bool,
+    },
+    /// PROCESSING idempotency records older than console.stuck_threshold, oldest first
+    Stuck {
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -178,6 +204,26 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::LockHold { key, ttl, no_watchdog, hold } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
+        Command::Console => {
+            console::run(config).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Trace { id, json } => {
+            let r = headless::trace(&config, &id).await;
+            Ok(print_report(&r, json, headless::trace_table))
+        }
+        Command::Locks { json } => {
+            let r = headless::locks(&config).await;
+            Ok(print_report(&r, json, headless::locks_table))
+        }
+        Command::Rates { json } => {
+            let r = headless::rates(&config).await;
+            Ok(print_report(&r, json, headless::rates_table))
+        }
+        Command::Stuck { json } => {
+            let r = headless::stuck(&config).await;
+            Ok(print_report(&r, json, headless::stuck_table))
+        }
     }
 }
 
@@ -230,6 +276,27 @@ async fn lock_hold(
     heartbeat.stop().await?;
     tracer.flush(std::time::Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a headless report (JSON or table), backend failures on stderr; the exit status says
+/// whether every backend answered and the ID was known.
+fn print_report<T: serde::Serialize>(r: &headless::Report<T>, json: bool, table: fn(&headless::Report<T>) -> String) -> ExitCode {
+    if json {
+        match serde_json::to_string_pretty(r) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("idemguard: cannot write JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", table(r));
+    }
+    eprint!("{}", r.failures());
+    if r.exit_code() == headless::EXIT_UNKNOWN_ID {
+        eprintln!("idemguard {}: no row, key, message or trace event names this ID", r.command);
+    }
+    ExitCode::from(r.exit_code())
 }
 
 fn init_logging(format: LogFormat) {

@@ -61,6 +61,16 @@ builtin![
     "api_outbox_insert",
     "api_outbox_claim",
     "api_outbox_mark_sent",
+    // the console's read-through (src/console/records.rs)
+    "console_trace_idempotency",
+    "console_trace_order",
+    "console_trace_stock",
+    "console_trace_payment",
+    "console_trace_outbox",
+    "console_trace_processed",
+    "console_trace_points",
+    "console_trace_notification",
+    "console_stuck",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

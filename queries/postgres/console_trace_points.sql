@@ -1,0 +1,6 @@
+-- Console trace: points granted for an order or a payment event (uk source_event_no).
+SELECT source_event_no, order_no, user_id, points, created_at
+FROM {{points_ledger}}
+WHERE order_no = $1 OR source_event_no = $2
+ORDER BY created_at
+LIMIT 50

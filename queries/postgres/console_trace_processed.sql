@@ -1,0 +1,7 @@
+-- Console trace: the consumer's dedup decisions (processed_event) for an order or an event.
+SELECT consumer_group, event_id, order_no, topic, CAST(kafka_partition AS BIGINT) AS kafka_partition, kafka_offset, outcome,
+       processed_at, expire_at
+FROM {{processed_event}}
+WHERE order_no = $1 OR event_id = $2
+ORDER BY processed_at
+LIMIT 200

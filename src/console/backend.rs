@@ -1,0 +1,435 @@
+//! The console's collectors: one tokio task per backend — the database, Redis, the trace topic,
+//! the payment topic — each sending typed [`Update`]s over one bounded channel to the UI task,
+//! which alone owns the state. A backend that hangs or dies only stops its own updates; its
+//! errors arrive as updates too, so the UI shows it as down and keeps answering keys.
+//!
+//! The UI tells the collectors what it looks at through a `watch` channel ([`Focus`]): the
+//! trace target and the IDs it resolved to, the refresh period, and whether it is paused.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{host_port, redact_url, Config};
+use crate::contracts::{now_ms, TraceEvent, TraceTarget};
+use crate::db::Database;
+
+use super::locks::{self, LockScan, TraceKeys};
+use super::records::{self, StuckRecord, TraceIds, TraceRows};
+use super::topics::{self, PartitionLag, PaymentMessage};
+
+/// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
+/// data and never grows memory).
+pub const UPDATE_CHANNEL: usize = 64;
+/// Trace events or payment messages sent in one update at most.
+pub const BATCH: usize = 500;
+/// One database or Redis round of a poll may take this long before its backend counts as down.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections the console's database pool may hold (reads only).
+pub const DB_CONNECTIONS: u32 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendId {
+    Database,
+    Redis,
+    TraceTopic,
+    PaymentTopic,
+}
+
+impl BackendId {
+    pub const ALL: [BackendId; 4] = [BackendId::Database, BackendId::Redis, BackendId::TraceTopic, BackendId::PaymentTopic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendId::Database => "database",
+            BackendId::Redis => "redis",
+            BackendId::TraceTopic => "trace topic",
+            BackendId::PaymentTopic => "payment topic",
+        }
+    }
+
+    /// Where it points, passwords hidden.
+    pub fn target(self, config: &Config) -> String {
+        match self {
+            BackendId::Database => redact_url(if config.database.replica_url.is_empty() { &config.database.url } else { &config.database.replica_url }),
+            BackendId::Redis => {
+                let mut t = host_port(&config.redis.url);
+                if !config.redis.redlock_nodes.is_empty() {
+                    t.push_str(&format!(" + {} redlock nodes", config.redis.redlock_nodes.len()));
+                }
+                t
+            }
+            BackendId::TraceTopic => format!("{} {}", config.kafka.bootstrap_servers, config.kafka.trace_topic),
+            BackendId::PaymentTopic => format!("{} {}", config.kafka.bootstrap_servers, config.kafka.payment_topic),
+        }
+    }
+}
+
+/// What the UI looks at; the collectors follow it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Focus {
+    /// The trace target as typed, when the trace view has one.
+    pub query: Option<String>,
+    /// The IDs it resolved to so far (from any backend).
+    pub ids: TraceIds,
+    pub paused: bool,
+    pub refresh: Duration,
+}
+
+impl Focus {
+    pub fn new(refresh: Duration) -> Focus {
+        Focus { query: None, ids: TraceIds::default(), paused: false, refresh }
+    }
+}
+
+/// Position of a followed topic: how far the reader is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicProgress {
+    pub topic: String,
+    pub partitions: usize,
+    /// Sum of the partitions' high watermarks.
+    pub end_offsets: i64,
+}
+
+/// Everything a collector can tell the UI.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Stuck(Result<Vec<StuckRecord>, String>),
+    TraceRows { query: String, result: Result<TraceRows, String> },
+    Locks(LockScan),
+    TraceKeys { ids: TraceIds, result: Result<TraceKeys, String> },
+    TraceEvents(Vec<TraceEvent>),
+    TraceTopic(Result<TopicProgress, String>),
+    PaymentMessages(Vec<PaymentMessage>),
+    PaymentTopic { progress: Result<TopicProgress, String>, lag: Result<Vec<PartitionLag>, String> },
+}
+
+impl Update {
+    pub fn backend(&self) -> BackendId {
+        match self {
+            Update::Stuck(_) | Update::TraceRows { .. } => BackendId::Database,
+            Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
+            Update::TraceEvents(_) | Update::TraceTopic(_) => BackendId::TraceTopic,
+            Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
+        }
+    }
+}
+
+/// The running collectors. Dropping it stops them.
+pub struct Backends {
+    pub updates: mpsc::Receiver<Update>,
+    pub focus: watch::Sender<Focus>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Backends {
+    /// One task per backend; they connect on their own (and keep retrying), so this never fails
+    /// and never waits for a service.
+    pub fn spawn(config: &Config) -> Backends {
+        let (tx, updates) = mpsc::channel(UPDATE_CHANNEL);
+        let (focus, focus_rx) = watch::channel(Focus::new(config.console.refresh));
+        let cancel = CancellationToken::new();
+        let tasks = vec![
+            tokio::spawn(database_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
+            tokio::spawn(redis_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
+            tokio::spawn(topic_task(config.clone(), TopicKind::Trace, tx.clone(), focus_rx.clone(), cancel.clone())),
+            tokio::spawn(topic_task(config.clone(), TopicKind::Payments, tx, focus_rx, cancel.clone())),
+        ];
+        Backends { updates, focus, cancel, tasks }
+    }
+
+    /// Stop every collector and wait for them (bounded).
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Waits for the next round: the refresh period, a change of focus, or the end.
+/// Returns false when the collector should stop.
+async fn next_round(focus: &mut watch::Receiver<Focus>, period: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(period) => true,
+        r = focus.changed() => r.is_ok(),
+        _ = cancel.cancelled() => false,
+    }
+}
+
+async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+    let mut config = config;
+    config.database.max_connections = config.database.max_connections.min(DB_CONNECTIONS);
+    let mut db: Option<Database> = None;
+    loop {
+        let f = focus.borrow_and_update().clone();
+        if !f.paused {
+            if db.is_none() {
+                match tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_reads(&config)).await {
+                    Ok(Ok(d)) => db = Some(d),
+                    Ok(Err(e)) => {
+                        if !send_db_error(&tx, &f, format!("{e:#}")).await {
+                            return;
+                        }
+                    }
+                    Err(_) => {
+                        let e = format!("database {} did not answer within {POLL_TIMEOUT:?}", BackendId::Database.target(&config));
+                        if !send_db_error(&tx, &f, e).await {
+                            return;
+                        }
+                    }
+                }
+            }
+            if let Some(d) = &db {
+                let stuck = with_timeout(records::stuck_records(d, now_ms(), config.console.stuck_threshold), &d.shown_url).await;
+                if tx.send(Update::Stuck(stuck)).await.is_err() {
+                    return;
+                }
+                if let Some(query) = &f.query {
+                    let mut start = TraceIds::of_target(&TraceTarget::classify(query));
+                    start.absorb(&f.ids);
+                    let result = with_timeout(records::trace_rows(d, &start), &d.shown_url).await;
+                    if tx.send(Update::TraceRows { query: query.clone(), result }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        if !next_round(&mut focus, f.refresh, &cancel).await {
+            return;
+        }
+    }
+}
+
+async fn send_db_error(tx: &mpsc::Sender<Update>, f: &Focus, e: String) -> bool {
+    if let Some(q) = &f.query {
+        if tx.send(Update::TraceRows { query: q.clone(), result: Err(e.clone()) }).await.is_err() {
+            return false;
+        }
+    }
+    tx.send(Update::Stuck(Err(e))).await.is_ok()
+}
+
+async fn with_timeout<T>(f: impl std::future::Future<Output = anyhow::Result<T>>, what: &str) -> Result<T, String> {
+    match tokio::time::timeout(POLL_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(_) => Err(format!("{what} did not answer within {POLL_TIMEOUT:?}")),
+    }
+}
+
+async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+    let (mut main, mut redlock) = match locks::nodes_of(&config) {
+        Ok(n) => n,
+        Err(e) => {
+            let scan = LockScan {
+                nodes: vec![locks::NodeScan { node: host_port(&config.redis.url), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: 0.0 }],
+                read_at_ms: now_ms(),
+                ..Default::default()
+            };
+            let _ = tx.send(Update::Locks(scan)).await;
+            return;
+        }
+    };
+    // The full lock scan runs at most every refresh period and never more than a third of the
+    // time (a scan of 100,000 keys takes about a second): the console must not become the load on
+    // the Redis it watches. The keys of the trace in focus are read every period.
+    let mut next_scan = tokio::time::Instant::now();
+    loop {
+        let f = focus.borrow_and_update().clone();
+        if !f.paused {
+            if tokio::time::Instant::now() >= next_scan {
+                let started = tokio::time::Instant::now();
+                let scan = match tokio::time::timeout(POLL_TIMEOUT * 6, locks::scan_locks(&mut main, &mut redlock)).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        main.forget_connection();
+                        LockScan {
+                            nodes: vec![locks::NodeScan {
+                                node: main.name.clone(),
+                                role: "main",
+                                ok: false,
+                                error: Some(format!("redis node {}: the lock scan did not finish within {:?}", main.name, POLL_TIMEOUT * 6)),
+                                keys: 0,
+                                scan_ms: 0.0,
+                            }],
+                            read_at_ms: now_ms(),
+                            ..Default::default()
+                        }
+                    }
+                };
+                next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
+                if tx.send(Update::Locks(scan)).await.is_err() {
+                    return;
+                }
+            }
+            if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
+                let ids = f.ids.clone();
+                let name = main.name.clone();
+                let result = with_timeout(locks::trace_keys(&mut main, &mut redlock, ids.order_no.as_deref(), ids.request_id.as_deref()), &name).await;
+                if tx.send(Update::TraceKeys { ids, result }).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if !next_round(&mut focus, f.refresh, &cancel).await {
+            return;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopicKind {
+    Trace,
+    Payments,
+}
+
+/// Follows one topic from its beginning (every partition assigned, no group). A reader thread
+/// polls the topic and sends what it reads in batches; this task probes the broker every refresh
+/// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
+/// dead broker shows up — the client library itself retries silently. The reader and the probe
+/// never share a client, so a probe can never disturb the reader's fetches.
+async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+    let topic = match kind {
+        TopicKind::Trace => config.kafka.trace_topic.clone(),
+        TopicKind::Payments => config.kafka.payment_topic.clone(),
+    };
+    let mut reader: Option<std::thread::JoinHandle<()>> = None;
+    let stop_reader = cancel.child_token();
+    loop {
+        let f = focus.borrow_and_update().clone();
+        let u = match probe_topic(&config, &topic, kind).await {
+            Ok((marks, progress, lag)) => {
+                if reader.is_none() {
+                    match start_reader(&config, &topic, kind, &marks, tx.clone(), focus.clone(), stop_reader.clone()) {
+                        Ok(h) => reader = Some(h),
+                        Err(e) => {
+                            if tx.send(topic_error(kind, e)).await.is_err() {
+                                break;
+                            }
+                            if !next_round(&mut focus, f.refresh, &cancel).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                }
+                match kind {
+                    TopicKind::Trace => Update::TraceTopic(Ok(progress)),
+                    TopicKind::Payments => Update::PaymentTopic { progress: Ok(progress), lag },
+                }
+            }
+            Err(e) => topic_error(kind, e),
+        };
+        if tx.send(u).await.is_err() || !next_round(&mut focus, f.refresh, &cancel).await {
+            break;
+        }
+    }
+    stop_reader.cancel();
+    if let Some(h) = reader {
+        let _ = tokio::task::spawn_blocking(move || h.join()).await;
+    }
+}
+
+fn topic_error(kind: TopicKind, e: String) -> Update {
+    match kind {
+        TopicKind::Trace => Update::TraceTopic(Err(e)),
+        TopicKind::Payments => Update::PaymentTopic { progress: Err(e.clone()), lag: Err(e) },
+    }
+}
+
+/// A thread that reads the topic from its beginning and sends batches: full ones at once, others
+/// 100 ms after their first message — live enough for the trace view, few enough updates for
+/// the UI. It waits (never drops) when the UI is behind, and stops reading while paused.
+fn start_reader(
+    config: &Config,
+    topic: &str,
+    kind: TopicKind,
+    marks: &[(i32, i64, i64)],
+    tx: mpsc::Sender<Update>,
+    focus: watch::Receiver<Focus>,
+    stop: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let servers = config.kafka.bootstrap_servers.clone();
+    let consumer: BaseConsumer = topics::reader_config(config, if kind == TopicKind::Trace { "trace" } else { "payments" })
+        .create()
+        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for (p, _, _) in marks {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
+    let topic = topic.to_string();
+    let failure = format!("cannot start the {topic} reader thread");
+    let flush_after = Duration::from_millis(100);
+    std::thread::Builder::new()
+        .name(format!("console-{}", if kind == TopicKind::Trace { "trace" } else { "payments" }))
+        .spawn(move || {
+            let mut events: Vec<TraceEvent> = Vec::new();
+            let mut payments: Vec<PaymentMessage> = Vec::new();
+            let mut first: Option<std::time::Instant> = None;
+            while !stop.is_cancelled() {
+                if focus.borrow().paused {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                match consumer.poll(Duration::from_millis(50)) {
+                    Some(Ok(m)) => {
+                        match kind {
+                            TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                            TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                        }
+                        first.get_or_insert_with(std::time::Instant::now);
+                    }
+                    Some(Err(e)) if tx.blocking_send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).is_err() => return,
+                    Some(Err(_)) => {}
+                    None => {}
+                }
+                let due = events.len() >= BATCH || payments.len() >= BATCH || first.is_some_and(|t| t.elapsed() >= flush_after);
+                if due {
+                    first = None;
+                    if !events.is_empty() && tx.blocking_send(Update::TraceEvents(std::mem::take(&mut events))).is_err() {
+                        return;
+                    }
+                    if !payments.is_empty() && tx.blocking_send(Update::PaymentMessages(std::mem::take(&mut payments))).is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("{failure}: {e}"))
+}
+
+type Probe = (Vec<(i32, i64, i64)>, TopicProgress, Result<Vec<PartitionLag>, String>);
+
+/// The topic's partitions and watermarks (the broker's health); for payments also the consumer
+/// group's lag. A client of its own each time: probing is rare and must not share state with the
+/// reader.
+async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Probe, String> {
+    let config = config.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let servers = config.kafka.bootstrap_servers.clone();
+        let prober = topics::reader(&config, "probe").map_err(|e| format!("{e:#}"))?;
+        let marks = topics::watermarks(&prober, &servers, &topic).map_err(|e| format!("{e:#}"))?;
+        let progress = TopicProgress { topic: topic.clone(), partitions: marks.len(), end_offsets: marks.iter().map(|(_, _, h)| h).sum() };
+        let lag = match kind {
+            TopicKind::Payments => topics::consumer_lag(&config, &topic, &config.kafka.consumer_group).map_err(|e| format!("{e:#}")),
+            TopicKind::Trace => Ok(Vec::new()),
+        };
+        Ok((marks, progress, lag))
+    })
+    .await
+    .map_err(|e| format!("kafka probe failed: {e}"))?
+}

@@ -1,0 +1,165 @@
+//! The columns of each view, written once: the TUI's tables and the headless commands' readable
+//! tables show the same cells, and the `/` filter matches the same text.
+
+use super::format::{age, clock, pttl, short};
+use super::locks::LockRow;
+use super::records::StuckRecord;
+use super::store::RateSeries;
+use super::timeline::TimelineEntry;
+use super::topics::PartitionLag;
+
+/// A column: header and the width the TUI gives it (0 = takes the rest).
+pub struct Column {
+    pub header: &'static str,
+    pub width: u16,
+}
+
+const fn col(header: &'static str, width: u16) -> Column {
+    Column { header, width }
+}
+
+pub static TIMELINE: &[Column] = &[col("TIME", 12), col("LAYER", 6), col("SOURCE", 42), col("WHAT", 0), col("STOPPED BY", 10)];
+
+pub fn timeline_cells(e: &TimelineEntry) -> Vec<String> {
+    vec![
+        e.at_ms.map_or_else(|| "now".to_string(), clock),
+        e.layer.to_string(),
+        e.source.clone(),
+        e.summary.clone(),
+        e.stopped_by.clone().unwrap_or_default(),
+    ]
+}
+
+pub static LOCKS: &[Column] = &[
+    col("KEY", 0),
+    col("SCOPE", 7),
+    col("HOLDER", 24),
+    col("PID", 7),
+    col("HELD", 7),
+    col("PTTL", 7),
+    col("FENCE", 6),
+    col("OWNER", 5),
+    col("QUORUM", 6),
+    col("FLAGS", 22),
+];
+
+pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
+    let (holder, pid, held, fence) = match &l.holder {
+        Some(h) => (h.instance.clone(), h.pid.to_string(), age(now_ms - h.acquired_at), h.fence.to_string()),
+        None => (short(&l.value, 24), "-".into(), "-".into(), "-".into()),
+    };
+    // The fence counter ahead of the holder's token means a newer holder took a token since.
+    let fence = match l.fence_counter {
+        Some(c) if fence != "-" && c.to_string() != fence => format!("{fence}/{c}"),
+        _ => fence,
+    };
+    vec![
+        l.key.clone(),
+        l.scope.to_string(),
+        holder,
+        pid,
+        held,
+        pttl(l.pttl_now(now_ms)),
+        fence,
+        match l.owner_alive {
+            Some(true) => "alive".into(),
+            Some(false) => "DEAD".into(),
+            None => "?".into(),
+        },
+        l.quorum.map_or_else(|| "-".into(), |q| format!("{}/{}{}", q.agreeing, q.nodes, if q.reached { "" } else { "!" })),
+        l.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(","),
+    ]
+}
+
+pub static STUCK: &[Column] = &[
+    col("REQUEST ID", 0),
+    col("AGE", 7),
+    col("OWNER", 24),
+    col("ALIVE", 5),
+    col("LEASE", 12),
+    col("REPLAYS", 7),
+    col("ORDER", 30),
+    col("STATUS", 9),
+];
+
+pub fn stuck_cells(s: &StuckRecord, now_ms: i64) -> Vec<String> {
+    let left = s.lease_left_ms(now_ms);
+    vec![
+        s.request_id.clone(),
+        age(s.age_ms(now_ms)),
+        s.owner.clone(),
+        match s.owner_alive {
+            Some(true) => "alive".into(),
+            Some(false) => "DEAD".into(),
+            None => "?".into(),
+        },
+        if left >= 0 { format!("{} left", age(left)) } else { format!("over {}", age(-left)) },
+        s.replay_count.to_string(),
+        s.found_order_no.clone().unwrap_or_else(|| "no order".into()),
+        s.order_status.clone().unwrap_or_else(|| "-".into()),
+    ]
+}
+
+pub static RATES: &[Column] = &[col("LAYER", 6), col("INTERCEPTION", 28), col("LAST MIN", 8), col("60 MIN", 7), col("PER MINUTE (60 MIN)", 0)];
+
+/// The per-minute counts as block characters, for the headless table.
+pub fn sparkline_text(values: &[u64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().max().unwrap_or(0);
+    values
+        .iter()
+        .map(|v| if *v == 0 { ' ' } else if max <= 1 { BARS[7] } else { BARS[((*v - 1) * 7 / (max - 1).max(1)) as usize] })
+        .collect()
+}
+
+pub fn rate_cells(s: &RateSeries) -> Vec<String> {
+    vec![s.layer.as_str().to_string(), s.label.to_string(), s.last_minute.to_string(), s.total.to_string(), sparkline_text(&s.per_minute)]
+}
+
+pub static LAG: &[Column] = &[col("TOPIC", 0), col("PARTITION", 9), col("COMMITTED", 10), col("END", 10), col("LAG", 8)];
+
+pub fn lag_cells(l: &PartitionLag) -> Vec<String> {
+    vec![
+        l.topic.clone(),
+        l.partition.to_string(),
+        l.committed.map_or_else(|| "-".into(), |c| c.to_string()),
+        l.high_watermark.to_string(),
+        l.lag.to_string(),
+    ]
+}
+
+/// A plain text table: headers, then rows, columns padded to their widest cell.
+pub fn text_table(columns: &[Column], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.header.chars().count()).collect();
+    for r in rows {
+        for (i, cell) in r.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(c);
+                out.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(columns.iter().map(|c| c.header).collect());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// True when `cells` pass a view's filter (case-insensitive substring; `invert` keeps the rest).
+pub fn passes(cells: &[String], needle_lower: &str, invert: bool) -> bool {
+    if needle_lower.is_empty() {
+        return true;
+    }
+    let hit = cells.iter().any(|c| c.to_lowercase().contains(needle_lower));
+    hit != invert
+}

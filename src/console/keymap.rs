@@ -1,0 +1,233 @@
+//! Every key and every `:` command of the console, in one table each. Key handling looks keys up
+//! here and the help screen (`?`) and the footer are generated from the same tables, so the help
+//! always says what the keys really do.
+
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// The views, in tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum View {
+    Trace,
+    Locks,
+    Rates,
+    Stuck,
+}
+
+impl View {
+    pub const ALL: [View; 4] = [View::Trace, View::Locks, View::Rates, View::Stuck];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Trace => "Trace",
+            View::Locks => "Locks",
+            View::Rates => "Rates",
+            View::Stuck => "Stuck",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+}
+
+/// What a key does. Nothing here writes anywhere: the console of this issue is read-only.
+/// (Destructive operations, when they come, are values of their own `Action` type sent to a
+/// confirmation popup — never run from a key handler.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UiAction {
+    Quit,
+    Help,
+    CommandLine,
+    Filter,
+    Pause,
+    Faster,
+    Slower,
+    Copy,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+    NextView,
+    PrevView,
+    Show(View),
+    /// Enter: trace the selected row's ID (a lock's orderNo/requestId, a stuck record).
+    Drill,
+    /// Esc: close the help, clear the filter.
+    Back,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Char(char),
+    Ctrl(char),
+    Code(KeyCode),
+}
+
+impl Key {
+    fn matches(self, e: &KeyEvent) -> bool {
+        match self {
+            Key::Char(c) => e.code == KeyCode::Char(c) && !e.modifiers.contains(KeyModifiers::CONTROL) && !e.modifiers.contains(KeyModifiers::ALT),
+            Key::Ctrl(c) => e.code == KeyCode::Char(c) && e.modifiers.contains(KeyModifiers::CONTROL),
+            Key::Code(k) => e.code == k,
+        }
+    }
+}
+
+pub struct Binding {
+    pub keys: &'static [Key],
+    /// How the help writes the keys.
+    pub label: &'static str,
+    pub action: UiAction,
+    pub help: &'static str,
+    /// Shown in the footer when set (the most useful keys only).
+    pub footer: Option<&'static str>,
+}
+
+/// The keymap. Order = order in the help screen.
+pub static KEYMAP: &[Binding] = &[
+    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:trace ID, :locks, :rates, :stuck)", footer: Some("cmd") },
+    Binding { keys: &[Key::Char('/')], label: "/", action: UiAction::Filter, help: "filter this view's rows (/!text inverts); remembered per view", footer: Some("filter") },
+    Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "trace the selected lock or stuck record", footer: Some("trace row") },
+    Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
+    Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::Pause, help: "pause / resume live updates", footer: Some("pause") },
+    Binding { keys: &[Key::Char('+'), Key::Char('=')], label: "+", action: UiAction::Faster, help: "refresh faster", footer: Some("faster") },
+    Binding { keys: &[Key::Char('-')], label: "-", action: UiAction::Slower, help: "refresh slower", footer: Some("slower") },
+    Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Trace), help: "Trace view", footer: None },
+    Binding { keys: &[Key::Char('2')], label: "2", action: UiAction::Show(View::Locks), help: "Locks view", footer: None },
+    Binding { keys: &[Key::Char('3')], label: "3", action: UiAction::Show(View::Rates), help: "Rates view", footer: None },
+    Binding { keys: &[Key::Char('4')], label: "4", action: UiAction::Show(View::Stuck), help: "Stuck view", footer: None },
+    Binding { keys: &[Key::Code(KeyCode::Tab)], label: "tab", action: UiAction::NextView, help: "next view", footer: Some("view") },
+    Binding { keys: &[Key::Code(KeyCode::BackTab)], label: "shift-tab", action: UiAction::PrevView, help: "previous view", footer: None },
+    Binding { keys: &[Key::Char('j'), Key::Code(KeyCode::Down)], label: "j ↓", action: UiAction::Down, help: "next row", footer: None },
+    Binding { keys: &[Key::Char('k'), Key::Code(KeyCode::Up)], label: "k ↑", action: UiAction::Up, help: "previous row", footer: None },
+    Binding { keys: &[Key::Code(KeyCode::PageDown), Key::Ctrl('f')], label: "pgdn ctrl-f", action: UiAction::PageDown, help: "page down", footer: None },
+    Binding { keys: &[Key::Code(KeyCode::PageUp), Key::Ctrl('b')], label: "pgup ctrl-b", action: UiAction::PageUp, help: "page up", footer: None },
+    Binding { keys: &[Key::Char('g'), Key::Code(KeyCode::Home)], label: "g home", action: UiAction::Top, help: "first row", footer: None },
+    Binding { keys: &[Key::Char('G'), Key::Code(KeyCode::End)], label: "G end", action: UiAction::Bottom, help: "last row", footer: None },
+    Binding { keys: &[Key::Code(KeyCode::Esc)], label: "esc", action: UiAction::Back, help: "close the help; clear this view's filter", footer: None },
+    Binding { keys: &[Key::Char('?')], label: "?", action: UiAction::Help, help: "this help", footer: Some("help") },
+    Binding { keys: &[Key::Char('q'), Key::Ctrl('c')], label: "q ctrl-c", action: UiAction::Quit, help: "quit (the terminal is restored)", footer: Some("quit") },
+];
+
+pub fn action_for(e: &KeyEvent) -> Option<UiAction> {
+    KEYMAP.iter().find(|b| b.keys.iter().any(|k| k.matches(e))).map(|b| b.action)
+}
+
+/// One `:` command.
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub args: &'static str,
+    pub help: &'static str,
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    CommandSpec { name: "trace", aliases: &["t", "tr"], args: "ID", help: "trace an orderNo, requestId or eventId across every layer" },
+    CommandSpec { name: "locks", aliases: &["l", "lk", "lock"], args: "", help: "every lock:* key, its holder, PTTL and owner" },
+    CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
+    CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
+    CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
+    CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
+    CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
+];
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Trace(String),
+    Show(View),
+    Refresh(Duration),
+    Help,
+    Quit,
+}
+
+/// `trace ID`, `t ID`, `locks`, … ; the error says what is known.
+pub fn parse_command(line: &str) -> Result<Command, String> {
+    let line = line.trim().trim_start_matches(':').trim();
+    let (word, rest) = line.split_once(char::is_whitespace).map_or((line, ""), |(w, r)| (w, r.trim()));
+    let spec = COMMANDS
+        .iter()
+        .find(|c| c.name.eq_ignore_ascii_case(word) || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(word)))
+        .ok_or_else(|| {
+            let known: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
+            format!("unknown command `{word}` (known: {})", known.join(", "))
+        })?;
+    match spec.name {
+        "trace" if rest.is_empty() => Ok(Command::Show(View::Trace)),
+        "trace" => Ok(Command::Trace(rest.to_string())),
+        "locks" => Ok(Command::Show(View::Locks)),
+        "rates" => Ok(Command::Show(View::Rates)),
+        "stuck" => Ok(Command::Show(View::Stuck)),
+        "refresh" => humantime::parse_duration(rest)
+            .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
+            .and_then(|d| if d < Duration::from_millis(100) { Err("the refresh period must be at least 100ms".into()) } else { Ok(Command::Refresh(d)) }),
+        "help" => Ok(Command::Help),
+        _ => Ok(Command::Quit),
+    }
+}
+
+/// Refresh periods `+` and `-` step through.
+pub const REFRESH_STEPS: &[Duration] = &[
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+];
+
+/// The help text, generated from [`KEYMAP`] and [`COMMANDS`].
+pub fn help_lines() -> Vec<(String, String)> {
+    let mut out = vec![("KEYS".to_string(), String::new())];
+    for b in KEYMAP {
+        out.push((b.label.to_string(), b.help.to_string()));
+    }
+    out.push((String::new(), String::new()));
+    out.push(("COMMANDS".to_string(), String::new()));
+    for c in COMMANDS {
+        let mut names = format!(":{}", c.name);
+        if !c.args.is_empty() {
+            names.push(' ');
+            names.push_str(c.args);
+        }
+        let aliases = c.aliases.iter().map(|a| format!(":{a}")).collect::<Vec<_>>().join(" ");
+        out.push((names, format!("{} (aliases {aliases})", c.help)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_and_aliases_parse() {
+        assert_eq!(parse_command(":trace APP:ORDER:20261129:abcdefgh"), Ok(Command::Trace("APP:ORDER:20261129:abcdefgh".into())));
+        assert_eq!(parse_command("t  O123 "), Ok(Command::Trace("O123".into())));
+        assert_eq!(parse_command("lk"), Ok(Command::Show(View::Locks)));
+        assert_eq!(parse_command("rate"), Ok(Command::Show(View::Rates)));
+        assert_eq!(parse_command("st"), Ok(Command::Show(View::Stuck)));
+        assert_eq!(parse_command("q!"), Ok(Command::Quit));
+        assert_eq!(parse_command("refresh 2s"), Ok(Command::Refresh(Duration::from_secs(2))));
+        assert!(parse_command("refresh 1ms").is_err());
+        assert!(parse_command("pods").unwrap_err().contains("known: trace, locks"));
+    }
+
+    #[test]
+    fn every_key_is_bound_once_and_in_the_help() {
+        let mut seen = std::collections::HashSet::new();
+        for b in KEYMAP {
+            for k in b.keys {
+                assert!(seen.insert(format!("{k:?}")), "{k:?} is bound twice");
+            }
+        }
+        let help = help_lines();
+        assert!(KEYMAP.iter().all(|b| help.iter().any(|(k, _)| k == b.label)));
+        assert!(help.iter().any(|(k, v)| k == ":trace ID" && v.contains(":t :tr")));
+    }
+}

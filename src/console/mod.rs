@@ -1,0 +1,82 @@
+//! The operations console: the on-call engineer's view of the three lines of defense, live.
+//!
+//! `idemguard console` opens a terminal UI with four views — **Trace** (one orderNo, requestId or
+//! eventId across every layer, oldest first, and for every duplicate the layer that stopped it),
+//! **Locks** (every `lock:*` key, holder, PTTL, owner liveness, RedLock quorum), **Rates**
+//! (interceptions per layer per minute, consumer lag) and **Stuck** (`PROCESSING` records past
+//! the threshold and what the business tables say). `idemguard trace ID`, `locks`, `rates` and
+//! `stuck` print the same data once, as a table or as JSON.
+//!
+//! How it is built (collection → store → widget, one direction):
+//! - readers, shared by the TUI and the headless commands: [`records`] (SQL files under
+//!   `queries/*/console_*.sql`, configured table names), [`locks`] (`SCAN`, never `KEYS`),
+//!   [`topics`] (assigned partitions, never a group join or a commit); [`timeline`] merges them;
+//! - [`backend`]: one tokio task per backend sending typed updates over a bounded channel;
+//! - [`app`]: the state, owned by the UI task alone; [`keymap`]: every key and command;
+//! - [`ui`]: drawing, pure; [`terminal`]: the `select!` loop and the terminal's restoration.
+//!
+//! The console of this issue only reads. (Actions — releasing a stale lock, finalizing a stuck
+//! record — will be values of an `Action` enum sent to a confirmation popup, never run from a
+//! key handler, and off unless enabled.)
+//!
+//! # JSON of the headless commands (`--json`)
+//!
+//! Every command prints one document of schema `idemguard.console/v1`:
+//!
+//! ```text
+//! {
+//!   "schema": "idemguard.console/v1",
+//!   "command": "trace" | "locks" | "rates" | "stuck",
+//!   "environment": { "name": "local", "color": "green", "production": false },
+//!   "generated_at": "2026-11-29T23:07:42.123Z", "generated_at_ms": 1795993662123,
+//!   "ok": true,                      // every backend answered (trace: and the ID was found)
+//!   "backends": [ { "name": "database" | "redis" | "trace topic" | "payment topic",
+//!                   "target": "postgres://root@127.0.0.1:5432/idemguard", "ok": true,
+//!                   "error": null, "latency_ms": 3.2 } ],
+//!   "data": …                        // per command, below
+//! }
+//! ```
+//!
+//! `trace` — `data` is a [`timeline::Timeline`]:
+//! `{ query, kind: "order_no"|"request_id"|"event_id", order_no, request_id, event_ids: [..],
+//! found, entries: [ { at_ms (null = current state), layer: "api"|"lock"|"db"|"kafka"|"stream"|
+//! "sink", source (table, Redis key, "payment.succeeded p1@17" or "trace"), summary,
+//! stopped_by (layer, for a decision that stopped a duplicate), fields: { every column / field } } ],
+//! interceptions: [ { at_ms, layer, outcome, detail, instance } ],
+//! events: [ { event_id, kafka_copies, processed_rows, dedup_hits, points_rows,
+//! notification_rows } ] }`.
+//!
+//! `locks` — `data` is a [`locks::LockScan`]: `{ locks: [ { key, scope: "single"|"redlock",
+//! value, holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
+//! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",
+//! "dead_owner", "undecodable", "no_quorum"], nodes: [ { node, value, pttl_ms, agrees } ]
+//! (redlock), quorum: { agreeing, nodes, reached } (redlock) } ], nodes: [ { node, role:
+//! "main"|"redlock", ok, error, keys, scan_ms } ], live_instances: [..] | null, scan_ms,
+//! read_at_ms }`.
+//!
+//! `rates` — `{ rates: { window_minutes: 60, first_minute_ms, events_seen, series: [ { layer,
+//! outcome, label, per_minute: [60 counts, oldest first], total, last_minute } ] },
+//! lag: [ { topic, partition, high_watermark, committed, lag } ], consumer_group }`.
+//!
+//! `stuck` — `{ threshold_ms, records: [ { request_id, order_no, owner, owner_alive: bool|null,
+//! fence, created_at, updated_at, lease_until, replay_count, version, order_exists,
+//! order_status, found_order_no } ] }`, oldest first.
+//!
+//! Exit status: 0 all answered; 1 a backend failed (the document still has what was read);
+//! 3 `trace` found no trace of the ID anywhere.
+
+pub mod app;
+pub mod backend;
+pub mod columns;
+pub mod format;
+pub mod headless;
+pub mod keymap;
+pub mod locks;
+pub mod records;
+pub mod store;
+pub mod terminal;
+pub mod timeline;
+pub mod topics;
+pub mod ui;
+
+pub use terminal::run;

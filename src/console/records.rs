@@ -1,0 +1,432 @@
+//! The console's read-through to the order database: the rows of one trace and the stuck
+//! `PROCESSING` records. Every statement is a file under `queries/<dialect>/console_*.sql`,
+//! templated with the configured table names, so the console reads a team's own order system
+//! that follows the same pattern. Read-only: nothing here writes.
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use crate::db::Database;
+
+/// The IDs a trace is about. Any one resolves to the others through the tables.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct TraceIds {
+    pub order_no: Option<String>,
+    pub request_id: Option<String>,
+    /// The payment event the operator typed (other events of the order are found by orderNo).
+    pub event_id: Option<String>,
+}
+
+impl TraceIds {
+    pub fn of_target(target: &crate::contracts::TraceTarget) -> TraceIds {
+        use crate::contracts::TraceTarget::*;
+        match target {
+            RequestId(r) => TraceIds { request_id: Some(r.clone()), ..Default::default() },
+            EventId(e) => TraceIds { event_id: Some(e.clone()), ..Default::default() },
+            OrderNo(o) => TraceIds { order_no: Some(o.clone()), ..Default::default() },
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order_no.is_none() && self.request_id.is_none() && self.event_id.is_none()
+    }
+
+    /// Fill what is still unknown from `other` (first answer wins: the IDs never flip-flop).
+    pub fn absorb(&mut self, other: &TraceIds) {
+        if self.order_no.is_none() {
+            self.order_no.clone_from(&other.order_no);
+        }
+        if self.request_id.is_none() {
+            self.request_id.clone_from(&other.request_id);
+        }
+        if self.event_id.is_none() {
+            self.event_id.clone_from(&other.event_id);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IdempotencyRow {
+    pub request_id: String,
+    pub biz_type: String,
+    pub request_hash: String,
+    pub status: String,
+    pub response_code: Option<i64>,
+    pub order_no: Option<String>,
+    pub owner: String,
+    pub fence: i64,
+    pub lease_until: i64,
+    pub replay_count: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub expire_at: i64,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OrderRow {
+    pub req_id: String,
+    pub order_no: String,
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    pub amount: i64,
+    pub status: String,
+    pub version: i64,
+    pub fence: i64,
+    pub payment_event_id: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StockMovementRow {
+    pub order_no: String,
+    pub req_id: String,
+    pub sku_id: i64,
+    pub delta: i64,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PaymentFlowRow {
+    pub pay_no: String,
+    pub order_no: String,
+    pub amount: i64,
+    pub status: String,
+    pub event_id: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboxRow {
+    pub event_id: String,
+    pub topic: String,
+    pub msg_key: String,
+    pub status: String,
+    pub created_at: i64,
+    pub sent_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessedEventRow {
+    pub consumer_group: String,
+    pub event_id: String,
+    pub order_no: Option<String>,
+    pub topic: String,
+    pub kafka_partition: i64,
+    pub kafka_offset: i64,
+    pub outcome: String,
+    pub processed_at: i64,
+    pub expire_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointsRow {
+    pub source_event_no: String,
+    pub order_no: String,
+    pub user_id: i64,
+    pub points: i64,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotificationRow {
+    pub event_id: String,
+    pub order_no: String,
+    pub user_id: i64,
+    pub channel: String,
+    pub body: String,
+    pub created_at: i64,
+}
+
+/// Every database row of one trace, and the IDs they resolved to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TraceRows {
+    pub ids: TraceIds,
+    pub idempotency: Vec<IdempotencyRow>,
+    pub orders: Vec<OrderRow>,
+    pub stock_movements: Vec<StockMovementRow>,
+    pub payments: Vec<PaymentFlowRow>,
+    pub outbox: Vec<OutboxRow>,
+    pub processed: Vec<ProcessedEventRow>,
+    pub points: Vec<PointsRow>,
+    pub notifications: Vec<NotificationRow>,
+}
+
+impl TraceRows {
+    pub fn is_empty(&self) -> bool {
+        self.idempotency.is_empty()
+            && self.orders.is_empty()
+            && self.stock_movements.is_empty()
+            && self.payments.is_empty()
+            && self.outbox.is_empty()
+            && self.processed.is_empty()
+            && self.points.is_empty()
+            && self.notifications.is_empty()
+    }
+
+    /// The IDs these rows name: an order row links requestId and orderNo, a payment or a
+    /// processed event links an eventId to its orderNo.
+    fn ids_found(&self) -> TraceIds {
+        let mut ids = TraceIds::default();
+        for o in &self.orders {
+            ids.absorb(&TraceIds { order_no: Some(o.order_no.clone()), request_id: Some(o.req_id.clone()), event_id: None });
+        }
+        for r in &self.idempotency {
+            ids.absorb(&TraceIds { order_no: r.order_no.clone(), request_id: Some(r.request_id.clone()), event_id: None });
+        }
+        for s in &self.stock_movements {
+            ids.absorb(&TraceIds { order_no: Some(s.order_no.clone()), request_id: Some(s.req_id.clone()), event_id: None });
+        }
+        let by_order = self
+            .payments
+            .iter()
+            .map(|p| p.order_no.clone())
+            .chain(self.processed.iter().filter_map(|p| p.order_no.clone()))
+            .chain(self.points.iter().map(|p| p.order_no.clone()))
+            .chain(self.notifications.iter().map(|n| n.order_no.clone()))
+            .chain(self.outbox.iter().map(|o| o.msg_key.clone()));
+        for o in by_order {
+            ids.absorb(&TraceIds { order_no: Some(o), ..Default::default() });
+        }
+        ids
+    }
+}
+
+/// How many resolution passes a trace makes: eventId → orderNo → requestId needs two; the third
+/// only confirms nothing new turned up.
+const RESOLVE_PASSES: usize = 3;
+
+/// Every row that names the IDs, resolving each to the others (an eventId finds its orderNo
+/// through payment_flow / processed_event, the orderNo finds the requestId through order_record,
+/// and so on) until nothing new turns up.
+pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<TraceRows> {
+    let mut ids = start.clone();
+    let mut rows = TraceRows::default();
+    for _ in 0..RESOLVE_PASSES {
+        rows = fetch_once(db, &ids).await?;
+        let mut next = ids.clone();
+        next.absorb(&rows.ids_found());
+        if next == ids {
+            break;
+        }
+        ids = next;
+    }
+    rows.ids = ids;
+    Ok(rows)
+}
+
+async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> {
+    let (o, r, e) = (ids.order_no.clone(), ids.request_id.clone(), ids.event_id.clone());
+    let q = |name: &'static str| sqlx::query(db.sql(name));
+    let named = |name: &'static str| move |err: sqlx::Error| anyhow::anyhow!("{name} ({}): {err}", db.shown_url);
+
+    let idempotency = q("console_trace_idempotency").bind(r.clone()).bind(o.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_idempotency"))?;
+    let orders = q("console_trace_order").bind(r.clone()).bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_order"))?;
+    let stock = q("console_trace_stock").bind(o.clone()).bind(r.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_stock"))?;
+    let payments = q("console_trace_payment").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_payment"))?;
+    let outbox = q("console_trace_outbox").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_outbox"))?;
+    let processed = q("console_trace_processed").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_processed"))?;
+    let points = q("console_trace_points").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_points"))?;
+    let notifications = q("console_trace_notification").bind(o).bind(e).fetch_all(&db.pool).await.map_err(named("console_trace_notification"))?;
+
+    Ok(TraceRows {
+        ids: ids.clone(),
+        idempotency: decode_all(&idempotency, idempotency_row)?,
+        orders: decode_all(&orders, order_row)?,
+        stock_movements: decode_all(&stock, stock_row)?,
+        payments: decode_all(&payments, payment_row)?,
+        outbox: decode_all(&outbox, outbox_row)?,
+        processed: decode_all(&processed, processed_row)?,
+        points: decode_all(&points, points_row)?,
+        notifications: decode_all(&notifications, notification_row)?,
+    })
+}
+
+fn decode_all<T>(rows: &[AnyRow], f: fn(&AnyRow) -> Result<T, sqlx::Error>) -> anyhow::Result<Vec<T>> {
+    rows.iter().map(|r| f(r).map_err(|e| anyhow::anyhow!("unexpected column in a console query: {e} (does queries_dir override it?)"))).collect()
+}
+
+fn idempotency_row(r: &AnyRow) -> Result<IdempotencyRow, sqlx::Error> {
+    Ok(IdempotencyRow {
+        request_id: r.try_get("request_id")?,
+        biz_type: r.try_get("biz_type")?,
+        request_hash: r.try_get("request_hash")?,
+        status: r.try_get("status")?,
+        response_code: r.try_get("response_code")?,
+        order_no: r.try_get("order_no")?,
+        owner: r.try_get("owner")?,
+        fence: r.try_get("fence")?,
+        lease_until: r.try_get("lease_until")?,
+        replay_count: r.try_get("replay_count")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        expire_at: r.try_get("expire_at")?,
+        version: r.try_get("version")?,
+    })
+}
+
+fn order_row(r: &AnyRow) -> Result<OrderRow, sqlx::Error> {
+    Ok(OrderRow {
+        req_id: r.try_get("req_id")?,
+        order_no: r.try_get("order_no")?,
+        user_id: r.try_get("user_id")?,
+        sku_id: r.try_get("sku_id")?,
+        quantity: r.try_get("quantity")?,
+        amount: r.try_get("amount")?,
+        status: r.try_get("status")?,
+        version: r.try_get("version")?,
+        fence: r.try_get("fence")?,
+        payment_event_id: r.try_get("payment_event_id")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+fn stock_row(r: &AnyRow) -> Result<StockMovementRow, sqlx::Error> {
+    Ok(StockMovementRow {
+        order_no: r.try_get("order_no")?,
+        req_id: r.try_get("req_id")?,
+        sku_id: r.try_get("sku_id")?,
+        delta: r.try_get("delta")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+fn payment_row(r: &AnyRow) -> Result<PaymentFlowRow, sqlx::Error> {
+    Ok(PaymentFlowRow {
+        pay_no: r.try_get("pay_no")?,
+        order_no: r.try_get("order_no")?,
+        amount: r.try_get("amount")?,
+        status: r.try_get("status")?,
+        event_id: r.try_get("event_id")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+fn outbox_row(r: &AnyRow) -> Result<OutboxRow, sqlx::Error> {
+    Ok(OutboxRow {
+        event_id: r.try_get("event_id")?,
+        topic: r.try_get("topic")?,
+        msg_key: r.try_get("msg_key")?,
+        status: r.try_get("status")?,
+        created_at: r.try_get("created_at")?,
+        sent_at: r.try_get("sent_at")?,
+    })
+}
+
+fn processed_row(r: &AnyRow) -> Result<ProcessedEventRow, sqlx::Error> {
+    Ok(ProcessedEventRow {
+        consumer_group: r.try_get("consumer_group")?,
+        event_id: r.try_get("event_id")?,
+        order_no: r.try_get("order_no")?,
+        topic: r.try_get("topic")?,
+        kafka_partition: r.try_get("kafka_partition")?,
+        kafka_offset: r.try_get("kafka_offset")?,
+        outcome: r.try_get("outcome")?,
+        processed_at: r.try_get("processed_at")?,
+        expire_at: r.try_get("expire_at")?,
+    })
+}
+
+fn points_row(r: &AnyRow) -> Result<PointsRow, sqlx::Error> {
+    Ok(PointsRow {
+        source_event_no: r.try_get("source_event_no")?,
+        order_no: r.try_get("order_no")?,
+        user_id: r.try_get("user_id")?,
+        points: r.try_get("points")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+fn notification_row(r: &AnyRow) -> Result<NotificationRow, sqlx::Error> {
+    Ok(NotificationRow {
+        event_id: r.try_get("event_id")?,
+        order_no: r.try_get("order_no")?,
+        user_id: r.try_get("user_id")?,
+        channel: r.try_get("channel")?,
+        body: r.try_get("body")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stuck records
+// ---------------------------------------------------------------------------------------------
+
+/// A `PROCESSING` record older than the stuck threshold, with what the order table says about
+/// its requestId. Owner liveness comes from Redis ([`StuckRecord::owner_alive`] is filled by
+/// [`annotate_stuck`]), so a database that answers while Redis is down still lists them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StuckRecord {
+    pub request_id: String,
+    pub order_no: Option<String>,
+    pub owner: String,
+    /// `true` when `instance:{owner}` exists, `false` when it does not, `null` when Redis did not
+    /// answer.
+    pub owner_alive: Option<bool>,
+    pub fence: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub lease_until: i64,
+    pub replay_count: i64,
+    pub version: i64,
+    /// What `order_record` says about the same requestId.
+    pub order_exists: bool,
+    pub order_status: Option<String>,
+    pub found_order_no: Option<String>,
+}
+
+impl StuckRecord {
+    pub fn age_ms(&self, now_ms: i64) -> i64 {
+        now_ms - self.created_at
+    }
+    /// Negative once the lease has run out.
+    pub fn lease_left_ms(&self, now_ms: i64) -> i64 {
+        self.lease_until - now_ms
+    }
+}
+
+/// How many stuck records one poll reads at most (oldest first).
+pub const STUCK_LIMIT: i64 = 1000;
+
+/// `PROCESSING` records created before `now - threshold`, oldest first.
+pub async fn stuck_records(db: &Database, now_ms: i64, threshold: std::time::Duration) -> anyhow::Result<Vec<StuckRecord>> {
+    let cutoff = now_ms - threshold.as_millis() as i64;
+    let rows = sqlx::query(db.sql("console_stuck"))
+        .bind(cutoff)
+        .bind(STUCK_LIMIT)
+        .fetch_all(&db.pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("console_stuck ({}): {e}", db.shown_url))?;
+    decode_all(&rows, stuck_row)
+}
+
+fn stuck_row(r: &AnyRow) -> Result<StuckRecord, sqlx::Error> {
+    let found_order_no: Option<String> = r.try_get("found_order_no")?;
+    Ok(StuckRecord {
+        request_id: r.try_get("request_id")?,
+        order_no: r.try_get("order_no")?,
+        owner: r.try_get("owner")?,
+        owner_alive: None,
+        fence: r.try_get("fence")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        lease_until: r.try_get("lease_until")?,
+        replay_count: r.try_get("replay_count")?,
+        version: r.try_get("version")?,
+        order_exists: found_order_no.is_some(),
+        order_status: r.try_get("found_order_status")?,
+        found_order_no,
+    })
+}
+
+/// Fill each record's owner liveness from the set of instances with a heartbeat (`None`: Redis
+/// did not answer, so liveness is unknown — never guessed).
+pub fn annotate_stuck(records: &mut [StuckRecord], live: Option<&std::collections::BTreeSet<String>>) {
+    for r in records {
+        r.owner_alive = live.map(|l| l.contains(&r.owner));
+    }
+}

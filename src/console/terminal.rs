@@ -1,0 +1,124 @@
+//! The terminal and the main loop. The loop waits on one `select!` over the terminal's events,
+//! the collectors' updates, a tick and a render interval; it never waits on a backend, so the
+//! console answers keys whatever the services do. The terminal is restored on every way out:
+//! `q`, Ctrl-C (a key in raw mode), SIGINT/SIGTERM, an error, or a panic (panic hook).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste, Event, EventStream};
+use crossterm::terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen};
+use crossterm::{cursor, execute};
+use futures::{Stream, StreamExt};
+use ratatui::backend::{Backend, CrosstermBackend};
+use ratatui::Terminal;
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+
+use super::app::App;
+use super::backend::{Backends, Update};
+use super::ui;
+
+/// Relative times (ages, PTTLs) move on at this pace.
+pub const TICK: Duration = Duration::from_millis(500);
+/// At most this many frames per second are drawn, and only when something changed.
+pub const RENDER: Duration = Duration::from_millis(50);
+
+/// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Safe to call twice.
+pub fn restore_terminal() {
+    let _ = disable_raw_mode();
+    let _ = execute!(io::stdout(), DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
+}
+
+/// Restores the terminal when dropped (normal exit, `?` on an error).
+struct TerminalGuard;
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// A panic prints on a restored terminal instead of a raw, alternate one.
+fn install_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore_terminal();
+        previous(info);
+    }));
+}
+
+/// `idemguard console`: the collectors, the terminal, the loop.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let mut backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    install_panic_hook();
+    enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}"))?;
+    let guard = TerminalGuard;
+    execute!(io::stdout(), EnterAlternateScreen, EnableBracketedPaste, cursor::Hide)?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    let result = run_loop(&mut terminal, &mut app, EventStream::new(), &mut backends.updates, |text| {
+        // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+        let mut out = io::stdout();
+        let _ = write!(out, "\x1b]52;c;{b64}\x07");
+        let _ = out.flush();
+    })
+    .await;
+    drop(terminal);
+    drop(guard);
+    backends.shutdown().await;
+    result
+}
+
+/// The main loop over any ratatui backend and any event stream: the real terminal in
+/// [`run`], `TestBackend` and a scripted stream of keys in the tests.
+pub async fn run_loop<B: Backend, S>(
+    terminal: &mut Terminal<B>,
+    app: &mut App,
+    mut events: S,
+    updates: &mut mpsc::Receiver<Update>,
+    mut clipboard: impl FnMut(&str),
+) -> anyhow::Result<()>
+where
+    S: Stream<Item = io::Result<Event>> + Unpin,
+    B::Error: Send + Sync + 'static,
+{
+    let mut tick = tokio::time::interval(TICK);
+    let mut render = tokio::time::interval(RENDER);
+    render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    app.refresh_views();
+    terminal.draw(|f| ui::draw(f, app))?;
+    loop {
+        tokio::select! {
+            ev = events.next() => match ev {
+                Some(Ok(e)) => app.handle_event(e),
+                Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal: {e}")),
+                None => break,
+            },
+            Some(u) = updates.recv() => app.apply(u),
+            _ = tick.tick() => app.on_tick(),
+            _ = render.tick() => {
+                if app.dirty {
+                    app.dirty = false;
+                    app.refresh_views();
+                    terminal.draw(|f| ui::draw(f, app))?;
+                }
+            }
+            _ = interrupt.recv() => app.quit = true,
+            _ = terminate.recv() => app.quit = true,
+        }
+        if let Some(text) = app.take_clipboard() {
+            clipboard(&text);
+        }
+        if app.quit {
+            break;
+        }
+    }
+    Ok(())
+}

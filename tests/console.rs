@@ -1,0 +1,712 @@
+//! The operations console against the real services: a fresh database (both dialects for the
+//! trace view), a Redis server of the test's own (killed mid-session in the fault test), fresh
+//! topics with real payment messages and real trace events. Views are drawn into ratatui's
+//! TestBackend and compared with insta snapshots, volatile text (times, durations, IDs, ports)
+//! redacted; the app is driven by scripted keys; the headless commands' JSON is checked field by
+//! field; the real binary runs in tmux.
+
+mod common;
+mod console_fixture;
+
+use std::time::{Duration, Instant};
+
+use console_fixture::{world, Incident, World, AMOUNT, POINTS, SKU, USER};
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+use idemguard::config::Dialect;
+use idemguard::console::app::{App, Health, Input};
+use idemguard::console::backend::{BackendId, Backends, Update};
+use idemguard::console::headless;
+use idemguard::console::keymap::View;
+use idemguard::console::ui;
+use idemguard::contracts::keys;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------------------------
+
+fn press(app: &mut App, code: KeyCode) {
+    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn type_str(app: &mut App, s: &str) {
+    for c in s.chars() {
+        press(app, KeyCode::Char(c));
+    }
+}
+
+/// Apply updates until `cond` holds (bounded).
+async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &str, cond: impl Fn(&App) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !cond(app) {
+        if Instant::now() > deadline {
+            let sources: Vec<String> = app.timeline().map(|t| t.entries.iter().map(|e| format!("{} {}", e.layer, e.source)).collect()).unwrap_or_default();
+            let health: Vec<String> = app.backends.iter().map(|(b, s)| format!("{}: {:?}", b.name(), s.health)).collect();
+            panic!("timed out waiting for: {what}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}", app.trace_log.events_seen);
+        }
+        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+            app.apply(u);
+        }
+    }
+    app.refresh_views();
+}
+
+/// Draw the app and return the screen as text.
+fn screen(app: &mut App, width: u16, height: u16) -> String {
+    app.refresh_views();
+    let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
+    t.draw(|f| ui::draw(f, app)).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Volatile text replaced, so a snapshot says the same thing on every run.
+fn redactions() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (r"[A-Z]+:ORDER:\d{8}:[0-9a-f-]*…?", "[request_id]"),
+        (r"\b\d{17}[0-9a-f]{0,12}…?", "[order_no]"),
+        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "[uuid]"),
+        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
+        (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
+        (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
+        (r"\b1\d{12}\b", "[ms]"),
+        // A duration and its padding: "9m59s " and "10m00s" are the same cell.
+        (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
+        (r"PAY[0-9a-f]{8}", "[pay_no]"),
+        (r"\.t[0-9a-f]{6,}", ".t[suffix]"),
+        (r"igt-group-[0-9a-f]+", "[group]"),
+        (r"igt_[0-9a-f]+", "igt_[db]"),
+        (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
+        (r" +[▁▂▃▄▅▆▇█][ ▁▂▃▄▅▆▇█]*", " [spark]"),
+    ]
+}
+
+macro_rules! snapshot {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({ filters => redactions(), prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!($name, $text);
+        });
+    };
+}
+
+/// Every backend up (but `except`): the header reads the same on every run.
+fn all_up_but(app: &App, except: Option<BackendId>) -> bool {
+    app.backends.iter().all(|(b, s)| Some(*b) == except || s.health == Health::Up)
+}
+
+/// The console on `w`: real collectors feeding a fresh app.
+fn console(w: &World) -> (App, Backends) {
+    let backends = Backends::spawn(&w.config);
+    let app = App::new(&w.config, Some(backends.focus.clone()));
+    (app, backends)
+}
+
+/// Timeline entries the incident yields when traced: 8 rows, 3 Kafka copies, 10 trace events,
+/// the order lock and the fast-path key.
+const INCIDENT_ENTRIES: usize = 23;
+
+fn timeline_complete(app: &App) -> bool {
+    app.timeline().is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trace view, both dialects
+// ---------------------------------------------------------------------------------------------
+
+async fn trace_view(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    let (mut app, mut b) = console(&w);
+
+    // Typed as an operator would: the command line, the ID, Enter.
+    press(&mut app, KeyCode::Char(':'));
+    type_str(&mut app, &format!("trace {}", inc.order_no));
+    assert_eq!(app.input, Input::Command(format!("trace {}", inc.order_no)));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.view, View::Trace);
+    pump_until(&mut app, &mut b.updates, "the whole timeline of the order", timeline_complete).await;
+
+    let t = app.timeline().unwrap();
+    assert_eq!(t.order_no.as_deref(), Some(inc.order_no.as_str()));
+    assert_eq!(t.request_id.as_deref(), Some(inc.request_id.as_str()));
+    assert_eq!(t.event_ids, vec![inc.event_id.clone()]);
+    // Oldest first; the current Redis state (no time of its own) last.
+    let times: Vec<i64> = t.entries.iter().map(|e| e.at_ms.unwrap_or(i64::MAX)).collect();
+    assert!(times.windows(2).all(|p| p[0] <= p[1]), "{times:?}");
+    assert_eq!(t.entries[0].source, "idempotency_record");
+    // Every duplicate names the layer that stopped it.
+    let stopped: Vec<(String, String)> = t.interceptions.iter().map(|i| (i.layer.clone(), i.outcome.clone())).collect();
+    assert_eq!(
+        stopped,
+        vec![
+            ("lock".into(), "lock_contended".into()),
+            ("api".into(), "replayed".into()),
+            ("api".into(), "replayed".into()),
+            ("stream".into(), "dedup_hit".into()),
+            ("stream".into(), "dedup_hit".into())
+        ]
+    );
+    assert_eq!(t.events.len(), 1);
+    let e = &t.events[0];
+    assert_eq!((e.kafka_copies, e.processed_rows, e.dedup_hits, e.points_rows, e.notification_rows), (3, 1, 2, 1, 1));
+    let kafka: Vec<&str> = t.entries.iter().filter(|e| e.layer == "kafka").map(|e| e.summary.as_str()).collect();
+    assert!(kafka[2].ends_with("copy 3 of 3"), "{kafka:?}");
+
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
+    snapshot!(format!("trace_view_{}", dialect.dir()), screen(&mut app, 170, 46));
+
+    // The requestId and the eventId resolve to the same order.
+    for id in [inc.request_id.clone(), inc.event_id.clone()] {
+        app.run_command(&format!("trace {id}"));
+        pump_until(&mut app, &mut b.updates, &format!("the timeline by {id}"), timeline_complete).await;
+        let t = app.timeline().unwrap();
+        assert_eq!(t.order_no.as_deref(), Some(inc.order_no.as_str()), "{dialect}: {id}");
+        assert_eq!(t.request_id.as_deref(), Some(inc.request_id.as_str()), "{dialect}: {id}");
+    }
+
+    // Live: a decision made now appears without asking again.
+    let tracer = idemguard::trace::Tracer::from_config(&w.config, &idemguard::contracts::Instance::current()).unwrap();
+    tracer.emit(
+        idemguard::contracts::TraceEvent::new(idemguard::contracts::Layer::Stream, idemguard::contracts::Outcome::DedupHit)
+            .order_no(&inc.order_no)
+            .event_id(&inc.event_id)
+            .detail("copy 4, live"),
+    );
+    tracer.flush(Duration::from_secs(10));
+    pump_until(&mut app, &mut b.updates, "the live dedup hit", |a| a.timeline().is_some_and(|t| t.interceptions.len() == 6)).await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn trace_view_postgres() {
+    trace_view(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn trace_view_mysql() {
+    trace_view(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locks view: single and RedLock, dead owners, no TTL, quorum
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn locks_view_shows_holders_liveness_and_quorum() {
+    let w = world(Dialect::Postgres, 3).await;
+    let inc = Incident::write(&w).await;
+    // RedLock: one key held by the same value on 2 of 3 nodes (quorum), one split 1/1/- (none).
+    let holder = |inst: &str, nonce: &str| idemguard::contracts::LockHolder {
+        instance: inst.into(),
+        host: "pay-host".into(),
+        pid: 77,
+        acquired_at: inc.t0,
+        ttl_ms: 600_000,
+        fence: 9,
+        nonce: nonce.into(),
+    };
+    let agreed = holder(&inc.live_instance, "q1").to_value();
+    let quorum_key = keys::order_lock("REDLOCK-QUORUM");
+    let split_key = keys::order_lock("REDLOCK-SPLIT");
+    for (n, node) in w.redlock.iter().enumerate() {
+        let mut c = node.conn().await;
+        let v = if n < 2 { agreed.clone() } else { holder(&inc.dead_instance, "q2").to_value() };
+        let _: () = redis::cmd("SET").arg(&quorum_key).arg(v).arg("PX").arg(600_000).query_async(&mut c).await.unwrap();
+        if n < 2 {
+            let _: () = redis::cmd("SET").arg(&split_key).arg(holder(&format!("inst-{n}"), "s").to_value()).arg("PX").arg(600_000).query_async(&mut c).await.unwrap();
+        }
+    }
+    let (mut app, mut b) = console(&w);
+    type_str(&mut app, ":lk");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.view, View::Locks);
+    pump_until(&mut app, &mut b.updates, "four locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 4)).await;
+    let scan = app.locks.clone().unwrap();
+    let by_key = |k: &str| scan.locks.iter().find(|l| l.key == k).unwrap_or_else(|| panic!("{k} not listed"));
+    let live = by_key(&keys::order_lock(&inc.order_no));
+    assert_eq!((live.scope, live.owner_alive, live.fence_counter), ("single", Some(true), Some(3)));
+    assert!(live.flags.is_empty() && live.pttl_ms > 500_000, "{live:?}");
+    let dead = by_key(&keys::request_lock(&inc.stuck_dead));
+    assert_eq!((dead.owner_alive, dead.pttl_ms), (Some(false), -1));
+    assert_eq!(dead.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(), ["no_ttl", "dead_owner"]);
+    let q = by_key(&quorum_key);
+    assert_eq!(q.scope, "redlock");
+    assert_eq!(q.quorum.map(|q| (q.agreeing, q.nodes, q.reached)), Some((2, 3, true)));
+    assert_eq!(q.holder.as_ref().unwrap().nonce, "q1");
+    assert_eq!(q.nodes.iter().map(|n| n.agrees).collect::<Vec<_>>(), [true, true, false]);
+    let s = by_key(&split_key);
+    assert_eq!(s.quorum.map(|q| (q.agreeing, q.reached)), Some((1, false)));
+    assert!(s.flags.iter().any(|f| f.as_str() == "no_quorum"));
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
+    snapshot!("locks_view", screen(&mut app, 170, 20));
+
+    // Enter on the order's lock traces the order.
+    let row = app.filtered[&View::Locks].iter().position(|i| scan.locks[*i].key == live.key).unwrap();
+    press(&mut app, KeyCode::Char('g'));
+    for _ in 0..row {
+        press(&mut app, KeyCode::Char('j'));
+    }
+    press(&mut app, KeyCode::Enter);
+    assert_eq!((app.view, app.trace_query.clone()), (View::Trace, Some(inc.order_no.clone())));
+
+    // Headless twin, field by field.
+    let r = headless::locks(&w.config).await;
+    assert_eq!(r.exit_code(), 0);
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["schema"], "idemguard.console/v1");
+    assert_eq!(j["command"], "locks");
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["data"]["nodes"].as_array().unwrap().len(), 4);
+    let locks = j["data"]["locks"].as_array().unwrap();
+    let get = |k: &str| locks.iter().find(|l| l["key"] == k).unwrap().clone();
+    let l = get(&keys::order_lock(&inc.order_no));
+    assert_eq!(l["scope"], "single");
+    assert_eq!(l["holder"]["instance"], inc.live_instance.as_str());
+    assert_eq!(l["holder"]["host"], "api-host");
+    assert_eq!(l["holder"]["pid"], 4242);
+    assert_eq!(l["holder"]["acquired_at"], inc.t0 + 5);
+    assert_eq!(l["holder"]["fence"], 3);
+    assert_eq!(l["fence_counter"], 3);
+    assert_eq!(l["owner_alive"], true);
+    assert!(l["pttl_ms"].as_i64().unwrap() > 500_000);
+    let d = get(&keys::request_lock(&inc.stuck_dead));
+    assert_eq!(d["pttl_ms"], -1);
+    assert_eq!(d["owner_alive"], false);
+    assert_eq!(d["flags"], serde_json::json!(["no_ttl", "dead_owner"]));
+    let q = get(&quorum_key);
+    assert_eq!(q["quorum"], serde_json::json!({ "agreeing": 2, "nodes": 3, "reached": true }));
+    assert_eq!(q["nodes"][2]["agrees"], false);
+    let table = headless::locks_table(&r);
+    assert!(table.contains(&keys::order_lock(&inc.order_no)) && table.contains("no_ttl,dead_owner") && table.contains("2/3"), "{table}");
+    b.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stuck and Rates views
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn stuck_and_rates_views_and_their_headless_twins() {
+    let w = world(Dialect::Mysql, 0).await;
+    let inc = Incident::write(&w).await;
+    let (mut app, mut b) = console(&w);
+    app.run_command("stuck");
+    pump_until(&mut app, &mut b.updates, "two stuck records with liveness", |a| {
+        a.stuck.as_ref().is_some_and(|s| s.len() == 2 && s.iter().all(|r| r.owner_alive.is_some()))
+    })
+    .await;
+    let s = app.stuck.clone().unwrap();
+    assert_eq!(s[0].request_id, inc.stuck_dead, "oldest first");
+    assert_eq!((s[0].owner_alive, s[0].order_exists), (Some(false), false));
+    assert_eq!((s[1].owner_alive, s[1].order_exists, s[1].order_status.as_deref()), (Some(true), true, Some("CREATED")));
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
+    snapshot!("stuck_view", screen(&mut app, 170, 12));
+
+    app.run_command("rates");
+    pump_until(&mut app, &mut b.updates, "the trace topic read and the lag", |a| {
+        a.trace_log.events_seen == 10 && matches!(&a.lag, Some(Ok(l)) if !l.is_empty())
+    })
+    .await;
+    snapshot!("rates_view", screen(&mut app, 170, 28));
+    b.shutdown().await;
+
+    // Headless stuck, field by field.
+    let r = headless::stuck(&w.config).await;
+    assert_eq!(r.exit_code(), 0, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["command"], "stuck");
+    assert_eq!(j["data"]["threshold_ms"], 60_000);
+    let recs = j["data"]["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["request_id"], inc.stuck_dead.as_str());
+    assert_eq!(recs[0]["owner"], inc.dead_instance.as_str());
+    assert_eq!(recs[0]["owner_alive"], false);
+    assert_eq!(recs[0]["order_exists"], false);
+    assert_eq!(recs[0]["order_status"], Value::Null);
+    assert_eq!(recs[0]["fence"], 4);
+    assert_eq!(recs[0]["lease_until"].as_i64().unwrap() - recs[0]["created_at"].as_i64().unwrap(), 30_000);
+    assert_eq!(recs[1]["request_id"], inc.stuck_with_order.as_str());
+    assert_eq!(recs[1]["owner_alive"], true);
+    assert_eq!(recs[1]["order_exists"], true);
+    assert_eq!(recs[1]["found_order_no"], inc.stuck_order_no.as_str());
+    assert_eq!(recs[1]["order_status"], "CREATED");
+    assert_eq!(recs[1]["replay_count"], 1);
+
+    // Headless rates: the incident's interceptions in their minute, and the lag.
+    let r = headless::rates(&w.config).await;
+    assert_eq!(r.exit_code(), 0, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap();
+    let series = j["data"]["rates"]["series"].as_array().unwrap();
+    let total = |o: &str| series.iter().find(|s| s["outcome"] == o).unwrap()["total"].as_u64().unwrap();
+    assert_eq!((total("replayed"), total("dedup_hit"), total("lock_contended"), total("dlq")), (2, 2, 1, 0));
+    let minute = (inc.t0 - j["data"]["rates"]["first_minute_ms"].as_i64().unwrap()) / 60_000;
+    let replays = &series.iter().find(|s| s["outcome"] == "replayed").unwrap()["per_minute"];
+    assert_eq!(replays[minute as usize], 2, "the replays are counted in the incident's minute");
+    let lag = j["data"]["lag"].as_array().unwrap();
+    let p = lag.iter().find(|l| l["partition"] == inc.partition).unwrap();
+    assert_eq!(p["committed"], inc.offsets[0] + 1);
+    assert_eq!(p["high_watermark"], inc.offsets[2] + 1);
+    assert_eq!(p["lag"], 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scripted keys
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn scripted_keys_trace_filter_switch_views() {
+    let w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let (mut app, mut b) = console(&w);
+
+    // :t is an alias of :trace.
+    type_str(&mut app, &format!(":t {}", inc.request_id));
+    press(&mut app, KeyCode::Enter);
+    pump_until(&mut app, &mut b.updates, "the timeline", timeline_complete).await;
+    assert_eq!(app.row_count(View::Trace), INCIDENT_ENTRIES);
+
+    // Filter the trace to the Kafka copies; then invert it.
+    type_str(&mut app, "/kafka");
+    assert_eq!(app.input, Input::Filter("kafka".into()));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.row_count(View::Trace), 3);
+    type_str(&mut app, "/");
+    assert_eq!(app.input, Input::Filter(String::new()));
+    assert!(screen(&mut app, 170, 46).contains("now /kafka"), "the filter line says what the view's filter is");
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.row_count(View::Trace), 3, "esc leaves the filter as it was");
+    type_str(&mut app, "/!kafka");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.row_count(View::Trace), INCIDENT_ENTRIES - 3);
+    assert!(screen(&mut app, 170, 46).contains("filter /!kafka"));
+
+    // Switch views: the filter stays with the Trace view.
+    press(&mut app, KeyCode::Tab);
+    assert_eq!(app.view, View::Locks);
+    pump_until(&mut app, &mut b.updates, "the locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)).await;
+    assert_eq!(app.row_count(View::Locks), 2);
+    type_str(&mut app, "/dead_owner");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.row_count(View::Locks), 1);
+    press(&mut app, KeyCode::Char('y'));
+    assert_eq!(app.copied.as_deref(), Some(keys::request_lock(&inc.stuck_dead).as_str()));
+    assert_eq!(app.take_clipboard().as_deref(), Some(keys::request_lock(&inc.stuck_dead).as_str()));
+    press(&mut app, KeyCode::Char('1'));
+    assert_eq!(app.view, View::Trace);
+    assert_eq!(app.filter(View::Trace).typed(), "!kafka");
+    assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
+    press(&mut app, KeyCode::Esc);
+    assert!(app.filter(View::Trace).is_empty(), "esc clears this view's filter");
+    assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
+    press(&mut app, KeyCode::Char('y'));
+    assert_eq!(app.copied.as_deref(), Some(inc.order_no.as_str()), "y on the trace copies the orderNo");
+
+    // Views by command and alias, backwards with shift-tab.
+    for (cmd, view) in [("stuck", View::Stuck), ("r", View::Rates), ("locks", View::Locks), ("tr", View::Trace)] {
+        type_str(&mut app, &format!(":{cmd}"));
+        press(&mut app, KeyCode::Enter);
+        assert_eq!(app.view, view, ":{cmd}");
+    }
+    press(&mut app, KeyCode::BackTab);
+    assert_eq!(app.view, View::Stuck);
+
+    // Help generated from the keymap; any key closes it.
+    press(&mut app, KeyCode::Char('?'));
+    let help = screen(&mut app, 170, 46);
+    assert!(help.contains("Help") && help.contains(":trace ID") && help.contains("aliases :t :tr") && help.contains("copy the selected ID"), "{help}");
+    press(&mut app, KeyCode::Char('x'));
+    assert!(!app.show_help);
+
+    // Unknown command: said, nothing else changes.
+    type_str(&mut app, ":pods");
+    press(&mut app, KeyCode::Enter);
+    assert!(screen(&mut app, 170, 46).contains("unknown command `pods`"));
+
+    // Pause: the collectors are told and the header says so; +/- step the refresh period.
+    press(&mut app, KeyCode::Char(' '));
+    assert!(app.paused && b.focus.borrow().paused);
+    assert!(screen(&mut app, 170, 46).contains("PAUSED"));
+    press(&mut app, KeyCode::Char(' '));
+    assert!(!b.focus.borrow().paused);
+    app.run_command("refresh 1s");
+    press(&mut app, KeyCode::Char('+'));
+    assert_eq!(b.focus.borrow().refresh, Duration::from_millis(500));
+    press(&mut app, KeyCode::Char('-'));
+    press(&mut app, KeyCode::Char('-'));
+    assert_eq!(b.focus.borrow().refresh, Duration::from_secs(2));
+
+    // q quits.
+    press(&mut app, KeyCode::Char('q'));
+    assert!(app.quit);
+    b.shutdown().await;
+}
+
+/// The real main loop (select over events, updates, tick, render) on a TestBackend with a
+/// scripted key stream: it draws, follows the keys and returns on `q`.
+#[tokio::test]
+async fn main_loop_runs_scripted_keys_and_quits() {
+    let w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let (mut app, mut b) = console(&w);
+    let mut keys: Vec<std::io::Result<Event>> = Vec::new();
+    for c in format!(":trace {}", inc.order_no).chars() {
+        keys.push(Ok(Event::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))));
+    }
+    keys.push(Ok(Event::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))));
+    let (tx, rx) = mpsc::channel::<std::io::Result<Event>>(64);
+    for k in keys {
+        tx.send(k).await.unwrap();
+    }
+    let mut terminal = Terminal::new(TestBackend::new(170, 46)).unwrap();
+    let events = tokio_stream_from(rx);
+    let quitter = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        tx.send(Ok(Event::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)))).await.unwrap();
+    });
+    let mut copied = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        idemguard::console::terminal::run_loop(&mut terminal, &mut app, events, &mut b.updates, |t| copied.push(t.to_string())),
+    )
+    .await
+    .expect("the loop returns after ctrl-c")
+    .unwrap();
+    quitter.await.unwrap();
+    assert!(app.quit);
+    assert_eq!(app.trace_query.as_deref(), Some(inc.order_no.as_str()));
+    let shown: String = terminal.backend().buffer().content().iter().map(|c| c.symbol()).collect();
+    assert!(shown.contains("idemguard console") && shown.contains("Timeline, oldest first"), "{shown}");
+    b.shutdown().await;
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> + Unpin {
+    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// A backend dies mid-session
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
+    let mut w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let (mut app, mut b) = console(&w);
+    app.run_command("locks");
+    pump_until(&mut app, &mut b.updates, "the locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 2) && a.backends[&BackendId::Redis].health == Health::Up).await;
+
+    w.redis.kill();
+    pump_until(&mut app, &mut b.updates, "redis shown as down", |a| matches!(a.backends[&BackendId::Redis].health, Health::Down(_))).await;
+    let Health::Down(err) = app.backends[&BackendId::Redis].health.clone() else { unreachable!() };
+    assert!(err.contains(&format!("127.0.0.1:{}", w.redis.port)), "the error names the node: {err}");
+    assert!(app.backends[&BackendId::Redis].last_ok_ms.is_some());
+    // The last good data stays on screen, with its age.
+    assert_eq!(app.locks.as_ref().unwrap().locks.len(), 2);
+    pump_until(&mut app, &mut b.updates, "every other backend up", |a| all_up_but(a, Some(BackendId::Redis))).await;
+    let s = screen(&mut app, 170, 20);
+    assert!(s.contains("redis DOWN") && s.contains("last good data"), "{s}");
+    snapshot!("locks_view_redis_down", s);
+
+    // Keys still answer, and the database keeps delivering.
+    let before = Instant::now();
+    type_str(&mut app, ":stuck");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.view, View::Stuck);
+    assert!(before.elapsed() < Duration::from_millis(100));
+    app.stuck = None;
+    pump_until(&mut app, &mut b.updates, "fresh stuck rows from the database", |a| a.stuck.as_ref().is_some_and(|s| s.len() == 2)).await;
+    assert_eq!(app.backends[&BackendId::Database].health, Health::Up);
+    // With Redis down the owner's liveness is unknown, never guessed.
+    assert!(app.stuck.as_ref().unwrap().iter().all(|r| r.owner_alive.is_none()));
+    type_str(&mut app, &format!(":trace {}", inc.order_no));
+    press(&mut app, KeyCode::Enter);
+    pump_until(&mut app, &mut b.updates, "the trace without redis", |a| a.timeline().is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES - 2)).await;
+    b.shutdown().await;
+
+    // Headless: the failing backend makes the exit status non-zero, the rest is still printed.
+    let r = headless::trace(&w.config, &inc.order_no).await;
+    assert_eq!(r.exit_code(), headless::EXIT_BACKEND_FAILED);
+    assert!(r.data.found);
+    assert!(r.failures().contains("redis"), "{}", r.failures());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headless trace, both dialects, field by field
+// ---------------------------------------------------------------------------------------------
+
+async fn headless_trace_json(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    let r = headless::trace(&w.config, &inc.event_id).await;
+    assert_eq!(r.exit_code(), 0, "{dialect}: {}", r.failures());
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["schema"], "idemguard.console/v1");
+    assert_eq!(j["command"], "trace");
+    assert_eq!(j["environment"]["name"], "local");
+    assert_eq!(j["backends"].as_array().unwrap().len(), 4);
+    assert!(j["backends"].as_array().unwrap().iter().all(|b| b["ok"] == true));
+    let d = &j["data"];
+    assert_eq!(d["kind"], "event_id");
+    assert_eq!(d["found"], true);
+    assert_eq!(d["order_no"], inc.order_no.as_str());
+    assert_eq!(d["request_id"], inc.request_id.as_str());
+    assert_eq!(d["event_ids"], serde_json::json!([inc.event_id]));
+    let entries = d["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), INCIDENT_ENTRIES, "{dialect}");
+    let by_source = |s: &str| entries.iter().filter(|e| e["source"] == s).cloned().collect::<Vec<Value>>();
+
+    let idem = &by_source("idempotency_record")[0]["fields"];
+    assert_eq!(idem["request_id"], inc.request_id.as_str());
+    assert_eq!(idem["status"], "SUCCEEDED");
+    assert_eq!(idem["response_code"], 201);
+    assert_eq!(idem["owner"], inc.live_instance.as_str());
+    assert_eq!(idem["replay_count"], 2);
+    assert_eq!(idem["created_at"], inc.t0);
+    assert_eq!(idem["lease_until"], inc.t0 + 30_000);
+    assert_eq!(idem["request_hash"].as_str().unwrap().len(), 64);
+    let order = &by_source("order_record")[0]["fields"];
+    assert_eq!(order["order_no"], inc.order_no.as_str());
+    assert_eq!(order["status"], "PAID");
+    assert_eq!((order["version"].as_i64(), order["fence"].as_i64()), (Some(1), Some(3)));
+    assert_eq!((order["user_id"].as_i64(), order["sku_id"].as_i64(), order["amount"].as_i64()), (Some(USER), Some(SKU), Some(AMOUNT)));
+    assert_eq!(order["payment_event_id"], inc.event_id.as_str());
+    assert_eq!(by_source("stock_movement")[0]["fields"]["delta"], -1);
+    let pay = &by_source("payment_flow")[0]["fields"];
+    assert_eq!((pay["pay_no"].as_str(), pay["status"].as_str(), pay["amount"].as_i64()), (Some(inc.pay_no.as_str()), Some("SUCCEEDED"), Some(AMOUNT)));
+    assert_eq!(by_source("outbox")[0]["fields"]["status"], "SENT");
+    let processed = &by_source("processed_event")[0]["fields"];
+    assert_eq!(processed["consumer_group"], w.config.kafka.consumer_group.as_str());
+    assert_eq!(processed["kafka_partition"], inc.partition);
+    assert_eq!(processed["kafka_offset"], inc.offsets[0]);
+    assert_eq!(processed["outcome"], "applied");
+    assert_eq!(by_source("points_ledger")[0]["fields"]["points"], POINTS);
+    assert_eq!(by_source("notification")[0]["fields"]["channel"], "sms");
+    let kafka: Vec<&Value> = entries.iter().filter(|e| e["layer"] == "kafka").collect();
+    assert_eq!(kafka.len(), 3);
+    for (n, k) in kafka.iter().enumerate() {
+        assert_eq!(k["fields"]["partition"], inc.partition);
+        assert_eq!(k["fields"]["offset"], inc.offsets[n]);
+        assert_eq!(k["fields"]["timestamp_ms"], inc.t0 + 2_000 + n as i64 * 100);
+        assert_eq!(k["fields"]["event_id"], inc.event_id.as_str());
+        assert_eq!(k["at_ms"], inc.t0 + 2_000 + n as i64 * 100);
+    }
+    let lock = &by_source(&format!("{} (single)", keys::order_lock(&inc.order_no)))[0];
+    assert_eq!(lock["fields"]["holder"]["fence"], 3);
+    assert_eq!(lock["fields"]["owner_alive"], true);
+    let fast = &by_source(&keys::idempotency_fast_path(&inc.request_id))[0];
+    assert_eq!(fast["at_ms"], Value::Null);
+    assert!(fast["fields"]["value"].as_str().unwrap().contains("SUCCEEDED"));
+    let stopped: Vec<(&str, &str)> = d["interceptions"].as_array().unwrap().iter().map(|i| (i["layer"].as_str().unwrap(), i["outcome"].as_str().unwrap())).collect();
+    assert_eq!(stopped, [("lock", "lock_contended"), ("api", "replayed"), ("api", "replayed"), ("stream", "dedup_hit"), ("stream", "dedup_hit")]);
+    assert_eq!(d["events"][0], serde_json::json!({ "event_id": inc.event_id, "kafka_copies": 3, "processed_rows": 1, "dedup_hits": 2, "points_rows": 1, "notification_rows": 1 }));
+    let table = headless::trace_table(&r);
+    assert!(table.contains("duplicates stopped: 5") && table.contains("copy 3 of 3") && table.contains("STOPPED BY"), "{table}");
+}
+
+#[tokio::test]
+async fn headless_trace_json_postgres() {
+    headless_trace_json(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn headless_trace_json_mysql() {
+    headless_trace_json(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary: exit statuses, and a real terminal (tmux)
+// ---------------------------------------------------------------------------------------------
+
+fn env_of(w: &World) -> Vec<(&'static str, String)> {
+    vec![
+        ("IDEMGUARD_DATABASE__URL", w.config.database.url.clone()),
+        ("IDEMGUARD_REDIS__URL", w.config.redis.url.clone()),
+        ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
+        ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", w.config.kafka.payment_topic.clone()),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC", w.config.kafka.trace_topic.clone()),
+        ("IDEMGUARD_KAFKA__CONSUMER_GROUP", w.config.kafka.consumer_group.clone()),
+    ]
+}
+
+fn idemguard(w: &World, args: &[&str]) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+    c.args(args).env("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"));
+    for (k, v) in env_of(w) {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[tokio::test]
+async fn binary_exit_statuses_and_a_real_terminal() {
+    let mut w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+
+    let ok = idemguard(&w, &["trace", &inc.order_no, "--json"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let j: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(j["data"]["order_no"], inc.order_no.as_str());
+    let table = idemguard(&w, &["trace", &inc.request_id]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("TIME  "), "a readable table by default");
+    let unknown = idemguard(&w, &["trace", "APP:ORDER:20261129:nobody-knows-me"]);
+    assert_eq!(unknown.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no row, key, message or trace event"));
+    for cmd in ["locks", "stuck", "rates"] {
+        let out = idemguard(&w, &[cmd, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["command"], cmd);
+    }
+
+    // A real terminal: tmux runs `idemguard console`; it draws; q leaves and the shell's screen
+    // is back (the alternate screen is gone, the marker printed after the exit is visible).
+    let session = format!("igt{}", common::unique_suffix());
+    let mut script = String::new();
+    for (k, v) in env_of(&w) {
+        script.push_str(&format!("export {k}='{v}'; "));
+    }
+    script.push_str(&format!(
+        "export IDEMGUARD_CONFIG={}/config/local.toml; {} console; echo CONSOLE-EXITED-$?; sleep 60",
+        env!("CARGO_MANIFEST_DIR"),
+        env!("CARGO_BIN_EXE_idemguard")
+    ));
+    let tmux = |args: &[&str]| std::process::Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)");
+    let started = tmux(&["new-session", "-d", "-s", &session, "-x", "160", "-y", "40", "bash", "-c", &script]);
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let capture = || String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned();
+    let wait_for = |what: &str, f: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = capture();
+            if f(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "tmux: {what} did not appear:\n{s}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let drawn = wait_for("the console", &|s| s.contains("idemguard console") && s.contains("database ok"));
+    assert!(drawn.contains("LOCAL") && drawn.contains("1:Trace"), "{drawn}");
+    tmux(&["send-keys", "-t", &session, &format!(":trace {}", inc.order_no), "Enter"]);
+    wait_for("the timeline", &|s| s.contains("Timeline, oldest first") && s.contains("copy 3 of 3"));
+    tmux(&["send-keys", "-t", &session, "q"]);
+    let after = wait_for("the exit", &|s| s.contains("CONSOLE-EXITED-"));
+    assert!(after.contains("CONSOLE-EXITED-0"), "{after}");
+    assert!(!after.contains("idemguard console"), "the terminal is restored (the UI is gone):\n{after}");
+    tmux(&["kill-session", "-t", &session]);
+
+    // With its Redis gone, the headless locks say so and exit non-zero.
+    w.redis.kill();
+    let down = idemguard(&w, &["locks"]);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&down.stderr).contains(&format!("127.0.0.1:{}", w.redis.port)));
+}

@@ -1,0 +1,284 @@
+//! The console tests' world: a fresh database, a Redis server of the test's own (so the lock list
+//! is exactly what the test wrote, and so the test may kill it), fresh topics, and one incident
+//! written into all of them.
+//!
+//! The incident is written here row by row, key by key and message by message, in the shapes the
+//! shared contracts fix (queries/*/schema.sql, contracts::keys, LockHolder, PaymentSucceeded,
+//! TraceEvent through the real Tracer). When the API service and the consumer exist, `Incident::
+//! write` is the one function to replace by driving them (POST /orders twice, a payment callback,
+//! the consumer over three deliveries); the tests read only the `Incident` IDs it returns.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use idemguard::config::{Config, Dialect};
+use idemguard::contracts::{format_ms, headers, keys, new_event_id, now_ms, Instance, Layer, LockHolder, OrderNo, Outcome, PaymentSucceeded, RequestId, TraceEvent};
+use idemguard::db::Database;
+use idemguard::trace::Tracer;
+use rdkafka::consumer::{BaseConsumer, Consumer, CommitMode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::common;
+
+/// A redis-server the test owns: started on a free loopback port, killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/stack up installs it)");
+        let s = RedisServer { port, child: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server on port {port} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// Kill it (the fault the tests inject).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A database, a Redis, topics and a consumer group of the test's own.
+pub struct World {
+    pub config: Config,
+    pub db: Database,
+    pub redis: RedisServer,
+    pub redlock: Vec<RedisServer>,
+    pub dialect: Dialect,
+}
+
+pub async fn world(dialect: Dialect, redlock_nodes: usize) -> World {
+    let (mut config, db) = common::migrated_database(dialect).await;
+    let redis = RedisServer::start();
+    let redlock: Vec<RedisServer> = (0..redlock_nodes).map(|_| RedisServer::start()).collect();
+    config.redis.url = redis.url();
+    config.redis.redlock_nodes = redlock.iter().map(RedisServer::url).collect();
+    let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.trace_topic = topics[1].clone();
+    config.kafka.consumer_group = format!("igt-group-{}", common::unique_suffix());
+    config.console.refresh = Duration::from_millis(250);
+    World { config, db, redis, redlock, dialect }
+}
+
+/// The IDs of the incident, for the tests to look things up by.
+#[derive(Debug, Clone)]
+pub struct Incident {
+    pub order_no: String,
+    pub request_id: String,
+    pub event_id: String,
+    pub pay_no: String,
+    /// Base time of the incident (epoch ms, the start of a minute + 10 s, ten minutes ago), so
+    /// every row has a known offset from it.
+    pub t0: i64,
+    pub live_instance: String,
+    pub dead_instance: String,
+    /// PROCESSING records: one whose owner is dead and has no order, one whose order exists.
+    pub stuck_dead: String,
+    pub stuck_with_order: String,
+    pub stuck_order_no: String,
+    /// The partition and offsets of the three copies of the payment message.
+    pub partition: i32,
+    pub offsets: Vec<i64>,
+}
+
+pub const USER: i64 = 42;
+pub const SKU: i64 = 7;
+pub const AMOUNT: i64 = 1999;
+pub const POINTS: i64 = 20;
+
+fn ph(dialect: Dialect, n: usize) -> String {
+    (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+}
+
+enum V {
+    I(i64),
+    S(String),
+    /// NULL text
+    N,
+    /// NULL integer
+    NI,
+}
+
+async fn insert(w: &World, table: &str, cols: &[&str], vals: Vec<V>) {
+    let sql = format!("INSERT INTO {table} ({}) VALUES ({})", cols.join(", "), ph(w.dialect, cols.len()));
+    let mut q = sqlx::query(&sql);
+    for v in vals {
+        q = match v {
+            V::I(i) => q.bind(i),
+            V::S(s) => q.bind(s),
+            V::N => q.bind(Option::<String>::None),
+            V::NI => q.bind(Option::<i64>::None),
+        };
+    }
+    q.execute(&w.db.pool).await.unwrap_or_else(|e| panic!("{}: insert into {table}: {e}", w.dialect));
+}
+
+impl Incident {
+    /// One order during a sale: the request retried twice (replayed), the lock contended, the
+    /// payment event delivered three times (two dedup hits), every sink written once; plus two
+    /// stuck records and the Redis state the layers leave behind.
+    pub async fn write(w: &World) -> Incident {
+        let minute = (now_ms() - 10 * 60_000).div_euclid(60_000) * 60_000;
+        let t0 = minute + 10_000;
+        let i = Incident {
+            order_no: OrderNo::generate().to_string(),
+            request_id: RequestId::generate("APP", "ORDER").to_string(),
+            event_id: new_event_id(),
+            pay_no: format!("PAY{}", &common::unique_suffix()[..8]),
+            t0,
+            live_instance: "api-live-0a1b2c".into(),
+            dead_instance: "api-dead-3d4e5f".into(),
+            stuck_dead: RequestId::generate("APP", "ORDER").to_string(),
+            stuck_with_order: RequestId::generate("WEB", "ORDER").to_string(),
+            stuck_order_no: OrderNo::generate().to_string(),
+            partition: 0,
+            offsets: Vec::new(),
+        };
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_string();
+        use V::*;
+        let idem_cols = ["request_id", "biz_type", "request_hash", "status", "response_code", "response_body", "order_no", "owner", "fence", "lease_until", "replay_count", "created_at", "updated_at", "expire_at", "version"];
+        insert(w, "idempotency_record", &idem_cols, vec![
+            S(i.request_id.clone()), S("ORDER".into()), S(hash.clone()), S("SUCCEEDED".into()), I(201), S("{\"orderNo\":\"…\"}".into()),
+            S(i.order_no.clone()), S(i.live_instance.clone()), I(3), I(t0 + 30_000), I(2), I(t0), I(t0 + 40), I(t0 + 7 * 86_400_000), I(1),
+        ]).await;
+        let order_cols = ["req_id", "order_no", "user_id", "sku_id", "quantity", "amount", "status", "version", "fence", "payment_event_id", "created_at", "updated_at"];
+        insert(w, "order_record", &order_cols, vec![
+            S(i.request_id.clone()), S(i.order_no.clone()), I(USER), I(SKU), I(1), I(AMOUNT), S("PAID".into()), I(1), I(3), S(i.event_id.clone()), I(t0 + 10), I(t0 + 3_000),
+        ]).await;
+        insert(w, "stock_movement", &["order_no", "req_id", "sku_id", "delta", "created_at"], vec![S(i.order_no.clone()), S(i.request_id.clone()), I(SKU), I(-1), I(t0 + 11)]).await;
+        insert(w, "payment_flow", &["pay_no", "order_no", "amount", "status", "event_id", "created_at"], vec![S(i.pay_no.clone()), S(i.order_no.clone()), I(AMOUNT), S("SUCCEEDED".into()), S(i.event_id.clone()), I(t0 + 1_000)]).await;
+        let hdrs = serde_json::json!({ "eventId": i.event_id, "requestId": i.request_id, "orderNo": i.order_no }).to_string();
+        insert(w, "outbox", &["event_id", "topic", "msg_key", "headers", "payload", "status", "created_at", "sent_at"], vec![
+            S(i.event_id.clone()), S(w.config.kafka.payment_topic.clone()), S(i.order_no.clone()), S(hdrs), S("{}".into()), S("SENT".into()), I(t0 + 1_001), I(t0 + 1_050),
+        ]).await;
+
+        // Kafka: the same payment event three times (the relay retried, the broker redelivered).
+        let payment = PaymentSucceeded {
+            event_id: i.event_id.clone(),
+            order_no: i.order_no.clone(),
+            request_id: i.request_id.clone(),
+            pay_no: i.pay_no.clone(),
+            user_id: USER,
+            amount: AMOUNT,
+            paid_at: t0 + 1_000,
+        };
+        let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &w.config.kafka.bootstrap_servers).create().unwrap();
+        let body = serde_json::to_string(&payment).unwrap();
+        let mut i = i;
+        for n in 0..3 {
+            let h = OwnedHeaders::new()
+                .insert(Header { key: headers::EVENT_ID, value: Some(&i.event_id) })
+                .insert(Header { key: headers::REQUEST_ID, value: Some(&i.request_id) })
+                .insert(Header { key: headers::ORDER_NO, value: Some(&i.order_no) });
+            let rec = FutureRecord::to(&w.config.kafka.payment_topic).key(&i.order_no).payload(&body).headers(h).partition(0).timestamp(t0 + 2_000 + n * 100);
+            let d = producer.send(rec, Duration::from_secs(10)).await.unwrap_or_else(|(e, _)| panic!("produce payment: {e}"));
+            let (p, o) = (d.partition, d.offset);
+            i.partition = p;
+            i.offsets.push(o);
+        }
+        // The consumer's decisions: applied once, then two dedup hits; one sink row each.
+        insert(w, "processed_event", &["consumer_group", "event_id", "order_no", "topic", "kafka_partition", "kafka_offset", "outcome", "processed_at", "expire_at"], vec![
+            S(w.config.kafka.consumer_group.clone()), S(i.event_id.clone()), S(i.order_no.clone()), S(w.config.kafka.payment_topic.clone()), I(i.partition as i64), I(i.offsets[0]), S("applied".into()), I(t0 + 3_000), I(t0 + 7 * 86_400_000),
+        ]).await;
+        insert(w, "points_ledger", &["source_event_no", "order_no", "user_id", "points", "created_at"], vec![S(i.event_id.clone()), S(i.order_no.clone()), I(USER), I(POINTS), I(t0 + 3_001)]).await;
+        insert(w, "notification", &["event_id", "order_no", "user_id", "channel", "body", "created_at"], vec![S(i.event_id.clone()), S(i.order_no.clone()), I(USER), S("sms".into()), S("Your order is paid".into()), I(t0 + 3_002)]).await;
+        // The consumer group has committed past the first copy only: lag 2 on that partition.
+        commit_offset(&w.config, &w.config.kafka.payment_topic, i.partition, i.offsets[0] + 1);
+
+        // Stuck: PROCESSING for 5 minutes, owner dead, no order; and one whose order exists.
+        let created = now_ms() - 5 * 60_000;
+        insert(w, "idempotency_record", &idem_cols, vec![
+            S(i.stuck_dead.clone()), S("ORDER".into()), S(hash.clone()), S("PROCESSING".into()), NI, N, N, S(i.dead_instance.clone()), I(4), I(created + 30_000), I(0), I(created), I(created), I(created + 7 * 86_400_000), I(0),
+        ]).await;
+        insert(w, "idempotency_record", &idem_cols, vec![
+            S(i.stuck_with_order.clone()), S("ORDER".into()), S(hash), S("PROCESSING".into()), NI, N, N, S(i.live_instance.clone()), I(5), I(created + 60_000), I(1), I(created + 1), I(created + 1), I(created + 7 * 86_400_000), I(0),
+        ]).await;
+        insert(w, "order_record", &order_cols, vec![
+            S(i.stuck_with_order.clone()), S(i.stuck_order_no.clone()), I(USER), I(SKU), I(1), I(AMOUNT), S("CREATED".into()), I(0), I(5), N, I(created + 2), I(created + 2),
+        ]).await;
+
+        // Redis: the live instance's heartbeat, its lock on the order, the fence counter, the
+        // fast-path key; a lock of the dead instance with no TTL.
+        let mut r = w.redis.conn().await;
+        let holder = LockHolder { instance: i.live_instance.clone(), host: "api-host".into(), pid: 4242, acquired_at: t0 + 5, ttl_ms: 30_000, fence: 3, nonce: "n-live".into() };
+        let dead = LockHolder { instance: i.dead_instance.clone(), host: "old-host".into(), pid: 999, acquired_at: created, ttl_ms: 30_000, fence: 4, nonce: "n-dead".into() };
+        let _: () = redis::pipe()
+            .cmd("SET").arg(keys::instance(&i.live_instance)).arg("alive").arg("PX").arg(600_000).ignore()
+            .cmd("SET").arg(keys::order_lock(&i.order_no)).arg(holder.to_value()).arg("PX").arg(600_000).ignore()
+            .cmd("SET").arg(keys::fence(&keys::order_lock(&i.order_no))).arg(3).ignore()
+            .cmd("SET").arg(keys::idempotency_fast_path(&i.request_id)).arg("{\"status\":\"SUCCEEDED\",\"code\":201}").arg("PX").arg(600_000).ignore()
+            .cmd("SET").arg(keys::request_lock(&i.stuck_dead)).arg(dead.to_value()).ignore()
+            .cmd("SET").arg(keys::fence(&keys::request_lock(&i.stuck_dead))).arg(4).ignore()
+            .query_async(&mut r)
+            .await
+            .unwrap();
+
+        // Trace events through the real emitter, stamped with the incident's times.
+        let tracer = Tracer::from_config(&w.config, &Instance { id: i.live_instance.clone(), host: "api-host".into(), pid: 4242 }).unwrap();
+        let at = |ms: i64, e: TraceEvent| {
+            let mut e = e;
+            e.ts = format_ms(ms);
+            e
+        };
+        let (o, r_, e) = (i.order_no.clone(), i.request_id.clone(), i.event_id.clone());
+        tracer.emit(at(t0, TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(&r_).detail("first request")));
+        tracer.emit(at(t0 + 5, TraceEvent::new(Layer::Lock, Outcome::LockAcquired).order_no(&o).request_id(&r_).detail("fence 3")));
+        tracer.emit(at(t0 + 6, TraceEvent::new(Layer::Lock, Outcome::LockContended).order_no(&o).request_id(&r_).detail("held by api-live-0a1b2c")));
+        tracer.emit(at(t0 + 10, TraceEvent::new(Layer::Db, Outcome::OrderCreated).order_no(&o).request_id(&r_)));
+        tracer.emit(at(t0 + 40, TraceEvent::new(Layer::Api, Outcome::Finalized).order_no(&o).request_id(&r_).detail("SUCCEEDED 201")));
+        tracer.emit(at(t0 + 500, TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(&o).request_id(&r_).detail("retry 1: 201 replayed")));
+        tracer.emit(at(t0 + 900, TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(&o).request_id(&r_).detail("retry 2: 201 replayed")));
+        tracer.emit(at(t0 + 3_000, TraceEvent::new(Layer::Stream, Outcome::SinkApplied).order_no(&o).request_id(&r_).event_id(&e).detail("order PAID, points, notification")));
+        tracer.emit(at(t0 + 3_100, TraceEvent::new(Layer::Stream, Outcome::DedupHit).order_no(&o).event_id(&e).detail("copy 2")));
+        tracer.emit(at(t0 + 3_200, TraceEvent::new(Layer::Stream, Outcome::DedupHit).order_no(&o).event_id(&e).detail("copy 3")));
+        tracer.flush(Duration::from_secs(10));
+        assert_eq!(tracer.stats().delivered, 10, "trace events delivered: {:?}", tracer.stats());
+        i
+    }
+}
+
+/// What the real consumer does after processing: commit the next offset for its group.
+pub fn commit_offset(config: &Config, topic: &str, partition: i32, next: i64) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", &config.kafka.consumer_group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(next)).unwrap();
+    c.commit(&tpl, CommitMode::Sync).expect("commit the consumer group's offset");
+}
