@@ -10,14 +10,13 @@ mod console_fixture;
 
 use std::time::{Duration, Instant};
 
-use console_fixture::{world, Incident, World, AMOUNT, POINTS, SKU, USER};
+use console_fixture::{press, pump_until, redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT, POINTS, SKU, USER};
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use idemguard::config::Dialect;
 use idemguard::console::app::{App, Health, Input};
-use idemguard::console::backend::{BackendId, Backends, Update};
+use idemguard::console::backend::{BackendId, Backends};
 use idemguard::console::headless;
 use idemguard::console::keymap::View;
-use idemguard::console::ui;
 use idemguard::contracts::keys;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -27,76 +26,6 @@ use tokio::sync::mpsc;
 // ---------------------------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------------------------
-
-fn press(app: &mut App, code: KeyCode) {
-    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
-}
-
-fn type_str(app: &mut App, s: &str) {
-    for c in s.chars() {
-        press(app, KeyCode::Char(c));
-    }
-}
-
-/// Apply updates until `cond` holds (bounded).
-async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &str, cond: impl Fn(&App) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while !cond(app) {
-        if Instant::now() > deadline {
-            let sources: Vec<String> = app.timeline().map(|t| t.entries.iter().map(|e| format!("{} {}", e.layer, e.source)).collect()).unwrap_or_default();
-            let health: Vec<String> = app.backends.iter().map(|(b, s)| format!("{}: {:?}", b.name(), s.health)).collect();
-            panic!("timed out waiting for: {what}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}", app.trace_log.events_seen);
-        }
-        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
-            app.apply(u);
-        }
-    }
-    app.refresh_views();
-}
-
-/// Draw the app and return the screen as text.
-fn screen(app: &mut App, width: u16, height: u16) -> String {
-    app.refresh_views();
-    let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
-    t.draw(|f| ui::draw(f, app)).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// Volatile text replaced, so a snapshot says the same thing on every run.
-fn redactions() -> Vec<(&'static str, &'static str)> {
-    vec![
-        (r"[A-Z]+:ORDER:\d{8}:[0-9a-f-]*…?", "[request_id]"),
-        (r"\b\d{17}[0-9a-f]{0,12}…?", "[order_no]"),
-        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "[uuid]"),
-        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
-        (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
-        (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
-        (r"\b1\d{12}\b", "[ms]"),
-        // A duration and its padding: "9m59s " and "10m00s" are the same cell.
-        (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
-        (r"PAY[0-9a-f]{8}", "[pay_no]"),
-        (r"\.t[0-9a-f]{6,}", ".t[suffix]"),
-        (r"igt-group-[0-9a-f]+", "[group]"),
-        (r"igt_[0-9a-f]+", "igt_[db]"),
-        (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
-        (r" +[▁▂▃▄▅▆▇█][ ▁▂▃▄▅▆▇█]*", " [spark]"),
-    ]
-}
-
-macro_rules! snapshot {
-    ($name:expr, $text:expr) => {
-        insta::with_settings!({ filters => redactions(), prepend_module_to_snapshot => false }, {
-            insta::assert_snapshot!($name, $text);
-        });
-    };
-}
 
 /// Every backend up (but `except`): the header reads the same on every run.
 fn all_up_but(app: &App, except: Option<BackendId>) -> bool {

@@ -22,6 +22,13 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use idemguard::console::app::App;
+use idemguard::console::backend::Update;
+use idemguard::console::ui;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use tokio::sync::mpsc;
 
 /// A redis-server the test owns: started on a free loopback port, killed on drop.
 pub struct RedisServer {
@@ -282,3 +289,80 @@ pub fn commit_offset(config: &Config, topic: &str, partition: i32, next: i64) {
     tpl.add_partition_offset(topic, partition, Offset::Offset(next)).unwrap();
     c.commit(&tpl, CommitMode::Sync).expect("commit the consumer group's offset");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driving and drawing the app (shared by the console test files)
+// ---------------------------------------------------------------------------------------------
+
+pub fn press(app: &mut App, code: KeyCode) {
+    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+pub fn type_str(app: &mut App, s: &str) {
+    for c in s.chars() {
+        press(app, KeyCode::Char(c));
+    }
+}
+
+/// Apply updates until `cond` holds (bounded).
+pub async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &str, cond: impl Fn(&App) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !cond(app) {
+        if Instant::now() > deadline {
+            let sources: Vec<String> = app.timeline().map(|t| t.entries.iter().map(|e| format!("{} {}", e.layer, e.source)).collect()).unwrap_or_default();
+            let health: Vec<String> = app.backends.iter().map(|(b, s)| format!("{}: {:?}", b.name(), s.health)).collect();
+            panic!("timed out waiting for: {what}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}", app.trace_log.events_seen);
+        }
+        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+            app.apply(u);
+        }
+    }
+    app.refresh_views();
+}
+
+/// Draw the app and return the screen as text.
+pub fn screen(app: &mut App, width: u16, height: u16) -> String {
+    app.refresh_views();
+    let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
+    t.draw(|f| ui::draw(f, app)).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Volatile text replaced, so a snapshot says the same thing on every run.
+pub fn redactions() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (r"[A-Z]+:ORDER:\d{8}:[0-9a-f-]*…?", "[request_id]"),
+        (r"\b\d{17}[0-9a-f]{0,12}…?", "[order_no]"),
+        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "[uuid]"),
+        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
+        (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
+        (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
+        (r"\b1\d{12}\b", "[ms]"),
+        // A duration and its padding: "9m59s " and "10m00s" are the same cell.
+        (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
+        (r"PAY[0-9a-f]{8}", "[pay_no]"),
+        (r"\.t[0-9a-f]{6,}", ".t[suffix]"),
+        (r"igt-group-[0-9a-f]+", "[group]"),
+        (r"igt_[0-9a-f]+", "igt_[db]"),
+        (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
+        (r" +[▁▂▃▄▅▆▇█][ ▁▂▃▄▅▆▇█]*", " [spark]"),
+    ]
+}
+
+#[allow(unused_macros)]
+macro_rules! snapshot {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({ filters => redactions(), prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!($name, $text);
+        });
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use snapshot;
