@@ -15,6 +15,7 @@ pub mod config;
 pub mod contracts;
 pub mod db;
 pub mod doctor;
+pub mod storm;
 pub mod stream;
 pub mod lock;
 pub mod trace;
