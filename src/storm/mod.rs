@@ -125,7 +125,7 @@ impl StormOptions {
             stock: 500,
             binary: None,
             lock_ttl: Duration::from_millis(200),
-            gateway_timeout: Duration::from_millis(3),
+            gateway_timeout: Duration::from_millis(2),
             progress: false,
         }
     }

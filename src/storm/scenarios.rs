@@ -114,8 +114,8 @@ pub async fn double_click(rig: &Rig, c: &StormClient, n: usize) -> anyhow::Resul
     })
 }
 
-/// The gateway gives up on the first attempt (its timeout is shorter than the service's
-/// latency), then retries with the same key while the first may still be running.
+/// The gateway gives up waiting for the first attempt (its timeout is shorter than the
+/// service's latency) and retries with the same key while the first is still running.
 pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: usize, gateway_timeout: Duration) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64 + 10).await?;
     let run = rig.run.clone();
@@ -124,11 +124,19 @@ pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: us
         .map(|i| {
             let (c, key) = (c.clone(), run.order_key(i));
             async move {
-                let first = c.order(&key, i as i64, sku, 1, Some(gateway_timeout)).await;
-                if settled(&first) {
+                // The gateway forwards the first attempt and stops waiting for it after its
+                // timeout; upstream, the first attempt keeps running (its answer is discarded).
+                let first = {
+                    let (c, key) = (c.clone(), key.clone());
+                    tokio::spawn(async move { c.order(&key, i as i64, sku, 1, None).await })
+                };
+                tokio::time::sleep(gateway_timeout).await;
+                if first.is_finished() {
+                    let _ = first.await;
                     return (false, true);
                 }
                 let last = order_until_settled(&c, &key, i as i64, sku, 50).await;
+                let _ = first.await;
                 (true, settled(&last))
             }
         })
@@ -139,7 +147,7 @@ pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: us
     let retried = results.iter().filter(|r| r.0).count();
     let unsettled = results.iter().filter(|r| !r.1).count();
     let mut notes = vec![format!(
-        "{n} keys; the gateway's patience is {gateway_timeout:?}: {retried} first attempts timed out and were retried with the same key"
+        "{n} keys; the gateway's patience is {gateway_timeout:?}: {retried} first attempts were still running at the timeout and were retried with the same key"
     )];
     if unsettled > 0 {
         notes.push(format!("{unsettled} keys still had no answer after 50 attempts (see errors)"));
