@@ -19,7 +19,8 @@ pub struct Interception {
     pub outcome: Outcome,
     /// Trace events of this decision in the run.
     pub stopped: u64,
-    /// What the client saw for the same decision, where it can see it.
+    /// The same decision as the storm's HTTP client (api rows) or the in-process consumers'
+    /// own counters (stream rows) counted it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_seen: Option<u64>,
 }
@@ -38,7 +39,9 @@ pub struct InterceptionTable {
 }
 
 impl InterceptionTable {
-    pub fn build(events: &[TraceEvent], http: &BTreeMap<ReplyKind, u64>) -> InterceptionTable {
+    /// `http`: replies the storm's client saw; `consumed`: the in-process consumers' own
+    /// counters (dedup hits, sink duplicates) — each cross-checks the trace where it can.
+    pub fn build(events: &[TraceEvent], http: &BTreeMap<ReplyKind, u64>, consumed: &super::rig::ConsumerCounts) -> InterceptionTable {
         let mut counts: BTreeMap<(Layer, Outcome), u64> = BTreeMap::new();
         let mut all = BTreeMap::new();
         for e in events {
@@ -47,25 +50,25 @@ impl InterceptionTable {
         }
         // Every duplicate-stopping decision, in the order of the request path.
         let stops = [
-            (Layer::Api, Outcome::Replayed, Some(ReplyKind::Replayed)),
-            (Layer::Api, Outcome::InFlightRejected, Some(ReplyKind::InFlight)),
-            (Layer::Api, Outcome::PayloadMismatch, Some(ReplyKind::KeyReused)),
+            (Layer::Api, Outcome::Replayed, Some(http.get(&ReplyKind::Replayed).copied().unwrap_or(0))),
+            (Layer::Api, Outcome::InFlightRejected, Some(http.get(&ReplyKind::InFlight).copied().unwrap_or(0))),
+            (Layer::Api, Outcome::PayloadMismatch, Some(http.get(&ReplyKind::KeyReused).copied().unwrap_or(0))),
             (Layer::Api, Outcome::AnsweredFromOrders, None),
             (Layer::Lock, Outcome::LockContended, None),
             (Layer::Db, Outcome::UniqueViolationReplayed, None),
             (Layer::Db, Outcome::TransitionAlreadyApplied, None),
             (Layer::Db, Outcome::FenceRejected, None),
-            (Layer::Stream, Outcome::DedupHit, None),
-            (Layer::Stream, Outcome::SinkDuplicate, None),
+            (Layer::Stream, Outcome::DedupHit, Some(consumed.dedup_hits)),
+            (Layer::Stream, Outcome::SinkDuplicate, Some(consumed.sink_duplicates)),
         ];
         let mut table = InterceptionTable { all_decisions: all, events_read: events.len() as u64, ..Default::default() };
         for (layer, outcome, seen) in stops {
             debug_assert!(outcome.stops_duplicate());
             let stopped = counts.get(&(layer, outcome)).copied().unwrap_or(0);
-            let http_seen = seen.map(|k| http.get(&k).copied().unwrap_or(0));
+            let http_seen = seen;
             if let Some(h) = http_seen {
                 if h != stopped {
-                    table.mismatches.push(format!("{}/{}: {stopped} in the trace, {h} seen by the client", layer.as_str(), outcome.as_str()));
+                    table.mismatches.push(format!("{}/{}: {stopped} in the trace, {h} counted by the client / consumer", layer.as_str(), outcome.as_str()));
                 }
             }
             *table.by_layer.entry(layer).or_insert(0) += stopped;
@@ -84,8 +87,8 @@ impl InterceptionTable {
     }
 }
 
-/// Reads every event on `topic` from the beginning up to the high watermarks as of now
-/// (bounded by `within`). Blocking: call from `spawn_blocking`.
+/// Reads every event on `topic` from the beginning up to the high watermarks, then until the
+/// topic is quiet (bounded by `within`). Blocking: call from `spawn_blocking`.
 pub fn read_trace(bootstrap_servers: &str, topic: &str, within: Duration) -> anyhow::Result<Vec<TraceEvent>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap_servers)
@@ -113,16 +116,19 @@ pub fn read_trace(bootstrap_servers: &str, topic: &str, within: Duration) -> any
     }
     consumer.assign(&tpl)?;
     let deadline = Instant::now() + within;
-    while !remaining.is_empty() {
+    // The broker's high watermark can lag behind acknowledged writes (seen with tansu), so after
+    // reaching it keep reading until the topic has been quiet for QUIET.
+    const QUIET: Duration = Duration::from_millis(1500);
+    let mut last_message = Instant::now();
+    while !remaining.is_empty() || last_message.elapsed() < QUIET {
         if Instant::now() > deadline {
             anyhow::bail!("the trace topic {topic} was not read to its end within {within:?} ({} events so far)", events.len());
         }
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
-                if let Some(payload) = m.payload() {
-                    if let Ok(e) = serde_json::from_slice::<TraceEvent>(payload) {
-                        events.push(e);
-                    }
+                last_message = Instant::now();
+                if let Some(Ok(e)) = m.payload().map(serde_json::from_slice::<TraceEvent>) {
+                    events.push(e);
                 }
                 if let Some(high) = remaining.get(&m.partition()) {
                     if m.offset() + 1 >= *high {

@@ -210,7 +210,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     checks.extend(played.checks);
     let (own, consumer) = rig.trace_counts();
     rig.delete_topics().await;
-    let interception = InterceptionTable::build(&events, &log.by_kind);
+    let interception = InterceptionTable::build(&events, &log.by_kind, &rig.consumed);
     let passed = checks.iter().all(|c| c.passed);
     Ok(StormReport {
         scenario: scenario.name().into(),
@@ -223,6 +223,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         invariants: checks,
         notes: played.notes,
         trace_dropped: own.dropped + consumer.dropped,
+        consumer: rig.consumed,
         passed,
     })
 }

@@ -77,6 +77,8 @@ pub struct StormReport {
     pub notes: Vec<String>,
     /// Trace events dropped by the storm's own producers (the service's are logged).
     pub trace_dropped: u64,
+    /// The in-process consumers' own counters.
+    pub consumer: super::rig::ConsumerCounts,
     pub passed: bool,
 }
 
@@ -107,11 +109,13 @@ impl StormReport {
             }
         }
         let _ = writeln!(s, "\nduplicates stopped, per layer (from {} trace events of this run)", self.interception.events_read);
-        let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", "layer", "decision", "stopped", "client saw");
+        let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", "layer", "decision", "stopped", "counted by");
         for r in &self.interception.rows {
             let seen = r.http_seen.map_or("-".to_string(), |v| v.to_string());
             let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", r.layer.as_str(), r.outcome.as_str(), r.stopped, seen);
         }
+        let c = &self.consumer;
+        let _ = writeln!(s, "  consumer: {} received, {} applied, {} dedup hits, {} sink duplicates, {} to the DLQ", c.received, c.applied, c.dedup_hits, c.sink_duplicates, c.dlq);
         let per_layer: Vec<String> = self.interception.by_layer.iter().map(|(l, n)| format!("{} {n}", l.as_str())).collect();
         let _ = writeln!(s, "  total by layer: {}", per_layer.join(", "));
         for m in &self.interception.mismatches {

@@ -74,6 +74,18 @@ pub struct Rig {
     pub base: String,
     consumer: Option<RunningConsumer>,
     consumer_tracer: Tracer,
+    /// Counters of every in-process consumer incarnation of the run, summed.
+    pub consumed: ConsumerCounts,
+}
+
+/// What the in-process consumers counted themselves (the trace is cross-checked against it).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ConsumerCounts {
+    pub received: u64,
+    pub applied: u64,
+    pub dedup_hits: u64,
+    pub sink_duplicates: u64,
+    pub dlq: u64,
 }
 
 struct RunningConsumer {
@@ -104,7 +116,7 @@ impl Rig {
         let db = Database::connect(&small_pool(&config)).await?;
         let server = server::start(config.clone(), "127.0.0.1:0").await?;
         let base = format!("http://{}", server.addr);
-        Ok(Rig { run, config, db, tracer, server: Some(server), base, consumer: None, consumer_tracer })
+        Ok(Rig { run, config, db, tracer, server: Some(server), base, consumer: None, consumer_tracer, consumed: ConsumerCounts::default() })
     }
 
     /// Starts the in-process consumer on the run's group.
@@ -129,6 +141,12 @@ impl Rig {
         tokio::time::timeout(Duration::from_secs(30), c.handle)
             .await
             .map_err(|_| anyhow::anyhow!("the consumer did not stop within 30s"))???;
+        let get = |a: &std::sync::atomic::AtomicU64| ConsumeStats::get(a);
+        self.consumed.received += get(&c.stats.received);
+        self.consumed.applied += get(&c.stats.applied);
+        self.consumed.dedup_hits += get(&c.stats.dedup_hits);
+        self.consumed.sink_duplicates += get(&c.stats.sink_duplicates);
+        self.consumed.dlq += get(&c.stats.dlq);
         Ok(Some(c.stats))
     }
 
