@@ -94,6 +94,8 @@ pub struct LockConfig {
     #[serde(with = "humantime_serde")]
     pub retry_delay: Duration,
     pub drift_factor: f64,
+    /// Fault-injection switch: false = the order service takes no request lock.
+    pub request_lock: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,6 +108,9 @@ pub struct InstanceConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdempotencyConfig {
+    /// Fault-injection switch: false = no idempotency record, requests go straight to the order
+    /// flow (the database layer is the only defense left).
+    pub enabled: bool,
     pub biz_type: String,
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
@@ -372,6 +377,19 @@ impl Config {
         }
         if self.consumer.batch_size == 0 {
             return Err(err("consumer.batch_size", "must be at least 1".into()));
+        }
+        // The fault-injection switches exist to show the database as the last line; a production
+        // environment must never run with a line of defense switched off.
+        if self.environment.production {
+            for (key, on) in [
+                ("idempotency.enabled", self.idempotency.enabled),
+                ("idempotency.fast_path", self.idempotency.fast_path),
+                ("lock.request_lock", self.lock.request_lock),
+            ] {
+                if !on {
+                    return Err(err(key, "is a fault-injection switch and may not be off when environment.production = true".into()));
+                }
+            }
         }
         const COLORS: [&str; 6] = ["green", "yellow", "red", "blue", "magenta", "cyan"];
         if !COLORS.contains(&self.environment.color.as_str()) {
@@ -684,6 +702,17 @@ mod tests {
         assert!(shown.contains("app:***@db"));
         let e = load_with(None, &[("IDEMGUARD_DATABASE__URL", "ftp://app:s3cret@db/x")]).unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn fault_switches_are_refused_in_production() {
+        let c = load_with(Some("[idempotency]\nenabled = false\nfast_path = false\n[lock]\nrequest_lock = false\n"), &[]).unwrap();
+        assert!(!c.idempotency.enabled && !c.idempotency.fast_path && !c.lock.request_lock);
+        let e = load_with(Some("[environment]\nproduction = true\n[idempotency]\nenabled = false\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "idempotency.enabled");
+        assert!(e.message.contains("fault-injection"), "{e}");
+        let e = load_with(None, &[("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true"), ("IDEMGUARD_LOCK__REQUEST_LOCK", "false")]).unwrap_err();
+        assert_eq!(e.key, "lock.request_lock");
     }
 
     #[test]

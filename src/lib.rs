@@ -16,6 +16,7 @@ pub mod console;
 pub mod contracts;
 pub mod db;
 pub mod doctor;
+pub mod storm;
 pub mod stream;
 pub mod lock;
 pub mod trace;

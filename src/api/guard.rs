@@ -118,6 +118,15 @@ impl<L: Liveness> Guard<L> {
                 Err(e) => return self.reject_key(started, &k, &e.to_string()),
             },
         };
+        // FAULT INJECTION SWITCH (idempotency.enabled = false): no record, no fast path — the
+        // request goes straight to the order flow, so only the database layer can stop a copy.
+        if !self.config.idempotency.enabled {
+            let owner = self.tracer.instance_id().to_string();
+            return match process(Claimed { request_id, owner, reclaimed: false }).await {
+                Ok(o) => respond(o.code, o.body, false, None),
+                Err(e) => Problem::internal(format!("{e:#}")).into_response(),
+            };
+        }
         let rid = request_id.as_str().to_string();
         let ev = |d: Decision| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
         let hash = idempotency::request_hash(method, path, body);

@@ -139,15 +139,20 @@ async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: 
 /// Inside the claim: the request lock, then the database layer (the final arbiter).
 async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) -> anyhow::Result<Outcome> {
     let key = keys::request_lock(claimed.request_id.as_str());
-    let guard = match s.locks.acquire(&key).await {
-        Ok(Acquisition::Held(g)) => Some(g),
-        // Another request with this key holds it: the idempotency record already decided we
-        // process, so the holder is a stale or reclaimed attempt. The database decides.
-        Ok(Acquisition::Contended(_)) => None,
-        // Redis down: the database constraints still hold (seed §5.4).
-        Err(e) => {
-            tracing::warn!(request_id = %claimed.request_id, error = %e, "request lock unavailable; relying on the database");
-            None
+    // FAULT INJECTION SWITCH (lock.request_lock = false): no request lock, the database decides.
+    let guard = if !s.guard.config.lock.request_lock {
+        None
+    } else {
+        match s.locks.acquire(&key).await {
+            Ok(Acquisition::Held(g)) => Some(g),
+            // Another request with this key holds it: the idempotency record already decided we
+            // process, so the holder is a stale or reclaimed attempt. The database decides.
+            Ok(Acquisition::Contended(_)) => None,
+            // Redis down: the database constraints still hold (seed §5.4).
+            Err(e) => {
+                tracing::warn!(request_id = %claimed.request_id, error = %e, "request lock unavailable; relying on the database");
+                None
+            }
         }
     };
     let new = NewOrder {

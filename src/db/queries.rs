@@ -71,6 +71,17 @@ builtin![
     "console_trace_points",
     "console_trace_notification",
     "console_stuck",
+    // storm: what a run wrote, and the invariants checked after every scenario (src/storm/)
+    "storm_orders_of_run",
+    "storm_check_orders_per_request",
+    "storm_check_stock_movements",
+    "storm_stock_balance",
+    "storm_check_payment_flows",
+    "storm_check_paid_transitions",
+    "storm_check_points",
+    "storm_check_notification",
+    "storm_outbox_pending",
+    "storm_outbox_events",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

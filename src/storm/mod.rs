@@ -1,0 +1,229 @@
+//! `idemguard storm`: replays the seed's 23:07 incident (§1.1: double clicks, gateway retries,
+//! MQ replays) and its faults against the real service and consumer, then proves from the
+//! database that nothing was processed twice (§6.5: "don't only load-test concurrency: send the
+//! same request body concurrently").
+//!
+//! - [`scenarios`] — the seven storms;
+//! - [`rig`] — what a run stands on: fresh topics, the in-process service and consumer;
+//! - [`client`] — the HTTP client that records every reply;
+//! - [`invariants`] — the checks, read from the database (SQL under `queries/*/storm_*.sql`);
+//! - [`interception`] — which layer stopped each duplicate, from the run's trace topic;
+//! - [`report`] — the summary, as text or JSON;
+//! - [`redis_server`] — the private Redis the `redis-down` storm kills.
+
+pub mod client;
+pub mod interception;
+pub mod invariants;
+pub mod redis_server;
+pub mod report;
+pub mod rig;
+pub mod scenarios;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::config::{Config, LockMode};
+use client::StormClient;
+use interception::InterceptionTable;
+use invariants::Scope;
+use redis_server::PrivateRedis;
+use report::{HttpSummary, StormReport};
+use rig::{Rig, Run};
+
+/// A storm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// N identical requests (one body, one Idempotency-Key) at once — seed §6.5
+    DoubleClick,
+    /// The client times out and retries with the same key while the first is still running
+    GatewayRetry,
+    /// Payment events produced again and the consumer group's offsets rewound
+    MqReplay,
+    /// The real consumer binary killed between database commit and offset commit, restarted
+    ConsumerCrash,
+    /// A lock holder slower than its TTL (watchdog off): the fence token refuses the stale writer
+    LockExpiry,
+    /// The service's Redis (a private redis-server) killed mid-storm
+    RedisDown,
+    /// One SKU with stock 500, thousands of users double-clicking and retrying, payments replayed
+    FlashSale,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::DoubleClick => "double-click",
+            Scenario::GatewayRetry => "gateway-retry",
+            Scenario::MqReplay => "mq-replay",
+            Scenario::ConsumerCrash => "consumer-crash",
+            Scenario::LockExpiry => "lock-expiry",
+            Scenario::RedisDown => "redis-down",
+            Scenario::FlashSale => "flash-sale",
+        }
+    }
+
+    /// Default size: requests (double-click, redis-down), keys (gateway-retry), orders
+    /// (mq-replay, consumer-crash, lock-expiry) or users (flash-sale). Sized for 2 cores.
+    pub fn default_size(self) -> usize {
+        match self {
+            Scenario::DoubleClick => 500,
+            Scenario::GatewayRetry => 200,
+            Scenario::MqReplay => 200,
+            Scenario::ConsumerCrash => 100,
+            Scenario::LockExpiry => 20,
+            Scenario::RedisDown => 400,
+            Scenario::FlashSale => 2000,
+        }
+    }
+
+    /// Roughly how many HTTP requests the storm sends (the progress bar's length).
+    fn planned_requests(self, size: usize, stock: i64) -> u64 {
+        let n = size as u64;
+        match self {
+            Scenario::DoubleClick | Scenario::LockExpiry => n,
+            Scenario::RedisDown => n + n / 10,
+            Scenario::GatewayRetry | Scenario::MqReplay | Scenario::ConsumerCrash => 2 * n,
+            Scenario::FlashSale => 3 * n + 3 * (stock.max(0) as u64).min(n),
+        }
+    }
+}
+
+/// How to run a storm.
+#[derive(Debug, Clone)]
+pub struct StormOptions {
+    pub scenario: Scenario,
+    /// None: [`Scenario::default_size`].
+    pub size: Option<usize>,
+    /// Requests (or users) in flight at once.
+    pub concurrency: usize,
+    /// Turn off the API idempotency record, the fast path and the request lock (fault
+    /// injection): only the database layer is left.
+    pub broken: bool,
+    /// Initial stock of the flash-sale SKU.
+    pub stock: i64,
+    /// The `idemguard` binary the consumer-crash storm runs (the CLI passes itself).
+    pub binary: Option<PathBuf>,
+    /// The lock TTL of the lock-expiry storm.
+    pub lock_ttl: Duration,
+    /// The gateway's patience in gateway-retry.
+    pub gateway_timeout: Duration,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+impl StormOptions {
+    pub fn new(scenario: Scenario) -> StormOptions {
+        StormOptions {
+            scenario,
+            size: None,
+            concurrency: 64,
+            broken: false,
+            stock: 500,
+            binary: None,
+            lock_ttl: Duration::from_millis(200),
+            gateway_timeout: Duration::from_millis(2),
+            progress: false,
+        }
+    }
+}
+
+/// Runs one storm against the configured database, Redis and broker (fresh topics and consumer
+/// group of its own), checks the invariants and reads back the run's trace.
+pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<StormReport> {
+    let scenario = opts.scenario;
+    let size = opts.size.unwrap_or_else(|| scenario.default_size()).max(1);
+    let concurrency = opts.concurrency.max(1);
+    if opts.broken {
+        // FAULT INJECTION: every line above the database off.
+        config.idempotency.enabled = false;
+        config.idempotency.fast_path = false;
+        config.lock.request_lock = false;
+    }
+    let mut redis = None;
+    if scenario == Scenario::RedisDown {
+        let r = PrivateRedis::start()?;
+        config.redis.url = r.url();
+        config.lock.mode = LockMode::Single; // the locks must live on the Redis that dies
+        redis = Some(r);
+    }
+    if scenario == Scenario::ConsumerCrash {
+        config.consumer.batch_size = (size / 5).clamp(1, 100); // several batches: one crashes
+    }
+    let database = crate::config::redact_url(&config.database.url);
+    let run = Run::new();
+    let mut rig = Rig::start(config, run.clone()).await?;
+    if scenario != Scenario::ConsumerCrash {
+        rig.start_consumer().await?;
+    }
+    let progress = if opts.progress {
+        let bar = ProgressBar::with_draw_target(Some(scenario.planned_requests(size, opts.stock)), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} storm {msg} [{bar:40}] {pos}/{len} requests {per_sec} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_message(scenario.name());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let client = StormClient::new(rig.base.clone(), progress.clone())?;
+
+    let played = match scenario {
+        Scenario::DoubleClick => scenarios::double_click(&rig, &client, size).await,
+        Scenario::GatewayRetry => scenarios::gateway_retry(&rig, &client, size, concurrency, opts.gateway_timeout).await,
+        Scenario::MqReplay => scenarios::mq_replay(&mut rig, &client, size, concurrency).await,
+        Scenario::ConsumerCrash => match &opts.binary {
+            Some(b) => scenarios::consumer_crash(&mut rig, &client, size, concurrency, b).await,
+            None => Err(anyhow::anyhow!("consumer-crash needs the idemguard binary (StormOptions::binary)")),
+        },
+        Scenario::LockExpiry => scenarios::lock_expiry(&rig, &client, size, concurrency, opts.lock_ttl).await,
+        Scenario::RedisDown => match redis.as_mut() {
+            Some(r) => scenarios::redis_down(&rig, &client, size, concurrency, r).await,
+            None => Err(anyhow::anyhow!("redis-down without its private Redis")),
+        },
+        Scenario::FlashSale => scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await,
+    };
+    progress.finish_and_clear();
+    // Settle and stop whatever happened, so a failed storm leaves nothing running.
+    let settled = match &played {
+        // consumer-crash restarts its consumer before it returns Ok.
+        Ok(_) => rig.drain(Duration::from_secs(120)).await,
+        _ => Ok(()),
+    };
+    let stopped = rig.shutdown().await;
+    drop(redis);
+    let played = played?;
+    settled?;
+    stopped?;
+
+    let (servers, topic) = (rig.config.kafka.bootstrap_servers.clone(), rig.config.kafka.trace_topic.clone());
+    let events = tokio::task::spawn_blocking(move || interception::read_trace(&servers, &topic, Duration::from_secs(60))).await??;
+    let log = client.take_log();
+    let scope = Scope { order_pattern: run.order_pattern(), group: run.group(), skus: played.skus.clone(), orders_named: log.orders_named.clone() };
+    let mut checks = invariants::check(&rig.db, &scope).await?;
+    checks.extend(played.checks);
+    let (own, consumer) = rig.trace_counts();
+    rig.delete_topics().await;
+    let interception = InterceptionTable::build(&events, &log.by_kind, &rig.consumed);
+    let passed = checks.iter().all(|c| c.passed);
+    Ok(StormReport {
+        scenario: scenario.name().into(),
+        run_id: run.id.clone(),
+        database,
+        broken: opts.broken,
+        size,
+        http: HttpSummary::of(&log, played.seconds),
+        interception,
+        invariants: checks,
+        notes: played.notes,
+        trace_dropped: own.dropped + consumer.dropped,
+        consumer: rig.consumed,
+        passed,
+    })
+}

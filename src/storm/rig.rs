@@ -1,0 +1,343 @@
+//! What a storm run stands on: its own topics (payment, DLQ, trace — fresh per run, so runs never
+//! mix), the real order service in-process on a loopback port, the payment consumer (in-process
+//! or the real binary), and the waits that tell when everything has settled.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::server::{self, Server};
+use crate::config::Config;
+use crate::contracts::{format_ms, now_ms, Instance};
+use crate::db::Database;
+use crate::stream::lag::consumer_lag;
+use crate::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
+use crate::trace::Tracer;
+
+/// Partitions of each storm topic.
+const PARTITIONS: i32 = 3;
+
+/// The identity of one run: in every requestId, topic and consumer group it creates.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: String,
+    date: String,
+}
+
+impl Run {
+    pub fn new() -> Run {
+        let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        Run { id, date: format_ms(now_ms())[..10].replace('-', "") }
+    }
+    /// The Idempotency-Key of order request `n`: `STORM:ORDER:{yyyymmdd}:{run}-{n}`.
+    pub fn order_key(&self, n: usize) -> String {
+        format!("STORM:ORDER:{}:{}-{n:07}", self.date, self.id)
+    }
+    /// The Idempotency-Key of a payment callback.
+    pub fn pay_key(&self, n: usize, copy: usize) -> String {
+        format!("STORM:PAY:{}:{}-{n:07}-{copy}", self.date, self.id)
+    }
+    pub fn pay_no(&self, n: usize) -> String {
+        format!("PAY{}{n:07}", self.id)
+    }
+    /// LIKE pattern of the run's order requestIds.
+    pub fn order_pattern(&self) -> String {
+        format!("STORM:ORDER:%:{}-%", self.id)
+    }
+    pub fn group(&self) -> String {
+        format!("idemguard-storm-{}", self.id)
+    }
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run::new()
+    }
+}
+
+/// The run's configuration with fresh topics, and the database the storm reads from.
+pub struct Rig {
+    pub run: Run,
+    pub config: Config,
+    /// A small pool of the storm's own (reads, checks, scenario writes).
+    pub db: Database,
+    pub tracer: Tracer,
+    pub server: Option<Server>,
+    pub base: String,
+    consumer: Option<RunningConsumer>,
+    consumer_tracer: Tracer,
+    /// Counters of every in-process consumer incarnation of the run, summed.
+    pub consumed: ConsumerCounts,
+}
+
+/// What the in-process consumers counted themselves (the trace is cross-checked against it).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ConsumerCounts {
+    pub received: u64,
+    pub applied: u64,
+    pub dedup_hits: u64,
+    pub sink_duplicates: u64,
+    pub dlq: u64,
+}
+
+struct RunningConsumer {
+    stop: CancellationToken,
+    stats: Arc<ConsumeStats>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// The config of the storm's own pools (checks, consumer): small, the service gets the rest.
+fn small_pool(config: &Config) -> Config {
+    let mut c = config.clone();
+    c.database.max_connections = c.database.max_connections.clamp(1, 4);
+    c
+}
+
+impl Rig {
+    /// Creates the run's topics, connects, starts the service (not yet the consumer).
+    pub async fn start(mut config: Config, run: Run) -> anyhow::Result<Rig> {
+        let base = format!("storm.{}", run.id);
+        config.kafka.payment_topic = format!("{base}.payment.succeeded");
+        config.kafka.dlq_topic = format!("{base}.payment.succeeded.dlq");
+        config.kafka.trace_topic = format!("{base}.trace");
+        config.kafka.consumer_group = run.group();
+        create_topics(&config).await?;
+        let instance = Instance::current();
+        let tracer = Tracer::from_config(&config, &instance)?;
+        let consumer_tracer = Tracer::from_config(&config, &Instance::current())?;
+        let db = Database::connect(&small_pool(&config)).await?;
+        let server = server::start(config.clone(), "127.0.0.1:0").await?;
+        let base = format!("http://{}", server.addr);
+        Ok(Rig { run, config, db, tracer, server: Some(server), base, consumer: None, consumer_tracer, consumed: ConsumerCounts::default() })
+    }
+
+    /// Starts the in-process consumer on the run's group.
+    pub async fn start_consumer(&mut self) -> anyhow::Result<()> {
+        if self.consumer.is_some() {
+            return Ok(());
+        }
+        let db = Database::connect(&small_pool(&self.config)).await?;
+        let options = ConsumeOptions { group: Some(self.run.group()), crash_after_db_commit: None };
+        let consumer = PaymentConsumer::new(&self.config, db, self.consumer_tracer.clone(), options)?;
+        let stats = consumer.stats();
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(consumer.run(stop.clone()));
+        self.consumer = Some(RunningConsumer { stop, stats, handle });
+        Ok(())
+    }
+
+    /// Stops the in-process consumer after its current batch (offsets committed).
+    pub async fn stop_consumer(&mut self) -> anyhow::Result<Option<Arc<ConsumeStats>>> {
+        let Some(c) = self.consumer.take() else { return Ok(None) };
+        c.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), c.handle)
+            .await
+            .map_err(|_| anyhow::anyhow!("the consumer did not stop within 30s"))???;
+        let get = |a: &std::sync::atomic::AtomicU64| ConsumeStats::get(a);
+        self.consumed.received += get(&c.stats.received);
+        self.consumed.applied += get(&c.stats.applied);
+        self.consumed.dedup_hits += get(&c.stats.dedup_hits);
+        self.consumed.sink_duplicates += get(&c.stats.sink_duplicates);
+        self.consumed.dlq += get(&c.stats.dlq);
+        Ok(Some(c.stats))
+    }
+
+    /// Waits (bounded) until the outbox has published every payment event of the run and the
+    /// consumer group has committed everything on the payment topic.
+    pub async fn drain(&self, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_one(&self.db.pool)
+                .await?;
+            let lag = if pending == 0 { self.lag().await? } else { -1 };
+            if pending == 0 && lag == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "the run did not settle within {within:?}: {pending} payment event(s) not published by the outbox relay, consumer lag {lag} (is the consumer running? is the broker up? scripts/stack status)"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits (bounded) until the outbox relay has published every payment event of the run.
+    pub async fn wait_published(&self, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_one(&self.db.pool)
+                .await?;
+            if pending == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("{pending} payment event(s) not published by the outbox relay within {within:?} (is the broker up? scripts/stack status)");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Messages on the payment topic the run's group has not committed.
+    pub async fn lag(&self) -> anyhow::Result<i64> {
+        let (servers, group, topic) = (self.config.kafka.bootstrap_servers.clone(), self.run.group(), self.config.kafka.payment_topic.clone());
+        let lags = tokio::task::spawn_blocking(move || consumer_lag(&servers, &group, &topic, Duration::from_secs(10))).await??;
+        Ok(lags.iter().map(|p| p.lag).sum())
+    }
+
+    /// Moves the run's group back to the start of every partition (an operator's rewind). The
+    /// group must have no live member: stop the consumer first.
+    pub async fn rewind_group(&self) -> anyhow::Result<()> {
+        let (servers, group, topic) = (self.config.kafka.bootstrap_servers.clone(), self.run.group(), self.config.kafka.payment_topic.clone());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &servers)
+                .set("group.id", &group)
+                .set("enable.auto.commit", "false")
+                .set("log_level", "3")
+                .create()?;
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..PARTITIONS {
+                tpl.add_partition_offset(&topic, p, Offset::Offset(0))?;
+            }
+            c.commit(&tpl, CommitMode::Sync).map_err(|e| anyhow::anyhow!("kafka {servers}: cannot rewind group {group}: {e}"))
+        })
+        .await?
+    }
+
+    /// Produces every payment event of the run a second time, exactly as the relay published
+    /// it (same key, headers, payload) — what a producer retry or a replay tool does.
+    pub async fn reproduce_events(&self) -> anyhow::Result<usize> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            #[allow(dead_code)]
+            event_id: String,
+            msg_key: String,
+            headers: String,
+            payload: String,
+        }
+        let rows: Vec<Row> =
+            sqlx::query_as(self.db.sql("storm_outbox_events")).bind(self.config.kafka.payment_topic.as_str()).fetch_all(&self.db.pool).await?;
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
+            .set("acks", "all")
+            .set("log_level", "3")
+            .create()?;
+        let topic = self.config.kafka.payment_topic.as_str();
+        let sends = rows.iter().map(|row| {
+            let mut hs = OwnedHeaders::new();
+            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(&row.headers) {
+                for (k, v) in map {
+                    if let serde_json::Value::String(v) = v {
+                        hs = hs.insert(Header { key: &k, value: Some(v.as_bytes()) });
+                    }
+                }
+            }
+            let record = FutureRecord::to(topic).key(&row.msg_key).payload(&row.payload).headers(hs);
+            producer.send(record, Duration::from_secs(30))
+        });
+        for r in futures::future::join_all(sends).await {
+            r.map_err(|(e, _)| anyhow::anyhow!("kafka {}: cannot re-produce a payment event: {e}", self.config.kafka.bootstrap_servers))?;
+        }
+        Ok(rows.len())
+    }
+
+    /// Runs the real `idemguard consume` binary on the run's group with
+    /// `--crash-after-db-commit 1` and waits (bounded) for it to abort.
+    pub async fn crash_real_consumer(&self, binary: &PathBuf, within: Duration) -> anyhow::Result<String> {
+        // The child reads the run's exact configuration from a private file, removed afterwards.
+        let path = std::env::temp_dir().join(format!("idemguard-storm-{}.toml", self.run.id));
+        std::fs::write(&path, toml::to_string(&self.config)?)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        }
+        let child = tokio::process::Command::new(binary)
+            .arg("--config")
+            .arg(&path)
+            .args(["consume", "--group", &self.run.group(), "--crash-after-db-commit", "1"])
+            .env_remove("IDEMGUARD_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(within, child).await;
+        let _ = std::fs::remove_file(&path);
+        let out = out.map_err(|_| anyhow::anyhow!("{} consume did not crash within {within:?} (no batch arrived?)", binary.display()))??;
+        if out.status.success() {
+            anyhow::bail!("{} consume exited cleanly; it was meant to abort after its first database commit", binary.display());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Ok(stderr.lines().filter(|l| l.contains("crashing")).last().unwrap_or("aborted").to_string())
+    }
+
+    /// Stops everything the run started and flushes the trace producers. Returns the consumer's
+    /// counters when it was running.
+    pub async fn shutdown(&mut self) -> anyhow::Result<Option<Arc<ConsumeStats>>> {
+        let stats = self.stop_consumer().await?;
+        if let Some(s) = self.server.take() {
+            s.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(30), s.done)
+                .await
+                .map_err(|_| anyhow::anyhow!("the service did not stop within 30s"))???;
+        }
+        let (a, b) = (self.tracer.clone(), self.consumer_tracer.clone());
+        tokio::task::spawn_blocking(move || {
+            a.flush(Duration::from_secs(5));
+            b.flush(Duration::from_secs(5));
+        })
+        .await?;
+        Ok(stats)
+    }
+
+    /// Trace events emitted/delivered/dropped by the storm's own tracers.
+    pub fn trace_counts(&self) -> (crate::trace::TraceCounts, crate::trace::TraceCounts) {
+        (self.tracer.stats(), self.consumer_tracer.stats())
+    }
+
+    /// Deletes the run's topics (best effort: the broker may not support it).
+    pub async fn delete_topics(&self) {
+        let Ok(admin) = ClientConfig::new()
+            .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
+            .set("log_level", "3")
+            .create::<AdminClient<DefaultClientContext>>()
+        else {
+            return;
+        };
+        let k = &self.config.kafka;
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(5)));
+        let _ = tokio::time::timeout(Duration::from_secs(10), admin.delete_topics(&[&k.payment_topic, &k.dlq_topic, &k.trace_topic], &opts)).await;
+    }
+}
+
+async fn create_topics(config: &Config) -> anyhow::Result<()> {
+    let servers = &config.kafka.bootstrap_servers;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", servers).set("log_level", "3").create()?;
+    let k = &config.kafka;
+    let topics: Vec<NewTopic> =
+        [&k.payment_topic, &k.dlq_topic, &k.trace_topic].iter().map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1))).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = tokio::time::timeout(Duration::from_secs(20), admin.create_topics(&topics, &opts))
+        .await
+        .map_err(|_| anyhow::anyhow!("kafka {servers} did not answer within 20s (is it running? scripts/stack status)"))?
+        .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the run's topics: {e} (is it running? scripts/stack status)"))?;
+    for r in results {
+        r.map_err(|(t, e)| anyhow::anyhow!("kafka {servers}: cannot create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
