@@ -282,7 +282,7 @@ impl Rig {
             anyhow::bail!("{} consume exited cleanly; it was meant to abort after its first database commit", binary.display());
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
-        Ok(stderr.lines().filter(|l| l.contains("crashing")).last().unwrap_or("aborted").to_string())
+        Ok(stderr.lines().rfind(|l| l.contains("crashing")).unwrap_or("aborted").to_string())
     }
 
     /// Stops everything the run started and flushes the trace producers. Returns the consumer's

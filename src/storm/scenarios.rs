@@ -127,14 +127,12 @@ pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: us
             async move {
                 // The gateway forwards the first attempt and stops waiting for it after its
                 // timeout; upstream, the first attempt keeps running (its answer is discarded).
-                let first = {
+                let mut first = {
                     let (c, key) = (c.clone(), key.clone());
                     tokio::spawn(async move { c.order(&key, i as i64, sku, 1, None).await })
                 };
-                tokio::time::sleep(gateway_timeout).await;
-                if first.is_finished() {
-                    let _ = first.await;
-                    return (false, true);
+                if tokio::time::timeout(gateway_timeout, &mut first).await.is_ok() {
+                    return (false, true); // answered within the gateway's patience
                 }
                 let last = order_until_settled(&c, &key, i as i64, sku, 50).await;
                 let _ = first.await;
