@@ -95,6 +95,9 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
         let mut conn = db.pool.acquire().await?;
         let schema = migrate::schema_version(&db, &mut conn).await.unwrap_or(0);
         drop(conn);
+        if schema > 0 {
+            migrate::check_columns(&db).await?;
+        }
         db.pool.close().await;
         anyhow::Ok((version, schema))
     };

@@ -15,6 +15,7 @@ pub mod config;
 pub mod console;
 pub mod contracts;
 pub mod db;
+pub mod demo;
 pub mod doctor;
 pub mod storm;
 pub mod stream;

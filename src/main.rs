@@ -57,6 +57,17 @@ enum Command {
     },
     /// Print the effective configuration (passwords hidden)
     Config,
+    /// A live duplicate-order incident on the local stack, opened in the console: starts the
+    /// order service and two consumers, drives double clicks, gateway retries, repeated payment
+    /// callbacks and broker redeliveries, kills a service mid-request and a lock holder, then
+    /// opens the console (actions enabled). Quitting the console stops everything it started.
+    /// Run it through scripts/demo, which brings the stack up first.
+    Demo {
+        /// Do not open the console: wait until the stuck record and the dead owner's lock are
+        /// visible, print where to look (JSON), stop everything
+        #[arg(long)]
+        no_tui: bool,
+    },
     /// Consume payment events (a consumer-group member on kafka.payment_topic) until Ctrl-C
     Consume {
         /// Fault injection: abort right after the database commit of batch N, before the
@@ -74,6 +85,10 @@ enum Command {
         /// Address to listen on [default: api.listen]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// Fault injection: abort the process mid-request, once the request lock is held and
+        /// before the database is written (leaves a stuck record and a dead owner's lock)
+        #[arg(long, hide = true)]
+        crash_after_request_lock: bool,
     },
     /// Replay a duplicate storm (seed §1.1, §6.5) against the real service and consumer, then
     /// prove from the database that nothing was processed twice. Exit status 1 when an
@@ -159,7 +174,7 @@ fn main() -> ExitCode {
         }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let result = runtime.block_on(run(cli.command, config));
+    let result = runtime.block_on(run(cli.command, config, cli.config.clone()));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -169,7 +184,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate => {
             let db = Database::connect(&config).await?;
@@ -219,14 +234,20 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             tracer.flush(std::time::Duration::from_secs(5));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen } => {
+        Command::Serve { listen, crash_after_request_lock } => {
             let listen = listen.unwrap_or_else(|| config.api.listen.clone());
-            let server = idemguard::api::server::start(config, &listen).await?;
+            let faults = idemguard::api::server::Faults { crash_after_request_lock };
+            let server = idemguard::api::server::start_with(config, &listen, faults).await?;
             println!("idemguard serve: listening on http://{}", server.addr);
             let _ = tokio::signal::ctrl_c().await;
             eprintln!("idemguard serve: finishing requests in flight");
             server.shutdown.cancel();
             server.done.await??;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { no_tui } => {
+            let file = ConfigSource::from_process(config_file).file;
+            idemguard::demo::run(config, file, !no_tui).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config => {

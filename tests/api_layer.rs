@@ -347,3 +347,35 @@ async fn fifty_identical_payment_callbacks_postgres() {
 async fn fifty_identical_payment_callbacks_mysql() {
     fifty_identical_payment_callbacks(Dialect::Mysql).await;
 }
+
+/// A gateway that gives up after 1 ms drops the connection mid-request. The request still runs
+/// to its end, so the retry gets the order — never an endless 409 from a record whose owner is
+/// alive but whose handler was cancelled.
+#[tokio::test]
+async fn a_client_that_gives_up_mid_request_does_not_leave_the_key_blocked() {
+    let s = service(Dialect::Postgres).await;
+    s.orders().set_stock(13, 100).await.unwrap();
+    let mut blocked = Vec::new();
+    for _ in 0..10 {
+        let k = key();
+        let quick = s.http.post(format!("{}/orders", s.base)).header("Idempotency-Key", &k).json(&order_body(13)).timeout(Duration::from_millis(1)).send().await;
+        let _ = quick; // usually a timeout; sometimes the service was faster
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = s.post("/orders", Some(&k), &order_body(13)).await;
+            if r.status() == StatusCode::CREATED {
+                break;
+            }
+            assert_eq!(r.status(), StatusCode::CONFLICT, "{}", r.text().await.unwrap());
+            if Instant::now() > deadline {
+                blocked.push(k.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(blocked.is_empty(), "keys still answered 409 after 10 s: {blocked:?}");
+    assert_eq!(count(&s.db, "order_record WHERE sku_id = 13").await, 10, "one order per key");
+    assert_eq!(count(&s.db, "idempotency_record WHERE status = 'PROCESSING'").await, 0);
+    s.stop().await;
+}

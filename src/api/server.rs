@@ -82,7 +82,16 @@ impl OwnerLiveness for HeartbeatLiveness {
     }
 }
 
+/// Fault injection for the demo and the tests: how a real process dies mid-request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Abort the process once the request lock is held, before the database is written: the
+    /// idempotency record stays PROCESSING with a dead owner, the lock's owner is dead.
+    pub crash_after_request_lock: bool,
+}
+
 pub struct AppState {
+    pub faults: Faults,
     pub guard: Guard<HeartbeatLiveness>,
     pub orders: Orders,
     pub locks: Locks,
@@ -124,16 +133,32 @@ async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: 
     }
     let st = s.clone();
     let st2 = s.clone();
-    s.guard
-        .run(
-            &headers,
-            "POST",
-            "/orders",
-            &json,
-            move |claimed| async move { place_order(&st, &claimed, &req).await },
-            move |claimed| async move { answer_from_orders(&st2, &claimed).await },
-        )
-        .await
+    detached(async move {
+        s.guard
+            .run(
+                &headers,
+                "POST",
+                "/orders",
+                &json,
+                move |claimed| async move { place_order(&st, &claimed, &req).await },
+                move |claimed| async move { answer_from_orders(&st2, &claimed).await },
+            )
+            .await
+    })
+    .await
+}
+
+/// Runs a claimed request to its end in a task of its own. A client (or gateway) that gives up
+/// drops the handler's future; without this, processing would stop mid-flight and leave the
+/// idempotency record PROCESSING under a live owner — every retry answered 409, for ever.
+async fn detached<F>(flow: F) -> Response
+where
+    F: std::future::Future<Output = Response> + Send + 'static,
+{
+    match tokio::spawn(flow).await {
+        Ok(r) => r,
+        Err(e) => Problem::internal(format!("the request's task failed: {e}")).into_response(),
+    }
 }
 
 /// Inside the claim: the request lock, then the database layer (the final arbiter).
@@ -155,6 +180,10 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
             }
         }
     };
+    if s.faults.crash_after_request_lock && guard.is_some() {
+        eprintln!("idemguard serve: aborting mid-request after taking {key} (fault injection)");
+        std::process::abort();
+    }
     let new = NewOrder {
         request_id: claimed.request_id.clone(),
         order_no: OrderNo::generate(),
@@ -221,24 +250,27 @@ async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, bo
         return Problem::bad_body("payNo must be 1 to 64 characters").into_response();
     }
     let (st, st2, cb2) = (s.clone(), s.clone(), cb.clone());
-    s.guard
-        .run(
-            &headers,
-            "POST",
-            "/payments/callback",
-            &json,
-            move |_| async move { book(&st, &cb).await },
-            move |_| async move {
-                match payments::payment_by_pay_no(&st2.guard.db, &cb2.pay_no).await? {
-                    Some(p) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &p, Some(p.order_no.clone()))),
-                    None => Ok(refusal(
-                        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-expired", "Idempotency-Key expired", "no payment was booked with this key"),
-                        None,
-                    )),
-                }
-            },
-        )
-        .await
+    detached(async move {
+        s.guard
+            .run(
+                &headers,
+                "POST",
+                "/payments/callback",
+                &json,
+                move |_| async move { book(&st, &cb).await },
+                move |_| async move {
+                    match payments::payment_by_pay_no(&st2.guard.db, &cb2.pay_no).await? {
+                        Some(p) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &p, Some(p.order_no.clone()))),
+                        None => Ok(refusal(
+                            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-expired", "Idempotency-Key expired", "no payment was booked with this key"),
+                            None,
+                        )),
+                    }
+                },
+            )
+            .await
+    })
+    .await
 }
 
 async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
@@ -296,6 +328,11 @@ pub struct Server {
 /// Starts the service on `listen` (port 0 = any free port). Shutdown finishes the requests in
 /// flight, publishes what the outbox holds, stops the heartbeat and flushes the trace.
 pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
+    start_with(config, listen, Faults::default()).await
+}
+
+/// [`start`] with fault injection.
+pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
     let config = Arc::new(config);
     let instance = Instance::current();
     let tracer = Tracer::from_config(&config, &instance)?;
@@ -328,6 +365,7 @@ pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
     let relay_wake = relay.waker();
     let replays = ReplayCounter::default();
     let state = Arc::new(AppState {
+        faults,
         guard: Guard { config: config.clone(), db: db.clone(), fast_path, liveness: HeartbeatLiveness(locks.liveness().clone()), tracer: tracer.clone(), replays: replays.clone() },
         orders: Orders::new(db.clone(), tracer.clone()),
         locks,

@@ -57,7 +57,26 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
         return Err(e);
     }
     let version_after = schema_version(db, &mut conn).await?;
+    drop(conn);
+    check_columns(db).await?;
     Ok(MigrateReport { version_before, version_after, statements: script.len() })
+}
+
+/// Every column the code uses exists. `CREATE TABLE IF NOT EXISTS` never alters a table that
+/// already exists, so a database created by an older development schema would otherwise fail
+/// later, mid-request, with "column does not exist".
+pub async fn check_columns(db: &Database) -> anyhow::Result<()> {
+    for stmt in statements(db.sql("schema_check")) {
+        if let Err(e) = sqlx::Executor::execute(&db.pool, stmt.as_str()).await {
+            let table = stmt.split(" FROM ").nth(1).and_then(|t| t.split_whitespace().next()).unwrap_or("?");
+            anyhow::bail!(
+                "database {}: table {table} does not have the columns this version uses ({e}); it was created by an \
+                 older schema — recreate the database (or migrate it by hand) and run `idemguard migrate`",
+                db.shown_url
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The highest schema version applied; an error when the version table is missing.

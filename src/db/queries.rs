@@ -27,6 +27,7 @@ builtin![
     "schema_version",
     "schema_version_record",
     "server_version",
+    "schema_check",
     // stream: the payment-event consumer's sinks and dedup state
     "stream_points_existing",
     "stream_points_insert",

@@ -1,0 +1,294 @@
+//! `idemguard demo`: a live duplicate-order incident on the local stack, opened in the console.
+//!
+//! It migrates the configured database, starts the order service and two consumers as child
+//! processes of this binary, and drives the seed's 23:07 incident at them: a customer who
+//! clicks five times, gateway retries, ordinary orders, payment callbacks repeated by the
+//! provider, payment events redelivered by the broker. Then two processes really die: an order
+//! service aborts mid-request (its idempotency record stays PROCESSING, owner dead), and a lock
+//! holder is SIGKILLed (its lock stays, owner dead). The console opens on all of it with actions
+//! enabled under a DEMO environment; quitting it stops every process the demo started.
+//! `--no-tui` waits for both incidents to be visible instead, prints what to look at, and stops.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::config::Config;
+use crate::contracts::{keys, Instance, RequestId};
+use crate::db::orders::Orders;
+use crate::db::{migrate, Database};
+use crate::storm::client::StormClient;
+use crate::trace::Tracer;
+
+/// The SKU the demo sells.
+pub const DEMO_SKU: i64 = 2307;
+
+/// What the demo left for the operator to find.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoState {
+    /// The order the customer clicked five times.
+    pub clicked_five_times: String,
+    pub clicked_request_id: String,
+    /// The request whose service died mid-request: PROCESSING, owner dead.
+    pub stuck_request_id: String,
+    /// The lock whose holder was SIGKILLed.
+    pub dead_lock_key: String,
+    pub service: String,
+    /// Process ids the demo started (all stopped when it ends).
+    pub pids: Vec<u32>,
+}
+
+/// Shows a step on the spinner (a terminal) and in the log (anything else).
+fn step(bar: &ProgressBar, what: &'static str) {
+    bar.set_message(what);
+    tracing::info!(step = what, "demo");
+}
+
+/// The demo's processes; every one is killed when this is dropped.
+struct Children {
+    procs: Vec<(String, Child)>,
+}
+
+impl Children {
+    async fn stop(&mut self) {
+        for (name, child) in &mut self.procs {
+            if let Some(pid) = child.id() {
+                // SIGINT first: the service finishes in-flight requests, consumers their batch.
+                let _ = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status();
+            }
+            match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!("idemguard demo: {name} did not stop within 10s; killing it");
+                    let _ = child.kill().await;
+                }
+            }
+        }
+        self.procs.clear();
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.procs {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+fn idemguard(config_file: Option<&std::path::Path>, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Command> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    if let Some(f) = config_file {
+        cmd.arg("--config").arg(f);
+    }
+    cmd.args(args).envs(env.iter().map(|(k, v)| (k.to_string(), v.clone()))).stdin(Stdio::null()).kill_on_drop(true);
+    Ok(cmd)
+}
+
+/// Starts `idemguard serve` on a free port; returns the child and its base URL.
+async fn start_service(config_file: Option<&std::path::Path>, env: &[(&str, String)], extra: &[&str]) -> anyhow::Result<(Child, String)> {
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut child = idemguard(config_file, &args, env)?.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .map_err(|_| anyhow::anyhow!("the order service did not start within 30s"))??
+        .ok_or_else(|| anyhow::anyhow!("the order service exited at start (run `idemguard doctor`)"))?;
+    let base = line.rsplit(' ').next().unwrap_or_default().to_string();
+    anyhow::ensure!(base.starts_with("http://"), "unexpected first line from the order service: {line}");
+    Ok((child, base))
+}
+
+/// Runs the demo. `config_file` is passed on to the child processes; `env` are extra
+/// IDEMGUARD_* settings for them (the demo's environment name, the stuck threshold).
+pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tui: bool) -> anyhow::Result<DemoState> {
+    let env: Vec<(&str, String)> = vec![
+        ("IDEMGUARD_ENVIRONMENT__NAME", "demo".into()),
+        ("IDEMGUARD_ENVIRONMENT__COLOR", "magenta".into()),
+        ("IDEMGUARD_LOG", "error".into()),
+    ];
+    config.environment.name = "demo".into();
+    config.environment.color = "magenta".into();
+    config.environment.allow_actions = true;
+    // A record is "stuck" once its owner's heartbeat has run out, not after a minute.
+    config.console.stuck_threshold = config.instance.heartbeat_ttl;
+    let cf = config_file.as_deref();
+
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(120));
+    step(&bar, "migrating the database");
+    let db = Database::connect(&config).await?;
+    migrate::migrate(&db).await?;
+    let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
+    orders.set_stock(DEMO_SKU, 500).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let mut children = Children { procs: Vec::new() };
+    step(&bar, "starting the order service and two consumers");
+    let (service, base) = start_service(cf, &env, &[]).await?;
+    children.procs.push(("order service".into(), service));
+    for n in 1..=2 {
+        let c = idemguard(cf, &["consume"], &env)?.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        children.procs.push((format!("consumer {n}"), c));
+    }
+
+    let client = StormClient::new(base.clone(), bar.clone())?;
+    // 1. 23:07 — a customer clicks "pay" five times at once: one order.
+    step(&bar, "a customer clicks five times");
+    let clicked = RequestId::generate("APP", "ORDER").to_string();
+    let clicks = (0..5).map(|_| client.order(&clicked, 2307, DEMO_SKU, 1, None));
+    let replies = futures::future::join_all(clicks).await;
+    let clicked_order = replies.iter().find_map(|r| r.order_no.clone());
+    // Anyone who got a 409 comes back, as the app would, and gets the replay.
+    let clicked_order = match clicked_order {
+        Some(o) => o,
+        None => client.order(&clicked, 2307, DEMO_SKU, 1, None).await.order_no.ok_or_else(|| anyhow::anyhow!("the clicked order was not created"))?,
+    };
+    let _ = client.order(&clicked, 2307, DEMO_SKU, 1, None).await;
+
+    // 2. Gateway retries: the first attempt times out at the gateway, the retry reuses the key.
+    step(&bar, "gateway retries");
+    let mut paid: Vec<(String, String)> = vec![(clicked_order.clone(), clicked.clone())];
+    for user in 0..20_i64 {
+        let key = RequestId::generate("GW", "ORDER").to_string();
+        let _ = client.order(&key, 5000 + user, DEMO_SKU, 1, Some(Duration::from_millis(2))).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = client.order(&key, 5000 + user, DEMO_SKU, 1, None).await;
+            if let Some(o) = r.order_no {
+                paid.push((o, key.clone()));
+                break;
+            }
+            // 409: the first attempt is still running; anything else is the service failing.
+            anyhow::ensure!(r.status == 409 && Instant::now() < deadline, "the order service answered {} to a retry; see `idemguard doctor`", r.status);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // 3. The rest of the sale.
+    step(&bar, "ordinary orders");
+    for user in 0..40_i64 {
+        let key = RequestId::generate("WEB", "ORDER").to_string();
+        if let Some(o) = client.order(&key, 7000 + user, DEMO_SKU, 1, None).await.order_no {
+            paid.push((o, key));
+        }
+    }
+
+    // 4. Payments: the provider notifies every order; the clicked order's notice comes three
+    //    times (twice with one key, once with a new one).
+    step(&bar, "payment callbacks, some repeated by the provider");
+    for (i, (order_no, _)) in paid.iter().enumerate() {
+        let pay_no = format!("PAY-{order_no}");
+        let key = RequestId::generate("PSP", "PAY").to_string();
+        let _ = client.pay(&key, &pay_no, order_no, 1999).await;
+        if i == 0 {
+            let _ = client.pay(&key, &pay_no, order_no, 1999).await;
+            let _ = client.pay(&RequestId::generate("PSP", "PAY").to_string(), &pay_no, order_no, 1999).await;
+        }
+    }
+
+    // 5. The broker redelivers: copies of the first payment events.
+    step(&bar, "the broker redelivers payment events");
+    redeliver(&config, 10).await?;
+
+    // 6. A service dies mid-request: its record stays PROCESSING and its owner goes silent.
+    step(&bar, "an order service dies mid-request");
+    let stuck = RequestId::generate("APP", "ORDER").to_string();
+    let (mut doomed, doomed_base) = start_service(cf, &env, &["--crash-after-request-lock"]).await?;
+    let doomed_client = StormClient::new(doomed_base, ProgressBar::hidden())?;
+    let _ = doomed_client.order(&stuck, 2399, DEMO_SKU, 1, Some(Duration::from_secs(5))).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), doomed.wait()).await;
+
+    // 7. A lock holder is killed: its lock stays (no watchdog, long TTL) with a dead owner.
+    step(&bar, "a lock holder is killed");
+    let dead_lock = keys::order_lock(&clicked_order);
+    let ttl = "30m";
+    let mut holder = idemguard(cf, &["lock-hold", &dead_lock, "--ttl", ttl, "--no-watchdog"], &env)?.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
+    let held = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+    if !matches!(&held, Ok(Ok(Some(l))) if l.contains("\"held\":true")) {
+        anyhow::bail!("the lock holder did not take {dead_lock}: {held:?}");
+    }
+    holder.start_kill()?; // SIGKILL: no release, no goodbye
+    let _ = holder.wait().await;
+
+    let state = DemoState {
+        clicked_five_times: clicked_order,
+        clicked_request_id: clicked,
+        stuck_request_id: stuck,
+        dead_lock_key: dead_lock,
+        service: base,
+        pids: children.procs.iter().filter_map(|(_, c)| c.id()).collect(),
+    };
+    bar.finish_and_clear();
+
+    let result = if tui {
+        eprintln!("idemguard demo: opening the console (actions enabled). Quit with q; everything the demo started stops with it.");
+        crate::console::terminal::run(config).await.map(|_| state)
+    } else {
+        wait_until_visible(&config, &state).await.map(|_| state)
+    };
+    children.stop().await;
+    result
+}
+
+/// Re-produces the first `n` payment events (an MQ replay).
+async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", format!("demo-replayer-{}", uuid::Uuid::new_v4()))
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Beginning)?;
+    }
+    reader.assign(&tpl)?;
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).create()?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut sent = 0;
+    while sent < n && Instant::now() < deadline {
+        let Some(Ok(m)) = reader.poll(Duration::from_millis(300)) else { continue };
+        let (Some(key), Some(payload)) = (m.key(), m.payload()) else { continue };
+        let mut copy = FutureRecord::to(&config.kafka.payment_topic).key(key).payload(payload);
+        if let Some(h) = m.headers() {
+            copy = copy.headers(h.detach());
+        }
+        producer.send(copy, Duration::from_secs(10)).await.map_err(|(e, _)| anyhow::anyhow!("redeliver: {e}"))?;
+        sent += 1;
+    }
+    Ok(())
+}
+
+/// Headless: wait (at most 60 s) until the stuck record and the dead owner's lock are what the
+/// console's headless twins report.
+async fn wait_until_visible(config: &Config, state: &DemoState) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stuck = serde_json::to_value(crate::console::headless::stuck(config).await)?;
+        let locks = serde_json::to_value(crate::console::headless::locks(config).await)?;
+        let stuck_seen = stuck["data"]["records"].as_array().is_some_and(|rs| {
+            rs.iter().any(|r| r["request_id"] == state.stuck_request_id.as_str() && r["owner_alive"] == false)
+        });
+        let lock_seen = locks["data"]["locks"].as_array().is_some_and(|ls| {
+            ls.iter().any(|l| {
+                l["key"] == state.dead_lock_key.as_str() && l["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "dead_owner"))
+            })
+        });
+        if stuck_seen && lock_seen {
+            println!("{}", serde_json::to_string_pretty(state)?);
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("the demo's incidents were not visible within 60s (stuck record: {stuck_seen}, dead-owner lock: {lock_seen})");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
