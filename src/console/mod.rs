@@ -65,6 +65,7 @@
 //! Exit status: 0 all answered; 1 a backend failed (the document still has what was read);
 //! 3 `trace` found no trace of the ID anywhere.
 
+pub mod actions;
 pub mod app;
 pub mod backend;
 pub mod columns;

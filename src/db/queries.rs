@@ -71,6 +71,11 @@ builtin![
     "console_trace_points",
     "console_trace_notification",
     "console_stuck",
+    // the console's actions and their audit (src/console/actions.rs)
+    "console_finalize",
+    "console_audit_attempt",
+    "console_audit_outcome",
+    "console_audit_list",
 ];
 
 /// The statements of one dialect, templated with the configured table names.
