@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use idemguard::config::{Config, ConfigSource};
 use idemguard::db::{migrate, Database};
 use idemguard::contracts::Instance;
+use idemguard::console::actions::{self, Action, Actions};
 use idemguard::console::{self, headless};
 use idemguard::doctor;
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
@@ -113,6 +114,48 @@ enum Command {
     },
     /// PROCESSING idempotency records older than console.stuck_threshold, oldest first
     Stuck {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a stale lock: compare-and-delete of the exact value you saw (idemguard locks), on
+    /// every node; refused when the owner is alive unless --force --reason. Audited in ops_audit.
+    /// Exit 0 done, 4 refused, 5 the lock changed hands (nothing deleted), 1 error
+    ReleaseLock {
+        /// The lock key, e.g. lock:order:2026112914054212300000abcdef
+        key: String,
+        /// The exact value seen (repeat it for each RedLock node's value)
+        #[arg(long = "expect-value", value_name = "VALUE", required = true)]
+        expect_values: Vec<String>,
+        /// Release although the owner has a heartbeat (needs --reason)
+        #[arg(long, requires = "reason")]
+        force: bool,
+        /// Why (written to ops_audit)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Then raise fence:{key} so the old holder's writes are refused by the database
+        #[arg(long)]
+        bump_fence: bool,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
+    /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
+    /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
+    Finalize {
+        /// The requestId (Idempotency-Key)
+        request_id: String,
+        /// The record version you saw (idemguard stuck); nothing is written if it changed
+        #[arg(long, value_name = "V")]
+        expect_version: Option<i64>,
+        /// Why (written to ops_audit and into a FAILED response)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
         #[arg(long)]
         json: bool,
     },
@@ -224,7 +267,39 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             let r = headless::stuck(&config).await;
             Ok(print_report(&r, json, headless::stuck_table))
         }
+        Command::ReleaseLock { key, expect_values, force, reason, bump_fence, allow_actions, json } => {
+            let action = Action::ReleaseLock { key, expect_values, force, bump_fence, reason };
+            run_action(&config, action, allow_actions, json).await
+        }
+        Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
+            let action = Action::Finalize { request_id, expect_version, reason };
+            run_action(&config, action, allow_actions, json).await
+        }
     }
+}
+
+/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
+/// its audit.
+async fn run_action(config: &Config, action: Action, allow_actions: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use idemguard::lock::Locks;
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance)?;
+    let db = Database::connect(config).await?;
+    let locks = Locks::from_config(config, &instance, tracer.clone())?;
+    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    let result = actions.run(&action).await;
+    tracer.flush(std::time::Duration::from_secs(5));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        println!("{} {}: {}", result.action, result.target, result.outcome);
+        println!("  {}", result.detail);
+        match result.audit_id {
+            Some(id) => println!("  audited as ops_audit row {id} (operator {}, environment {})", actions.operator(), config.environment.name),
+            None => println!("  NOT audited — and therefore not performed"),
+        }
+    }
+    Ok(ExitCode::from(actions::exit_code(result.outcome)))
 }
 
 /// Prints one JSON line when the lock is held (`{"held":true,"instance":…,"fence":…,"value":…}`)

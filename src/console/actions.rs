@@ -592,3 +592,13 @@ async fn fast_path(config: &Config) -> Option<FastPath> {
 pub fn release_of(view: &LockView, force: bool, bump_fence: bool, reason: Option<String>) -> Action {
     Action::ReleaseLock { key: view.key.clone(), expect_values: view.values().into_iter().map(str::to_string).collect(), force, bump_fence, reason }
 }
+
+/// Exit status of the headless twins: 0 done, 4 refused, 5 changed (nothing written), 1 error.
+pub fn exit_code(outcome: ActionOutcome) -> u8 {
+    match outcome {
+        ActionOutcome::Done => 0,
+        ActionOutcome::Error => 1,
+        ActionOutcome::Refused => 4,
+        ActionOutcome::Changed => 5,
+    }
+}
