@@ -367,3 +367,69 @@ async fn an_action_whose_audit_cannot_be_written_is_not_performed() {
         db.pool.close().await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// the headless twins, and the trace event
+// ---------------------------------------------------------------------------------------------
+
+/// `idemguard finalize` / `release-lock` as a runbook runs them: same guards, exit status 4 on a
+/// refusal, 5 when the target changed, 0 when done; and every attempt is an `operator_action`
+/// event on the trace topic.
+#[tokio::test]
+async fn headless_twins_guard_audit_and_trace_like_the_library() {
+    for dialect in common::DIALECTS {
+        let (mut config, db) = common::migrated_database(dialect).await;
+        let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
+        config.kafka.trace_topic = topics[0].clone();
+        let rec = stuck_record(&config, &db, &instance("dead").id).await;
+        let holder = locks_for(&config, &instance("dead"));
+        let key = order_key();
+        let value = hold_and_abandon(&holder, &key).await;
+
+        let run = |args: Vec<String>| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+                .arg("--config")
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+                .args(&args)
+                .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+                .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+                .env("IDEMGUARD_LOG", "error")
+                .output()
+                .expect("run idemguard");
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+
+        let (code, out) = run(s(&["finalize", &rec.request_id]));
+        assert_eq!(code, Some(4), "{dialect}: read-only refuses: {out}");
+        assert!(out.contains("--allow-actions"), "{out}");
+        let (code, out) = run(s(&["finalize", &rec.request_id, "--expect-version", &(rec.version + 7).to_string(), "--allow-actions"]));
+        assert_eq!(code, Some(5), "{dialect}: another version: {out}");
+        let (code, out) = run(s(&["finalize", &rec.request_id, "--allow-actions", "--reason", "runbook 7"]));
+        assert_eq!(code, Some(0), "{dialect}: {out}");
+        assert!(out.contains("finalize") && out.contains("done") && out.contains("FAILED"), "{out}");
+        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap().status, "FAILED");
+
+        let (code, out) = run(s(&["release-lock", &key, "--expect-value", "not-the-value", "--allow-actions"]));
+        assert_eq!(code, Some(5), "{dialect}: a value never seen deletes nothing: {out}");
+        assert_eq!(holder.inspect(&key).await.values(), vec![value.as_str()]);
+        let (code, out) = run(s(&["release-lock", &key, "--expect-value", &value, "--bump-fence", "--allow-actions", "--json"]));
+        assert_eq!(code, Some(0), "{dialect}: {out}");
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(json["outcome"], "done");
+        assert!(holder.inspect(&key).await.is_free());
+
+        let outcomes: Vec<String> = audit(&db, &rec.request_id).await.into_iter().rev().map(|r| r.outcome).collect();
+        assert_eq!(outcomes, vec!["refused", "changed", "done"], "{dialect}");
+        let outcomes: Vec<String> = audit(&db, &key).await.into_iter().rev().map(|r| r.outcome).collect();
+        assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
+
+        let log = idemguard::console::headless::read_trace_log(&config, idemguard::console::topics::StartAt::Beginning).await.unwrap();
+        let events = log.matching(None, Some(&rec.request_id), &Default::default());
+        let ops: Vec<&idemguard::contracts::TraceEvent> =
+            events.iter().filter(|e| e.outcome == idemguard::contracts::Outcome::OperatorAction).collect();
+        assert_eq!(ops.len(), 3, "{dialect}: one operator_action event per attempt: {events:?}");
+        assert!(ops.iter().all(|e| e.layer == idemguard::contracts::Layer::Console));
+        db.pool.close().await;
+    }
+}
