@@ -92,8 +92,13 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
     },
-    /// Open the operations console (terminal UI): Trace, Locks, Rates and Stuck views, live
-    Console,
+    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck and Audit views,
+    /// live. Read-only unless --allow-actions or environment.allow_actions
+    Console {
+        /// Enable the actions (x release a lock, f finalize a record), each confirmed and audited
+        #[arg(long)]
+        allow_actions: bool,
+    },
     /// Trace one orderNo, requestId or eventId across every layer (the console's Trace view, once)
     Trace {
         /// An orderNo, a requestId (has ':') or an eventId (a UUID)
@@ -247,8 +252,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::LockHold { key, ttl, no_watchdog, hold } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
-        Command::Console => {
-            console::run(config).await?;
+        Command::Console { allow_actions } => {
+            console::terminal::run_with(config, allow_actions).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Trace { id, json } => {

@@ -69,6 +69,7 @@ pub mod actions;
 pub mod app;
 pub mod backend;
 pub mod columns;
+pub mod confirm;
 pub mod format;
 pub mod headless;
 pub mod keymap;
