@@ -510,6 +510,18 @@ impl App {
         );
     }
 
+    /// Open the confirmation — or, read-only, send the attempt straight to the executor, which
+    /// refuses it and audits the refusal (every attempt is in `ops_audit`), and say how to
+    /// enable actions.
+    fn offer(&mut self, c: Confirm, what: &str) {
+        if self.actions_enabled {
+            self.confirm = Some(c);
+        } else {
+            self.request(ExecRequest::Run(c.planned));
+            self.read_only_hint(what);
+        }
+    }
+
     fn toggle_tag(&mut self) {
         let id = match self.view {
             View::Locks => self.selected_lock().map(|l| l.key.clone()),
@@ -530,24 +542,19 @@ impl App {
         if self.view != View::Locks {
             return self.say("x releases locks: open the Locks view (2)", Level::Error);
         }
-        if !self.actions_enabled {
-            return self.read_only_hint("releasing a lock");
-        }
         let Some(scan) = &self.locks else { return };
         let idx = self.action_rows(View::Locks, &scan.locks, |l| l.key.as_str(), self.selected_lock());
         if idx.is_empty() {
             return self.say("no lock selected", Level::Error);
         }
         let rows: Vec<&super::locks::LockRow> = idx.iter().map(|i| &scan.locks[*i]).collect();
-        self.confirm = Some(confirm::release(&rows, self.now_ms(), &self.env.name, self.env.production));
+        let c = confirm::release(&rows, self.now_ms(), &self.env.name, self.env.production);
+        self.offer(c, "releasing a lock");
     }
 
     fn propose_finalize(&mut self) {
         if self.view != View::Stuck {
             return self.say("f finalizes stuck records: open the Stuck view (4)", Level::Error);
-        }
-        if !self.actions_enabled {
-            return self.read_only_hint("finalizing a record");
         }
         let Some(stuck) = &self.stuck else { return };
         let idx = self.action_rows(View::Stuck, stuck, |s| s.request_id.as_str(), self.selected_stuck());
@@ -555,7 +562,8 @@ impl App {
             return self.say("no record selected", Level::Error);
         }
         let rows: Vec<&StuckRecord> = idx.iter().map(|i| &stuck[*i]).collect();
-        self.confirm = Some(confirm::finalize(&rows, self.dialect, &self.env.name, self.env.production));
+        let c = confirm::finalize(&rows, self.dialect, &self.env.name, self.env.production);
+        self.offer(c, "finalizing a record");
     }
 
     /// The Audit view's rows after its filter.

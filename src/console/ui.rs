@@ -303,15 +303,14 @@ fn lock_row(l: &super::locks::LockRow, now: i64) -> (Vec<String>, Style) {
     (columns::lock_cells(l, now), style)
 }
 
-/// A tagged row's first cell starts with `*`; a row with an action result ends its first cell
-/// with the outcome.
+/// A tagged row's first cell starts with `*`, a row with an action result with `[outcome]`.
 fn mark(app: &App, view: View, id: &str, cells: &mut [String]) {
     if let Some(first) = cells.first_mut() {
         if app.is_tagged(view, id) {
             *first = format!("* {first}");
         }
         if let Some(r) = app.results.get(id) {
-            first.push_str(&format!(" [{}]", r.outcome));
+            *first = format!("[{}] {first}", r.outcome);
         }
     }
 }
@@ -328,8 +327,6 @@ fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
     if app.last_batch.is_empty() {
         return area;
     }
-    let h = (app.last_batch.len() as u16 + 2).min(area.height / 2).max(3);
-    let [table, panel] = Layout::vertical([Constraint::Fill(1), Constraint::Length(h)]).areas(area);
     let lines: Vec<Line<'_>> = app
         .last_batch
         .iter()
@@ -342,6 +339,10 @@ fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
             Line::from(vec![Span::styled(format!(" {:<8}", r.outcome.as_str()), style), Span::raw(format!("{} {} — {}", r.action, r.target, r.detail))])
         })
         .collect();
+    let inner = area.width.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let h = (rows as u16 + 2).min(area.height / 2).max(3);
+    let [table, panel] = Layout::vertical([Constraint::Fill(1), Constraint::Length(h)]).areas(area);
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }).block(titled(" Last actions, per row ".into())), panel);
     table
 }
@@ -473,8 +474,11 @@ fn draw_confirm(f: &mut Frame<'_>, app: &App, c: &super::confirm::Confirm, area:
     if let Some(m) = c.missing() {
         text.push(Line::from(Span::styled(format!(" {m}"), DIM)));
     }
-    let width = area.width.saturating_sub(4).min(140);
-    let height = (text.len() as u16 + 2).min(area.height);
+    let width = area.width.saturating_sub(4);
+    // Values are shown whole (they are what is compared), wrapped: count the wrapped rows.
+    let inner = width.saturating_sub(2).max(1) as usize;
+    let rows: usize = text.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let height = (rows as u16 + 2).min(area.height);
     let popup = Rect { x: area.x + (area.width - width) / 2, y: area.y + (area.height - height) / 2, width, height };
     f.render_widget(Clear, popup);
     f.render_widget(
