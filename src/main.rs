@@ -146,6 +146,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Post-incident report (Markdown, or --json): each affected order's cross-layer timeline,
+    /// which layer stopped each duplicate, every duplicate that got through, operator actions,
+    /// rates. Exit 0, or 6 when a duplicate got through
+    Report {
+        /// One orderNo, requestId or eventId
+        #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
+        id: Option<String>,
+        /// Window start: RFC 3339 (2026-11-29T14:00:00Z) or epoch ms
+        #[arg(long, requires = "until")]
+        since: Option<String>,
+        /// Window end (exclusive)
+        #[arg(long, requires = "since")]
+        until: Option<String>,
+        /// Print the `idemguard.report/v1` JSON document
+        #[arg(long)]
+        json: bool,
+        /// Write to this file instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
     /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
     /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
@@ -275,6 +295,27 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
         Command::ReleaseLock { key, expect_values, force, reason, bump_fence, allow_actions, json } => {
             let action = Action::ReleaseLock { key, expect_values, force, bump_fence, reason };
             run_action(&config, action, allow_actions, json).await
+        }
+        Command::Report { id, since, until, json, output } => {
+            use idemguard::console::report;
+            let scope = match (id, since, until) {
+                (Some(id), _, _) => report::Scope::Id(id),
+                (None, Some(s), Some(u)) => report::Scope::Window {
+                    since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
+                    until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
+                },
+                _ => anyhow::bail!("give --id ID, or --since T and --until T"),
+            };
+            let r = report::build(&config, &scope).await?;
+            let text = if json { serde_json::to_string_pretty(&r)? + "\n" } else { report::markdown(&r) };
+            match output {
+                Some(path) => std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+                None => print!("{text}"),
+            }
+            for e in &r.errors {
+                eprintln!("idemguard report: not read: {e}");
+            }
+            Ok(ExitCode::from(if r.leaks.is_empty() { 0 } else { 6 }))
         }
         Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
             let action = Action::Finalize { request_id, expect_version, reason };

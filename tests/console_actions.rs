@@ -677,3 +677,81 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     backends.shutdown().await;
     db.pool.close().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// the post-incident report
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_report_names_a_points_row_written_behind_the_systems_back() {
+    use idemguard::console::report::{self, Scope};
+    for dialect in common::DIALECTS {
+        let (mut config, db) = common::migrated_database(dialect).await;
+        let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+        config.kafka.trace_topic = topics[0].clone();
+        config.kafka.payment_topic = topics[1].clone();
+        let since = idemguard::contracts::now_ms() - 1;
+
+        // An order, and a duplicate create the database layer turned into a replay (traced).
+        let me = instance("api");
+        let tracer = Tracer::from_config(&config, &me).unwrap();
+        let orders = Orders::new(db.clone(), tracer.clone());
+        orders.set_stock(1, 100).await.unwrap();
+        let rid = RequestId::generate("APP", "ORDER");
+        let new = NewOrder { request_id: rid.clone(), order_no: OrderNo::generate(), user_id: 7, sku_id: 1, quantity: 1, amount: 1999, fence: None };
+        let order = orders.create(&new).await.unwrap().into_order();
+        let again = NewOrder { order_no: OrderNo::generate(), ..new.clone() };
+        assert!(orders.create(&again).await.unwrap().is_replay());
+        // Another, clean order in the same window.
+        let clean = orders
+            .create(&NewOrder { request_id: RequestId::generate("APP", "ORDER"), order_no: OrderNo::generate(), ..new.clone() })
+            .await
+            .unwrap()
+            .into_order();
+        tracer.flush(Duration::from_secs(5));
+
+        // The leak: points credited twice for one order under two event numbers.
+        let p = common::placeholders(dialect, 5);
+        for event in ["evt-legit-0001", "evt-leaked-0002"] {
+            sqlx::query(&format!("INSERT INTO points_ledger (source_event_no, order_no, user_id, points, created_at) VALUES ({p})"))
+                .bind(event)
+                .bind(order.order_no.as_str())
+                .bind(7i64)
+                .bind(19i64)
+                .bind(idemguard::contracts::now_ms())
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+        // An operator attempt on this order (read-only: refused, audited).
+        let ops = actions_for(&config, &db, false).await;
+        let key = keys::order_lock(&order.order_no);
+        ops.run(&Action::ReleaseLock { key, expect_values: vec!["v".into()], force: false, bump_fence: false, reason: None }).await;
+        let until = idemguard::contracts::now_ms() + 1;
+
+        let r = report::build(&config, &Scope::Window { since_ms: since, until_ms: until }).await.unwrap();
+        assert!(r.errors.is_empty(), "{dialect}: {:?}", r.errors);
+        assert_eq!(r.orders_in_window, 2, "{dialect}");
+        assert_eq!(r.leaks.len(), 1, "{dialect}: only the points leak: {:?}", r.leaks);
+        let leak = &r.leaks[0];
+        assert_eq!((leak.table.as_str(), leak.by.as_str(), leak.key.as_str(), leak.rows), ("points_ledger", "order_no", order.order_no.as_str(), 2));
+        assert_eq!((leak.first.as_str(), leak.last.as_str()), ("evt-leaked-0002", "evt-legit-0001"));
+        let md = report::markdown(&r);
+        assert!(md.contains("duplicates that got through: 1") && md.contains("| points_ledger | 2 |") && md.contains("evt-leaked-0002"), "{md}");
+        assert!(md.contains(&clean.order_no), "every order of the window has a timeline");
+        assert_eq!(r.operator_actions.len(), 1);
+
+        let r = report::build(&config, &Scope::Id(order.order_no.clone())).await.unwrap();
+        assert_eq!(r.leaks.len(), 1, "{dialect}");
+        assert_eq!(r.timelines.len(), 1);
+        let t = &r.timelines[0];
+        assert!(t.stopped_count() >= 1, "{dialect}: the replayed create is a stopped duplicate: {:?}", t.interceptions);
+        assert!(t.interceptions.iter().any(|i| i.layer == "db"), "{:?}", t.interceptions);
+        assert_eq!(r.operator_actions.len(), 1, "the refused release of lock:order:{}", order.order_no);
+        let md = report::markdown(&r);
+        assert!(md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"), "{md}");
+        let r = report::build(&config, &Scope::Id(clean.order_no.clone())).await.unwrap();
+        assert!(r.leaks.is_empty() && r.operator_actions.is_empty(), "{dialect}: a clean order's report names no leak");
+        db.pool.close().await;
+    }
+}

@@ -75,6 +75,7 @@ pub mod headless;
 pub mod keymap;
 pub mod locks;
 pub mod records;
+pub mod report;
 pub mod store;
 pub mod terminal;
 pub mod timeline;

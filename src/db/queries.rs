@@ -76,6 +76,9 @@ builtin![
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
+    // the post-incident report (src/console/report.rs)
+    "report_leaks",
+    "report_orders",
 ];
 
 /// The statements of one dialect, templated with the configured table names.
