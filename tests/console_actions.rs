@@ -439,7 +439,7 @@ async fn headless_twins_guard_audit_and_trace_like_the_library() {
 // ---------------------------------------------------------------------------------------------
 
 #[path = "console_fixture/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod console_fixture;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -521,6 +521,9 @@ async fn console_world() -> (console_fixture::RedisServer, Config, Database, Vec
     config.console.stuck_threshold = Duration::ZERO;
     config.console.operator = "oncall".into();
     config.trace.enabled = false;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
     let dead = Instance { id: "dead-owner".into(), host: "h1".into(), pid: 11 };
     let live = Instance { id: "live-owner".into(), host: "h2".into(), pid: 22 };
     hold_and_abandon(&locks_for(&config, &dead), DEAD_KEY).await;
@@ -662,6 +665,16 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     assert!(!ops_locks(&config).inspect(DEAD_KEY).await.is_free(), "nothing deleted");
     assert_eq!(audit(&db, DEAD_KEY).await[0].outcome, "refused");
     assert_eq!(idempotency::get(&db, &stuck[0].request_id).await.unwrap().unwrap(), stuck[0]);
+
+    // The console exports the post-incident report of an order (the same as `idemguard report`).
+    type_str(&mut app, &format!(":report {}", stuck[0].request_id));
+    press(&mut app, KeyCode::Enter);
+    pump_until(&mut app, &mut backends.updates, "the report written", |a| a.message.as_ref().is_some_and(|m| m.0.contains("written"))).await;
+    let msg = app.message.clone().unwrap().0;
+    let path = msg.split_whitespace().next().unwrap().to_string();
+    let md = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(md.starts_with("# Post-incident report") && md.contains(&stuck[0].request_id), "{msg}\n{md}");
 
     // Space still pauses outside Locks and Stuck; p pauses everywhere; the help says so.
     press(&mut app, KeyCode::Char('3'));

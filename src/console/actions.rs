@@ -360,7 +360,7 @@ impl Actions {
         if !self.allowed {
             return self.refuse(action, before, self.read_only_hint()).await;
         }
-        if force && reason.map_or(true, |r| r.trim().is_empty()) {
+        if force && reason.is_none_or(|r| r.trim().is_empty()) {
             return self.refuse(action, before, "--force needs --reason: say why a live owner's lock is released".into()).await;
         }
         // The owners of the values the operator saw: a live one is still working.

@@ -219,6 +219,7 @@ impl App {
                     "the batch"
                 }
                 ExecRequest::LoadAudit => "the audit reload",
+                ExecRequest::Report(_) => "the report",
             };
             self.say(format!("the executor is busy; {what} was not sent — try again"), Level::Error);
         }
@@ -386,6 +387,17 @@ impl App {
             Ok(Command::Trace(id)) => self.trace(&id),
             Ok(Command::Show(v)) => self.show_view(v),
             Ok(Command::Refresh(d)) => self.set_refresh(d),
+            Ok(Command::Report(id)) => {
+                let ids = self.resolved_ids();
+                match id.or(ids.order_no).or(ids.request_id).or_else(|| self.trace_query.clone()) {
+                    Some(id) if self.executor.is_some() => {
+                        self.request(ExecRequest::Report(id.clone()));
+                        self.say(format!("writing the report of {id}…"), Level::Info);
+                    }
+                    Some(_) => self.say("no executor: reports are written by `idemguard report --id ID`", Level::Error),
+                    None => self.say(":report needs an ID (or trace an order first)", Level::Error),
+                }
+            }
             Ok(Command::Help) => self.show_help = true,
             Ok(Command::Quit) => self.quit = true,
             Err(e) => self.say(e, Level::Error),
@@ -624,6 +636,8 @@ impl App {
                 self.say(summary, level);
             }
             Update::Audit(rows) => self.audit = Some(rows),
+            Update::ReportWritten(Ok(m)) => self.say(m, Level::Info),
+            Update::ReportWritten(Err(e)) => self.say(format!("report not written: {e}"), Level::Error),
             Update::TraceRows { query, result } => match result {
                 Ok(rows) => {
                     self.ok(backend);

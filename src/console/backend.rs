@@ -115,12 +115,14 @@ pub enum Update {
     ActionResults(Vec<ActionResult>),
     /// `ops_audit`, newest first (the Audit view).
     Audit(Result<Vec<AuditRow>, String>),
+    /// `:report`: the file written, or why not.
+    ReportWritten(Result<String, String>),
 }
 
 impl Update {
     pub fn backend(&self) -> BackendId {
         match self {
-            Update::Stuck(_) | Update::TraceRows { .. } | Update::ActionResults(_) | Update::Audit(_) => BackendId::Database,
+            Update::Stuck(_) | Update::TraceRows { .. } | Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
             Update::TraceEvents(_) | Update::TraceTopic(_) => BackendId::TraceTopic,
             Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
@@ -184,6 +186,8 @@ pub enum ExecRequest {
     /// A confirmed batch: each action individually conditional, run in order.
     Run(Vec<Planned>),
     LoadAudit,
+    /// Write the post-incident report of this ID (the order on screen) to a Markdown file.
+    Report(String),
 }
 
 /// Rows of `ops_audit` the Audit view shows.
@@ -196,6 +200,13 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
             r = rx.recv() => match r { Some(r) => r, None => return },
             _ = cancel.cancelled() => return,
         };
+        if let ExecRequest::Report(id) = req {
+            let written = write_report(&config, &id).await.map_err(|e| format!("{e:#}"));
+            if tx.send(Update::ReportWritten(written)).await.is_err() {
+                return;
+            }
+            continue;
+        }
         if ready.is_none() {
             match executors(&config, allow).await {
                 Ok(r) => ready = Some(r),
@@ -216,7 +227,7 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
                                 })
                                 .collect(),
                         ),
-                        ExecRequest::LoadAudit => Update::Audit(Err(e)),
+                        ExecRequest::LoadAudit | ExecRequest::Report(_) => Update::Audit(Err(e)),
                     };
                     let _ = tx.send(update).await;
                     continue;
@@ -251,6 +262,16 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
             return;
         }
     }
+}
+
+/// `:report`: the same report as `idemguard report --id ID`, written to
+/// `idemguard-report-{ID}.md` in the working directory.
+async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
+    let r = super::report::build(config, &super::report::Scope::Id(id.to_string())).await?;
+    let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let path = format!("idemguard-report-{safe}.md");
+    std::fs::write(&path, super::report::markdown(&r)).map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
+    Ok(format!("{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)", r.duplicates_stopped(), r.leaks.len(), r.operator_actions.len()))
 }
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.

@@ -143,6 +143,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
     CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
     CommandSpec { name: "audit", aliases: &["a", "au"], args: "", help: "operator actions from ops_audit, newest first" },
+    CommandSpec { name: "report", aliases: &["rep"], args: "[ID]", help: "write the post-incident report of ID (default: the order traced) to idemguard-report-ID.md" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
     CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
@@ -154,6 +155,8 @@ pub enum Command {
     Trace(String),
     Show(View),
     Refresh(Duration),
+    /// `:report [ID]`; None = the order on screen.
+    Report(Option<String>),
     Help,
     Quit,
 }
@@ -179,6 +182,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "refresh" => humantime::parse_duration(rest)
             .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
             .and_then(|d| if d < Duration::from_millis(100) { Err("the refresh period must be at least 100ms".into()) } else { Ok(Command::Refresh(d)) }),
+        "report" => Ok(Command::Report((!rest.is_empty()).then(|| rest.to_string()))),
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }
