@@ -765,6 +765,54 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back() {
         assert!(md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"), "{md}");
         let r = report::build(&config, &Scope::Id(clean.order_no.clone())).await.unwrap();
         assert!(r.leaks.is_empty() && r.operator_actions.is_empty(), "{dialect}: a clean order's report names no leak");
+
+        // The command: JSON, exit 6 when a duplicate got through, 0 when none did.
+        let cli = |id: &str| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+                .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "report", "--id", id, "--json"])
+                .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+                .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+                .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &config.kafka.payment_topic)
+                .env("IDEMGUARD_LOG", "error")
+                .output()
+                .unwrap()
+        };
+        let out = cli(&order.order_no);
+        assert_eq!(out.status.code(), Some(6), "{dialect}: {}", String::from_utf8_lossy(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["schema"], "idemguard.report/v1");
+        assert_eq!(json["leaks"][0]["first"], "evt-leaked-0002");
+        assert_eq!(cli(&clean.order_no).status.code(), Some(0), "{dialect}");
+        db.pool.close().await;
+    }
+}
+
+/// The finalize statement itself (queries/*/console_finalize.sql): a version or status that
+/// moved on matches nothing — the guard that holds even if a record changes between the
+/// reconcile and the write.
+#[tokio::test]
+async fn the_conditional_update_matches_nothing_once_the_record_moved_on() {
+    for dialect in common::DIALECTS {
+        let (config, db) = common::migrated_database(dialect).await;
+        let rec = stuck_record(&config, &db, "someone").await;
+        let run = |version: i64| {
+            sqlx::query(db.sql("console_finalize"))
+                .bind("FAILED")
+                .bind(409i64)
+                .bind("{}")
+                .bind(None::<String>)
+                .bind(1i64)
+                .bind(2i64)
+                .bind(rec.request_id.clone())
+                .bind(version)
+                .execute(&db.pool)
+        };
+        assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: another version");
+        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
+        assert_eq!(run(rec.version).await.unwrap().rows_affected(), 1, "{dialect}: the version seen");
+        assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: no longer PROCESSING");
+        let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+        assert_eq!((now.status.as_str(), now.version, now.lease_until), ("FAILED", rec.version + 1, 0));
         db.pool.close().await;
     }
 }

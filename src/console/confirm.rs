@@ -174,3 +174,58 @@ pub struct RowResult {
     pub outcome: ActionOutcome,
     pub detail: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::locks::LockFlag;
+
+    fn row(key: &str, alive: Option<bool>) -> LockRow {
+        let holder = LockHolder { instance: "i1".into(), host: "h".into(), pid: 1, acquired_at: 0, ttl_ms: 30_000, fence: 4, nonce: "n".into() };
+        LockRow {
+            key: key.into(),
+            scope: "single",
+            value: holder.to_value(),
+            holder: Some(holder),
+            pttl_ms: 12_000,
+            read_at_ms: 0,
+            owner_alive: alive,
+            fence_counter: Some(4),
+            flags: vec![LockFlag::DeadOwner],
+            nodes: vec![],
+            quorum: None,
+        }
+    }
+
+    #[test]
+    fn one_release_outside_production_needs_no_phrase() {
+        let r = row("lock:order:1", Some(false));
+        let c = release(&[&r], 0, "local", false);
+        assert_eq!((c.phrase.clone(), c.needs_reason, c.missing()), (None, false, None));
+        assert!(c.lines.iter().any(|l| l.contains(&r.value)), "the exact value is shown: {:?}", c.lines);
+        assert!(c.lines.iter().any(|l| l.contains("PTTL 12")), "{:?}", c.lines);
+    }
+
+    #[test]
+    fn production_and_bulk_need_the_phrase_and_force_needs_a_reason() {
+        let (a, b) = (row("lock:order:1", Some(false)), row("lock:order:2", Some(true)));
+        let mut c = release(&[&a], 0, "prod-eu", true);
+        assert_eq!(c.phrase.as_deref(), Some("release 1 in prod-eu"), "production: even one action");
+        c.typed = "release 1 in prod".into();
+        assert!(c.missing().is_some());
+        c.typed = "release 1 in prod-eu".into();
+        assert_eq!(c.missing(), None);
+
+        let mut c = release(&[&a, &b], 0, "local", false);
+        assert_eq!(c.phrase.as_deref(), Some("release 2 in local"), "bulk");
+        assert!(c.needs_reason, "the live owner's lock is forced");
+        c.typed = "release 2 in local".into();
+        assert!(c.missing().unwrap().contains("reason"));
+        c.typed = "release 2 in local  holder wedged".into();
+        assert_eq!(c.missing(), None);
+        let batch = c.confirmed();
+        assert!(batch.iter().all(|p| matches!(&p.action, Action::ReleaseLock { reason: Some(r), bump_fence: true, .. } if r == "holder wedged")));
+        assert!(matches!(&batch[1].action, Action::ReleaseLock { force: true, .. }));
+        assert!(matches!(&batch[0].action, Action::ReleaseLock { force: false, .. }));
+    }
+}
