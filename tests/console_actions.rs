@@ -410,8 +410,11 @@ async fn headless_twins_guard_audit_and_trace_like_the_library() {
         assert!(out.contains("finalize") && out.contains("done") && out.contains("FAILED"), "{out}");
         assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap().status, "FAILED");
 
-        let (code, out) = run(s(&["release-lock", &key, "--expect-value", "not-the-value", "--allow-actions"]));
-        assert_eq!(code, Some(5), "{dialect}: a value never seen deletes nothing: {out}");
+        // The same owner, an earlier acquisition (another nonce): what the operator saw is gone.
+        let mut earlier = idemguard::contracts::LockHolder::from_value(&value).unwrap();
+        earlier.nonce = "0".repeat(32);
+        let (code, out) = run(s(&["release-lock", &key, "--expect-value", &earlier.to_value(), "--allow-actions"]));
+        assert_eq!(code, Some(5), "{dialect}: a value no longer held deletes nothing: {out}");
         assert_eq!(holder.inspect(&key).await.values(), vec![value.as_str()]);
         let (code, out) = run(s(&["release-lock", &key, "--expect-value", &value, "--bump-fence", "--allow-actions", "--json"]));
         assert_eq!(code, Some(0), "{dialect}: {out}");
@@ -815,4 +818,27 @@ async fn the_conditional_update_matches_nothing_once_the_record_moved_on() {
         assert_eq!((now.status.as_str(), now.version, now.lease_until), ("FAILED", rec.version + 1, 0));
         db.pool.close().await;
     }
+}
+
+#[tokio::test]
+async fn a_value_naming_no_holder_is_released_only_by_force() {
+    let (config, db) = common::migrated_database(Dialect::Postgres).await;
+    let key = order_key();
+    let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET").arg(&key).arg("set-by-some-script").arg("PX").arg(60_000).query_async(&mut c).await.unwrap();
+    let ops = actions_for(&config, &db, true).await;
+    let release = |force: bool| Action::ReleaseLock {
+        key: key.clone(),
+        expect_values: vec!["set-by-some-script".into()],
+        force,
+        bump_fence: false,
+        reason: force.then(|| "left by a migration script".into()),
+    };
+    let r = ops.run(&release(false)).await;
+    assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
+    assert_eq!(redis_get(&config, &key).await.as_deref(), Some("set-by-some-script"));
+    let r = ops.run(&release(true)).await;
+    assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
+    assert_eq!(redis_get(&config, &key).await, None);
+    db.pool.close().await;
 }

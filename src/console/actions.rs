@@ -367,6 +367,10 @@ impl Actions {
         let holders: Vec<LockHolder> = expect.iter().filter_map(|v| LockHolder::from_value(v)).collect();
         let mut owners: Vec<String> = holders.iter().map(|h| h.instance.clone()).collect();
         owners.dedup();
+        if !force && holders.len() < expect.len() {
+            // Not an idemguard value: its owner cannot be proven dead.
+            return self.refuse(action, before, "the value names no idemguard holder, so its owner cannot be proven dead; use --force --reason R".into()).await;
+        }
         if !force {
             match self.locks.liveness().are_alive(&owners).await {
                 Ok(alive) => {

@@ -109,14 +109,15 @@ pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> C
     let mut planned = Vec::new();
     let mut needs_reason = false;
     for row in rows {
-        let live = row.owner_alive == Some(true);
+        // Released without force only when the owner is proven dead (no heartbeat).
+        let live = row.owner_alive != Some(false);
         needs_reason |= live;
         let pttl = row.pttl_now(now_ms);
         let owner = match (&row.holder, row.owner_alive) {
             (Some(h), Some(true)) => format!("{} ALIVE (heartbeat) — forced", h.instance),
             (Some(h), Some(false)) => format!("{} dead (no heartbeat)", h.instance),
-            (Some(h), None) => format!("{} (liveness unknown)", h.instance),
-            (None, _) => "undecodable value".into(),
+            (Some(h), None) => format!("{} liveness unknown — forced", h.instance),
+            (None, _) => "undecodable value, owner unknown — forced".into(),
         };
         let action = Action::ReleaseLock { key: row.key.clone(), expect_values: values_of(row), force: live, bump_fence: true, reason: None };
         lines.push(format!(
