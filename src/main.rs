@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use idemguard::config::{Config, ConfigSource};
 use idemguard::db::{migrate, Database};
 use idemguard::contracts::Instance;
+use idemguard::console::actions::{self, Action, Actions};
 use idemguard::console::{self, headless};
 use idemguard::doctor;
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
@@ -136,8 +137,13 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
     },
-    /// Open the operations console (terminal UI): Trace, Locks, Rates and Stuck views, live
-    Console,
+    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck and Audit views,
+    /// live. Read-only unless --allow-actions or environment.allow_actions
+    Console {
+        /// Enable the actions (x release a lock, f finalize a record), each confirmed and audited
+        #[arg(long)]
+        allow_actions: bool,
+    },
     /// Trace one orderNo, requestId or eventId across every layer (the console's Trace view, once)
     Trace {
         /// An orderNo, a requestId (has ':') or an eventId (a UUID)
@@ -158,6 +164,68 @@ enum Command {
     },
     /// PROCESSING idempotency records older than console.stuck_threshold, oldest first
     Stuck {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a stale lock: compare-and-delete of the exact value you saw (idemguard locks), on
+    /// every node; refused when the owner is alive unless --force --reason. Audited in ops_audit.
+    /// Exit 0 done, 4 refused, 5 the lock changed hands (nothing deleted), 1 error
+    ReleaseLock {
+        /// The lock key, e.g. lock:order:2026112914054212300000abcdef
+        key: String,
+        /// The exact value seen (repeat it for each RedLock node's value)
+        #[arg(long = "expect-value", value_name = "VALUE", required = true)]
+        expect_values: Vec<String>,
+        /// Release although the owner has a heartbeat (needs --reason)
+        #[arg(long, requires = "reason")]
+        force: bool,
+        /// Why (written to ops_audit)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Then raise fence:{key} so the old holder's writes are refused by the database
+        #[arg(long)]
+        bump_fence: bool,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Post-incident report (Markdown, or --json): each affected order's cross-layer timeline,
+    /// which layer stopped each duplicate, every duplicate that got through, operator actions,
+    /// rates. Exit 0, or 6 when a duplicate got through
+    Report {
+        /// One orderNo, requestId or eventId
+        #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
+        id: Option<String>,
+        /// Window start: RFC 3339 (2026-11-29T14:00:00Z) or epoch ms
+        #[arg(long, requires = "until")]
+        since: Option<String>,
+        /// Window end (exclusive)
+        #[arg(long, requires = "since")]
+        until: Option<String>,
+        /// Print the `idemguard.report/v1` JSON document
+        #[arg(long)]
+        json: bool,
+        /// Write to this file instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
+    /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
+    /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
+    Finalize {
+        /// The requestId (Idempotency-Key)
+        request_id: String,
+        /// The record version you saw (idemguard stuck); nothing is written if it changed
+        #[arg(long, value_name = "V")]
+        expect_version: Option<i64>,
+        /// Why (written to ops_audit and into a FAILED response)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
         #[arg(long)]
         json: bool,
     },
@@ -279,8 +347,8 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             }
         }
         Command::LockHold { key, ttl, no_watchdog, hold } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
-        Command::Console => {
-            console::run(config).await?;
+        Command::Console { allow_actions } => {
+            console::terminal::run_with(config, allow_actions).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Trace { id, json } => {
@@ -299,7 +367,60 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             let r = headless::stuck(&config).await;
             Ok(print_report(&r, json, headless::stuck_table))
         }
+        Command::ReleaseLock { key, expect_values, force, reason, bump_fence, allow_actions, json } => {
+            let action = Action::ReleaseLock { key, expect_values, force, bump_fence, reason };
+            run_action(&config, action, allow_actions, json).await
+        }
+        Command::Report { id, since, until, json, output } => {
+            use idemguard::console::report;
+            let scope = match (id, since, until) {
+                (Some(id), _, _) => report::Scope::Id(id),
+                (None, Some(s), Some(u)) => report::Scope::Window {
+                    since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
+                    until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
+                },
+                _ => anyhow::bail!("give --id ID, or --since T and --until T"),
+            };
+            let r = report::build(&config, &scope).await?;
+            let text = if json { serde_json::to_string_pretty(&r)? + "\n" } else { report::markdown(&r) };
+            match output {
+                Some(path) => std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+                None => print!("{text}"),
+            }
+            for e in &r.errors {
+                eprintln!("idemguard report: not read: {e}");
+            }
+            Ok(ExitCode::from(if r.leaks.is_empty() { 0 } else { 6 }))
+        }
+        Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
+            let action = Action::Finalize { request_id, expect_version, reason };
+            run_action(&config, action, allow_actions, json).await
+        }
     }
+}
+
+/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
+/// its audit.
+async fn run_action(config: &Config, action: Action, allow_actions: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use idemguard::lock::Locks;
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance)?;
+    let db = Database::connect(config).await?;
+    let locks = Locks::from_config(config, &instance, tracer.clone())?;
+    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    let result = actions.run(&action).await;
+    tracer.flush(std::time::Duration::from_secs(5));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        println!("{} {}: {}", result.action, result.target, result.outcome);
+        println!("  {}", result.detail);
+        match result.audit_id {
+            Some(id) => println!("  audited as ops_audit row {id} (operator {}, environment {})", actions.operator(), config.environment.name),
+            None => println!("  NOT audited — and therefore not performed"),
+        }
+    }
+    Ok(ExitCode::from(actions::exit_code(result.outcome)))
 }
 
 /// Prints one JSON line when the lock is held (`{"held":true,"instance":…,"fence":…,"value":…}`)

@@ -6,12 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, KeyEvent, KeyEventKind};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, EnvironmentConfig};
 use crate::contracts::{keys, now_ms, TraceTarget};
 
-use super::backend::{BackendId, Focus, TopicProgress, Update};
+use super::actions::{ActionResult, AuditRow};
+use super::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
+use super::confirm::{self, Confirm, RowResult};
 use super::columns;
 use super::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
 use super::locks::LockScan;
@@ -120,6 +122,25 @@ pub struct App {
     pub copied: Option<String>,
     clipboard_out: Option<String>,
     focus: Option<watch::Sender<Focus>>,
+
+    // Actions (issue 8).
+    /// `--allow-actions` or `environment.allow_actions`: otherwise the action keys are greyed
+    /// out and only say how to enable them.
+    pub actions_enabled: bool,
+    pub dialect: crate::config::Dialect,
+    /// Tagged rows per view (lock keys, requestIds): survive refreshes and re-sorting.
+    pub tagged: BTreeMap<View, BTreeSet<String>>,
+    /// The confirmation popup, when open: every key goes to it.
+    pub confirm: Option<Confirm>,
+    /// The result of the last action on each target (lock key / requestId).
+    pub results: BTreeMap<String, RowResult>,
+    /// The last batch's results, in order (shown under the table).
+    pub last_batch: Vec<ActionResult>,
+    /// Confirmed batches not yet handed to the executor (tests read them here when no
+    /// executor is attached).
+    pub confirmed: Vec<Vec<confirm::Planned>>,
+    pub audit: Option<Result<Vec<AuditRow>, String>>,
+    executor: Option<mpsc::Sender<ExecRequest>>,
 }
 
 impl App {
@@ -161,6 +182,46 @@ impl App {
             copied: None,
             clipboard_out: None,
             focus,
+            actions_enabled: config.environment.allow_actions,
+            dialect: config.dialect(),
+            tagged: BTreeMap::new(),
+            confirm: None,
+            results: BTreeMap::new(),
+            last_batch: Vec::new(),
+            confirmed: Vec::new(),
+            audit: None,
+            executor: None,
+        }
+    }
+
+    /// Enable the action keys (`--allow-actions`; `environment.allow_actions` already does).
+    pub fn allow_actions(&mut self, allow: bool) {
+        self.actions_enabled |= allow;
+    }
+
+    /// Where confirmed batches go (see [`super::backend::Backends::spawn_executor`]).
+    pub fn attach_executor(&mut self, tx: mpsc::Sender<ExecRequest>) {
+        self.executor = Some(tx);
+        self.request(ExecRequest::LoadAudit);
+    }
+
+    fn request(&mut self, req: ExecRequest) {
+        let Some(tx) = &self.executor else {
+            if let ExecRequest::Run(batch) = req {
+                self.confirmed.push(batch);
+            }
+            return;
+        };
+        if let Err(e) = tx.try_send(req) {
+            let what = match e.into_inner() {
+                ExecRequest::Run(batch) => {
+                    self.confirmed.push(batch);
+                    "the batch"
+                }
+                ExecRequest::LoadAudit => "the audit reload",
+                ExecRequest::Report(_) => "the report",
+            };
+            self.say(format!("the executor is busy; {what} was not sent — try again"), Level::Error);
         }
     }
 
@@ -198,6 +259,34 @@ impl App {
     pub fn handle_key(&mut self, key: KeyEvent) {
         use crossterm::event::{KeyCode, KeyModifiers};
         self.dirty = true;
+        // The confirmation popup takes every key until Enter (run) or Esc (cancel).
+        if let Some(c) = &mut self.confirm {
+            match key.code {
+                KeyCode::Esc => {
+                    self.confirm = None;
+                    self.say("cancelled: nothing was done", Level::Info);
+                }
+                KeyCode::Enter => match c.missing() {
+                    Some(m) => self.say(m, Level::Error),
+                    None => {
+                        let batch = c.confirmed();
+                        let n = batch.len();
+                        self.confirm = None;
+                        self.tagged.remove(&self.view);
+                        self.request(ExecRequest::Run(batch));
+                        self.say(format!("running {n} action(s)…"), Level::Info);
+                    }
+                },
+                KeyCode::Backspace => {
+                    c.typed.pop();
+                }
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.confirm = None,
+                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => c.typed.clear(),
+                KeyCode::Char(ch) => c.typed.push(ch),
+                _ => {}
+            }
+            return;
+        }
         // The command and filter lines take every key until Enter or Esc.
         if let Input::Command(line) | Input::Filter(line) = &mut self.input {
             match key.code {
@@ -244,10 +333,13 @@ impl App {
             UiAction::Help => self.show_help = true,
             UiAction::CommandLine => self.input = Input::Command(String::new()),
             UiAction::Filter => self.input = Input::Filter(String::new()),
-            UiAction::Pause => {
+            UiAction::TagOrPause if matches!(self.view, View::Locks | View::Stuck) => self.toggle_tag(),
+            UiAction::Release => self.propose_release(),
+            UiAction::Finalize => self.propose_finalize(),
+            UiAction::Pause | UiAction::TagOrPause => {
                 self.paused = !self.paused;
                 self.paused_at_ms = self.paused.then(now_ms);
-                self.say(if self.paused { "paused: the collectors stop polling (space resumes)" } else { "resumed" }, Level::Info);
+                self.say(if self.paused { "paused: the collectors stop polling (p resumes)" } else { "resumed" }, Level::Info);
                 self.publish_focus();
             }
             UiAction::Faster | UiAction::Slower => {
@@ -264,7 +356,7 @@ impl App {
             UiAction::Bottom => self.move_selection(i64::MAX / 2),
             UiAction::NextView => self.show((self.view.index() + 1) % View::ALL.len()),
             UiAction::PrevView => self.show((self.view.index() + View::ALL.len() - 1) % View::ALL.len()),
-            UiAction::Show(v) => self.view = v,
+            UiAction::Show(v) => self.show_view(v),
             UiAction::Drill => self.drill(),
             UiAction::Back => {
                 if !self.filter(self.view).is_empty() {
@@ -275,7 +367,14 @@ impl App {
     }
 
     fn show(&mut self, index: usize) {
-        self.view = View::ALL[index];
+        self.show_view(View::ALL[index]);
+    }
+
+    fn show_view(&mut self, v: View) {
+        self.view = v;
+        if v == View::Audit {
+            self.request(ExecRequest::LoadAudit);
+        }
     }
 
     fn say(&mut self, text: impl Into<String>, level: Level) {
@@ -286,8 +385,19 @@ impl App {
     pub fn run_command(&mut self, line: &str) {
         match keymap::parse_command(line) {
             Ok(Command::Trace(id)) => self.trace(&id),
-            Ok(Command::Show(v)) => self.view = v,
+            Ok(Command::Show(v)) => self.show_view(v),
             Ok(Command::Refresh(d)) => self.set_refresh(d),
+            Ok(Command::Report(id)) => {
+                let ids = self.resolved_ids();
+                match id.or(ids.order_no).or(ids.request_id).or_else(|| self.trace_query.clone()) {
+                    Some(id) if self.executor.is_some() => {
+                        self.request(ExecRequest::Report(id.clone()));
+                        self.say(format!("writing the report of {id}…"), Level::Info);
+                    }
+                    Some(_) => self.say("no executor: reports are written by `idemguard report --id ID`", Level::Error),
+                    None => self.say(":report needs an ID (or trace an order first)", Level::Error),
+                }
+            }
             Ok(Command::Help) => self.show_help = true,
             Ok(Command::Quit) => self.quit = true,
             Err(e) => self.say(e, Level::Error),
@@ -339,6 +449,7 @@ impl App {
             View::Trace => self.timeline_rows().len(),
             View::Locks | View::Stuck => self.filtered.get(&view).map_or(0, Vec::len),
             View::Rates => self.rate_rows().len(),
+            View::Audit => self.audit_rows().len(),
         }
     }
 
@@ -372,6 +483,7 @@ impl App {
             }
             View::Locks => self.selected_lock().map(|l| l.key.clone()),
             View::Stuck => self.selected_stuck().map(|s| s.request_id.clone()),
+            View::Audit => self.audit_rows().get(self.selected(View::Audit)).map(|r| r.target.clone()),
             View::Rates => None,
         };
         match text {
@@ -392,6 +504,92 @@ impl App {
     pub fn selected_lock(&self) -> Option<&super::locks::LockRow> {
         let i = *self.filtered.get(&View::Locks)?.get(self.selected(View::Locks))?;
         self.locks.as_ref()?.locks.get(i)
+    }
+
+    /// The rows an action applies to: the tagged rows of the view, else the selected one.
+    fn action_rows<T>(&self, view: View, all: &[T], id: impl Fn(&T) -> &str, selected: Option<&T>) -> Vec<usize> {
+        let tagged = self.tagged.get(&view).filter(|t| !t.is_empty());
+        match tagged {
+            Some(t) => all.iter().enumerate().filter(|(_, r)| t.contains(id(r))).map(|(i, _)| i).collect(),
+            None => selected.and_then(|s| all.iter().position(|r| std::ptr::eq(r, s))).into_iter().collect(),
+        }
+    }
+
+    fn read_only_hint(&mut self, what: &str) {
+        self.say(
+            format!("read-only: {what} is off — restart with `idemguard console --allow-actions` or set environment.allow_actions = true"),
+            Level::Error,
+        );
+    }
+
+    /// Open the confirmation — or, read-only, send the attempt straight to the executor, which
+    /// refuses it and audits the refusal (every attempt is in `ops_audit`), and say how to
+    /// enable actions.
+    fn offer(&mut self, c: Confirm, what: &str) {
+        if self.actions_enabled {
+            self.confirm = Some(c);
+        } else {
+            self.request(ExecRequest::Run(c.planned));
+            self.read_only_hint(what);
+        }
+    }
+
+    fn toggle_tag(&mut self) {
+        let id = match self.view {
+            View::Locks => self.selected_lock().map(|l| l.key.clone()),
+            View::Stuck => self.selected_stuck().map(|s| s.request_id.clone()),
+            _ => None,
+        };
+        let Some(id) = id else { return };
+        let set = self.tagged.entry(self.view).or_default();
+        if !set.remove(&id) {
+            set.insert(id);
+        }
+        let n = set.len();
+        self.say(format!("{n} row(s) tagged"), Level::Info);
+        self.move_selection(1);
+    }
+
+    fn propose_release(&mut self) {
+        if self.view != View::Locks {
+            return self.say("x releases locks: open the Locks view (2)", Level::Error);
+        }
+        let Some(scan) = &self.locks else { return };
+        let idx = self.action_rows(View::Locks, &scan.locks, |l| l.key.as_str(), self.selected_lock());
+        if idx.is_empty() {
+            return self.say("no lock selected", Level::Error);
+        }
+        let rows: Vec<&super::locks::LockRow> = idx.iter().map(|i| &scan.locks[*i]).collect();
+        let c = confirm::release(&rows, self.now_ms(), &self.env.name, self.env.production);
+        self.offer(c, "releasing a lock");
+    }
+
+    fn propose_finalize(&mut self) {
+        if self.view != View::Stuck {
+            return self.say("f finalizes stuck records: open the Stuck view (4)", Level::Error);
+        }
+        let Some(stuck) = &self.stuck else { return };
+        let idx = self.action_rows(View::Stuck, stuck, |s| s.request_id.as_str(), self.selected_stuck());
+        if idx.is_empty() {
+            return self.say("no record selected", Level::Error);
+        }
+        let rows: Vec<&StuckRecord> = idx.iter().map(|i| &stuck[*i]).collect();
+        let c = confirm::finalize(&rows, self.dialect, &self.env.name, self.env.production);
+        self.offer(c, "finalizing a record");
+    }
+
+    /// The Audit view's rows after its filter.
+    pub fn audit_rows(&self) -> Vec<&AuditRow> {
+        let f = self.filter(View::Audit);
+        let needle = f.text.to_lowercase();
+        match &self.audit {
+            Some(Ok(rows)) => rows.iter().filter(|r| columns::passes(&columns::audit_cells(r), &needle, f.invert)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn is_tagged(&self, view: View, id: &str) -> bool {
+        self.tagged.get(&view).is_some_and(|t| t.contains(id))
     }
 
     pub fn selected_stuck(&self) -> Option<&StuckRecord> {
@@ -424,6 +622,22 @@ impl App {
                 self.refilter(View::Stuck);
             }
             Update::Stuck(Err(e)) => self.down(backend, e),
+            Update::ActionResults(results) => {
+                let done = results.iter().filter(|r| r.outcome == super::actions::ActionOutcome::Done).count();
+                let level = if done == results.len() { Level::Info } else { Level::Error };
+                let summary = match results.as_slice() {
+                    [one] => format!("{} {}: {} — {}", one.action, one.target, one.outcome, one.detail),
+                    many => format!("{done} of {} action(s) done; per-row results below the table", many.len()),
+                };
+                for r in &results {
+                    self.results.insert(r.target.clone(), RowResult { outcome: r.outcome, detail: r.detail.clone() });
+                }
+                self.last_batch = results;
+                self.say(summary, level);
+            }
+            Update::Audit(rows) => self.audit = Some(rows),
+            Update::ReportWritten(Ok(m)) => self.say(m, Level::Info),
+            Update::ReportWritten(Err(e)) => self.say(format!("report not written: {e}"), Level::Error),
             Update::TraceRows { query, result } => match result {
                 Ok(rows) => {
                     self.ok(backend);

@@ -14,9 +14,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{host_port, redact_url, Config};
-use crate::contracts::{now_ms, TraceEvent, TraceTarget};
+use crate::config::{host_port, redact_url, Config, LockMode};
+use crate::contracts::{now_ms, Instance, TraceEvent, TraceTarget};
 use crate::db::Database;
+use crate::lock::Locks;
+use crate::trace::Tracer;
+
+use super::actions::{self, ActionOutcome, ActionResult, Actions, AuditRow};
+use super::confirm::{Planned, Scope};
 
 use super::locks::{self, LockScan, TraceKeys};
 use super::records::{self, StuckRecord, TraceIds, TraceRows};
@@ -106,12 +111,18 @@ pub enum Update {
     TraceTopic(Result<TopicProgress, String>),
     PaymentMessages(Vec<PaymentMessage>),
     PaymentTopic { progress: Result<TopicProgress, String>, lag: Result<Vec<PartitionLag>, String> },
+    /// The executor ran a confirmed batch: one result per action, in order.
+    ActionResults(Vec<ActionResult>),
+    /// `ops_audit`, newest first (the Audit view).
+    Audit(Result<Vec<AuditRow>, String>),
+    /// `:report`: the file written, or why not.
+    ReportWritten(Result<String, String>),
 }
 
 impl Update {
     pub fn backend(&self) -> BackendId {
         match self {
-            Update::Stuck(_) | Update::TraceRows { .. } => BackendId::Database,
+            Update::Stuck(_) | Update::TraceRows { .. } | Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
             Update::TraceEvents(_) | Update::TraceTopic(_) => BackendId::TraceTopic,
             Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
@@ -125,6 +136,8 @@ pub struct Backends {
     pub focus: watch::Sender<Focus>,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// For the action executor's results.
+    tx: mpsc::Sender<Update>,
 }
 
 impl Backends {
@@ -138,9 +151,18 @@ impl Backends {
             tokio::spawn(database_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
             tokio::spawn(redis_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
             tokio::spawn(topic_task(config.clone(), TopicKind::Trace, tx.clone(), focus_rx.clone(), cancel.clone())),
-            tokio::spawn(topic_task(config.clone(), TopicKind::Payments, tx, focus_rx, cancel.clone())),
+            tokio::spawn(topic_task(config.clone(), TopicKind::Payments, tx.clone(), focus_rx, cancel.clone())),
         ];
-        Backends { updates, focus, cancel, tasks }
+        Backends { updates, focus, cancel, tasks, tx }
+    }
+
+    /// Start the task that runs confirmed actions (and reads `ops_audit` for the Audit view);
+    /// its results come back as [`Update::ActionResults`] / [`Update::Audit`]. The UI never
+    /// awaits it: a slow backend only delays the results.
+    pub fn spawn_executor(&mut self, config: &Config, allow_actions: bool) -> mpsc::Sender<ExecRequest> {
+        let (req_tx, req_rx) = mpsc::channel(8);
+        self.tasks.push(tokio::spawn(executor_task(config.clone(), allow_actions, self.tx.clone(), req_rx, self.cancel.clone())));
+        req_tx
     }
 
     /// Stop every collector and wait for them (bounded).
@@ -156,6 +178,120 @@ impl Drop for Backends {
     fn drop(&mut self) {
         self.cancel.cancel();
     }
+}
+
+/// What the UI asks the executor.
+#[derive(Debug, Clone)]
+pub enum ExecRequest {
+    /// A confirmed batch: each action individually conditional, run in order.
+    Run(Vec<Planned>),
+    LoadAudit,
+    /// Write the post-incident report of this ID (the order on screen) to a Markdown file.
+    Report(String),
+}
+
+/// Rows of `ops_audit` the Audit view shows.
+pub const AUDIT_ROWS: i64 = 500;
+
+async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mut rx: mpsc::Receiver<ExecRequest>, cancel: CancellationToken) {
+    let mut ready: Option<(Actions, Option<Actions>)> = None;
+    loop {
+        let req = tokio::select! {
+            r = rx.recv() => match r { Some(r) => r, None => return },
+            _ = cancel.cancelled() => return,
+        };
+        if let ExecRequest::Report(id) = req {
+            let written = write_report(&config, &id).await.map_err(|e| format!("{e:#}"));
+            if tx.send(Update::ReportWritten(written)).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        if ready.is_none() {
+            match executors(&config, allow).await {
+                Ok(r) => ready = Some(r),
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    let update = match req {
+                        ExecRequest::Run(batch) => Update::ActionResults(
+                            batch
+                                .iter()
+                                .map(|p| ActionResult {
+                                    action: p.action.name(),
+                                    target: p.action.target().to_string(),
+                                    outcome: ActionOutcome::Error,
+                                    before: None,
+                                    after: None,
+                                    detail: format!("not performed: {e}"),
+                                    audit_id: None,
+                                })
+                                .collect(),
+                        ),
+                        ExecRequest::LoadAudit | ExecRequest::Report(_) => Update::Audit(Err(e)),
+                    };
+                    let _ = tx.send(update).await;
+                    continue;
+                }
+            }
+        }
+        let (single, redlock) = ready.as_ref().expect("built above");
+        if let ExecRequest::Run(batch) = req {
+            let mut results = Vec::with_capacity(batch.len());
+            for p in &batch {
+                let r = match (p.scope, redlock) {
+                    (Scope::Redlock, Some(r)) => r.run(&p.action).await,
+                    (Scope::Redlock, None) => ActionResult {
+                        action: p.action.name(),
+                        target: p.action.target().to_string(),
+                        outcome: ActionOutcome::Error,
+                        before: None,
+                        after: None,
+                        detail: "not performed: redis.redlock_nodes lists fewer than 3 nodes".into(),
+                        audit_id: None,
+                    },
+                    _ => single.run(&p.action).await,
+                };
+                results.push(r);
+            }
+            if tx.send(Update::ActionResults(results)).await.is_err() {
+                return;
+            }
+        }
+        let audit = actions::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS).await.map_err(|e| format!("reading ops_audit: {e}"));
+        if tx.send(Update::Audit(audit)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `:report`: the same report as `idemguard report --id ID`, written to
+/// `idemguard-report-{ID}.md` in the working directory.
+async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
+    let r = super::report::build(config, &super::report::Scope::Id(id.to_string())).await?;
+    let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let path = format!("idemguard-report-{safe}.md");
+    std::fs::write(&path, super::report::markdown(&r)).map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
+    Ok(format!("{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)", r.duplicates_stopped(), r.leaks.len(), r.operator_actions.len()))
+}
+
+/// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
+async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Option<Actions>)> {
+    let mut c = config.clone();
+    c.database.max_connections = c.database.max_connections.min(2);
+    let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect(&c))
+        .await
+        .map_err(|_| anyhow::anyhow!("the database {} did not answer within {POLL_TIMEOUT:?}", redact_url(&c.database.url)))??;
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance).unwrap_or_else(|_| Tracer::log_only(&instance));
+    c.lock.mode = LockMode::Single;
+    let single = Actions::new(&c, db.clone(), Locks::from_config(&c, &instance, tracer.clone())?, tracer.clone(), allow).await;
+    let redlock = if config.redis.redlock_nodes.len() >= 3 {
+        c.lock.mode = LockMode::Redlock;
+        Some(Actions::new(&c, db, Locks::from_config(&c, &instance, tracer.clone())?, tracer, allow).await)
+    } else {
+        None
+    };
+    Ok((single, redlock))
 }
 
 /// Waits for the next round: the refresh period, a change of focus, or the end.

@@ -163,3 +163,27 @@ pub fn passes(cells: &[String], needle_lower: &str, invert: bool) -> bool {
     let hit = cells.iter().any(|c| c.to_lowercase().contains(needle_lower));
     hit != invert
 }
+
+pub static AUDIT: &[Column] = &[
+    col("TIME", 12),
+    col("OPERATOR", 12),
+    col("ENV", 8),
+    col("ACTION", 12),
+    col("TARGET", 44),
+    col("OUTCOME", 8),
+    col("REASON", 20),
+    col("DETAIL", 0),
+];
+
+pub fn audit_cells(r: &super::actions::AuditRow) -> Vec<String> {
+    vec![
+        clock(r.created_at),
+        r.operator.clone(),
+        r.environment.clone(),
+        r.action.clone(),
+        r.target.clone(),
+        r.outcome.clone(),
+        r.reason.clone().unwrap_or_default(),
+        r.detail.clone().unwrap_or_default(),
+    ]
+}

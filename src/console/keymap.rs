@@ -13,10 +13,11 @@ pub enum View {
     Locks,
     Rates,
     Stuck,
+    Audit,
 }
 
 impl View {
-    pub const ALL: [View; 4] = [View::Trace, View::Locks, View::Rates, View::Stuck];
+    pub const ALL: [View; 5] = [View::Trace, View::Locks, View::Rates, View::Stuck, View::Audit];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -24,6 +25,7 @@ impl View {
             View::Locks => "Locks",
             View::Rates => "Rates",
             View::Stuck => "Stuck",
+            View::Audit => "Audit",
         }
     }
 
@@ -32,9 +34,9 @@ impl View {
     }
 }
 
-/// What a key does. Nothing here writes anywhere: the console of this issue is read-only.
-/// (Destructive operations, when they come, are values of their own `Action` type sent to a
-/// confirmation popup — never run from a key handler.)
+/// What a key does. Nothing here writes anywhere: the destructive keys ([`UiAction::Release`],
+/// [`UiAction::Finalize`]) only build [`super::actions::Action`] values and open the
+/// confirmation popup; the action runs once confirmed, in the executor task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UiAction {
     Quit,
@@ -42,6 +44,12 @@ pub enum UiAction {
     CommandLine,
     Filter,
     Pause,
+    /// Space: tag / untag the row in the Locks and Stuck views (bulk actions); pause elsewhere.
+    TagOrPause,
+    /// Release the selected (or tagged) lock(s) — Locks view.
+    Release,
+    /// Finalize the selected (or tagged) stuck record(s) — Stuck view.
+    Finalize,
     Faster,
     Slower,
     Copy,
@@ -89,17 +97,21 @@ pub struct Binding {
 
 /// The keymap. Order = order in the help screen.
 pub static KEYMAP: &[Binding] = &[
-    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:trace ID, :locks, :rates, :stuck)", footer: Some("cmd") },
+    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:trace ID, :locks, :rates, :stuck, :audit)", footer: Some("cmd") },
     Binding { keys: &[Key::Char('/')], label: "/", action: UiAction::Filter, help: "filter this view's rows (/!text inverts); remembered per view", footer: Some("filter") },
     Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "trace the selected lock or stuck record", footer: Some("trace row") },
     Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
-    Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::Pause, help: "pause / resume live updates", footer: Some("pause") },
+    Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
+    Binding { keys: &[Key::Char('p')], label: "p", action: UiAction::Pause, help: "pause / resume live updates (every view)", footer: None },
+    Binding { keys: &[Key::Char('x')], label: "x", action: UiAction::Release, help: "Locks: release the selected (or tagged) lock(s) — compare-and-delete of the value shown; needs --allow-actions", footer: None },
+    Binding { keys: &[Key::Char('f')], label: "f", action: UiAction::Finalize, help: "Stuck: finalize the selected (or tagged) record(s) after reconciling; needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('+'), Key::Char('=')], label: "+", action: UiAction::Faster, help: "refresh faster", footer: Some("faster") },
     Binding { keys: &[Key::Char('-')], label: "-", action: UiAction::Slower, help: "refresh slower", footer: Some("slower") },
     Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Trace), help: "Trace view", footer: None },
     Binding { keys: &[Key::Char('2')], label: "2", action: UiAction::Show(View::Locks), help: "Locks view", footer: None },
     Binding { keys: &[Key::Char('3')], label: "3", action: UiAction::Show(View::Rates), help: "Rates view", footer: None },
     Binding { keys: &[Key::Char('4')], label: "4", action: UiAction::Show(View::Stuck), help: "Stuck view", footer: None },
+    Binding { keys: &[Key::Char('5')], label: "5", action: UiAction::Show(View::Audit), help: "Audit view (operator actions)", footer: None },
     Binding { keys: &[Key::Code(KeyCode::Tab)], label: "tab", action: UiAction::NextView, help: "next view", footer: Some("view") },
     Binding { keys: &[Key::Code(KeyCode::BackTab)], label: "shift-tab", action: UiAction::PrevView, help: "previous view", footer: None },
     Binding { keys: &[Key::Char('j'), Key::Code(KeyCode::Down)], label: "j ↓", action: UiAction::Down, help: "next row", footer: None },
@@ -130,6 +142,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "locks", aliases: &["l", "lk", "lock"], args: "", help: "every lock:* key, its holder, PTTL and owner" },
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
     CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
+    CommandSpec { name: "audit", aliases: &["a", "au"], args: "", help: "operator actions from ops_audit, newest first" },
+    CommandSpec { name: "report", aliases: &["rep"], args: "[ID]", help: "write the post-incident report of ID (default: the order traced) to idemguard-report-ID.md" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
     CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
@@ -141,6 +155,8 @@ pub enum Command {
     Trace(String),
     Show(View),
     Refresh(Duration),
+    /// `:report [ID]`; None = the order on screen.
+    Report(Option<String>),
     Help,
     Quit,
 }
@@ -162,9 +178,11 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "locks" => Ok(Command::Show(View::Locks)),
         "rates" => Ok(Command::Show(View::Rates)),
         "stuck" => Ok(Command::Show(View::Stuck)),
+        "audit" => Ok(Command::Show(View::Audit)),
         "refresh" => humantime::parse_duration(rest)
             .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
             .and_then(|d| if d < Duration::from_millis(100) { Err("the refresh period must be at least 100ms".into()) } else { Ok(Command::Refresh(d)) }),
+        "report" => Ok(Command::Report((!rest.is_empty()).then(|| rest.to_string()))),
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }

@@ -15,9 +15,14 @@
 //! - [`app`]: the state, owned by the UI task alone; [`keymap`]: every key and command;
 //! - [`ui`]: drawing, pure; [`terminal`]: the `select!` loop and the terminal's restoration.
 //!
-//! The console of this issue only reads. (Actions — releasing a stale lock, finalizing a stuck
-//! record — will be values of an `Action` enum sent to a confirmation popup, never run from a
-//! key handler, and off unless enabled.)
+//! Actions ([`actions`]): releasing a stale lock (`x` in Locks) and finalizing a stuck record
+//! (`f` in Stuck) are values of [`actions::Action`] shown in a confirmation popup
+//! ([`confirm`]) with their exact effect, never run from a key handler; the executor task
+//! ([`backend::Backends::spawn_executor`]) runs them. They are off unless `--allow-actions` or
+//! `environment.allow_actions`; every attempt is audited in `ops_audit` (the **Audit** view,
+//! `:audit`) and traced as `operator_action`. Headless twins: `idemguard release-lock`,
+//! `idemguard finalize` (JSON: an [`actions::ActionResult`]). The post-incident report
+//! ([`report`]): `idemguard report`, or `:report` for the order on screen.
 //!
 //! # JSON of the headless commands (`--json`)
 //!
@@ -65,14 +70,17 @@
 //! Exit status: 0 all answered; 1 a backend failed (the document still has what was read);
 //! 3 `trace` found no trace of the ID anywhere.
 
+pub mod actions;
 pub mod app;
 pub mod backend;
 pub mod columns;
+pub mod confirm;
 pub mod format;
 pub mod headless;
 pub mod keymap;
 pub mod locks;
 pub mod records;
+pub mod report;
 pub mod store;
 pub mod terminal;
 pub mod timeline;

@@ -73,6 +73,18 @@ impl TraceLog {
         self.events.len()
     }
 
+    /// Events per (layer, outcome) with a time in `[since_ms, until_ms)` (the post-incident
+    /// report's rates), over the events kept.
+    pub fn counts_between(&self, since_ms: i64, until_ms: i64) -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        for (ms, e) in &self.events {
+            if *ms >= since_ms && *ms < until_ms {
+                *out.entry((e.layer.as_str().to_string(), e.outcome.as_str().to_string())).or_default() += 1;
+            }
+        }
+        out
+    }
+
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }

@@ -49,10 +49,19 @@ fn install_panic_hook() {
     }));
 }
 
-/// `idemguard console`: the collectors, the terminal, the loop.
+/// `idemguard console`: the collectors, the terminal, the loop (read-only unless
+/// `environment.allow_actions`).
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    run_with(config, false).await
+}
+
+/// `idemguard console [--allow-actions]`: also starts the executor of confirmed actions.
+pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
+    app.allow_actions(allow_actions);
+    let executor = backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
+    app.attach_executor(executor);
     install_panic_hook();
     enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}"))?;
     let guard = TerminalGuard;

@@ -52,10 +52,14 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
         View::Locks => draw_locks(f, app, body),
         View::Rates => draw_rates(f, app, body),
         View::Stuck => draw_stuck(f, app, body),
+        View::Audit => draw_audit(f, app, body),
     }
     draw_footer(f, app, footer);
     if app.show_help {
         draw_help(f, f.area());
+    }
+    if let Some(c) = &app.confirm {
+        draw_confirm(f, app, c, f.area());
     }
 }
 
@@ -73,7 +77,11 @@ fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         spans.push(Span::styled(format!(" {}:{} ", i + 1, v.title()), style));
     }
     spans.push(Span::raw("  "));
-    spans.push(Span::styled("read-only", Style::new().fg(Color::Green)));
+    if app.actions_enabled {
+        spans.push(Span::styled(" ACTIONS ENABLED ", Style::new().bg(Color::Yellow).fg(Color::Black).add_modifier(Modifier::BOLD)));
+    } else {
+        spans.push(Span::styled("read-only", Style::new().fg(Color::Green)));
+    }
     spans.push(Span::styled(format!(" · refresh {}", humantime::format_duration(app.refresh)), DIM));
     if app.paused {
         spans.push(Span::raw(" "));
@@ -274,18 +282,69 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     ]);
     f.render_widget(Paragraph::new(vec![line1, Line::from(nodes)]), summary);
     let rows = app.filtered.get(&View::Locks).cloned().unwrap_or_default();
-    let title = format!(" Locks [{}] ", filter_note(app, View::Locks, rows.len(), scan.locks.len()));
+    let title = format!(" Locks [{}{}] ", filter_note(app, View::Locks, rows.len(), scan.locks.len()), tag_note(app, View::Locks));
+    let table = results_panel(f, app, table);
     windowed_table(f, table, titled(title), columns::LOCKS, rows.len(), Some(app.selected(View::Locks)), |i| {
         let l = &scan.locks[rows[i]];
-        let style = if l.flags.iter().any(|f| matches!(f, super::locks::LockFlag::DeadOwner | super::locks::LockFlag::NoQuorum)) {
-            Style::new().fg(Color::Red)
-        } else if !l.flags.is_empty() {
-            Style::new().fg(Color::Yellow)
-        } else {
-            Style::new()
-        };
-        (columns::lock_cells(l, now), style)
+        let (mut cells, style) = lock_row(l, now);
+        mark(app, View::Locks, &l.key, &mut cells);
+        (cells, style)
     });
+}
+
+fn lock_row(l: &super::locks::LockRow, now: i64) -> (Vec<String>, Style) {
+    let style = if l.flags.iter().any(|f| matches!(f, super::locks::LockFlag::DeadOwner | super::locks::LockFlag::NoQuorum)) {
+        Style::new().fg(Color::Red)
+    } else if !l.flags.is_empty() {
+        Style::new().fg(Color::Yellow)
+    } else {
+        Style::new()
+    };
+    (columns::lock_cells(l, now), style)
+}
+
+/// A tagged row's first cell starts with `*`, a row with an action result with `[outcome]`.
+fn mark(app: &App, view: View, id: &str, cells: &mut [String]) {
+    if let Some(first) = cells.first_mut() {
+        if app.is_tagged(view, id) {
+            *first = format!("* {first}");
+        }
+        if let Some(r) = app.results.get(id) {
+            *first = format!("[{}] {first}", r.outcome);
+        }
+    }
+}
+
+fn tag_note(app: &App, view: View) -> String {
+    match app.tagged.get(&view).map_or(0, |t| t.len()) {
+        0 => String::new(),
+        n => format!(" · {n} tagged"),
+    }
+}
+
+/// The last batch's per-row results under the table (when there is one); returns the table's area.
+fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
+    if app.last_batch.is_empty() {
+        return area;
+    }
+    let lines: Vec<Line<'_>> = app
+        .last_batch
+        .iter()
+        .map(|r| {
+            let style = match r.outcome {
+                super::actions::ActionOutcome::Done => Style::new().fg(Color::Green),
+                super::actions::ActionOutcome::Changed | super::actions::ActionOutcome::Refused => Style::new().fg(Color::Yellow),
+                super::actions::ActionOutcome::Error => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            };
+            Line::from(vec![Span::styled(format!(" {:<8}", r.outcome.as_str()), style), Span::raw(format!("{} {} — {}", r.action, r.target, r.detail))])
+        })
+        .collect();
+    let inner = area.width.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let h = (rows as u16 + 2).min(area.height / 2).max(3);
+    let [table, panel] = Layout::vertical([Constraint::Fill(1), Constraint::Length(h)]).areas(area);
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }).block(titled(" Last actions, per row ".into())), panel);
+    table
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,12 +411,80 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
         summary,
     );
     let rows = app.filtered.get(&View::Stuck).cloned().unwrap_or_default();
-    let title = format!(" Stuck records [{}] ", filter_note(app, View::Stuck, rows.len(), stuck.len()));
+    let title = format!(" Stuck records [{}{}] ", filter_note(app, View::Stuck, rows.len(), stuck.len()), tag_note(app, View::Stuck));
+    let table = results_panel(f, app, table);
     windowed_table(f, table, titled(title), columns::STUCK, rows.len(), Some(app.selected(View::Stuck)), |i| {
         let s = &stuck[rows[i]];
         let style = if s.owner_alive == Some(false) { Style::new().fg(Color::Red) } else { Style::new() };
-        (columns::stuck_cells(s, now), style)
+        let mut cells = columns::stuck_cells(s, now);
+        mark(app, View::Stuck, &s.request_id, &mut cells);
+        (cells, style)
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Audit
+// ---------------------------------------------------------------------------------------------
+
+fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let [summary, table] = Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+    match &app.audit {
+        None => f.render_widget(Paragraph::new(Span::styled(" reading ops_audit …", DIM)), summary),
+        Some(Err(e)) => f.render_widget(Paragraph::new(Span::styled(format!(" {e}"), Style::new().fg(Color::Red))), summary),
+        Some(Ok(all)) => {
+            let rows = app.audit_rows();
+            f.render_widget(
+                Paragraph::new(Line::from(vec![
+                    Span::styled(format!(" {} operator action(s)", all.len()), Style::new().add_modifier(Modifier::BOLD)),
+                    Span::styled(" · newest first · every attempt, refused or done, is here", DIM),
+                ])),
+                summary,
+            );
+            let title = format!(" Audit (ops_audit) [{}] ", filter_note(app, View::Audit, rows.len(), all.len()));
+            windowed_table(f, table, titled(title), columns::AUDIT, rows.len(), Some(app.selected(View::Audit)), |i| {
+                let style = match rows[i].outcome.as_str() {
+                    "done" => Style::new().fg(Color::Green),
+                    "error" | "attempt" => Style::new().fg(Color::Red),
+                    _ => Style::new().fg(Color::Yellow),
+                };
+                (columns::audit_cells(rows[i]), style)
+            });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The confirmation popup
+// ---------------------------------------------------------------------------------------------
+
+fn draw_confirm(f: &mut Frame<'_>, app: &App, c: &super::confirm::Confirm, area: Rect) {
+    let mut text: Vec<Line<'_>> = c.lines.iter().map(|l| Line::from(Span::raw(format!(" {l}")))).collect();
+    text.push(Line::from(""));
+    if app.env.production {
+        text.push(Line::from(Span::styled(format!(" environment {} is PRODUCTION", app.env.name), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))));
+    }
+    let prompt = match (&c.phrase, c.needs_reason) {
+        (Some(p), true) => format!(" type `{p}`, then the reason (required: forced), then enter · esc cancels"),
+        (Some(p), false) => format!(" type `{p}` (then an optional reason) and enter · esc cancels"),
+        (None, true) => " type the reason (required: forced) and enter · esc cancels".to_string(),
+        (None, false) => " enter runs it (type an optional reason first) · esc cancels".to_string(),
+    };
+    text.push(Line::from(Span::styled(prompt, Style::new().fg(Color::Cyan))));
+    text.push(Line::from(vec![Span::styled(" > ", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)), Span::raw(c.typed.clone()), Span::styled("█", Style::new().fg(Color::Cyan))]));
+    if let Some(m) = c.missing() {
+        text.push(Line::from(Span::styled(format!(" {m}"), DIM)));
+    }
+    let width = area.width.saturating_sub(4);
+    // Values are shown whole (they are what is compared), wrapped: count the wrapped rows.
+    let inner = width.saturating_sub(2).max(1) as usize;
+    let rows: usize = text.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let height = (rows as u16 + 2).min(area.height);
+    let popup = Rect { x: area.x + (area.width - width) / 2, y: area.y + (area.height - height) / 2, width, height };
+    f.render_widget(Clear, popup);
+    f.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(titled(c.title.clone()).border_style(Style::new().fg(Color::Yellow))),
+        popup,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -397,9 +524,33 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
             )),
             None => {
                 let mut spans = Vec::new();
+                let actions: &[(&str, &str)] = match app.view {
+                    View::Locks => &[("space", "tag"), ("x", "release")],
+                    View::Stuck => &[("space", "tag"), ("f", "finalize")],
+                    _ => &[],
+                };
+                for (k, what) in actions {
+                    let style = if app.actions_enabled || *k == "space" {
+                        Style::new().fg(Color::Yellow)
+                    } else {
+                        DIM.add_modifier(Modifier::CROSSED_OUT)
+                    };
+                    spans.push(Span::styled(format!(" <{k}>"), style));
+                    spans.push(Span::styled(format!(" {what}"), if *k == "space" || app.actions_enabled { DIM } else { style }));
+                }
+                if !actions.is_empty() && !app.actions_enabled {
+                    spans.push(Span::styled(" (read-only: --allow-actions)", DIM));
+                }
                 for b in KEYMAP.iter().filter(|b| b.footer.is_some()) {
-                    spans.push(Span::styled(format!(" <{}>", b.label.split(' ').next().unwrap_or(b.label)), Style::new().fg(Color::Cyan)));
-                    spans.push(Span::styled(format!(" {}", b.footer.unwrap_or_default()), DIM));
+                    let label = b.label.split(' ').next().unwrap_or(b.label);
+                    // In Locks and Stuck, space tags: pause is on p there.
+                    let (label, what) = if b.action == keymap::UiAction::TagOrPause {
+                        if actions.is_empty() { (label, b.footer.unwrap_or_default()) } else { ("p", "pause") }
+                    } else {
+                        (label, b.footer.unwrap_or_default())
+                    };
+                    spans.push(Span::styled(format!(" <{label}>"), Style::new().fg(Color::Cyan)));
+                    spans.push(Span::styled(format!(" {what}"), DIM));
                 }
                 Line::from(spans)
             }

@@ -83,6 +83,14 @@ builtin![
     "storm_check_notification",
     "storm_outbox_pending",
     "storm_outbox_events",
+    // the console's actions and their audit (src/console/actions.rs)
+    "console_finalize",
+    "console_audit_attempt",
+    "console_audit_outcome",
+    "console_audit_list",
+    // the post-incident report (src/console/report.rs)
+    "report_leaks",
+    "report_orders",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

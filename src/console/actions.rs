@@ -1,0 +1,608 @@
+//! The operator's actions: release a stale lock, finalize a stuck idempotency record — and their
+//! audit. One place for each rule; the TUI's confirm popup and the headless twins
+//! (`idemguard release-lock`, `idemguard finalize`) both call [`Actions::run`].
+//!
+//! Why each rule exists (issue 8: operators used a bare `DEL` or a hand-written `UPDATE`):
+//! - a release is a compare-and-delete of the exact value(s) the operator saw, on every node
+//!   ([`Locks::release_if_value`]): a lock re-acquired since it was displayed is not deleted;
+//! - a live owner's lock is refused unless forced with a reason, and a release may bump
+//!   `fence:{key}` so a zombie holder's later writes are refused by the database;
+//! - finalize reconciles with `order_record` first and writes with
+//!   `WHERE request_id = ? AND status = 'PROCESSING' AND version = ?`: a record that finished a
+//!   second earlier is left alone;
+//! - read-only unless `--allow-actions` / `environment.allow_actions`; a refused attempt writes
+//!   nothing but its audit row;
+//! - the audit row is written BEFORE the action: an action whose audit cannot be written is not
+//!   performed. Every attempt is also an `operator_action` trace event.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::api::fast_path::{FastPath, FastPathValue};
+use crate::api::idempotency::{self, IdempotencyRecord, FAILED, PROCESSING, SUCCEEDED};
+use crate::api::problem::Problem;
+use crate::api::server::OrderView;
+use crate::config::{Config, Dialect};
+use crate::contracts::{keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
+use crate::db::orders::{find_order, OrderKey};
+use crate::db::Database;
+use crate::lock::{LockView, Locks, NodeLockState};
+use crate::trace::Tracer;
+
+/// A destructive operation, as a value: built by a key handler or a command line, shown in a
+/// confirmation, then run. Never executed from a key handler directly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Compare-and-delete `key` where it still holds one of `expect_values` (the values the
+    /// operator saw; under RedLock one per node).
+    ReleaseLock {
+        key: String,
+        expect_values: Vec<String>,
+        /// Release even though the owner has a heartbeat (requires `reason`).
+        force: bool,
+        /// Raise `fence:{key}` after the release, so the old holder's writes are refused.
+        bump_fence: bool,
+        reason: Option<String>,
+    },
+    /// Reconcile and finalize a PROCESSING idempotency record.
+    Finalize {
+        request_id: String,
+        /// The version the operator saw; None = the version read now.
+        expect_version: Option<i64>,
+        reason: Option<String>,
+    },
+}
+
+impl Action {
+    /// The `action` column of `ops_audit`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::ReleaseLock { .. } => "release_lock",
+            Action::Finalize { .. } => "finalize",
+        }
+    }
+
+    /// The `target` column: the lock key or the requestId.
+    pub fn target(&self) -> &str {
+        match self {
+            Action::ReleaseLock { key, .. } => key,
+            Action::Finalize { request_id, .. } => request_id,
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Action::ReleaseLock { reason, .. } | Action::Finalize { reason, .. } => reason.as_deref(),
+        }
+    }
+
+    /// The exact effect, for the confirmation: what is compared and what is written.
+    pub fn effect(&self, dialect: Option<Dialect>) -> Vec<String> {
+        match self {
+            Action::ReleaseLock { key, expect_values, force, bump_fence, reason } => {
+                let mut out = vec![format!("compare-and-delete {key} on every lock node, only where it still holds:")];
+                out.extend(expect_values.iter().map(|v| format!("  {v}")));
+                if *force {
+                    out.push(format!("FORCED although the owner may be alive — reason: {}", reason.as_deref().unwrap_or("(none given)")));
+                }
+                if *bump_fence {
+                    out.push(format!("then INCR {} so the old holder's writes are refused", keys::fence(key)));
+                }
+                out
+            }
+            Action::Finalize { request_id, expect_version, .. } => {
+                let p = |i: usize| if dialect == Some(Dialect::Mysql) { "?".to_string() } else { format!("${i}") };
+                vec![
+                    format!("reconcile {request_id} with order_record, then:"),
+                    format!(
+                        "UPDATE idempotency_record SET status, response … WHERE request_id = {} AND status = 'PROCESSING' AND version = {}",
+                        p(7),
+                        p(8)
+                    ),
+                    format!("  with request_id = {request_id:?}, version = {}", expect_version.map_or("(as read now)".into(), |v| v.to_string())),
+                    format!("then overwrite {} with the final response", keys::idempotency_fast_path(request_id)),
+                ]
+            }
+        }
+    }
+}
+
+/// How an attempt ended (the `outcome` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionOutcome {
+    Done,
+    /// Not allowed (read-only, live owner, missing reason …): nothing was written.
+    Refused,
+    /// The target changed since it was seen: nothing was written.
+    Changed,
+    /// A backend failed; what was done is in the detail.
+    Error,
+}
+
+impl ActionOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ActionOutcome::Done => "done",
+            ActionOutcome::Refused => "refused",
+            ActionOutcome::Changed => "changed",
+            ActionOutcome::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for ActionOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an attempt did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionResult {
+    pub action: &'static str,
+    pub target: String,
+    pub outcome: ActionOutcome,
+    /// What was seen before (JSON).
+    pub before: Option<String>,
+    /// What is there after (JSON), when something was read or written.
+    pub after: Option<String>,
+    /// One line for the operator: why, and what to do.
+    pub detail: String,
+    /// The `ops_audit` row (None: the audit itself could not be written — nothing was done).
+    pub audit_id: Option<i64>,
+}
+
+/// An `ops_audit` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct AuditRow {
+    pub id: i64,
+    pub operator: String,
+    pub environment: String,
+    pub action: String,
+    pub target: String,
+    pub before_state: Option<String>,
+    pub after_state: Option<String>,
+    pub reason: Option<String>,
+    pub outcome: String,
+    pub detail: Option<String>,
+    pub created_at: i64,
+}
+
+/// `ops_audit` rows created in `[since_ms, until_ms)`, newest first.
+pub async fn audit_rows(db: &Database, since_ms: i64, until_ms: i64, limit: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
+    sqlx::query_as::<_, AuditRow>(db.sql("console_audit_list")).bind(since_ms).bind(until_ms).bind(limit).fetch_all(&db.pool).await
+}
+
+/// The operator's actions over one database and one lock layer.
+pub struct Actions {
+    db: Database,
+    locks: Locks,
+    tracer: Tracer,
+    fast_path: Option<FastPath>,
+    operator: String,
+    environment: String,
+    allowed: bool,
+    retention: Duration,
+    fast_path_ttl: Duration,
+}
+
+/// The response body stored when an operator fails a request that created nothing.
+pub fn abandoned_problem(request_id: &str, reason: Option<&str>) -> Problem {
+    let why = reason.map_or(String::new(), |r| format!(" (operator: {r})"));
+    Problem::new(
+        axum::http::StatusCode::CONFLICT,
+        "request-not-completed",
+        "The request was not completed",
+        format!(
+            "the request with Idempotency-Key {request_id} stopped before creating anything and was closed by an operator{why}; \
+             no order exists for it — send the request again with a new Idempotency-Key"
+        ),
+    )
+}
+
+impl Actions {
+    /// `allow_actions` is the command line's `--allow-actions`; `environment.allow_actions`
+    /// also enables them.
+    pub async fn new(config: &Config, db: Database, locks: Locks, tracer: Tracer, allow_actions: bool) -> Actions {
+        let fast_path = if config.idempotency.fast_path { fast_path(config).await } else { None };
+        Actions {
+            db,
+            locks,
+            tracer,
+            fast_path,
+            operator: config.operator(),
+            environment: config.environment.name.clone(),
+            allowed: allow_actions || config.environment.allow_actions,
+            retention: config.idempotency.retention,
+            fast_path_ttl: config.idempotency.fast_path_ttl.min(config.idempotency.retention),
+        }
+    }
+
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    pub fn operator(&self) -> &str {
+        &self.operator
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn locks(&self) -> &Locks {
+        &self.locks
+    }
+
+    /// Run one action with every guard; always audited (unless the audit itself fails, in which
+    /// case nothing is done and the result says so with `audit_id: None`).
+    pub async fn run(&self, action: &Action) -> ActionResult {
+        let started = Instant::now();
+        let result = match action {
+            Action::ReleaseLock { key, expect_values, force, bump_fence, reason } => {
+                self.release_lock(action, key, expect_values, *force, *bump_fence, reason.as_deref()).await
+            }
+            Action::Finalize { request_id, expect_version, reason } => self.finalize(action, request_id, *expect_version, reason.as_deref()).await,
+        };
+        let mut event = TraceEvent::new(Layer::Console, Outcome::OperatorAction)
+            .detail(format!(
+                "{} {} by {} in {}: {} — {}",
+                result.action, result.target, self.operator, self.environment, result.outcome, result.detail
+            ))
+            .since(started);
+        match action {
+            Action::ReleaseLock { key, .. } => {
+                let (order_no, request_id) = keys::ids_of_lock(key);
+                event.order_no = order_no;
+                event.request_id = request_id;
+            }
+            Action::Finalize { request_id, .. } => event = event.request_id(request_id.clone()),
+        }
+        self.tracer.emit(event);
+        result
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // audit
+    // -----------------------------------------------------------------------------------------
+
+    async fn audit_attempt(&self, action: &Action, before: Option<&str>, outcome: &str, detail: &str) -> Result<i64, sqlx::Error> {
+        let q = sqlx::query(self.db.sql("console_audit_attempt"))
+            .bind(self.operator.as_str())
+            .bind(self.environment.as_str())
+            .bind(action.name())
+            .bind(action.target())
+            .bind(before.map(str::to_string))
+            .bind(action.reason().map(str::to_string))
+            .bind(outcome)
+            .bind(detail)
+            .bind(now_ms());
+        match self.db.dialect() {
+            Dialect::Postgres => {
+                use sqlx::Row;
+                Ok(q.fetch_one(&self.db.pool).await?.try_get::<i64, _>(0)?)
+            }
+            Dialect::Mysql => {
+                let r = q.execute(&self.db.pool).await?;
+                r.last_insert_id().ok_or_else(|| sqlx::Error::Protocol("ops_audit insert returned no id".into()))
+            }
+        }
+    }
+
+    async fn audit_outcome(&self, id: i64, after: Option<&str>, outcome: ActionOutcome, detail: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(self.db.sql("console_audit_outcome"))
+            .bind(after.map(str::to_string))
+            .bind(outcome.as_str())
+            .bind(detail)
+            .bind(id)
+            .execute(&self.db.pool)
+            .await?;
+        Ok(())
+    }
+
+    fn result(action: &Action, outcome: ActionOutcome, before: Option<String>, after: Option<String>, detail: String, audit_id: Option<i64>) -> ActionResult {
+        ActionResult { action: action.name(), target: action.target().to_string(), outcome, before, after, detail, audit_id }
+    }
+
+    /// A refusal: audited as one row with its final outcome; nothing else is written.
+    async fn refuse(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
+        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Refused.as_str(), &detail).await {
+            Ok(id) => Self::result(action, ActionOutcome::Refused, before, None, detail, Some(id)),
+            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+        }
+    }
+
+    /// Write the attempt row; None (with the error result) when it fails: the action must not run.
+    async fn begin(&self, action: &Action, before: &Option<String>, plan: &str) -> Result<i64, ActionResult> {
+        self.audit_attempt(action, before.as_deref(), "attempt", plan).await.map_err(|e| {
+            Self::result(
+                action,
+                ActionOutcome::Error,
+                before.clone(),
+                None,
+                format!("not performed: the audit row could not be written to {} ({e}); check the database (idemguard doctor)", self.db.shown_url),
+                None,
+            )
+        })
+    }
+
+    async fn finish(&self, action: &Action, id: i64, outcome: ActionOutcome, before: Option<String>, after: Option<String>, mut detail: String) -> ActionResult {
+        if let Err(e) = self.audit_outcome(id, after.as_deref(), outcome, &detail).await {
+            detail.push_str(&format!("; WARNING: the outcome could not be recorded on ops_audit row {id} ({e}) — it still says \"attempt\""));
+        }
+        Self::result(action, outcome, before, after, detail, Some(id))
+    }
+
+    fn read_only_hint(&self) -> String {
+        format!(
+            "read-only: actions are off in environment {:?}; run with --allow-actions or set environment.allow_actions = true",
+            self.environment
+        )
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // release a stale lock
+    // -----------------------------------------------------------------------------------------
+
+    async fn release_lock(&self, action: &Action, key: &str, expect: &[String], force: bool, bump_fence: bool, reason: Option<&str>) -> ActionResult {
+        if !key.starts_with("lock:") {
+            return self.refuse(action, None, format!("{key} is not a lock key (lock:*); the console releases only locks")).await;
+        }
+        if expect.is_empty() {
+            return self.refuse(action, None, "no --expect-value given: a release deletes only the exact value you saw (idemguard locks shows it)".into()).await;
+        }
+        let view = self.locks.inspect(key).await;
+        let before = Some(json(&view));
+        if !self.allowed {
+            return self.refuse(action, before, self.read_only_hint()).await;
+        }
+        if force && reason.is_none_or(|r| r.trim().is_empty()) {
+            return self.refuse(action, before, "--force needs --reason: say why a live owner's lock is released".into()).await;
+        }
+        // The owners of the values the operator saw: a live one is still working.
+        let holders: Vec<LockHolder> = expect.iter().filter_map(|v| LockHolder::from_value(v)).collect();
+        let mut owners: Vec<String> = holders.iter().map(|h| h.instance.clone()).collect();
+        owners.dedup();
+        if !force && holders.len() < expect.len() {
+            // Not an idemguard value: its owner cannot be proven dead.
+            return self.refuse(action, before, "the value names no idemguard holder, so its owner cannot be proven dead; use --force --reason R".into()).await;
+        }
+        if !force {
+            match self.locks.liveness().are_alive(&owners).await {
+                Ok(alive) => {
+                    if let Some((owner, _)) = owners.iter().zip(alive).find(|(_, a)| *a) {
+                        return self
+                            .refuse(action, before, format!("owner {owner} has a heartbeat (alive): its lock is not stale; use --force --reason R to release it anyway"))
+                            .await;
+                    }
+                }
+                Err(e) => {
+                    return self.refuse(action, before, format!("cannot tell whether the owner is alive ({e}); use --force --reason R to release anyway")).await;
+                }
+            }
+        }
+        // Under RedLock each node holds the same acquisition with its own fence number: the
+        // values of the same acquisition (same nonce) that the nodes hold now are what the
+        // operator saw, too. A new acquisition has a new nonce and is never included.
+        let nonces: Vec<&str> = holders.iter().map(|h| h.nonce.as_str()).collect();
+        let mut values: Vec<String> = expect.to_vec();
+        for n in &view.nodes {
+            if let NodeLockState::Held { value, holder: Some(h), .. } = &n.state {
+                if nonces.contains(&h.nonce.as_str()) && !values.contains(value) {
+                    values.push(value.clone());
+                }
+            }
+        }
+        let plan = format!("compare-and-delete of {} value(s){}", values.len(), if bump_fence { ", then a fence bump" } else { "" });
+        let id = match self.begin(action, &before, &plan).await {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+
+        let mut deleted = Vec::new();
+        let mut now_held: Option<String> = None;
+        let mut errors = Vec::new();
+        for v in &values {
+            match self.locks.release_if_value(key, v).await {
+                Ok(report) => {
+                    for (node, r) in &report.nodes {
+                        match r {
+                            crate::lock::NodeRelease::Deleted => deleted.push(node.clone()),
+                            crate::lock::NodeRelease::Unreachable { error } => errors.push(format!("{node}: {error}")),
+                            _ => {}
+                        }
+                    }
+                    if now_held.is_none() {
+                        now_held = report.current().map(str::to_string);
+                    }
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        deleted.sort();
+        deleted.dedup();
+        let mut fence_note = String::new();
+        if bump_fence && !deleted.is_empty() {
+            match self.locks.bump_fence(key).await {
+                Ok(f) => fence_note = format!("; {} raised to {f}: the old holder's writes are refused", keys::fence(key)),
+                Err(e) => errors.push(format!("fence bump failed: {e}")),
+            }
+        }
+        let after_view = self.locks.inspect(key).await;
+        let after = Some(json(&after_view));
+        let (outcome, mut detail) = if !deleted.is_empty() {
+            (ActionOutcome::Done, format!("deleted on {} node(s): {}{fence_note}", deleted.len(), deleted.join(", ")))
+        } else if let Some(cur) = now_held {
+            let who = LockHolder::from_value(&cur).map_or(format!("value {cur:?}"), |h| format!("{} (fence {})", h.instance, h.fence));
+            (ActionOutcome::Changed, format!("the lock changed hands since it was displayed: now held by {who}; nothing was deleted"))
+        } else if !errors.is_empty() {
+            (ActionOutcome::Error, "no node could be asked; nothing was deleted".to_string())
+        } else {
+            (ActionOutcome::Changed, "the lock is gone (it expired or was released since it was displayed); nothing was deleted".to_string())
+        };
+        if !errors.is_empty() {
+            if outcome == ActionOutcome::Done {
+                detail.push_str("; PARTIAL");
+            }
+            detail.push_str(&format!("; errors: {} (scripts/stack status)", errors.join("; ")));
+        }
+        self.finish(action, id, outcome, before, after, detail).await
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // finalize a stuck record
+    // -----------------------------------------------------------------------------------------
+
+    async fn finalize(&self, action: &Action, request_id: &str, expect_version: Option<i64>, reason: Option<&str>) -> ActionResult {
+        let rec = match idempotency::get(&self.db, request_id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return self.refuse(action, None, format!("no idempotency record for {request_id}")).await,
+            Err(e) => {
+                return Self::result(action, ActionOutcome::Error, None, None, format!("not performed: reading the record failed ({e})"), None);
+            }
+        };
+        let before = Some(json(&rec));
+        if !self.allowed {
+            return self.refuse(action, before, self.read_only_hint()).await;
+        }
+        if rec.status != PROCESSING {
+            return self.changed_without_write(action, before, format!("the record is already {} (it finished since it was displayed); nothing was written", rec.status)).await;
+        }
+        if let Some(v) = expect_version.filter(|v| *v != rec.version) {
+            return self
+                .changed_without_write(action, before, format!("the record changed since it was displayed (version {v} seen, {} now); nothing was written", rec.version))
+                .await;
+        }
+        let plan = match self.reconcile(&rec, reason).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(why)) => return self.refuse(action, before, why).await,
+            Err(e) => return Self::result(action, ActionOutcome::Error, before, None, format!("not performed: reconciling failed ({e})"), None),
+        };
+        let id = match self.begin(action, &before, &format!("{} {} (version {})", plan.status, plan.code, rec.version)).await {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        let now = now_ms();
+        let written = sqlx::query(self.db.sql("console_finalize"))
+            .bind(plan.status)
+            .bind(i64::from(plan.code))
+            .bind(plan.body.as_str())
+            .bind(plan.order_no.clone())
+            .bind(now)
+            .bind(now + self.retention.as_millis() as i64)
+            .bind(request_id)
+            .bind(rec.version)
+            .execute(&self.db.pool)
+            .await;
+        let after = idempotency::get(&self.db, request_id).await.ok().flatten().map(|r| json(&r));
+        match written {
+            Err(e) => self.finish(action, id, ActionOutcome::Error, before, after, format!("the conditional update failed ({e}); nothing was written")).await,
+            Ok(r) if r.rows_affected() == 0 => {
+                let detail = "the record changed since it was read (finished or taken over); the conditional update matched nothing and nothing was written".to_string();
+                self.finish(action, id, ActionOutcome::Changed, before, after, detail).await
+            }
+            Ok(_) => {
+                let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
+                // The fast path must not keep answering "in progress" (or a stale answer): it
+                // gets the final response, exactly what a replay from the record would give.
+                if let Some(fp) = &self.fast_path {
+                    let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
+                    match fp.store(request_id, &value, self.fast_path_ttl).await {
+                        Ok(()) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
+                        Err(e) => detail.push_str(&format!(
+                            "; {} not updated ({e}): a stale placeholder there falls through to the record",
+                            keys::idempotency_fast_path(request_id)
+                        )),
+                    }
+                }
+                self.finish(action, id, ActionOutcome::Done, before, after, detail).await
+            }
+        }
+    }
+
+    async fn changed_without_write(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
+        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Changed.as_str(), &detail).await {
+            Ok(id) => Self::result(action, ActionOutcome::Changed, before, None, detail, Some(id)),
+            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+        }
+    }
+
+    /// What the record should say, from the business tables: `Ok(Err(why))` = refuse.
+    async fn reconcile(&self, rec: &IdempotencyRecord, reason: Option<&str>) -> anyhow::Result<Result<Finalization, String>> {
+        if let Some(order) = find_order(&self.db, OrderKey::RequestId(&rec.request_id)).await? {
+            // The order exists: the request succeeded; the response is the API's, built from
+            // the row (the same bytes a replay after a unique violation gives).
+            let body = serde_json::to_string(&OrderView::from(&order))?;
+            return Ok(Ok(Finalization {
+                status: SUCCEEDED,
+                code: 201,
+                body,
+                order_no: Some(order.order_no.clone()),
+                why: format!("order {} exists for this requestId", order.order_no),
+            }));
+        }
+        match self.locks.liveness().is_alive(&rec.owner).await {
+            Ok(true) => Ok(Err(format!(
+                "owner {} has a heartbeat and no order exists yet: it may still be working; wait, or stop that instance first",
+                rec.owner
+            ))),
+            Err(e) => Ok(Err(format!("cannot tell whether owner {} is alive ({e}); nothing was written", rec.owner))),
+            Ok(false) => {
+                let problem = abandoned_problem(&rec.request_id, reason);
+                Ok(Ok(Finalization {
+                    status: FAILED,
+                    code: problem.status,
+                    body: problem.body(),
+                    order_no: None,
+                    why: format!("no order exists and owner {} has no heartbeat; the client must send a new key", rec.owner),
+                }))
+            }
+        }
+    }
+}
+
+struct Finalization {
+    status: &'static str,
+    code: u16,
+    body: String,
+    order_no: Option<String>,
+    why: String,
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
+}
+
+async fn fast_path(config: &Config) -> Option<FastPath> {
+    let client = redis::Client::open(config.redis.url.as_str()).ok()?;
+    let cm = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.redis.command_timeout))
+        .set_response_timeout(Some(config.redis.command_timeout))
+        .set_number_of_retries(1);
+    match redis::aio::ConnectionManager::new_with_config(client, cm).await {
+        Ok(c) => Some(FastPath::new(c)),
+        Err(e) => {
+            tracing::warn!(error = %e, "fast path not reachable; finalize updates only the record");
+            None
+        }
+    }
+}
+
+/// The lock view's values, for an [`Action::ReleaseLock`] built from what is on screen.
+pub fn release_of(view: &LockView, force: bool, bump_fence: bool, reason: Option<String>) -> Action {
+    Action::ReleaseLock { key: view.key.clone(), expect_values: view.values().into_iter().map(str::to_string).collect(), force, bump_fence, reason }
+}
+
+/// Exit status of the headless twins: 0 done, 4 refused, 5 changed (nothing written), 1 error.
+pub fn exit_code(outcome: ActionOutcome) -> u8 {
+    match outcome {
+        ActionOutcome::Done => 0,
+        ActionOutcome::Error => 1,
+        ActionOutcome::Refused => 4,
+        ActionOutcome::Changed => 5,
+    }
+}

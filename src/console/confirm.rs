@@ -1,0 +1,232 @@
+//! The confirmation popup of the console's actions: what exactly will run (key, the holder value
+//! seen, PTTL, the SQL `WHERE`), and — for bulk actions and production environments — the phrase
+//! the operator must type. Built from the rows on screen, so what is confirmed is what was seen.
+
+use serde::Serialize;
+
+use crate::config::Dialect;
+use crate::contracts::LockHolder;
+
+use super::actions::{Action, ActionOutcome};
+use super::format::age;
+use super::locks::LockRow;
+use super::records::StuckRecord;
+
+/// Which lock nodes an action goes to: the main Redis or the RedLock nodes (the Locks view
+/// lists both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Scope {
+    Single,
+    Redlock,
+}
+
+/// One action of a confirmed batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub scope: Scope,
+    pub action: Action,
+}
+
+/// The popup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirm {
+    pub title: String,
+    pub planned: Vec<Planned>,
+    /// The exact effect, line by line.
+    pub lines: Vec<String>,
+    /// Typed before Enter is accepted: bulk actions and production environments.
+    pub phrase: Option<String>,
+    /// A live owner's lock is in the batch: a reason is required (it is forced).
+    pub needs_reason: bool,
+    /// What the operator typed: the phrase (if any), then the reason.
+    pub typed: String,
+}
+
+impl Confirm {
+    /// The reason part of what was typed (after the phrase).
+    pub fn reason(&self) -> Option<String> {
+        let rest = match &self.phrase {
+            Some(p) => self.typed.strip_prefix(p.as_str()).unwrap_or(""),
+            None => self.typed.as_str(),
+        };
+        let r = rest.trim();
+        (!r.is_empty()).then(|| r.to_string())
+    }
+
+    /// None when Enter may run the batch; otherwise what is still missing.
+    pub fn missing(&self) -> Option<String> {
+        if let Some(p) = &self.phrase {
+            if !self.typed.starts_with(p.as_str()) {
+                return Some(format!("type `{p}` to confirm"));
+            }
+        }
+        if self.needs_reason && self.reason().is_none() {
+            return Some(match &self.phrase {
+                Some(p) => format!("after `{p}`, type the reason: a live owner's lock is released only by force"),
+                None => "type the reason: a live owner's lock is released only by force".into(),
+            });
+        }
+        None
+    }
+
+    /// The batch with the typed reason filled in.
+    pub fn confirmed(&self) -> Vec<Planned> {
+        let reason = self.reason();
+        self.planned
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                match &mut p.action {
+                    Action::ReleaseLock { reason: r, .. } | Action::Finalize { reason: r, .. } => *r = reason.clone(),
+                }
+                p
+            })
+            .collect()
+    }
+}
+
+fn phrase(verb: &str, n: usize, env: &str, production: bool) -> Option<String> {
+    (n > 1 || production).then(|| format!("{verb} {n} in {env}"))
+}
+
+/// The values a lock row shows (every node's, under RedLock): what the release compares.
+pub fn values_of(row: &LockRow) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    if row.nodes.is_empty() {
+        out.push(row.value.clone());
+    }
+    for v in row.nodes.iter().filter_map(|n| n.value.clone()) {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Release the given lock rows (the selection or the tagged rows).
+pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> Confirm {
+    let mut lines = Vec::new();
+    let mut planned = Vec::new();
+    let mut needs_reason = false;
+    for row in rows {
+        // Released without force only when the owner is proven dead (no heartbeat).
+        let live = row.owner_alive != Some(false);
+        needs_reason |= live;
+        let pttl = row.pttl_now(now_ms);
+        let owner = match (&row.holder, row.owner_alive) {
+            (Some(h), Some(true)) => format!("{} ALIVE (heartbeat) — forced", h.instance),
+            (Some(h), Some(false)) => format!("{} dead (no heartbeat)", h.instance),
+            (Some(h), None) => format!("{} liveness unknown — forced", h.instance),
+            (None, _) => "undecodable value, owner unknown — forced".into(),
+        };
+        let action = Action::ReleaseLock { key: row.key.clone(), expect_values: values_of(row), force: live, bump_fence: true, reason: None };
+        lines.push(format!(
+            "{} [{}] owner {owner} · PTTL {} · fence {}",
+            row.key,
+            row.scope,
+            if pttl < 0 { "none (no TTL)".into() } else { age(pttl) },
+            row.holder.as_ref().map(|h: &LockHolder| h.fence.to_string()).unwrap_or_else(|| "?".into())
+        ));
+        lines.extend(action.effect(None).into_iter().map(|l| format!("  {l}")));
+        planned.push(Planned { scope: if row.scope == "redlock" { Scope::Redlock } else { Scope::Single }, action });
+    }
+    Confirm {
+        title: format!(" Release {} lock(s) ", rows.len()),
+        planned,
+        lines,
+        phrase: phrase("release", rows.len(), env, production),
+        needs_reason,
+        typed: String::new(),
+    }
+}
+
+/// Finalize the given stuck records.
+pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: bool) -> Confirm {
+    let mut lines = Vec::new();
+    let mut planned = Vec::new();
+    for r in rows {
+        let expected = if r.order_exists {
+            format!("order {} exists → SUCCEEDED 201 with the API's response", r.found_order_no.as_deref().unwrap_or("?"))
+        } else {
+            match r.owner_alive {
+                Some(false) => format!("no order, owner {} dead → FAILED 409 (client retries with a new key)", r.owner),
+                Some(true) => format!("no order, owner {} ALIVE → will be refused", r.owner),
+                None => format!("no order, owner {} liveness unknown → decided when run", r.owner),
+            }
+        };
+        let action = Action::Finalize { request_id: r.request_id.clone(), expect_version: Some(r.version), reason: None };
+        lines.push(format!("{} (version {}): {expected}", r.request_id, r.version));
+        lines.extend(action.effect(Some(dialect)).into_iter().skip(1).map(|l| format!("  {l}")));
+        planned.push(Planned { scope: Scope::Single, action });
+    }
+    Confirm {
+        title: format!(" Finalize {} record(s) ", rows.len()),
+        planned,
+        lines,
+        phrase: phrase("finalize", rows.len(), env, production),
+        needs_reason: false,
+        typed: String::new(),
+    }
+}
+
+/// The result of one action of a batch, shown next to its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowResult {
+    pub outcome: ActionOutcome,
+    pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::locks::LockFlag;
+
+    fn row(key: &str, alive: Option<bool>) -> LockRow {
+        let holder = LockHolder { instance: "i1".into(), host: "h".into(), pid: 1, acquired_at: 0, ttl_ms: 30_000, fence: 4, nonce: "n".into() };
+        LockRow {
+            key: key.into(),
+            scope: "single",
+            value: holder.to_value(),
+            holder: Some(holder),
+            pttl_ms: 12_000,
+            read_at_ms: 0,
+            owner_alive: alive,
+            fence_counter: Some(4),
+            flags: vec![LockFlag::DeadOwner],
+            nodes: vec![],
+            quorum: None,
+        }
+    }
+
+    #[test]
+    fn one_release_outside_production_needs_no_phrase() {
+        let r = row("lock:order:1", Some(false));
+        let c = release(&[&r], 0, "local", false);
+        assert_eq!((c.phrase.clone(), c.needs_reason, c.missing()), (None, false, None));
+        assert!(c.lines.iter().any(|l| l.contains(&r.value)), "the exact value is shown: {:?}", c.lines);
+        assert!(c.lines.iter().any(|l| l.contains("PTTL 12")), "{:?}", c.lines);
+    }
+
+    #[test]
+    fn production_and_bulk_need_the_phrase_and_force_needs_a_reason() {
+        let (a, b) = (row("lock:order:1", Some(false)), row("lock:order:2", Some(true)));
+        let mut c = release(&[&a], 0, "prod-eu", true);
+        assert_eq!(c.phrase.as_deref(), Some("release 1 in prod-eu"), "production: even one action");
+        c.typed = "release 1 in prod".into();
+        assert!(c.missing().is_some());
+        c.typed = "release 1 in prod-eu".into();
+        assert_eq!(c.missing(), None);
+
+        let mut c = release(&[&a, &b], 0, "local", false);
+        assert_eq!(c.phrase.as_deref(), Some("release 2 in local"), "bulk");
+        assert!(c.needs_reason, "the live owner's lock is forced");
+        c.typed = "release 2 in local".into();
+        assert!(c.missing().unwrap().contains("reason"));
+        c.typed = "release 2 in local  holder wedged".into();
+        assert_eq!(c.missing(), None);
+        let batch = c.confirmed();
+        assert!(batch.iter().all(|p| matches!(&p.action, Action::ReleaseLock { reason: Some(r), bump_fence: true, .. } if r == "holder wedged")));
+        assert!(matches!(&batch[1].action, Action::ReleaseLock { force: true, .. }));
+        assert!(matches!(&batch[0].action, Action::ReleaseLock { force: false, .. }));
+    }
+}
