@@ -232,7 +232,7 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
 
     let result = if tui {
         eprintln!("idemguard demo: opening the console (actions enabled). Quit with q; everything the demo started stops with it.");
-        crate::console::terminal::run(config).await.map(|_| state)
+        crate::console::terminal::run_with(config, true).await.map(|_| state)
     } else {
         wait_until_visible(&config, &state).await.map(|_| state)
     };
