@@ -347,6 +347,9 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
         (r"\b1\d{12}\b", "[ms]"),
         // A duration and its padding: "9m59s " and "10m00s" are the same cell.
         (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
+        // Owner liveness at the end of a truncated cell: a one-character-longer duration
+        // before it leaves "owner ali" instead of "owner aliv".
+        (r"· owner a[a-z]* *", "· owner [liveness] "),
         (r"PAY[0-9a-f]{8}", "[pay_no]"),
         (r"\.t[0-9a-f]{6,}", ".t[suffix]"),
         (r"igt-group-[0-9a-f]+", "[group]"),
