@@ -445,48 +445,11 @@ async fn headless_twins_guard_audit_and_trace_like_the_library() {
 #[allow(unused_imports)]
 mod console_fixture;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use console_fixture::{press, pump_until, screen, type_str};
+use crossterm::event::KeyCode;
 use idemguard::console::app::App;
-use idemguard::console::backend::{Backends, Update};
+use idemguard::console::backend::Backends;
 use idemguard::console::keymap::View;
-use idemguard::console::ui;
-use ratatui::backend::TestBackend;
-use ratatui::Terminal;
-use std::time::Instant;
-
-fn press(app: &mut App, code: KeyCode) {
-    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
-}
-
-fn type_str(app: &mut App, s: &str) {
-    for c in s.chars() {
-        press(app, KeyCode::Char(c));
-    }
-}
-
-async fn pump_until(app: &mut App, rx: &mut tokio::sync::mpsc::Receiver<Update>, what: &str, cond: impl Fn(&App) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond(app) {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}; message: {:?}", app.message);
-        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
-            app.apply(u);
-        }
-    }
-}
-
-fn screen(app: &mut App, width: u16, height: u16) -> String {
-    app.refresh_views();
-    let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
-    t.draw(|f| ui::draw(f, app)).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
 
 fn redactions() -> Vec<(&'static str, &'static str)> {
     vec![

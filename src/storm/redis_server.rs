@@ -1,5 +1,6 @@
-//! A private `redis-server` on a free loopback port, for the `redis-down` scenario: the storm
-//! kills it mid-run. The shared stack's Redis is never stopped — other users depend on it.
+//! A private `redis-server` on a free loopback port, for the `redis-down` scenario (the storm
+//! kills it mid-run) and for the tests and benches that must stop a node. The shared stack's
+//! Redis is never stopped — other users depend on it. Killed (SIGKILL) and reaped when dropped.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -59,6 +60,15 @@ impl PrivateRedis {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:{port}`, as error messages name a node.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     /// SIGKILL and reap: gone the way a crashed node is.

@@ -9,7 +9,6 @@
 //! the consumer over three deliveries); the tests read only the `Incident` IDs it returns.
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect};
@@ -30,54 +29,10 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use tokio::sync::mpsc;
 
-/// A redis-server the test owns: started on a free loopback port, killed on drop.
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<Child>,
-}
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+pub use redis_server::RedisServer;
 
-impl RedisServer {
-    pub fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/stack up installs it)");
-        let s = RedisServer { port, child: Some(child) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server on port {port} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
-    }
-
-    /// Kill it (the fault the tests inject).
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A database, a Redis, topics and a consumer group of the test's own.
 pub struct World {
     pub config: Config,
     pub db: Database,
@@ -91,7 +46,7 @@ pub async fn world(dialect: Dialect, redlock_nodes: usize) -> World {
     let redis = RedisServer::start();
     let redlock: Vec<RedisServer> = (0..redlock_nodes).map(|_| RedisServer::start()).collect();
     config.redis.url = redis.url();
-    config.redis.redlock_nodes = redlock.iter().map(RedisServer::url).collect();
+    config.redis.redlock_nodes = redlock.iter().map(|r| r.url()).collect();
     let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.trace_topic = topics[1].clone();
@@ -311,7 +266,10 @@ pub async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &s
         if Instant::now() > deadline {
             let sources: Vec<String> = app.timeline().map(|t| t.entries.iter().map(|e| format!("{} {}", e.layer, e.source)).collect()).unwrap_or_default();
             let health: Vec<String> = app.backends.iter().map(|(b, s)| format!("{}: {:?}", b.name(), s.health)).collect();
-            panic!("timed out waiting for: {what}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}", app.trace_log.events_seen);
+            panic!(
+                "timed out waiting for: {what}\nmessage: {:?}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}",
+                app.message, app.trace_log.events_seen
+            );
         }
         if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
             app.apply(u);
