@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -615,11 +615,6 @@ fn collect_keys(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
             out.push(key);
         }
     }
-}
-
-/// Resolve a path relative to the current directory for messages.
-pub fn display_path(p: &Path) -> String {
-    p.display().to_string()
 }
 
 #[cfg(test)]
