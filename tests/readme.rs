@@ -1,0 +1,262 @@
+//! The README's commands, run as written, so the README cannot rot (issue 10).
+//!
+//! Every ```` ```sh ```` block of `README.md` runs here, in README order, in one bash session
+//! from the repository root — the way a new user types them — except the last one (the tests:
+//! `scripts/stack up && cargo test`), which is exactly what `.ci/run` runs. Around them:
+//! - `scripts/demo --no-tui` (the demo's headless form the README gives) must print where to
+//!   look as JSON; the headless twins the README names (`trace`, `report --id`, `locks`,
+//!   `rates`, `stuck`) then run on the order the demo clicked five times;
+//! - the expected answers the README writes under a command (`#   HTTP/1.1 201 Created …`)
+//!   are checked against what that command printed;
+//! - the config error the README shows is the one the binary prints.
+//!
+//! The only lines this test adds are marked `# harness:` in the script it prints on failure:
+//! waiting for the order service started in the background to answer, capturing output, and
+//! stopping the background processes at the end. The README's commands use the shared
+//! `idemguard` databases and 127.0.0.1:8080, as a user's would; the test refuses to start if
+//! something else already listens there.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const README: &str = include_str!("../README.md");
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The ```` ```sh ```` blocks of the README, each as its lines.
+fn sh_blocks(readme: &str) -> Vec<Vec<String>> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    for line in readme.lines() {
+        let t = line.trim_start();
+        match &mut current {
+            None if t == "```sh" => current = Some(Vec::new()),
+            Some(lines) if t == "```" => {
+                blocks.push(std::mem::take(lines));
+                current = None;
+            }
+            Some(lines) => lines.push(line.to_string()),
+            None => {}
+        }
+    }
+    assert!(current.is_none(), "README.md: a ```sh block is not closed");
+    blocks
+}
+
+/// What the README says a command answers: the comment lines right under it that start with
+/// `#   ` (three spaces): the HTTP status and any `name: value` header it names.
+#[derive(Debug, Default)]
+struct Expected {
+    status: Option<String>,
+    headers: Vec<String>,
+    problem_json: bool,
+}
+
+fn expectation(comments: &[&str]) -> Option<Expected> {
+    let mut e = Expected::default();
+    let mut any = false;
+    for c in comments {
+        let text = c.trim_start().trim_start_matches('#').trim();
+        if let Some(rest) = text.strip_prefix("HTTP/1.1 ") {
+            any = true;
+            e.status = Some(format!("HTTP/1.1 {}", &rest[..3]));
+            for word in rest.split("  ").map(str::trim).filter(|w| !w.is_empty()) {
+                if let Some((name, value)) = word.split_once(": ") {
+                    if !name.contains(' ') && !value.starts_with('"') {
+                        e.headers.push(format!("{}: {}", name.to_ascii_lowercase(), value.split_whitespace().next().unwrap()));
+                    }
+                }
+            }
+            e.problem_json |= rest.contains("application/problem+json");
+        }
+    }
+    any.then_some(e)
+}
+
+/// Kills the whole process group of the README session (the service and consumer it started
+/// in the background) however the test ends.
+struct Session {
+    pgid: i32,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.pgid)]).stderr(Stdio::null()).status();
+    }
+}
+
+fn run_bash(script: &str, dir: &Path, timeout: Duration) -> (bool, String, String) {
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("bash runs");
+    let _session = Session { pgid: child.id() as i32 };
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let Some(status) = status else {
+        drop(_session);
+        let _ = child.wait();
+        panic!("timed out after {timeout:?}:\n{script}\n--- stderr ---\n{}", err.join().unwrap());
+    };
+    (status.success(), out.join().unwrap(), err.join().unwrap())
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let all: Vec<&str> = s.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[test]
+fn the_readme_commands_work_as_written() {
+    let blocks = sh_blocks(README);
+    assert!(blocks.len() >= 3, "README.md has too few ```sh blocks: {blocks:?}");
+
+    // The first block is the demo; the last one the tests, which `.ci/run` runs.
+    assert_eq!(blocks[0], vec!["scripts/demo".to_string()], "the README's first command is the demo");
+    let tests = blocks.last().unwrap();
+    assert_eq!(tests, &vec!["scripts/stack up && cargo test".to_string()], "the README's last command is the tests");
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(ci.contains("scripts/stack up") && ci.contains("\ncargo test"), ".ci/run runs the README's test command:\n{ci}");
+
+    if TcpStream::connect_timeout(&"127.0.0.1:8080".parse().unwrap(), Duration::from_millis(300)).is_ok() {
+        panic!("something already listens on 127.0.0.1:8080, where the README starts the order service (an `idemguard serve` left running?) — stop it and rerun");
+    }
+
+    // ---- the demo, headless -------------------------------------------------------------------
+    let (ok, out, err) = run_bash("scripts/demo --no-tui", &repo(), Duration::from_secs(1200));
+    assert!(ok, "`scripts/demo --no-tui` failed:\n{}", tail(&err, 40));
+    let demo: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("`scripts/demo --no-tui` printed no JSON ({e}):\n{out}"));
+    let clicked = demo["clicked_request_id"].as_str().expect("the demo names the request clicked five times").to_string();
+
+    // ---- the headless twins the README names, on the order the demo clicked five times ----------
+    let bin = repo().join("target/release/idemguard");
+    for args in [
+        vec!["trace", clicked.as_str()],
+        vec!["report", "--id", clicked.as_str()],
+        vec!["locks"],
+        vec!["rates"],
+        vec!["stuck"],
+        vec!["config"],
+    ] {
+        let out = Command::new(&bin).args(&args).env("IDEMGUARD_CONFIG", "config/local.toml").current_dir(repo()).output().unwrap();
+        assert!(out.status.success(), "`idemguard {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if args[0] == "trace" || args[0] == "report" {
+            assert!(stdout.contains(&clicked), "`idemguard {}` does not name the request:\n{stdout}", args.join(" "));
+        }
+    }
+
+    // ---- every other ```sh block, as written, in one session ---------------------------------
+    let capture = tempfile::tempdir().unwrap();
+    let mut script = String::from("set -euo pipefail\n");
+    let mut checks: Vec<(usize, String, Expected)> = Vec::new();
+    for (b, block) in blocks[1..blocks.len() - 1].iter().enumerate() {
+        let mut i = 0;
+        while i < block.len() {
+            let line = &block[i];
+            let mut j = i + 1;
+            let mut comments = Vec::new();
+            while j < block.len() && block[j].starts_with("#   ") {
+                comments.push(block[j].as_str());
+                j += 1;
+            }
+            match expectation(&comments) {
+                Some(e) if !line.trim().is_empty() && !line.trim_start().starts_with('#') => {
+                    let n = checks.len();
+                    let file = capture.path().join(format!("out.{n}"));
+                    script.push_str(&format!("( {line}\n) | tee {} # harness: capture this command's answer\n", file.display()));
+                    checks.push((n, line.clone(), e));
+                }
+                _ => {
+                    script.push_str(line);
+                    script.push('\n');
+                }
+            }
+            for c in &comments {
+                script.push_str(c);
+                script.push('\n');
+            }
+            i = j;
+        }
+        if block.iter().any(|l| l.contains(" serve &")) {
+            script.push_str(&format!(
+                "for i in $(seq 300); do curl -sf localhost:8080/healthz >/dev/null && break; sleep 0.1; done # harness: block {b}'s service answers\n"
+            ));
+        }
+    }
+    script.push_str("kill -INT $(jobs -p) 2>/dev/null; wait # harness: stop what the README started in the background\n");
+    let (ok, out, err) = run_bash(&script, &repo(), Duration::from_secs(1200));
+    assert!(ok, "the README's commands failed.\n--- script ---\n{script}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}", tail(&out, 40), tail(&err, 40));
+
+    // ---- what the README says they answer -------------------------------------------------------
+    assert!(!checks.is_empty(), "the README's expected answers were found");
+    for (n, line, e) in &checks {
+        let got = std::fs::read_to_string(capture.path().join(format!("out.{n}"))).unwrap();
+        let lower = got.to_ascii_lowercase();
+        if let Some(status) = &e.status {
+            assert!(got.starts_with(status.as_str()), "`{line}`: the README says {status}, it answered:\n{got}");
+        }
+        for h in &e.headers {
+            assert!(lower.contains(h.as_str()), "`{line}`: the README says `{h}`, it answered:\n{got}");
+        }
+        if e.problem_json {
+            assert!(lower.contains("content-type: application/problem+json"), "`{line}`: the README says problem+json, it answered:\n{got}");
+        }
+    }
+
+    // ---- the config error the README shows ------------------------------------------------------
+    let shown = README
+        .lines()
+        .find(|l| l.starts_with("idemguard: config error in config/mine.toml"))
+        .expect("the README shows a config error");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::write(dir.path().join("config/mine.toml"), "[database]\nurll = \"postgres://root@127.0.0.1:5432/idemguard\"\n").unwrap();
+    let out = Command::new(&bin).args(["--config", "config/mine.toml", "config"]).current_dir(dir.path()).output().unwrap();
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), shown, "the README's config error is the real one");
+}
+
+#[test]
+fn the_readme_parser_finds_blocks_and_expectations() {
+    let blocks = sh_blocks("x\n```sh\na\n#   HTTP/1.1 201 Created   idempotent-replayed: true\n```\n   ```sh\n   b\n   ```\n");
+    assert_eq!(blocks, vec![vec!["a".to_string(), "#   HTTP/1.1 201 Created   idempotent-replayed: true".to_string()], vec!["   b".to_string()]]);
+    let e = expectation(&["#   HTTP/1.1 201 Created            idempotent-replayed: true    (the same bytes)"]).unwrap();
+    assert_eq!(e.status.as_deref(), Some("HTTP/1.1 201"));
+    assert_eq!(e.headers, vec!["idempotent-replayed: true".to_string()]);
+    let e = expectation(&["#   HTTP/1.1 422 Unprocessable Entity   application/problem+json: \"Idempotency-Key reused\""]).unwrap();
+    assert!(e.problem_json && e.headers.is_empty());
+    assert!(expectation(&["# a comment"]).is_none());
+}
