@@ -42,10 +42,46 @@ pub fn event_ms(e: &TraceEvent) -> Option<i64> {
         .map(|d| d.as_millis() as i64)
 }
 
+/// One trace event as the log keeps it, about half the size of a [`TraceEvent`]: the time as
+/// epoch ms (the RFC 3339 text only when it is not the one `format_ms` gives back), the emitting
+/// instance shared between its events, no empty strings.
+#[derive(Debug, Clone)]
+struct StoredEvent {
+    ms: i64,
+    layer: Layer,
+    outcome: Outcome,
+    latency_us: u64,
+    instance: Arc<str>,
+    order_no: Option<Box<str>>,
+    request_id: Option<Box<str>>,
+    event_id: Option<Box<str>>,
+    detail: Option<Box<str>>,
+    /// The event's own `ts` when it does not round-trip through `ms`.
+    ts: Option<Box<str>>,
+}
+
+impl StoredEvent {
+    fn event(&self) -> TraceEvent {
+        TraceEvent {
+            ts: self.ts.as_deref().map_or_else(|| crate::contracts::format_ms(self.ms), str::to_string),
+            instance: self.instance.to_string(),
+            layer: self.layer,
+            outcome: self.outcome,
+            order_no: self.order_no.as_deref().map(str::to_string),
+            request_id: self.request_id.as_deref().map(str::to_string),
+            event_id: self.event_id.as_deref().map(str::to_string),
+            detail: self.detail.as_deref().unwrap_or_default().to_string(),
+            latency_us: self.latency_us,
+        }
+    }
+}
+
 /// The recent trace events and per-minute counts of interceptions.
 #[derive(Debug, Default)]
 pub struct TraceLog {
-    events: VecDeque<(i64, TraceEvent)>,
+    events: VecDeque<StoredEvent>,
+    /// The instances seen, each stored once.
+    instances: std::collections::HashSet<Arc<str>>,
     /// minute (epoch ms / 60000) → outcome → count.
     minutes: BTreeMap<i64, BTreeMap<Outcome, u64>>,
     pub events_seen: u64,
@@ -63,9 +99,34 @@ impl TraceLog {
                 self.minutes.pop_first();
             }
         }
-        self.events.push_back((ms, e));
+        let instance = match self.instances.get(e.instance.as_str()) {
+            Some(i) => i.clone(),
+            None => {
+                let i: Arc<str> = Arc::from(e.instance.as_str());
+                self.instances.insert(i.clone());
+                i
+            }
+        };
+        let ts = (crate::contracts::format_ms(ms) != e.ts).then(|| e.ts.into_boxed_str());
+        self.events.push_back(StoredEvent {
+            ms,
+            layer: e.layer,
+            outcome: e.outcome,
+            latency_us: e.latency_us,
+            instance,
+            order_no: e.order_no.map(String::into_boxed_str),
+            request_id: e.request_id.map(String::into_boxed_str),
+            event_id: e.event_id.map(String::into_boxed_str),
+            detail: (!e.detail.is_empty()).then(|| e.detail.into_boxed_str()),
+            ts,
+        });
         if self.events.len() > TRACE_EVENTS_KEPT {
             self.events.pop_front();
+        }
+        // Instances no kept event names any more are forgotten (a long-running console sees
+        // every restart of every service as a new instance).
+        if self.instances.len() > 1024 {
+            self.instances.retain(|i| Arc::strong_count(i) > 1);
         }
     }
 
@@ -77,8 +138,8 @@ impl TraceLog {
     /// report's rates), over the events kept.
     pub fn counts_between(&self, since_ms: i64, until_ms: i64) -> BTreeMap<(String, String), u64> {
         let mut out = BTreeMap::new();
-        for (ms, e) in &self.events {
-            if *ms >= since_ms && *ms < until_ms {
+        for e in &self.events {
+            if e.ms >= since_ms && e.ms < until_ms {
                 *out.entry((e.layer.as_str().to_string(), e.outcome.as_str().to_string())).or_default() += 1;
             }
         }
@@ -91,18 +152,17 @@ impl TraceLog {
 
     /// The events that name any of the IDs, oldest first.
     pub fn matching(&self, order_no: Option<&str>, request_id: Option<&str>, event_ids: &BTreeSet<String>) -> Vec<TraceEvent> {
-        let mut out: Vec<(i64, TraceEvent)> = self
+        let mut out: Vec<&StoredEvent> = self
             .events
             .iter()
-            .filter(|(_, e)| {
+            .filter(|e| {
                 (order_no.is_some() && e.order_no.as_deref() == order_no)
                     || (request_id.is_some() && e.request_id.as_deref() == request_id)
-                    || e.event_id.as_ref().is_some_and(|id| event_ids.contains(id))
+                    || e.event_id.as_deref().is_some_and(|id| event_ids.contains(id))
             })
-            .cloned()
             .collect();
-        out.sort_by_key(|(ms, _)| *ms);
-        out.into_iter().map(|(_, e)| e).collect()
+        out.sort_by_key(|e| e.ms);
+        out.into_iter().map(StoredEvent::event).collect()
     }
 
     /// IDs the events link: an event carrying an eventId and an orderNo tells which order an
@@ -111,8 +171,8 @@ impl TraceLog {
         self.events
             .iter()
             .rev()
-            .find(|(_, e)| e.event_id.as_deref() == Some(event_id) && (e.order_no.is_some() || e.request_id.is_some()))
-            .map(|(_, e)| (e.order_no.clone(), e.request_id.clone()))
+            .find(|e| e.event_id.as_deref() == Some(event_id) && (e.order_no.is_some() || e.request_id.is_some()))
+            .map(|e| (e.order_no.as_deref().map(str::to_string), e.request_id.as_deref().map(str::to_string)))
     }
 
     /// Interceptions per minute over the last [`RATE_WINDOW_MINUTES`] minutes ending at `now_ms`.
@@ -301,6 +361,18 @@ mod tests {
         assert_eq!(dedup.total, 0);
         assert_eq!(r.events_seen, 5);
         assert_eq!(log.matching(Some("A"), None, &BTreeSet::new()).len(), 5);
+        // Kept compactly, given back whole: the same event, `ts` included.
+        let mut odd = ev(Outcome::DedupHit, now, "A").request_id("R").event_id("E");
+        odd.ts = "2026-11-29T16:00:00.5+00:00".into(); // not the form format_ms writes
+        odd.instance = "vm-1".into();
+        odd.detail = "why".into();
+        odd.latency_us = 7;
+        log.ingest(odd.clone());
+        let plain = ev(Outcome::Claimed, now + 1, "A");
+        log.ingest(plain.clone());
+        let back = log.matching(None, Some("R"), &BTreeSet::new());
+        assert_eq!(back, vec![odd]);
+        assert_eq!(log.matching(Some("A"), None, &BTreeSet::new()).last(), Some(&plain));
         assert!(log.matching(Some("B"), None, &BTreeSet::new()).is_empty());
     }
 
