@@ -247,12 +247,34 @@ async fn run() {
     results.push(Row { what: "  GETs over 5 ms during all scans".into(), target: "0".into(), measured: slow_total.to_string(), ratio: "-".into() });
 
     // ---- the real console's resident memory, 100,000 locks on screen ---------------------------
-    match real_console_rss(&config, lock_count) {
+    match real_console_rss(&config, lock_count, None) {
         Ok((rss, hwm)) => {
             results.push(row(&format!("resident memory of `idemguard console` showing {lock_count} locks (VmRSS)"), 150.0, rss, "MB"));
             results.push(Row { what: "  its peak (VmHWM)".into(), target: "-".into(), measured: format!("{hwm:.0} MB"), ratio: "-".into() });
         }
         Err(e) => println!("the real console could not be measured: {e}"),
+    }
+    // The same console with both topic stores at their bounds too: its own trace and payment
+    // topics hold more messages than the console keeps.
+    let t = Instant::now();
+    let full = fill_topics(&config).await;
+    println!(
+        "data set: {} trace events and {} payment messages produced in {:.1}s",
+        full.trace_events,
+        full.payment_messages,
+        t.elapsed().as_secs_f64()
+    );
+    match real_console_rss(&config, lock_count, Some(&full)) {
+        Ok((rss, hwm)) => {
+            results.push(row(
+                &format!("resident memory of `idemguard console`, {lock_count} locks + every topic store at its bound (VmRSS)"),
+                150.0,
+                rss,
+                "MB",
+            ));
+            results.push(Row { what: "  its peak (VmHWM)".into(), target: "-".into(), measured: format!("{hwm:.0} MB"), ratio: "-".into() });
+        }
+        Err(e) => println!("the real console with full stores could not be measured: {e}"),
     }
 
     // ---- frame render of a 10,000-row table ---------------------------------------------------
@@ -456,10 +478,121 @@ async fn probe_latency(url: String, limit: Duration, stop: Option<std::sync::Arc
 
 /// Starts the release binary's `idemguard console` in tmux against the bench's database and
 /// Redis, waits until it lists every lock, and reads its resident memory (max over 3 s).
-fn real_console_rss(config: &Config, lock_count: usize) -> Result<(f64, f64), String> {
+/// Topics of the bench's own, filled past the console's bounds.
+struct FullTopics {
+    trace_topic: String,
+    payment_topic: String,
+    trace_events: usize,
+    payment_messages: usize,
+}
+
+/// Creates two topics (3 partitions) and produces more trace events and payment messages than
+/// the console keeps ([`store::TRACE_EVENTS_KEPT`], [`store::PAYMENT_MESSAGES_KEPT`]), shaped like
+/// the real ones (the service's trace events, the relay's payment events with their headers).
+async fn fill_topics(config: &Config) -> FullTopics {
+    use idemguard::console::store;
+    use idemguard::contracts::{headers, PaymentSucceeded};
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::ClientConfig;
+
+    let servers = &config.kafka.bootstrap_servers;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", servers).create().expect("kafka admin client");
+    let suffix = format!("{}-{}", std::process::id(), now_ms());
+    let full = FullTopics {
+        trace_topic: format!("igbench.trace.{suffix}"),
+        payment_topic: format!("igbench.payment.{suffix}"),
+        trace_events: store::TRACE_EVENTS_KEPT + store::TRACE_EVENTS_KEPT / 10,
+        payment_messages: store::PAYMENT_MESSAGES_KEPT + store::PAYMENT_MESSAGES_KEPT / 10,
+    };
+    let topics = [NewTopic::new(&full.trace_topic, 3, TopicReplication::Fixed(1)), NewTopic::new(&full.payment_topic, 3, TopicReplication::Fixed(1))];
+    for r in admin.create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await.expect("the broker of the stack (scripts/stack up)") {
+        r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+    }
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "5000")
+        .set("queue.buffering.max.messages", "400000")
+        .create()
+        .expect("kafka producer");
+    let send = |record: BaseRecord<'_, str, [u8]>| {
+        let mut record = record;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match producer.send(record) {
+                Ok(()) => return,
+                Err((e, back)) => {
+                    assert!(Instant::now() < deadline, "producing to the bench topics: {e}");
+                    record = back;
+                    producer.poll(Duration::from_millis(50));
+                }
+            }
+        }
+    };
+    let now = now_ms();
+    let outcomes = [
+        (Layer::Api, Outcome::Claimed),
+        (Layer::Lock, Outcome::LockAcquired),
+        (Layer::Db, Outcome::OrderCreated),
+        (Layer::Api, Outcome::Finalized),
+        (Layer::Api, Outcome::Replayed),
+        (Layer::Api, Outcome::InFlightRejected),
+        (Layer::Lock, Outcome::LockReleased),
+        (Layer::Stream, Outcome::DedupHit),
+    ];
+    for i in 0..full.trace_events as i64 {
+        let order = i % 20_000 + 1;
+        let (layer, outcome) = outcomes[i as usize % outcomes.len()];
+        let mut e = TraceEvent::new(layer, outcome).order_no(order_no(order)).request_id(request_id(order));
+        e.ts = format_ms(now - (full.trace_events as i64 - i) * 20);
+        e.instance = format!("vm-bench-{:06x}", i % 8);
+        e.detail = format!("{}: key=lock:req:{} fence={}", outcome.as_str(), request_id(order), i % 7 + 1);
+        e.latency_us = (i % 5_000) as u64;
+        if outcome == Outcome::DedupHit {
+            e.event_id = Some(format!("0193a1c2-7f3e-7c1a-9d2b-{order:012}"));
+        }
+        let payload = serde_json::to_vec(&e).unwrap();
+        let key = order_no(order);
+        send(BaseRecord::to(&full.trace_topic).key(key.as_str()).payload(payload.as_slice()));
+        if i % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    for i in 0..full.payment_messages as i64 {
+        let event = PaymentSucceeded {
+            event_id: format!("0193a1c2-7f3e-7c1a-9d2b-{i:012}"),
+            order_no: order_no(i + 1),
+            request_id: request_id(i + 1),
+            pay_no: format!("PAY2026112900{i:010}"),
+            user_id: i % 50_000,
+            amount: 1999,
+            paid_at: now,
+        };
+        let payload = serde_json::to_vec(&event).unwrap();
+        let h = OwnedHeaders::new()
+            .insert(Header { key: headers::EVENT_ID, value: Some(event.event_id.as_str()) })
+            .insert(Header { key: headers::REQUEST_ID, value: Some(event.request_id.as_str()) })
+            .insert(Header { key: headers::ORDER_NO, value: Some(event.order_no.as_str()) });
+        send(BaseRecord::to(&full.payment_topic).key(event.order_no.as_str()).payload(payload.as_slice()).headers(h));
+        if i % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("the bench topics take every message");
+    full
+}
+
+fn real_console_rss(config: &Config, lock_count: usize, full: Option<&FullTopics>) -> Result<(f64, f64), String> {
     let session = format!("igbench{}", std::process::id());
+    let topics = match full {
+        Some(f) => format!("IDEMGUARD_KAFKA__TRACE_TOPIC='{}' IDEMGUARD_KAFKA__PAYMENT_TOPIC='{}'", f.trace_topic, f.payment_topic),
+        None => String::new(),
+    };
     let script = format!(
-        "export IDEMGUARD_CONFIG={dir}/config/local.toml IDEMGUARD_DATABASE__URL='{db}' IDEMGUARD_REDIS__URL='{redis}' IDEMGUARD_REDIS__REDLOCK_NODES=''; exec {bin} console",
+        "export IDEMGUARD_CONFIG={dir}/config/local.toml IDEMGUARD_DATABASE__URL='{db}' IDEMGUARD_REDIS__URL='{redis}' IDEMGUARD_REDIS__REDLOCK_NODES='' {topics}; exec {bin} console",
         dir = env!("CARGO_MANIFEST_DIR"),
         db = config.database.url,
         redis = config.redis.url,
@@ -481,6 +614,26 @@ fn real_console_rss(config: &Config, lock_count: usize) -> Result<(f64, f64), St
             return Err(format!("the console did not list {want} within 60 s:\n{screen}"));
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+    if let Some(f) = full {
+        // The Rates view counts what the readers took in: wait for both topics read to the end.
+        tmux(&["send-keys", "-t", &session, "3"])?;
+        let want = [format!("{} trace events read", f.trace_events), format!("{} payment messages read", f.payment_messages)];
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"])?.stdout).into_owned();
+            if want.iter().all(|w| screen.contains(w.as_str())) {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = tmux(&["kill-session", "-t", &session]);
+                return Err(format!("the console did not read {want:?} within 120 s:\n{screen}"));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        // Back to the 100,000 locks, so the frame holds the biggest table too.
+        tmux(&["send-keys", "-t", &session, "2"])?;
+        std::thread::sleep(Duration::from_secs(2));
     }
     let mut rss: f64 = 0.0;
     let mut hwm: f64 = 0.0;

@@ -357,6 +357,7 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(
         Paragraph::new(Line::from(vec![
             Span::styled(format!(" {} trace events read", rates.events_seen), Style::new().add_modifier(Modifier::BOLD)),
+            Span::styled(format!(" · {} payment messages read", app.payments.messages_seen), DIM),
             Span::styled(
                 format!(
                     " · interceptions in the last {} minutes: {}",
