@@ -228,7 +228,8 @@ struct StoredMessage {
     offset: i64,
     timestamp_ms: Option<i64>,
     request_id: Option<Box<str>>,
-    event_id: Option<Box<str>>,
+    /// Shared with the eventId → order map.
+    event_id: Option<Arc<str>>,
     pay_no: Option<Box<str>>,
     payload_ok: bool,
 }
@@ -240,7 +241,7 @@ struct StoredMessage {
 pub struct PaymentIndex {
     topic: Option<Arc<str>>,
     by_order: HashMap<Arc<str>, Vec<StoredMessage>>,
-    order_of_event: HashMap<Box<str>, Arc<str>>,
+    order_of_event: HashMap<Arc<str>, Arc<str>>,
     /// The order of each kept message, oldest first (for forgetting the oldest).
     arrival: VecDeque<Arc<str>>,
     pub messages_seen: u64,
@@ -257,20 +258,26 @@ impl PaymentIndex {
             Some((k, _)) => k.clone(),
             None => Arc::from(order.as_str()),
         };
-        let list = self.by_order.entry(order.clone()).or_default();
+        // Most orders have one message: room for exactly one (a Vec's first push makes room
+        // for four).
+        let list = self.by_order.entry(order.clone()).or_insert_with(|| Vec::with_capacity(1));
         // A re-read (the reader restarted after the broker came back) is not a new copy.
         if list.iter().any(|x| x.partition == m.partition && x.offset == m.offset) {
             return;
         }
-        if let Some(e) = &m.event_id {
-            self.order_of_event.insert(e.as_str().into(), order.clone());
+        let event_id: Option<Arc<str>> = m.event_id.map(|e| match self.order_of_event.get_key_value(e.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(e.as_str()),
+        });
+        if let Some(e) = &event_id {
+            self.order_of_event.insert(e.clone(), order.clone());
         }
         list.push(StoredMessage {
             partition: m.partition,
             offset: m.offset,
             timestamp_ms: m.timestamp_ms,
             request_id: m.request_id.map(String::into_boxed_str),
-            event_id: m.event_id.map(String::into_boxed_str),
+            event_id,
             pay_no: m.pay_no.map(String::into_boxed_str),
             payload_ok: m.payload_ok,
         });
