@@ -241,6 +241,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(cli.command, Command::Console { .. } | Command::Demo { .. }) {
+        console::terminal::limit_malloc_arenas();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = runtime.block_on(run(cli.command, config, cli.config.clone()));
     match result {

@@ -110,7 +110,15 @@ where
                 Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal: {e}")),
                 None => break,
             },
-            Some(u) = updates.recv() => app.apply(u),
+            Some(u) = updates.recv() => {
+                // A new lock scan replaces the last one: both were alive for a moment, so give
+                // the pages of the old one back instead of keeping that peak.
+                let scan = matches!(u, Update::Locks(_));
+                app.apply(u);
+                if scan {
+                    release_freed_memory();
+                }
+            }
             _ = tick.tick() => app.on_tick(),
             _ = render.tick() => {
                 if app.dirty {
@@ -130,4 +138,26 @@ where
         }
     }
     Ok(())
+}
+
+/// Call before any thread starts. glibc gives each thread that allocates an arena of its own (up
+/// to 8 per core) and rarely hands memory freed in one back to the system, so a console whose
+/// topic readers caught up on a large backlog would keep that peak for as long as it runs. Two
+/// arenas are plenty for one UI thread and a few collectors. A no-op on other C libraries.
+pub fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; it is called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Hand the pages of freed memory back to the system (glibc keeps them by default, so the
+/// resident size would stay at the highest it ever was). A no-op on other C libraries.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

@@ -96,6 +96,12 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
         // Should a start offset ever be refused, start over from the beginning rather than skip
         // to the end: the console must not miss the messages it exists to show.
         .set("auto.offset.reset", "earliest")
+        // Bounded prefetch: the client library would otherwise queue up to 100,000 messages
+        // (or 64 MB) per partition ahead of the reader; the console's own stores are the place
+        // for what it keeps, and memory the library took while catching up is not given back.
+        .set("queued.min.messages", "2000")
+        .set("queued.max.messages.kbytes", "2048")
+        .set("fetch.max.bytes", "2097152")
         .set("log_level", "0");
     c
 }
