@@ -22,7 +22,7 @@ use idemguard::config::{Config, ConfigSource};
 use idemguard::console::app::App;
 use idemguard::console::backend::Update;
 use idemguard::console::keymap::View;
-use idemguard::console::locks::{self, LockFlag, LockRow, LockScan, NodeScan, RedisNode};
+use idemguard::console::locks::{self, LockRow, LockScan, NodeScan, RedisNode};
 use idemguard::console::records::{self, StuckRecord, TraceIds};
 use idemguard::console::ui;
 use idemguard::contracts::{format_ms, keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
@@ -56,14 +56,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
-}
-
-fn rss_mb() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 struct Row {
@@ -162,7 +154,6 @@ async fn run() {
     }
 
     // ---- full lock scan and the latency it causes another client -----------------------------
-    let mut scan: Option<LockScan> = None;
     let mut scan: Option<LockScan> = None;
     if want("scan") {
         let mut baseline_max = Vec::new();
@@ -665,25 +656,13 @@ fn render_rounds(app: &mut App, what: &str) -> f64 {
 
 fn synthetic_scan(n: usize) -> LockScan {
     let now = now_ms();
+    let live: BTreeSet<String> = (0..100).step_by(2).map(|i| format!("api-{i}")).collect();
     let locks = (0..n)
         .map(|i| {
             let h = LockHolder { instance: format!("api-{}", i % 100), host: "h".into(), pid: 1, acquired_at: now - 1000, ttl_ms: 30_000, fence: i as i64, nonce: "n".into() };
-            LockRow {
-                key: keys::order_lock(&order_no(i as i64)),
-                scope: "single",
-                value: h.to_value(),
-                holder: Some(h),
-                pttl_ms: 29_000,
-                read_at_ms: now,
-                owner_alive: Some(i % 2 == 0),
-                fence_counter: Some(i as i64),
-                flags: if i % 2 == 0 { vec![] } else { vec![LockFlag::DeadOwner] },
-                nodes: vec![],
-                quorum: None,
-            }
+            LockRow::new(keys::order_lock(&order_no(i as i64)), "single", h.to_value(), 29_000, now, Some(&live), Some(i as i64), vec![], None)
         })
         .collect();
-    let live: BTreeSet<String> = (0..100).step_by(2).map(|i| format!("api-{i}")).collect();
     LockScan {
         locks,
         nodes: vec![NodeScan { node: "127.0.0.1:6379".into(), role: "main", ok: true, error: None, keys: n, scan_ms: 1.0 }],

@@ -93,7 +93,7 @@ fn phrase(verb: &str, n: usize, env: &str, production: bool) -> Option<String> {
 pub fn values_of(row: &LockRow) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     if row.nodes.is_empty() {
-        out.push(row.value.clone());
+        out.push(row.value().into_owned());
     }
     for v in row.nodes.iter().filter_map(|n| n.value.clone()) {
         if !out.contains(&v) {
@@ -183,27 +183,17 @@ mod tests {
 
     fn row(key: &str, alive: Option<bool>) -> LockRow {
         let holder = LockHolder { instance: "i1".into(), host: "h".into(), pid: 1, acquired_at: 0, ttl_ms: 30_000, fence: 4, nonce: "n".into() };
-        LockRow {
-            key: key.into(),
-            scope: "single",
-            value: holder.to_value(),
-            holder: Some(holder),
-            pttl_ms: 12_000,
-            read_at_ms: 0,
-            owner_alive: alive,
-            fence_counter: Some(4),
-            flags: vec![LockFlag::DeadOwner],
-            nodes: vec![],
-            quorum: None,
-        }
+        let live: std::collections::BTreeSet<String> = if alive == Some(true) { ["i1".to_string()].into() } else { Default::default() };
+        LockRow::new(key.into(), "single", holder.to_value(), 12_000, 0, alive.map(|_| &live), Some(4), vec![], None)
     }
+
 
     #[test]
     fn one_release_outside_production_needs_no_phrase() {
         let r = row("lock:order:1", Some(false));
         let c = release(&[&r], 0, "local", false);
         assert_eq!((c.phrase.clone(), c.needs_reason, c.missing()), (None, false, None));
-        assert!(c.lines.iter().any(|l| l.contains(&r.value)), "the exact value is shown: {:?}", c.lines);
+        assert!(c.lines.iter().any(|l| l.contains(r.value().as_ref())), "the exact value is shown: {:?}", c.lines);
         assert!(c.lines.iter().any(|l| l.contains("PTTL 12")), "{:?}", c.lines);
     }
 

@@ -4,6 +4,7 @@
 //! agrees; and the keys of one trace (`lock:order:…`, `lock:req:…`, `fence:…`, `idem:…`).
 //! Read-only: nothing here writes.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -114,14 +115,18 @@ impl LockFlag {
     }
 }
 
-/// One lock key as the console shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One lock key as the console shows it. A console lists up to every lock there is, and the next
+/// scan is built while this one is on screen, so a row keeps its value once: the decoded holder
+/// when the value is exactly the holder's canonical JSON (every value idemguard writes), the raw
+/// text otherwise. [`LockRow::value`] gives it back byte for byte either way.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LockRow {
     pub key: String,
     /// `single` (the main Redis) or `redlock` (the RedLock nodes).
     pub scope: &'static str,
-    /// The value (for RedLock: the majority's, else the most common one).
-    pub value: String,
+    /// The value when it is not `holder`'s canonical JSON (for RedLock: the majority's, else the
+    /// most common one).
+    raw_value: Option<Box<str>>,
     pub holder: Option<LockHolder>,
     /// PTTL when read; -1 = no TTL. For RedLock: the smallest among the agreeing nodes.
     pub pttl_ms: i64,
@@ -133,13 +138,96 @@ pub struct LockRow {
     pub fence_counter: Option<i64>,
     pub flags: Vec<LockFlag>,
     /// RedLock only: every node's view of the key.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeHolding>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub quorum: Option<Quorum>,
 }
 
+/// The JSON form of a [`LockRow`] (`idemguard locks --json`): the value written out.
+#[derive(Serialize)]
+struct LockRowJson<'a> {
+    key: &'a str,
+    scope: &'static str,
+    value: Cow<'a, str>,
+    holder: &'a Option<LockHolder>,
+    pttl_ms: i64,
+    read_at_ms: i64,
+    owner_alive: Option<bool>,
+    fence_counter: Option<i64>,
+    flags: &'a [LockFlag],
+    #[serde(skip_serializing_if = "<[NodeHolding]>::is_empty")]
+    nodes: &'a [NodeHolding],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quorum: Option<Quorum>,
+}
+
+impl Serialize for LockRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LockRowJson {
+            key: &self.key,
+            scope: self.scope,
+            value: self.value(),
+            holder: &self.holder,
+            pttl_ms: self.pttl_ms,
+            read_at_ms: self.read_at_ms,
+            owner_alive: self.owner_alive,
+            fence_counter: self.fence_counter,
+            flags: &self.flags,
+            nodes: &self.nodes,
+            quorum: self.quorum,
+        }
+        .serialize(s)
+    }
+}
+
 impl LockRow {
+    /// A row for `key` holding `value`: decodes the holder, its liveness (from the instances
+    /// with a heartbeat, when known) and the flags.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        key: String,
+        scope: &'static str,
+        value: String,
+        pttl_ms: i64,
+        read_at_ms: i64,
+        live: Option<&BTreeSet<String>>,
+        fence_counter: Option<i64>,
+        nodes: Vec<NodeHolding>,
+        quorum: Option<Quorum>,
+    ) -> LockRow {
+        let holder = LockHolder::from_value(&value);
+        let owner_alive = match (&holder, live) {
+            (Some(h), Some(live)) => Some(live.contains(&h.instance)),
+            _ => None,
+        };
+        let mut flags = Vec::new();
+        if pttl_ms == -1 {
+            flags.push(LockFlag::NoTtl);
+        }
+        if owner_alive == Some(false) {
+            flags.push(LockFlag::DeadOwner);
+        }
+        if holder.is_none() {
+            flags.push(LockFlag::Undecodable);
+        }
+        if quorum.is_some_and(|q| !q.reached) {
+            flags.push(LockFlag::NoQuorum);
+        }
+        let raw_value = match &holder {
+            Some(h) if h.to_value() == value => None,
+            _ => Some(value.into_boxed_str()),
+        };
+        LockRow { fence_counter, key, scope, raw_value, holder, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
+    }
+
+    /// The value exactly as read (for RedLock: the majority's, else the most common one).
+    pub fn value(&self) -> Cow<'_, str> {
+        match (&self.raw_value, &self.holder) {
+            (Some(v), _) => Cow::Borrowed(v),
+            (None, Some(h)) => Cow::Owned(h.to_value()),
+            (None, None) => Cow::Borrowed(""),
+        }
+    }
+
     /// PTTL counted down from when it was read (never below 0; -1 stays -1).
     pub fn pttl_now(&self, now_ms: i64) -> i64 {
         if self.pttl_ms < 0 {
@@ -344,7 +432,7 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
     let read_at = scan.read_at_ms;
     scan.locks.reserve(main_keys.len());
     for k in main_keys {
-        scan.locks.push(lock_row(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None));
+        scan.locks.push(LockRow::new(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None));
     }
     // RedLock: group each key over the nodes that answered.
     let node_count = per_node.len();
@@ -378,44 +466,12 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
             .collect();
         let pttl = nodes.iter().filter(|n| n.agrees).map(|n| n.pttl_ms).filter(|p| *p != -2).min_by_key(|p| if *p < 0 { i64::MAX } else { *p }).unwrap_or(-2);
         let fence = fences.get(&key).copied();
-        scan.locks.push(lock_row(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)));
+        scan.locks.push(LockRow::new(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)));
     }
     scan.locks.sort_by(|a, b| a.key.cmp(&b.key).then(a.scope.cmp(b.scope)));
 }
 
 #[allow(clippy::too_many_arguments)]
-fn lock_row(
-    key: String,
-    scope: &'static str,
-    value: String,
-    pttl_ms: i64,
-    read_at_ms: i64,
-    live: Option<&BTreeSet<String>>,
-    fence_counter: Option<i64>,
-    nodes: Vec<NodeHolding>,
-    quorum: Option<Quorum>,
-) -> LockRow {
-    let holder = LockHolder::from_value(&value);
-    let owner_alive = match (&holder, live) {
-        (Some(h), Some(live)) => Some(live.contains(&h.instance)),
-        _ => None,
-    };
-    let mut flags = Vec::new();
-    if pttl_ms == -1 {
-        flags.push(LockFlag::NoTtl);
-    }
-    if owner_alive == Some(false) {
-        flags.push(LockFlag::DeadOwner);
-    }
-    if holder.is_none() {
-        flags.push(LockFlag::Undecodable);
-    }
-    if quorum.is_some_and(|q| !q.reached) {
-        flags.push(LockFlag::NoQuorum);
-    }
-    LockRow { fence_counter, key, scope, value, holder, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
-}
-
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
@@ -509,7 +565,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
         }
         if let Some(v) = value_string(v) {
             let pttl = if let redis::Value::Int(n) = pttl { *n } else { -2 };
-            out.locks.push(lock_row(k.clone(), "single", v, pttl, read_at_ms, Some(&live), fences.get(k).copied(), Vec::new(), None));
+            out.locks.push(LockRow::new(k.clone(), "single", v, pttl, read_at_ms, Some(&live), fences.get(k).copied(), Vec::new(), None));
         }
     }
     if let Some(f) = fast {
@@ -577,5 +633,31 @@ fn value_string(v: &redis::Value) -> Option<String> {
         redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         redis::Value::SimpleString(s) => Some(s.clone()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_gives_its_value_back_byte_for_byte() {
+        let h = LockHolder { instance: "vm-1".into(), host: "h".into(), pid: 7, acquired_at: 1, ttl_ms: 30_000, fence: 3, nonce: "n1".into() };
+        // idemguard's own value: kept as the holder only.
+        let own = LockRow::new("lock:order:1".into(), "single", h.to_value(), 100, 0, None, Some(3), vec![], None);
+        assert!(own.raw_value.is_none());
+        assert_eq!(own.value(), h.to_value());
+        // The same holder written with other spacing or field order, and a foreign value: kept raw.
+        let spaced = h.to_value().replace(",\"host\"", ", \"host\"");
+        let other_order = format!(r#"{{"host":"h","instance":"vm-1","pid":7,"acquired_at":1,"ttl_ms":30000,"fence":3,"nonce":"n1"}}"#);
+        for v in [spaced, other_order, "locked-by-cron".to_string()] {
+            let row = LockRow::new("lock:order:1".into(), "single", v.clone(), 100, 0, None, None, vec![], None);
+            assert_eq!(row.value(), v);
+        }
+        // The JSON form still carries the value.
+        let json = serde_json::to_value(&own).unwrap();
+        assert_eq!(json["value"], h.to_value());
+        assert_eq!(json["holder"]["fence"], 3);
+        assert!(json.get("nodes").is_none() && json.get("quorum").is_none());
     }
 }

@@ -358,7 +358,7 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
 fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
     let holder = match &l.holder {
         Some(h) => format!("held by {} (host {} pid {}) fence {} since {}", h.instance, h.host, h.pid, h.fence, age(now - h.acquired_at)),
-        None => format!("value {}", short(&l.value, 40)),
+        None => format!("value {}", short(&l.value(), 40)),
     };
     let alive = match l.owner_alive {
         Some(true) => " · owner alive",
