@@ -552,6 +552,62 @@ async fn headless_trace_json_mysql() {
     headless_trace_json(Dialect::Mysql).await;
 }
 
+/// A trace (and an --id report) of an order still finds its Kafka side when both topics hold
+/// more other messages after it than the console's stores keep: the headless reads keep what
+/// names the order's IDs, not the newest N messages.
+#[tokio::test]
+async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep() {
+    use idemguard::console::report::{self, Scope};
+    use idemguard::console::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
+    use idemguard::contracts::{headers, Layer, Outcome, TraceEvent};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &w.config.kafka.bootstrap_servers)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "500000")
+        .create()
+        .unwrap();
+    let send = |mut record: BaseRecord<'_, str, [u8]>| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match producer.send(record) {
+                Ok(()) => return,
+                Err((e, back)) => {
+                    assert!(Instant::now() < deadline, "producing the filler: {e}");
+                    record = back;
+                    producer.poll(Duration::from_millis(20));
+                }
+            }
+        }
+    };
+    for i in 0..TRACE_EVENTS_KEPT + 10 {
+        let e = TraceEvent::new(Layer::Api, Outcome::Replayed).request_id(format!("APP:ORDER:20261129:filler-{i}")).order_no(format!("F{i:028}"));
+        send(BaseRecord::to(&w.config.kafka.trace_topic).key("filler").payload(serde_json::to_vec(&e).unwrap().as_slice()));
+    }
+    for i in 0..PAYMENT_MESSAGES_KEPT + 10 {
+        let order = format!("F{i:028}");
+        let h = OwnedHeaders::new().insert(Header { key: headers::ORDER_NO, value: Some(order.as_str()) });
+        send(BaseRecord::to(&w.config.kafka.payment_topic).key(order.as_str()).payload(b"{}".as_slice()).headers(h));
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+
+    let r = headless::trace(&w.config, &inc.order_no).await;
+    assert_eq!(r.exit_code(), 0, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["data"]["entries"].as_array().unwrap().len(), INCIDENT_ENTRIES);
+    assert_eq!(j["data"]["interceptions"].as_array().unwrap().len(), 5, "the trace events of the incident were kept");
+    assert_eq!(j["data"]["events"][0]["kafka_copies"], 3, "the payment messages of the incident were kept");
+
+    let rep = report::build(&w.config, &Scope::Id(inc.order_no.clone())).await.unwrap();
+    let j = serde_json::to_value(&rep).unwrap();
+    let stopped: u64 = j["rates"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(stopped, 5, "the report counts the incident's interceptions: {}", j["rates"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The binary: exit statuses, and a real terminal (tmux)
 // ---------------------------------------------------------------------------------------------

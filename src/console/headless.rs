@@ -6,6 +6,7 @@
 //! backend failed (what could be read is still printed); 3 when `trace` finds no trace of the ID
 //! anywhere while every backend answered.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -126,6 +127,79 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
     .await
 }
 
+/// The IDs a read of the topics for one trace keeps: a payment message or trace event is kept
+/// when it names one of them, however many other messages the topic holds. Without it a read
+/// keeps the newest [`PAYMENT_MESSAGES_KEPT`](super::store::PAYMENT_MESSAGES_KEPT) /
+/// [`TRACE_EVENTS_KEPT`](super::store::TRACE_EVENTS_KEPT), and on a busy system the trace of an
+/// order from an hour ago would have lost its Kafka side.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Keep {
+    ids: BTreeSet<String>,
+}
+
+impl Keep {
+    /// The query itself and every ID the database rows link it to.
+    pub fn of(query: &str, rows: Option<&TraceRows>) -> Keep {
+        let mut ids = BTreeSet::from([query.to_string()]);
+        if let Some(r) = rows {
+            ids.extend([r.ids.order_no.clone(), r.ids.request_id.clone(), r.ids.event_id.clone()].into_iter().flatten());
+            ids.extend(timeline::event_ids_of(&TraceTarget::classify(query), Some(r), &[]));
+        }
+        Keep { ids }
+    }
+
+    fn names(&self, id: Option<&str>) -> bool {
+        id.is_some_and(|i| self.ids.contains(i))
+    }
+
+    /// Keeps a message that names a kept ID, and from then on every ID it names (an eventId the
+    /// database does not know yet leads to its order).
+    fn message(&mut self, m: &PaymentMessage) -> bool {
+        let hit = self.names(m.order_no.as_deref()) || self.names(m.request_id.as_deref()) || self.names(m.event_id.as_deref());
+        if hit {
+            self.ids.extend([m.order_no.clone(), m.request_id.clone(), m.event_id.clone()].into_iter().flatten());
+        }
+        hit
+    }
+
+    fn event(&self, e: &crate::contracts::TraceEvent) -> bool {
+        self.names(e.order_no.as_deref()) || self.names(e.request_id.as_deref()) || self.names(e.event_id.as_deref())
+    }
+}
+
+/// The payment messages that name what `keep` keeps (growing it), read to the current end.
+pub async fn read_payments_keeping(config: &Config, keep: Keep) -> anyhow::Result<(PaymentIndex, Keep)> {
+    let c = config.clone();
+    blocking(move || {
+        let mut keep = keep;
+        let mut index = PaymentIndex::default();
+        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, |m| {
+            let m = PaymentMessage::from_kafka(m);
+            if keep.message(&m) {
+                index.ingest(m);
+            }
+        })?;
+        Ok((index, keep))
+    })
+    .await
+}
+
+/// The trace events of the trace topic from `start` that name what `keep` keeps.
+pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep) -> anyhow::Result<TraceLog> {
+    let c = config.clone();
+    let keep = keep.clone();
+    blocking(move || {
+        let mut log = TraceLog::default();
+        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, |m| match topics::trace_event_of(m) {
+            Some(e) if keep.event(&e) => log.ingest(e),
+            Some(_) => {}
+            None => log.undecodable += 1,
+        })?;
+        Ok(log)
+    })
+    .await
+}
+
 /// The trace events of the trace topic from `start` (bounded read to the current end).
 pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<TraceLog> {
     let c = config.clone();
@@ -149,15 +223,15 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
     let target = TraceTarget::classify(query);
     let mut backends = Vec::new();
 
-    // The database and both topics at once; Redis once the IDs are known.
+    // The database first: its rows link the IDs, and the topics are read for those IDs only
+    // (a topic holds far more than one trace). Redis once the IDs are known.
     let t_db = Instant::now();
     let db_part = async {
         let db = connect_db(config).await?;
         let rows = records::trace_rows(&db, &TraceIds::of_target(&target)).await?;
         anyhow::Ok((db, rows))
-    };
-    let t_kafka = Instant::now();
-    let (db_part, payments, log) = tokio::join!(db_part, read_payments(config), read_trace_log(config, StartAt::Beginning));
+    }
+    .await;
     let (mut db, mut rows): (Option<Database>, Option<TraceRows>) = (None, None);
     match db_part {
         Ok((d, r)) => {
@@ -166,6 +240,13 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
         }
         Err(e) => backends.push(report(config, BackendId::Database, t_db, Some(format!("{e:#}")))),
     }
+    let t_kafka = Instant::now();
+    let keep = Keep::of(query, rows.as_ref());
+    let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
+        Ok((p, k)) => (Ok(p), k),
+        Err(e) => (Err(e), keep),
+    };
+    let log = read_trace_log_keeping(config, StartAt::Beginning, &keep).await;
     let trace_error = log.as_ref().err().map(|e| format!("{e:#}"));
     let payment_error = payments.as_ref().err().map(|e| format!("{e:#}"));
     let payments = payments.unwrap_or_default();

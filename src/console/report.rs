@@ -15,7 +15,7 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
 use super::actions::{self, AuditRow};
-use super::headless::{read_payments, read_trace_log, EnvironmentInfo};
+use super::headless::{read_payments, read_payments_keeping, read_trace_log, read_trace_log_keeping, EnvironmentInfo, Keep};
 use super::records::{self, TraceIds};
 use super::store::{PaymentIndex, TraceLog};
 use super::timeline::{self, Timeline, TimelineInputs};
@@ -135,7 +135,19 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     c.database.max_connections = c.database.max_connections.min(4);
     let db = Database::connect_for_reads(&c).await?;
     let mut errors = Vec::new();
-    let (payments, log) = tokio::join!(read_payments(config), read_trace_log(config, StartAt::Beginning));
+    // A report on one ID reads the topics for that ID's IDs only (see `Keep`); a window report
+    // reads them whole, bounded by the stores.
+    let (payments, log) = match scope {
+        Scope::Id(id) => {
+            let rows = records::trace_rows(&db, &TraceIds::of_target(&TraceTarget::classify(id))).await.ok();
+            let keep = Keep::of(id, rows.as_ref());
+            match read_payments_keeping(config, keep.clone()).await {
+                Ok((p, keep)) => (Ok(p), read_trace_log_keeping(config, StartAt::Beginning, &keep).await),
+                Err(e) => (Err(e), read_trace_log_keeping(config, StartAt::Beginning, &keep).await),
+            }
+        }
+        Scope::Window { .. } => tokio::join!(read_payments(config), read_trace_log(config, StartAt::Beginning)),
+    };
     let payments = payments.unwrap_or_else(|e| {
         errors.push(format!("payment topic {}: {e:#}", config.kafka.payment_topic));
         PaymentIndex::default()
