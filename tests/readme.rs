@@ -4,7 +4,9 @@
 //! from the repository root — the way a new user types them — except the last one (the tests:
 //! `scripts/stack up && cargo test`), which is exactly what `.ci/run` runs. Around them:
 //! - `scripts/demo --no-tui` (the demo's headless form the README gives) must print where to
-//!   look as JSON; the headless twins the README names (`trace`, `report --id`, `locks`,
+//!   look as JSON; `scripts/demo` itself runs in a real terminal (tmux): the console opens under
+//!   the DEMO badge with actions enabled, shows the dead owner's lock, and `q` stops everything
+//!   the demo started; the headless twins the README names (`trace`, `report --id`, `locks`,
 //!   `rates`, `stuck`) then run on the order the demo clicked five times;
 //! - the expected answers the README writes under a command (`#   HTTP/1.1 201 Created …`)
 //!   are checked against what that command printed;
@@ -133,6 +135,22 @@ fn run_bash(script: &str, dir: &Path, timeout: Duration) -> (bool, String, Strin
     (status.success(), out.join().unwrap(), err.join().unwrap())
 }
 
+/// Processes running the release binary (pid and command line).
+fn release_processes() -> Vec<String> {
+    let bin = repo().join("target/release/idemguard");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+        if !zombie && cmdline.starts_with(bin.to_string_lossy().as_ref()) {
+            out.push(format!("{pid} {}", cmdline.trim()));
+        }
+    }
+    out
+}
+
 fn tail(s: &str, lines: usize) -> String {
     let all: Vec<&str> = s.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -159,6 +177,43 @@ fn the_readme_commands_work_as_written() {
     assert!(ok, "`scripts/demo --no-tui` failed:\n{}", tail(&err, 40));
     let demo: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("`scripts/demo --no-tui` printed no JSON ({e}):\n{out}"));
     let clicked = demo["clicked_request_id"].as_str().expect("the demo names the request clicked five times").to_string();
+
+    // ---- the demo as the README's first command runs it: the console, in a real terminal --------
+    // tmux runs `scripts/demo` as written; the console opens on the incident under the DEMO
+    // badge with actions enabled; `q` stops everything the demo started.
+    let before = release_processes();
+    let session = format!("igreadme{}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)");
+    let script = format!("cd {} && scripts/demo; echo DEMO-EXITED-$?; sleep 60", repo().display());
+    let started = tmux(&["new-session", "-d", "-s", &session, "-x", "200", "-y", "50", "bash", "-c", &script]);
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let capture = || String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned();
+    let wait_for = |what: &str, secs: u64, f: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let screen = capture();
+            if f(&screen) {
+                return screen;
+            }
+            if Instant::now() > deadline {
+                tmux(&["kill-session", "-t", &session]);
+                panic!("`scripts/demo` in a terminal: {what} did not appear within {secs} s:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let console = wait_for("the console with the DEMO badge and actions enabled", 180, &|s| {
+        s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED")
+    });
+    assert!(console.contains("database ok"), "{console}");
+    tmux(&["send-keys", "-t", &session, "2"]);
+    wait_for("the demo's dead-owner lock in the Locks view", 60, &|s| s.contains("dead_owner"));
+    tmux(&["send-keys", "-t", &session, "q"]);
+    let after = wait_for("the demo's exit", 60, &|s| s.contains("DEMO-EXITED-"));
+    tmux(&["kill-session", "-t", &session]);
+    assert!(after.contains("DEMO-EXITED-0"), "{after}");
+    let left: Vec<String> = release_processes().into_iter().filter(|p| !before.contains(p)).collect();
+    assert!(left.is_empty(), "quitting the demo's console left processes running: {left:?}");
 
     // ---- the headless twins the README names, on the order the demo clicked five times ----------
     let bin = repo().join("target/release/idemguard");
