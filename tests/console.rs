@@ -584,9 +584,13 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
             }
         }
     };
-    for i in 0..TRACE_EVENTS_KEPT + 10 {
-        let e = TraceEvent::new(Layer::Api, Outcome::Replayed).request_id(format!("APP:ORDER:20261129:filler-{i}")).order_no(format!("F{i:028}"));
-        send(BaseRecord::to(&w.config.kafka.trace_topic).key("filler").payload(serde_json::to_vec(&e).unwrap().as_slice()));
+    // More than the log keeps behind the incident in every partition of the trace topic, so
+    // however the reader interleaves partitions, the incident's events are evicted.
+    for p in 0..3 {
+        for i in 0..TRACE_EVENTS_KEPT + 10 {
+            let e = TraceEvent::new(Layer::Api, Outcome::Replayed).request_id(format!("APP:ORDER:20261129:filler-{p}-{i}")).order_no(format!("F{p}{i:027}"));
+            send(BaseRecord::to(&w.config.kafka.trace_topic).partition(p).key("filler").payload(serde_json::to_vec(&e).unwrap().as_slice()));
+        }
     }
     for i in 0..PAYMENT_MESSAGES_KEPT + 10 {
         let order = format!("F{i:028}");
@@ -606,6 +610,24 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     let j = serde_json::to_value(&rep).unwrap();
     let stopped: u64 = j["rates"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert_eq!(stopped, 5, "the report counts the incident's interceptions: {}", j["rates"]);
+
+    // The live console: once its trace log has moved past the incident (it keeps the newest
+    // events), tracing the order still shows every trace event of it, read from the topic.
+    let (mut app, mut b) = console(&w);
+    let filler = 3 * (TRACE_EVENTS_KEPT + 10) as u64;
+    // 300,000 events for a debug build next to other tests: a longer wait than pump_until's.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !(app.trace_log.events_seen >= filler && app.trace_log.matching(Some(&inc.order_no), Some(&inc.request_id), &Default::default()).is_empty()) {
+        assert!(Instant::now() < deadline, "the console read {} of {filler} trace events in 240 s", app.trace_log.events_seen);
+        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await {
+            app.apply(u);
+        }
+    }
+    type_str(&mut app, &format!(":trace {}", inc.order_no));
+    press(&mut app, KeyCode::Enter);
+    pump_until(&mut app, &mut b.updates, "the whole timeline of an order older than the log keeps", timeline_complete).await;
+    assert_eq!(app.timeline().unwrap().interceptions.len(), 5);
+    b.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------------

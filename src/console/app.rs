@@ -103,6 +103,8 @@ pub struct App {
     pub trace_rows: Option<TraceRows>,
     pub trace_keys: Option<TraceKeys>,
     pub trace_log: TraceLog,
+    /// The trace target's events read from the whole trace topic ([`Update::TraceHistory`]).
+    trace_history: Option<Vec<crate::contracts::TraceEvent>>,
     pub payments: PaymentIndex,
     pub trace_topic: Option<TopicProgress>,
     pub payment_topic: Option<TopicProgress>,
@@ -168,6 +170,7 @@ impl App {
             trace_rows: None,
             trace_keys: None,
             trace_log: TraceLog::default(),
+            trace_history: None,
             payments: PaymentIndex::default(),
             trace_topic: None,
             payment_topic: None,
@@ -412,6 +415,7 @@ impl App {
             self.trace_query = Some(id.clone());
             self.trace_rows = None;
             self.trace_keys = None;
+            self.trace_history = None;
             self.selected.insert(View::Trace, 0);
         }
         self.trace_stale = true;
@@ -690,6 +694,16 @@ impl App {
                 self.trace_stale = true;
                 self.publish_focus();
             }
+            Update::TraceHistory { ids, result } => match result {
+                Ok(events) => {
+                    self.ok(backend);
+                    if ids == self.resolved_ids() {
+                        self.trace_history = Some(events);
+                        self.trace_stale = true;
+                    }
+                }
+                Err(e) => self.down(backend, e),
+            },
             Update::TraceTopic(Ok(p)) => {
                 self.ok(backend);
                 self.trace_topic = Some(p);
@@ -805,7 +819,15 @@ impl App {
         let ids = self.resolved_ids();
         let messages = self.payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
         let event_ids = timeline::event_ids_of(&target, self.trace_rows.as_ref(), &messages);
-        let events = self.trace_log.matching(ids.order_no.as_deref(), ids.request_id.as_deref(), &event_ids);
+        let mut events = self.trace_log.matching(ids.order_no.as_deref(), ids.request_id.as_deref(), &event_ids);
+        // Older events of the target that the trace log no longer keeps (read once per target).
+        if let Some(history) = &self.trace_history {
+            let missing: Vec<crate::contracts::TraceEvent> = history.iter().filter(|e| !events.contains(e)).cloned().collect();
+            if !missing.is_empty() {
+                events.extend(missing);
+                events.sort_by_key(|e| super::store::event_ms(e).unwrap_or(0));
+            }
+        }
         Some(timeline::build(TimelineInputs {
             query,
             rows: self.trace_rows.as_ref(),

@@ -108,6 +108,9 @@ pub enum Update {
     Locks(LockScan),
     TraceKeys { ids: TraceIds, result: Result<TraceKeys, String> },
     TraceEvents(Vec<TraceEvent>),
+    /// The trace events that name `ids`, read from the whole trace topic when the trace target
+    /// changed: an order older than the newest events the trace log keeps still has them.
+    TraceHistory { ids: TraceIds, result: Result<Vec<TraceEvent>, String> },
     TraceTopic(Result<TopicProgress, String>),
     PaymentMessages(Vec<PaymentMessage>),
     PaymentTopic { progress: Result<TopicProgress, String>, lag: Result<Vec<PartitionLag>, String> },
@@ -124,7 +127,7 @@ impl Update {
         match self {
             Update::Stuck(_) | Update::TraceRows { .. } | Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
-            Update::TraceEvents(_) | Update::TraceTopic(_) => BackendId::TraceTopic,
+            Update::TraceEvents(_) | Update::TraceHistory { .. } | Update::TraceTopic(_) => BackendId::TraceTopic,
             Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
         }
     }
@@ -443,8 +446,25 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
     };
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
+    let mut history_of: Option<TraceIds> = None;
     loop {
         let f = focus.borrow_and_update().clone();
+        // A new trace target: read its history from the whole topic, on a task of its own so the
+        // probe keeps its pace. The app keeps the answer only while the IDs are still the ones it
+        // traces.
+        if kind == TopicKind::Trace && f.query.is_some() && history_of.as_ref() != Some(&f.ids) && f.ids != TraceIds::default() {
+            history_of = Some(f.ids.clone());
+            let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
+            let query = f.query.clone().unwrap_or_default();
+            tokio::spawn(async move {
+                let keep = super::headless::Keep::of_ids(&query, &ids);
+                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep)
+                    .await
+                    .map(|log| log.matching_any(&keep))
+                    .map_err(|e| format!("{e:#}"));
+                let _ = tx.send(Update::TraceHistory { ids, result }).await;
+            });
+        }
         let u = match probe_topic(&config, &topic, kind).await {
             Ok((marks, progress, lag)) => {
                 if reader.is_none() {

@@ -148,6 +148,18 @@ impl Keep {
         Keep { ids }
     }
 
+    /// The query and the IDs it resolved to (the live console's trace target).
+    pub fn of_ids(query: &str, ids: &TraceIds) -> Keep {
+        let mut keep = BTreeSet::from([query.to_string()]);
+        keep.extend([ids.order_no.clone(), ids.request_id.clone(), ids.event_id.clone()].into_iter().flatten());
+        Keep { ids: keep }
+    }
+
+    /// True when the event names one of the kept IDs.
+    pub fn keeps(&self, e: &crate::contracts::TraceEvent) -> bool {
+        self.event(e)
+    }
+
     fn names(&self, id: Option<&str>) -> bool {
         id.is_some_and(|i| self.ids.contains(i))
     }
