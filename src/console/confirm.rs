@@ -179,7 +179,6 @@ pub struct RowResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::console::locks::LockFlag;
 
     fn row(key: &str, alive: Option<bool>) -> LockRow {
         let holder = LockHolder { instance: "i1".into(), host: "h".into(), pid: 1, acquired_at: 0, ttl_ms: 30_000, fence: 4, nonce: "n".into() };
