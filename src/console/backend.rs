@@ -460,7 +460,7 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
                 let keep = super::headless::Keep::of_ids(&query, &ids);
                 let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep)
                     .await
-                    .map(|log| log.matching_any(&keep))
+                    .map(|log| log.oldest_first())
                     .map_err(|e| format!("{e:#}"));
                 let _ = tx.send(Update::TraceHistory { ids, result }).await;
             });

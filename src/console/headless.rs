@@ -155,11 +155,6 @@ impl Keep {
         Keep { ids: keep }
     }
 
-    /// True when the event names one of the kept IDs.
-    pub fn keeps(&self, e: &crate::contracts::TraceEvent) -> bool {
-        self.event(e)
-    }
-
     fn names(&self, id: Option<&str>) -> bool {
         id.is_some_and(|i| self.ids.contains(i))
     }
@@ -174,7 +169,8 @@ impl Keep {
         hit
     }
 
-    fn event(&self, e: &crate::contracts::TraceEvent) -> bool {
+    /// True when the event names one of the kept IDs.
+    pub fn keeps(&self, e: &crate::contracts::TraceEvent) -> bool {
         self.names(e.order_no.as_deref()) || self.names(e.request_id.as_deref()) || self.names(e.event_id.as_deref())
     }
 }
@@ -203,13 +199,24 @@ pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep
     blocking(move || {
         let mut log = TraceLog::default();
         topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, |m| match topics::trace_event_of(m) {
-            Some(e) if keep.event(&e) => log.ingest(e),
+            Some(e) if keep.keeps(&e) => log.ingest(e),
             Some(_) => {}
             None => log.undecodable += 1,
         })?;
         Ok(log)
     })
     .await
+}
+
+/// Both topics, read for one trace: the payment messages first (they can lead an eventId to
+/// its order), then the trace events that name any ID found so far.
+pub async fn read_topics_for(config: &Config, query: &str, rows: Option<&TraceRows>) -> (anyhow::Result<PaymentIndex>, anyhow::Result<TraceLog>) {
+    let keep = Keep::of(query, rows);
+    let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
+        Ok((p, k)) => (Ok(p), k),
+        Err(e) => (Err(e), keep),
+    };
+    (payments, read_trace_log_keeping(config, StartAt::Beginning, &keep).await)
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end).
@@ -253,12 +260,7 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
         Err(e) => backends.push(report(config, BackendId::Database, t_db, Some(format!("{e:#}")))),
     }
     let t_kafka = Instant::now();
-    let keep = Keep::of(query, rows.as_ref());
-    let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
-        Ok((p, k)) => (Ok(p), k),
-        Err(e) => (Err(e), keep),
-    };
-    let log = read_trace_log_keeping(config, StartAt::Beginning, &keep).await;
+    let (payments, log) = read_topics_for(config, query, rows.as_ref()).await;
     let trace_error = log.as_ref().err().map(|e| format!("{e:#}"));
     let payment_error = payments.as_ref().err().map(|e| format!("{e:#}"));
     let payments = payments.unwrap_or_default();

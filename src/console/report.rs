@@ -15,7 +15,7 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
 use super::actions::{self, AuditRow};
-use super::headless::{read_payments, read_payments_keeping, read_trace_log, read_trace_log_keeping, EnvironmentInfo, Keep};
+use super::headless::{read_payments, read_topics_for, read_trace_log, EnvironmentInfo};
 use super::records::{self, TraceIds};
 use super::store::{PaymentIndex, TraceLog};
 use super::timeline::{self, Timeline, TimelineInputs};
@@ -140,11 +140,7 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     let (payments, log) = match scope {
         Scope::Id(id) => {
             let rows = records::trace_rows(&db, &TraceIds::of_target(&TraceTarget::classify(id))).await.ok();
-            let keep = Keep::of(id, rows.as_ref());
-            match read_payments_keeping(config, keep.clone()).await {
-                Ok((p, keep)) => (Ok(p), read_trace_log_keeping(config, StartAt::Beginning, &keep).await),
-                Err(e) => (Err(e), read_trace_log_keeping(config, StartAt::Beginning, &keep).await),
-            }
+            read_topics_for(config, id, rows.as_ref()).await
         }
         Scope::Window { .. } => tokio::join!(read_payments(config), read_trace_log(config, StartAt::Beginning)),
     };

@@ -165,11 +165,11 @@ impl TraceLog {
         out.into_iter().map(StoredEvent::event).collect()
     }
 
-    /// The kept events that `keep` keeps, oldest first.
-    pub fn matching_any(&self, keep: &super::headless::Keep) -> Vec<TraceEvent> {
-        let mut out: Vec<TraceEvent> = self.events.iter().map(StoredEvent::event).filter(|e| keep.keeps(e)).collect();
-        out.sort_by_key(|e| event_ms(e).unwrap_or(0));
-        out
+    /// Every kept event, oldest first.
+    pub fn oldest_first(&self) -> Vec<TraceEvent> {
+        let mut out: Vec<&StoredEvent> = self.events.iter().collect();
+        out.sort_by_key(|e| e.ms);
+        out.into_iter().map(StoredEvent::event).collect()
     }
 
     /// IDs the events link: an event carrying an eventId and an orderNo tells which order an
