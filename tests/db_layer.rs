@@ -264,15 +264,17 @@ async fn fencing_mysql() {
 
 // ---------------------------------------------------------------------------------------------
 
-/// The affected-rows rule of `order_insert`, at the statement level: sqlx connects to MySQL
-/// with CLIENT_FOUND_ROWS, so a no-op `ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)`
-/// reports 1 for a duplicate — the same as a new row — while `replay_count = replay_count + 1`
-/// reports 2. PostgreSQL's `ON CONFLICT DO NOTHING` reports 0.
+/// The create routine tells new from duplicate (`order_create`, called as the layer calls it).
+/// On MySQL the rule inside is affected rows: sqlx connects with CLIENT_FOUND_ROWS, so a no-op
+/// `ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)` reports 1 for a duplicate — the same as a
+/// new row — while the routine's `replay_count = replay_count + 1` reports 2. PostgreSQL's
+/// `ON CONFLICT DO NOTHING … RETURNING` returns no id.
 async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     let db = orders.database();
-    let insert = |req: &'static str, order_no: &'static str| {
-        sqlx::query(db.sql("order_insert"))
+    orders.set_stock(1, 10).await.unwrap();
+    let create = |req: &'static str, order_no: &'static str| {
+        sqlx::query(db.sql("order_create"))
             .bind(req)
             .bind(order_no)
             .bind(1_i64)
@@ -282,13 +284,22 @@ async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
             .bind("CREATED")
             .bind(0_i64)
             .bind(0_i64)
-            .bind(0_i64)
     };
-    let first = insert("APP:ORDER:20261129:first-req", "O-first").execute(&db.pool).await.unwrap();
-    let dup = insert("APP:ORDER:20261129:first-req", "O-second").execute(&db.pool).await.unwrap();
-    let expected_dup = if dialect == Dialect::Postgres { 0 } else { 2 };
-    assert_eq!((first.rows_affected(), dup.rows_affected()), (1, expected_dup), "{dialect}");
+    // By position: sqlx names a MySQL CALL's columns from the prepared statement, which has none.
+    let outcome = |row: sqlx::any::AnyRow| -> (String, Option<i64>, Option<i64>) {
+        use sqlx::Row;
+        (row.get::<String, _>(0).trim().to_string(), row.get(1), row.get(2))
+    };
+    let first = outcome(create("APP:ORDER:20261129:first-req", "O-first").fetch_one(&db.pool).await.unwrap());
+    let dup = outcome(create("APP:ORDER:20261129:first-req", "O-second").fetch_one(&db.pool).await.unwrap());
+    assert_eq!(first.0, "created", "{dialect}");
+    assert!(first.1.is_some() && first.2 == Some(10), "{dialect}: {first:?}");
+    assert_eq!(dup, ("replayed".to_string(), None, None), "{dialect}");
+    assert_eq!(count(db, "order_record", "1 = 1").await, 1, "{dialect}");
+    assert_eq!(count(db, "stock_movement", "1 = 1").await, 1, "{dialect}: the duplicate took no stock");
+    assert_eq!(orders.stock_of(1).await.unwrap(), Some(9), "{dialect}");
     if dialect == Dialect::Mysql {
+        assert_eq!(count(db, "order_record", "replay_count = 1").await, 1, "the routine counted the replay");
         let noop = "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, fence, created_at, updated_at) \
                     VALUES (?, ?, 1, 1, 1, 100, 'CREATED', 0, 0, 0) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)";
         let new = sqlx::query(noop).bind("APP:ORDER:20261129:noop-req").bind("O-noop-1").execute(&db.pool).await.unwrap();

@@ -113,7 +113,7 @@ async fn doctor_passes_on_the_stack_and_names_a_closed_port() {
         let rows = doctor::run(&config).await;
         let failed: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
         assert!(failed.is_empty(), "{dialect}: doctor failed on the stack: {failed:#?}");
-        assert!(rows.iter().any(|r| r.service == "database" && r.detail.contains("schema v1 applied")));
+        assert!(rows.iter().any(|r| r.service == "database" && r.detail.contains(&format!("schema v{} applied", idemguard::db::migrate::SCHEMA_VERSION))));
         assert_eq!(rows.iter().filter(|r| r.service.starts_with("redlock node")).count(), 5);
         assert!(rows.iter().any(|r| r.service == "topic payment.succeeded" && r.detail == "3 partitions"), "{rows:#?}");
     }

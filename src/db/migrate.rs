@@ -1,6 +1,7 @@
-//! `idemguard migrate`: creates every table of the design, in either dialect.
+//! `idemguard migrate`: creates every table of the design, in either dialect, then installs the
+//! create routine of line 1 (`order_create_routine`, run whole: its body has `;` of its own).
 //!
-//! Safe to run twice (every statement is IF NOT EXISTS) and from two processes at once (an
+//! Safe to run twice (every statement is IF NOT EXISTS, the routine is replaced) and from two processes at once (an
 //! advisory lock — `pg_advisory_lock` / `GET_LOCK` — serializes them, because two concurrent
 //! `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's catalog).
 
@@ -12,8 +13,12 @@ use super::Database;
 use crate::config::Dialect;
 use crate::contracts::now_ms;
 
-/// The schema version `queries/<dialect>/schema.sql` creates.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema version `queries/<dialect>/schema.sql` and the create routine make. 2: the
+/// create transaction became the `{order_record}_create` routine.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Statements run after the schema, each whole.
+const ROUTINES: &[&str] = &["order_create_routine_drop", "order_create_routine"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrateReport {
@@ -36,7 +41,9 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
         }
     }
     let version_before = schema_version(db, &mut conn).await.unwrap_or(0);
-    let script = statements(db.sql("schema"));
+    let mut script = statements(db.sql("schema"));
+    // Routines are one statement each, whatever `;` their bodies hold.
+    script.extend(ROUTINES.iter().map(|name| db.sql(name).to_string()));
     let mut failure = None;
     for stmt in &script {
         // A plain &str runs unprepared (DDL), like raw_sql, but keeps the future `Send`.

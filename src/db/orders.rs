@@ -1,9 +1,11 @@
 //! Orders on line of defense 1: create by requestId, status transitions, fencing, reads.
 //!
-//! - **Create** (seed §2.1, §6.1): one short transaction inserts the order — the unique keys
-//!   `req_id` and `order_no` decide duplicates — then takes the stock under a row lock
-//!   ([`super::inventory`]). A duplicate is never an error: the losing transaction ends, the
-//!   first order is read back from the primary and returned as this request's result.
+//! - **Create** (seed §2.1, §2.2, §6.1): one short transaction inserts the order — the unique
+//!   keys `req_id` and `order_no` decide duplicates — then takes the stock under a row lock
+//!   ([`super::inventory`]). The transaction is one database routine,
+//!   `queries/<dialect>/order_create_routine.sql`, called in one round trip. A duplicate is
+//!   never an error: the losing transaction ends, the first order is read back from the
+//!   primary and returned as this request's result.
 //! - **Transitions** (seed §2.3, §4.4): an optimistic `UPDATE … WHERE version = ? AND status IN
 //!   (predecessors)`; when it matches nothing the row is re-read: already in the target status
 //!   is an idempotent success, anything else is refused. The allowed moves are the one table in
@@ -16,10 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
 use serde::Serialize;
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Either, Executor, Row};
+use sqlx::{AnyConnection, Row};
 
 use super::inventory;
 use super::state_machine::OrderStatus;
@@ -231,6 +232,24 @@ pub enum OrderError {
     },
 }
 
+/// The PostgreSQL routine refuses an unknown SKU (SQLSTATE IGS01) or a short stock (IGS02, the
+/// stock there is in DETAIL) by raising, which undoes its order insert; MySQL's procedure
+/// answers with a row instead.
+fn stock_refusal(order: &NewOrder, e: &sqlx::Error) -> Option<OrderError> {
+    let d = e.as_database_error()?;
+    match d.code().as_deref()? {
+        "IGS01" => Some(OrderError::UnknownSku { sku_id: order.sku_id }),
+        "IGS02" => {
+            let available = d
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|pg| pg.detail())
+                .and_then(|detail| detail.trim().parse().ok())?;
+            Some(OrderError::OutOfStock { sku_id: order.sku_id, available, wanted: order.quantity })
+        }
+        _ => None,
+    }
+}
+
 /// A database failure, naming the database and the step.
 pub(crate) fn db_error(db: &Database, what: &'static str, source: sqlx::Error) -> OrderError {
     OrderError::Database { what, url: db.shown_url.clone(), source }
@@ -318,8 +337,9 @@ impl Orders {
         let db = &self.db;
         let now = now_ms();
         let fence = order.fence.unwrap_or(0);
-        let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the create transaction", e))?;
-        let insert = sqlx::query(db.sql("order_insert"))
+        // One round trip: the routine is the whole create transaction (queries/<dialect>/
+        // order_create_routine.sql), autocommitted.
+        let row = sqlx::query(db.sql("order_create"))
             .bind(order.request_id.as_str())
             .bind(order.order_no.as_str())
             .bind(order.user_id)
@@ -329,61 +349,61 @@ impl Orders {
             .bind(OrderStatus::Created.as_str())
             .bind(fence)
             .bind(now)
-            .bind(now);
-        // Rows affected say new (1) or duplicate (PostgreSQL 0, MySQL 2); the new id comes back
-        // as a row (RETURNING) or as the last insert id, whichever the dialect gives.
-        let (mut affected, mut id) = (0_u64, None);
-        {
-            let mut steps = (&mut *tx).fetch_many(insert);
-            while let Some(step) = steps.try_next().await.map_err(|e| db_error(db, "insert the order", e))? {
-                match step {
-                    Either::Left(done) => {
-                        affected += done.rows_affected();
-                        id = id.or(done.last_insert_id());
-                    }
-                    Either::Right(row) => id = Some(row.try_get("id").map_err(|e| db_error(db, "read the new order's id", e))?),
+            .fetch_one(&db.pool)
+            .await
+            .map_err(|e| stock_refusal(order, &e).unwrap_or_else(|| db_error(db, "create the order (order_create routine)", e)))?;
+        // By position: MySQL describes a CALL's result set only when it runs, and sqlx names
+        // columns from the prepared statement, which has none.
+        let outcome: String = row.try_get(0).map_err(|e| db_error(db, "read the create routine's outcome", e))?;
+        let order_id: Option<i64> = row.try_get(1).map_err(|e| db_error(db, "read the new order's id", e))?;
+        let stock_before: Option<i64> = row.try_get(2).map_err(|e| db_error(db, "read the stock before the order", e))?;
+        match (outcome.trim(), order_id, stock_before) {
+            ("created", Some(id), Some(before)) => Ok(Attempt::Created(
+                OrderRecord {
+                    id,
+                    req_id: order.request_id.to_string(),
+                    order_no: order.order_no.to_string(),
+                    user_id: order.user_id,
+                    sku_id: order.sku_id,
+                    quantity: order.quantity,
+                    amount: order.amount,
+                    status: OrderStatus::Created,
+                    version: 0,
+                    fence,
+                    payment_event_id: None,
+                    replay_count: 0,
+                    created_at: now,
+                    updated_at: now,
+                },
+                inventory::StockTaken { before, after: before - order.quantity },
+            )),
+            ("replayed", _, _) => {
+                // Duplicate: the routine's transaction has ended (it wrote nothing but, on
+                // MySQL, a replay count). Read the first order from the primary: the answer
+                // it got is ours.
+                let row = sqlx::query(db.sql("order_replay"))
+                    .bind(order.request_id.as_str())
+                    .fetch_optional(&db.pool)
+                    .await
+                    .map_err(|e| db_error(db, "read back the first order of this requestId", e))?;
+                match row {
+                    Some(row) => Ok(Attempt::Replayed(order_from_row(db, &row)?)),
+                    // Not our req_id: another request's order already has this order_no.
+                    None => Err(OrderError::OrderNoTaken { order_no: order.order_no.to_string() }),
                 }
             }
+            ("unknown_sku", _, _) => Err(OrderError::UnknownSku { sku_id: order.sku_id }),
+            ("out_of_stock", _, Some(available)) => {
+                Err(OrderError::OutOfStock { sku_id: order.sku_id, available, wanted: order.quantity })
+            }
+            (other, id, stock) => Err(db_error(
+                db,
+                "understand the create routine's answer",
+                sqlx::Error::Protocol(format!(
+                    "unexpected row ({other:?}, {id:?}, {stock:?}); is `{{order_record}}_create` the version of this build? run `idemguard migrate`"
+                )),
+            )),
         }
-        if affected != 1 {
-            // Duplicate. End the losing transaction first (it wrote nothing but a replay
-            // count), then read the first order from the primary: the answer it got is ours.
-            tx.commit().await.map_err(|e| db_error(db, "end the duplicate's transaction", e))?;
-            let row = sqlx::query(db.sql("order_replay"))
-                .bind(order.request_id.as_str())
-                .fetch_optional(&db.pool)
-                .await
-                .map_err(|e| db_error(db, "read back the first order of this requestId", e))?;
-            return match row {
-                Some(row) => Ok(Attempt::Replayed(order_from_row(db, &row)?)),
-                // Not our req_id: another request's order already has this order_no.
-                None => Err(OrderError::OrderNoTaken { order_no: order.order_no.to_string() }),
-            };
-        }
-        let id = id.ok_or_else(|| db_error(db, "learn the new order's id", sqlx::Error::RowNotFound))?;
-        // Same transaction, right after the insert: the inventory row lock is held only for
-        // the stock statements and the commit. An error drops `tx`, which rolls back.
-        let stock = inventory::take(db, &mut tx, order.sku_id, order.quantity, order.order_no.as_str(), order.request_id.as_str()).await?;
-        tx.commit().await.map_err(|e| db_error(db, "commit the order", e))?;
-        Ok(Attempt::Created(
-            OrderRecord {
-                id,
-                req_id: order.request_id.to_string(),
-                order_no: order.order_no.to_string(),
-                user_id: order.user_id,
-                sku_id: order.sku_id,
-                quantity: order.quantity,
-                amount: order.amount,
-                status: OrderStatus::Created,
-                version: 0,
-                fence,
-                payment_event_id: None,
-                replay_count: 0,
-                created_at: now,
-                updated_at: now,
-            },
-            stock,
-        ))
     }
 
     /// Apply `t` in a transaction of its own.
