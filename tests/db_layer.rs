@@ -415,3 +415,120 @@ async fn transition_in_postgres() {
 async fn transition_in_mysql() {
     transition_inside_a_callers_transaction(Dialect::Mysql).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+
+/// The batched transition (the consumer's order sink) decides exactly as `transition_in` one
+/// by one, in batch order: two identical sets of orders, the same moves, one set batched and
+/// the other one by one — the same decisions and the same rows.
+async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
+    use idemguard::db::orders::OrderRecord;
+    let orders = orders_on(dialect).await;
+    orders.set_stock(11, 100).await.unwrap();
+    let mut sets: Vec<Vec<OrderRecord>> = Vec::new();
+    for _ in 0..2 {
+        let mut set = Vec::new();
+        for _ in 0..5 {
+            set.push(orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 11, None)).await.unwrap().into_order());
+        }
+        sets.push(set);
+    }
+    // Per set: order 2 cancelled, order 3 already paid by its own event, order 4 written under
+    // fence 9.
+    let mut earlier = Vec::new();
+    for (s, set) in sets.iter().enumerate() {
+        assert!(orders.transition(&Transition::to(set[2].order_no.clone(), OrderStatus::Cancelled)).await.unwrap().is_success());
+        let paid_event = format!("E-{s}-paid-before");
+        assert!(orders.transition(&Transition::paid(set[3].order_no.clone(), paid_event.clone())).await.unwrap().is_success());
+        assert!(orders.transition(&Transition::to(set[4].order_no.clone(), OrderStatus::Cancelled).with_fence(9)).await.is_ok());
+        earlier.push(paid_event);
+    }
+    let moves = |s: usize| -> Vec<Transition> {
+        let set = &sets[s];
+        let ev = |n: &str| format!("E-{s}-{n}");
+        vec![
+            Transition::paid(set[0].order_no.clone(), ev("a")),                    // applied
+            Transition::paid(set[0].order_no.clone(), ev("a")),                    // the same event again: already applied
+            Transition::paid(set[0].order_no.clone(), ev("b")),                    // a second payment: already PAID by "a"
+            Transition::paid(set[1].order_no.clone(), earlier[s].clone()),         // the event paid order 3: taken
+            Transition::paid(set[1].order_no.clone(), ev("c")),                    // applied
+            Transition::paid(set[2].order_no.clone(), ev("d")),                    // CANCELLED: rejected
+            Transition::paid(set[3].order_no.clone(), earlier[s].clone()),         // replay: already applied
+            Transition::paid(format!("O-missing-{s}"), ev("e")),                   // no such order
+            Transition::to(set[1].order_no.clone(), OrderStatus::Refunded).with_fence(3), // after its PAID above: applied
+            Transition::to(set[4].order_no.clone(), OrderStatus::Created),         // never back: rejected
+            Transition::paid(set[0].order_no.clone(), ev("f")).with_expected_version(0), // stale version, already PAID
+        ]
+    };
+    let kind = |r: &Result<TransitionOutcome, OrderError>| -> String {
+        match r {
+            Ok(TransitionOutcome::Applied(o)) => format!("applied {} v{} fence {} by {:?}", o.status, o.version, o.fence, o.payment_event_id.as_deref().map(|e| &e[4..])),
+            Ok(TransitionOutcome::AlreadyApplied(o)) => format!("already {} by {:?}", o.status, o.payment_event_id.as_deref().map(|e| &e[4..])),
+            Ok(TransitionOutcome::Rejected(o)) => format!("rejected at {} v{}", o.status, o.version),
+            Ok(TransitionOutcome::FenceRejected { offered, .. }) => format!("fence {offered} rejected"),
+            Err(OrderError::NotFound { .. }) => "not found".to_string(),
+            Err(OrderError::PaymentEventTaken { .. }) => "event taken".to_string(),
+            Err(e) => format!("error {e}"),
+        }
+    };
+
+    let mut tx = orders.database().pool.begin().await.unwrap();
+    let batched: Vec<String> = orders.transition_batch_in(&mut tx, &moves(0)).await.unwrap().iter().map(kind).collect();
+    tx.commit().await.unwrap();
+    // One by one, each in a transaction of its own (a unique violation aborts a PostgreSQL
+    // transaction; the batch checks the event first and never runs into it).
+    let mut one_by_one = Vec::new();
+    for t in moves(1) {
+        one_by_one.push(kind(&orders.transition(&t).await));
+    }
+    assert_eq!(batched, one_by_one, "{dialect}");
+    assert_eq!(
+        batched,
+        [
+            "applied PAID v1 fence 0 by Some(\"a\")",
+            "already PAID by Some(\"a\")",
+            "already PAID by Some(\"a\")",
+            "event taken",
+            "applied PAID v1 fence 0 by Some(\"c\")",
+            "rejected at CANCELLED v1",
+            "already PAID by Some(\"paid-before\")",
+            "not found",
+            "applied REFUNDED v2 fence 3 by Some(\"c\")",
+            "rejected at CANCELLED v1",
+            "already PAID by Some(\"a\")",
+        ],
+        "{dialect}"
+    );
+    // The rows, as written: the same in both sets.
+    for s in 0..2 {
+        let rows: Vec<(OrderStatus, i64, i64, Option<String>)> = {
+            let mut v = Vec::new();
+            for o in &sets[s] {
+                let r = orders.find_by_order_no(&o.order_no).await.unwrap().unwrap();
+                v.push((r.status, r.version, r.fence, r.payment_event_id.map(|e| e[4..].to_string())));
+            }
+            v
+        };
+        assert_eq!(
+            rows,
+            vec![
+                (OrderStatus::Paid, 1, 0, Some("a".to_string())),
+                (OrderStatus::Refunded, 2, 3, Some("c".to_string())),
+                (OrderStatus::Cancelled, 1, 0, None),
+                (OrderStatus::Paid, 1, 0, Some("paid-before".to_string())),
+                (OrderStatus::Cancelled, 1, 9, None),
+            ],
+            "{dialect}, set {s}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transition_batch_postgres() {
+    a_batch_of_transitions_decides_as_one_by_one(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transition_batch_mysql() {
+    a_batch_of_transitions_decides_as_one_by_one(Dialect::Mysql).await;
+}

@@ -490,6 +490,146 @@ impl Orders {
         Ok(TransitionOutcome::Rejected(self.current(conn, &t.order_no).await?))
     }
 
+    /// Apply a batch of transitions inside the caller's transaction with three statements
+    /// whatever its size (the payment consumer's order sink): lock the batch's orders (one
+    /// `SELECT … FOR UPDATE`, in orderNo order), read which orders the batch's payment events
+    /// already paid, judge every transition in code with the same rules as
+    /// [`Orders::transition_in`] — in batch order, each seeing the ones before it — and write
+    /// the applied ones with one `UPDATE`. The decisions are those of `transition_in` applied
+    /// one by one in batch order.
+    ///
+    /// One result per transition: `NotFound`, `PaymentEventTaken` and `InvalidRequest` are
+    /// that transition's; a database failure is the outer `Err` (roll back: on PostgreSQL the
+    /// transaction is aborted). A trace event per decision, as `transition_in` emits.
+    pub async fn transition_batch_in(
+        &self,
+        conn: &mut AnyConnection,
+        batch: &[Transition],
+    ) -> Result<Vec<Result<TransitionOutcome, OrderError>>, OrderError> {
+        let start = Instant::now();
+        let db = &self.db;
+        let order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
+        let rows = sqlx::query(db.sql("order_lock_many"))
+            .bind(serde_json::to_string(&order_nos).expect("strings serialize"))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| db_error(db, "lock the batch's orders", e))?;
+        let mut current = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let o = order_from_row(db, row)?;
+            current.insert(o.order_no.clone(), o);
+        }
+        let events: Vec<&str> = batch.iter().filter_map(|t| t.payment_event_id.as_deref()).collect();
+        let mut paid_by = std::collections::HashMap::new();
+        if !events.is_empty() {
+            let rows = sqlx::query(db.sql("order_by_payment_events"))
+                .bind(serde_json::to_string(&events).expect("strings serialize"))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| db_error(db, "read which orders the batch's payment events paid", e))?;
+            for row in &rows {
+                let order_no: String = row.try_get("order_no").map_err(|e| db_error(db, "decode an order row", e))?;
+                let event: String = row.try_get("payment_event_id").map_err(|e| db_error(db, "decode an order row", e))?;
+                paid_by.insert(event, order_no);
+            }
+        }
+        let now = now_ms();
+        let mut pending: Vec<BatchWrite> = Vec::new();
+        let mut out = Vec::with_capacity(batch.len());
+        for t in batch {
+            if let Err(e) = t.validate() {
+                out.push(Err(e));
+                continue;
+            }
+            let Some(cur) = current.get(&t.order_no) else {
+                out.push(Err(OrderError::NotFound { order_no: t.order_no.clone() }));
+                continue;
+            };
+            match judge(cur, t) {
+                Verdict::Proceed if t.expected_version.is_some_and(|v| v != cur.version) => {
+                    out.push(Ok(TransitionOutcome::Rejected(cur.clone())));
+                    continue;
+                }
+                Verdict::Proceed => {}
+                refused => {
+                    out.push(Ok(refused.outcome(cur.clone())));
+                    continue;
+                }
+            }
+            if let Some(event_id) = &t.payment_event_id {
+                if paid_by.get(event_id).is_some_and(|other| *other != t.order_no) {
+                    out.push(Err(OrderError::PaymentEventTaken { event_id: event_id.clone(), order_no: t.order_no.clone() }));
+                    continue;
+                }
+            }
+            // One write per order and statement: a second move of an order already moved in
+            // this batch goes after the first is written.
+            if pending.iter().any(|w| w.order_no == t.order_no) {
+                self.write_batch(conn, &mut pending, now).await?;
+            }
+            let fence = t.fence.unwrap_or(0);
+            pending.push(BatchWrite {
+                order_no: t.order_no.clone(),
+                version: cur.version,
+                status: t.to.as_str(),
+                fence,
+                payment_event_id: t.payment_event_id.clone(),
+            });
+            let mut after = cur.clone();
+            after.status = t.to;
+            after.version += 1;
+            after.fence = after.fence.max(fence);
+            after.payment_event_id = t.payment_event_id.clone().or(after.payment_event_id);
+            after.updated_at = now;
+            if let Some(event_id) = &t.payment_event_id {
+                paid_by.insert(event_id.clone(), t.order_no.clone());
+            }
+            out.push(Ok(TransitionOutcome::Applied(after.clone())));
+            current.insert(t.order_no.clone(), after);
+        }
+        self.write_batch(conn, &mut pending, now).await?;
+        for (t, result) in batch.iter().zip(&out) {
+            if let Ok(outcome) = result {
+                self.emit_transition(t, outcome, start);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the decided transitions of [`Orders::transition_batch_in`] with one UPDATE.
+    async fn write_batch(&self, conn: &mut AnyConnection, pending: &mut Vec<BatchWrite>, now: i64) -> Result<(), OrderError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let db = &self.db;
+        let done = sqlx::query(db.sql("order_transition_many"))
+            .bind(serde_json::to_string(&*pending).expect("writes serialize"))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| {
+                let what = if is_unique_violation(&e) {
+                    "write the batch's transitions (a payment event of the batch paid another order meanwhile; the batch is retried)"
+                } else {
+                    "write the batch's transitions"
+                };
+                db_error(db, what, e)
+            })?;
+        if done.rows_affected() != pending.len() as u64 {
+            return Err(db_error(
+                db,
+                "write the batch's transitions",
+                sqlx::Error::Protocol(format!(
+                    "{} of {} locked orders matched their version; roll back and retry the batch",
+                    done.rows_affected(),
+                    pending.len()
+                )),
+            ));
+        }
+        pending.clear();
+        Ok(())
+    }
+
     fn emit_transition(&self, t: &Transition, outcome: &TransitionOutcome, start: Instant) {
         let o = outcome.order();
         let detail = match outcome {
@@ -578,6 +718,18 @@ pub async fn find_order(db: &Database, key: OrderKey<'_>) -> Result<Option<Order
     };
     let row = sqlx::query(db.sql(query)).bind(value).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()
+}
+
+/// One decided transition of a batch, as `order_transition_many` reads it.
+#[derive(Debug, Serialize)]
+struct BatchWrite {
+    order_no: String,
+    /// The version the decision was made on.
+    version: i64,
+    status: &'static str,
+    fence: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_event_id: Option<String>,
 }
 
 /// The decision on a transition given the current row: the one place its rules are written.

@@ -46,6 +46,9 @@ builtin![
     "order_by_payment_event_id",
     "order_current",
     "order_transition",
+    "order_lock_many",
+    "order_by_payment_events",
+    "order_transition_many",
     "inventory_stock",
     "inventory_set",
     // api: the idempotency record, payment callbacks and the outbox

@@ -52,15 +52,20 @@ pub enum PaidDecision {
     EventUsedElsewhere(String),
 }
 
-/// Order → PAID for each delivery, in one transaction, through the database layer's state
-/// machine (one table of transitions, a version check, `payment_event_id` unique).
+/// Order → PAID for each delivery, in one transaction of three statements, through the
+/// database layer's state machine ([`Orders::transition_batch_in`]: the batch's orders locked
+/// at once, each move judged by the one table of transitions, one versioned UPDATE;
+/// `payment_event_id` unique).
 pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDecision>, OrderError> {
     let db = orders.database();
+    let transitions: Vec<Transition> =
+        batch.iter().map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str())).collect();
     let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the order sink", e))?;
+    let results = orders.transition_batch_in(&mut tx, &transitions).await?;
     let mut out = Vec::with_capacity(batch.len());
-    for d in batch {
+    for (d, result) in batch.iter().zip(results) {
         let e = &d.event;
-        let decision = match orders.transition_in(&mut tx, &Transition::paid(e.order_no.as_str(), e.event_id.as_str())).await {
+        let decision = match result {
             Ok(TransitionOutcome::Applied(_)) => PaidDecision::Applied,
             Ok(TransitionOutcome::AlreadyApplied(o)) => match o.payment_event_id {
                 Some(by) if by == e.event_id => PaidDecision::AlreadyApplied,

@@ -1,0 +1,5 @@
+-- Which orders the payment events of a batch already paid: payment_event_id is unique, so an
+-- event that paid one order can never pay another. $1: JSON array of eventIds.
+SELECT order_no, payment_event_id
+  FROM {{order_record}}
+ WHERE payment_event_id IN (SELECT value FROM json_array_elements_text(CAST($1 AS json)))

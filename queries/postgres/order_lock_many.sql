@@ -1,0 +1,8 @@
+-- The orders of a batch of transitions (the payment consumer's order sink), locked until the
+-- transaction ends. In order_no order, so two consumers locking overlapping batches take the
+-- locks in the same order and cannot deadlock. $1: JSON array of orderNos.
+SELECT id, req_id, order_no, user_id, sku_id, quantity, amount, status, version, fence, payment_event_id, replay_count, created_at, updated_at
+  FROM {{order_record}}
+ WHERE order_no IN (SELECT value FROM json_array_elements_text(CAST($1 AS json)))
+ ORDER BY order_no
+   FOR UPDATE
