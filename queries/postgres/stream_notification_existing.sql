@@ -1,2 +1,6 @@
+-- Which of a batch's events already have their notification (the sink's unique key). $1: JSON ids.
+-- `= ANY(ARRAY(…))`, not `IN (SELECT …)`: the array is computed once and the unique index is
+-- probed with it; the IN form let a generic plan made on a young table hash-join a scan of
+-- every row, which grows with the table.
 SELECT event_id FROM {{notification}}
-WHERE event_id IN (SELECT value FROM json_array_elements_text(CAST($1 AS json)))
+WHERE event_id = ANY(ARRAY(SELECT json_array_elements_text(CAST($1 AS json))))
