@@ -63,6 +63,16 @@ impl Database {
         self.queries.dialect()
     }
 
+    /// Whether a batch statement — one whose rows travel as one JSON parameter: the consumer's
+    /// lookups and writes, the batched transition — keeps a server-side prepared plan. Not on
+    /// PostgreSQL: after five runs it caches a generic plan, and one made while a table was
+    /// young keeps scanning all of it as it grows (measured: the processed_event lookup took
+    /// 50 ms a batch at 20,000 rows). An unnamed statement is planned with the table as it is,
+    /// once per batch. MySQL plans every execution anyway and keeps its statements.
+    pub fn keep_batch_plans(&self) -> bool {
+        self.dialect() != Dialect::Postgres
+    }
+
     /// The text of a statement under `queries/<dialect>/`.
     pub fn sql(&self, name: &str) -> &str {
         self.queries.get(name)

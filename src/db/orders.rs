@@ -510,6 +510,7 @@ impl Orders {
         let db = &self.db;
         let order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
         let rows = sqlx::query(db.sql("order_lock_many"))
+            .persistent(db.keep_batch_plans())
             .bind(serde_json::to_string(&order_nos).expect("strings serialize"))
             .fetch_all(&mut *conn)
             .await
@@ -523,6 +524,7 @@ impl Orders {
         let mut paid_by = std::collections::HashMap::new();
         if !events.is_empty() {
             let rows = sqlx::query(db.sql("order_by_payment_events"))
+            .persistent(db.keep_batch_plans())
                 .bind(serde_json::to_string(&events).expect("strings serialize"))
                 .fetch_all(&mut *conn)
                 .await
@@ -603,6 +605,7 @@ impl Orders {
         }
         let db = &self.db;
         let done = sqlx::query(db.sql("order_transition_many"))
+            .persistent(db.keep_batch_plans())
             .bind(serde_json::to_string(&*pending).expect("writes serialize"))
             .bind(now)
             .execute(&mut *conn)

@@ -104,12 +104,12 @@ async fn write_batch(
 ) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let ids_json = serde_json::to_string(ids).expect("ids serialize");
     let mut tx = db.pool.begin().await?;
-    let mut existing = sqlx::query_scalar::<_, String>(db.sql(&format!("{name}_existing")));
+    let mut existing = sqlx::query_scalar::<_, String>(db.sql(&format!("{name}_existing"))).persistent(db.keep_batch_plans());
     for b in existing_binds {
         existing = existing.bind(*b);
     }
     let already: std::collections::HashSet<String> = existing.bind(ids_json).fetch_all(&mut *tx).await?.into_iter().collect();
-    let mut insert = sqlx::query(db.sql(&format!("{name}_insert")));
+    let mut insert = sqlx::query(db.sql(&format!("{name}_insert"))).persistent(db.keep_batch_plans());
     for b in existing_binds {
         insert = insert.bind(*b);
     }
@@ -170,6 +170,7 @@ pub async fn already_processed(db: &Database, group: &str, ids: &[&str]) -> Resu
         return Ok(Default::default());
     }
     let found: Vec<String> = sqlx::query_scalar(db.sql("stream_processed_find"))
+        .persistent(db.keep_batch_plans())
         .bind(group.to_string())
         .bind(now_ms())
         .bind(serde_json::to_string(ids).expect("ids serialize"))
