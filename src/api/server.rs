@@ -373,6 +373,13 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     });
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    // Answers go out as soon as they are written: without TCP_NODELAY a small response can wait
+    // on Nagle's algorithm for the ACK of the one before (axum 0.8 leaves it off).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
+        }
+    });
     let shutdown = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
     let flusher = {
