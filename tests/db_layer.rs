@@ -440,7 +440,7 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
         assert!(orders.transition(&Transition::to(set[2].order_no.clone(), OrderStatus::Cancelled)).await.unwrap().is_success());
         let paid_event = format!("E-{s}-paid-before");
         assert!(orders.transition(&Transition::paid(set[3].order_no.clone(), paid_event.clone())).await.unwrap().is_success());
-        assert!(orders.transition(&Transition::to(set[4].order_no.clone(), OrderStatus::Cancelled).with_fence(9)).await.is_ok());
+        assert!(orders.transition(&Transition::to(set[4].order_no.clone(), OrderStatus::Cancelled).with_fence(9)).await.unwrap().is_success());
         earlier.push(paid_event);
     }
     let moves = |s: usize| -> Vec<Transition> {

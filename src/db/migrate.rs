@@ -1,9 +1,10 @@
 //! `idemguard migrate`: creates every table of the design, in either dialect, then installs the
 //! create routine of line 1 (`order_create_routine`, run whole: its body has `;` of its own).
 //!
-//! Safe to run twice (every statement is IF NOT EXISTS, the routine is replaced) and from two processes at once (an
-//! advisory lock — `pg_advisory_lock` / `GET_LOCK` — serializes them, because two concurrent
-//! `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's catalog).
+//! Safe to run twice (every statement is IF NOT EXISTS, the routine is replaced) and from two
+//! processes at once (an advisory lock — `pg_advisory_lock` / `GET_LOCK` — serializes them,
+//! because two concurrent `CREATE TABLE IF NOT EXISTS` can still collide in PostgreSQL's
+//! catalog).
 
 use sqlx::pool::PoolConnection;
 use sqlx::Any;

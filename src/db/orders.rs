@@ -524,7 +524,7 @@ impl Orders {
         let mut paid_by = std::collections::HashMap::new();
         if !events.is_empty() {
             let rows = sqlx::query(db.sql("order_by_payment_events"))
-            .persistent(db.keep_batch_plans())
+                .persistent(db.keep_batch_plans())
                 .bind(serde_json::to_string(&events).expect("strings serialize"))
                 .fetch_all(&mut *conn)
                 .await
