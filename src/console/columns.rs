@@ -46,7 +46,10 @@ pub static LOCKS: &[Column] = &[
 pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
     let (holder, pid, held, fence) = match &l.holder {
         Some(h) => (h.instance.clone(), h.pid.to_string(), age(now_ms - h.acquired_at), h.fence.to_string()),
-        None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
+        None => match &l.redis_type {
+            Some(t) => (format!("({t}, not a lock value)"), "-".into(), "-".into(), "-".into()),
+            None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
+        },
     };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
     let fence = match l.fence_counter {
