@@ -13,6 +13,7 @@ use futures::future::join_all;
 use redis::Value;
 use serde::Serialize;
 
+use super::batch::FenceLife;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
 use super::{FenceToken, LockError, Locks, ReleaseReport};
@@ -307,19 +308,19 @@ impl Locks {
     /// once anything with the new one was written. Under RedLock a quorum of nodes must answer
     /// (it shares a node with every holder's quorum, so the result is larger than their tokens).
     pub async fn bump_fence(&self, key: &str) -> Result<FenceToken, LockError> {
-        let fence_key = keys::fence(key);
+        let fence_key: Arc<str> = keys::fence(key).into();
         let nodes = &self.inner.nodes;
         let needed = self.quorum();
-        let mut incr = redis::cmd("INCR");
-        incr.arg(&fence_key);
-        let counted = join_all(nodes.iter().map(|n| n.query::<i64>(&incr))).await;
+        // Kept as long as an acquisition's counter: a holder that comes back within its TTL
+        // still meets the raised counter.
+        let life = FenceLife::now(self.inner.config.ttl + self.inner.config.fence_ttl);
+        let counted = join_all(nodes.iter().map(|n| scripts::bump_fence(n, &fence_key, life))).await;
         let (ok, failures) = split(nodes, counted);
         if ok.len() < needed {
             return Err(self.no_quorum(key, ok.len(), failures));
         }
         let max = ok.iter().map(|(_, v)| *v).max().unwrap_or(0);
-        let fence_arc: Arc<str> = fence_key.as_str().into();
-        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_arc, max))).await;
+        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_key, max, life.keep_ms))).await;
         let settled = ok.iter().filter(|(_, v)| *v == max).count() + raised.iter().filter(|r| r.is_ok()).count();
         if settled < needed {
             return Err(self.no_quorum(key, settled, raised.into_iter().filter_map(Result::err).collect()));
