@@ -37,7 +37,8 @@ pub static LOCKS: &[Column] = &[
     col("PID", 7),
     col("HELD", 7),
     col("PTTL", 7),
-    col("FENCE", 6),
+    // Tokens start from the clock in microseconds (16 digits), plus how far the counter is ahead.
+    col("FENCE", 19),
     col("OWNER", 5),
     col("QUORUM", 6),
     col("FLAGS", 22),
@@ -52,8 +53,8 @@ pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
         },
     };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
-    let fence = match l.fence_counter {
-        Some(c) if fence != "-" && c.to_string() != fence => format!("{fence}/{c}"),
+    let fence = match (l.fence_counter, &l.holder) {
+        (Some(c), Some(h)) if c != h.fence => format!("{fence}{:+}", c - h.fence),
         _ => fence,
     };
     vec![
