@@ -14,7 +14,9 @@
 //! (the raise completes within A's validity); B's SET on n succeeds only once A's key is gone,
 //! so B's INCR on n runs after the raise and yields > Fa; B's token is the maximum over Qb,
 //! hence ≥ that. The same assumptions as RedLock itself apply: bounded clock drift, and a node
-//! that restarts must not forget its keys (persistence, or staying down for one TTL).
+//! that restarts must not forget its keys (persistence, or staying down for one TTL). A counter
+//! that expired (`lock.fence_ttl` after the last lock on its key) restarts from the acquirer's
+//! clock in microseconds, above Fa as long as clocks differ by less than that lifetime.
 
 use std::sync::Arc;
 
