@@ -94,6 +94,9 @@ pub struct LockConfig {
     #[serde(with = "humantime_serde")]
     pub retry_delay: Duration,
     pub drift_factor: f64,
+    /// How long a fence counter outlives the last lock taken or renewed on its key.
+    #[serde(with = "humantime_serde")]
+    pub fence_ttl: Duration,
     /// Fault-injection switch: false = the order service takes no request lock.
     pub request_lock: bool,
 }
@@ -344,6 +347,7 @@ impl Config {
         }
         for (key, d) in [
             ("lock.ttl", self.lock.ttl),
+            ("lock.fence_ttl", self.lock.fence_ttl),
             ("instance.heartbeat_ttl", self.instance.heartbeat_ttl),
             ("idempotency.lease", self.idempotency.lease),
             ("idempotency.retention", self.idempotency.retention),

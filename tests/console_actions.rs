@@ -152,11 +152,12 @@ async fn redlock_release_deletes_the_acquisition_on_every_node() {
     let ops = actions_for(&config, &db, true).await;
     let view = ops.locks().inspect(&key).await;
     assert!(view.agreeing_nodes() >= ops.locks().quorum(), "{view:?}");
-    // The operator passes one node's value (a runbook copying one line of `idemguard locks`):
-    // the other nodes' values of the same acquisition go too.
-    let one = view.values()[0].to_string();
+    // Every node's value, as `idemguard locks` lists them: each is compared byte for byte (one
+    // acquisition's nodes usually hold the same value; a node that counted differently holds
+    // its own, and only the values given are deleted).
+    let values: Vec<String> = view.values().into_iter().map(str::to_string).collect();
     let r = ops
-        .run(&Action::ReleaseLock { key: key.clone(), expect_values: vec![one], force: false, bump_fence: false, reason: None })
+        .run(&Action::ReleaseLock { key: key.clone(), expect_values: values, force: false, bump_fence: false, reason: None })
         .await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
     assert!(ops.locks().inspect(&key).await.is_free(), "deleted on every node");
@@ -458,6 +459,7 @@ fn redactions() -> Vec<(&'static str, &'static str)> {
         (r"\b[0-9a-f]{32}\b", "[nonce]"),
         (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
         (r"\b1\d{12}\b", "[ms]"),
+        (r"\b1\d{15}\b", "[fence]"),
         (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
         (r"igt_[0-9a-f]+", "igt_[db]"),
         (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),

@@ -448,14 +448,16 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     let mut servers = start_servers(5);
     let config = redlock_config(servers.iter().map(|s| s.url()).collect());
     let key = test_key("fence");
-    let _: () = redis::cmd("SET").arg(format!("fence:{key}")).arg(100).query_async(&mut raw(&servers[0].url()).await).await.unwrap();
+    // Above the clock the other nodes' new counters start from (microseconds, ~1.8e15).
+    const HIGH: i64 = 4_000_000_000_000_000;
+    let _: () = redis::cmd("SET").arg(format!("fence:{key}")).arg(HIGH).query_async(&mut raw(&servers[0].url()).await).await.unwrap();
 
     let a_locks = lock_service(&config);
     let a = hold(&a_locks, &key, &a_locks.options()).await;
-    assert_eq!(a.fence().0, 101, "the maximum over the quorum");
+    assert_eq!(a.fence().0, HIGH + 1, "the maximum over the quorum");
     for s in &servers {
         let counter: i64 = redis::cmd("GET").arg(format!("fence:{key}")).query_async(&mut raw(&s.url()).await).await.unwrap();
-        assert_eq!(counter, 101, "node {} was not raised to the quorum's token", s.addr());
+        assert_eq!(counter, HIGH + 1, "node {} was not raised to the quorum's token", s.addr());
     }
     let mut last = a.fence();
     assert!(a.release().await.unwrap().released());
@@ -728,13 +730,14 @@ async fn concurrent_operations_on_a_node_are_coalesced() {
     let locks = lock_service(&config);
     let mut admin = raw(&server.url()).await;
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut admin).await.unwrap();
+    let started_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let locks = locks.clone();
             tokio::spawn(async move {
                 let key = format!("lock:order:Tcoalesce{i}");
                 let g = hold(&locks, &key, &locks.options()).await;
-                assert_eq!(g.fence().0, 1, "{key}: every key's first holder gets fence 1");
+                assert!(g.fence().0 > started_us, "{key}: a key's first counter starts from the clock in microseconds, got {}", g.fence());
                 assert_eq!(g.value(), locks.inspect(&key).await.values()[0]);
                 assert!(g.release().await.unwrap().released());
             })

@@ -6,18 +6,48 @@
 -- Encoding: ARGV holds each operation's name followed by its arguments; KEYS holds its keys in
 -- the same order. The reply is one entry per operation.
 
--- acquire KEYS: lock, fence:{lock}  ARGV: head, tail, ttl_ms
+-- Fence counters expire (issue 15: one counter per request was left forever, 2,400 keys per
+-- node after 1,200 orders). A counter that is gone restarts at the seed the client sends, its
+-- clock in microseconds, not at 1: every token issued earlier came from a counter seeded at an
+-- earlier clock and raised by one per acquisition, so the restarted one is above all of them as
+-- long as clocks disagree by less than the counter's lifetime. So the database, which keeps the
+-- largest token it saw on each row for ever, never refuses the next holder of a key whose counter
+-- expired, and a holder paused past that expiry is still refused. The client sends the seed
+-- (rather than the script reading TIME) so that RedLock nodes seeded by one acquisition agree on
+-- its token and hold the same value.
+-- keep_fence: the counter lives at least `keep_ms` more (never shortened; a counter without TTL,
+-- left by an older version, gets one).
+local function keep_fence(fence_key, keep_ms)
+  local pttl = redis.call('PTTL', fence_key)
+  if pttl == -1 or pttl < tonumber(keep_ms) then
+    redis.call('PEXPIRE', fence_key, keep_ms)
+  end
+end
+
+-- next_fence: the next token of a key (seeded when the counter is gone), kept `keep_ms` more.
+local function next_fence(fence_key, seed, keep_ms)
+  if redis.call('EXISTS', fence_key) == 0 then
+    redis.call('SET', fence_key, seed)
+  end
+  local fence = redis.call('INCR', fence_key)
+  keep_fence(fence_key, keep_ms)
+  return fence
+end
+
+-- acquire KEYS: lock, fence:{lock}  ARGV: head, tail, ttl_ms, seed, fence_keep_ms
 -- Takes the lock and its fence token in one step. The value is head .. fence .. tail (the
 -- holder's compact JSON), so the token is written into the value it guards; tokens strictly
 -- increase across holders of a key, which lets the database refuse a writer whose lock expired
--- while it was paused. Returns {1, fence} when taken, {0, current value, PTTL} when held.
-local function acquire(key, fence_key, head, tail, ttl_ms)
+-- while it was paused. The counter outlives the lock by `fence_keep_ms`. Returns {1, fence}
+-- when taken, {0, current value, PTTL} when held.
+local function acquire(key, fence_key, head, tail, ttl_ms, seed, fence_keep_ms)
   local current = redis.call('GET', key)
   if current then
     return {0, current, redis.call('PTTL', key)}
   end
-  local fence = redis.call('INCR', fence_key)
-  redis.call('SET', key, head .. fence .. tail, 'PX', ttl_ms)
+  local fence = next_fence(fence_key, seed, tonumber(ttl_ms) + tonumber(fence_keep_ms))
+  -- '%d': Lua's own number-to-text writes a 16-digit token as 1.7645e+15.
+  redis.call('SET', key, head .. string.format('%d', fence) .. tail, 'PX', ttl_ms)
   return {1, fence}
 end
 
@@ -58,27 +88,37 @@ local function release_by_holder(key, head, tail)
   return {0, current}
 end
 
--- renew KEYS: lock  ARGV: exact value, ttl_ms
+-- renew KEYS: lock, fence:{lock}  ARGV: exact value, ttl_ms, fence_keep_ms
 -- Watchdog renewal: pushes the expiry out only while the lock holds exactly our value (else the
--- holder must stop: the loss signal fires). Returns 1 when renewed, 0 when not ours.
-local function renew(key, value, ttl_ms)
+-- holder must stop: the loss signal fires), and keeps the fence counter alive past the lock.
+-- Returns 1 when renewed, 0 when not ours.
+local function renew(key, fence_key, value, ttl_ms, fence_keep_ms)
   if redis.call('GET', key) == value then
+    keep_fence(fence_key, tonumber(ttl_ms) + tonumber(fence_keep_ms))
     return redis.call('PEXPIRE', key, ttl_ms)
   end
   return 0
 end
 
--- raise_fence KEYS: fence:{lock}  ARGV: at least
+-- raise_fence KEYS: fence:{lock}  ARGV: at least, keep_ms
 -- Raises a fence counter, never lowers it; returns its value afterwards. RedLock raises every
 -- node of a quorum to the quorum's token (so the next quorum, which shares a node with it,
--- issues a larger one); the console's fence bump uses it too.
-local function raise_fence(fence_key, at_least)
+-- issues a larger one).
+local function raise_fence(fence_key, at_least, keep_ms)
   local current = tonumber(redis.call('GET', fence_key) or '0')
   if current < tonumber(at_least) then
     redis.call('SET', fence_key, at_least)
-    return tonumber(at_least)
+    current = tonumber(at_least)
   end
+  keep_fence(fence_key, keep_ms)
   return current
+end
+
+-- bump_fence KEYS: fence:{lock}  ARGV: seed, keep_ms
+-- The console's fence bump after a forced release: the next token, seeded like an acquisition's
+-- (a plain INCR of an expired counter would answer 1).
+local function bump_fence(fence_key, seed, keep_ms)
+  return next_fence(fence_key, seed, keep_ms)
 end
 
 -- One failing operation (say, a fence key someone overwrote with text) must not fail the
@@ -95,8 +135,8 @@ local out, k, a = {}, 1, 1
 while a <= #ARGV do
   local op = ARGV[a]
   if op == 'acquire' then
-    out[#out + 1] = run(acquire, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
-    k, a = k + 2, a + 4
+    out[#out + 1] = run(acquire, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    k, a = k + 2, a + 6
   elseif op == 'release' then
     out[#out + 1] = run(release, KEYS[k], ARGV[a + 1])
     k, a = k + 1, a + 2
@@ -107,11 +147,14 @@ while a <= #ARGV do
     out[#out + 1] = run(release_by_holder, KEYS[k], ARGV[a + 1], ARGV[a + 2])
     k, a = k + 1, a + 3
   elseif op == 'renew' then
-    out[#out + 1] = run(renew, KEYS[k], ARGV[a + 1], ARGV[a + 2])
-    k, a = k + 1, a + 3
+    out[#out + 1] = run(renew, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+    k, a = k + 2, a + 4
   elseif op == 'raise_fence' then
-    out[#out + 1] = run(raise_fence, KEYS[k], ARGV[a + 1])
-    k, a = k + 1, a + 2
+    out[#out + 1] = run(raise_fence, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 1, a + 3
+  elseif op == 'bump_fence' then
+    out[#out + 1] = run(bump_fence, KEYS[k], ARGV[a + 1], ARGV[a + 2])
+    k, a = k + 1, a + 3
   else
     return redis.error_reply('idemguard lock.lua: unknown operation ' .. tostring(op))
   end

@@ -5,7 +5,8 @@
 //! Why each rule exists (issue 8: operators used a bare `DEL` or a hand-written `UPDATE`):
 //! - a release is a compare-and-delete of the exact value(s) the operator saw, on every node
 //!   ([`Locks::release_if_value`]): a lock re-acquired since it was displayed is not deleted;
-//! - a live owner's lock is refused unless forced with a reason, and a release may bump
+//! - whose lock it is, is read from the value stored in Redis, never from the value typed: a
+//!   live owner's lock is refused unless forced with a reason, and a release may bump
 //!   `fence:{key}` so a zombie holder's later writes are refused by the database;
 //! - finalize reconciles with `order_record` first and writes with
 //!   `WHERE request_id = ? AND status = 'PROCESSING' AND version = ?`: a record that finished a
@@ -28,7 +29,7 @@ use crate::config::{Config, Dialect};
 use crate::contracts::{keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
 use crate::db::orders::{find_order, OrderKey};
 use crate::db::Database;
-use crate::lock::{LockView, Locks, NodeLockState};
+use crate::lock::{LockView, Locks};
 use crate::trace::Tracer;
 
 /// A destructive operation, as a value: built by a key handler or a command line, shown in a
@@ -83,13 +84,15 @@ impl Action {
     pub fn effect(&self, dialect: Option<Dialect>) -> Vec<String> {
         match self {
             Action::ReleaseLock { key, expect_values, force, bump_fence, reason } => {
-                let mut out = vec![format!("compare-and-delete {key} on every lock node, only where it still holds:")];
+                let mut out = vec![format!("compare-and-delete {key} on every lock node, only where it still holds exactly:")];
                 out.extend(expect_values.iter().map(|v| format!("  {v}")));
                 if *force {
                     out.push(format!("FORCED although the owner may be alive — reason: {}", reason.as_deref().unwrap_or("(none given)")));
+                } else {
+                    out.push("refused unless the holder stored there has no heartbeat".to_string());
                 }
                 if *bump_fence {
-                    out.push(format!("then INCR {} so the old holder's writes are refused", keys::fence(key)));
+                    out.push(format!("then raise {} past every token issued, so the old holder's writes are refused", keys::fence(key)));
                 }
                 out
             }
@@ -363,38 +366,17 @@ impl Actions {
         if force && reason.is_none_or(|r| r.trim().is_empty()) {
             return self.refuse(action, before, "--force needs --reason: say why a live owner's lock is released".into()).await;
         }
-        // The owners of the values the operator saw: a live one is still working.
-        let holders: Vec<LockHolder> = expect.iter().filter_map(|v| LockHolder::from_value(v)).collect();
-        let mut owners: Vec<String> = holders.iter().map(|h| h.instance.clone()).collect();
-        owners.dedup();
-        if !force && holders.len() < expect.len() {
-            // Not an idemguard value: its owner cannot be proven dead.
-            return self.refuse(action, before, "the value names no idemguard holder, so its owner cannot be proven dead; use --force --reason R".into()).await;
-        }
+        // Only what is stored counts (issue 15: a value typed with a dead instance and the live
+        // holder's nonce got the live holder's lock deleted). The release deletes the stored
+        // values equal, byte for byte, to a value the operator gave; their owners are judged
+        // from those stored values.
+        let values = match self.stored_targets(action, &view, expect, &before).await {
+            Ok(values) => values,
+            Err(r) => return r,
+        };
         if !force {
-            match self.locks.liveness().are_alive(&owners).await {
-                Ok(alive) => {
-                    if let Some((owner, _)) = owners.iter().zip(alive).find(|(_, a)| *a) {
-                        return self
-                            .refuse(action, before, format!("owner {owner} has a heartbeat (alive): its lock is not stale; use --force --reason R to release it anyway"))
-                            .await;
-                    }
-                }
-                Err(e) => {
-                    return self.refuse(action, before, format!("cannot tell whether the owner is alive ({e}); use --force --reason R to release anyway")).await;
-                }
-            }
-        }
-        // Under RedLock each node holds the same acquisition with its own fence number: the
-        // values of the same acquisition (same nonce) that the nodes hold now are what the
-        // operator saw, too. A new acquisition has a new nonce and is never included.
-        let nonces: Vec<&str> = holders.iter().map(|h| h.nonce.as_str()).collect();
-        let mut values: Vec<String> = expect.to_vec();
-        for n in &view.nodes {
-            if let NodeLockState::Held { value, holder: Some(h), .. } = &n.state {
-                if nonces.contains(&h.nonce.as_str()) && !values.contains(value) {
-                    values.push(value.clone());
-                }
+            if let Some(why) = self.owner_not_proven_dead(&values).await {
+                return self.refuse(action, before, why).await;
             }
         }
         let plan = format!("compare-and-delete of {} value(s){}", values.len(), if bump_fence { ", then a fence bump" } else { "" });
@@ -451,6 +433,55 @@ impl Actions {
             detail.push_str(&format!("; errors: {} (scripts/stack status)", errors.join("; ")));
         }
         self.finish(action, id, outcome, before, after, detail).await
+    }
+
+    /// The stored values the release compares: those of `expect` some node holds exactly.
+    /// None of them stored: the lock changed since it was seen (or cannot be read, or is not a
+    /// string at all) — the result to return, nothing deleted.
+    async fn stored_targets(&self, action: &Action, view: &LockView, expect: &[String], before: &Option<String>) -> Result<Vec<String>, ActionResult> {
+        let stored = view.values();
+        let mut targets: Vec<String> = Vec::new();
+        for v in expect.iter().filter(|v| stored.contains(&v.as_str())) {
+            if !targets.contains(v) {
+                targets.push(v.clone());
+            }
+        }
+        if !targets.is_empty() {
+            return Ok(targets);
+        }
+        if let Some(kind) = view.other_type() {
+            let why = format!("{} is a {kind}, not an idemguard lock (a Redisson lock is a hash); the console never deletes it", view.key);
+            return Err(self.refuse(action, before.clone(), why).await);
+        }
+        let unreadable = view.unreachable();
+        if stored.is_empty() && !unreadable.is_empty() {
+            let detail = format!("not performed: the lock could not be read ({}); nothing was deleted (scripts/stack status)", unreadable.join("; "));
+            return Err(Self::result(action, ActionOutcome::Error, before.clone(), None, detail, None));
+        }
+        let detail = match view.holder() {
+            _ if stored.is_empty() => "the lock is gone (it expired or was released since it was displayed); nothing was deleted".to_string(),
+            Some(h) => format!("the lock changed hands since it was displayed, or the value given was never its: it is held by {} (fence {}); nothing was deleted", h.instance, h.fence),
+            None => format!("the lock changed hands since it was displayed, or the value given was never its: it holds {:?}; nothing was deleted", stored[0]),
+        };
+        Err(self.changed_without_write(action, before.clone(), detail).await)
+    }
+
+    /// Why the owners of these stored values may still be working (a release needs --force
+    /// then), or None when every one is proven dead: an idemguard holder without a heartbeat.
+    async fn owner_not_proven_dead(&self, stored: &[String]) -> Option<String> {
+        let holders: Vec<LockHolder> = stored.iter().filter_map(|v| LockHolder::from_value(v)).collect();
+        if holders.len() < stored.len() {
+            return Some("the value names no idemguard holder, so its owner cannot be proven dead; use --force --reason R".into());
+        }
+        let mut owners: Vec<String> = holders.into_iter().map(|h| h.instance).collect();
+        owners.sort();
+        owners.dedup();
+        match self.locks.liveness().are_alive(&owners).await {
+            Ok(alive) => owners.iter().zip(alive).find(|(_, a)| *a).map(|(owner, _)| {
+                format!("owner {owner} has a heartbeat (alive): its lock is not stale; use --force --reason R to release it anyway")
+            }),
+            Err(e) => Some(format!("cannot tell whether the owner is alive ({e}); use --force --reason R to release anyway")),
+        }
     }
 
     // -----------------------------------------------------------------------------------------

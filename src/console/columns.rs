@@ -37,7 +37,8 @@ pub static LOCKS: &[Column] = &[
     col("PID", 7),
     col("HELD", 7),
     col("PTTL", 7),
-    col("FENCE", 6),
+    // Tokens start from the clock in microseconds (16 digits), plus how far the counter is ahead.
+    col("FENCE", 19),
     col("OWNER", 5),
     col("QUORUM", 6),
     col("FLAGS", 22),
@@ -46,11 +47,14 @@ pub static LOCKS: &[Column] = &[
 pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
     let (holder, pid, held, fence) = match &l.holder {
         Some(h) => (h.instance.clone(), h.pid.to_string(), age(now_ms - h.acquired_at), h.fence.to_string()),
-        None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
+        None => match &l.redis_type {
+            Some(t) => (format!("({t}, not a lock value)"), "-".into(), "-".into(), "-".into()),
+            None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
+        },
     };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
-    let fence = match l.fence_counter {
-        Some(c) if fence != "-" && c.to_string() != fence => format!("{fence}/{c}"),
+    let fence = match (l.fence_counter, &l.holder) {
+        (Some(c), Some(h)) if c != h.fence => format!("{fence}{:+}", c - h.fence),
         _ => fence,
     };
     vec![

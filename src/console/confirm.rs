@@ -117,7 +117,10 @@ pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> C
             (Some(h), Some(true)) => format!("{} ALIVE (heartbeat) — forced", h.instance),
             (Some(h), Some(false)) => format!("{} dead (no heartbeat)", h.instance),
             (Some(h), None) => format!("{} liveness unknown — forced", h.instance),
-            (None, _) => "undecodable value, owner unknown — forced".into(),
+            (None, _) => match &row.redis_type {
+                Some(t) => format!("none: a {t} key, not an idemguard lock — will be refused"),
+                None => "undecodable value, owner unknown — forced".into(),
+            },
         };
         let action = Action::ReleaseLock { key: row.key.clone(), expect_values: values_of(row), force: live, bump_fence: true, reason: None };
         lines.push(format!(

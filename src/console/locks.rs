@@ -102,6 +102,9 @@ pub enum LockFlag {
     Undecodable,
     /// RedLock nodes disagree and no value has a majority.
     NoQuorum,
+    /// The key is not a string (a Redisson lock is a hash): another tool's lock, listed with its
+    /// type and TTL, never read as a value.
+    OtherType,
 }
 
 impl LockFlag {
@@ -111,6 +114,7 @@ impl LockFlag {
             LockFlag::DeadOwner => "dead_owner",
             LockFlag::Undecodable => "undecodable",
             LockFlag::NoQuorum => "no_quorum",
+            LockFlag::OtherType => "other_type",
         }
     }
 }
@@ -128,6 +132,8 @@ pub struct LockRow {
     /// most common one).
     raw_value: Option<Box<str>>,
     pub holder: Option<LockHolder>,
+    /// The key's Redis type when it is not a string (then it has no value): `hash`, `list` …
+    pub redis_type: Option<String>,
     /// PTTL when read; -1 = no TTL. For RedLock: the smallest among the agreeing nodes.
     pub pttl_ms: i64,
     /// When the PTTL was read (epoch ms), so a view can count it down.
@@ -147,6 +153,8 @@ pub struct LockRow {
 struct LockRowJson<'a> {
     key: &'a str,
     scope: &'static str,
+    #[serde(rename = "type")]
+    redis_type: &'a str,
     value: Cow<'a, str>,
     holder: &'a Option<LockHolder>,
     pttl_ms: i64,
@@ -165,6 +173,7 @@ impl Serialize for LockRow {
         LockRowJson {
             key: &self.key,
             scope: self.scope,
+            redis_type: self.redis_type.as_deref().unwrap_or("string"),
             value: self.value(),
             holder: &self.holder,
             pttl_ms: self.pttl_ms,
@@ -216,7 +225,19 @@ impl LockRow {
             Some(h) if h.to_value() == value => None,
             _ => Some(value.into_boxed_str()),
         };
-        LockRow { fence_counter, key, scope, raw_value, holder, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
+        LockRow { fence_counter, key, scope, raw_value, holder, redis_type: None, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
+    }
+
+    /// The row of a key whose type is `redis_type` (None: a string, as every lock value): a key
+    /// of another type has no value to decode and is flagged [`LockFlag::OtherType`].
+    pub fn of_type(mut self, redis_type: Option<String>) -> LockRow {
+        if redis_type.is_some() {
+            self.flags.retain(|f| *f != LockFlag::Undecodable);
+            self.flags.push(LockFlag::OtherType);
+            self.flags.sort();
+        }
+        self.redis_type = redis_type;
+        self
     }
 
     /// The value exactly as read (for RedLock: the majority's, else the most common one).
@@ -278,6 +299,8 @@ pub struct ScannedKey {
     pub pttl: i64,
     /// `fence:{key}` on the same node, when it was asked for.
     pub fence: Option<i64>,
+    /// The key's type when it is not a string (`value` is empty then).
+    pub redis_type: Option<String>,
 }
 
 type NodeKeys = Vec<ScannedKey>;
@@ -286,9 +309,10 @@ fn into_text(b: Vec<u8>) -> String {
     String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// `SCAN` for `pattern` with [`SCAN_COUNT`], then GET + PTTL (+ the fence counter when
+/// `SCAN` for `pattern` with [`SCAN_COUNT`], then TYPE + GET + PTTL (+ the fence counter when
 /// `with_fence`) of each batch in one pipeline. Between batches the scan yields a moment, so it
-/// is never a burst other clients queue behind.
+/// is never a burst other clients queue behind. The GET of a key of another type fails alone
+/// (`ignore_errors`): one Redisson lock (a hash) must not hide every other lock (issue 15).
 pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_fence: bool) -> redis::RedisResult<NodeKeys> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
@@ -297,8 +321,9 @@ pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_f
             redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT).query_async(conn).await?;
         if !batch.is_empty() {
             let mut pipe = redis::pipe();
+            pipe.ignore_errors();
             for k in &batch {
-                pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
+                pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
                 if with_fence {
                     pipe.cmd("GET").arg(keys::fence(k));
                 }
@@ -306,16 +331,17 @@ pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_f
             let answers: Vec<redis::Value> = pipe.query_async(conn).await?;
             let mut answers = answers.into_iter();
             for k in batch {
-                let (value, pttl) = (answers.next(), answers.next());
+                let (redis_type, value, pttl) = (answers.next(), answers.next(), answers.next());
                 let fence = if with_fence { answers.next() } else { None };
-                let value = match value {
-                    Some(redis::Value::BulkString(b)) => into_text(b),
-                    Some(redis::Value::SimpleString(s)) => s,
-                    _ => continue, // expired between SCAN and GET, or not a string
-                };
                 let pttl = if let Some(redis::Value::Int(n)) = pttl { n } else { -2 };
+                let (value, redis_type) = match (redis_type.as_ref().and_then(value_string).as_deref(), value) {
+                    (Some("string"), Some(redis::Value::BulkString(b))) => (into_text(b), None),
+                    (Some("string" | "none") | None, _) => continue, // expired between SCAN and TYPE
+                    (Some(other), _) if pttl != -2 => (String::new(), Some(other.to_string())),
+                    _ => continue,
+                };
                 let fence = fence.as_ref().and_then(value_string).and_then(|f| f.parse().ok());
-                out.push(ScannedKey { key: k, value, pttl, fence });
+                out.push(ScannedKey { key: k, value, pttl, fence, redis_type });
             }
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
@@ -432,17 +458,21 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
     let read_at = scan.read_at_ms;
     scan.locks.reserve(main_keys.len());
     for k in main_keys {
-        scan.locks.push(LockRow::new(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None));
+        scan.locks.push(LockRow::new(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None).of_type(k.redis_type));
     }
     // RedLock: group each key over the nodes that answered.
     let node_count = per_node.len();
     let mut by_key: BTreeMap<String, BTreeMap<String, (String, i64)>> = BTreeMap::new();
+    let mut other_types: BTreeMap<String, String> = BTreeMap::new();
     for (name, r, t) in &per_node {
         match r {
             Ok(keys) => {
                 scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: true, error: None, keys: keys.len(), scan_ms: *t });
                 for k in keys {
                     by_key.entry(k.key.clone()).or_default().insert(name.clone(), (k.value.clone(), k.pttl));
+                    if let Some(t) = &k.redis_type {
+                        other_types.insert(k.key.clone(), t.clone());
+                    }
                 }
             }
             Err(e) => scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: false, error: Some(e.clone()), keys: 0, scan_ms: *t }),
@@ -466,7 +496,8 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
             .collect();
         let pttl = nodes.iter().filter(|n| n.agrees).map(|n| n.pttl_ms).filter(|p| *p != -2).min_by_key(|p| if *p < 0 { i64::MAX } else { *p }).unwrap_or(-2);
         let fence = fences.get(&key).copied();
-        scan.locks.push(LockRow::new(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)));
+        let redis_type = other_types.remove(&key);
+        scan.locks.push(LockRow::new(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)).of_type(redis_type));
     }
     scan.locks.sort_by(|a, b| a.key.cmp(&b.key).then(a.scope.cmp(b.scope)));
 }
@@ -521,6 +552,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
     let main_name = main.name.clone();
     let read = async {
         let mut pipe = redis::pipe();
+        pipe.ignore_errors(); // a key of another type is skipped, not an error of the whole trace
         for k in &lock_keys {
             pipe.cmd("GET").arg(k).cmd("PTTL").arg(k).cmd("GET").arg(keys::fence(k));
         }
@@ -583,6 +615,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
             let r = async {
                 let mut c = node.conn().await?;
                 let mut pipe = redis::pipe();
+                pipe.ignore_errors();
                 for k in &lock_keys {
                     pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
                 }
@@ -591,7 +624,7 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 for (k, pair) in lock_keys.iter().zip(answers.chunks(2)) {
                     if let Some(v) = value_string(&pair[0]) {
                         let pttl = if let redis::Value::Int(n) = &pair[1] { *n } else { -2 };
-                        found.push(ScannedKey { key: k.clone(), value: v, pttl, fence: None });
+                        found.push(ScannedKey { key: k.clone(), value: v, pttl, fence: None, redis_type: None });
                     }
                 }
                 anyhow::Ok(found)

@@ -52,9 +52,10 @@
 //! notification_rows } ] }`.
 //!
 //! `locks` — `data` is a [`locks::LockScan`]: `{ locks: [ { key, scope: "single"|"redlock",
-//! value, holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
+//! type: "string" (every lock value) | "hash" (a Redisson lock) | …, value ("" unless a string),
+//! holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
 //! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",
-//! "dead_owner", "undecodable", "no_quorum"], nodes: [ { node, value, pttl_ms, agrees } ]
+//! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms, agrees } ]
 //! (redlock), quorum: { agreeing, nodes, reached } (redlock) } ], nodes: [ { node, role:
 //! "main"|"redlock", ok, error, keys, scan_ms } ], live_instances: [..] | null, scan_ms,
 //! read_at_ms }`.

@@ -31,11 +31,28 @@ const MAX_BATCH: usize = 128;
 /// One lock operation (see `queries/redis/lock.lua` for each one's rule).
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    Acquire { key: Arc<str>, fence_key: Arc<str>, head: Arc<str>, tail: Arc<str>, ttl_ms: u64 },
+    Acquire { key: Arc<str>, fence_key: Arc<str>, head: Arc<str>, tail: Arc<str>, ttl_ms: u64, fence: FenceLife },
     Release { key: Arc<str>, value: Arc<str> },
     ReleaseByHolder { key: Arc<str>, head: Arc<str>, tail: Arc<str> },
-    Renew { key: Arc<str>, value: Arc<str>, ttl_ms: u64 },
-    RaiseFence { fence_key: Arc<str>, at_least: i64 },
+    Renew { key: Arc<str>, fence_key: Arc<str>, value: Arc<str>, ttl_ms: u64, fence: FenceLife },
+    RaiseFence { fence_key: Arc<str>, at_least: i64, keep_ms: u64 },
+    BumpFence { fence_key: Arc<str>, fence: FenceLife },
+}
+
+/// How a fence counter is (re)started and kept (see `next_fence` in `lock.lua`): `seed` is the
+/// caller's clock in microseconds, the start of a counter that has expired; `keep_ms` is how
+/// long the counter outlives the lock (`lock.fence_ttl`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FenceLife {
+    pub seed: i64,
+    pub keep_ms: u64,
+}
+
+impl FenceLife {
+    pub fn now(keep: std::time::Duration) -> FenceLife {
+        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        FenceLife { seed: since_epoch.as_micros() as i64, keep_ms: keep.as_millis().max(1) as u64 }
+    }
 }
 
 impl Op {
@@ -46,8 +63,8 @@ impl Op {
 
     fn encode(&self, inv: &mut redis::ScriptInvocation<'_>, delex: bool) {
         match self {
-            Op::Acquire { key, fence_key, head, tail, ttl_ms } => {
-                inv.key(&**key).key(&**fence_key).arg("acquire").arg(&**head).arg(&**tail).arg(*ttl_ms);
+            Op::Acquire { key, fence_key, head, tail, ttl_ms, fence } => {
+                inv.key(&**key).key(&**fence_key).arg("acquire").arg(&**head).arg(&**tail).arg(*ttl_ms).arg(fence.seed).arg(fence.keep_ms);
             }
             Op::Release { key, value } => {
                 inv.key(&**key).arg(if delex { "release_delex" } else { "release" }).arg(&**value);
@@ -55,11 +72,14 @@ impl Op {
             Op::ReleaseByHolder { key, head, tail } => {
                 inv.key(&**key).arg("release_by_holder").arg(&**head).arg(&**tail);
             }
-            Op::Renew { key, value, ttl_ms } => {
-                inv.key(&**key).arg("renew").arg(&**value).arg(*ttl_ms);
+            Op::Renew { key, fence_key, value, ttl_ms, fence } => {
+                inv.key(&**key).key(&**fence_key).arg("renew").arg(&**value).arg(*ttl_ms).arg(fence.keep_ms);
             }
-            Op::RaiseFence { fence_key, at_least } => {
-                inv.key(&**fence_key).arg("raise_fence").arg(*at_least);
+            Op::RaiseFence { fence_key, at_least, keep_ms } => {
+                inv.key(&**fence_key).arg("raise_fence").arg(*at_least).arg(*keep_ms);
+            }
+            Op::BumpFence { fence_key, fence } => {
+                inv.key(&**fence_key).arg("bump_fence").arg(fence.seed).arg(fence.keep_ms);
             }
         }
     }

@@ -13,6 +13,7 @@ use futures::future::join_all;
 use redis::Value;
 use serde::Serialize;
 
+use super::batch::FenceLife;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
 use super::{FenceToken, LockError, Locks, ReleaseReport};
@@ -66,6 +67,13 @@ pub enum NodeLockState {
         /// Remaining TTL in ms; -1 when the key has no TTL (it never expires: flag it).
         pttl_ms: i64,
     },
+    /// A key of another type (a Redisson lock is a hash): listed with its type and TTL, never
+    /// read as a value nor released.
+    Other {
+        /// What TYPE answers: `hash`, `list`, `set`, `zset`, `stream`.
+        redis_type: String,
+        pttl_ms: i64,
+    },
     Absent,
     Unreachable {
         error: String,
@@ -109,7 +117,7 @@ impl LockView {
             .nodes
             .iter()
             .filter_map(|n| match &n.state {
-                NodeLockState::Held { pttl_ms, .. } => Some(*pttl_ms),
+                NodeLockState::Held { pttl_ms, .. } | NodeLockState::Other { pttl_ms, .. } => Some(*pttl_ms),
                 _ => None,
             })
             .collect();
@@ -133,9 +141,28 @@ impl LockView {
         out
     }
 
-    /// True when no node holds the key.
+    /// True when no node holds the key (as a lock value or as a key of another type).
     pub fn is_free(&self) -> bool {
-        !self.nodes.iter().any(|n| matches!(n.state, NodeLockState::Held { .. }))
+        !self.nodes.iter().any(|n| matches!(n.state, NodeLockState::Held { .. } | NodeLockState::Other { .. }))
+    }
+
+    /// The type of the key where some node holds it as something else than a string.
+    pub fn other_type(&self) -> Option<&str> {
+        self.nodes.iter().find_map(|n| match &n.state {
+            NodeLockState::Other { redis_type, .. } => Some(redis_type.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The errors of the nodes that could not be read.
+    pub fn unreachable(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.state {
+                NodeLockState::Unreachable { error } => Some(format!("{}: {error}", n.node)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// (orderNo, requestId) named by the key.
@@ -170,28 +197,37 @@ async fn scan_node(node: &Node, pattern: &str, limit: usize) -> Result<(Vec<Stri
     }
 }
 
-/// GET and PTTL of `keys` on `node`, in MULTI so a key cannot expire between the two.
+/// TYPE, GET and PTTL of `keys` on `node`, in MULTI so a key cannot expire between them. The
+/// GET of a key of another type fails alone (`ignore_errors`): one such key — a Redisson lock is
+/// a hash — must not hide every other lock (issue 15).
 async fn fetch_node(node: &Node, keys: &[String]) -> Result<Vec<NodeLockState>, NodeError> {
     let mut out = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(FETCH_CHUNK) {
         let mut pipe = redis::pipe();
-        pipe.atomic();
+        pipe.atomic().ignore_errors();
         for k in chunk {
-            pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
+            pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
         }
         let values: Vec<Value> = node.run(|mut c| async move { pipe.query_async(&mut c).await }).await?;
-        for pair in values.chunks(2) {
-            let state = match pair {
-                [Value::BulkString(v), Value::Int(pttl)] if *pttl != -2 => {
-                    let value = String::from_utf8_lossy(v).into_owned();
-                    NodeLockState::Held { holder: LockHolder::from_value(&value), value, pttl_ms: *pttl }
-                }
-                _ => NodeLockState::Absent,
-            };
-            out.push(state);
-        }
+        out.extend(values.chunks(3).map(node_lock_state));
     }
     Ok(out)
+}
+
+/// One key's TYPE, GET and PTTL answers.
+fn node_lock_state(answers: &[Value]) -> NodeLockState {
+    let (redis_type, value, pttl) = match answers {
+        [Value::SimpleString(t), v, Value::Int(p)] if *p != -2 => (t.as_str(), v, *p),
+        _ => return NodeLockState::Absent,
+    };
+    match (redis_type, value) {
+        ("string", Value::BulkString(v)) => {
+            let value = String::from_utf8_lossy(v).into_owned();
+            NodeLockState::Held { holder: LockHolder::from_value(&value), value, pttl_ms: pttl }
+        }
+        ("string" | "none", _) => NodeLockState::Absent,
+        (other, _) => NodeLockState::Other { redis_type: other.to_string(), pttl_ms: pttl },
+    }
 }
 
 impl Locks {
@@ -272,19 +308,19 @@ impl Locks {
     /// once anything with the new one was written. Under RedLock a quorum of nodes must answer
     /// (it shares a node with every holder's quorum, so the result is larger than their tokens).
     pub async fn bump_fence(&self, key: &str) -> Result<FenceToken, LockError> {
-        let fence_key = keys::fence(key);
+        let fence_key: Arc<str> = keys::fence(key).into();
         let nodes = &self.inner.nodes;
         let needed = self.quorum();
-        let mut incr = redis::cmd("INCR");
-        incr.arg(&fence_key);
-        let counted = join_all(nodes.iter().map(|n| n.query::<i64>(&incr))).await;
+        // Kept as long as an acquisition's counter: a holder that comes back within its TTL
+        // still meets the raised counter.
+        let life = FenceLife::now(self.inner.config.ttl + self.inner.config.fence_ttl);
+        let counted = join_all(nodes.iter().map(|n| scripts::bump_fence(n, &fence_key, life))).await;
         let (ok, failures) = split(nodes, counted);
         if ok.len() < needed {
             return Err(self.no_quorum(key, ok.len(), failures));
         }
         let max = ok.iter().map(|(_, v)| *v).max().unwrap_or(0);
-        let fence_arc: Arc<str> = fence_key.as_str().into();
-        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_arc, max))).await;
+        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_key, max, life.keep_ms))).await;
         let settled = ok.iter().filter(|(_, v)| *v == max).count() + raised.iter().filter(|r| r.is_ok()).count();
         if settled < needed {
             return Err(self.no_quorum(key, settled, raised.into_iter().filter_map(Result::err).collect()));

@@ -15,7 +15,8 @@
 //! - the watchdog renews while the holder works ([`watchdog`]), and fires the loss signal when it
 //!   cannot (seed §6.2, first cause); a dead holder's lock expires within one TTL;
 //! - the fence token is taken in the same script as the lock, so tokens strictly increase and
-//!   the database can refuse a stale holder;
+//!   the database can refuse a stale holder; a counter expires `lock.fence_ttl` after the last
+//!   lock on its key and restarts from the clock, above every earlier token (`lock.lua`);
 //! - RedLock ([`redlock`]) survives the loss of a minority of nodes (seed §3.3, §6.2 third cause);
 //! - instance heartbeats ([`liveness`]) tell a live holder from a dead one.
 //!
@@ -422,15 +423,20 @@ impl Locks {
 
     async fn attempt(&self, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
         match self.inner.mode {
-            LockMode::Single => single::attempt(&self.inner.nodes[0], key, fence_key, parts, ttl_ms).await,
-            LockMode::Redlock => redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms).await,
+            LockMode::Single => single::attempt(&self.inner.nodes[0], key, fence_key, parts, ttl_ms, self.fence_life()).await,
+            LockMode::Redlock => redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms, self.fence_life()).await,
         }
+    }
+
+    /// The seed and lifetime of fence counters now (`lock.fence_ttl`; see `lock.lua`).
+    fn fence_life(&self) -> batch::FenceLife {
+        batch::FenceLife::now(self.inner.config.fence_ttl)
     }
 
     async fn renew_claims(&self, key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
         match self.inner.mode {
-            LockMode::Single => single::renew(&self.inner.nodes[0], key, claims, ttl_ms).await,
-            LockMode::Redlock => redlock::renew(&self.inner.nodes, key, claims, ttl_ms).await,
+            LockMode::Single => single::renew(&self.inner.nodes[0], key, claims, ttl_ms, self.fence_life()).await,
+            LockMode::Redlock => redlock::renew(&self.inner.nodes, key, claims, ttl_ms, self.fence_life()).await,
         }
     }
 

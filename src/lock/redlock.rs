@@ -7,20 +7,23 @@
 //! token from it, so the counters of different nodes drift apart (a node that granted an
 //! attempt which failed to reach quorum counted one more). The holder's token is the maximum
 //! over its quorum, and before the lock counts as taken every node of the quorum whose counter
-//! is lower is raised to that maximum (`raise_fence.lua`). Why tokens then strictly increase
+//! is lower is raised to that maximum (`raise_fence` in `lock.lua`). Why tokens then strictly increase
 //! across holders that reached quorum: let A hold with quorum Qa and token Fa, and B take the
 //! lock after A (A released it or its keys expired). Qa and Qb are majorities, so they share a
 //! node n. On n, A's key was set and the counter raised to ≥ Fa while A's key was still there
 //! (the raise completes within A's validity); B's SET on n succeeds only once A's key is gone,
 //! so B's INCR on n runs after the raise and yields > Fa; B's token is the maximum over Qb,
 //! hence ≥ that. The same assumptions as RedLock itself apply: bounded clock drift, and a node
-//! that restarts must not forget its keys (persistence, or staying down for one TTL).
+//! that restarts must not forget its keys (persistence, or staying down for one TTL). A counter
+//! that expired (`lock.fence_ttl` after the last lock on its key) restarts from the acquirer's
+//! clock in microseconds, above Fa as long as clocks differ by less than that lifetime.
 
 use std::sync::Arc;
 
 use futures::future::join_all;
 
 use super::node::{Node, NodeError};
+use super::batch::FenceLife;
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
 use super::{Attempt, Claim, LockError, Renewal};
 
@@ -28,9 +31,10 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
+pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<Attempt, LockError> {
     let needed = quorum(nodes.len());
-    let answers = join_all(nodes.iter().map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms))).await;
+    // One seed for every node: nodes that start a counter for this acquisition agree on its token.
+    let answers = join_all(nodes.iter().map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms, fence))).await;
     let mut claims = Vec::with_capacity(nodes.len());
     let mut fences: Vec<(usize, i64)> = Vec::new();
     // Nodes usually agree on the fence: one value string for all of them.
@@ -69,7 +73,7 @@ pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc
         let mut settled = fences.len() - lower.len();
         let mut raise_failures = Vec::new();
         if !lower.is_empty() {
-            let raised = join_all(lower.iter().map(|&i| scripts::raise_fence(&nodes[i], fence_key, max))).await;
+            let raised = join_all(lower.iter().map(|&i| scripts::raise_fence(&nodes[i], fence_key, max, ttl_ms + fence.keep_ms))).await;
             for r in raised {
                 match r {
                     Ok(_) => settled += 1,
@@ -93,11 +97,11 @@ pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc
     Ok(Attempt::Contended { current, pttl_ms })
 }
 
-pub(crate) async fn renew(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
+pub(crate) async fn renew(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], ttl_ms: u64, fence: FenceLife) -> Renewal {
     let needed = quorum(nodes.len());
     let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
         match c {
-            Claim::Known(value) => Some(scripts::renew(n, key, value, ttl_ms).await),
+            Claim::Known(value) => Some(scripts::renew(n, key, value, ttl_ms, fence).await),
             _ => None,
         }
     }))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::batch::Op;
+use super::batch::{FenceLife, Op};
 use super::node::{Node, NodeError};
 
 /// A holder's value cut around its fence number: `head` + fence + `tail`. The script that takes
@@ -89,8 +89,8 @@ fn unexpected(node: &Node, what: &str, v: &Value) -> NodeError {
     node.conn.refused(format!("answered the {what} operation with an unexpected reply {v:?}"))
 }
 
-pub(crate) async fn acquire(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<NodeAcquire, NodeError> {
-    let op = Op::Acquire { key: key.clone(), fence_key: fence_key.clone(), head: parts.head.clone(), tail: parts.tail.clone(), ttl_ms };
+pub(crate) async fn acquire(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<NodeAcquire, NodeError> {
+    let op = Op::Acquire { key: key.clone(), fence_key: fence_key.clone(), head: parts.head.clone(), tail: parts.tail.clone(), ttl_ms, fence };
     let reply = submit(node, "acquire", op).await?;
     match &reply {
         Value::Array(items) if items.len() >= 2 && int(&items[0]) == Some(1) => {
@@ -126,16 +126,24 @@ pub(crate) async fn release_by_holder(node: &Node, key: &Arc<str>, parts: &Value
     release_reply(node, &reply)
 }
 
-/// Compare-and-PEXPIRE. True when renewed.
-pub(crate) async fn renew(node: &Node, key: &Arc<str>, value: &Arc<str>, ttl_ms: u64) -> Result<bool, NodeError> {
-    let reply = submit(node, "renew", Op::Renew { key: key.clone(), value: value.clone(), ttl_ms }).await?;
+/// Compare-and-PEXPIRE (the fence counter is kept alive with the lock). True when renewed.
+pub(crate) async fn renew(node: &Node, key: &Arc<str>, value: &Arc<str>, ttl_ms: u64, fence: FenceLife) -> Result<bool, NodeError> {
+    let fence_key: Arc<str> = crate::contracts::keys::fence(key).into();
+    let reply = submit(node, "renew", Op::Renew { key: key.clone(), fence_key, value: value.clone(), ttl_ms, fence }).await?;
     int(&reply).map(|n| n == 1).ok_or_else(|| unexpected(node, "renew", &reply))
 }
 
-/// Raise `fence:{key}` to at least `at_least`; returns the counter afterwards.
-pub(crate) async fn raise_fence(node: &Node, fence_key: &Arc<str>, at_least: i64) -> Result<i64, NodeError> {
-    let reply = submit(node, "raise_fence", Op::RaiseFence { fence_key: fence_key.clone(), at_least }).await?;
+/// Raise `fence:{key}` to at least `at_least`, kept `keep_ms` more; returns the counter
+/// afterwards.
+pub(crate) async fn raise_fence(node: &Node, fence_key: &Arc<str>, at_least: i64, keep_ms: u64) -> Result<i64, NodeError> {
+    let reply = submit(node, "raise_fence", Op::RaiseFence { fence_key: fence_key.clone(), at_least, keep_ms }).await?;
     int(&reply).ok_or_else(|| unexpected(node, "raise_fence", &reply))
+}
+
+/// The next token of `fence:{key}`, seeded like an acquisition's when the counter is gone.
+pub(crate) async fn bump_fence(node: &Node, fence_key: &Arc<str>, fence: FenceLife) -> Result<i64, NodeError> {
+    let reply = submit(node, "bump_fence", Op::BumpFence { fence_key: fence_key.clone(), fence }).await?;
+    int(&reply).ok_or_else(|| unexpected(node, "bump_fence", &reply))
 }
 
 #[cfg(test)]

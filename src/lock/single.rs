@@ -5,19 +5,20 @@
 use std::sync::Arc;
 
 use super::node::Node;
+use super::batch::FenceLife;
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
 use super::{Attempt, Claim, LockError, Renewal};
 
-pub(crate) async fn attempt(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
-    match scripts::acquire(node, key, fence_key, parts, ttl_ms).await? {
+pub(crate) async fn attempt(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<Attempt, LockError> {
+    match scripts::acquire(node, key, fence_key, parts, ttl_ms, fence).await? {
         NodeAcquire::Granted { fence } => Ok(Attempt::Granted { claims: vec![Claim::Known(parts.value(fence).into())], fence }),
         NodeAcquire::Held { current, pttl_ms } => Ok(Attempt::Contended { current: Some(current), pttl_ms: Some(pttl_ms) }),
     }
 }
 
-pub(crate) async fn renew(node: &Node, key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
+pub(crate) async fn renew(node: &Node, key: &Arc<str>, claims: &[Claim], ttl_ms: u64, fence: FenceLife) -> Renewal {
     let Some(Claim::Known(value)) = claims.first() else { return Renewal::NotHeld };
-    match scripts::renew(node, key, value, ttl_ms).await {
+    match scripts::renew(node, key, value, ttl_ms, fence).await {
         Ok(true) => Renewal::Renewed,
         Ok(false) => Renewal::NotHeld,
         Err(e) => Renewal::Failed(e.into()),
