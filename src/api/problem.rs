@@ -1,6 +1,8 @@
 //! `application/problem+json` (RFC 9457) responses: every refusal says what is wrong and what
 //! the client should do.
 
+use std::fmt;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -20,6 +22,9 @@ pub struct Problem {
     pub expected_format: Option<String>,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u32>,
+    /// The id of a 500 in the service's log, where the error's text is.
+    #[serde(rename = "errorId", skip_serializing_if = "Option::is_none")]
+    pub error_id: Option<String>,
 }
 
 impl Problem {
@@ -31,6 +36,7 @@ impl Problem {
             detail: detail.into(),
             expected_format: None,
             retry_after: None,
+            error_id: None,
         }
     }
 
@@ -71,8 +77,22 @@ impl Problem {
     }
 
     /// 500: the outcome is unknown; the record was released so a retry with the same key is safe.
-    pub fn internal(detail: impl Into<String>) -> Problem {
-        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", detail)
+    ///
+    /// The client never sees `error`: an internal error's text can carry a database URL, SQL or
+    /// a table name. It goes to the log (with URLs redacted where they are formatted) under a
+    /// fresh error id, and the answer carries only that id.
+    pub fn internal(what: impl fmt::Display, error: impl fmt::Display) -> Problem {
+        let id = uuid::Uuid::now_v7().to_string();
+        tracing::error!(error_id = %id, "{what}: {error}");
+        Problem {
+            error_id: Some(id.clone()),
+            ..Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                format!("the service could not complete the request; retrying it with the same Idempotency-Key is safe; quote error id {id} when reporting it"),
+            )
+        }
     }
 
     pub fn status_code(&self) -> StatusCode {
