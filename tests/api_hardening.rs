@@ -560,3 +560,59 @@ async fn bad_input_is_refused_and_writes_nothing_postgres() {
 async fn bad_input_is_refused_and_writes_nothing_mysql() {
     bad_input_is_refused_and_writes_nothing(Dialect::Mysql).await;
 }
+
+/// Makes the database refuse every finalize (an UPDATE that ends a record) until it is dropped.
+async fn refuse_finalize(db: &Database, dialect: Dialect) {
+    let statements: &[&str] = match dialect {
+        Dialect::Postgres => &[
+            "CREATE FUNCTION refuse_finalize() RETURNS trigger AS $$ BEGIN IF NEW.status <> 'PROCESSING' THEN RAISE EXCEPTION 'finalize refused by the test'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER refuse_finalize BEFORE UPDATE ON idempotency_record FOR EACH ROW EXECUTE FUNCTION refuse_finalize()",
+        ],
+        Dialect::Mysql => &["CREATE TRIGGER refuse_finalize BEFORE UPDATE ON idempotency_record FOR EACH ROW BEGIN IF NEW.status <> 'PROCESSING' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'finalize refused by the test'; END IF; END"],
+    };
+    for sql in statements {
+        sqlx::Executor::execute(&db.pool, *sql).await.unwrap();
+    }
+}
+
+async fn allow_finalize(db: &Database, dialect: Dialect) {
+    let sql = if dialect == Dialect::Postgres { "DROP TRIGGER refuse_finalize ON idempotency_record" } else { "DROP TRIGGER refuse_finalize" };
+    sqlx::Executor::execute(&db.pool, sql).await.unwrap();
+}
+
+/// Issue 15 item 2's general rule, for the write after the business effect: the order is created
+/// but the database refuses to store the record's outcome. The record must not stay PROCESSING
+/// under this live instance (every retry 409, for as long as it lives): the outcome is written
+/// as soon as the database takes it, and the retry gets the order.
+async fn a_refused_outcome_is_written_later(dialect: Dialect) {
+    let s = service_with(dialect, |c| c.idempotency.fast_path = false).await;
+    idemguard::db::inventory::set_stock(&s.db, 51, 10).await.unwrap();
+    refuse_finalize(&s.db, dialect).await;
+    let k = key();
+    let first = s.post("/orders", &k, &order_body(51)).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(s.post("/orders", &k, &order_body(51)).await.status, 409, "in flight while its outcome is refused");
+    allow_finalize(&s.db, dialect).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let retry = loop {
+        let r = s.post("/orders", &k, &order_body(51)).await;
+        if r.status != 409 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!((retry.status, retry.header("idempotent-replayed")), (201, Some("true")), "{dialect}: {}", retry.text());
+    assert_eq!(retry.body, first.body, "{dialect}: the first answer, replayed");
+    assert_eq!(count(&s.db, "order_record").await, 1);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_outcome_is_written_later_postgres() {
+    a_refused_outcome_is_written_later(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_refused_outcome_is_written_later_mysql() {
+    a_refused_outcome_is_written_later(Dialect::Mysql).await;
+}

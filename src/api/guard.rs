@@ -244,9 +244,13 @@ impl<L: Liveness> Guard<L> {
                     Ok(true) => {}
                     Ok(false) => tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result"),
                     Err(e) => {
-                        // The business effect is committed; the record stays PROCESSING and a
-                        // retry after the lease gets the same result from the database layer.
-                        tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record");
+                        // The business effect is committed and the outcome known: keep writing it.
+                        tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record; retrying in the background");
+                        let (db, rid, owner, outcome) = (self.db.clone(), rid.to_string(), owner.to_string(), outcome.clone());
+                        settle_later("outcome", rid.clone(), move || {
+                            let (db, rid, owner, outcome) = (db.clone(), rid.clone(), owner.clone(), outcome.clone());
+                            async move { idempotency::finalize(&db, &rid, &owner, &outcome, retention).await.map(drop) }
+                        });
                     }
                 }
                 if let Some(fp) = &self.fast_path {
@@ -267,7 +271,12 @@ impl<L: Liveness> Guard<L> {
                 // the same key reclaims it at once and the database layer gives it the first
                 // result if there was one.
                 if let Err(e) = idempotency::abandon(&self.db, rid, owner).await {
-                    tracing::error!(request_id = %rid, error = %e, "record not released; a retry reclaims it when its lease ends");
+                    tracing::error!(request_id = %rid, error = %e, "record not released; retrying in the background");
+                    let (db, rid, owner) = (self.db.clone(), rid.to_string(), owner.to_string());
+                    settle_later("release", rid.clone(), move || {
+                        let (db, rid, owner) = (db.clone(), rid.clone(), owner.clone());
+                        async move { idempotency::abandon(&db, &rid, &owner).await }
+                    });
                 }
                 drop_placeholder().await;
                 Problem::internal(format!("request {rid} failed before its outcome was known; record released for a retry"), format!("{err:#}")).into_response()
@@ -317,6 +326,28 @@ impl<L: Liveness> Guard<L> {
         self.tracer.emit(TraceEvent::new(Layer::Api, Decision::KeyRejected).detail(format!("{why}: {}", shown.escape_debug())).since(started));
         Problem::bad_key(why.to_string()).into_response()
     }
+}
+
+/// Keeps writing a record's end (its outcome, or its release) in the background after the
+/// database refused it. Left alone, the record would stay PROCESSING under a live owner past its
+/// lease — which [`idempotency::may_reclaim`] must not take over, the owner may still be
+/// working — so every retry with the key would be answered 409 for as long as this instance
+/// lives. Backs off to 30 s; gives up after about an hour, leaving it to `idemguard finalize`.
+fn settle_later<A, AF>(what: &'static str, request_id: String, attempt: A)
+where
+    A: Fn() -> AF + Send + 'static,
+    AF: Future<Output = Result<(), sqlx::Error>> + Send,
+{
+    tokio::spawn(async move {
+        for n in 0..130u32 {
+            tokio::time::sleep(Duration::from_secs(2u64.pow(n.min(5)).min(30))).await;
+            match attempt().await {
+                Ok(()) => return tracing::info!(request_id = %request_id, "the record's {what} was written on attempt {}", n + 2),
+                Err(e) => tracing::debug!(request_id = %request_id, error = %e, "the record's {what} is still refused"),
+            }
+        }
+        tracing::error!(request_id = %request_id, "gave up writing the record's {what}; resolve it with `idemguard finalize`");
+    });
 }
 
 /// True when the key's date part is older than the retention: its record, if it ever existed,
