@@ -109,9 +109,9 @@ impl<L: Liveness> Guard<L> {
         EF: Future<Output = anyhow::Result<Outcome>>,
     {
         let started = Instant::now();
-        let request_id = match self.key_of(headers, started) {
+        let request_id = match key_of(headers) {
             Ok(r) => r,
-            Err(refusal) => return refusal,
+            Err((raw, why)) => return self.reject_key(started, &raw, &why),
         };
         // FAULT INJECTION SWITCH (idempotency.enabled = false): no record, no fast path — the
         // request goes straight to the order flow, so only the database layer can stop a copy.
@@ -307,25 +307,26 @@ impl<L: Liveness> Guard<L> {
         respond(code, body, true, None)
     }
 
-    /// The one Idempotency-Key of the request, validated. Two keys are refused rather than one
-    /// picked: a proxy that appends a header must not decide which request this is.
-    fn key_of(&self, headers: &HeaderMap, started: Instant) -> Result<RequestId, Response> {
-        let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            let why = if headers.contains_key(IDEMPOTENCY_KEY) { "the Idempotency-Key header is sent more than once; send it once" } else { "the Idempotency-Key header is missing" };
-            return Err(self.reject_key(started, "", why));
-        };
-        let Ok(raw) = value.to_str() else {
-            return Err(self.reject_key(started, "", "the Idempotency-Key contains a character that is not printable ASCII"));
-        };
-        RequestId::parse_received(raw, now_ms()).map_err(|e| self.reject_key(started, raw, &e.to_string()))
-    }
-
     fn reject_key(&self, started: Instant, raw: &str, why: &str) -> Response {
         let shown: String = raw.chars().take(64).collect();
         self.tracer.emit(TraceEvent::new(Layer::Api, Decision::KeyRejected).detail(format!("{why}: {}", shown.escape_debug())).since(started));
         Problem::bad_key(why.to_string()).into_response()
     }
+}
+
+/// The one Idempotency-Key of the request, validated; else what was sent and why it is refused.
+/// Two keys are refused rather than one picked: a proxy that appends a header must not decide
+/// which request this is.
+fn key_of(headers: &HeaderMap) -> Result<RequestId, (String, String)> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        let why = if headers.contains_key(IDEMPOTENCY_KEY) { "the Idempotency-Key header is sent more than once; send it once" } else { "the Idempotency-Key header is missing" };
+        return Err((String::new(), why.to_string()));
+    };
+    let Ok(raw) = value.to_str() else {
+        return Err((String::new(), "the Idempotency-Key contains a character that is not printable ASCII".to_string()));
+    };
+    RequestId::parse_received(raw, now_ms()).map_err(|e| (raw.to_string(), e.to_string()))
 }
 
 /// Keeps writing a record's end (its outcome, or its release) in the background after the

@@ -15,11 +15,11 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,
-    pub title: String,
+    pub title: &'static str,
     pub status: u16,
     pub detail: String,
     #[serde(rename = "expectedFormat", skip_serializing_if = "Option::is_none")]
-    pub expected_format: Option<String>,
+    pub expected_format: Option<&'static str>,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u32>,
     /// The id of a 500 in the service's log, where the error's text is.
@@ -28,10 +28,10 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Problem {
+    pub fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Problem {
         Problem {
             kind: format!("https://idemguard.dev/problems/{kind}"),
-            title: title.into(),
+            title,
             status: status.as_u16(),
             detail: detail.into(),
             expected_format: None,
@@ -43,7 +43,7 @@ impl Problem {
     /// 400: the Idempotency-Key is missing or malformed.
     pub fn bad_key(detail: impl Into<String>) -> Problem {
         Problem {
-            expected_format: Some(REQUEST_ID_FORMAT.into()),
+            expected_format: Some(REQUEST_ID_FORMAT),
             ..Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Invalid Idempotency-Key", detail)
         }
     }
