@@ -133,6 +133,8 @@ pub struct ApiConfig {
     pub header_read_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     pub max_connections: usize,
 }
 
@@ -377,7 +379,7 @@ impl Config {
         if self.api.relay_batch == 0 || self.api.relay_interval.is_zero() {
             return Err(err("api.relay_batch", "the relay needs a batch of at least 1 and an interval above zero".into()));
         }
-        if self.api.header_read_timeout.is_zero() || self.api.body_read_timeout.is_zero() {
+        if self.api.header_read_timeout.is_zero() || self.api.body_read_timeout.is_zero() || self.api.idle_timeout.is_zero() {
             return Err(err("api.header_read_timeout", "the read timeouts must be above zero: a slow client would hold a connection for ever".into()));
         }
         if self.api.max_connections == 0 || self.api.max_connections > u32::MAX as usize >> 3 {

@@ -6,9 +6,10 @@
 //! as long as it liked. Here:
 //! - at most `api.max_connections` connections are served at once; the rest wait in the listen
 //!   backlog (each connection holds a semaphore permit until it closes);
-//! - hyper's header-read timer (`api.header_read_timeout`) closes a connection whose request
-//!   head is not complete in time; hyper restarts that timer whenever a keep-alive connection
-//!   goes idle, so it also closes idle connections;
+//! - a request head must be complete within `api.header_read_timeout` of its first byte, and a
+//!   keep-alive connection may wait at most `api.idle_timeout` for its next request (hyper's
+//!   own header timer, which starts as soon as a connection waits, enforces the idle limit; a
+//!   per-connection deadline started by the head's first byte enforces the head limit);
 //! - [`read_body`] reads the whole body within `api.body_read_timeout` and at most
 //!   [`MAX_BODY_BYTES`], answering 408 or 413 and closing the connection otherwise.
 //!
@@ -16,8 +17,12 @@
 //! headers, a head over hyper's buffer) is answered by hyper itself with an empty 400 or 431 and
 //! the connection closed, before any of our code runs; hyper has no hook for that answer.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -26,10 +31,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures::StreamExt;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::problem::{Problem, CONTENT_TYPE as PROBLEM_JSON};
@@ -43,7 +49,10 @@ pub async fn serve(listener: TcpListener, app: Router, limits: &ApiConfig, stop:
     let max = limits.max_connections;
     let permits = Arc::new(Semaphore::new(max));
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // hyper's header timer starts whenever a connection waits for a request head, idle or not:
+    // set to the idle limit it closes idle keep-alive connections; `head_deadline` enforces the
+    // shorter limit on a head once its first byte has arrived.
+    http.timer(TokioTimer::new()).header_read_timeout(limits.idle_timeout.max(limits.header_read_timeout));
     loop {
         // Take a permit before accepting: beyond the limit, connections wait in the backlog.
         let permit = tokio::select! {
@@ -67,12 +76,15 @@ pub async fn serve(listener: TcpListener, app: Router, limits: &ApiConfig, stop:
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
         }
-        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
-        let stop = stop.clone();
+        let activity = Arc::new(Activity::default());
+        let io = TokioIo::new(Watched { tcp, activity: activity.clone() });
+        let conn = http.serve_connection(io, counted(app.clone(), activity.clone()));
+        let (stop, head_limit) = (stop.clone(), limits.header_read_timeout);
         tokio::spawn(async move {
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
+                _ = head_deadline(&activity, head_limit) => {} // dropped: the socket closes
                 _ = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
@@ -84,6 +96,109 @@ pub async fn serve(listener: TcpListener, app: Router, limits: &ApiConfig, stop:
     drop(listener);
     // Every connection holds a permit until it ends: all permits back = all connections done.
     let _ = permits.acquire_many(max as u32).await;
+}
+
+/// What a connection is doing, as far as the head deadline needs to know.
+#[derive(Default)]
+struct Activity {
+    /// When the first byte of a request head arrived, while no request is being served.
+    head_since: Mutex<Option<Instant>>,
+    in_request: AtomicBool,
+    head_begun: Notify,
+}
+
+impl Activity {
+    fn bytes_read(&self) {
+        if self.in_request.load(Ordering::Acquire) {
+            return;
+        }
+        let mut since = self.head_since.lock().expect("activity");
+        if since.is_none() {
+            *since = Some(Instant::now());
+            self.head_begun.notify_one();
+        }
+    }
+}
+
+/// Ends when a request head has been arriving for longer than `limit`.
+async fn head_deadline(activity: &Activity, limit: Duration) {
+    loop {
+        activity.head_begun.notified().await;
+        loop {
+            let since = *activity.head_since.lock().expect("activity");
+            let Some(since) = since else { break };
+            let left = limit.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left).await;
+        }
+    }
+}
+
+/// The app, marking the connection busy from the moment hyper hands it a parsed head until the
+/// answer is produced (or the request is dropped).
+fn counted(app: Router, activity: Arc<Activity>) -> impl hyper::service::Service<axum::http::Request<Incoming>, Response = Response, Error = Infallible, Future: Send> + Clone {
+    let service = move |req: axum::http::Request<Incoming>| {
+        let (mut app, busy) = (app.clone(), Busy::new(activity.clone()));
+        async move {
+            let res = tower_service::Service::call(&mut app, req).await;
+            drop(busy);
+            res
+        }
+    };
+    hyper::service::service_fn(service)
+}
+
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(activity: Arc<Activity>) -> Busy {
+        activity.in_request.store(true, Ordering::Release);
+        *activity.head_since.lock().expect("activity") = None;
+        Busy(activity)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_request.store(false, Ordering::Release);
+    }
+}
+
+/// A TCP stream that tells its connection's [`Activity`] when bytes arrive.
+struct Watched {
+    tcp: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
 }
 
 /// Reads the request body in full before any handler runs: within `body_read_timeout` (408) and
