@@ -13,9 +13,10 @@
 //! - [`read_body`] reads the whole body within `api.body_read_timeout` and at most
 //!   [`MAX_BODY_BYTES`], answering 408 or 413 and closing the connection otherwise.
 //!
-//! What cannot be changed: a request hyper cannot parse (a bare CR in a header, more than 100
-//! headers, a head over hyper's buffer) is answered by hyper itself with an empty 400 or 431 and
-//! the connection closed, before any of our code runs; hyper has no hook for that answer.
+//! What cannot be changed: a request hyper cannot parse (a bare CR or a NUL in a header, a raw
+//! non-ASCII byte in the path, more than 100 headers, a head over hyper's buffer) is answered by
+//! hyper itself with an empty 400 or 431 and the connection closed, before any of our code runs;
+//! hyper 1.x has no hook for that answer.
 
 use std::convert::Infallible;
 use std::pin::Pin;

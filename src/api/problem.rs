@@ -48,8 +48,12 @@ impl Problem {
         }
     }
 
-    /// 400: the body is not the JSON this endpoint takes.
+    /// 400: the body is not the JSON this endpoint takes. The parser's message quotes the
+    /// offending value; it is cut so a 60 KB string is not echoed back.
     pub fn bad_body(detail: impl Into<String>) -> Problem {
+        let detail: String = detail.into();
+        let cut: String = detail.chars().take(300).collect();
+        let detail = if cut.len() < detail.len() { format!("{cut}…") } else { detail };
         Problem::new(StatusCode::BAD_REQUEST, "invalid-body", "Invalid request body", detail)
     }
 
