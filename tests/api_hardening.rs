@@ -221,6 +221,10 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     let s = service_with(dialect, |c| c.database.url = format!("{}?password={secret}", c.database.url)).await;
     idemguard::db::inventory::set_stock(&s.db, 21, 10).await.unwrap();
 
+    rename(&s.db, "idempotency_record", "idempotency_record_away").await;
+    assert_opaque_500(&s.post("/orders", &key(), &order_body(21)).await, &secret);
+    rename(&s.db, "idempotency_record_away", "idempotency_record").await;
+
     rename(&s.db, "order_record", "order_record_away").await;
     let k = key();
     assert_opaque_500(&s.post("/orders", &k, &order_body(21)).await, &secret);
