@@ -321,9 +321,8 @@ async fn payment_callbacks_book_one_payment_per_order_mysql() {
 }
 
 /// Issue 15 item 4: partial headers, headers a byte at a time, a body a byte at a time and an
-/// idle keep-alive connection are all closed within their configured timeouts; connections beyond
-/// `max_connections` are not served until one closes. (No database decision is involved: one
-/// dialect.)
+/// idle keep-alive connection are all closed within their configured timeouts. (No database
+/// decision is involved: one dialect.)
 #[tokio::test]
 async fn slow_and_idle_clients_are_cut_off() {
     let s = service_with(Dialect::Postgres, |c| {
@@ -389,6 +388,8 @@ async fn slow_and_idle_clients_are_cut_off() {
     s.stop().await;
 }
 
+/// Issue 15 item 4: 300 idle connections were all held. Connections beyond `max_connections`
+/// are not served until one closes.
 #[tokio::test]
 async fn connections_beyond_the_limit_wait() {
     let s = service_with(Dialect::Postgres, |c| {
