@@ -132,6 +132,13 @@ pub struct ApiConfig {
     #[serde(with = "humantime_serde")]
     pub relay_interval: Duration,
     pub relay_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -375,6 +382,12 @@ impl Config {
         }
         if self.api.relay_batch == 0 || self.api.relay_interval.is_zero() {
             return Err(err("api.relay_batch", "the relay needs a batch of at least 1 and an interval above zero".into()));
+        }
+        if self.api.header_read_timeout.is_zero() || self.api.body_read_timeout.is_zero() || self.api.idle_timeout.is_zero() {
+            return Err(err("api.header_read_timeout", "the read timeouts must be above zero: a slow client would hold a connection for ever".into()));
+        }
+        if self.api.max_connections == 0 || self.api.max_connections > u32::MAX as usize >> 3 {
+            return Err(err("api.max_connections", "must be between 1 and 536870911".into()));
         }
         if self.trace.buffer == 0 {
             return Err(err("trace.buffer", "must be at least 1".into()));

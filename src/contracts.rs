@@ -53,6 +53,8 @@ pub enum RequestIdError {
     BadDate(String),
     #[error("the Idempotency-Key's unique part is shorter than 8 characters or a bare number")]
     WeakUnique,
+    #[error("the Idempotency-Key's date part `{0}` is more than a day ahead of the server's date; use today's date")]
+    FutureDate(String),
 }
 
 impl RequestId {
@@ -91,6 +93,27 @@ impl RequestId {
         Ok(RequestId(raw.to_string()))
     }
 
+    /// [`RequestId::parse`] for a key a client just sent: its date may not be more than a day
+    /// ahead (one day of slack for the client's time zone). A far-future date would keep the key
+    /// out of the reach of [`RequestId::day_start_ms`]-based expiry for years.
+    pub fn parse_received(raw: &str, now_ms: i64) -> Result<RequestId, RequestIdError> {
+        let id = RequestId::parse(raw)?;
+        if id.day_start_ms() > now_ms + 86_400_000 {
+            return Err(RequestIdError::FutureDate(id.date().to_string()));
+        }
+        Ok(id)
+    }
+
+    /// The `yyyymmdd` part.
+    pub fn date(&self) -> &str {
+        self.0.split(':').nth(2).unwrap_or("")
+    }
+
+    /// Epoch milliseconds of 00:00 UTC of the key's date.
+    pub fn day_start_ms(&self) -> i64 {
+        days_from_civil(self.date()).map_or(0, |d| d * 86_400_000)
+    }
+
     /// A fresh key for `channel`/`biz` with today's date and a UUIDv7 unique part.
     pub fn generate(channel: &str, biz: &str) -> RequestId {
         let day = &format_ms(now_ms())[..10].replace('-', "");
@@ -118,6 +141,23 @@ fn is_yyyymmdd(s: &str) -> bool {
         _ => return false,
     };
     (2000..=2999).contains(&y) && (1..=days).contains(&d)
+}
+
+/// Days since 1970-01-01 of a `yyyymmdd` date (Howard Hinnant's algorithm).
+fn days_from_civil(yyyymmdd: &str) -> Option<i64> {
+    if yyyymmdd.len() != 8 {
+        return None;
+    }
+    let y: i64 = yyyymmdd[0..4].parse().ok()?;
+    let m: i64 = yyyymmdd[4..6].parse().ok()?;
+    let d: i64 = yyyymmdd[6..8].parse().ok()?;
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
 }
 
 impl TryFrom<String> for RequestId {
@@ -162,7 +202,7 @@ impl OrderNo {
     /// Accept an existing order number (from a URL, a message, the database).
     pub fn parse(raw: &str) -> Result<OrderNo, String> {
         if raw.is_empty() || raw.len() > ORDER_NO_MAX_LEN || !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(format!("`{}` is not an order number (1-32 letters, digits, '-' or '_')", raw.escape_debug()));
+            return Err(format!("`{}` is not an order number (1-32 letters, digits, '-' or '_')", shown(raw)));
         }
         Ok(OrderNo(raw.to_string()))
     }
@@ -176,6 +216,47 @@ impl fmt::Display for OrderNo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// A payment provider's number for one payment (`payNo`): printable ASCII, no leading or
+/// trailing space, at most 64 characters (the column's width). Checked before anything is
+/// written: a NUL fails on PostgreSQL after the claim, and MariaDB's PAD SPACE collation makes
+/// `"P "` the same key as `"P"`, so one payment would answer for another.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PayNo(String);
+
+pub const PAY_NO_MAX_LEN: usize = 64;
+
+impl PayNo {
+    pub fn parse(raw: &str) -> Result<PayNo, String> {
+        let printable = raw.bytes().all(|b| (b' '..=b'~').contains(&b));
+        if raw.is_empty() || raw.len() > PAY_NO_MAX_LEN || !printable || raw.starts_with(' ') || raw.ends_with(' ') {
+            return Err(format!(
+                "`{}` is not a payment number (1-{PAY_NO_MAX_LEN} printable ASCII characters, no leading or trailing space)",
+                shown(raw)
+            ));
+        }
+        Ok(PayNo(raw.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PayNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A refused identifier as it is quoted back: escaped, and cut at 40 characters so a 10 KB
+/// value is not echoed to the client or the log.
+fn shown(raw: &str) -> String {
+    let head: String = raw.chars().take(40).collect();
+    let cut = if head.len() < raw.len() { "…" } else { "" };
+    format!("{}{cut}", head.escape_debug())
 }
 
 /// A payment event's id: a UUIDv7, so ids sort by time.
@@ -375,6 +456,10 @@ pub enum Outcome {
     TransitionRejected,
     FenceRejected,
     PaymentRecorded,
+    /// A second payNo for an order already paid: refused, never published; a refund is due.
+    DuplicatePayment,
+    /// A payNo already booked for another order: refused.
+    PayNoConflict,
     EventPublished,
     // stream
     DedupHit,
@@ -413,6 +498,8 @@ impl Outcome {
             Outcome::TransitionRejected => "transition_rejected",
             Outcome::FenceRejected => "fence_rejected",
             Outcome::PaymentRecorded => "payment_recorded",
+            Outcome::DuplicatePayment => "duplicate_payment",
+            Outcome::PayNoConflict => "pay_no_conflict",
             Outcome::EventPublished => "event_published",
             Outcome::DedupHit => "dedup_hit",
             Outcome::SinkApplied => "sink_applied",
@@ -435,6 +522,8 @@ impl Outcome {
                 | Outcome::UniqueViolationReplayed
                 | Outcome::TransitionAlreadyApplied
                 | Outcome::FenceRejected
+                | Outcome::DuplicatePayment
+                | Outcome::PayNoConflict
                 | Outcome::DedupHit
                 | Outcome::SinkDuplicate
         )
@@ -540,6 +629,27 @@ mod tests {
         for (raw, want) in cases {
             assert_eq!(RequestId::parse(raw), Err(want), "{raw:?}");
         }
+    }
+
+    #[test]
+    fn received_keys_may_not_be_dated_ahead() {
+        let now = 20_786 * 86_400_000 + 3_600_000; // 2026-11-29 01:00 UTC
+        assert_eq!(days_from_civil("19700101"), Some(0));
+        assert_eq!(days_from_civil("20261129"), Some(20_786));
+        assert!(RequestId::parse_received("APP:ORDER:20261130:abcdefgh", now).is_ok(), "tomorrow: a client east of UTC");
+        assert_eq!(RequestId::parse_received("APP:ORDER:20261201:abcdefgh", now), Err(RequestIdError::FutureDate("20261201".into())));
+        assert_eq!(RequestId::parse_received("APP:ORDER:29991231:abcdefgh", now), Err(RequestIdError::FutureDate("29991231".into())));
+    }
+
+    #[test]
+    fn pay_numbers_are_printable_and_unpadded() {
+        assert!(PayNo::parse("PAY-2026 11 29-0001").is_ok());
+        for bad in ["", "P ", " P", "P\u{0}", "\u{0}P", "P\t1", "Pé", &"P".repeat(65)] {
+            assert!(PayNo::parse(bad).is_err(), "{bad:?}");
+        }
+        let long = "x".repeat(10_000);
+        assert!(PayNo::parse(&long).unwrap_err().len() < 200, "a 10 KB value is not echoed");
+        assert!(OrderNo::parse(&long).unwrap_err().len() < 200);
     }
 
     #[test]

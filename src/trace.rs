@@ -163,7 +163,7 @@ impl Tracer {
 /// The structured log line of an event: every line carries orderNo, requestId and eventId.
 fn log_event(e: &TraceEvent) {
     let (o, r, ev) = (e.order_no.as_deref().unwrap_or("-"), e.request_id.as_deref().unwrap_or("-"), e.event_id.as_deref().unwrap_or("-"));
-    let warn = matches!(e.outcome, Outcome::LockLost | Outcome::Dlq | Outcome::SinkDuplicate | Outcome::FenceRejected);
+    let warn = matches!(e.outcome, Outcome::LockLost | Outcome::Dlq | Outcome::SinkDuplicate | Outcome::FenceRejected | Outcome::DuplicatePayment | Outcome::PayNoConflict);
     if warn {
         tracing::warn!(target: "idemguard::trace", layer = e.layer.as_str(), outcome = e.outcome.as_str(),
             order_no = o, request_id = r, event_id = ev, latency_us = e.latency_us, detail = %e.detail, "decision");

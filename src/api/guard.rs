@@ -109,22 +109,18 @@ impl<L: Liveness> Guard<L> {
         EF: Future<Output = anyhow::Result<Outcome>>,
     {
         let started = Instant::now();
-        let raw = headers.get(IDEMPOTENCY_KEY).map(|v| v.to_str().map(str::to_string));
-        let request_id = match raw {
-            None => return self.reject_key(started, "", "the Idempotency-Key header is missing"),
-            Some(Err(_)) => return self.reject_key(started, "", "the Idempotency-Key contains a character that is not printable ASCII"),
-            Some(Ok(k)) => match RequestId::parse(&k) {
-                Ok(r) => r,
-                Err(e) => return self.reject_key(started, &k, &e.to_string()),
-            },
+        let request_id = match key_of(headers) {
+            Ok(r) => r,
+            Err((raw, why)) => return self.reject_key(started, &raw, &why),
         };
         // FAULT INJECTION SWITCH (idempotency.enabled = false): no record, no fast path — the
         // request goes straight to the order flow, so only the database layer can stop a copy.
         if !self.config.idempotency.enabled {
             let owner = self.tracer.instance_id().to_string();
+            let what = format!("request {request_id} failed (idempotency off)");
             return match process(Claimed { request_id, owner, reclaimed: false }).await {
                 Ok(o) => respond(o.code, o.body, false, None),
-                Err(e) => Problem::internal(format!("{e:#}")).into_response(),
+                Err(e) => Problem::internal(what, format!("{e:#}")).into_response(),
             };
         }
         let rid = request_id.as_str().to_string();
@@ -178,7 +174,7 @@ impl<L: Liveness> Guard<L> {
             Ok(c) => c,
             Err(e) => {
                 drop_placeholder().await;
-                return Problem::internal(format!("the idempotency record could not be claimed: {e}")).into_response();
+                return Problem::internal(format!("the idempotency record of {rid} could not be claimed"), e).into_response();
             }
         };
         let now = now_ms();
@@ -206,7 +202,7 @@ impl<L: Liveness> Guard<L> {
                             self.tracer.emit(ev(Decision::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
                             respond(o.code, o.body, true, None)
                         }
-                        Err(e) => Problem::internal(format!("{e:#}")).into_response(),
+                        Err(e) => Problem::internal(format!("request {rid}: its expired record could not be answered from the orders"), format!("{e:#}")).into_response(),
                     };
                 }
                 if rec.is_finished() {
@@ -248,9 +244,13 @@ impl<L: Liveness> Guard<L> {
                     Ok(true) => {}
                     Ok(false) => tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result"),
                     Err(e) => {
-                        // The business effect is committed; the record stays PROCESSING and a
-                        // retry after the lease gets the same result from the database layer.
-                        tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record");
+                        // The business effect is committed and the outcome known: keep writing it.
+                        tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record; retrying in the background");
+                        let (db, rid, owner, outcome) = (self.db.clone(), rid.to_string(), owner.to_string(), outcome.clone());
+                        settle_later("outcome", rid.clone(), move || {
+                            let (db, rid, owner, outcome) = (db.clone(), rid.clone(), owner.clone(), outcome.clone());
+                            async move { idempotency::finalize(&db, &rid, &owner, &outcome, retention).await.map(drop) }
+                        });
                     }
                 }
                 if let Some(fp) = &self.fast_path {
@@ -267,10 +267,19 @@ impl<L: Liveness> Guard<L> {
                 respond(outcome.code, outcome.body, false, None)
             }
             Err(err) => {
-                let _ = idempotency::abandon(&self.db, rid, owner).await;
+                // Released (lease_until = 0), never left to a live owner: the next retry with
+                // the same key reclaims it at once and the database layer gives it the first
+                // result if there was one.
+                if let Err(e) = idempotency::abandon(&self.db, rid, owner).await {
+                    tracing::error!(request_id = %rid, error = %e, "record not released; retrying in the background");
+                    let (db, rid, owner) = (self.db.clone(), rid.to_string(), owner.to_string());
+                    settle_later("release", rid.clone(), move || {
+                        let (db, rid, owner) = (db.clone(), rid.clone(), owner.clone());
+                        async move { idempotency::abandon(&db, &rid, &owner).await }
+                    });
+                }
                 drop_placeholder().await;
-                tracing::error!(request_id = %rid, error = %format!("{err:#}"), "request failed before its outcome was known; record released for a retry");
-                Problem::internal(format!("{err:#}; the request may be retried with the same Idempotency-Key")).into_response()
+                Problem::internal(format!("request {rid} failed before its outcome was known; record released for a retry"), format!("{err:#}")).into_response()
             }
         }
     }
@@ -305,42 +314,54 @@ impl<L: Liveness> Guard<L> {
     }
 }
 
+/// The one Idempotency-Key of the request, validated; else what was sent and why it is refused.
+/// Two keys are refused rather than one picked: a proxy that appends a header must not decide
+/// which request this is.
+fn key_of(headers: &HeaderMap) -> Result<RequestId, (String, String)> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        let why = if headers.contains_key(IDEMPOTENCY_KEY) { "the Idempotency-Key header is sent more than once; send it once" } else { "the Idempotency-Key header is missing" };
+        return Err((String::new(), why.to_string()));
+    };
+    let Ok(raw) = value.to_str() else {
+        return Err((String::new(), "the Idempotency-Key contains a character that is not printable ASCII".to_string()));
+    };
+    RequestId::parse_received(raw, now_ms()).map_err(|e| (raw.to_string(), e.to_string()))
+}
+
+/// Keeps writing a record's end (its outcome, or its release) in the background after the
+/// database refused it. Left alone, the record would stay PROCESSING under a live owner past its
+/// lease — which [`idempotency::may_reclaim`] must not take over, the owner may still be
+/// working — so every retry with the key would be answered 409 for as long as this instance
+/// lives. Backs off to 30 s; gives up after about an hour, leaving it to `idemguard finalize`.
+fn settle_later<A, AF>(what: &'static str, request_id: String, attempt: A)
+where
+    A: Fn() -> AF + Send + 'static,
+    AF: Future<Output = Result<(), sqlx::Error>> + Send,
+{
+    tokio::spawn(async move {
+        for n in 0..130u32 {
+            tokio::time::sleep(Duration::from_secs(2u64.pow(n.min(5)).min(30))).await;
+            match attempt().await {
+                Ok(()) => return tracing::info!(request_id = %request_id, "the record's {what} was written on attempt {}", n + 2),
+                Err(e) => tracing::debug!(request_id = %request_id, error = %e, "the record's {what} is still refused"),
+            }
+        }
+        tracing::error!(request_id = %request_id, "gave up writing the record's {what}; resolve it with `idemguard finalize`");
+    });
+}
+
 /// True when the key's date part is older than the retention: its record, if it ever existed,
 /// has been purged, so this is a very late retry, never a new request.
 pub fn key_older_than(request_id: &RequestId, retention: Duration, now_ms: i64) -> bool {
-    let date = request_id.as_str().split(':').nth(2).unwrap_or("");
-    let day_start = days_from_civil(date).map(|d| d * 86_400_000);
     // One extra day of slack: the key's date is the client's local date.
     let retention_ms = retention.as_millis() as i64;
-    matches!(day_start, Some(start) if start + 86_400_000 + retention_ms < now_ms)
-}
-
-/// Days since 1970-01-01 of a `yyyymmdd` date (Howard Hinnant's algorithm).
-fn days_from_civil(yyyymmdd: &str) -> Option<i64> {
-    if yyyymmdd.len() != 8 {
-        return None;
-    }
-    let y: i64 = yyyymmdd[0..4].parse().ok()?;
-    let m: i64 = yyyymmdd[4..6].parse().ok()?;
-    let d: i64 = yyyymmdd[6..8].parse().ok()?;
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+    request_id.day_start_ms() + 86_400_000 + retention_ms < now_ms
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_days() {
-        assert_eq!(days_from_civil("19700101"), Some(0));
-        assert_eq!(days_from_civil("20261129"), Some(20_786));
-    }
 
     #[test]
     fn old_keys_are_recognised() {

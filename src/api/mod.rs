@@ -2,6 +2,7 @@
 //! idempotency record that replays the first response, a Redis fast path, and the order service
 //! itself (`idemguard serve`). Seed §5.1–§5.3, §6.4.
 
+pub mod edge;
 pub mod fast_path;
 pub mod guard;
 pub mod idempotency;

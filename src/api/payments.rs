@@ -57,17 +57,37 @@ pub struct PayableOrder {
 pub enum Booking {
     /// New payment_flow + outbox rows.
     Recorded(PaymentFlow),
-    /// pay_no was already booked: the first booking.
+    /// pay_no was already booked for this order: the first booking.
     AlreadyRecorded(PaymentFlow),
+    /// pay_no was already booked for another order (the booking it has): nothing written.
+    PayNoConflict(PaymentFlow),
+    /// The order was already paid under another pay_no (that payment): nothing written, nothing
+    /// published — the customer paid twice and the provider's second payment must be refunded.
+    DuplicatePayment(PaymentFlow),
 }
 
 pub async fn payment_by_pay_no(db: &Database, pay_no: &str) -> Result<Option<PaymentFlow>, sqlx::Error> {
     sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_by_pay_no")).bind(pay_no).fetch_optional(&db.pool).await
 }
 
-/// Books the payment and its outbox event in one transaction.
+/// Books the payment and its outbox event in one transaction, once per order: the order's row
+/// is locked first, so of two payNos for one order the second sees the first and is refused.
 pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order: &PayableOrder, pay_no: &str) -> Result<Booking, sqlx::Error> {
     let started = Instant::now();
+    let mut tx = db.pool.begin().await?;
+    sqlx::query(db.sql("api_payment_lock_order")).bind(order.order_no.as_str()).fetch_optional(&mut *tx).await?;
+    let paid = sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_of_order")).bind(order.order_no.as_str()).fetch_optional(&mut *tx).await?;
+    if let Some(first) = paid {
+        tx.rollback().await?;
+        return Ok(if first.pay_no == pay_no {
+            traced(tracer, Decision::UniqueViolationReplayed, order, &first, format!("payment_flow: pay_no {pay_no} already booked"), started);
+            Booking::AlreadyRecorded(first)
+        } else {
+            let why = format!("pay_no {pay_no} refused: order {} was already paid by pay_no {}; refund it", first.order_no, first.pay_no);
+            traced(tracer, Decision::DuplicatePayment, order, &first, why, started);
+            Booking::DuplicatePayment(first)
+        });
+    }
     let now = now_ms();
     let event = PaymentSucceeded {
         event_id: new_event_id(),
@@ -78,7 +98,6 @@ pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order
         amount: order.amount,
         paid_at: now,
     };
-    let mut tx = db.pool.begin().await?;
     let inserted = sqlx::query(db.sql("api_payment_insert"))
         .bind(pay_no)
         .bind(order.order_no.as_str())
@@ -93,18 +112,13 @@ pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order
         Err(e) => return Err(e),
     };
     if !fresh {
+        // pay_no is booked, and not for this order (its row would have been found above).
         // End the losing transaction first, then read the first booking (seed §2.1).
         tx.rollback().await?;
         let first = payment_by_pay_no(db, pay_no).await?.ok_or(sqlx::Error::RowNotFound)?;
-        tracer.emit(
-            TraceEvent::new(Layer::Db, Decision::UniqueViolationReplayed)
-                .order_no(first.order_no.clone())
-                .request_id(order.request_id.clone())
-                .event_id(first.event_id.clone())
-                .detail(format!("payment_flow: pay_no {pay_no} already booked"))
-                .since(started),
-        );
-        return Ok(Booking::AlreadyRecorded(first));
+        let why = format!("pay_no {pay_no} refused for order {}: it is booked for order {}", order.order_no, first.order_no);
+        traced(tracer, Decision::PayNoConflict, order, &first, why, started);
+        return Ok(Booking::PayNoConflict(first));
     }
     let headers = serde_json::json!({
         headers::EVENT_ID: event.event_id,
@@ -137,6 +151,18 @@ pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order
         event_id: event.event_id,
         created_at: now,
     }))
+}
+
+/// A booking that wrote nothing, traced with the payment that was there first.
+fn traced(tracer: &Tracer, decision: Decision, order: &PayableOrder, first: &PaymentFlow, detail: String, started: Instant) {
+    tracer.emit(
+        TraceEvent::new(Layer::Db, decision)
+            .order_no(order.order_no.clone())
+            .request_id(order.request_id.clone())
+            .event_id(first.event_id.clone())
+            .detail(detail)
+            .since(started),
+    );
 }
 
 #[derive(Debug, sqlx::FromRow)]

@@ -1,6 +1,8 @@
 //! `application/problem+json` (RFC 9457) responses: every refusal says what is wrong and what
 //! the client should do.
 
+use std::fmt;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -13,37 +15,45 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,
-    pub title: String,
+    pub title: &'static str,
     pub status: u16,
     pub detail: String,
     #[serde(rename = "expectedFormat", skip_serializing_if = "Option::is_none")]
-    pub expected_format: Option<String>,
+    pub expected_format: Option<&'static str>,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<u32>,
+    /// The id of a 500 in the service's log, where the error's text is.
+    #[serde(rename = "errorId", skip_serializing_if = "Option::is_none")]
+    pub error_id: Option<String>,
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Problem {
+    pub fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Problem {
         Problem {
             kind: format!("https://idemguard.dev/problems/{kind}"),
-            title: title.into(),
+            title,
             status: status.as_u16(),
             detail: detail.into(),
             expected_format: None,
             retry_after: None,
+            error_id: None,
         }
     }
 
     /// 400: the Idempotency-Key is missing or malformed.
     pub fn bad_key(detail: impl Into<String>) -> Problem {
         Problem {
-            expected_format: Some(REQUEST_ID_FORMAT.into()),
+            expected_format: Some(REQUEST_ID_FORMAT),
             ..Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Invalid Idempotency-Key", detail)
         }
     }
 
-    /// 400: the body is not the JSON this endpoint takes.
+    /// 400: the body is not the JSON this endpoint takes. The parser's message quotes the
+    /// offending value; it is cut so a 60 KB string is not echoed back.
     pub fn bad_body(detail: impl Into<String>) -> Problem {
+        let detail: String = detail.into();
+        let cut: String = detail.chars().take(300).collect();
+        let detail = if cut.len() < detail.len() { format!("{cut}…") } else { detail };
         Problem::new(StatusCode::BAD_REQUEST, "invalid-body", "Invalid request body", detail)
     }
 
@@ -71,8 +81,22 @@ impl Problem {
     }
 
     /// 500: the outcome is unknown; the record was released so a retry with the same key is safe.
-    pub fn internal(detail: impl Into<String>) -> Problem {
-        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", detail)
+    ///
+    /// The client never sees `error`: an internal error's text can carry a database URL, SQL or
+    /// a table name. It goes to the log (with URLs redacted where they are formatted) under a
+    /// fresh error id, and the answer carries only that id.
+    pub fn internal(what: impl fmt::Display, error: impl fmt::Display) -> Problem {
+        let id = uuid::Uuid::now_v7().to_string();
+        tracing::error!(error_id = %id, "{what}: {error}");
+        Problem {
+            error_id: Some(id.clone()),
+            ..Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                format!("the service could not complete the request; retrying it with the same Idempotency-Key is safe; quote error id {id} when reporting it"),
+            )
+        }
     }
 
     pub fn status_code(&self) -> StatusCode {

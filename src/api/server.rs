@@ -11,21 +11,22 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::edge;
 use super::guard::{Claimed, Guard, Liveness as OwnerLiveness, ReplayCounter};
 use super::idempotency::{Outcome, FAILED, SUCCEEDED};
 use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback};
 use super::problem::Problem;
 use super::fast_path::FastPath;
 use crate::config::Config;
-use crate::contracts::{keys, Instance, OrderNo};
+use crate::contracts::{keys, Instance, OrderNo, PayNo};
 use crate::db::orders::{CreateOutcome, NewOrder, OrderError, OrderRecord, Orders};
 use crate::db::Database;
 use crate::lock::{Acquisition, Liveness, Locks};
@@ -99,15 +100,32 @@ pub struct AppState {
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
+    let body_read_timeout = state.guard.config.api.body_read_timeout;
     Router::new()
         .route("/orders", post(create_order))
         .route("/orders/{order_no}", get(get_order))
         .route("/payments/callback", post(payment_callback))
         .route("/healthz", get(healthz))
+        .fallback(edge::no_route)
+        .method_not_allowed_fallback(edge::wrong_method)
         .with_state(state)
+        .layer(middleware::from_fn_with_state(body_read_timeout, edge::read_body))
+        .layer(middleware::from_fn(edge::problem_for_bare_errors))
 }
 
-fn body_json(body: &Bytes) -> Result<serde_json::Value, Problem> {
+/// The body as JSON; only `application/json` is read (a form or text body is a client mistake
+/// that would otherwise be parsed by luck).
+fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<serde_json::Value, Problem> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    if !mime.eq_ignore_ascii_case("application/json") {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| Problem::bad_body(format!("the body is not JSON: {e}")))
 }
 
@@ -120,7 +138,7 @@ fn refusal(problem: Problem, order_no: Option<String>) -> Outcome {
 }
 
 async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let json = match body_json(&body) {
+    let json = match body_json(&headers, &body) {
         Ok(j) => j,
         Err(p) => return p.into_response(),
     };
@@ -128,8 +146,8 @@ async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: 
         Ok(r) => r,
         Err(e) => return Problem::bad_body(format!("{e} (expected userId, skuId, quantity, amount)")).into_response(),
     };
-    if req.quantity <= 0 || req.amount < 0 {
-        return Problem::bad_body("quantity must be at least 1 and amount at least 0").into_response();
+    if req.quantity <= 0 || req.amount < 0 || req.user_id < 0 || req.sku_id < 0 {
+        return Problem::bad_body("quantity must be at least 1; amount, userId and skuId at least 0").into_response();
     }
     let st = s.clone();
     let st2 = s.clone();
@@ -157,7 +175,7 @@ where
 {
     match tokio::spawn(flow).await {
         Ok(r) => r,
-        Err(e) => Problem::internal(format!("the request's task failed: {e}")).into_response(),
+        Err(e) => Problem::internal("the request's task failed", e).into_response(),
     }
 }
 
@@ -238,7 +256,7 @@ async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<O
 }
 
 async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let json = match body_json(&body) {
+    let json = match body_json(&headers, &body) {
         Ok(j) => j,
         Err(p) => return p.into_response(),
     };
@@ -246,8 +264,12 @@ async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, bo
         Ok(c) => c,
         Err(e) => return Problem::bad_body(format!("{e} (expected payNo, orderNo, amount)")).into_response(),
     };
-    if cb.pay_no.is_empty() || cb.pay_no.len() > 64 {
-        return Problem::bad_body("payNo must be 1 to 64 characters").into_response();
+    // Identifiers are checked before the claim: nothing is written for a refused one.
+    if let Err(e) = PayNo::parse(&cb.pay_no) {
+        return Problem::new(StatusCode::BAD_REQUEST, "invalid-pay-no", "Invalid payment number", e).into_response();
+    }
+    if let Err(e) = OrderNo::parse(&cb.order_no) {
+        return Problem::new(StatusCode::BAD_REQUEST, "invalid-order-no", "Invalid order number", e).into_response();
     }
     let (st, st2, cb2) = (s.clone(), s.clone(), cb.clone());
     detached(async move {
@@ -297,8 +319,29 @@ async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
     let (code, flow) = match booking {
         Booking::Recorded(f) => (StatusCode::CREATED, f),
         Booking::AlreadyRecorded(f) => (StatusCode::OK, f),
+        Booking::PayNoConflict(first) => return Ok(refusal(pay_no_conflict(cb, &first), Some(order.order_no))),
+        Booking::DuplicatePayment(first) => return Ok(refusal(duplicate_payment(cb, &first), Some(order.order_no))),
     };
     Ok(outcome_json(SUCCEEDED, code, &flow, Some(flow.order_no.clone())))
+}
+
+/// 422, not 409: the refusal is final and stored for the key, and 409 tells a client to retry.
+fn pay_no_conflict(cb: &PaymentCallback, first: &payments::PaymentFlow) -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "pay-no-conflict",
+        "payNo already booked for another order",
+        format!("payNo {} is booked for order {}, not order {}; nothing was booked", cb.pay_no, first.order_no, cb.order_no),
+    )
+}
+
+fn duplicate_payment(cb: &PaymentCallback, first: &payments::PaymentFlow) -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "duplicate-payment",
+        "Order already paid",
+        format!("order {} was already paid by payNo {}; payNo {} was not booked and must be refunded", cb.order_no, first.pay_no, cb.pay_no),
+    )
 }
 
 async fn get_order(State(s): State<Arc<AppState>>, Path(order_no): Path<String>) -> Response {
@@ -308,7 +351,7 @@ async fn get_order(State(s): State<Arc<AppState>>, Path(order_no): Path<String>)
     match s.orders.find_by_order_no(&order_no).await {
         Ok(Some(o)) => Json(OrderView::from(&o)).into_response(),
         Ok(None) => Problem::new(StatusCode::NOT_FOUND, "unknown-order", "Unknown order", format!("order {order_no} does not exist")).into_response(),
-        Err(e) => Problem::internal(e.to_string()).into_response(),
+        Err(e) => Problem::internal(format!("order {order_no} could not be read"), e).into_response(),
     }
 }
 
@@ -373,13 +416,6 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     });
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
-    // Answers go out as soon as they are written: without TCP_NODELAY a small response can wait
-    // on Nagle's algorithm for the ACK of the one before (axum 0.8 leaves it off).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
-        }
-    });
     let shutdown = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
     let flusher = {
@@ -397,7 +433,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let app = router(state);
     let stop = shutdown.clone();
     let done = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await?;
+        edge::serve(listener, app, &config.api, stop).await;
         let _ = relay_task.await;
         let _ = flusher.await;
         if let Some(h) = heartbeat {

@@ -61,6 +61,8 @@ builtin![
     "api_idem_purge",
     "api_payment_insert",
     "api_payment_by_pay_no",
+    "api_payment_lock_order",
+    "api_payment_of_order",
     "api_outbox_insert",
     "api_outbox_claim",
     "api_outbox_mark_sent",
