@@ -115,3 +115,21 @@ fn a_space_in_a_key_is_called_a_space() {
     let e = RequestId::parse("APP:ORDER:20261129:abc defgh").unwrap_err().to_string();
     assert!(e.contains("contains a space or a character that is not printable ASCII (at position 22)"), "{e}");
 }
+
+/// scripts/demo ran `target/release/idemguard` whatever cargo had built: with CARGO_TARGET_DIR set
+/// it failed with exit 127, with a stale ./target it ran an old binary. It now runs the executable
+/// cargo reports for its build (`--print-binary` prints it; the dev profile keeps this cheap).
+#[test]
+fn the_demo_runs_the_binary_cargo_built() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemguard"));
+    let target_dir = bin.parent().and_then(|d| d.parent()).expect("<target>/debug/idemguard");
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo"))
+        .arg("--print-binary")
+        .env("CARGO_TARGET_DIR", target_dir)
+        .env("IDEMGUARD_DEMO_PROFILE", "dev")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), bin.to_str().unwrap(), "{stderr}");
+}
