@@ -282,7 +282,8 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
             let key = e.path().to_string();
             let origin = origin_of(&origins, &key);
-            ConfigError { origin, key, message: e.into_inner().message().to_string() }
+            // A type error quotes the value, which may be a URL with its password.
+            ConfigError { origin, key, message: redact_urls_in(e.into_inner().message()) }
         })?;
         config.validate(&origins)?;
         Ok(config)
@@ -561,6 +562,26 @@ pub fn redact_url(raw: &str) -> String {
     u.to_string()
 }
 
+/// `text` with every URL in it that carries a secret shown through [`redact_url`]: for texts
+/// that quote a value (a type error, a library's message) rather than show a URL on purpose.
+pub fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let start = rest[..i].rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))).map_or(0, |p| p + 1);
+        let end = rest[i..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ',' | ')' | ']' | '}')).map_or(rest.len(), |e| i + e);
+        let token = &rest[start..end];
+        out.push_str(&rest[..start]);
+        match url::Url::parse(token) {
+            Ok(u) if u.password().is_some() || u.query_pairs().any(|(k, _)| is_secret_param(&k)) => out.push_str(&redact_url(token)),
+            _ => out.push_str(token),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A query component or password as its bytes mean it (`%40` → `@`, `+` → space); `None` when
 /// that is the text itself.
 fn percent_decoded(raw: &str) -> Option<String> {
@@ -818,6 +839,18 @@ mod tests {
         // Kafka addresses cannot carry credentials at all; the refusal does not echo them.
         let e = load_with(None, &[("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS", "user:s3cret@127.0.0.1:9092")]).unwrap_err();
         assert_eq!(e.key, "kafka.bootstrap_servers");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn urls_quoted_in_a_text_are_redacted() {
+        let text = "invalid type: string \"redis://:s3cret@h:1\", expected a sequence; see http://example.com/x and mysql://root@h/db?pwd=s3cret, ok";
+        assert_eq!(
+            redact_urls_in(text),
+            "invalid type: string \"redis://:***@h:1\", expected a sequence; see http://example.com/x and mysql://root@h/db?pwd=***, ok"
+        );
+        let e = load_with(Some("[redis]\nredlock_nodes = \"redis://:s3cret@h:1\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "redis.redlock_nodes");
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 

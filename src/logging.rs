@@ -38,10 +38,11 @@ pub fn hide_secrets_of(config: &Config) {
     *SECRETS.write().unwrap_or_else(|e| e.into_inner()) = secrets;
 }
 
-/// `text` with every secret of the configuration replaced by `***`.
+/// `text` with every secret of the configuration replaced by `***`, and any other URL that
+/// carries a password shown redacted.
 pub fn scrub(text: &str) -> String {
     let secrets = SECRETS.read().unwrap_or_else(|e| e.into_inner());
-    let mut out = text.to_string();
+    let mut out = crate::config::redact_urls_in(text);
     for s in secrets.iter() {
         if out.contains(s.as_str()) {
             out = out.replace(s.as_str(), "***");
