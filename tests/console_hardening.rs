@@ -2,7 +2,7 @@
 //! - 13: while the console owns the terminal, log lines (an action's `INFO idemguard::trace:
 //!   decision …`) go to its log file, never over the screen; the help screen shows the file.
 //! - 14: `q` while the console reads a large trace topic (`:trace` of an unknown ID) exits at
-//!   once instead of when the read ends.
+//!   once instead of when the read ends; a new trace or another view cancels the read too.
 
 mod common;
 mod console_fixture;
@@ -10,14 +10,18 @@ mod console_fixture;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use console_fixture::{world, World};
+use console_fixture::{press, type_str, world, World};
+use crossterm::event::KeyCode;
 use idemguard::api::idempotency::{self, Claim, ClaimRequest};
 use idemguard::config::Dialect;
+use idemguard::console::app::App;
+use idemguard::console::backend::{Backends, Update};
 use idemguard::console::headless;
 use idemguard::console::topics::StartAt;
 use idemguard::contracts::RequestId;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
+use tokio::sync::mpsc;
 
 fn tmux(args: &[&str]) -> Output {
     Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)")
@@ -163,15 +167,21 @@ async fn fill(config: &idemguard::config::Config, topic: &str, n: usize) {
     }
 }
 
-async fn quitting_cancels_a_topic_read(dialect: Dialect) {
+/// A world whose trace topic takes seconds to read whole; and how long that takes.
+async fn world_with_a_large_trace_topic(dialect: Dialect) -> (World, Duration) {
     let w = world(dialect, 0).await;
     fill(&w.config, &w.config.kafka.trace_topic, TOPIC_MESSAGES).await;
-    // The read `q` must not wait for really takes seconds.
     let started = Instant::now();
     let log = headless::read_trace_log(&w.config, StartAt::Beginning).await.unwrap();
     let full_read = started.elapsed();
     assert!((log.undecodable + log.events_seen) as usize >= TOPIC_MESSAGES, "{dialect}: the topic holds the messages");
     assert!(full_read >= Duration::from_secs(2), "{dialect}: a full read took only {full_read:?}; the test needs a slower one");
+    (w, full_read)
+}
+
+async fn quitting_cancels_a_topic_read(dialect: Dialect) {
+    // The read `q` must not wait for really takes seconds.
+    let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
 
     let dir = tempfile::tempdir().unwrap();
     let t = Terminal::open(&w, &[("IDEMGUARD_CONSOLE__LOG_FILE", dir.path().join("console.log").display().to_string())]);
@@ -195,4 +205,59 @@ async fn quitting_cancels_a_topic_read_postgres() {
 #[tokio::test]
 async fn quitting_cancels_a_topic_read_mysql() {
     quitting_cancels_a_topic_read(Dialect::Mysql).await;
+}
+
+fn command(app: &mut App, line: &str) {
+    press(app, KeyCode::Char(':'));
+    type_str(app, line);
+    press(app, KeyCode::Enter);
+}
+
+/// Applies updates to `app` for `d`; the requestIds whose history read (the whole trace topic)
+/// came back.
+async fn histories_within(app: &mut App, rx: &mut mpsc::Receiver<Update>, d: Duration) -> Vec<String> {
+    let deadline = Instant::now() + d;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+            if let Update::TraceHistory { ids, .. } = &u {
+                seen.push(ids.request_id.clone().unwrap_or_default());
+            }
+            app.apply(u);
+        }
+    }
+    seen
+}
+
+/// A new trace, or another view, cancels the read of the trace topic started for the last one:
+/// its answer never comes (before, every read ran to the end and answered, for nothing).
+async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
+    let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
+    let mut b = Backends::spawn(&w.config);
+    let mut app = App::new(&w.config, Some(b.focus.clone()));
+    let [first, second, third] = ["first", "second", "third"].map(|n| format!("APP:ORDER:20261129:{n}-unknown"));
+    let long_enough = full_read * 2 + Duration::from_secs(3);
+
+    command(&mut app, &format!("trace {first}"));
+    assert_eq!(histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await, Vec::<String>::new());
+    command(&mut app, &format!("trace {second}"));
+    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    assert_eq!(seen, vec![second], "{dialect}: only the trace on screen is answered");
+
+    command(&mut app, &format!("trace {third}"));
+    histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await;
+    press(&mut app, KeyCode::Char('2')); // the Locks view
+    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    assert_eq!(seen, Vec::<String>::new(), "{dialect}: the read for a trace no longer on screen was cancelled");
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn leaving_a_trace_cancels_its_topic_read_postgres() {
+    leaving_a_trace_cancels_its_topic_read(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn leaving_a_trace_cancels_its_topic_read_mysql() {
+    leaving_a_trace_cancels_its_topic_read(Dialect::Mysql).await;
 }
