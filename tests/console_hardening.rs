@@ -243,6 +243,12 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
     command(&mut app, &format!("trace {second}"));
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
     assert_eq!(seen, vec![second], "{dialect}: only the trace on screen is answered");
+    // Its answer is kept: another view and back does not read the whole topic again.
+    press(&mut app, KeyCode::Char('2'));
+    histories_within(&mut app, &mut b.updates, Duration::from_millis(300)).await;
+    press(&mut app, KeyCode::Char('1'));
+    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    assert_eq!(seen, Vec::<String>::new(), "{dialect}: the answered trace was read again");
 
     command(&mut app, &format!("trace {third}"));
     histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await;

@@ -458,14 +458,17 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
     let stop_reader = cancel.child_token();
     let mut history_of: Option<TraceIds> = None;
     // The read of the history in flight: cancelled as soon as nobody wants it (another trace,
-    // no trace, quitting), so it never holds the console up.
-    let mut history_read = cancel.child_token();
+    // another view, quitting), so it never holds the console up. One that has answered is kept:
+    // coming back to the same trace does not read the topic again.
+    let mut history_read: Option<(CancellationToken, JoinHandle<()>)> = None;
     loop {
         let f = focus.borrow_and_update().clone();
         let wanted = kind == TopicKind::Trace && f.tracing && f.query.is_some() && f.ids != TraceIds::default();
-        if history_of.is_some() && (!wanted || history_of.as_ref() != Some(&f.ids)) {
-            history_read.cancel();
-            history_read = cancel.child_token();
+        let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
+        if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
+            if let Some((stop, _)) = history_read.take() {
+                stop.cancel();
+            }
             history_of = None;
         }
         // A new trace target: read its history from the whole topic, on a task of its own so the
@@ -473,18 +476,21 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
         // traces.
         if wanted && history_of.is_none() {
             history_of = Some(f.ids.clone());
-            let (config, tx, ids, stop) = (config.clone(), tx.clone(), f.ids.clone(), history_read.clone());
+            let stop = cancel.child_token();
+            let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
             let query = f.query.clone().unwrap_or_default();
-            tokio::spawn(async move {
+            let cancelled = stop.clone();
+            let task = tokio::spawn(async move {
                 let keep = super::headless::Keep::of_ids(&query, &ids);
-                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep, &stop)
+                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep, &cancelled)
                     .await
                     .map(|log| log.oldest_first())
                     .map_err(|e| format!("{e:#}"));
-                if !stop.is_cancelled() {
+                if !cancelled.is_cancelled() {
                     let _ = tx.send(Update::TraceHistory { ids, result }).await;
                 }
             });
+            history_read = Some((stop, task));
         }
         let probe = tokio::select! {
             p = probe_topic(&config, &topic, kind) => p,
