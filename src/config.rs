@@ -477,6 +477,7 @@ fn operator_name(configured: &str, user_env: Option<String>) -> String {
 
 /// The login name of `uid` in the password database (getpwuid_r: thread-safe, unlike getpwuid).
 fn login_name(uid: libc::uid_t) -> Option<String> {
+    // SAFETY: passwd is a plain C struct (integers and pointers); all zeroes is a valid value.
     let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
@@ -568,7 +569,8 @@ pub fn redact_urls_in(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("://") {
-        let start = rest[..i].rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))).map_or(0, |p| p + 1);
+        let scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
+        let start = rest[..i].char_indices().rev().find(|(_, c)| !scheme_char(*c)).map_or(0, |(p, c)| p + c.len_utf8());
         let end = rest[i..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ',' | ')' | ']' | '}')).map_or(rest.len(), |e| i + e);
         let token = &rest[start..end];
         out.push_str(&rest[..start]);
@@ -844,10 +846,10 @@ mod tests {
 
     #[test]
     fn urls_quoted_in_a_text_are_redacted() {
-        let text = "invalid type: string \"redis://:s3cret@h:1\", expected a sequence; see http://example.com/x and mysql://root@h/db?pwd=s3cret, ok";
+        let text = "invalid type: string \"redis://:s3cret@h:1\", expected a sequence; see http://example.com/x and …mysql://root@h/db?pwd=s3cret, ok";
         assert_eq!(
             redact_urls_in(text),
-            "invalid type: string \"redis://:***@h:1\", expected a sequence; see http://example.com/x and mysql://root@h/db?pwd=***, ok"
+            "invalid type: string \"redis://:***@h:1\", expected a sequence; see http://example.com/x and …mysql://root@h/db?pwd=***, ok"
         );
         let e = load_with(Some("[redis]\nredlock_nodes = \"redis://:s3cret@h:1\"\n"), &[]).unwrap_err();
         assert_eq!(e.key, "redis.redlock_nodes");
