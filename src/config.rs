@@ -158,6 +158,7 @@ pub struct ConsoleConfig {
     #[serde(with = "humantime_serde")]
     pub refresh: Duration,
     pub operator: String,
+    pub log_file: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -291,7 +292,8 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
             let key = e.path().to_string();
             let origin = origin_of(&origins, &key);
-            ConfigError { origin, key, message: e.into_inner().message().to_string() }
+            // A type error quotes the value, which may be a URL with its password.
+            ConfigError { origin, key, message: redact_urls_in(e.into_inner().message()) }
         })?;
         config.validate(&origins)?;
         Ok(config)
@@ -332,6 +334,11 @@ impl Config {
         }
         for server in self.kafka.bootstrap_servers.split(',') {
             let server = server.trim();
+            // Credentials go to the client library's SASL settings, never into a server address
+            // (which is shown by `doctor` and the console); the message does not echo them.
+            if let Some((_, host)) = server.rsplit_once('@') {
+                return Err(err("kafka.bootstrap_servers", format!("`***@{host}` carries a user or password; give host:port only")));
+            }
             let ok = server.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
             if !ok {
                 return Err(err(
@@ -442,13 +449,64 @@ impl Config {
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render configuration: {e}"))
     }
 
-    /// The operator's name for audit rows: `console.operator`, else `$USER`, else `unknown`.
-    pub fn operator(&self) -> String {
-        if !self.console.operator.is_empty() {
-            return self.console.operator.clone();
+    /// Every secret of the configured URLs — userinfo passwords and password-like parameters,
+    /// as written and percent-decoded — for the log writer to remove from any line
+    /// ([`crate::logging`]). Shorter than 4 characters: not a secret worth mangling logs for.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut urls = vec![&self.database.url, &self.database.replica_url, &self.redis.url];
+        urls.extend(self.redis.redlock_nodes.iter());
+        let mut out: Vec<String> = Vec::new();
+        for raw in urls {
+            let Ok(u) = url::Url::parse(raw) else { continue };
+            if let Some(p) = u.password() {
+                out.push(p.to_string());
+                out.extend(percent_decoded(p));
+            }
+            for pair in u.query().unwrap_or("").split('&') {
+                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                if percent_decoded(name).is_some_and(|n| is_secret_param(&n)) || is_secret_param(name) {
+                    out.push(value.to_string());
+                    out.extend(percent_decoded(value));
+                }
+            }
         }
-        std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "unknown".into())
+        out.retain(|s| s.len() >= 4);
+        out.sort();
+        out.dedup();
+        out
     }
+
+    /// The operator's name for audit rows: `console.operator`, else `$USER`, else the login name
+    /// of the process's uid (cron jobs, `sudo -i`, containers often have no `$USER`).
+    pub fn operator(&self) -> String {
+        operator_name(&self.console.operator, std::env::var("USER").ok())
+    }
+}
+
+fn operator_name(configured: &str, user_env: Option<String>) -> String {
+    if !configured.is_empty() {
+        return configured.to_string();
+    }
+    // SAFETY: getuid cannot fail and has no side effects.
+    let uid = unsafe { libc::getuid() };
+    user_env.filter(|u| !u.is_empty()).or_else(|| login_name(uid)).unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// The login name of `uid` in the password database (getpwuid_r: thread-safe, unlike getpwuid).
+fn login_name(uid: libc::uid_t) -> Option<String> {
+    // SAFETY: passwd is a plain C struct (integers and pointers); all zeroes is a valid value.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: every pointer is valid for the call and `buf.len()` is the buffer's real size; the
+    // strings of `entry` point into `buf`, which outlives their use below.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name is a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }.to_string_lossy().into_owned();
+    (!name.is_empty()).then_some(name)
 }
 
 /// The two SQL dialects idemguard speaks. The SQL itself lives in `queries/<dialect>/`.
@@ -486,21 +544,68 @@ impl fmt::Display for Dialect {
     }
 }
 
-/// A URL with its password replaced by `***`; anything unparsable is shown as `<unparsable url>`
-/// rather than risking a password in a log.
+/// Query parameters that carry a secret (libpq's `password` and `sslpassword`, and what other
+/// drivers and proxies call theirs); matched in any case, and as part of a longer name
+/// (`client_secret`, `access_token`).
+const SECRET_PARAMS: [&str; 6] = ["password", "sslpassword", "pass", "pwd", "secret", "token"];
+
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_PARAMS.contains(&name.as_str()) || ["password", "passwd", "secret", "token"].iter().any(|s| name.contains(s))
+}
+
+/// A URL with every secret replaced by `***`: the password of its userinfo
+/// (`redis://:pw@…` included) and the value of every password-like query parameter
+/// (`?password=…`, `?sslpassword=…`, any case). Anything unparsable is shown as
+/// `<unparsable url>` rather than risking a password in a log. The one function every URL goes
+/// through before it is shown: `config`, `doctor`, the console, errors and logs.
 pub fn redact_url(raw: &str) -> String {
     if raw.is_empty() {
         return String::new();
     }
-    match url::Url::parse(raw) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.to_string()
-        }
-        Err(_) => "<unparsable url>".into(),
+    let Ok(mut u) = url::Url::parse(raw) else { return "<unparsable url>".into() };
+    if u.password().is_some() && u.set_password(Some("***")).is_err() {
+        return "<unparsable url>".into();
     }
+    if u.query_pairs().any(|(k, _)| is_secret_param(&k)) {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if is_secret_param(&k) { "***".to_string() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
+/// `text` with every URL in it that carries a secret shown through [`redact_url`]: for texts
+/// that quote a value (a type error, a library's message) rather than show a URL on purpose.
+pub fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
+        let start = rest[..i].char_indices().rev().find(|(_, c)| !scheme_char(*c)).map_or(0, |(p, c)| p + c.len_utf8());
+        let end = rest[i..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ',' | ')' | ']' | '}')).map_or(rest.len(), |e| i + e);
+        let token = &rest[start..end];
+        out.push_str(&rest[..start]);
+        match url::Url::parse(token) {
+            Ok(u) if u.password().is_some() || u.query_pairs().any(|(k, _)| is_secret_param(&k)) => out.push_str(&redact_url(token)),
+            _ => out.push_str(token),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A query component or password as its bytes mean it (`%40` → `@`, `+` → space); `None` when
+/// that is the text itself.
+fn percent_decoded(raw: &str) -> Option<String> {
+    let decoded: String = url::form_urlencoded::parse(format!("x={raw}").as_bytes()).next().map(|(_, v)| v.into_owned())?;
+    (decoded != raw).then_some(decoded)
 }
 
 /// `host:port` of a URL, for error rows and hints.
@@ -714,6 +819,68 @@ mod tests {
         assert!(shown.contains("app:***@db"));
         let e = load_with(None, &[("IDEMGUARD_DATABASE__URL", "ftp://app:s3cret@db/x")]).unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn redact_url_hides_userinfo_and_every_password_like_parameter() {
+        for (raw, shown) in [
+            ("postgres://root@127.0.0.1:5432/db?password=s3cret", "postgres://root@127.0.0.1:5432/db?password=***"),
+            ("postgres://app:s3cret@db:5432/orders", "postgres://app:***@db:5432/orders"),
+            ("mysql://root@h:3306/db?sslmode=disable&PassWord=s3cret", "mysql://root@h:3306/db?sslmode=disable&PassWord=***"),
+            ("postgres://h/db?SSLPASSWORD=s3cret&application_name=x", "postgres://h/db?SSLPASSWORD=***&application_name=x"),
+            ("redis://:s3cret@127.0.0.1:6379", "redis://:***@127.0.0.1:6379"),
+            ("redis://default:s3cret@127.0.0.1:6381/0?Token=s3cret", "redis://default:***@127.0.0.1:6381/0?Token=***"),
+            ("postgres://h/db?pass=s3cret&Pwd=s3cret&secret=s3cret&client_secret=s3cret", "postgres://h/db?pass=***&Pwd=***&secret=***&client_secret=***"),
+            // A percent-encoded name or value is still the secret.
+            ("postgres://h/db?pass%77ord=s3cr%65t", "postgres://h/db?password=***"),
+            ("postgres://root@h/db?sslmode=require", "postgres://root@h/db?sslmode=require"),
+            ("not a url s3cret", "<unparsable url>"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(raw), shown, "{raw}");
+        }
+    }
+
+    #[test]
+    fn every_configured_url_is_shown_redacted() {
+        let c = load_with(
+            None,
+            &[
+                ("IDEMGUARD_DATABASE__URL", "postgres://root:s3cret@h/db?password=s3cret"),
+                ("IDEMGUARD_DATABASE__REPLICA_URL", "postgres://root@h/db?sslpassword=s3cret"),
+                ("IDEMGUARD_REDIS__URL", "redis://:s3cret@h:6379"),
+                ("IDEMGUARD_REDIS__REDLOCK_NODES", "redis://a:s3cret@a:1,redis://b:2?password=s3cret,redis://c:3"),
+            ],
+        )
+        .unwrap();
+        let shown = c.to_redacted_toml();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        // Kafka addresses cannot carry credentials at all; the refusal does not echo them.
+        let e = load_with(None, &[("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS", "user:s3cret@127.0.0.1:9092")]).unwrap_err();
+        assert_eq!(e.key, "kafka.bootstrap_servers");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn urls_quoted_in_a_text_are_redacted() {
+        let text = "invalid type: string \"redis://:s3cret@h:1\", expected a sequence; see http://example.com/x and …mysql://root@h/db?pwd=s3cret, ok";
+        assert_eq!(
+            redact_urls_in(text),
+            "invalid type: string \"redis://:***@h:1\", expected a sequence; see http://example.com/x and …mysql://root@h/db?pwd=***, ok"
+        );
+        let e = load_with(Some("[redis]\nredlock_nodes = \"redis://:s3cret@h:1\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "redis.redlock_nodes");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn operator_falls_back_to_the_login_name_of_the_uid() {
+        let login = std::process::Command::new("id").arg("-un").output().unwrap();
+        let login = String::from_utf8(login.stdout).unwrap().trim().to_string();
+        assert_eq!(operator_name("", None), login);
+        assert_eq!(operator_name("", Some(String::new())), login);
+        assert_eq!(operator_name("", Some("alice".into())), "alice");
+        assert_eq!(operator_name("oncall", Some("alice".into())), "oncall");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub enum RequestIdError {
     Empty,
     #[error("the Idempotency-Key is {0} characters long; at most 128 are allowed")]
     TooLong(usize),
-    #[error("the Idempotency-Key contains a character that is not printable ASCII (at position {0})")]
+    #[error("the Idempotency-Key contains a space or a character that is not printable ASCII (at position {0})")]
     NotPrintable(usize),
     #[error("the Idempotency-Key is a bare number or timestamp, which different clients can repeat by accident")]
     BareNumber,

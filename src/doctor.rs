@@ -44,7 +44,8 @@ impl CheckRow {
             target: target.into(),
             ok: false,
             latency_ms: started.elapsed().as_secs_f64() * 1000.0,
-            detail: error.into(),
+            // A driver's error text could quote a connect parameter; the secrets never show.
+            detail: crate::logging::scrub(&error.into()),
             hint: Some(hint.into()),
         }
     }
@@ -180,6 +181,12 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
     rows
 }
 
+/// The closing line when a check failed: how many, and which services (`None`: all passed).
+pub fn failures(rows: &[CheckRow]) -> Option<String> {
+    let failed: Vec<String> = rows.iter().filter(|r| !r.ok).map(|r| format!("{} ({})", r.service, r.target)).collect();
+    (!failed.is_empty()).then(|| format!("{} check(s) failed: {}", failed.len(), failed.join(", ")))
+}
+
 /// The rows as a table for people.
 pub fn render(rows: &[CheckRow]) -> String {
     let w_service = rows.iter().map(|r| r.service.len()).max().unwrap_or(7).max(7);
@@ -199,4 +206,24 @@ pub fn render(rows: &[CheckRow]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_closing_line_names_the_services_that_failed() {
+        let t = Instant::now();
+        let rows = vec![
+            CheckRow::ok("database", "postgres://root@127.0.0.1:5432/idemguard", t, "PostgreSQL 15"),
+            CheckRow::fail("redis", "127.0.0.1:6399", t, "refused", "is it running?"),
+            CheckRow::fail("topic payment.succeeded", "127.0.0.1:9092", t, "topic does not exist", "scripts/stack up"),
+        ];
+        assert_eq!(
+            failures(&rows).as_deref(),
+            Some("2 check(s) failed: redis (127.0.0.1:6399), topic payment.succeeded (127.0.0.1:9092)")
+        );
+        assert_eq!(failures(&rows[..1]), None);
+    }
 }

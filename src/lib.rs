@@ -17,6 +17,7 @@ pub mod contracts;
 pub mod db;
 pub mod demo;
 pub mod doctor;
+pub mod logging;
 pub mod storm;
 pub mod stream;
 pub mod lock;

@@ -233,7 +233,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, &cli.command);
     let config = match Config::load(&ConfigSource::from_process(cli.config.clone())) {
         Ok(c) => c,
         Err(e) => {
@@ -241,15 +241,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    idemguard::logging::hide_secrets_of(&config);
     if matches!(cli.command, Command::Console { .. } | Command::Demo { .. }) {
         console::terminal::limit_malloc_arenas();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = runtime.block_on(run(cli.command, config, cli.config.clone()));
+    // The command is done: a blocking read still in flight (a topic read the console's `q` left
+    // behind) must not hold the exit up, which dropping the runtime would.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("idemguard: {e:#}");
+            eprintln!("idemguard: {}", idemguard::logging::scrub(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -280,12 +284,12 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             } else {
                 print!("{}", doctor::render(&rows));
             }
-            let failed = rows.iter().filter(|r| !r.ok).count();
-            if failed > 0 {
-                eprintln!("idemguard doctor: {failed} check(s) failed");
-                Ok(ExitCode::FAILURE)
-            } else {
-                Ok(ExitCode::SUCCESS)
+            match doctor::failures(&rows) {
+                Some(line) => {
+                    eprintln!("idemguard doctor: {line}");
+                    Ok(ExitCode::FAILURE)
+                }
+                None => Ok(ExitCode::SUCCESS),
             }
         }
         Command::Consume { crash_after_db_commit, group } => {
@@ -498,12 +502,9 @@ fn print_report<T: serde::Serialize>(r: &headless::Report<T>, json: bool, table:
     ExitCode::from(r.exit_code())
 }
 
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("IDEMGUARD_LOG").unwrap_or_else(|_| EnvFilter::new("warn,idemguard=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+/// Colours only on a terminal, and never for the console: its log lines go to a file.
+fn init_logging(format: LogFormat, command: &Command) {
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && !matches!(command, Command::Console { .. } | Command::Demo { .. });
+    idemguard::logging::init(matches!(format, LogFormat::Json), ansi);
 }

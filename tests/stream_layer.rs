@@ -390,7 +390,8 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
         }
     }
     reasons.sort();
-    assert!(reasons.iter().any(|r| r.starts_with("not a payment event")), "{reasons:?}");
+    // The reasons speak of the payload: serde_json's "key must be a string" read like the Kafka key.
+    assert!(reasons.iter().any(|r| r == "payload is not JSON (invalid at line 1 column 2 of the payload)"), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("unknown order 20260101000000000ffffffffffff")), "{reasons:?}");
-    assert_eq!(reasons.iter().filter(|r| r.starts_with("not a payment event")).count(), 2, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("payload is JSON but not a payment event: missing field")), "{reasons:?}");
 }

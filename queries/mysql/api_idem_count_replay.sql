@@ -1,1 +1,1 @@
-UPDATE {{idempotency_record}} SET replay_count = replay_count + 1 WHERE request_id = ?
+UPDATE {{idempotency_record}} SET replay_count = replay_count + ? WHERE request_id = ?

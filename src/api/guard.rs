@@ -86,13 +86,8 @@ impl ReplayCounter {
     pub async fn flush(&self, db: &Database) {
         let batch: Vec<(String, i64)> = std::mem::take(&mut *self.pending.lock().expect("replay counter")).into_iter().collect();
         for (request_id, n) in batch {
-            let mut left = n;
-            while left > 0 {
-                if idempotency::count_replay(db, &request_id).await.is_err() {
-                    *self.pending.lock().expect("replay counter").entry(request_id.clone()).or_insert(0) += left;
-                    break;
-                }
-                left -= 1;
+            if idempotency::count_replays(db, &request_id, n).await.is_err() {
+                *self.pending.lock().expect("replay counter").entry(request_id).or_insert(0) += n;
             }
         }
     }

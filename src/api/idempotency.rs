@@ -176,8 +176,9 @@ pub async fn abandon(db: &Database, request_id: &str, owner: &str) -> Result<(),
     Ok(())
 }
 
-pub async fn count_replay(db: &Database, request_id: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(db.sql("api_idem_count_replay")).bind(request_id).execute(&db.pool).await?;
+/// Adds the `n` replays a flush collected for one record, in one statement.
+pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(db.sql("api_idem_count_replay")).bind(n).bind(request_id).execute(&db.pool).await?;
     Ok(())
 }
 

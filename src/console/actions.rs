@@ -617,7 +617,7 @@ async fn fast_path(config: &Config) -> Option<FastPath> {
     match redis::aio::ConnectionManager::new_with_config(client, cm).await {
         Ok(c) => Some(FastPath::new(c)),
         Err(e) => {
-            tracing::warn!(error = %e, "fast path not reachable; finalize updates only the record");
+            tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
             None
         }
     }

@@ -90,6 +90,8 @@ pub struct App {
     paused_at_ms: Option<i64>,
     pub refresh: Duration,
     pub show_help: bool,
+    /// Where log lines go while the console owns the terminal (shown in the help screen).
+    pub log_file: Option<String>,
     pub message: Option<(String, Level, Instant)>,
     pub quit: bool,
     /// Set when the screen must be drawn again.
@@ -160,6 +162,7 @@ impl App {
             paused_at_ms: None,
             refresh: config.console.refresh,
             show_help: false,
+            log_file: None,
             message: None,
             quit: false,
             dirty: true,
@@ -375,6 +378,7 @@ impl App {
 
     fn show_view(&mut self, v: View) {
         self.view = v;
+        self.publish_focus();
         if v == View::Audit {
             self.request(ExecRequest::LoadAudit);
         }
@@ -801,7 +805,13 @@ impl App {
     /// Tell the collectors what the UI looks at (only when it changed).
     fn publish_focus(&mut self) {
         let Some(tx) = &self.focus else { return };
-        let next = Focus { query: self.trace_query.clone(), ids: self.resolved_ids(), paused: self.paused, refresh: self.refresh };
+        let next = Focus {
+            query: self.trace_query.clone(),
+            ids: self.resolved_ids(),
+            tracing: self.view == View::Trace,
+            paused: self.paused,
+            refresh: self.refresh,
+        };
         tx.send_if_modified(|f| {
             if *f != next {
                 *f = next;

@@ -34,6 +34,8 @@ pub const UPDATE_CHANNEL: usize = 64;
 pub const BATCH: usize = 500;
 /// One database or Redis round of a poll may take this long before its backend counts as down.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long [`Backends::shutdown`] lets the collectors finish before aborting them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// Connections the console's database pool may hold (reads only).
 pub const DB_CONNECTIONS: u32 = 4;
 
@@ -81,13 +83,15 @@ pub struct Focus {
     pub query: Option<String>,
     /// The IDs it resolved to so far (from any backend).
     pub ids: TraceIds,
+    /// The Trace view is on screen: a read of the trace topic's history is wanted only then.
+    pub tracing: bool,
     pub paused: bool,
     pub refresh: Duration,
 }
 
 impl Focus {
     pub fn new(refresh: Duration) -> Focus {
-        Focus { query: None, ids: TraceIds::default(), paused: false, refresh }
+        Focus { query: None, ids: TraceIds::default(), tracing: true, paused: false, refresh }
     }
 }
 
@@ -168,11 +172,17 @@ impl Backends {
         req_tx
     }
 
-    /// Stop every collector and wait for them (bounded).
+    /// Stop every collector: each ends at its next await or poll; one still busy after
+    /// [`SHUTDOWN_GRACE`] is aborted — quitting never waits for a backend.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
-        for t in self.tasks.drain(..) {
-            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        // A collector waiting for room in the channel is answered at once.
+        self.updates.close();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        for mut t in self.tasks.drain(..) {
+            if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+                t.abort();
+            }
         }
     }
 }
@@ -447,25 +457,46 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
     let mut history_of: Option<TraceIds> = None;
+    // The read of the history in flight: cancelled as soon as nobody wants it (another trace,
+    // another view, quitting), so it never holds the console up. One that has answered is kept:
+    // coming back to the same trace does not read the topic again.
+    let mut history_read: Option<(CancellationToken, JoinHandle<()>)> = None;
     loop {
         let f = focus.borrow_and_update().clone();
+        let wanted = kind == TopicKind::Trace && f.tracing && f.query.is_some() && f.ids != TraceIds::default();
+        let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
+        if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
+            if let Some((stop, _)) = history_read.take() {
+                stop.cancel();
+            }
+            history_of = None;
+        }
         // A new trace target: read its history from the whole topic, on a task of its own so the
         // probe keeps its pace. The app keeps the answer only while the IDs are still the ones it
         // traces.
-        if kind == TopicKind::Trace && f.query.is_some() && history_of.as_ref() != Some(&f.ids) && f.ids != TraceIds::default() {
+        if wanted && history_of.is_none() {
             history_of = Some(f.ids.clone());
+            let stop = cancel.child_token();
             let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
             let query = f.query.clone().unwrap_or_default();
-            tokio::spawn(async move {
+            let cancelled = stop.clone();
+            let task = tokio::spawn(async move {
                 let keep = super::headless::Keep::of_ids(&query, &ids);
-                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep)
+                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep, &cancelled)
                     .await
                     .map(|log| log.oldest_first())
                     .map_err(|e| format!("{e:#}"));
-                let _ = tx.send(Update::TraceHistory { ids, result }).await;
+                if !cancelled.is_cancelled() {
+                    let _ = tx.send(Update::TraceHistory { ids, result }).await;
+                }
             });
+            history_read = Some((stop, task));
         }
-        let u = match probe_topic(&config, &topic, kind).await {
+        let probe = tokio::select! {
+            p = probe_topic(&config, &topic, kind) => p,
+            _ = cancel.cancelled() => break,
+        };
+        let u = match probe {
             Ok((marks, progress, lag)) => {
                 if reader.is_none() {
                     match start_reader(&config, &topic, kind, &marks, tx.clone(), focus.clone(), stop_reader.clone()) {

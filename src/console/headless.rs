@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
@@ -121,7 +122,7 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
     let c = config.clone();
     blocking(move || {
         let mut index = PaymentIndex::default();
-        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, |m| index.ingest(PaymentMessage::from_kafka(m)))?;
+        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| index.ingest(PaymentMessage::from_kafka(m)))?;
         Ok(index)
     })
     .await
@@ -181,7 +182,7 @@ pub async fn read_payments_keeping(config: &Config, keep: Keep) -> anyhow::Resul
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
-        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, |m| {
+        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| {
             let m = PaymentMessage::from_kafka(m);
             if keep.message(&m) {
                 index.ingest(m);
@@ -192,13 +193,15 @@ pub async fn read_payments_keeping(config: &Config, keep: Keep) -> anyhow::Resul
     .await
 }
 
-/// The trace events of the trace topic from `start` that name what `keep` keeps.
-pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep) -> anyhow::Result<TraceLog> {
+/// The trace events of the trace topic from `start` that name what `keep` keeps; ends early,
+/// with an error, when `cancel` is cancelled.
+pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep, cancel: &CancellationToken) -> anyhow::Result<TraceLog> {
     let c = config.clone();
     let keep = keep.clone();
+    let cancel = cancel.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, |m| match topics::trace_event_of(m) {
+        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, &cancel, |m| match topics::trace_event_of(m) {
             Some(e) if keep.keeps(&e) => log.ingest(e),
             Some(_) => {}
             None => log.undecodable += 1,
@@ -216,7 +219,7 @@ pub async fn read_topics_for(config: &Config, query: &str, rows: Option<&TraceRo
         Ok((p, k)) => (Ok(p), k),
         Err(e) => (Err(e), keep),
     };
-    (payments, read_trace_log_keeping(config, StartAt::Beginning, &keep).await)
+    (payments, read_trace_log_keeping(config, StartAt::Beginning, &keep, &CancellationToken::new()).await)
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end).
@@ -224,7 +227,7 @@ pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<T
     let c = config.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, |m| match topics::trace_event_of(m) {
+        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| match topics::trace_event_of(m) {
             Some(e) => log.ingest(e),
             None => log.undecodable += 1,
         })?;
@@ -364,7 +367,7 @@ pub async fn locks(config: &Config) -> Report<LockScan> {
     let scan = match locks::nodes_of(config) {
         Ok((mut main, mut redlock)) => locks::scan_locks(&mut main, &mut redlock).await,
         Err(e) => LockScan {
-            nodes: vec![locks::NodeScan { node: config.redis.url.clone(), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: 0.0 }],
+            nodes: vec![locks::NodeScan { node: crate::config::host_port(&config.redis.url), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: 0.0 }],
             read_at_ms: now_ms(),
             ..Default::default()
         },

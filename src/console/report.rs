@@ -252,7 +252,7 @@ pub fn markdown(r: &IncidentReport) -> String {
     if r.leaks.is_empty() {
         let _ = writeln!(o, "None: no requestId or order has two effects in orders, stock movements, payment flows, points or notifications.");
     } else {
-        let _ = writeln!(o, "| table | rows | for {{column}} = key | first | last |\n|---|---|---|---|---|");
+        let _ = writeln!(o, "| table | rows | shared column = key | first | last |\n|---|---|---|---|---|");
         for l in &r.leaks {
             let _ = writeln!(o, "| {} | {} | {} = `{}` | `{}` | `{}` |", l.table, l.rows, l.by, cell(&l.key), cell(&l.first), cell(&l.last));
         }
@@ -316,4 +316,31 @@ pub fn markdown(r: &IncidentReport) -> String {
         let _ = writeln!(o);
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leaks_table_header_names_its_column_and_no_placeholder() {
+        let r = IncidentReport {
+            schema: "idemguard.report/v1",
+            environment: EnvironmentInfo { name: "local".into(), color: "green".into(), production: false },
+            generated_at: "2026-11-29T23:07:42.123Z".into(),
+            id: Some("APP:ORDER:20261129:abcdefgh".into()),
+            since_ms: 0,
+            until_ms: 0,
+            orders_in_window: 2,
+            timelines: vec![],
+            leaks: vec![Leak { table: "order_record".into(), by: "req_id".into(), key: "APP:ORDER:20261129:abcdefgh".into(), rows: 2, first: "A".into(), last: "B".into() }],
+            operator_actions: vec![],
+            rates: vec![],
+            errors: vec![],
+        };
+        let md = markdown(&r);
+        assert!(md.contains("| table | rows | shared column = key | first | last |"), "{md}");
+        assert!(md.contains("| order_record | 2 | req_id = `APP:ORDER:20261129:abcdefgh` | `A` | `B` |"), "{md}");
+        assert!(!md.contains('{'), "a format placeholder was printed literally: {md}");
+    }
 }

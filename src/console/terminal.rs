@@ -57,8 +57,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 /// `idemguard console [--allow-actions]`: also starts the executor of confirmed actions.
 pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
+    // While the console owns the terminal, a log line on stderr would be drawn over its rows and
+    // stay there: they go to a file (shown in the help screen) until the terminal is restored.
+    let log_path = crate::logging::console_log_path(&config);
+    let logs = crate::logging::to_file(&log_path)
+        .map_err(|e| anyhow::anyhow!("cannot open the console's log file {}: {e} (set console.log_file)", log_path.display()))?;
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
+    app.log_file = Some(log_path.display().to_string());
     app.allow_actions(allow_actions);
     let executor = backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
     app.attach_executor(executor);
@@ -78,6 +84,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     .await;
     drop(terminal);
     drop(guard);
+    drop(logs);
     backends.shutdown().await;
     result
 }

@@ -11,6 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::contracts::{headers, PaymentSucceeded, TraceEvent};
@@ -143,12 +144,15 @@ pub enum StartAt {
 }
 
 /// Reads `topic` from `start` up to the high watermarks seen when the read began (blocking: run
-/// it on a blocking thread). `each` gets every message. Bounded by `deadline`.
+/// it on a blocking thread). `each` gets every message. Bounded by `deadline`, and ends within
+/// one poll (≤ 300 ms) of `cancel`: a read of a large topic takes seconds, and the console must
+/// not wait for one nobody wants any more (quit, a new trace).
 pub fn read_to_end(
     config: &Config,
     topic: &str,
     start: StartAt,
     deadline: Duration,
+    cancel: &CancellationToken,
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> anyhow::Result<u64> {
     let servers = &config.kafka.bootstrap_servers;
@@ -191,6 +195,9 @@ pub fn read_to_end(
     // the mark alone can stop a read early; the idle poll says the reader has really caught up.
     let mut idle = false;
     while !(remaining.is_empty() && idle) {
+        if cancel.is_cancelled() {
+            anyhow::bail!("reading {topic} was cancelled ({read} messages read)");
+        }
         if started.elapsed() > deadline {
             anyhow::bail!("kafka {servers}: reading {topic} took longer than {deadline:?} ({read} messages read)");
         }

@@ -56,7 +56,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     }
     draw_footer(f, app, footer);
     if app.show_help {
-        draw_help(f, f.area());
+        draw_help(f, f.area(), app.log_file.as_deref());
     }
     if let Some(c) = &app.confirm {
         draw_confirm(f, app, c, f.area());
@@ -560,8 +560,13 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-fn draw_help(f: &mut Frame<'_>, area: Rect) {
-    let lines = keymap::help_lines();
+fn draw_help(f: &mut Frame<'_>, area: Rect, log_file: Option<&str>) {
+    let mut lines = keymap::help_lines();
+    if let Some(path) = log_file {
+        lines.push((String::new(), String::new()));
+        lines.push(("LOGS".to_string(), String::new()));
+        lines.push(("log file".to_string(), path.to_string()));
+    }
     let height = (lines.len() as u16 + 2).min(area.height);
     let width = area.width.saturating_sub(8).min(100);
     let popup = Rect { x: area.x + (area.width - width) / 2, y: area.y + (area.height - height) / 2, width, height };

@@ -413,10 +413,22 @@ fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {
     hs.iter().find(|h| h.key == name).and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string)
 }
 
+/// Why a payload is not a payment event, in words about the payload: serde_json's own text for a
+/// syntax error ("key must be a string") reads like a complaint about the Kafka message key.
+fn poison_reason(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            format!("payload is not JSON (invalid at line {} column {} of the payload)", e.line(), e.column())
+        }
+        Category::Data => format!("payload is JSON but not a payment event: {e}"),
+    }
+}
+
 /// A payment event, or the reason it is poison.
 fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
     let payload = m.payload().ok_or("empty message")?;
-    let event: PaymentSucceeded = serde_json::from_slice(payload).map_err(|e| format!("not a payment event: {e}"))?;
+    let event: PaymentSucceeded = serde_json::from_slice(payload).map_err(|e| poison_reason(&e))?;
     if uuid::Uuid::try_parse(&event.event_id).is_err() {
         return Err(format!("event_id `{}` is not a UUID", event.event_id));
     }
@@ -432,4 +444,23 @@ fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
         }
     }
     Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::Timestamp;
+
+    fn message(payload: &[u8]) -> OwnedMessage {
+        OwnedMessage::new(Some(payload.to_vec()), Some(b"2026112914054212300000abcdef".to_vec()), "t".into(), Timestamp::NotAvailable, 0, 0, None)
+    }
+
+    #[test]
+    fn the_dlq_reason_of_a_non_json_payload_says_the_payload_is_not_json() {
+        let reason = parse(&message(b"{not json at all")).unwrap_err();
+        assert_eq!(reason, "payload is not JSON (invalid at line 1 column 2 of the payload)");
+        assert!(!reason.contains("key"), "an operator would read it as the Kafka key: {reason}");
+        let reason = parse(&message(b"{\"event_id\": 1}")).unwrap_err();
+        assert!(reason.starts_with("payload is JSON but not a payment event: invalid type"), "{reason}");
+    }
 }

@@ -1,0 +1,148 @@
+//! Issue 15, item 1: a password never leaves the process. A secret is put in every URL of the
+//! configuration, both ways — the userinfo (`postgres://root:S@…`, `redis://:S@…`) and a
+//! password-like query parameter in any case (`?PassWord=S`, `?sslpassword=S`, `?token=S`) — in
+//! the database, the replica, the main Redis and the RedLock nodes; then the real binary's
+//! subcommands run against reachable services (success paths) and unreachable ones (error
+//! paths), and every byte of their stdout and stderr (logs at debug level included) is searched
+//! for it.
+
+mod common;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::time::Duration;
+
+use idemguard::config::Dialect;
+use redis_server::RedisServer;
+
+/// Alphanumeric, so it reads the same raw and percent-encoded.
+const SECRET: &str = "Sup3rS3cretValue42";
+const UNKNOWN_ID: &str = "APP:ORDER:20261129:nobody-knows-me";
+
+/// The subcommands that show a URL or an error that may embed one.
+const COMMANDS: &[&[&str]] = &[
+    &["config"],
+    &["doctor"],
+    &["doctor", "--json"],
+    &["--log-format", "json", "doctor"],
+    &["migrate"],
+    &["stuck"],
+    &["stuck", "--json"],
+    &["report", "--id", UNKNOWN_ID],
+    &["locks"],
+    &["locks", "--json"],
+    &["trace", UNKNOWN_ID],
+    &["trace", UNKNOWN_ID, "--json"],
+    &["finalize", UNKNOWN_ID, "--allow-actions", "--reason", "test"],
+    &["release-lock", "lock:order:nobody", "--expect-value", "x", "--allow-actions"],
+];
+
+/// A private redis-server that asks for SECRET (private, so setting its password is ours to do).
+async fn redis_with_password() -> RedisServer {
+    let r = RedisServer::start();
+    let mut c = r.conn().await;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg(SECRET).query_async(&mut c).await.unwrap();
+    r
+}
+
+/// Runs the binary with `env` (over config/local.toml); (exit code, stdout + stderr).
+async fn idemguard(args: &[&str], env: &[(String, String)]) -> (Option<i32>, String) {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+    c.args(args)
+        .env("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+        .env("IDEMGUARD_LOG", "debug")
+        .env_remove("IDEMGUARD_LOG_FORMAT")
+        .kill_on_drop(true);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(90), c.output())
+        .await
+        .unwrap_or_else(|_| panic!("idemguard {args:?} did not finish within 90 s"))
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+fn with_password_in_userinfo(url: &str) -> String {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_password(Some(SECRET)).unwrap();
+    u.to_string()
+}
+
+fn with_query(url: &str, query: &str) -> String {
+    format!("{url}?{query}")
+}
+
+async fn secrets_are_never_printed(dialect: Dialect) {
+    let (config, _db) = common::migrated_database(dialect).await;
+    let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    let main = redis_with_password().await;
+    let nodes = [redis_with_password().await, redis_with_password().await, redis_with_password().await];
+    let db = config.database.url.clone();
+    let userinfo_db = with_password_in_userinfo(&db);
+    let param_db = with_query(&db, &format!("PassWord={SECRET}&application_name=igt"));
+    let replica = with_query(&db, &format!("sslpassword={SECRET}"));
+    let redis_url = format!("redis://:{SECRET}@127.0.0.1:{}", main.port);
+    let redlock = format!(
+        "redis://:{SECRET}@127.0.0.1:{},redis://default:{SECRET}@127.0.0.1:{},redis://default:{SECRET}@127.0.0.1:{}/0?token={SECRET}",
+        nodes[0].port, nodes[1].port, nodes[2].port
+    );
+    let dead_db = {
+        let mut u = url::Url::parse(&userinfo_db).unwrap();
+        u.set_port(Some(1)).unwrap();
+        with_query(u.as_str(), &format!("password={SECRET}"))
+    };
+    let dead_redis = format!("redis://:{SECRET}@127.0.0.1:1");
+    let dead_redlock = format!("redis://:{SECRET}@127.0.0.1:1,redis://u:{SECRET}@127.0.0.1:2,redis://127.0.0.1:3?Password={SECRET}");
+
+    let base = |db: &str, replica: &str, redis: &str, redlock: &str| -> Vec<(String, String)> {
+        vec![
+            ("IDEMGUARD_DATABASE__URL".into(), db.into()),
+            ("IDEMGUARD_DATABASE__REPLICA_URL".into(), replica.into()),
+            ("IDEMGUARD_REDIS__URL".into(), redis.into()),
+            ("IDEMGUARD_REDIS__REDLOCK_NODES".into(), redlock.into()),
+            ("IDEMGUARD_KAFKA__PAYMENT_TOPIC".into(), topics[0].clone()),
+            ("IDEMGUARD_KAFKA__TRACE_TOPIC".into(), topics[1].clone()),
+            ("IDEMGUARD_KAFKA__CONSUMER_GROUP".into(), format!("igt-group-{}", common::unique_suffix())),
+        ]
+    };
+    let setups = [
+        ("password in the userinfo", base(&userinfo_db, &replica, &redis_url, &redlock)),
+        ("password as a query parameter", base(&param_db, &replica, &redis_url, &redlock)),
+        ("every service unreachable", base(&dead_db, &dead_db, &dead_redis, &dead_redlock)),
+    ];
+    for (setup, env) in &setups {
+        for args in COMMANDS {
+            let (code, out) = idemguard(args, env).await;
+            assert!(!out.contains(SECRET), "{dialect}, {setup}: `idemguard {}` (exit {code:?}) printed the secret:\n{out}", args.join(" "));
+            if args == &["config"] {
+                assert_eq!(code, Some(0), "{out}");
+                assert!(out.contains(":***@") && out.contains("=***"), "{dialect}, {setup}: the URLs are shown, redacted:\n{out}");
+            }
+        }
+    }
+    // The working paths really ran: the service with a password in its query parameter was used.
+    let (code, out) = idemguard(&["migrate"], &setups[1].1).await;
+    assert_eq!(code, Some(0), "{dialect}: migrate through ?PassWord=: {out}");
+    assert!(out.contains("PassWord=***"), "{out}");
+    let (code, out) = idemguard(&["locks", "--json"], &setups[0].1).await;
+    assert_eq!(code, Some(0), "{dialect}: the Redis nodes answered with their password: {out}");
+
+    // Kafka addresses cannot carry credentials: refused, without echoing them.
+    let mut env = setups[0].1.clone();
+    env.push(("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS".into(), format!("user:{SECRET}@127.0.0.1:9092")));
+    let (code, out) = idemguard(&["config"], &env).await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(!out.contains(SECRET) && out.contains("kafka.bootstrap_servers"), "{out}");
+}
+
+#[tokio::test]
+async fn secrets_are_never_printed_postgres() {
+    secrets_are_never_printed(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn secrets_are_never_printed_mysql() {
+    secrets_are_never_printed(Dialect::Mysql).await;
+}
