@@ -150,6 +150,21 @@ pub struct Outcome {
     pub order_no: Option<String>,
 }
 
+/// The response a finished record holds, as an outcome to answer with (None while PROCESSING).
+pub fn stored_outcome(rec: &IdempotencyRecord) -> Option<Outcome> {
+    let status = match rec.status.as_str() {
+        SUCCEEDED => SUCCEEDED,
+        FAILED => FAILED,
+        _ => return None,
+    };
+    Some(Outcome {
+        status,
+        code: u16::try_from(rec.response_code?).ok()?,
+        body: rec.response_body.clone()?,
+        order_no: rec.order_no.clone(),
+    })
+}
+
 /// Store the outcome; false when we no longer own the record (an operator or a retry took it
 /// over — the database layer gives both the same order, so the response is still right).
 pub async fn finalize(db: &Database, request_id: &str, owner: &str, outcome: &Outcome, retention_ms: i64) -> Result<bool, sqlx::Error> {

@@ -216,6 +216,12 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
             Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-sku", "Unknown SKU", format!("sku {sku_id} does not exist")),
             None,
         )),
+        // An operator finalized this request FAILED while it was in flight, and the create
+        // routine refused it: answer what the record now says, byte for byte (issue 15, item 5).
+        Err(e @ OrderError::RequestAbandoned { .. }) => {
+            let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
+            rec.as_ref().and_then(super::idempotency::stored_outcome).ok_or_else(|| anyhow::anyhow!("{e}"))
+        }
         Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }

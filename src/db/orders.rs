@@ -213,6 +213,10 @@ pub enum OrderError {
     OutOfStock { sku_id: i64, available: i64, wanted: i64 },
     #[error("SKU {sku_id} is not in the inventory table; nothing was written (seed it with db::inventory::set_stock)")]
     UnknownSku { sku_id: i64 },
+    /// The request's idempotency record says FAILED (an operator closed it: the client was told
+    /// to send a new key), so the create routine refused to create an order for it.
+    #[error("request {request_id} was closed as FAILED (the client was told to send a new key); no order is created for it")]
+    RequestAbandoned { request_id: String },
     #[error("order number {order_no} already belongs to another request; generate a new orderNo and create again")]
     OrderNoTaken { order_no: String },
     #[error("no order {order_no} in the order database")]
@@ -392,6 +396,9 @@ impl Orders {
                     None => Err(OrderError::OrderNoTaken { order_no: order.order_no.to_string() }),
                 }
             }
+            // The record was finalized FAILED before this create got its row lock (a statement of
+            // an instance an operator gave up on): nothing was written.
+            ("abandoned", _, _) => Err(OrderError::RequestAbandoned { request_id: order.request_id.to_string() }),
             ("unknown_sku", _, _) => Err(OrderError::UnknownSku { sku_id: order.sku_id }),
             ("out_of_stock", _, Some(available)) => {
                 Err(OrderError::OutOfStock { sku_id: order.sku_id, available, wanted: order.quantity })
@@ -720,6 +727,17 @@ pub async fn find_order(db: &Database, key: OrderKey<'_>) -> Result<Option<Order
         OrderKey::PaymentEventId(v) => ("order_by_payment_event_id", v),
     };
     let row = sqlx::query(db.sql(query)).bind(value).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
+    row.map(|r| order_from_row(db, &r)).transpose()
+}
+
+/// The order of `request_id`, by a locking read inside the caller's transaction (finalize, under
+/// its lock of the record row): it sees the latest committed row, never an older snapshot.
+pub async fn find_order_locked(db: &Database, conn: &mut AnyConnection, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+    let row = sqlx::query(db.sql("order_by_req_id_locked"))
+        .bind(request_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error(db, "read the order under the record's lock", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()
 }
 

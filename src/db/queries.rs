@@ -43,6 +43,7 @@ builtin![
     "order_replay",
     "order_by_order_no",
     "order_by_req_id",
+    "order_by_req_id_locked",
     "order_by_payment_event_id",
     "order_current",
     "order_transition",
@@ -87,12 +88,15 @@ builtin![
     "storm_outbox_events",
     // the console's actions and their audit (src/console/actions.rs)
     "console_finalize",
+    "console_finalize_lock_wait",
+    "console_finalize_lock_record",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
     // the post-incident report (src/console/report.rs)
     "report_leaks",
     "report_orders",
+    "report_contradictions",
 ];
 
 /// The statements of one dialect, templated with the configured table names.
