@@ -193,7 +193,7 @@ enum Command {
     },
     /// Post-incident report (Markdown, or --json): each affected order's cross-layer timeline,
     /// which layer stopped each duplicate, every duplicate that got through, operator actions,
-    /// rates. Exit 0, or 6 when a duplicate got through
+    /// rates. Exit 0, or 6 when a duplicate got through or a record contradicts the orders
     Report {
         /// One orderNo, requestId or eventId
         #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
@@ -393,7 +393,7 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             for e in &r.errors {
                 eprintln!("idemguard report: not read: {e}");
             }
-            Ok(ExitCode::from(if r.leaks.is_empty() { 0 } else { 6 }))
+            Ok(ExitCode::from(if r.leaks.is_empty() && r.contradictions.is_empty() { 0 } else { 6 }))
         }
         Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
             let action = Action::Finalize { request_id, expect_version, reason };
