@@ -211,6 +211,14 @@ enum Command {
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Delete what is past its retention, once (for a cron; `serve` and `consume` also do it every
+    /// retention.interval): finished idempotency records past their expiry, published outbox rows
+    /// older than retention.outbox_sent, processed_event rows past the dedup TTL. Batches of
+    /// retention.batch rows; prints how many rows went from each table
+    Purge {
+        #[arg(long)]
+        json: bool,
+    },
     /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
     /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
     /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
@@ -394,6 +402,19 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
                 eprintln!("idemguard report: not read: {e}");
             }
             Ok(ExitCode::from(if r.leaks.is_empty() && r.contradictions.is_empty() { 0 } else { 6 }))
+        }
+        Command::Purge { json } => {
+            use idemguard::db::retention::{self, Purge};
+            let db = Database::connect(&config).await?;
+            let counts = retention::pass(&db, Purge::ALL, &config.retention, &CancellationToken::new()).await.map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&counts)?);
+            } else {
+                for p in &counts {
+                    println!("{}: {} row(s) deleted", p.table, p.deleted);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
             let action = Action::Finalize { request_id, expect_version, reason };

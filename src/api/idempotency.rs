@@ -196,11 +196,6 @@ pub async fn count_replay(db: &Database, request_id: &str) -> Result<(), sqlx::E
     Ok(())
 }
 
-/// Delete finished records past their retention; returns how many.
-pub async fn purge_expired(db: &Database) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(db.sql("api_idem_purge")).bind(now_ms()).execute(&db.pool).await?.rows_affected())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

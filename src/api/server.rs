@@ -388,6 +388,8 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     });
     let shutdown = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+    // Finished records and published outbox rows past their retention (issue 15, item 10).
+    let purge_task = crate::db::retention::spawn(db.clone(), crate::db::retention::Purge::SERVE, config.retention.clone(), shutdown.clone());
     let flusher = {
         let (db, stop) = (db.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -405,6 +407,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let done = tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await?;
         let _ = relay_task.await;
+        let _ = purge_task.await;
         let _ = flusher.await;
         if let Some(h) = heartbeat {
             let _ = h.stop().await;

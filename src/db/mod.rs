@@ -8,6 +8,7 @@ pub mod inventory;
 pub mod migrate;
 pub mod orders;
 pub mod queries;
+pub mod retention;
 pub mod state_machine;
 
 use std::sync::{Arc, Once};

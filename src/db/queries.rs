@@ -59,12 +59,15 @@ builtin![
     "api_idem_finalize",
     "api_idem_abandon",
     "api_idem_count_replay",
-    "api_idem_purge",
     "api_payment_insert",
     "api_payment_by_pay_no",
     "api_outbox_insert",
     "api_outbox_claim",
     "api_outbox_mark_sent",
+    // retention: batched deletes of what is past it (src/db/retention.rs)
+    "retention_idempotency_record",
+    "retention_outbox_sent",
+    "retention_processed_event",
     // the console's read-through (src/console/records.rs)
     "console_trace_idempotency",
     "console_trace_order",
