@@ -220,7 +220,9 @@ enum Command {
         json: bool,
     },
     /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
-    /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
+    /// exists; FAILED (422 request-abandoned: the client must send a new key) when it does not
+    /// and the owner gave up or is dead past its lease; refused otherwise. Locks the record row
+    /// (as the create routine does) so a create in flight is waited for (at most 5 s) and seen.
     /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
     Finalize {
         /// The requestId (Idempotency-Key)
