@@ -299,3 +299,46 @@ async fn the_report_lists_a_failed_record_with_an_order() {
         db.pool.close().await;
     }
 }
+
+/// Finalize's wait for the record row is bounded: while a create transaction holds it, finalize
+/// gives up after 5 s, says why, and writes nothing.
+async fn finalize_waits_at_most_five_seconds(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let key = RequestId::generate("APP", "ORDER");
+    let claim = ClaimRequest {
+        request_id: key.as_str(),
+        biz_type: "ORDER",
+        request_hash: "h",
+        owner: &format!("dead-{}", common::unique_suffix()),
+        fence: 0,
+        lease_ms: 1,
+        retention_ms: 86_400_000,
+    };
+    idempotency::claim(&db, &claim).await.unwrap();
+    let rec = idempotency::get(&db, key.as_str()).await.unwrap().unwrap();
+    // What the create routine holds while it waits on a stock row.
+    let mut in_flight = db.pool.begin().await.unwrap();
+    sqlx::query(&format!("SELECT status FROM idempotency_record WHERE request_id = '{key}' FOR UPDATE")).fetch_one(&mut *in_flight).await.unwrap();
+
+    let me = Instance::current();
+    let ops = Actions::new(&config, db.clone(), Locks::from_config(&config, &me, Tracer::log_only(&me)).unwrap(), Tracer::log_only(&me), true).await;
+    let started = Instant::now();
+    let r = ops.run(&Action::Finalize { request_id: key.to_string(), expect_version: Some(rec.version), reason: None }).await;
+    let waited = started.elapsed();
+    assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
+    assert!(r.detail.contains("still in flight"), "{dialect}: {}", r.detail);
+    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(15), "{dialect}: waited {waited:?}");
+    in_flight.rollback().await.unwrap();
+    assert_eq!(idempotency::get(&db, key.as_str()).await.unwrap().unwrap(), rec, "{dialect}: nothing written");
+    db.pool.close().await;
+}
+
+#[tokio::test]
+async fn finalize_waits_at_most_five_seconds_postgres() {
+    finalize_waits_at_most_five_seconds(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn finalize_waits_at_most_five_seconds_mysql() {
+    finalize_waits_at_most_five_seconds(Dialect::Mysql).await;
+}
