@@ -5,7 +5,9 @@
 //!   ([`super::inventory`]). The transaction is one database routine,
 //!   `queries/<dialect>/order_create_routine.sql`, called in one round trip. A duplicate is
 //!   never an error: the losing transaction ends, the first order is read back from the
-//!   primary and returned as this request's result.
+//!   primary and returned as this request's result. The routine first locks the request's
+//!   idempotency record row and refuses a FAILED record ([`OrderError::RequestAbandoned`]):
+//!   an operator's finalize locks the same row, so the database orders the two.
 //! - **Transitions** (seed §2.3, §4.4): an optimistic `UPDATE … WHERE version = ? AND status IN
 //!   (predecessors)`; when it matches nothing the row is re-read: already in the target status
 //!   is an idempotent success, anything else is refused. The allowed moves are the one table in
