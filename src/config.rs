@@ -34,6 +34,7 @@ pub struct Config {
     pub consumer: ConsumerConfig,
     pub console: ConsoleConfig,
     pub trace: TraceConfig,
+    pub retention: RetentionConfig,
     pub tables: TableNames,
 }
 
@@ -168,6 +169,17 @@ pub struct TraceConfig {
     pub buffer: usize,
     #[serde(with = "humantime_serde")]
     pub delivery_timeout: Duration,
+}
+
+/// How the running services delete what is past its retention (src/db/retention.rs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub batch: u32,
+    #[serde(with = "humantime_serde")]
+    pub outbox_sent: Duration,
 }
 
 /// Physical table names. Every SQL file refers to tables as `{{logical_name}}`.
@@ -401,6 +413,12 @@ impl Config {
         }
         if self.consumer.batch_size == 0 {
             return Err(err("consumer.batch_size", "must be at least 1".into()));
+        }
+        if self.retention.interval.is_zero() || self.retention.outbox_sent.is_zero() {
+            return Err(err("retention.interval", "retention.interval and retention.outbox_sent must be longer than zero".into()));
+        }
+        if self.retention.batch == 0 {
+            return Err(err("retention.batch", "must be at least 1".into()));
         }
         // The fault-injection switches exist to show the database as the last line; a production
         // environment must never run with a line of defense switched off.

@@ -193,7 +193,7 @@ enum Command {
     },
     /// Post-incident report (Markdown, or --json): each affected order's cross-layer timeline,
     /// which layer stopped each duplicate, every duplicate that got through, operator actions,
-    /// rates. Exit 0, or 6 when a duplicate got through
+    /// rates. Exit 0, or 6 when a duplicate got through or a record contradicts the orders
     Report {
         /// One orderNo, requestId or eventId
         #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
@@ -211,8 +211,18 @@ enum Command {
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Delete what is past its retention, once (for a cron; `serve` and `consume` also do it every
+    /// retention.interval): finished idempotency records past their expiry, published outbox rows
+    /// older than retention.outbox_sent, processed_event rows past the dedup TTL. Batches of
+    /// retention.batch rows; prints how many rows went from each table
+    Purge {
+        #[arg(long)]
+        json: bool,
+    },
     /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
-    /// exists, FAILED when it does not and the owner is dead, refused when the owner is alive.
+    /// exists; FAILED (422 request-abandoned: the client must send a new key) when it does not
+    /// and the owner gave up or is dead past its lease; refused otherwise. Locks the record row
+    /// (as the create routine does) so a create in flight is waited for (at most 5 s) and seen.
     /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
     Finalize {
         /// The requestId (Idempotency-Key)
@@ -397,7 +407,20 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             for e in &r.errors {
                 eprintln!("idemguard report: not read: {e}");
             }
-            Ok(ExitCode::from(if r.leaks.is_empty() { 0 } else { 6 }))
+            Ok(ExitCode::from(if r.leaks.is_empty() && r.contradictions.is_empty() { 0 } else { 6 }))
+        }
+        Command::Purge { json } => {
+            use idemguard::db::retention::{self, Purge};
+            let db = Database::connect(&config).await?;
+            let counts = retention::pass(&db, Purge::ALL, &config.retention, &CancellationToken::new()).await.map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&counts)?);
+            } else {
+                for p in &counts {
+                    println!("{}: {} row(s) deleted", p.table, p.deleted);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
             let action = Action::Finalize { request_id, expect_version, reason };

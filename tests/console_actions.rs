@@ -240,9 +240,9 @@ async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead() {
         assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
         let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
         assert_eq!(now.status, "FAILED");
-        assert_eq!(now.response_code, Some(409));
+        assert_eq!(now.response_code, Some(422), "not 409, which clients retry with the same key for ever");
         let body: serde_json::Value = serde_json::from_str(now.response_body.as_deref().unwrap()).unwrap();
-        assert_eq!(body["type"], "https://idemguard.dev/problems/request-not-completed");
+        assert_eq!(body["type"], "https://idemguard.dev/problems/request-abandoned");
         assert!(body["detail"].as_str().unwrap().contains("incident 42"), "the reason is in the problem: {body}");
         assert_eq!(now.order_no, None);
         assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "done");
@@ -571,7 +571,7 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
         futures_statuses(&db, &stuck).await;
     assert_eq!(statuses, vec!["SUCCEEDED", "FAILED"]);
     let s = screen(&mut app, 160, 30);
-    assert!(s.contains("Last actions, per row") && s.contains("SUCCEEDED 201") && s.contains("FAILED 409"), "{s}");
+    assert!(s.contains("Last actions, per row") && s.contains("SUCCEEDED 201") && s.contains("FAILED 422"), "{s}");
 
     // The Audit view lists every attempt.
     type_str(&mut app, ":audit");

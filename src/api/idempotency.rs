@@ -150,6 +150,21 @@ pub struct Outcome {
     pub order_no: Option<String>,
 }
 
+/// The response a finished record holds, as an outcome to answer with (None while PROCESSING).
+pub fn stored_outcome(rec: &IdempotencyRecord) -> Option<Outcome> {
+    let status = match rec.status.as_str() {
+        SUCCEEDED => SUCCEEDED,
+        FAILED => FAILED,
+        _ => return None,
+    };
+    Some(Outcome {
+        status,
+        code: u16::try_from(rec.response_code?).ok()?,
+        body: rec.response_body.clone()?,
+        order_no: rec.order_no.clone(),
+    })
+}
+
 /// Store the outcome; false when we no longer own the record (an operator or a retry took it
 /// over — the database layer gives both the same order, so the response is still right).
 pub async fn finalize(db: &Database, request_id: &str, owner: &str, outcome: &Outcome, retention_ms: i64) -> Result<bool, sqlx::Error> {
@@ -180,11 +195,6 @@ pub async fn abandon(db: &Database, request_id: &str, owner: &str) -> Result<(),
 pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<(), sqlx::Error> {
     sqlx::query(db.sql("api_idem_count_replay")).bind(n).bind(request_id).execute(&db.pool).await?;
     Ok(())
-}
-
-/// Delete finished records past their retention; returns how many.
-pub async fn purge_expired(db: &Database) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(db.sql("api_idem_purge")).bind(now_ms()).execute(&db.pool).await?.rows_affected())
 }
 
 #[cfg(test)]

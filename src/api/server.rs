@@ -234,6 +234,12 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
             Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-sku", "Unknown SKU", format!("sku {sku_id} does not exist")),
             None,
         )),
+        // An operator finalized this request FAILED while it was in flight, and the create
+        // routine refused it: answer what the record now says, byte for byte (issue 15, item 5).
+        Err(e @ OrderError::RequestAbandoned { .. }) => {
+            let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
+            rec.as_ref().and_then(super::idempotency::stored_outcome).ok_or_else(|| anyhow::anyhow!("{e}"))
+        }
         Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }
@@ -418,6 +424,8 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+    // Finished records and published outbox rows past their retention (issue 15, item 10).
+    let purge_task = crate::db::retention::spawn(db.clone(), crate::db::retention::Purge::SERVE, config.retention.clone(), shutdown.clone());
     let flusher = {
         let (db, stop) = (db.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -435,6 +443,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let done = tokio::spawn(async move {
         edge::serve(listener, app, &config.api, stop).await;
         let _ = relay_task.await;
+        let _ = purge_task.await;
         let _ = flusher.await;
         if let Some(h) = heartbeat {
             let _ = h.stop().await;

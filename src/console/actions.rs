@@ -8,9 +8,13 @@
 //! - whose lock it is, is read from the value stored in Redis, never from the value typed: a
 //!   live owner's lock is refused unless forced with a reason, and a release may bump
 //!   `fence:{key}` so a zombie holder's later writes are refused by the database;
-//! - finalize reconciles with `order_record` first and writes with
+//! - finalize locks the record row (as the create routine does before it inserts an order),
+//!   reconciles with `order_record` under that lock and writes with
 //!   `WHERE request_id = ? AND status = 'PROCESSING' AND version = ?`: a record that finished a
-//!   second earlier is left alone;
+//!   second earlier is left alone, and the database — not timing — orders a FAILED answer and a
+//!   create still in flight (issue 15: a killed instance's statement committed after FAILED);
+//! - a FAILED answer respects the lease the API respects ([`idempotency::may_reclaim`]), and is
+//!   422 `request-abandoned`, never 409, which clients retry with the same key for ever;
 //! - read-only unless `--allow-actions` / `environment.allow_actions`; a refused attempt writes
 //!   nothing but its audit row;
 //! - the audit row is written BEFORE the action: an action whose audit cannot be written is not
@@ -27,10 +31,11 @@ use crate::api::problem::Problem;
 use crate::api::server::OrderView;
 use crate::config::{Config, Dialect};
 use crate::contracts::{keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
-use crate::db::orders::{find_order, OrderKey};
-use crate::db::Database;
+use crate::db::orders::{find_order, find_order_locked, OrderKey, OrderRecord};
+use crate::db::{is_lock_timeout, Database};
 use crate::lock::{LockView, Locks};
 use crate::trace::Tracer;
+use sqlx::AnyConnection;
 
 /// A destructive operation, as a value: built by a key handler or a command line, shown in a
 /// confirmation, then run. Never executed from a key handler directly.
@@ -99,7 +104,7 @@ impl Action {
             Action::Finalize { request_id, expect_version, .. } => {
                 let p = |i: usize| if dialect == Some(Dialect::Mysql) { "?".to_string() } else { format!("${i}") };
                 vec![
-                    format!("reconcile {request_id} with order_record, then:"),
+                    format!("lock the record row of {request_id} (SELECT … FOR UPDATE, waits at most 5 s), reconcile with order_record under that lock, then:"),
                     format!(
                         "UPDATE idempotency_record SET status, response … WHERE request_id = {} AND status = 'PROCESSING' AND version = {}",
                         p(7),
@@ -193,13 +198,15 @@ pub struct Actions {
     fast_path_ttl: Duration,
 }
 
-/// The response body stored when an operator fails a request that created nothing.
+/// The response body stored when an operator fails a request that created nothing: 422
+/// `request-abandoned`, never 409 — clients retry a 409 with the same key for ever, and this
+/// request will never complete; the status says "do not send this again as it is".
 pub fn abandoned_problem(request_id: &str, reason: Option<&str>) -> Problem {
     let why = reason.map_or(String::new(), |r| format!(" (operator: {r})"));
     Problem::new(
-        axum::http::StatusCode::CONFLICT,
-        "request-not-completed",
-        "The request was not completed",
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        "request-abandoned",
+        "The request was abandoned",
         format!(
             "the request with Idempotency-Key {request_id} stopped before creating anything and was closed by an operator{why}; \
              no order exists for it — send the request again with a new Idempotency-Key"
@@ -508,51 +515,40 @@ impl Actions {
                 .changed_without_write(action, before, format!("the record changed since it was displayed (version {v} seen, {} now); nothing was written", rec.version))
                 .await;
         }
-        let plan = match self.reconcile(&rec, reason).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(why)) => return self.refuse(action, before, why).await,
+        // Asked before the transaction (Redis): may a FAILED answer be written at all?
+        let may_fail = self.may_fail(&rec).await;
+        let seen = match find_order(&self.db, OrderKey::RequestId(&rec.request_id)).await {
+            Ok(o) => o,
             Err(e) => return Self::result(action, ActionOutcome::Error, before, None, format!("not performed: reconciling failed ({e})"), None),
         };
-        let id = match self.begin(action, &before, &format!("{} {} (version {})", plan.status, plan.code, rec.version)).await {
+        if let (None, Err(why)) = (&seen, &may_fail) {
+            return self.refuse(action, before, why.clone()).await;
+        }
+        let plan = format!("lock the record row, reconcile with order_record under that lock, write (version {})", rec.version);
+        let id = match self.begin(action, &before, &plan).await {
             Ok(id) => id,
             Err(r) => return r,
         };
-        let now = now_ms();
-        let written = sqlx::query(self.db.sql("console_finalize"))
-            .bind(plan.status)
-            .bind(i64::from(plan.code))
-            .bind(plan.body.as_str())
-            .bind(plan.order_no.clone())
-            .bind(now)
-            .bind(now + self.retention.as_millis() as i64)
-            .bind(request_id)
-            .bind(rec.version)
-            .execute(&self.db.pool)
-            .await;
+        let written = self.write_under_lock(&rec, may_fail.is_ok(), reason).await;
         let after = idempotency::get(&self.db, request_id).await.ok().flatten().map(|r| json(&r));
-        match written {
-            Err(e) => self.finish(action, id, ActionOutcome::Error, before, after, format!("the conditional update failed ({e}); nothing was written")).await,
-            Ok(r) if r.rows_affected() == 0 => {
-                let detail = "the record changed since it was read (finished or taken over); the conditional update matched nothing and nothing was written".to_string();
-                self.finish(action, id, ActionOutcome::Changed, before, after, detail).await
-            }
-            Ok(_) => {
-                let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
-                // The fast path must not keep answering "in progress" (or a stale answer): it
-                // gets the final response, exactly what a replay from the record would give.
-                if let Some(fp) = &self.fast_path {
-                    let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
-                    match fp.store(request_id, &value, self.fast_path_ttl).await {
-                        Ok(()) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
-                        Err(e) => detail.push_str(&format!(
-                            "; {} not updated ({e}): a stale placeholder there falls through to the record",
-                            keys::idempotency_fast_path(request_id)
-                        )),
-                    }
-                }
-                self.finish(action, id, ActionOutcome::Done, before, after, detail).await
+        let plan = match written {
+            Ok(plan) => plan,
+            Err(stop) => return self.finish(action, id, stop.outcome, before, after, stop.detail).await,
+        };
+        let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
+        // The fast path must not keep answering "in progress" (or a stale answer): it gets the
+        // final response, exactly what a replay from the record would give.
+        if let Some(fp) = &self.fast_path {
+            let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
+            match fp.store(request_id, &value, self.fast_path_ttl).await {
+                Ok(()) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
+                Err(e) => detail.push_str(&format!(
+                    "; {} not updated ({e}): a stale placeholder there falls through to the record",
+                    keys::idempotency_fast_path(request_id)
+                )),
             }
         }
+        self.finish(action, id, ActionOutcome::Done, before, after, detail).await
     }
 
     async fn changed_without_write(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
@@ -562,37 +558,111 @@ impl Actions {
         }
     }
 
-    /// What the record should say, from the business tables: `Ok(Err(why))` = refuse.
-    async fn reconcile(&self, rec: &IdempotencyRecord, reason: Option<&str>) -> anyhow::Result<Result<Finalization, String>> {
-        if let Some(order) = find_order(&self.db, OrderKey::RequestId(&rec.request_id)).await? {
-            // The order exists: the request succeeded; the response is the API's, built from
-            // the row (the same bytes a replay after a unique violation gives).
-            let body = serde_json::to_string(&OrderView::from(&order))?;
-            return Ok(Ok(Finalization {
-                status: SUCCEEDED,
-                code: 201,
-                body,
-                order_no: Some(order.order_no.clone()),
-                why: format!("order {} exists for this requestId", order.order_no),
-            }));
+    /// A FAILED answer tells the client no order exists; it may be written only when the API
+    /// itself would let a retry take the record over ([`idempotency::may_reclaim`]): the owner
+    /// gave up, or its lease is over and it has no heartbeat. `Err(why)` = refuse.
+    async fn may_fail(&self, rec: &IdempotencyRecord) -> Result<(), String> {
+        let now = now_ms();
+        if rec.lease_until != 0 && rec.lease_until >= now {
+            return Err(format!(
+                "no order exists yet and owner {}'s lease runs until {} ({} ms from now): it may still be working; finalize after the lease",
+                rec.owner,
+                crate::contracts::format_ms(rec.lease_until),
+                rec.lease_until - now
+            ));
         }
-        match self.locks.liveness().is_alive(&rec.owner).await {
-            Ok(true) => Ok(Err(format!(
-                "owner {} has a heartbeat and no order exists yet: it may still be working; wait, or stop that instance first",
-                rec.owner
-            ))),
-            Err(e) => Ok(Err(format!("cannot tell whether owner {} is alive ({e}); nothing was written", rec.owner))),
-            Ok(false) => {
-                let problem = abandoned_problem(&rec.request_id, reason);
-                Ok(Ok(Finalization {
-                    status: FAILED,
-                    code: problem.status,
-                    body: problem.body(),
-                    order_no: None,
-                    why: format!("no order exists and owner {} has no heartbeat; the client must send a new key", rec.owner),
-                }))
+        let alive = match self.locks.liveness().is_alive(&rec.owner).await {
+            Ok(alive) => alive,
+            Err(e) => return Err(format!("cannot tell whether owner {} is alive ({e}); nothing was written", rec.owner)),
+        };
+        if idempotency::may_reclaim(rec, now, alive) {
+            Ok(())
+        } else {
+            Err(format!("owner {} has a heartbeat and no order exists yet: it may still be working; wait, or stop that instance first", rec.owner))
+        }
+    }
+
+    /// Lock the record row, reconcile with `order_record` under that lock, write — one
+    /// transaction, on a connection of its own (its lock wait setting must not reach the pool).
+    async fn write_under_lock(&self, rec: &IdempotencyRecord, may_fail: bool, reason: Option<&str>) -> Result<Finalization, Stop> {
+        use sqlx::Connection;
+        let mut conn = match self.db.pool.acquire().await {
+            Ok(c) => c.detach(),
+            Err(e) => return Err(Stop::error(format!("no database connection ({e}); nothing was written"))),
+        };
+        let written = self.decide_and_write(&mut conn, rec, may_fail, reason).await;
+        let _ = conn.close().await;
+        written
+    }
+
+    /// The create routine locks the same row before it inserts an order (queries/<dialect>/
+    /// order_create_routine.sql, step 0), so the database serializes the two: a create in flight
+    /// makes this wait (at most 5 s, then refuse) and its order is then seen; a create that comes
+    /// after a FAILED answer finds it and writes nothing.
+    async fn decide_and_write(&self, conn: &mut AnyConnection, rec: &IdempotencyRecord, may_fail: bool, reason: Option<&str>) -> Result<Finalization, Stop> {
+        use sqlx::{Connection, Row};
+        let db = &self.db;
+        let failed = |what: &str, e: &dyn fmt::Display| Stop::error(format!("{what} failed ({e}); nothing was written"));
+        let mut tx = conn.begin().await.map_err(|e| failed("beginning the transaction", &e))?;
+        sqlx::Executor::execute(&mut *tx, db.sql("console_finalize_lock_wait")).await.map_err(|e| failed("setting the lock wait", &e))?;
+        let locked = match sqlx::query(db.sql("console_finalize_lock_record")).bind(rec.request_id.as_str()).fetch_optional(&mut *tx).await {
+            Ok(row) => row,
+            Err(e) if is_lock_timeout(&e) => {
+                return Err(Stop::refused(
+                    "a create transaction of this request id is still in flight and holds the record's row lock (a killed instance's \
+                     statement may still be running, e.g. waiting on a stock row); nothing was written — finalize again once it has ended",
+                ))
             }
+            Err(e) => return Err(failed("locking the record row", &e)),
+        };
+        let (status, version): (String, i64) = match locked {
+            Some(row) => (row.try_get(0).map_err(|e| failed("reading the record", &e))?, row.try_get(1).map_err(|e| failed("reading the record", &e))?),
+            None => return Err(Stop::changed("the record is gone (purged since it was read); nothing was written")),
+        };
+        if status != PROCESSING || version != rec.version {
+            return Err(Stop::changed(format!("the record changed since it was read (now {status}, version {version}); nothing was written")));
         }
+        let plan = match find_order_locked(db, &mut tx, &rec.request_id).await.map_err(|e| failed("reading the order", &e))? {
+            Some(order) => Finalization::succeeded(&order).map_err(|e| failed("serializing the order", &e))?,
+            None if may_fail => Finalization::failed(rec, reason),
+            None => return Err(Stop::refused("the order seen a moment ago is not there any more; nothing was written")),
+        };
+        let now = now_ms();
+        let written = sqlx::query(db.sql("console_finalize"))
+            .bind(plan.status)
+            .bind(i64::from(plan.code))
+            .bind(plan.body.as_str())
+            .bind(plan.order_no.clone())
+            .bind(now)
+            .bind(now + self.retention.as_millis() as i64)
+            .bind(rec.request_id.as_str())
+            .bind(rec.version)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| failed("the conditional update", &e))?;
+        if written.rows_affected() == 0 {
+            return Err(Stop::changed("the conditional update matched nothing (finished or taken over); nothing was written"));
+        }
+        tx.commit().await.map_err(|e| failed("the commit", &e))?;
+        Ok(plan)
+    }
+}
+
+/// Why a finalize stopped after its audit row was written.
+struct Stop {
+    outcome: ActionOutcome,
+    detail: String,
+}
+
+impl Stop {
+    fn refused(detail: impl Into<String>) -> Stop {
+        Stop { outcome: ActionOutcome::Refused, detail: detail.into() }
+    }
+    fn changed(detail: impl Into<String>) -> Stop {
+        Stop { outcome: ActionOutcome::Changed, detail: detail.into() }
+    }
+    fn error(detail: impl Into<String>) -> Stop {
+        Stop { outcome: ActionOutcome::Error, detail: detail.into() }
     }
 }
 
@@ -602,6 +672,33 @@ struct Finalization {
     body: String,
     order_no: Option<String>,
     why: String,
+}
+
+impl Finalization {
+    /// The order exists: the request succeeded; the response is the API's, built from the row
+    /// (the same bytes a replay after a unique violation gives).
+    fn succeeded(order: &OrderRecord) -> serde_json::Result<Finalization> {
+        Ok(Finalization {
+            status: SUCCEEDED,
+            code: 201,
+            body: serde_json::to_string(&OrderView::from(order))?,
+            order_no: Some(order.order_no.clone()),
+            why: format!("order {} exists for this requestId", order.order_no),
+        })
+    }
+
+    /// No order exists and none can be created any more (the create routine refuses a FAILED
+    /// record): the client must send a new key.
+    fn failed(rec: &IdempotencyRecord, reason: Option<&str>) -> Finalization {
+        let problem = abandoned_problem(&rec.request_id, reason);
+        Finalization {
+            status: FAILED,
+            code: problem.status,
+            body: problem.body(),
+            order_no: None,
+            why: format!("no order exists and owner {} gave up or has no heartbeat past its lease; the client must send a new key", rec.owner),
+        }
+    }
 }
 
 fn json<T: Serialize>(v: &T) -> String {

@@ -152,7 +152,7 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
             format!("order {} exists → SUCCEEDED 201 with the API's response", r.found_order_no.as_deref().unwrap_or("?"))
         } else {
             match r.owner_alive {
-                Some(false) => format!("no order, owner {} dead → FAILED 409 (client retries with a new key)", r.owner),
+                Some(false) => format!("no order, owner {} dead → FAILED 422 request-abandoned (client must send a new key)", r.owner),
                 Some(true) => format!("no order, owner {} ALIVE → will be refused", r.owner),
                 None => format!("no order, owner {} liveness unknown → decided when run", r.owner),
             }

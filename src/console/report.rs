@@ -48,6 +48,38 @@ pub struct Leak {
     pub last: String,
 }
 
+/// An idempotency record whose status contradicts the order tables: FAILED although an order
+/// exists for its request id (the client was told to send a new key, so a second order may
+/// follow: a duplicate risk), or SUCCEEDED although its order does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Contradiction {
+    pub request_id: String,
+    pub status: String,
+    /// The order that exists (FAILED) or that the record names (SUCCEEDED); empty if none.
+    pub order_no: String,
+    /// `failed_with_order` or `succeeded_without_order`.
+    pub problem: String,
+}
+
+pub async fn contradictions(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Contradiction>, sqlx::Error> {
+    sqlx::query(db.sql("report_contradictions"))
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(10_000_i64)
+        .fetch_all(&db.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Contradiction {
+                request_id: r.try_get("request_id")?,
+                status: r.try_get("status")?,
+                order_no: r.try_get("order_no")?,
+                problem: r.try_get("problem")?,
+            })
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct RateLine {
     pub layer: String,
@@ -69,6 +101,8 @@ pub struct IncidentReport {
     pub orders_in_window: usize,
     pub timelines: Vec<Timeline>,
     pub leaks: Vec<Leak>,
+    /// Records whose status contradicts the order tables (a duplicate risk).
+    pub contradictions: Vec<Contradiction>,
     pub operator_actions: Vec<AuditRow>,
     pub rates: Vec<RateLine>,
     /// Sources that could not be read (the report is partial).
@@ -181,6 +215,7 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     let mine = |s: &str| named.iter().any(|n| s.contains(n.as_str()));
 
     let mut leaks = leaks(&db, since_ms, until_ms).await?;
+    let mut contradictions = contradictions(&db, since_ms, until_ms).await?;
     let mut operator_actions = actions::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
     let (rate_since, rate_until) = match scope {
@@ -192,6 +227,7 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     };
     if let Scope::Id(_) = scope {
         leaks.retain(|l| mine(&l.key));
+        contradictions.retain(|c| mine(&c.request_id));
         operator_actions.retain(|a| mine(&a.target));
     }
     let minutes = ((rate_until - rate_since) as f64 / 60_000.0).max(1.0 / 60.0);
@@ -224,6 +260,7 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
         orders_in_window: if orders_in_window == 0 { timelines.len() } else { orders_in_window },
         timelines,
         leaks,
+        contradictions,
         operator_actions,
         rates,
         errors,
@@ -243,6 +280,7 @@ pub fn markdown(r: &IncidentReport) -> String {
     let _ = writeln!(o, "- orders: {} ({} with a timeline below)", r.orders_in_window, r.timelines.len());
     let _ = writeln!(o, "- duplicates stopped: {}", r.duplicates_stopped());
     let _ = writeln!(o, "- **duplicates that got through: {}**", r.leaks.len());
+    let _ = writeln!(o, "- **records that contradict the orders (duplicate risk): {}**", r.contradictions.len());
     let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {e} (the report is partial)");
@@ -255,6 +293,17 @@ pub fn markdown(r: &IncidentReport) -> String {
         let _ = writeln!(o, "| table | rows | shared column = key | first | last |\n|---|---|---|---|---|");
         for l in &r.leaks {
             let _ = writeln!(o, "| {} | {} | {} = `{}` | `{}` | `{}` |", l.table, l.rows, l.by, cell(&l.key), cell(&l.first), cell(&l.last));
+        }
+    }
+
+    let _ = writeln!(o, "\n## Records that contradict the orders\n");
+    if r.contradictions.is_empty() {
+        let _ = writeln!(o, "None: every FAILED record has no order and every SUCCEEDED record's order exists.");
+    } else {
+        let _ = writeln!(o, "A FAILED record with an order told its client to send a new key although the order exists: a second order may follow.\n");
+        let _ = writeln!(o, "| requestId | record status | order | problem |\n|---|---|---|---|");
+        for c in &r.contradictions {
+            let _ = writeln!(o, "| `{}` | {} | `{}` | {} |", cell(&c.request_id), c.status, cell(&c.order_no), c.problem.replace('_', " "));
         }
     }
 
@@ -334,6 +383,7 @@ mod tests {
             orders_in_window: 2,
             timelines: vec![],
             leaks: vec![Leak { table: "order_record".into(), by: "req_id".into(), key: "APP:ORDER:20261129:abcdefgh".into(), rows: 2, first: "A".into(), last: "B".into() }],
+            contradictions: vec![],
             operator_actions: vec![],
             rates: vec![],
             errors: vec![],

@@ -15,8 +15,10 @@ use crate::config::Dialect;
 use crate::contracts::now_ms;
 
 /// The schema version `queries/<dialect>/schema.sql` and the create routine make. 2: the
-/// create transaction became the `{order_record}_create` routine.
-pub const SCHEMA_VERSION: i64 = 2;
+/// create transaction became the `{order_record}_create` routine. 3: the routine locks the
+/// idempotency record row first and refuses a request finalized FAILED (issue 15, item 5). A v2
+/// database is upgraded by `migrate` itself: the routine is replaced on every run.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Statements run after the schema, each whole.
 const ROUTINES: &[&str] = &["order_create_routine_drop", "order_create_routine"];

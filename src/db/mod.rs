@@ -8,6 +8,7 @@ pub mod inventory;
 pub mod migrate;
 pub mod orders;
 pub mod queries;
+pub mod retention;
 pub mod state_machine;
 
 use std::sync::{Arc, Once};
@@ -131,6 +132,16 @@ pub fn is_unique_violation(e: &sqlx::Error) -> bool {
 pub fn is_transient_conflict(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => matches!(d.code().as_deref(), Some("40001") | Some("40P01")),
+        _ => false,
+    }
+}
+
+/// True when a statement gave up waiting for a row lock (PostgreSQL `lock_timeout`, 55P03;
+/// MySQL `innodb_lock_wait_timeout`, error 1205, whose SQLSTATE HY000 says nothing): nothing was
+/// written by it.
+pub fn is_lock_timeout(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.code().as_deref() == Some("55P03") || d.message().contains("Lock wait timeout exceeded"),
         _ => false,
     }
 }

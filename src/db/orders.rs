@@ -5,7 +5,9 @@
 //!   ([`super::inventory`]). The transaction is one database routine,
 //!   `queries/<dialect>/order_create_routine.sql`, called in one round trip. A duplicate is
 //!   never an error: the losing transaction ends, the first order is read back from the
-//!   primary and returned as this request's result.
+//!   primary and returned as this request's result. The routine first locks the request's
+//!   idempotency record row and refuses a FAILED record ([`OrderError::RequestAbandoned`]):
+//!   an operator's finalize locks the same row, so the database orders the two.
 //! - **Transitions** (seed §2.3, §4.4): an optimistic `UPDATE … WHERE version = ? AND status IN
 //!   (predecessors)`; when it matches nothing the row is re-read: already in the target status
 //!   is an idempotent success, anything else is refused. The allowed moves are the one table in
@@ -213,6 +215,10 @@ pub enum OrderError {
     OutOfStock { sku_id: i64, available: i64, wanted: i64 },
     #[error("SKU {sku_id} is not in the inventory table; nothing was written (seed it with db::inventory::set_stock)")]
     UnknownSku { sku_id: i64 },
+    /// The request's idempotency record says FAILED (an operator closed it: the client was told
+    /// to send a new key), so the create routine refused to create an order for it.
+    #[error("request {request_id} was closed as FAILED (the client was told to send a new key); no order is created for it")]
+    RequestAbandoned { request_id: String },
     #[error("order number {order_no} already belongs to another request; generate a new orderNo and create again")]
     OrderNoTaken { order_no: String },
     #[error("no order {order_no} in the order database")]
@@ -392,6 +398,9 @@ impl Orders {
                     None => Err(OrderError::OrderNoTaken { order_no: order.order_no.to_string() }),
                 }
             }
+            // The record was finalized FAILED before this create got its row lock (a statement of
+            // an instance an operator gave up on): nothing was written.
+            ("abandoned", _, _) => Err(OrderError::RequestAbandoned { request_id: order.request_id.to_string() }),
             ("unknown_sku", _, _) => Err(OrderError::UnknownSku { sku_id: order.sku_id }),
             ("out_of_stock", _, Some(available)) => {
                 Err(OrderError::OutOfStock { sku_id: order.sku_id, available, wanted: order.quantity })
@@ -720,6 +729,17 @@ pub async fn find_order(db: &Database, key: OrderKey<'_>) -> Result<Option<Order
         OrderKey::PaymentEventId(v) => ("order_by_payment_event_id", v),
     };
     let row = sqlx::query(db.sql(query)).bind(value).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
+    row.map(|r| order_from_row(db, &r)).transpose()
+}
+
+/// The order of `request_id`, by a locking read inside the caller's transaction (finalize, under
+/// its lock of the record row): it sees the latest committed row, never an older snapshot.
+pub async fn find_order_locked(db: &Database, conn: &mut AnyConnection, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+    let row = sqlx::query(db.sql("order_by_req_id_locked"))
+        .bind(request_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error(db, "read the order under the record's lock", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()
 }
 

@@ -43,6 +43,7 @@ builtin![
     "order_replay",
     "order_by_order_no",
     "order_by_req_id",
+    "order_by_req_id_locked",
     "order_by_payment_event_id",
     "order_current",
     "order_transition",
@@ -58,7 +59,6 @@ builtin![
     "api_idem_finalize",
     "api_idem_abandon",
     "api_idem_count_replay",
-    "api_idem_purge",
     "api_payment_insert",
     "api_payment_by_pay_no",
     "api_payment_lock_order",
@@ -66,6 +66,10 @@ builtin![
     "api_outbox_insert",
     "api_outbox_claim",
     "api_outbox_mark_sent",
+    // retention: batched deletes of what is past it (src/db/retention.rs)
+    "retention_idempotency_record",
+    "retention_outbox_sent",
+    "retention_processed_event",
     // the console's read-through (src/console/records.rs)
     "console_trace_idempotency",
     "console_trace_order",
@@ -89,12 +93,15 @@ builtin![
     "storm_outbox_events",
     // the console's actions and their audit (src/console/actions.rs)
     "console_finalize",
+    "console_finalize_lock_wait",
+    "console_finalize_lock_record",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
     // the post-incident report (src/console/report.rs)
     "report_leaks",
     "report_orders",
+    "report_contradictions",
 ];
 
 /// The statements of one dialect, templated with the configured table names.

@@ -99,6 +99,7 @@ pub struct PaymentConsumer {
     dedup: DedupState,
     options: ConsumeOptions,
     stats: Arc<ConsumeStats>,
+    retention: crate::config::RetentionConfig,
 }
 
 /// A message that cannot be processed, and why.
@@ -147,6 +148,7 @@ impl PaymentConsumer {
             dedup: DedupState::new(config.consumer.dedup_ttl, config.consumer.dedup_memory_entries),
             options,
             stats: Arc::new(ConsumeStats::default()),
+            retention: config.retention.clone(),
         })
     }
 
@@ -158,6 +160,16 @@ impl PaymentConsumer {
     /// are committed.
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!(group = %self.group, topic = %self.topic, "consuming");
+        // The dedup state past its TTL (issue 15, item 10), beside the loop, stopped with it.
+        let stop_purge = shutdown.child_token();
+        let purge_task = crate::db::retention::spawn(self.db.clone(), crate::db::retention::Purge::CONSUME, self.retention.clone(), stop_purge.clone());
+        let result = self.consume(&shutdown).await;
+        stop_purge.cancel(); // ends after its current statement
+        let _ = purge_task.await;
+        result
+    }
+
+    async fn consume(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         loop {
             let batch = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -167,7 +179,7 @@ impl PaymentConsumer {
                 continue;
             }
             let offsets = next_offsets(&batch);
-            if !self.process_with_retry(batch, &shutdown).await {
+            if !self.process_with_retry(batch, shutdown).await {
                 break; // shut down while the database was unavailable: nothing committed
             }
             let n = self.stats.batches.fetch_add(1, Ordering::Relaxed) + 1;
