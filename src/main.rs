@@ -297,6 +297,10 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             }
         }
         Command::Consume { crash_after_db_commit, group } => {
+            // FAULT INJECTION: never in production.
+            if crash_after_db_commit.is_some() && config.environment.production {
+                anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
+            }
             let instance = Instance::current();
             let db = Database::connect(&config).await?;
             let tracer = Tracer::from_config(&config, &instance)?;

@@ -341,8 +341,22 @@ async fn crash_switches_are_refused_in_production() {
     let mut config = local_config();
     config.environment.production = true;
     let faults = server::Faults { crash_before_publish: true, ..Default::default() };
-    let e = server::start_with(config, "127.0.0.1:0", faults).await.err().expect("refused");
+    let e = server::start_with(config.clone(), "127.0.0.1:0", faults).await.err().expect("refused");
     assert!(e.to_string().contains("production"), "{e}");
+    // The binaries refuse every crash switch before touching anything.
+    let file = std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    for args in [
+        &["serve", "--listen", "127.0.0.1:0", "--crash-after-request-lock"][..],
+        &["serve", "--listen", "127.0.0.1:0", "--crash-before-publish"],
+        &["serve", "--listen", "127.0.0.1:0", "--crash-after-publish"],
+        &["consume", "--crash-after-db-commit", "1"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard")).arg("--config").arg(&file).args(args).env_remove("IDEMGUARD_CONFIG").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("fault injection") && stderr.contains("production"), "{args:?}: {}\n{stderr}", out.status);
+    }
+    let _ = std::fs::remove_file(&file);
 }
 
 // ---------------------------------------------------------------------------------------------
