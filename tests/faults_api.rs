@@ -594,6 +594,32 @@ async fn sigint_on_serve_finishes_in_flight_mysql() {
     sigint_on_serve_finishes_in_flight(Dialect::Mysql).await;
 }
 
+/// Payments booked while the relay sleeps, more than one batch of them, then shutdown: the
+/// relay's last rounds publish them all before it returns.
+async fn relay_drains_the_outbox_on_shutdown(dialect: Dialect) {
+    let (mut config, db) = rig(dialect).await;
+    config.api.relay_batch = 2;
+    config.api.relay_interval = Duration::from_secs(3600); // only a wake or shutdown moves it
+    let relay = OutboxRelay::new(&config, db.clone(), tracer()).unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(relay.run(stop.clone()));
+    let placed = orders(&db, 5).await;
+    book(&config, &db, &placed).await; // no wake: the relay sleeps through these
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(60), running).await.expect("the relay stops within 60s").unwrap();
+    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, 0, "every booked event published before the relay returned");
+}
+
+#[tokio::test]
+async fn relay_drains_the_outbox_on_shutdown_postgres() {
+    relay_drains_the_outbox_on_shutdown(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn relay_drains_the_outbox_on_shutdown_mysql() {
+    relay_drains_the_outbox_on_shutdown(Dialect::Mysql).await;
+}
+
 /// The group's committed offset on each partition of the payment topic.
 fn committed_offsets(config: &Config) -> Vec<(i32, i64)> {
     let consumer: BaseConsumer = ClientConfig::new()

@@ -251,8 +251,13 @@ impl OutboxRelay {
                 _ = tokio::time::sleep(self.interval) => {}
             }
         }
-        // One last round so events booked before shutdown go out now rather than at next start.
-        let _ = self.publish_pending().await;
+        // Last rounds, until the outbox is empty, so events booked before shutdown go out now
+        // rather than at the next start; a failed round leaves the rest for the next start.
+        while let Ok(n) = self.publish_pending().await {
+            if n < self.batch {
+                break;
+            }
+        }
     }
 
     /// One round: claim a batch, publish it, mark it sent. Returns how many were published.
