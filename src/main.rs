@@ -90,6 +90,14 @@ enum Command {
         /// before the database is written (leaves a stuck record and a dead owner's lock)
         #[arg(long, hide = true)]
         crash_after_request_lock: bool,
+        /// Fault injection: abort in the outbox relay after it claimed committed payment
+        /// events, before publishing them
+        #[arg(long, hide = true)]
+        crash_before_publish: bool,
+        /// Fault injection: abort in the outbox relay after the broker acknowledged the
+        /// events, before marking them sent (they are published again at the next start)
+        #[arg(long, hide = true)]
+        crash_after_publish: bool,
     },
     /// Replay a duplicate storm (seed §1.1, §6.5) against the real service and consumer, then
     /// prove from the database that nothing was processed twice. Exit status 1 when an
@@ -303,6 +311,10 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             }
         }
         Command::Consume { crash_after_db_commit, group } => {
+            // FAULT INJECTION: never in production.
+            if crash_after_db_commit.is_some() && config.environment.production {
+                anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
+            }
             let instance = Instance::current();
             let db = Database::connect(&config).await?;
             let tracer = Tracer::from_config(&config, &instance)?;
@@ -319,9 +331,9 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             tracer.flush(std::time::Duration::from_secs(5));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen, crash_after_request_lock } => {
+        Command::Serve { listen, crash_after_request_lock, crash_before_publish, crash_after_publish } => {
             let listen = listen.unwrap_or_else(|| config.api.listen.clone());
-            let faults = idemguard::api::server::Faults { crash_after_request_lock };
+            let faults = idemguard::api::server::Faults { crash_after_request_lock, crash_before_publish, crash_after_publish };
             let server = idemguard::api::server::start_with(config, &listen, faults).await?;
             println!("idemguard serve: listening on http://{}", server.addr);
             let _ = tokio::signal::ctrl_c().await;

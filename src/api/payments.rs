@@ -183,6 +183,23 @@ pub struct OutboxRelay {
     batch: usize,
     interval: Duration,
     wake: Arc<Notify>,
+    crash: RelayCrash,
+}
+
+/// FAULT INJECTION: where the relay aborts the process (see `server::Faults`).
+#[derive(Debug, Clone, Copy, Default)]
+struct RelayCrash {
+    before_publish: bool,
+    after_publish: bool,
+}
+
+impl RelayCrash {
+    fn at(&self, point: &str, on: bool) {
+        if on {
+            eprintln!("idemguard serve: aborting in the outbox relay {point} (fault injection)");
+            std::process::abort();
+        }
+    }
 }
 
 impl OutboxRelay {
@@ -204,7 +221,15 @@ impl OutboxRelay {
             batch: config.api.relay_batch,
             interval: config.api.relay_interval,
             wake: Arc::new(Notify::new()),
+            crash: RelayCrash::default(),
         })
+    }
+
+    /// FAULT INJECTION: abort the process before publishing a claimed batch, or after the
+    /// broker acknowledged it and before the rows are marked sent.
+    pub fn with_crash(mut self, before_publish: bool, after_publish: bool) -> OutboxRelay {
+        self.crash = RelayCrash { before_publish, after_publish };
+        self
     }
 
     /// Wakes the relay (after a payment was booked).
@@ -226,8 +251,13 @@ impl OutboxRelay {
                 _ = tokio::time::sleep(self.interval) => {}
             }
         }
-        // One last round so events booked before shutdown go out now rather than at next start.
-        let _ = self.publish_pending().await;
+        // Last rounds, until the outbox is empty, so events booked before shutdown go out now
+        // rather than at the next start; a failed round leaves the rest for the next start.
+        while let Ok(n) = self.publish_pending().await {
+            if n < self.batch {
+                break;
+            }
+        }
     }
 
     /// One round: claim a batch, publish it, mark it sent. Returns how many were published.
@@ -238,6 +268,7 @@ impl OutboxRelay {
             tx.rollback().await?;
             return Ok(0);
         }
+        self.crash.at("before publishing a committed batch", self.crash.before_publish);
         // Publish all, then wait for every acknowledgement: one round trip per batch.
         let sends = rows.iter().map(|row| {
             let started = Instant::now();
@@ -254,6 +285,7 @@ impl OutboxRelay {
             async move { (send.await.map_err(|(e, _)| e), started) }
         });
         let results = futures::future::join_all(sends).await;
+        self.crash.at("after publishing, before marking the batch sent", self.crash.after_publish && results.iter().any(|(r, _)| r.is_ok()));
         let now = now_ms();
         let mut sent = 0;
         for (row, (result, started)) in rows.iter().zip(results) {

@@ -73,13 +73,27 @@ impl From<&OrderRecord> for OrderView {
     }
 }
 
-/// Instance liveness through the lock layer's heartbeats. Redis unreachable counts as alive:
-/// never take over a request from an owner we cannot prove dead.
+/// Instance liveness through the lock layer's heartbeats.
+///
+/// Redis unreachable means liveness cannot be known, and then the record's lease decides: an
+/// owner is only ever asked about once its lease is over ([`super::idempotency::may_reclaim`]),
+/// and the lease is the owner's own promise of how long it needs. Counting "unknown" as alive
+/// instead would answer 409 for as long as Redis is down whenever the owner died — a key
+/// blocked without end. Taking over a record whose owner is in fact alive but late is safe:
+/// the database's unique keys (one order per requestId, one payment per payNo and per order)
+/// give the retry the first owner's result if it committed, and its finalize then finds the
+/// record taken over and writes nothing.
 pub struct HeartbeatLiveness(pub Liveness);
 
 impl OwnerLiveness for HeartbeatLiveness {
     async fn is_alive(&self, instance_id: &str) -> bool {
-        self.0.is_alive(instance_id).await.unwrap_or(true)
+        match self.0.is_alive(instance_id).await {
+            Ok(alive) => alive,
+            Err(e) => {
+                tracing::warn!(owner = %instance_id, error = %e, "owner liveness unknown (Redis down?); the record's lease decides");
+                false
+            }
+        }
     }
 }
 
@@ -89,6 +103,18 @@ pub struct Faults {
     /// Abort the process once the request lock is held, before the database is written: the
     /// idempotency record stays PROCESSING with a dead owner, the lock's owner is dead.
     pub crash_after_request_lock: bool,
+    /// Abort the process in the outbox relay once it has claimed a batch of committed events,
+    /// before publishing them: the crash between the payment's commit and the publish.
+    pub crash_before_publish: bool,
+    /// Abort the process in the outbox relay once the broker acknowledged the batch, before the
+    /// rows are marked sent: the crash between the publish and the mark (published twice).
+    pub crash_after_publish: bool,
+}
+
+impl Faults {
+    fn any(&self) -> bool {
+        self.crash_after_request_lock || self.crash_before_publish || self.crash_after_publish
+    }
 }
 
 pub struct AppState {
@@ -382,6 +408,10 @@ pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
 
 /// [`start`] with fault injection.
 pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
+    // FAULT INJECTION: a production environment never runs with a crash switch on.
+    if faults.any() && config.environment.production {
+        anyhow::bail!("fault injection (crash switches) may not be used when environment.production = true");
+    }
     let config = Arc::new(config);
     let instance = Instance::current();
     let tracer = Tracer::from_config(&config, &instance)?;
@@ -410,7 +440,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     } else {
         None
     };
-    let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?;
+    let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?.with_crash(faults.crash_before_publish, faults.crash_after_publish);
     let relay_wake = relay.waker();
     let replays = ReplayCounter::default();
     let state = Arc::new(AppState {
@@ -423,11 +453,15 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
-    let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+    // The relay and the replay flusher stop only once the last request in flight has answered:
+    // a payment booked during shutdown is published by the relay's last round, not left
+    // PENDING until the next start.
+    let drained = CancellationToken::new();
+    let relay_task = tokio::spawn(relay.run(drained.clone()));
     // Finished records and published outbox rows past their retention (issue 15, item 10).
     let purge_task = crate::db::retention::spawn(db.clone(), crate::db::retention::Purge::SERVE, config.retention.clone(), shutdown.clone());
     let flusher = {
-        let (db, stop) = (db.clone(), shutdown.clone());
+        let (db, stop) = (db.clone(), drained.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -442,6 +476,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let stop = shutdown.clone();
     let done = tokio::spawn(async move {
         edge::serve(listener, app, &config.api, stop).await;
+        drained.cancel();
         let _ = relay_task.await;
         let _ = purge_task.await;
         let _ = flusher.await;

@@ -1,0 +1,745 @@
+//! The order service's guarantees, each under the fault it is about (issue 20, claims 1, 3, 5),
+//! against the real stack and the real binaries, both dialects:
+//! - a crash of `idemguard serve` between the commit and the publish, and between the publish
+//!   and the mark, loses no event and applies none twice;
+//! - Redis down while a record's owner is dead: the record's lease decides, a retry resolves;
+//!   the give-up path after an unknown error releases the record for a retry;
+//! - Ctrl-C on `serve` and on `consume` with requests and events in flight.
+
+mod common;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use idemguard::api::payments::{self, OutboxRelay, PayableOrder};
+use idemguard::api::server;
+use idemguard::config::{Config, Dialect};
+use idemguard::contracts::{now_ms, Instance, OrderNo, Outcome as Decision, PaymentSucceeded, RequestId};
+use idemguard::db::orders::{NewOrder, OrderRecord, Orders};
+use idemguard::db::Database;
+use idemguard::storm::interception::read_trace;
+use idemguard::stream::consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer};
+use idemguard::trace::Tracer;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use reqwest::StatusCode;
+use redis_server::RedisServer;
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+const SKU: i64 = 11;
+
+/// Removes what a test created — its database and its topics — when dropped, pass or fail.
+struct Cleanup {
+    dialect: Dialect,
+    database: String,
+    bootstrap: String,
+    topics: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let (dialect, database, bootstrap, topics) = (self.dialect, self.database.clone(), self.bootstrap.clone(), self.topics.clone());
+        // A thread with a runtime of its own: Drop cannot await, and may run while the test's
+        // runtime unwinds a panic.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(admin) = Database::connect_url(&local_config(), &server_url(dialect)).await {
+                    if let Ok(mut conn) = admin.pool.acquire().await {
+                        // Bounded: a transaction a failed test left open must not hang the drop.
+                        let (prepare, force) = match dialect {
+                            Dialect::Postgres => ("SET lock_timeout = '5s'", " WITH (FORCE)"),
+                            Dialect::Mysql => ("SET SESSION lock_wait_timeout = 5", ""),
+                        };
+                        let _ = sqlx::Executor::execute(&mut *conn, prepare).await;
+                        let _ = sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {database}{force}").as_str()).await;
+                    }
+                    admin.pool.close().await;
+                }
+                let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new().set("bootstrap.servers", &bootstrap).set("log_level", "3").create();
+                if let Ok(admin) = admin {
+                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                    let _ = admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A migrated database of its own, its own payment / DLQ / trace topics and consumer group.
+async fn rig(dialect: Dialect) -> (Config, Database, Cleanup) {
+    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
+    let (mut config, db) = migrated_database(dialect).await;
+    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq", "trace"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.dlq_topic = topics[1].clone();
+    config.kafka.trace_topic = topics[2].clone();
+    config.kafka.consumer_group = format!("igt-faults-api-{}", unique_suffix());
+    config.trace.enabled = false;
+    let database = url::Url::parse(&config.database.url).unwrap().path().trim_start_matches('/').to_string();
+    let cleanup = Cleanup { dialect, database, bootstrap: config.kafka.bootstrap_servers.clone(), topics };
+    (config, db, cleanup)
+}
+
+fn tracer() -> Tracer {
+    Tracer::log_only(&Instance::current())
+}
+
+fn key() -> String {
+    format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7())
+}
+
+fn order_body() -> serde_json::Value {
+    serde_json::json!({"userId": 42, "skuId": SKU, "quantity": 1, "amount": 1999})
+}
+
+/// `n` orders written through the database layer (stock for them set first).
+async fn orders(db: &Database, n: usize) -> Vec<OrderRecord> {
+    let orders = Orders::new(db.clone(), tracer());
+    orders.set_stock(SKU, 1000).await.unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let new = NewOrder {
+            request_id: RequestId::parse(&key()).unwrap(),
+            order_no: OrderNo::generate(),
+            user_id: 42,
+            sku_id: SKU,
+            quantity: 1,
+            amount: 1999,
+            fence: None,
+        };
+        out.push(orders.create(&new).await.unwrap().into_order());
+    }
+    out
+}
+
+/// Books a payment (payment_flow + PENDING outbox row, one transaction) for each order.
+async fn book(config: &Config, db: &Database, orders: &[OrderRecord]) {
+    for o in orders {
+        let payable = PayableOrder { order_no: o.order_no.clone(), request_id: o.req_id.clone(), user_id: o.user_id, amount: o.amount };
+        payments::book_payment(db, config, &tracer(), &payable, &format!("PAY-{}", o.order_no)).await.unwrap();
+    }
+}
+
+/// Waits (bounded) until `check` holds.
+async fn wait_until<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sessions of this test's database waiting for a row lock.
+async fn lock_waiters(db: &Database) -> i64 {
+    let sql = match db.dialect() {
+        Dialect::Postgres => "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        Dialect::Mysql => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t JOIN information_schema.processlist p \
+             ON p.id = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
+        }
+    };
+    sqlx::query_scalar::<_, i64>(sql).fetch_one(&db.pool).await.unwrap()
+}
+
+/// Every message on `topic`, from the start, read until the topic has been quiet for 1.5 s:
+/// (eventId header, payload).
+fn read_topic(config: &Config, topic: &str) -> Vec<(String, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", format!("igt-reader-{}", uuid::Uuid::now_v7()))
+        .set("enable.auto.commit", "false")
+        .set("log_level", "3")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let (deadline, mut quiet_since) = (Instant::now() + Duration::from_secs(30), Instant::now());
+    let mut out = Vec::new();
+    while quiet_since.elapsed() < Duration::from_millis(1500) {
+        assert!(Instant::now() < deadline, "{topic} not read to its end within 30s");
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            quiet_since = Instant::now();
+            let payload = String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string();
+            let event: PaymentSucceeded = serde_json::from_str(&payload).unwrap();
+            out.push((event.event_id, payload));
+        }
+    }
+    out
+}
+
+/// The event ids of the booked payments, sorted.
+async fn booked_event_ids(db: &Database) -> Vec<String> {
+    let mut ids: Vec<String> = sqlx::query_scalar("SELECT event_id FROM payment_flow").fetch_all(&db.pool).await.unwrap();
+    ids.sort();
+    ids
+}
+
+/// The real `idemguard` binary on this test's configuration (a private 0600 file, removed when
+/// the child is dropped); killed if still running when dropped.
+struct Child {
+    child: tokio::process::Child,
+    config_file: PathBuf,
+    stdout: Option<tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>>,
+}
+
+impl Child {
+    fn spawn(config: &Config, args: &[&str]) -> Child {
+        let config_file = std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
+        std::fs::write(&config_file, toml::to_string(config).unwrap()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .arg("--config")
+            .arg(&config_file)
+            .args(args)
+            .env_remove("IDEMGUARD_CONFIG")
+            .env("IDEMGUARD_LOG", "warn,idemguard=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the idemguard binary starts");
+        let stdout = child.stdout.take().map(|s| tokio::io::BufReader::new(s).lines());
+        Child { child, config_file, stdout }
+    }
+
+    /// `idemguard serve` on a free port; returns it with its base URL once it listens.
+    async fn serve(config: &Config, faults: &[&str]) -> (Child, String) {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(faults);
+        let mut c = Child::spawn(config, &args);
+        let lines = c.stdout.as_mut().unwrap();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("serve prints its address within 30s").unwrap().unwrap_or_default();
+        let base = line.rsplit(' ').next().unwrap().to_string();
+        assert!(base.starts_with("http://"), "unexpected first line of serve: {line}");
+        (c, base)
+    }
+
+    fn interrupt(&self) {
+        let pid = self.child.id().expect("the child is running") as libc::pid_t;
+        // SAFETY: sends a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    async fn exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(within, self.child.wait()).await.unwrap_or_else(|_| panic!("the child did not exit within {within:?}")).unwrap()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config_file);
+    }
+}
+
+/// The in-process consumer on the test's group.
+struct RunningConsumer {
+    stop: CancellationToken,
+    stats: std::sync::Arc<ConsumeStats>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start_consumer(config: &Config) -> RunningConsumer {
+    let db = Database::connect(config).await.unwrap();
+    let options = ConsumeOptions { group: Some(config.kafka.consumer_group.clone()), crash_after_db_commit: None };
+    let consumer = PaymentConsumer::new(config, db, tracer(), options).unwrap();
+    let stats = consumer.stats();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(consumer.run(stop.clone()));
+    RunningConsumer { stop, stats, handle }
+}
+
+impl RunningConsumer {
+    fn get(&self, f: fn(&ConsumeStats) -> &std::sync::atomic::AtomicU64) -> u64 {
+        ConsumeStats::get(f(&self.stats))
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("the consumer stops within 30s").unwrap().unwrap();
+    }
+}
+
+/// The consumer's effects, one per payment: a processed_event row for the group, a points row and
+/// a notification per booked event, and every order PAID.
+async fn assert_one_effect_per_payment(config: &Config, db: &Database, n: i64) {
+    let group = &config.kafka.consumer_group;
+    assert_eq!(count(db, &format!("processed_event WHERE consumer_group = '{group}'")).await, n, "processed_event rows");
+    assert_eq!(count(db, "points_ledger").await, n, "points rows");
+    assert_eq!(count(db, "points_ledger WHERE source_event_no IN (SELECT event_id FROM payment_flow)").await, n, "points rows of the booked events");
+    assert_eq!(count(db, "notification").await, n, "notifications");
+    assert_eq!(count(db, "notification WHERE event_id IN (SELECT event_id FROM payment_flow)").await, n, "notifications of the booked events");
+    assert_eq!(count(db, "order_record WHERE status = 'PAID'").await, n, "orders PAID");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claim 1: a crash between commit and publish loses no event (and one between publish and mark
+// applies none twice).
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum RelayCrash {
+    BeforePublish,
+    AfterPublish,
+}
+
+async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
+    const N: usize = 5;
+    let (config, db, _cleanup) = rig(dialect).await;
+    let placed = orders(&db, N).await;
+    book(&config, &db, &placed).await;
+    let events = booked_event_ids(&db).await;
+    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, N as i64);
+
+    // The relay of a real `idemguard serve` claims the committed batch and the process dies.
+    let flag = match crash {
+        RelayCrash::BeforePublish => "--crash-before-publish",
+        RelayCrash::AfterPublish => "--crash-after-publish",
+    };
+    let (mut crashed, _) = Child::serve(&config, &[flag]).await;
+    let status = crashed.exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "serve {flag} was meant to abort, it exited with {status}");
+    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, N as i64, "a crash before the mark leaves every row PENDING");
+    let topic = config.kafka.payment_topic.clone();
+    let (cfg, t) = (config.clone(), topic.clone());
+    let before: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t)).await.unwrap();
+    let mut published: Vec<String> = before.iter().map(|(id, _)| id.clone()).collect();
+    published.sort();
+    match crash {
+        RelayCrash::BeforePublish => assert!(published.is_empty(), "nothing was published before the crash: {published:?}"),
+        RelayCrash::AfterPublish => assert_eq!(published, events, "the whole batch was published before the crash"),
+    }
+
+    // Restarted without the fault: the relay publishes what is still PENDING.
+    let (mut restarted, _) = Child::serve(&config, &[]).await;
+    wait_until(Duration::from_secs(30), "the restarted relay publishes the outbox", || async { count(&db, "outbox WHERE status = 'PENDING'").await == 0 }).await;
+    let copies = if crash == RelayCrash::AfterPublish { 2 } else { 1 };
+    let (cfg, t) = (config.clone(), topic.clone());
+    let after: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t)).await.unwrap();
+    assert_eq!(after.len(), N * copies, "each event on the topic {copies} time(s)");
+    let mut distinct: Vec<String> = after.iter().map(|(id, _)| id.clone()).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct, events, "every booked event reached the topic");
+
+    // The consumer applies each payment once, whatever reached the topic twice.
+    let consumer = start_consumer(&config).await;
+    wait_until(Duration::from_secs(60), "the consumer receives every message", || async { consumer.get(|s| &s.received) >= (N * copies) as u64 }).await;
+    let group = config.kafka.consumer_group.clone();
+    wait_until(Duration::from_secs(30), "the consumer applies every payment", || async {
+        count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await >= N as i64
+    })
+    .await;
+    assert_eq!(consumer.get(|s| &s.applied), N as u64, "applied once per payment");
+    assert_eq!(consumer.get(|s| &s.dlq), 0, "nothing to the DLQ");
+    consumer.stop().await;
+    assert_one_effect_per_payment(&config, &db, N as i64).await;
+
+    restarted.interrupt();
+    assert!(restarted.exit(Duration::from_secs(30)).await.success());
+}
+
+#[tokio::test]
+async fn relay_crash_before_publish_loses_no_event_postgres() {
+    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::BeforePublish).await;
+}
+
+#[tokio::test]
+async fn relay_crash_before_publish_loses_no_event_mysql() {
+    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::BeforePublish).await;
+}
+
+#[tokio::test]
+async fn relay_crash_after_publish_applies_no_event_twice_postgres() {
+    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::AfterPublish).await;
+}
+
+#[tokio::test]
+async fn relay_crash_after_publish_applies_no_event_twice_mysql() {
+    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::AfterPublish).await;
+}
+
+#[tokio::test]
+async fn crash_switches_are_refused_in_production() {
+    let mut config = local_config();
+    config.environment.production = true;
+    let faults = server::Faults { crash_before_publish: true, ..Default::default() };
+    let e = server::start_with(config.clone(), "127.0.0.1:0", faults).await.err().expect("refused");
+    assert!(e.to_string().contains("production"), "{e}");
+    // The binaries refuse every crash switch before touching anything.
+    let file = std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    for args in [
+        &["serve", "--listen", "127.0.0.1:0", "--crash-after-request-lock"][..],
+        &["serve", "--listen", "127.0.0.1:0", "--crash-before-publish"],
+        &["serve", "--listen", "127.0.0.1:0", "--crash-after-publish"],
+        &["consume", "--crash-after-db-commit", "1"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard")).arg("--config").arg(&file).args(args).env_remove("IDEMGUARD_CONFIG").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("fault injection") && stderr.contains("production"), "{args:?}: {}\n{stderr}", out.status);
+    }
+    let _ = std::fs::remove_file(&file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claim 3: nothing blocks forever.
+
+/// A PROCESSING record under `owner` whose lease ends at `lease_until`, as a process that died
+/// mid-request leaves it.
+async fn processing_record(db: &Database, k: &str, owner: &str, lease_until: i64) {
+    let sql = format!(
+        "INSERT INTO idempotency_record (request_id, biz_type, request_hash, status, owner, lease_until, created_at, updated_at, expire_at) VALUES ({})",
+        placeholders(db.dialect(), 9)
+    );
+    let hash = idemguard::api::idempotency::request_hash("POST", "/orders", &order_body());
+    let now = now_ms();
+    sqlx::query(&sql)
+        .bind(k)
+        .bind("ORDER")
+        .bind(&hash)
+        .bind("PROCESSING")
+        .bind(owner)
+        .bind(lease_until)
+        .bind(now - 60_000)
+        .bind(now - 60_000)
+        .bind(now + 86_400_000)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+async fn post_order(http: &reqwest::Client, base: &str, k: &str) -> (StatusCode, serde_json::Value) {
+    let r = http.post(format!("{base}/orders")).header("Idempotency-Key", k).json(&order_body()).send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+async fn record_status(db: &Database, k: &str) -> String {
+    sqlx::query_scalar(&format!("SELECT status FROM idempotency_record WHERE request_id = '{k}'")).fetch_one(&db.pool).await.unwrap()
+}
+
+/// Redis (fast path, request locks, heartbeats) is down and the record's owner is dead: the
+/// record's lease decides. Lease over: the retry reclaims and gets the order (the first one if
+/// the dead owner had committed it). Lease running: 409 until it ends, then resolved.
+async fn redis_down_the_lease_decides(dialect: Dialect) {
+    let mut redis = RedisServer::start();
+    let (mut config, db, _cleanup) = rig(dialect).await;
+    config.redis.url = redis.url();
+    config.redis.redlock_nodes = vec![];
+    let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let base = format!("http://{}", service.addr);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let placed = orders(&db, 1).await; // sets the stock; its order is the one a dead owner committed
+    redis.kill();
+    let now = now_ms();
+
+    // Lease over, the dead owner wrote nothing: the retry creates exactly one order.
+    let k = key();
+    processing_record(&db, &k, "dead-host-1-000001", now - 1000).await;
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+    assert_eq!(record_status(&db, &k).await, "SUCCEEDED");
+
+    // Lease over, the dead owner had committed its order: the retry gets that order back.
+    let first = &placed[0];
+    processing_record(&db, &first.req_id, "dead-host-2-000002", now - 1000).await;
+    let (status, body) = post_order(&http, &base, &first.req_id).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["orderNo"], first.order_no.as_str(), "the first order, not a new one");
+    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{}'", first.req_id)).await, 1);
+
+    // Lease running: 409 while it runs, resolved once it is over.
+    let k = key();
+    let lease_until = now_ms() + 3000;
+    processing_record(&db, &k, "dead-host-3-000003", lease_until).await;
+    let (status, _) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CONFLICT, "the owner's lease still runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let resolved = loop {
+        let (status, body) = post_order(&http, &base, &k).await;
+        if status != StatusCode::CONFLICT {
+            break (status, body);
+        }
+        assert!(Instant::now() < deadline, "still 409 20 s after a 3 s lease: the key is blocked");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(resolved.0, StatusCode::CREATED, "{}", resolved.1);
+    assert!(now_ms() >= lease_until, "resolved only once the lease was over");
+    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn redis_down_the_lease_decides_postgres() {
+    redis_down_the_lease_decides(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn redis_down_the_lease_decides_mysql() {
+    redis_down_the_lease_decides(Dialect::Mysql).await;
+}
+
+/// The endpoint fails with an error whose outcome is unknown (the order table is missing): the
+/// owner answers 500 and releases the record, and the retry — once the fault is gone —
+/// resolves at once (no 409 for the lease's 30 s) with exactly one order.
+async fn unknown_error_releases_the_record(dialect: Dialect) {
+    let (config, db, _cleanup) = rig(dialect).await;
+    orders(&db, 0).await;
+    let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let base = format!("http://{}", service.addr);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    sqlx::query(&rename("order_record", "order_record_away")).execute(&db.pool).await.unwrap();
+    let k = key();
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert_eq!(record_status(&db, &k).await, "PROCESSING", "no outcome stored for an unknown one");
+    sqlx::query(&rename("order_record_away", "order_record")).execute(&db.pool).await.unwrap();
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+    assert_eq!(record_status(&db, &k).await, "SUCCEEDED");
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn unknown_error_releases_the_record_postgres() {
+    unknown_error_releases_the_record(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn unknown_error_releases_the_record_mysql() {
+    unknown_error_releases_the_record(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claim 5: Ctrl-C finishes what is in flight.
+
+/// A transaction holding the stock row and the given orders' rows: requests that need them wait
+/// mid-flight until it ends.
+async fn hold_rows(db: &Database, order_nos: &[String]) -> sqlx::Transaction<'static, sqlx::Any> {
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query(&format!("SELECT stock FROM inventory WHERE sku_id = {SKU} FOR UPDATE")).fetch_all(&mut *tx).await.unwrap();
+    for o in order_nos {
+        sqlx::query(&format!("SELECT status FROM order_record WHERE order_no = '{o}' FOR UPDATE")).fetch_all(&mut *tx).await.unwrap();
+    }
+    tx
+}
+
+/// SIGINT on `idemguard serve` while orders and payment callbacks wait on row locks: each gets
+/// its answer, each record is final, each booked payment is published, the trace is flushed.
+async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
+    const ORDERS: usize = 4;
+    const CALLBACKS: usize = 3;
+    let (mut config, db, _cleanup) = rig(dialect).await;
+    config.trace.enabled = true;
+    let payable = orders(&db, CALLBACKS).await;
+    let (mut serve, base) = Child::serve(&config, &[]).await;
+    let order_nos: Vec<String> = payable.iter().map(|o| o.order_no.clone()).collect();
+    let held = hold_rows(&db, &order_nos).await;
+
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let mut keys = Vec::new();
+    let mut in_flight = Vec::new();
+    for i in 0..ORDERS + CALLBACKS {
+        let k = key();
+        keys.push(k.clone());
+        let (path, body) = if i < ORDERS {
+            ("orders", order_body())
+        } else {
+            let o = &payable[i - ORDERS];
+            ("payments/callback", serde_json::json!({"payNo": format!("PAY-{}", o.order_no), "orderNo": o.order_no, "amount": o.amount}))
+        };
+        let req = http.post(format!("{base}/{path}")).header("Idempotency-Key", k).json(&body);
+        in_flight.push(tokio::spawn(async move {
+            let r = req.send().await?;
+            let status = r.status();
+            Ok::<_, reqwest::Error>((status, r.text().await?))
+        }));
+    }
+    let total = (ORDERS + CALLBACKS) as i64;
+    wait_until(Duration::from_secs(30), "every request waits on a held row", || async {
+        lock_waiters(&db).await >= total || in_flight.iter().any(|t| t.is_finished())
+    })
+    .await;
+    if let Some(i) = in_flight.iter().position(|t| t.is_finished()) {
+        let answer = in_flight.remove(i).await.unwrap();
+        panic!("request {i} was answered before the held rows were released: {answer:?}");
+    }
+
+    serve.interrupt();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(serve.running(), "serve exited with requests in flight");
+    held.rollback().await.unwrap();
+
+    for (i, task) in in_flight.into_iter().enumerate() {
+        let (status, body) = task.await.unwrap().unwrap_or_else(|e| panic!("request {i} in flight got no answer: {e}"));
+        assert_eq!(status, StatusCode::CREATED, "request {i}: {body}");
+    }
+    assert!(serve.exit(Duration::from_secs(30)).await.success(), "serve exits 0 after Ctrl-C");
+
+    for k in &keys {
+        assert_eq!(record_status(&db, k).await, "SUCCEEDED", "record {k} is final");
+    }
+    assert_eq!(count(&db, "payment_flow").await, CALLBACKS as i64);
+    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, 0, "the outbox was published before exit");
+    let events = booked_event_ids(&db).await;
+    let (cfg, topic) = (config.clone(), config.kafka.payment_topic.clone());
+    let mut published: Vec<String> = tokio::task::spawn_blocking(move || read_topic(&cfg, &topic)).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    published.sort();
+    assert_eq!(published, events, "every booked payment's event is on the topic");
+
+    let (servers, topic) = (config.kafka.bootstrap_servers.clone(), config.kafka.trace_topic.clone());
+    let trace = tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30))).await.unwrap().unwrap();
+    for k in &keys {
+        assert!(
+            trace.iter().any(|e| e.outcome == Decision::Finalized && e.request_id.as_deref() == Some(k.as_str())),
+            "the trace topic has the finalize of {k}"
+        );
+    }
+    for id in &events {
+        assert!(trace.iter().any(|e| e.outcome == Decision::EventPublished && e.event_id.as_deref() == Some(id.as_str())), "the trace topic has the publish of {id}");
+    }
+}
+
+#[tokio::test]
+async fn sigint_on_serve_finishes_in_flight_postgres() {
+    sigint_on_serve_finishes_in_flight(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn sigint_on_serve_finishes_in_flight_mysql() {
+    sigint_on_serve_finishes_in_flight(Dialect::Mysql).await;
+}
+
+/// Payments booked while the relay sleeps, more than one batch of them, then shutdown: the
+/// relay's last rounds publish them all before it returns.
+async fn relay_drains_the_outbox_on_shutdown(dialect: Dialect) {
+    let (mut config, db, _cleanup) = rig(dialect).await;
+    config.api.relay_batch = 2;
+    config.api.relay_interval = Duration::from_secs(3600); // only a wake or shutdown moves it
+    let relay = OutboxRelay::new(&config, db.clone(), tracer()).unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(relay.run(stop.clone()));
+    let placed = orders(&db, 5).await;
+    book(&config, &db, &placed).await; // no wake: the relay sleeps through these
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(60), running).await.expect("the relay stops within 60s").unwrap();
+    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, 0, "every booked event published before the relay returned");
+}
+
+#[tokio::test]
+async fn relay_drains_the_outbox_on_shutdown_postgres() {
+    relay_drains_the_outbox_on_shutdown(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn relay_drains_the_outbox_on_shutdown_mysql() {
+    relay_drains_the_outbox_on_shutdown(Dialect::Mysql).await;
+}
+
+/// The group's committed offset on each partition of the payment topic.
+fn committed_offsets(config: &Config) -> Vec<(i32, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", &config.kafka.consumer_group)
+        .set("enable.auto.commit", "false")
+        .set("log_level", "3")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition(&config.kafka.payment_topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    committed.elements().iter().map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { 0 })).collect()
+}
+
+/// SIGINT on `idemguard consume` while its batch waits on a row lock: the batch is applied and
+/// its offsets committed before exit — the database's processed_event rows (partition, offset)
+/// are covered by the committed offsets, and a restarted member applies nothing twice.
+async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
+    const N: usize = 6;
+    let (config, db, _cleanup) = rig(dialect).await;
+    let placed = orders(&db, N + 3).await;
+    let (first, later) = placed.split_at(N);
+    book(&config, &db, first).await;
+    let relay = OutboxRelay::new(&config, db.clone(), tracer()).unwrap();
+    assert_eq!(relay.publish_pending().await.unwrap(), N);
+
+    let order_nos: Vec<String> = first.iter().map(|o| o.order_no.clone()).collect();
+    let held = hold_rows(&db, &order_nos).await;
+    let group = config.kafka.consumer_group.clone();
+    let mut consume = Child::spawn(&config, &["consume", "--group", &group]);
+    wait_until(Duration::from_secs(60), "the consumer's batch waits on the held orders", || async { lock_waiters(&db).await >= 1 }).await;
+    consume.interrupt();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(consume.running(), "consume exited with a batch in flight");
+    held.rollback().await.unwrap();
+    assert!(consume.exit(Duration::from_secs(30)).await.success(), "consume exits 0 after Ctrl-C");
+
+    let applied = count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await;
+    assert!(applied > 0, "the batch in flight was applied before exit");
+    #[derive(sqlx::FromRow)]
+    struct Applied {
+        kafka_partition: i32,
+        kafka_offset: i64,
+    }
+    let rows: Vec<Applied> = sqlx::query_as(&format!("SELECT kafka_partition, kafka_offset FROM processed_event WHERE consumer_group = '{group}'")).fetch_all(&db.pool).await.unwrap();
+    let cfg = config.clone();
+    let committed = tokio::task::spawn_blocking(move || committed_offsets(&cfg)).await.unwrap();
+    for r in &rows {
+        let c = committed.iter().find(|(p, _)| *p == r.kafka_partition).map_or(0, |(_, o)| *o);
+        assert!(c > r.kafka_offset, "partition {}: offset {} applied but the group committed only up to {c}", r.kafka_partition, r.kafka_offset);
+    }
+
+    // A restarted member: it applies the rest and new events, nothing twice.
+    let consumer = start_consumer(&config).await;
+    book(&config, &db, later).await;
+    assert_eq!(relay.publish_pending().await.unwrap(), later.len());
+    let all = (N + later.len()) as i64;
+    wait_until(Duration::from_secs(60), "the restarted member applies every event", || async {
+        count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await >= all
+    })
+    .await;
+    assert_eq!(consumer.get(|s| &s.dedup_hits), 0, "nothing applied before was received again");
+    assert_eq!(consumer.get(|s| &s.sink_duplicates), 0);
+    assert_eq!(consumer.get(|s| &s.received), (all - applied) as u64, "only what was not applied was received");
+    consumer.stop().await;
+    assert_one_effect_per_payment(&config, &db, all).await;
+}
+
+#[tokio::test]
+async fn sigint_on_consume_commits_what_it_applied_postgres() {
+    sigint_on_consume_commits_what_it_applied(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn sigint_on_consume_commits_what_it_applied_mysql() {
+    sigint_on_consume_commits_what_it_applied(Dialect::Mysql).await;
+}
