@@ -326,6 +326,15 @@ impl Actions {
         }
     }
 
+    /// An attempt that could not even start (its target cannot be read): audited as one row
+    /// with outcome `error`, like a refusal, so every attempt is on the record.
+    async fn fail_unperformed(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
+        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Error.as_str(), &detail).await {
+            Ok(id) => Self::result(action, ActionOutcome::Error, before, None, detail, Some(id)),
+            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+        }
+    }
+
     /// Write the attempt row; None (with the error result) when it fails: the action must not run.
     async fn begin(&self, action: &Action, before: &Option<String>, plan: &str) -> Result<i64, ActionResult> {
         self.audit_attempt(action, before.as_deref(), "attempt", plan).await.map_err(|e| {
@@ -462,8 +471,8 @@ impl Actions {
         }
         let unreadable = view.unreachable();
         if stored.is_empty() && !unreadable.is_empty() {
-            let detail = format!("not performed: the lock could not be read ({}); nothing was deleted (scripts/stack status)", unreadable.join("; "));
-            return Err(Self::result(action, ActionOutcome::Error, before.clone(), None, detail, None));
+            let detail = format!("not performed: the lock could not be read ({}); nothing was deleted", unreadable.join("; "));
+            return Err(self.fail_unperformed(action, before.clone(), detail).await);
         }
         let detail = match view.holder() {
             _ if stored.is_empty() => "the lock is gone (it expired or was released since it was displayed); nothing was deleted".to_string(),
