@@ -177,6 +177,17 @@ impl PaymentConsumer {
             }
             self.commit(offsets).await?;
         }
+        let st = &self.stats;
+        let get = ConsumeStats::get;
+        tracing::info!(
+            received = get(&st.received),
+            applied = get(&st.applied),
+            dedup_hits = get(&st.dedup_hits),
+            sink_duplicates = get(&st.sink_duplicates),
+            dlq = get(&st.dlq),
+            db_retries = get(&st.db_retries),
+            "stopped"
+        );
         Ok(())
     }
 
