@@ -8,7 +8,7 @@
 //! - API: a business refusal stored as FAILED is replayed, byte for byte, even once the stock is
 //!   back or the SKU exists.
 //!
-//! Every test has its own database, topics, group and keys, and removes them when it passes.
+//! Every test has its own database, topics, group and keys, and removes them, pass or fail.
 
 mod common;
 
@@ -84,13 +84,22 @@ impl Setup {
         self.user = Some(user);
     }
 
-    /// Removes the database, the private user and the topics (called when the test passed).
-    async fn cleanup(self) {
+    /// Removes the database, the private user and the topics, then fails if the test did: a
+    /// failed run leaves nothing behind either.
+    async fn cleanup(self, outcome: std::thread::Result<()>) {
         self.db.pool.close().await;
         let a = admin(self.dialect).await;
         match self.dialect {
             Dialect::Postgres => exec(&a, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.db_name)).await,
-            Dialect::Mysql => exec(&a, &format!("DROP DATABASE IF EXISTS {}", self.db_name)).await,
+            Dialect::Mysql => {
+                // A consumer left running by a failed test may hold locks DROP DATABASE waits for.
+                let sql = "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()";
+                let ids: Vec<i64> = sqlx::query_scalar(sql).bind(&self.db_name).fetch_all(&a.pool).await.unwrap();
+                for id in ids {
+                    let _ = sqlx::query(&format!("KILL CONNECTION {id}")).execute(&a.pool).await;
+                }
+                exec(&a, &format!("DROP DATABASE IF EXISTS {}", self.db_name)).await
+            }
         }
         if let Some(user) = &self.user {
             exec(&a, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
@@ -100,7 +109,15 @@ impl Setup {
             ClientConfig::new().set("bootstrap.servers", &self.config.kafka.bootstrap_servers).create().unwrap();
         let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         let _ = kafka.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
     }
+}
+
+/// Runs a test body, catching its failure so the setup can be removed before it is reported.
+async fn caught(body: impl std::future::Future<Output = ()>) -> std::thread::Result<()> {
+    futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body)).await
 }
 
 /// `n` CREATED orders written straight into the schema in one statement: (orderNo, requestId).
@@ -296,44 +313,41 @@ impl Nemesis {
     }
 }
 
-async fn database_faults_are_retried_never_dead_lettered(dialect: Dialect) {
-    let mut s = setup(dialect).await;
-    if dialect == Dialect::Mysql {
-        s.private_mysql_user().await;
-    }
-    let nemesis = Nemesis::new(&s).await;
+async fn database_faults_are_retried_never_dead_lettered(s: &Setup) {
+    let dialect = s.dialect;
+    let nemesis = Nemesis::new(s).await;
     let mut events = paid_events(&s.db, 500).await;
     let after = events.split_off(300);
     let during_refusal = events.split_off(250);
-    let run = start(&s).await;
+    let run = start(s).await;
 
     // 1. Once the member consumes, sessions terminated again and again while 240 events
     //    arrive one by one.
     let first: Vec<PaymentSucceeded> = events.drain(..10).collect();
-    produce_all(&s, &first).await;
+    produce_all(s, &first).await;
     run.until_applied(10, 60).await;
-    let fed = feed(&s, events, Duration::from_millis(8));
+    let fed = feed(s, events, Duration::from_millis(8));
     let mut killed = 0;
     while !fed.is_finished() {
         killed += nemesis.kill_sessions().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     fed.await.unwrap();
-    until_processed(&s, &run, 250, 60).await;
+    until_processed(s, &run, 250, 60).await;
     let retried_after_kills = run.get(|s| &s.db_retries);
     let applied_before_refusal = run.get(|s| &s.applied);
 
     // 2. The database refuses the consumer for 3 s while 50 events wait in Kafka.
     nemesis.refuse().await;
-    produce_all(&s, &during_refusal).await;
+    produce_all(s, &during_refusal).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let retried_while_refused = run.get(|s| &s.db_retries) - retried_after_kills;
     let applied_while_refused = run.get(|s| &s.applied) - applied_before_refusal;
     nemesis.allow().await;
 
     // 3. Back: everything arrives, once.
-    produce_all(&s, &after).await;
-    until_processed(&s, &run, 500, 120).await;
+    produce_all(s, &after).await;
+    until_processed(s, &run, 500, 120).await;
     let stats = run.stop().await;
     assert!(killed > 0, "{dialect}: the nemesis ended no session");
     assert!(retried_after_kills > 0, "{dialect}: {killed} sessions killed mid-stream, yet no batch was retried");
@@ -343,19 +357,23 @@ async fn database_faults_are_retried_never_dead_lettered(dialect: Dialect) {
     assert_eq!(ConsumeStats::get(&stats.dlq), 0, "{dialect}: a database error went to the DLQ ({stats:?})");
     // Not `stats.applied`: a session killed during a COMMIT the server had already made leaves
     // the consumer unsure; its retry finds the rows there and counts them as duplicates.
-    assert_applied_once(&s, 500).await;
+    assert_applied_once(s, 500).await;
     nemesis.admin.pool.close().await;
-    s.cleanup().await;
 }
 
 #[tokio::test]
 async fn database_faults_are_retried_never_dead_lettered_postgres() {
-    database_faults_are_retried_never_dead_lettered(Dialect::Postgres).await;
+    let s = setup(Dialect::Postgres).await;
+    let outcome = caught(database_faults_are_retried_never_dead_lettered(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 #[tokio::test]
 async fn database_faults_are_retried_never_dead_lettered_mysql() {
-    database_faults_are_retried_never_dead_lettered(Dialect::Mysql).await;
+    let mut s = setup(Dialect::Mysql).await;
+    s.private_mysql_user().await;
+    let outcome = caught(database_faults_are_retried_never_dead_lettered(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,19 +427,19 @@ impl CrashingMember {
     }
 }
 
-async fn a_member_dies_with_uncommitted_work(dialect: Dialect) {
-    let s = setup(dialect).await;
+async fn a_member_dies_with_uncommitted_work(s: &Setup) {
+    let dialect = s.dialect;
     let p = producer(&s.config);
     let warm_up = paid_events(&s.db, 1).await;
     let events = paid_events(&s.db, 300).await;
     // Member B joins first and proves it is consuming.
-    let b = start(&s).await;
+    let b = start(s).await;
     produce(&p, &s.config.kafka.payment_topic, &warm_up[0]).await;
     b.until_applied(1, 60).await;
     // Member A joins: the group rebalances and A owns some partitions.
-    let mut a = spawn_crashing_member(&s);
+    let mut a = spawn_crashing_member(s);
     let assigned = a.assignment(60).await;
-    produce_all(&s, &events).await;
+    produce_all(s, &events).await;
     let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait()).await.expect("member A crashed within 60s").unwrap();
     assert!(!status.success(), "{dialect}: member A was meant to abort after its first database commit");
 
@@ -434,18 +452,21 @@ async fn a_member_dies_with_uncommitted_work(dialect: Dialect) {
     assert_eq!(b_applied + b_dedup, 301, "{dialect}: every event reached B once: its own and A's redelivered ones ({stats:?})");
     assert_eq!(ConsumeStats::get(&stats.sink_duplicates), 0, "{dialect}: the dedup state caught every replay before the sinks");
     assert_eq!(ConsumeStats::get(&stats.dlq), 0);
-    assert_applied_once(&s, 301).await;
-    s.cleanup().await;
+    assert_applied_once(s, 301).await;
 }
 
 #[tokio::test]
 async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_postgres() {
-    a_member_dies_with_uncommitted_work(Dialect::Postgres).await;
+    let s = setup(Dialect::Postgres).await;
+    let outcome = caught(a_member_dies_with_uncommitted_work(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 #[tokio::test]
 async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_mysql() {
-    a_member_dies_with_uncommitted_work(Dialect::Mysql).await;
+    let s = setup(Dialect::Mysql).await;
+    let outcome = caught(a_member_dies_with_uncommitted_work(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,10 +477,10 @@ fn deliveries(events: impl Iterator<Item = PaymentSucceeded>) -> Vec<Delivery> {
     events.enumerate().map(|(i, event)| Delivery { event, topic: "t".into(), partition: 0, offset: i as i64 }).collect()
 }
 
-async fn reverse_order_batches_never_deadlock(dialect: Dialect) {
+async fn reverse_order_batches_never_deadlock(s: &Setup) {
+    let dialect = s.dialect;
     const ROUNDS: usize = 20;
     const ORDERS: usize = 80;
-    let s = setup(dialect).await;
     let tracer = Tracer::log_only(&Instance::current());
     let members = [Orders::new(Database::connect(&s.config).await.unwrap(), tracer.clone()), Orders::new(Database::connect(&s.config).await.unwrap(), tracer)];
     let mut slowest = Duration::ZERO;
@@ -496,25 +517,28 @@ async fn reverse_order_batches_never_deadlock(dialect: Dialect) {
     }
     assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, (ROUNDS * ORDERS) as i64);
     assert!(slowest < Duration::from_secs(5), "{dialect}: a round took {slowest:?}");
-    s.cleanup().await;
 }
 
 #[tokio::test]
 async fn reverse_order_batches_never_deadlock_postgres() {
-    reverse_order_batches_never_deadlock(Dialect::Postgres).await;
+    let s = setup(Dialect::Postgres).await;
+    let outcome = caught(reverse_order_batches_never_deadlock(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 #[tokio::test]
 async fn reverse_order_batches_never_deadlock_mysql() {
-    reverse_order_batches_never_deadlock(Dialect::Mysql).await;
+    let s = setup(Dialect::Mysql).await;
+    let outcome = caught(reverse_order_batches_never_deadlock(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Claim: "Business refusals (out of stock, unknown SKU) are stored as FAILED, so a retry gets
 // the same answer."
 
-async fn a_refusal_is_replayed(dialect: Dialect) {
-    let s = setup(dialect).await;
+async fn a_refusal_is_replayed(s: &Setup) {
+    let dialect = s.dialect;
     let server = idemguard::api::server::start(s.config.clone(), "127.0.0.1:0").await.expect("service starts");
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
@@ -556,15 +580,18 @@ async fn a_refusal_is_replayed(dialect: Dialect) {
     assert_eq!(count(&s.db, "order_record").await, 0, "{dialect}: a retry of a refusal created an order");
     server.shutdown.cancel();
     server.done.await.unwrap().unwrap();
-    s.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_refusal_is_replayed_byte_for_byte_postgres() {
-    a_refusal_is_replayed(Dialect::Postgres).await;
+    let s = setup(Dialect::Postgres).await;
+    let outcome = caught(a_refusal_is_replayed(&s)).await;
+    s.cleanup(outcome).await;
 }
 
 #[tokio::test]
 async fn a_refusal_is_replayed_byte_for_byte_mysql() {
-    a_refusal_is_replayed(Dialect::Mysql).await;
+    let s = setup(Dialect::Mysql).await;
+    let outcome = caught(a_refusal_is_replayed(&s)).await;
+    s.cleanup(outcome).await;
 }
