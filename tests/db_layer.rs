@@ -7,8 +7,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -103,21 +101,8 @@ async fn one_request_storm_mysql() {
 async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(7, 100).await.unwrap();
-    // Watches the stock during the storm: it must never be seen below zero.
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (orders, done) = (orders.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut lowest = i64::MAX;
-            let mut samples = 0;
-            while !done.load(Ordering::Relaxed) && samples < 10_000 {
-                lowest = lowest.min(orders.stock_of(7).await.unwrap().unwrap());
-                samples += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            (lowest, samples)
-        })
-    };
+    // No watcher for "never below zero": the CHECK constraint makes that unobservable. The
+    // proof is the exact end state: 100 created, 200 refused, stock 0, 100 movements.
     let tasks: Vec<_> = (0..300)
         .map(|_| {
             let orders = orders.clone();
@@ -137,11 +122,8 @@ async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
             Err(e) => panic!("{dialect}: unexpected error {e}"),
         }
     }
-    done.store(true, Ordering::Relaxed);
-    let (lowest, samples) = watcher.await.unwrap();
     assert_eq!((created, out_of_stock), (100, 200), "{dialect}");
     assert_eq!(orders.stock_of(7).await.unwrap(), Some(0), "{dialect}: stock ends at 0");
-    assert!(samples > 0 && lowest >= 0, "{dialect}: stock seen at {lowest} during the storm");
     let db = orders.database();
     assert_eq!(count(db, "order_record", "1 = 1").await, 100, "{dialect}: a refused order writes nothing");
     assert_eq!(count(db, "stock_movement", "delta = -1").await, 100, "{dialect}: one movement per order");

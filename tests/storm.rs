@@ -126,10 +126,13 @@ async fn mq_replay() {
 async fn consumer_crash() {
     let (_, r) = storm_on(Dialect::Postgres, Scenario::ConsumerCrash, 30, |_| {}).await;
     assert_passed(&r);
-    // The crashed batch (6 events) was applied by the dead binary and redelivered to the new one.
-    assert!(r.consumer.dedup_hits >= 1, "{}", r.render());
-    // The dead binary applied its batch; the new consumer applied only the rest.
-    assert!(r.consumer.applied < 30, "{}", r.render());
+    // The dead binary committed nothing to Kafka, so the restarted consumer received all 30:
+    // the crashed batch (applied by the dead binary) as dedup hits, the rest applied, once each.
+    let c = &r.consumer;
+    assert_eq!(c.received, 30, "{}", r.render());
+    assert!(c.dedup_hits >= 1, "the crashed batch came back: {}", r.render());
+    assert_eq!(c.applied + c.dedup_hits, 30, "{}", r.render());
+    assert_eq!((c.sink_duplicates, c.dlq), (0, 0), "{}", r.render());
 }
 
 #[tokio::test]
@@ -145,6 +148,11 @@ async fn redis_down() {
     let (_, r) = storm_on(Dialect::Postgres, Scenario::RedisDown, 120, |_| {}).await;
     assert_passed(&r);
     assert!(r.notes.iter().any(|n| n.contains("SIGKILLed")), "{:?}", r.notes);
+    // Every key settled (a key answered 409 for ever fails this check), and each of the 12
+    // keys got its order: at least one 201 per key, first answers and their replays.
+    assert!(r.invariants.iter().any(|c| c.name == "every_key_settled_after_redis_died" && c.passed), "{}", r.render());
+    let created = r.http.replies.get(&storm::client::ReplyKind::Created).copied().unwrap_or(0);
+    assert!(created >= 12, "{created} answers 201 for 12 keys: {}", r.render());
 }
 
 /// A second points row for an already-paid order, written straight into the table (a sink
@@ -172,4 +180,24 @@ async fn an_injected_leak_fails_the_check_and_names_the_event() {
     assert_eq!(failed[0].offenders.len(), 1, "{:?}", failed[0].offenders);
     let named = &failed[0].offenders[0];
     assert!(named.contains(&order_no) && named.contains(&leak) && named.contains("2 points rows"), "{named}");
+}
+
+/// A requestId the client was answered 201 for with no order behind it (an order lost after
+/// its answer): "exactly one order per requestId" fails and names it — a GROUP BY over the
+/// orders alone cannot see a requestId with none.
+#[tokio::test]
+async fn a_created_answer_without_an_order_fails_the_check() {
+    let (config, r) = storm_on(Dialect::Mysql, Scenario::MqReplay, 5, |_| {}).await;
+    assert_passed(&r);
+    let db = idemguard::db::Database::connect(&config).await.unwrap();
+    let pattern = format!("STORM:ORDER:%:{}-%", r.run_id);
+    let orders = invariants::orders_of_run(&db, &pattern).await.unwrap();
+    let lost = format!("STORM:ORDER:20261130:{}-lost", r.run_id);
+    let created = orders.iter().map(|o| o.0.clone()).chain([lost.clone()]).collect();
+    let scope = Scope { order_pattern: pattern, group: format!("idemguard-storm-{}", r.run_id), created, ..Default::default() };
+    let checks = invariants::check(&db, &scope).await.unwrap();
+    let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].name, "one_order_per_request");
+    assert_eq!(failed[0].offenders, vec![format!("requestId {lost}: answered 201, 0 orders")]);
 }

@@ -57,6 +57,8 @@ pub struct HttpLog {
     pub by_kind: BTreeMap<ReplyKind, u64>,
     /// requestId → every orderNo a 2xx order response named for it.
     pub orders_named: HashMap<String, BTreeSet<String>>,
+    /// Every requestId answered 201 Created: each must have exactly one order.
+    pub created: BTreeSet<String>,
     /// A few examples of errors, for the report.
     pub error_samples: Vec<String>,
 }
@@ -87,9 +89,14 @@ impl StormClient {
     pub async fn order(&self, key: &str, user_id: i64, sku_id: i64, quantity: i64, timeout: Option<Duration>) -> Reply {
         let body = serde_json::json!({"userId": user_id, "skuId": sku_id, "quantity": quantity, "amount": 1999 * quantity});
         let reply = self.post("/orders", key, &body, timeout).await;
+        let mut log = self.log.lock().expect("http log");
         if let (true, Some(o)) = (reply.status / 100 == 2, &reply.order_no) {
-            self.log.lock().expect("http log").orders_named.entry(key.to_string()).or_default().insert(o.clone());
+            log.orders_named.entry(key.to_string()).or_default().insert(o.clone());
         }
+        if reply.kind == ReplyKind::Created {
+            log.created.insert(key.to_string());
+        }
+        drop(log);
         reply
     }
 

@@ -38,6 +38,8 @@ pub struct Scope {
     pub skus: Vec<(i64, i64)>,
     /// requestId → every orderNo a successful response named.
     pub orders_named: HashMap<String, BTreeSet<String>>,
+    /// Every requestId the client was answered 201 Created for.
+    pub created: BTreeSet<String>,
 }
 
 /// Runs every invariant of [`Scope`] against `db`.
@@ -45,16 +47,20 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     let pattern = scope.order_pattern.as_str();
 
-    let rows = sqlx::query(db.sql("storm_check_orders_per_request")).bind(pattern).fetch_all(&db.pool).await?;
-    let offenders = rows.iter().map(|r| format!("requestId {}: {} orders", r.get::<String, _>(0), r.get::<i64, _>(1))).collect();
-    checks.push(Check::new("one_order_per_request", "exactly one order per requestId", offenders));
-
-    // Every response that named an order named THE order of its requestId.
     let rows = sqlx::query(db.sql("storm_orders_of_run")).bind(pattern).fetch_all(&db.pool).await?;
     let mut in_db: HashMap<String, String> = HashMap::new();
     for r in &rows {
         in_db.insert(r.get::<String, _>("req_id"), r.get::<String, _>("order_no"));
     }
+
+    // A GROUP BY of the orders only sees requestIds that have one: the ones answered 201 with
+    // none are found from the client's side.
+    let rows = sqlx::query(db.sql("storm_check_orders_per_request")).bind(pattern).fetch_all(&db.pool).await?;
+    let mut offenders: Vec<String> = rows.iter().map(|r| format!("requestId {}: {} orders", r.get::<String, _>(0), r.get::<i64, _>(1))).collect();
+    offenders.extend(scope.created.iter().filter(|rid| !in_db.contains_key(*rid)).map(|rid| format!("requestId {rid}: answered 201, 0 orders")));
+    checks.push(Check::new("one_order_per_request", "exactly one order per requestId answered 201 (and never more than one)", offenders));
+
+    // Every response that named an order named THE order of its requestId.
     let mut offenders = Vec::new();
     let mut named: Vec<_> = scope.orders_named.iter().collect();
     named.sort();

@@ -205,7 +205,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     let (servers, topic) = (rig.config.kafka.bootstrap_servers.clone(), rig.config.kafka.trace_topic.clone());
     let events = tokio::task::spawn_blocking(move || interception::read_trace(&servers, &topic, Duration::from_secs(60))).await??;
     let log = client.take_log();
-    let scope = Scope { order_pattern: run.order_pattern(), group: run.group(), skus: played.skus.clone(), orders_named: log.orders_named.clone() };
+    let scope = Scope { order_pattern: run.order_pattern(), group: run.group(), skus: played.skus.clone(), orders_named: log.orders_named.clone(), created: log.created.clone() };
     let mut checks = invariants::check(&rig.db, &scope).await?;
     checks.extend(played.checks);
     let (own, consumer) = rig.trace_counts();

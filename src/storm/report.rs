@@ -115,7 +115,7 @@ impl StormReport {
             let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", r.layer.as_str(), r.outcome.as_str(), r.stopped, seen);
         }
         let c = &self.consumer;
-        let _ = writeln!(s, "  consumer: {} received, {} applied, {} dedup hits, {} sink duplicates, {} to the DLQ", c.received, c.applied, c.dedup_hits, c.sink_duplicates, c.dlq);
+        let _ = writeln!(s, "  consumer: {} received, {} applied, {} dedup hits, {} sink duplicates, {} to the DLQ, {} batches retried after a database error", c.received, c.applied, c.dedup_hits, c.sink_duplicates, c.dlq, c.db_retries);
         let per_layer: Vec<String> = self.interception.by_layer.iter().map(|(l, n)| format!("{} {n}", l.as_str())).collect();
         let _ = writeln!(s, "  total by layer: {}", per_layer.join(", "));
         for m in &self.interception.mismatches {

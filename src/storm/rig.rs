@@ -86,6 +86,8 @@ pub struct ConsumerCounts {
     pub dedup_hits: u64,
     pub sink_duplicates: u64,
     pub dlq: u64,
+    /// Batches retried after a database error (never sent to the DLQ).
+    pub db_retries: u64,
 }
 
 struct RunningConsumer {
@@ -147,6 +149,7 @@ impl Rig {
         self.consumed.dedup_hits += get(&c.stats.dedup_hits);
         self.consumed.sink_duplicates += get(&c.stats.sink_duplicates);
         self.consumed.dlq += get(&c.stats.dlq);
+        self.consumed.db_retries += get(&c.stats.db_retries);
         Ok(Some(c.stats))
     }
 

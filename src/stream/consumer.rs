@@ -189,6 +189,17 @@ impl PaymentConsumer {
             }
             self.commit(offsets).await?;
         }
+        let st = &self.stats;
+        let get = ConsumeStats::get;
+        tracing::info!(
+            received = get(&st.received),
+            applied = get(&st.applied),
+            dedup_hits = get(&st.dedup_hits),
+            sink_duplicates = get(&st.sink_duplicates),
+            dlq = get(&st.dlq),
+            db_retries = get(&st.db_retries),
+            "stopped"
+        );
         Ok(())
     }
 
@@ -313,11 +324,13 @@ impl PaymentConsumer {
         // Sinks 2 and 3, each with its own unique key, each in its own transaction.
         if !effects.is_empty() {
             let points = sinks::write_points(&self.db, &effects).await?;
+            // Counted as soon as the points are committed: a retry after a later failure
+            // finds them there and would count them as duplicates.
+            let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
+            self.stats.applied.fetch_add(applied as u64, Ordering::Relaxed);
             self.report_sink("points_ledger", &effects, &points);
             let notes = sinks::write_notifications(&self.db, &effects).await?;
             self.report_sink("notification", &effects, &notes);
-            let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
-            self.stats.applied.fetch_add(applied as u64, Ordering::Relaxed);
         }
         // Sink 4, last: the persisted dedup state.
         if !processed.is_empty() {
