@@ -479,7 +479,7 @@ fn deliveries(events: impl Iterator<Item = PaymentSucceeded>) -> Vec<Delivery> {
 
 async fn reverse_order_batches_never_deadlock(s: &Setup) {
     let dialect = s.dialect;
-    const ROUNDS: usize = 20;
+    const ROUNDS: usize = 60; // without the sorted lock list MariaDB deadlocked in about half of 20-round runs
     const ORDERS: usize = 80;
     let tracer = Tracer::log_only(&Instance::current());
     let members = [Orders::new(Database::connect(&s.config).await.unwrap(), tracer.clone()), Orders::new(Database::connect(&s.config).await.unwrap(), tracer)];

@@ -517,7 +517,12 @@ impl Orders {
     ) -> Result<Vec<Result<TransitionOutcome, OrderError>>, OrderError> {
         let start = Instant::now();
         let db = &self.db;
-        let order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
+        // Sorted and distinct: MariaDB takes the row locks in the order of this JSON list, not
+        // of the statement's ORDER BY, so two members locking overlapping batches in different
+        // orders deadlocked (tests/faults.rs, reverse_order_batches_never_deadlock_mysql).
+        let mut order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
+        order_nos.sort_unstable();
+        order_nos.dedup();
         let rows = sqlx::query(db.sql("order_lock_many"))
             .persistent(db.keep_batch_plans())
             .bind(serde_json::to_string(&order_nos).expect("strings serialize"))

@@ -56,25 +56,15 @@ pub enum PaidDecision {
 /// database layer's state machine ([`Orders::transition_batch_in`]: the batch's orders locked
 /// at once, each move judged by the one table of transitions, one versioned UPDATE;
 /// `payment_event_id` unique).
-///
-/// The transitions go in orderNo order (stable: one order's events keep their batch order).
-/// On MariaDB the lock statement takes its row locks in the order of the JSON array, not of
-/// its `ORDER BY`, so two members locking overlapping batches in different orders deadlocked
-/// (`tests/faults.rs`, `reverse_order_batches_never_deadlock_mysql`). The decisions come back
-/// in batch order.
 pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDecision>, OrderError> {
     let db = orders.database();
-    let mut by_order_no: Vec<usize> = (0..batch.len()).collect();
-    by_order_no.sort_by(|a, b| batch[*a].event.order_no.cmp(&batch[*b].event.order_no));
-    let transitions: Vec<Transition> = by_order_no
-        .iter()
-        .map(|i| Transition::paid(batch[*i].event.order_no.as_str(), batch[*i].event.event_id.as_str()))
-        .collect();
+    let transitions: Vec<Transition> =
+        batch.iter().map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str())).collect();
     let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the order sink", e))?;
     let results = orders.transition_batch_in(&mut tx, &transitions).await?;
-    let mut out = vec![PaidDecision::UnknownOrder; batch.len()];
-    for (i, result) in by_order_no.into_iter().zip(results) {
-        let e = &batch[i].event;
+    let mut out = Vec::with_capacity(batch.len());
+    for (d, result) in batch.iter().zip(results) {
+        let e = &d.event;
         let decision = match result {
             Ok(TransitionOutcome::Applied(_)) => PaidDecision::Applied,
             Ok(TransitionOutcome::AlreadyApplied(o)) => match o.payment_event_id {
@@ -89,7 +79,7 @@ pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDe
             Err(OrderError::PaymentEventTaken { order_no, .. }) => PaidDecision::EventUsedElsewhere(order_no),
             Err(other) => return Err(other),
         };
-        out[i] = decision;
+        out.push(decision);
     }
     tx.commit().await.map_err(|e| db_error(db, "commit the order sink", e))?;
     Ok(out)
