@@ -49,6 +49,39 @@ fn install_panic_hook() {
     }));
 }
 
+/// FAULT INJECTION (issue 20, claim 7): `IDEMGUARD_FAULT_CONSOLE=panic` or `=error` makes the
+/// first key pressed panic, or fail the loop as a broken terminal would, so a test in a real
+/// terminal can check it is restored on both ways out. Refused in production.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Panic,
+    Error,
+}
+
+const FAULT_VAR: &str = "IDEMGUARD_FAULT_CONSOLE";
+
+fn injected_fault(config: &Config) -> anyhow::Result<Option<Fault>> {
+    let fault = match std::env::var(FAULT_VAR).as_deref() {
+        Err(_) | Ok("") => return Ok(None),
+        Ok("panic") => Fault::Panic,
+        Ok("error") => Fault::Error,
+        Ok(other) => anyhow::bail!("{FAULT_VAR}={other:?}: the console's fault injection is \"panic\" or \"error\""),
+    };
+    if config.environment.production {
+        anyhow::bail!("{FAULT_VAR} is fault injection and may not be used when environment.production = true");
+    }
+    Ok(Some(fault))
+}
+
+/// The terminal's event, or the injected fault when it is a key.
+fn inject(fault: Option<Fault>, event: io::Result<Event>) -> io::Result<Event> {
+    match (fault, &event) {
+        (Some(Fault::Panic), Ok(Event::Key(_))) => panic!("FAULT INJECTION: {FAULT_VAR}=panic, a key was pressed"),
+        (Some(Fault::Error), Ok(Event::Key(_))) => Err(io::Error::other(format!("FAULT INJECTION: {FAULT_VAR}=error, a key was pressed"))),
+        _ => event,
+    }
+}
+
 /// `idemguard console`: the collectors, the terminal, the loop (read-only unless
 /// `environment.allow_actions`).
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -59,6 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
     // While the console owns the terminal, a log line on stderr would be drawn over its rows and
     // stay there: they go to a file (shown in the help screen) until the terminal is restored.
+    let fault = injected_fault(&config)?;
     let log_path = crate::logging::console_log_path(&config);
     let logs = crate::logging::to_file(&log_path)
         .map_err(|e| anyhow::anyhow!("cannot open the console's log file {}: {e} (set console.log_file)", log_path.display()))?;
@@ -73,7 +107,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     let guard = TerminalGuard;
     execute!(io::stdout(), EnterAlternateScreen, EnableBracketedPaste, cursor::Hide)?;
     let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let result = run_loop(&mut terminal, &mut app, EventStream::new(), &mut backends.updates, |text| {
+    let result = run_loop(&mut terminal, &mut app, EventStream::new().map(move |e| inject(fault, e)), &mut backends.updates, |text| {
         // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
         use base64::Engine;
         let b64 = base64::engine::general_purpose::STANDARD.encode(text);
