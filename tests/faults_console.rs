@@ -431,3 +431,147 @@ async fn finalize_reports_a_fast_path_down_since_start_postgres() {
 async fn finalize_reports_a_fast_path_down_since_start_mysql() {
     finalize_reports_a_fast_path_it_could_not_update(Dialect::Mysql, true).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// claim 7: the terminal is restored after an error and after a panic
+// ---------------------------------------------------------------------------------------------
+
+fn tmux(args: &[&str]) -> Output {
+    Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)")
+}
+
+/// An interactive shell in a detached tmux pane. `--noediting`: bash reads its lines through
+/// the terminal's own line discipline, so a terminal left in raw mode (no echo, Enter not a
+/// newline) shows: a typed command never runs.
+struct Pane {
+    session: String,
+}
+
+impl Pane {
+    fn open(env: &[(&str, String)]) -> Pane {
+        let session = format!("igt{}", common::unique_suffix());
+        let mut args: Vec<String> = ["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"].iter().map(|s| s.to_string()).collect();
+        for (k, v) in env.iter().chain([&("PS1", "$ ".to_string())]) {
+            args.push("-e".into());
+            args.push(format!("{k}={v}"));
+        }
+        args.extend(["bash", "--norc", "--noprofile", "--noediting", "-i"].map(String::from));
+        let started = tmux(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+        Pane { session }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout).into_owned()
+    }
+
+    /// A tmux format of the pane: `#{alternate_on}`, `#{cursor_flag}`.
+    fn flag(&self, format: &str) -> String {
+        String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout).trim().to_string()
+    }
+
+    fn type_line(&self, line: &str) {
+        tmux(&["send-keys", "-t", &self.session, "-l", line]);
+        tmux(&["send-keys", "-t", &self.session, "Enter"]);
+    }
+
+    fn wait_for(&self, what: &str, f: impl Fn(&Pane, &str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if f(self, &s) {
+                return s;
+            }
+            let flags = (self.flag("#{alternate_on}"), self.flag("#{cursor_flag}"));
+            assert!(Instant::now() < deadline, "tmux: {what} did not happen (alternate_on, cursor_flag = {flags:?}):\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        tmux(&["kill-session", "-t", &self.session]);
+    }
+}
+
+fn has_line(screen: &str, f: impl Fn(&str) -> bool) -> bool {
+    screen.lines().any(|l| f(l.trim_end()))
+}
+
+/// The real binary's console in a real terminal, with `IDEMGUARD_FAULT_CONSOLE=fault`: once it
+/// has drawn its first frame (alternate screen, cursor hidden, raw mode), a key makes it fail;
+/// then the pane must be back to normal and show the failure's message.
+async fn terminal_is_restored_after(fault: &'static str, exit_code: &'static str, message: &'static str) {
+    in_own_database(Dialect::Postgres, |mut config, _db| async move {
+        let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+        config.kafka.trace_topic = topics[0].clone();
+        config.kafka.payment_topic = topics[1].clone();
+        let log = std::env::temp_dir().join(format!("igt-console-{}.log", common::unique_suffix()));
+        let env = [
+            ("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string()),
+            ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
+            ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", config.kafka.payment_topic.clone()),
+            ("IDEMGUARD_KAFKA__TRACE_TOPIC", config.kafka.trace_topic.clone()),
+            ("IDEMGUARD_CONSOLE__LOG_FILE", log.display().to_string()),
+            ("IDEMGUARD_FAULT_CONSOLE", fault.to_string()),
+        ];
+        let pane = Pane::open(&env);
+        pane.wait_for("the shell's prompt", |_, s| s.starts_with('$'));
+        pane.type_line(&format!("{} console; echo EXITED-$?", env!("CARGO_BIN_EXE_idemguard")));
+        // Its first frame: the alternate screen, the cursor hidden, the header drawn.
+        pane.wait_for("the console's first frame", |p, s| p.flag("#{alternate_on}") == "1" && p.flag("#{cursor_flag}") == "0" && s.contains("idemguard console  1:Trace"));
+        tmux(&["send-keys", "-t", &pane.session, "j"]);
+        let s = pane.wait_for("the console's exit", |_, s| has_line(s, |l| l.starts_with("EXITED-")));
+        assert!(has_line(&s, |l| l == format!("EXITED-{exit_code}")), "{fault}: exit status {exit_code}:\n{s}");
+        assert_eq!(pane.flag("#{alternate_on}"), "0", "{fault}: back on the main screen:\n{s}");
+        assert_eq!(pane.flag("#{cursor_flag}"), "1", "{fault}: the cursor is shown");
+        // Printed after the restore, so on the main screen, and not drawn over by what follows.
+        assert!(s.contains(message), "{fault}: the message {message:?} is on the restored screen:\n{s}");
+        if fault == "panic" {
+            assert!(s.contains("panicked at src/console/terminal.rs"), "{fault}: the panic's first line, not written over:\n{s}");
+        }
+        // Raw mode is off: a line typed at the shell is echoed and runs on Enter.
+        pane.type_line("echo ok-$((40+2))");
+        let s = pane.wait_for("`echo ok` to run", |_, s| has_line(s, |l| l == "ok-42"));
+        assert!(s.contains("$ echo ok-$((40+2))"), "{fault}: the typed line is echoed:\n{s}");
+        assert!(s.contains(message), "{fault}: the message is still on screen after the next command:\n{s}");
+        drop(pane);
+        let _ = std::fs::remove_file(&log);
+        delete_topics(&config, &topics).await;
+    })
+    .await;
+}
+
+async fn delete_topics(config: &Config, topics: &[String]) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).create().unwrap();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let _ = admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
+}
+
+#[tokio::test]
+async fn terminal_is_restored_after_a_panic_in_the_console() {
+    terminal_is_restored_after("panic", "101", "FAULT INJECTION: IDEMGUARD_FAULT_CONSOLE=panic, a key was pressed").await;
+}
+
+#[tokio::test]
+async fn terminal_is_restored_after_an_error_in_the_console() {
+    terminal_is_restored_after("error", "1", "idemguard: reading the terminal: FAULT INJECTION: IDEMGUARD_FAULT_CONSOLE=error, a key was pressed").await;
+}
+
+/// The fault switch is refused in production, before the terminal is touched.
+#[test]
+fn console_fault_injection_is_refused_in_production() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "console"])
+        .env("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true")
+        .env("IDEMGUARD_FAULT_CONSOLE", "panic")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("IDEMGUARD_FAULT_CONSOLE is fault injection and may not be used when environment.production = true"), "{stderr}");
+}

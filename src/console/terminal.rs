@@ -4,6 +4,7 @@
 //! `q`, Ctrl-C (a key in raw mode), SIGINT/SIGTERM, an error, or a panic (panic hook).
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste, Event, EventStream};
@@ -25,8 +26,18 @@ pub const TICK: Duration = Duration::from_millis(500);
 /// At most this many frames per second are drawn, and only when something changed.
 pub const RENDER: Duration = Duration::from_millis(50);
 
-/// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Safe to call twice.
+/// Whether the console has taken the terminal (raw mode, alternate screen) and not given it
+/// back. Restoring twice is not harmless: leaving the alternate screen again moves the cursor
+/// back to where it was when the console started (tmux, xterm), so the panic hook's message
+/// would be written over by the shell (issue 20, claim 7).
+static TERMINAL_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Only the first
+/// call after the console took the terminal does anything: safe to call twice.
 pub fn restore_terminal() {
+    if !TERMINAL_TAKEN.swap(false, Ordering::SeqCst) {
+        return;
+    }
     let _ = disable_raw_mode();
     let _ = execute!(io::stdout(), DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
 }
@@ -104,6 +115,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     app.attach_executor(executor);
     install_panic_hook();
     enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}"))?;
+    TERMINAL_TAKEN.store(true, Ordering::SeqCst);
     let guard = TerminalGuard;
     execute!(io::stdout(), EnterAlternateScreen, EnableBracketedPaste, cursor::Hide)?;
     let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
