@@ -431,7 +431,7 @@ impl Actions {
                 Ok(f) => fence_note = format!("; {} raised to {f}: the old holder's writes are refused", keys::fence(key)),
                 Err(e) => {
                     fence_failed = true;
-                    errors.push(format!("fence bump failed: {e} — the old holder's writes are NOT refused; release again with --bump-fence"));
+                    errors.push(format!("fence bump failed: {e} — the old holder's writes are NOT refused"));
                 }
             }
         }
