@@ -190,7 +190,8 @@ pub struct Actions {
     db: Database,
     locks: Locks,
     tracer: Tracer,
-    fast_path: Option<FastPath>,
+    /// None: the fast path is off; Err: it is on but its Redis was unreachable at start.
+    fast_path: Option<Result<FastPath, String>>,
     operator: String,
     environment: String,
     allowed: bool,
@@ -424,10 +425,14 @@ impl Actions {
         deleted.sort();
         deleted.dedup();
         let mut fence_note = String::new();
+        let mut fence_failed = false;
         if bump_fence && !deleted.is_empty() {
             match self.locks.bump_fence(key).await {
                 Ok(f) => fence_note = format!("; {} raised to {f}: the old holder's writes are refused", keys::fence(key)),
-                Err(e) => errors.push(format!("fence bump failed: {e}")),
+                Err(e) => {
+                    fence_failed = true;
+                    errors.push(format!("fence bump failed: {e} — the old holder's writes are NOT refused"));
+                }
             }
         }
         let after_view = self.locks.inspect(key).await;
@@ -442,8 +447,11 @@ impl Actions {
         } else {
             (ActionOutcome::Changed, "the lock is gone (it expired or was released since it was displayed); nothing was deleted".to_string())
         };
+        // A fence asked for and not raised leaves the zombie holder able to write: not success
+        // (exit 1), although the lock itself is gone.
+        let outcome = if fence_failed { ActionOutcome::Error } else { outcome };
         if !errors.is_empty() {
-            if outcome == ActionOutcome::Done {
+            if outcome == ActionOutcome::Done || fence_failed {
                 detail.push_str("; PARTIAL");
             }
             detail.push_str(&format!("; errors: {} (scripts/stack status)", errors.join("; ")));
@@ -547,15 +555,21 @@ impl Actions {
         let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
         // The fast path must not keep answering "in progress" (or a stale answer): it gets the
         // final response, exactly what a replay from the record would give.
-        if let Some(fp) = &self.fast_path {
-            let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
-            match fp.store(request_id, &value, self.fast_path_ttl).await {
-                Ok(()) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
-                Err(e) => detail.push_str(&format!(
-                    "; {} not updated ({e}): a stale placeholder there falls through to the record",
-                    keys::idempotency_fast_path(request_id)
-                )),
+        let stored = match &self.fast_path {
+            None => None,
+            Some(Err(e)) => Some(Err(e.clone())),
+            Some(Ok(fp)) => {
+                let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
+                Some(fp.store(request_id, &value, self.fast_path_ttl).await.map_err(|e| e.to_string()))
             }
+        };
+        match stored {
+            None => {}
+            Some(Ok(())) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
+            Some(Err(e)) => detail.push_str(&format!(
+                "; {} not updated ({e}): a stale placeholder there falls through to the record",
+                keys::idempotency_fast_path(request_id)
+            )),
         }
         self.finish(action, id, ActionOutcome::Done, before, after, detail).await
     }
@@ -714,17 +728,21 @@ fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
 }
 
-async fn fast_path(config: &Config) -> Option<FastPath> {
-    let client = redis::Client::open(config.redis.url.as_str()).ok()?;
+async fn fast_path(config: &Config) -> Option<Result<FastPath, String>> {
+    let client = match redis::Client::open(config.redis.url.as_str()) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(format!("the main Redis URL is invalid: {e}"))),
+    };
     let cm = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.redis.command_timeout))
         .set_response_timeout(Some(config.redis.command_timeout))
         .set_number_of_retries(1);
     match redis::aio::ConnectionManager::new_with_config(client, cm).await {
-        Ok(c) => Some(FastPath::new(c)),
+        Ok(c) => Some(Ok(FastPath::new(c))),
         Err(e) => {
             tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
-            None
+            // Kept, so every finalize says its key was not updated (issue 20).
+            Some(Err(format!("the main Redis was unreachable when the console started: {e}")))
         }
     }
 }

@@ -4,6 +4,7 @@
 //! `q`, Ctrl-C (a key in raw mode), SIGINT/SIGTERM, an error, or a panic (panic hook).
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste, Event, EventStream};
@@ -25,8 +26,18 @@ pub const TICK: Duration = Duration::from_millis(500);
 /// At most this many frames per second are drawn, and only when something changed.
 pub const RENDER: Duration = Duration::from_millis(50);
 
-/// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Safe to call twice.
+/// Whether the console has taken the terminal (raw mode, alternate screen) and not given it
+/// back. Restoring twice is not harmless: leaving the alternate screen again moves the cursor
+/// back to where it was when the console started (tmux, xterm), so the panic hook's message
+/// would be written over by the shell (issue 20, claim 7).
+static TERMINAL_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Only the first
+/// call after the console took the terminal does anything: safe to call twice.
 pub fn restore_terminal() {
+    if !TERMINAL_TAKEN.swap(false, Ordering::SeqCst) {
+        return;
+    }
     let _ = disable_raw_mode();
     let _ = execute!(io::stdout(), DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
 }
@@ -49,6 +60,39 @@ fn install_panic_hook() {
     }));
 }
 
+/// FAULT INJECTION (issue 20, claim 7): `IDEMGUARD_FAULT_CONSOLE=panic` or `=error` makes the
+/// first key pressed panic, or fail the loop as a broken terminal would, so a test in a real
+/// terminal can check it is restored on both ways out. Refused in production.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Panic,
+    Error,
+}
+
+const FAULT_VAR: &str = "IDEMGUARD_FAULT_CONSOLE";
+
+fn injected_fault(config: &Config) -> anyhow::Result<Option<Fault>> {
+    let fault = match std::env::var(FAULT_VAR).as_deref() {
+        Err(_) | Ok("") => return Ok(None),
+        Ok("panic") => Fault::Panic,
+        Ok("error") => Fault::Error,
+        Ok(other) => anyhow::bail!("{FAULT_VAR}={other:?}: the console's fault injection is \"panic\" or \"error\""),
+    };
+    if config.environment.production {
+        anyhow::bail!("{FAULT_VAR} is fault injection and may not be used when environment.production = true");
+    }
+    Ok(Some(fault))
+}
+
+/// The terminal's event, or the injected fault when it is a key.
+fn inject(fault: Option<Fault>, event: io::Result<Event>) -> io::Result<Event> {
+    match (fault, &event) {
+        (Some(Fault::Panic), Ok(Event::Key(_))) => panic!("FAULT INJECTION: {FAULT_VAR}=panic, a key was pressed"),
+        (Some(Fault::Error), Ok(Event::Key(_))) => Err(io::Error::other(format!("FAULT INJECTION: {FAULT_VAR}=error, a key was pressed"))),
+        _ => event,
+    }
+}
+
 /// `idemguard console`: the collectors, the terminal, the loop (read-only unless
 /// `environment.allow_actions`).
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -59,6 +103,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
     // While the console owns the terminal, a log line on stderr would be drawn over its rows and
     // stay there: they go to a file (shown in the help screen) until the terminal is restored.
+    let fault = injected_fault(&config)?;
     let log_path = crate::logging::console_log_path(&config);
     let logs = crate::logging::to_file(&log_path)
         .map_err(|e| anyhow::anyhow!("cannot open the console's log file {}: {e} (set console.log_file)", log_path.display()))?;
@@ -70,10 +115,11 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     app.attach_executor(executor);
     install_panic_hook();
     enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}"))?;
+    TERMINAL_TAKEN.store(true, Ordering::SeqCst);
     let guard = TerminalGuard;
     execute!(io::stdout(), EnterAlternateScreen, EnableBracketedPaste, cursor::Hide)?;
     let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let result = run_loop(&mut terminal, &mut app, EventStream::new(), &mut backends.updates, |text| {
+    let result = run_loop(&mut terminal, &mut app, EventStream::new().map(move |e| inject(fault, e)), &mut backends.updates, |text| {
         // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
         use base64::Engine;
         let b64 = base64::engine::general_purpose::STANDARD.encode(text);
