@@ -83,11 +83,12 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
     names
 }
 
-/// What the running test created on the shared servers: its databases and topics.
+/// What the running test created on the shared servers: its databases, topics and MariaDB users.
 #[derive(Default)]
 struct Created {
     databases: Vec<(Dialect, String)>,
     topics: Vec<(String, Vec<String>)>,
+    mysql_users: Vec<String>,
 }
 
 /// The running test's [`Created`], removed when the test's thread ends. libtest runs every test
@@ -108,7 +109,7 @@ fn remove_at_end(record: impl FnOnce(&mut Created)) {
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        if self.0.databases.is_empty() && self.0.topics.is_empty() {
+        if self.0.databases.is_empty() && self.0.topics.is_empty() && self.0.mysql_users.is_empty() {
             return;
         }
         let created = std::mem::take(&mut self.0);
@@ -136,6 +137,11 @@ impl Created {
                 eprintln!("test cleanup: cannot drop {dialect} database {name}: {e:#}");
             }
         }
+        for user in &self.mysql_users {
+            if let Err(e) = drop_mysql_user(user).await {
+                eprintln!("test cleanup: cannot drop MariaDB user {user}: {e:#}");
+            }
+        }
         for (bootstrap, topics) in &self.topics {
             let admin: Result<AdminClient<DefaultClientContext>, _> =
                 ClientConfig::new().set("bootstrap.servers", bootstrap).set("log_level", "3").create();
@@ -149,6 +155,18 @@ impl Created {
             }
         }
     }
+}
+
+/// Records a MariaDB user `'{user}'@'%'` the test created, to be dropped when the test ends.
+pub fn remove_mysql_user_at_end(user: &str) {
+    remove_at_end(|c| c.mysql_users.push(user.to_string()));
+}
+
+async fn drop_mysql_user(user: &str) -> anyhow::Result<()> {
+    let admin = Database::connect_url(&local_config(), &server_url(Dialect::Mysql)).await?;
+    sqlx::Executor::execute(&admin.pool, format!("DROP USER IF EXISTS '{user}'@'%'").as_str()).await?;
+    admin.pool.close().await;
+    Ok(())
 }
 
 /// Drops a test database even if something the failed test started still uses it: PostgreSQL
