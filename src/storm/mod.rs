@@ -210,6 +210,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         Ok(Vec::new())
     };
     rig.delete_topics().await;
+    rig.delete_keys().await;
     let played = played?;
     settled?;
     stopped?;
