@@ -203,170 +203,212 @@ fn finalize(rec: &IdempotencyRecord) -> Action {
     Action::Finalize { request_id: rec.request_id.clone(), expect_version: Some(rec.version), reason: Some("incident 42".into()) }
 }
 
-#[tokio::test]
-async fn reconcile_picks_succeeded_when_the_order_exists() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let rec = stuck_record(&config, &db, &instance("dead").id).await;
-        let order = place_order(&db, &rec.request_id).await;
-        let ops = actions_for(&config, &db, true).await;
-        let r = ops.run(&finalize(&rec)).await;
-        assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
+async fn reconcile_picks_succeeded_when_the_order_exists(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let order = place_order(&db, &rec.request_id).await;
+    let ops = actions_for(&config, &db, true).await;
+    let r = ops.run(&finalize(&rec)).await;
+    assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
 
-        let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
-        assert_eq!(now.status, "SUCCEEDED");
-        assert_eq!(now.response_code, Some(201));
-        // The API's body for this order: OrderView of the row, serialized the way the API does.
-        assert_eq!(now.response_body.as_deref(), Some(serde_json::to_string(&OrderView::from(&order)).unwrap().as_str()), "{dialect}");
-        assert_eq!(now.order_no.as_deref(), Some(order.order_no.as_str()));
-        assert_eq!(now.version, rec.version + 1);
-        let fast: FastPathValue = serde_json::from_str(&redis_get(&config, &keys::idempotency_fast_path(&rec.request_id)).await.expect("fast path set")).unwrap();
-        assert_eq!(fast, FastPathValue::Finished { hash: rec.request_hash.clone(), code: 201, body: now.response_body.clone().unwrap() });
-        let rows = audit(&db, &rec.request_id).await;
-        assert_eq!(rows.len(), 1, "{dialect}: {rows:?}");
-        assert_eq!((rows[0].outcome.as_str(), rows[0].action.as_str()), ("done", "finalize"));
-        assert!(rows[0].after_state.as_deref().unwrap().contains("SUCCEEDED"));
-        db.pool.close().await;
-    }
+    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+    assert_eq!(now.status, "SUCCEEDED");
+    assert_eq!(now.response_code, Some(201));
+    // The API's body for this order: OrderView of the row, serialized the way the API does.
+    assert_eq!(now.response_body.as_deref(), Some(serde_json::to_string(&OrderView::from(&order)).unwrap().as_str()), "{dialect}");
+    assert_eq!(now.order_no.as_deref(), Some(order.order_no.as_str()));
+    assert_eq!(now.version, rec.version + 1);
+    let fast: FastPathValue = serde_json::from_str(&redis_get(&config, &keys::idempotency_fast_path(&rec.request_id)).await.expect("fast path set")).unwrap();
+    assert_eq!(fast, FastPathValue::Finished { hash: rec.request_hash.clone(), code: 201, body: now.response_body.clone().unwrap() });
+    let rows = audit(&db, &rec.request_id).await;
+    assert_eq!(rows.len(), 1, "{dialect}: {rows:?}");
+    assert_eq!((rows[0].outcome.as_str(), rows[0].action.as_str()), ("done", "finalize"));
+    assert!(rows[0].after_state.as_deref().unwrap().contains("SUCCEEDED"));
+    db.pool.close().await;
 }
 
 #[tokio::test]
-async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let rec = stuck_record(&config, &db, &instance("dead").id).await;
-        let ops = actions_for(&config, &db, true).await;
-        let r = ops.run(&finalize(&rec)).await;
-        assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
-        let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
-        assert_eq!(now.status, "FAILED");
-        assert_eq!(now.response_code, Some(422), "not 409, which clients retry with the same key for ever");
-        let body: serde_json::Value = serde_json::from_str(now.response_body.as_deref().unwrap()).unwrap();
-        assert_eq!(body["type"], "https://idemguard.dev/problems/request-abandoned");
-        assert!(body["detail"].as_str().unwrap().contains("incident 42"), "the reason is in the problem: {body}");
-        assert_eq!(now.order_no, None);
-        assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "done");
-        db.pool.close().await;
-    }
+async fn reconcile_picks_succeeded_when_the_order_exists_postgres() {
+    reconcile_picks_succeeded_when_the_order_exists(Dialect::Postgres).await;
 }
 
 #[tokio::test]
-async fn finalize_is_refused_while_the_owner_is_alive() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let live = instance("live");
-        let liveness = idemguard::lock::Liveness::from_config(&config).unwrap();
-        let heartbeat = liveness.start(&live).await.unwrap();
-        let rec = stuck_record(&config, &db, &live.id).await;
-        let ops = actions_for(&config, &db, true).await;
-        let r = ops.run(&finalize(&rec)).await;
-        assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
-        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
-        assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
-        heartbeat.stop().await.unwrap();
-        db.pool.close().await;
-    }
+async fn reconcile_picks_succeeded_when_the_order_exists_mysql() {
+    reconcile_picks_succeeded_when_the_order_exists(Dialect::Mysql).await;
+}
+
+async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let ops = actions_for(&config, &db, true).await;
+    let r = ops.run(&finalize(&rec)).await;
+    assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
+    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+    assert_eq!(now.status, "FAILED");
+    assert_eq!(now.response_code, Some(422), "not 409, which clients retry with the same key for ever");
+    let body: serde_json::Value = serde_json::from_str(now.response_body.as_deref().unwrap()).unwrap();
+    assert_eq!(body["type"], "https://idemguard.dev/problems/request-abandoned");
+    assert!(body["detail"].as_str().unwrap().contains("incident 42"), "the reason is in the problem: {body}");
+    assert_eq!(now.order_no, None);
+    assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "done");
+    db.pool.close().await;
 }
 
 #[tokio::test]
-async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let owner = instance("slow").id;
-        let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
-        // The owner finishes a moment later (its own conditional finalize).
-        let outcome = idempotency::Outcome { status: "SUCCEEDED", code: 201, body: "{\"the\":\"owner's answer\"}".into(), order_no: None };
-        assert!(idempotency::finalize(&db, &shown.request_id, &owner, &outcome, 86_400_000).await.unwrap());
-        let finished = idempotency::get(&db, &shown.request_id).await.unwrap().unwrap();
+async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_postgres() {
+    reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(Dialect::Postgres).await;
+}
 
-        let ops = actions_for(&config, &db, true).await;
-        let r = ops.run(&finalize(&shown)).await;
-        assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
-        assert_eq!(idempotency::get(&db, &shown.request_id).await.unwrap().unwrap(), finished, "{dialect}: nothing written");
+#[tokio::test]
+async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_mysql() {
+    reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(Dialect::Mysql).await;
+}
 
-        // Taken over by a retry (still PROCESSING, a new version): the version seen no longer matches.
-        let other = stuck_record(&config, &db, &owner).await;
-        assert!(idempotency::reclaim(&db, &other, "retrying-instance", 0, 60_000).await.unwrap());
-        let taken = idempotency::get(&db, &other.request_id).await.unwrap().unwrap();
-        let r = ops.run(&finalize(&other)).await;
-        assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
-        assert_eq!(idempotency::get(&db, &other.request_id).await.unwrap().unwrap(), taken, "{dialect}: nothing written");
+async fn finalize_is_refused_while_the_owner_is_alive(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let live = instance("live");
+    let liveness = idemguard::lock::Liveness::from_config(&config).unwrap();
+    let heartbeat = liveness.start(&live).await.unwrap();
+    let rec = stuck_record(&config, &db, &live.id).await;
+    let ops = actions_for(&config, &db, true).await;
+    let r = ops.run(&finalize(&rec)).await;
+    assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
+    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
+    assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
+    heartbeat.stop().await.unwrap();
+    db.pool.close().await;
+}
 
-        assert_eq!(audit(&db, &shown.request_id).await[0].outcome, "changed");
-        assert_eq!(audit(&db, &other.request_id).await[0].outcome, "changed");
-        db.pool.close().await;
-    }
+#[tokio::test]
+async fn finalize_is_refused_while_the_owner_is_alive_postgres() {
+    finalize_is_refused_while_the_owner_is_alive(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn finalize_is_refused_while_the_owner_is_alive_mysql() {
+    finalize_is_refused_while_the_owner_is_alive(Dialect::Mysql).await;
+}
+
+async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let owner = instance("slow").id;
+    let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
+    // The owner finishes a moment later (its own conditional finalize).
+    let outcome = idempotency::Outcome { status: "SUCCEEDED", code: 201, body: "{\"the\":\"owner's answer\"}".into(), order_no: None };
+    assert!(idempotency::finalize(&db, &shown.request_id, &owner, &outcome, 86_400_000).await.unwrap());
+    let finished = idempotency::get(&db, &shown.request_id).await.unwrap().unwrap();
+
+    let ops = actions_for(&config, &db, true).await;
+    let r = ops.run(&finalize(&shown)).await;
+    assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
+    assert_eq!(idempotency::get(&db, &shown.request_id).await.unwrap().unwrap(), finished, "{dialect}: nothing written");
+
+    // Taken over by a retry (still PROCESSING, a new version): the version seen no longer matches.
+    let other = stuck_record(&config, &db, &owner).await;
+    assert!(idempotency::reclaim(&db, &other, "retrying-instance", 0, 60_000).await.unwrap());
+    let taken = idempotency::get(&db, &other.request_id).await.unwrap().unwrap();
+    let r = ops.run(&finalize(&other)).await;
+    assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
+    assert_eq!(idempotency::get(&db, &other.request_id).await.unwrap().unwrap(), taken, "{dialect}: nothing written");
+
+    assert_eq!(audit(&db, &shown.request_id).await[0].outcome, "changed");
+    assert_eq!(audit(&db, &other.request_id).await[0].outcome, "changed");
+    db.pool.close().await;
+}
+
+#[tokio::test]
+async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_postgres() {
+    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_mysql() {
+    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Mysql).await;
 }
 
 // ---------------------------------------------------------------------------------------------
 // read-only mode and the audit
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn read_only_mode_writes_nothing_but_audits_every_attempt() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        assert!(!config.environment.allow_actions, "config/local.toml is read-only by default");
-        let ops = actions_for(&config, &db, false).await;
-        assert!(!ops.allowed());
+async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    assert!(!config.environment.allow_actions, "config/local.toml is read-only by default");
+    let ops = actions_for(&config, &db, false).await;
+    assert!(!ops.allowed());
 
-        // A dead owner's lock and a stuck record whose order exists: both would be done if allowed.
-        let holder = locks_for(&config, &instance("dead"));
-        let key = order_key();
-        let value = hold_and_abandon(&holder, &key).await;
-        let fence = holder.current_fence(&key).await.unwrap();
-        let rec = stuck_record(&config, &db, &instance("dead").id).await;
-        place_order(&db, &rec.request_id).await;
-        let fast_key = keys::idempotency_fast_path(&rec.request_id);
-        let placeholder = "{\"state\":\"PROCESSING\",\"hash\":\"h\",\"owner\":\"x\",\"nonce\":\"n\"}";
-        let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let _: () = redis::cmd("SET").arg(&fast_key).arg(placeholder).arg("PX").arg(60_000).query_async(&mut c).await.unwrap();
+    // A dead owner's lock and a stuck record whose order exists: both would be done if allowed.
+    let holder = locks_for(&config, &instance("dead"));
+    let key = order_key();
+    let value = hold_and_abandon(&holder, &key).await;
+    let fence = holder.current_fence(&key).await.unwrap();
+    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    place_order(&db, &rec.request_id).await;
+    let fast_key = keys::idempotency_fast_path(&rec.request_id);
+    let placeholder = "{\"state\":\"PROCESSING\",\"hash\":\"h\",\"owner\":\"x\",\"nonce\":\"n\"}";
+    let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET").arg(&fast_key).arg(placeholder).arg("PX").arg(60_000).query_async(&mut c).await.unwrap();
 
-        let view = ops.locks().inspect(&key).await;
-        let r1 = ops.run(&actions::release_of(&view, false, true, None)).await;
-        let r2 = ops.run(&finalize(&rec)).await;
-        for r in [&r1, &r2] {
-            assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
-            assert!(r.detail.contains("--allow-actions"), "says how to enable: {}", r.detail);
-        }
-        // Nothing written on Redis …
-        assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()]);
-        assert_eq!(holder.current_fence(&key).await.unwrap(), fence, "no fence bump");
-        assert_eq!(redis_get(&config, &fast_key).await.as_deref(), Some(placeholder));
-        // … nor on the database,
-        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
-        // … but both attempts are in ops_audit.
-        assert_eq!(audit(&db, &key).await[0].outcome, "refused");
-        assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
-        assert_eq!(common::count(&db, "ops_audit").await, 2);
-        ops.locks().release_if_value(&key, &value).await.unwrap();
-        db.pool.close().await;
+    let view = ops.locks().inspect(&key).await;
+    let r1 = ops.run(&actions::release_of(&view, false, true, None)).await;
+    let r2 = ops.run(&finalize(&rec)).await;
+    for r in [&r1, &r2] {
+        assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
+        assert!(r.detail.contains("--allow-actions"), "says how to enable: {}", r.detail);
     }
+    // Nothing written on Redis …
+    assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()]);
+    assert_eq!(holder.current_fence(&key).await.unwrap(), fence, "no fence bump");
+    assert_eq!(redis_get(&config, &fast_key).await.as_deref(), Some(placeholder));
+    // … nor on the database,
+    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
+    // … but both attempts are in ops_audit.
+    assert_eq!(audit(&db, &key).await[0].outcome, "refused");
+    assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
+    assert_eq!(common::count(&db, "ops_audit").await, 2);
+    ops.locks().release_if_value(&key, &value).await.unwrap();
+    db.pool.close().await;
 }
 
 #[tokio::test]
-async fn an_action_whose_audit_cannot_be_written_is_not_performed() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let rec = stuck_record(&config, &db, &instance("dead").id).await;
-        let holder = locks_for(&config, &instance("dead"));
-        let key = order_key();
-        let value = hold_and_abandon(&holder, &key).await;
-        sqlx::query("DROP TABLE ops_audit").execute(&db.pool).await.unwrap();
+async fn read_only_mode_writes_nothing_but_audits_every_attempt_postgres() {
+    read_only_mode_writes_nothing_but_audits_every_attempt(Dialect::Postgres).await;
+}
 
-        let ops = actions_for(&config, &db, true).await;
-        let r = ops.run(&finalize(&rec)).await;
-        assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
-        assert!(r.detail.contains("not performed"), "{}", r.detail);
-        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
+#[tokio::test]
+async fn read_only_mode_writes_nothing_but_audits_every_attempt_mysql() {
+    read_only_mode_writes_nothing_but_audits_every_attempt(Dialect::Mysql).await;
+}
 
-        let view = ops.locks().inspect(&key).await;
-        let r = ops.run(&actions::release_of(&view, false, false, None)).await;
-        assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
-        assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "{dialect}: lock untouched");
-        ops.locks().release_if_value(&key, &value).await.unwrap();
-        db.pool.close().await;
-    }
+async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let holder = locks_for(&config, &instance("dead"));
+    let key = order_key();
+    let value = hold_and_abandon(&holder, &key).await;
+    sqlx::query("DROP TABLE ops_audit").execute(&db.pool).await.unwrap();
+
+    let ops = actions_for(&config, &db, true).await;
+    let r = ops.run(&finalize(&rec)).await;
+    assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
+    assert!(r.detail.contains("not performed"), "{}", r.detail);
+    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
+
+    let view = ops.locks().inspect(&key).await;
+    let r = ops.run(&actions::release_of(&view, false, false, None)).await;
+    assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
+    assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "{dialect}: lock untouched");
+    ops.locks().release_if_value(&key, &value).await.unwrap();
+    db.pool.close().await;
+}
+
+#[tokio::test]
+async fn an_action_whose_audit_cannot_be_written_is_not_performed_postgres() {
+    an_action_whose_audit_cannot_be_written_is_not_performed(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn an_action_whose_audit_cannot_be_written_is_not_performed_mysql() {
+    an_action_whose_audit_cannot_be_written_is_not_performed(Dialect::Mysql).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,66 +418,73 @@ async fn an_action_whose_audit_cannot_be_written_is_not_performed() {
 /// `idemguard finalize` / `release-lock` as a runbook runs them: same guards, exit status 4 on a
 /// refusal, 5 when the target changed, 0 when done; and every attempt is an `operator_action`
 /// event on the trace topic.
+async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect) {
+    let (mut config, db) = common::migrated_database(dialect).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let holder = locks_for(&config, &instance("dead"));
+    let key = order_key();
+    let value = hold_and_abandon(&holder, &key).await;
+
+    let run = |args: Vec<String>| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .arg("--config")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+            .args(&args)
+            .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+            .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+            .env("IDEMGUARD_LOG", "error")
+            .output()
+            .expect("run idemguard");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+
+    let (code, out) = run(s(&["finalize", &rec.request_id]));
+    assert_eq!(code, Some(4), "{dialect}: read-only refuses: {out}");
+    assert!(out.contains("--allow-actions"), "{out}");
+    let (code, out) = run(s(&["finalize", &rec.request_id, "--expect-version", &(rec.version + 7).to_string(), "--allow-actions"]));
+    assert_eq!(code, Some(5), "{dialect}: another version: {out}");
+    let (code, out) = run(s(&["finalize", &rec.request_id, "--allow-actions", "--reason", "runbook 7"]));
+    assert_eq!(code, Some(0), "{dialect}: {out}");
+    assert!(out.contains("finalize") && out.contains("done") && out.contains("FAILED"), "{out}");
+    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap().status, "FAILED");
+
+    // The same owner, an earlier acquisition (another nonce): what the operator saw is gone.
+    let mut earlier = idemguard::contracts::LockHolder::from_value(&value).unwrap();
+    earlier.nonce = "0".repeat(32);
+    let (code, out) = run(s(&["release-lock", &key, "--expect-value", &earlier.to_value(), "--allow-actions"]));
+    assert_eq!(code, Some(5), "{dialect}: a value no longer held deletes nothing: {out}");
+    assert_eq!(holder.inspect(&key).await.values(), vec![value.as_str()]);
+    let (code, out) = run(s(&["release-lock", &key, "--expect-value", &value, "--bump-fence", "--allow-actions", "--json"]));
+    assert_eq!(code, Some(0), "{dialect}: {out}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["outcome"], "done");
+    assert!(holder.inspect(&key).await.is_free());
+
+    let outcomes: Vec<String> = audit(&db, &rec.request_id).await.into_iter().rev().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, vec!["refused", "changed", "done"], "{dialect}");
+    let outcomes: Vec<String> = audit(&db, &key).await.into_iter().rev().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
+
+    let log = idemguard::console::headless::read_trace_log(&config, idemguard::console::topics::StartAt::Beginning).await.unwrap();
+    let events = log.matching(None, Some(&rec.request_id), &Default::default());
+    let ops: Vec<&idemguard::contracts::TraceEvent> =
+        events.iter().filter(|e| e.outcome == idemguard::contracts::Outcome::OperatorAction).collect();
+    assert_eq!(ops.len(), 3, "{dialect}: one operator_action event per attempt: {events:?}");
+    assert!(ops.iter().all(|e| e.layer == idemguard::contracts::Layer::Console));
+    db.pool.close().await;
+}
+
 #[tokio::test]
-async fn headless_twins_guard_audit_and_trace_like_the_library() {
-    for dialect in common::DIALECTS {
-        let (mut config, db) = common::migrated_database(dialect).await;
-        let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
-        config.kafka.trace_topic = topics[0].clone();
-        let rec = stuck_record(&config, &db, &instance("dead").id).await;
-        let holder = locks_for(&config, &instance("dead"));
-        let key = order_key();
-        let value = hold_and_abandon(&holder, &key).await;
+async fn headless_twins_guard_audit_and_trace_like_the_library_postgres() {
+    headless_twins_guard_audit_and_trace_like_the_library(Dialect::Postgres).await;
+}
 
-        let run = |args: Vec<String>| {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-                .arg("--config")
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
-                .args(&args)
-                .env("IDEMGUARD_DATABASE__URL", &config.database.url)
-                .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
-                .env("IDEMGUARD_LOG", "error")
-                .output()
-                .expect("run idemguard");
-            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
-        };
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-
-        let (code, out) = run(s(&["finalize", &rec.request_id]));
-        assert_eq!(code, Some(4), "{dialect}: read-only refuses: {out}");
-        assert!(out.contains("--allow-actions"), "{out}");
-        let (code, out) = run(s(&["finalize", &rec.request_id, "--expect-version", &(rec.version + 7).to_string(), "--allow-actions"]));
-        assert_eq!(code, Some(5), "{dialect}: another version: {out}");
-        let (code, out) = run(s(&["finalize", &rec.request_id, "--allow-actions", "--reason", "runbook 7"]));
-        assert_eq!(code, Some(0), "{dialect}: {out}");
-        assert!(out.contains("finalize") && out.contains("done") && out.contains("FAILED"), "{out}");
-        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap().status, "FAILED");
-
-        // The same owner, an earlier acquisition (another nonce): what the operator saw is gone.
-        let mut earlier = idemguard::contracts::LockHolder::from_value(&value).unwrap();
-        earlier.nonce = "0".repeat(32);
-        let (code, out) = run(s(&["release-lock", &key, "--expect-value", &earlier.to_value(), "--allow-actions"]));
-        assert_eq!(code, Some(5), "{dialect}: a value no longer held deletes nothing: {out}");
-        assert_eq!(holder.inspect(&key).await.values(), vec![value.as_str()]);
-        let (code, out) = run(s(&["release-lock", &key, "--expect-value", &value, "--bump-fence", "--allow-actions", "--json"]));
-        assert_eq!(code, Some(0), "{dialect}: {out}");
-        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(json["outcome"], "done");
-        assert!(holder.inspect(&key).await.is_free());
-
-        let outcomes: Vec<String> = audit(&db, &rec.request_id).await.into_iter().rev().map(|r| r.outcome).collect();
-        assert_eq!(outcomes, vec!["refused", "changed", "done"], "{dialect}");
-        let outcomes: Vec<String> = audit(&db, &key).await.into_iter().rev().map(|r| r.outcome).collect();
-        assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
-
-        let log = idemguard::console::headless::read_trace_log(&config, idemguard::console::topics::StartAt::Beginning).await.unwrap();
-        let events = log.matching(None, Some(&rec.request_id), &Default::default());
-        let ops: Vec<&idemguard::contracts::TraceEvent> =
-            events.iter().filter(|e| e.outcome == idemguard::contracts::Outcome::OperatorAction).collect();
-        assert_eq!(ops.len(), 3, "{dialect}: one operator_action event per attempt: {events:?}");
-        assert!(ops.iter().all(|e| e.layer == idemguard::contracts::Layer::Console));
-        db.pool.close().await;
-    }
+#[tokio::test]
+async fn headless_twins_guard_audit_and_trace_like_the_library_mysql() {
+    headless_twins_guard_audit_and_trace_like_the_library(Dialect::Mysql).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -663,126 +712,140 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
 // the post-incident report
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn the_report_names_a_points_row_written_behind_the_systems_back() {
+async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: Dialect) {
     use idemguard::console::report::{self, Scope};
-    for dialect in common::DIALECTS {
-        let (mut config, db) = common::migrated_database(dialect).await;
-        let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
-        config.kafka.trace_topic = topics[0].clone();
-        config.kafka.payment_topic = topics[1].clone();
-        let since = idemguard::contracts::now_ms() - 1;
+    let (mut config, db) = common::migrated_database(dialect).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
+    let since = idemguard::contracts::now_ms() - 1;
 
-        // An order, and a duplicate create the database layer turned into a replay (traced).
-        let me = instance("api");
-        let tracer = Tracer::from_config(&config, &me).unwrap();
-        let orders = Orders::new(db.clone(), tracer.clone());
-        orders.set_stock(1, 100).await.unwrap();
-        let rid = RequestId::generate("APP", "ORDER");
-        let new = NewOrder { request_id: rid.clone(), order_no: OrderNo::generate(), user_id: 7, sku_id: 1, quantity: 1, amount: 1999, fence: None };
-        let order = orders.create(&new).await.unwrap().into_order();
-        let again = NewOrder { order_no: OrderNo::generate(), ..new.clone() };
-        assert!(orders.create(&again).await.unwrap().is_replay());
-        // Another, clean order in the same window.
-        let clean = orders
-            .create(&NewOrder { request_id: RequestId::generate("APP", "ORDER"), order_no: OrderNo::generate(), ..new.clone() })
+    // An order, and a duplicate create the database layer turned into a replay (traced).
+    let me = instance("api");
+    let tracer = Tracer::from_config(&config, &me).unwrap();
+    let orders = Orders::new(db.clone(), tracer.clone());
+    orders.set_stock(1, 100).await.unwrap();
+    let rid = RequestId::generate("APP", "ORDER");
+    let new = NewOrder { request_id: rid.clone(), order_no: OrderNo::generate(), user_id: 7, sku_id: 1, quantity: 1, amount: 1999, fence: None };
+    let order = orders.create(&new).await.unwrap().into_order();
+    let again = NewOrder { order_no: OrderNo::generate(), ..new.clone() };
+    assert!(orders.create(&again).await.unwrap().is_replay());
+    // Another, clean order in the same window.
+    let clean = orders
+        .create(&NewOrder { request_id: RequestId::generate("APP", "ORDER"), order_no: OrderNo::generate(), ..new.clone() })
+        .await
+        .unwrap()
+        .into_order();
+    tracer.flush(Duration::from_secs(5));
+
+    // The leak: points credited twice for one order under two event numbers.
+    let p = common::placeholders(dialect, 5);
+    for event in ["evt-legit-0001", "evt-leaked-0002"] {
+        sqlx::query(&format!("INSERT INTO points_ledger (source_event_no, order_no, user_id, points, created_at) VALUES ({p})"))
+            .bind(event)
+            .bind(order.order_no.as_str())
+            .bind(7i64)
+            .bind(19i64)
+            .bind(idemguard::contracts::now_ms())
+            .execute(&db.pool)
             .await
-            .unwrap()
-            .into_order();
-        tracer.flush(Duration::from_secs(5));
-
-        // The leak: points credited twice for one order under two event numbers.
-        let p = common::placeholders(dialect, 5);
-        for event in ["evt-legit-0001", "evt-leaked-0002"] {
-            sqlx::query(&format!("INSERT INTO points_ledger (source_event_no, order_no, user_id, points, created_at) VALUES ({p})"))
-                .bind(event)
-                .bind(order.order_no.as_str())
-                .bind(7i64)
-                .bind(19i64)
-                .bind(idemguard::contracts::now_ms())
-                .execute(&db.pool)
-                .await
-                .unwrap();
-        }
-        // An operator attempt on this order (read-only: refused, audited).
-        let ops = actions_for(&config, &db, false).await;
-        let key = keys::order_lock(&order.order_no);
-        ops.run(&Action::ReleaseLock { key, expect_values: vec!["v".into()], force: false, bump_fence: false, reason: None }).await;
-        let until = idemguard::contracts::now_ms() + 1;
-
-        let r = report::build(&config, &Scope::Window { since_ms: since, until_ms: until }).await.unwrap();
-        assert!(r.errors.is_empty(), "{dialect}: {:?}", r.errors);
-        assert_eq!(r.orders_in_window, 2, "{dialect}");
-        assert_eq!(r.leaks.len(), 1, "{dialect}: only the points leak: {:?}", r.leaks);
-        let leak = &r.leaks[0];
-        assert_eq!((leak.table.as_str(), leak.by.as_str(), leak.key.as_str(), leak.rows), ("points_ledger", "order_no", order.order_no.as_str(), 2));
-        assert_eq!((leak.first.as_str(), leak.last.as_str()), ("evt-leaked-0002", "evt-legit-0001"));
-        let md = report::markdown(&r);
-        assert!(md.contains("duplicates that got through: 1") && md.contains("| points_ledger | 2 |") && md.contains("evt-leaked-0002"), "{md}");
-        assert!(md.contains(&clean.order_no), "every order of the window has a timeline");
-        assert_eq!(r.operator_actions.len(), 1);
-
-        let r = report::build(&config, &Scope::Id(order.order_no.clone())).await.unwrap();
-        assert_eq!(r.leaks.len(), 1, "{dialect}");
-        assert_eq!(r.timelines.len(), 1);
-        let t = &r.timelines[0];
-        assert!(t.stopped_count() >= 1, "{dialect}: the replayed create is a stopped duplicate: {:?}", t.interceptions);
-        assert!(t.interceptions.iter().any(|i| i.layer == "db"), "{:?}", t.interceptions);
-        assert_eq!(r.operator_actions.len(), 1, "the refused release of lock:order:{}", order.order_no);
-        let md = report::markdown(&r);
-        assert!(md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"), "{md}");
-        let r = report::build(&config, &Scope::Id(clean.order_no.clone())).await.unwrap();
-        assert!(r.leaks.is_empty() && r.operator_actions.is_empty(), "{dialect}: a clean order's report names no leak");
-
-        // The command: JSON, exit 6 when a duplicate got through, 0 when none did.
-        let cli = |id: &str| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-                .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "report", "--id", id, "--json"])
-                .env("IDEMGUARD_DATABASE__URL", &config.database.url)
-                .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
-                .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &config.kafka.payment_topic)
-                .env("IDEMGUARD_LOG", "error")
-                .output()
-                .unwrap()
-        };
-        let out = cli(&order.order_no);
-        assert_eq!(out.status.code(), Some(6), "{dialect}: {}", String::from_utf8_lossy(&out.stderr));
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(json["schema"], "idemguard.report/v1");
-        assert_eq!(json["leaks"][0]["first"], "evt-leaked-0002");
-        assert_eq!(cli(&clean.order_no).status.code(), Some(0), "{dialect}");
-        db.pool.close().await;
+            .unwrap();
     }
+    // An operator attempt on this order (read-only: refused, audited).
+    let ops = actions_for(&config, &db, false).await;
+    let key = keys::order_lock(&order.order_no);
+    ops.run(&Action::ReleaseLock { key, expect_values: vec!["v".into()], force: false, bump_fence: false, reason: None }).await;
+    let until = idemguard::contracts::now_ms() + 1;
+
+    let r = report::build(&config, &Scope::Window { since_ms: since, until_ms: until }).await.unwrap();
+    assert!(r.errors.is_empty(), "{dialect}: {:?}", r.errors);
+    assert_eq!(r.orders_in_window, 2, "{dialect}");
+    assert_eq!(r.leaks.len(), 1, "{dialect}: only the points leak: {:?}", r.leaks);
+    let leak = &r.leaks[0];
+    assert_eq!((leak.table.as_str(), leak.by.as_str(), leak.key.as_str(), leak.rows), ("points_ledger", "order_no", order.order_no.as_str(), 2));
+    assert_eq!((leak.first.as_str(), leak.last.as_str()), ("evt-leaked-0002", "evt-legit-0001"));
+    let md = report::markdown(&r);
+    assert!(md.contains("duplicates that got through: 1") && md.contains("| points_ledger | 2 |") && md.contains("evt-leaked-0002"), "{md}");
+    assert!(md.contains(&clean.order_no), "every order of the window has a timeline");
+    assert_eq!(r.operator_actions.len(), 1);
+
+    let r = report::build(&config, &Scope::Id(order.order_no.clone())).await.unwrap();
+    assert_eq!(r.leaks.len(), 1, "{dialect}");
+    assert_eq!(r.timelines.len(), 1);
+    let t = &r.timelines[0];
+    assert!(t.stopped_count() >= 1, "{dialect}: the replayed create is a stopped duplicate: {:?}", t.interceptions);
+    assert!(t.interceptions.iter().any(|i| i.layer == "db"), "{:?}", t.interceptions);
+    assert_eq!(r.operator_actions.len(), 1, "the refused release of lock:order:{}", order.order_no);
+    let md = report::markdown(&r);
+    assert!(md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"), "{md}");
+    let r = report::build(&config, &Scope::Id(clean.order_no.clone())).await.unwrap();
+    assert!(r.leaks.is_empty() && r.operator_actions.is_empty(), "{dialect}: a clean order's report names no leak");
+
+    // The command: JSON, exit 6 when a duplicate got through, 0 when none did.
+    let cli = |id: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "report", "--id", id, "--json"])
+            .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+            .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+            .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &config.kafka.payment_topic)
+            .env("IDEMGUARD_LOG", "error")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&order.order_no);
+    assert_eq!(out.status.code(), Some(6), "{dialect}: {}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["schema"], "idemguard.report/v1");
+    assert_eq!(json["leaks"][0]["first"], "evt-leaked-0002");
+    assert_eq!(cli(&clean.order_no).status.code(), Some(0), "{dialect}");
+    db.pool.close().await;
+}
+
+#[tokio::test]
+async fn the_report_names_a_points_row_written_behind_the_systems_back_postgres() {
+    the_report_names_a_points_row_written_behind_the_systems_back(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn the_report_names_a_points_row_written_behind_the_systems_back_mysql() {
+    the_report_names_a_points_row_written_behind_the_systems_back(Dialect::Mysql).await;
 }
 
 /// The finalize statement itself (queries/*/console_finalize.sql): a version or status that
 /// moved on matches nothing — the guard that holds even if a record changes between the
 /// reconcile and the write.
+async fn the_conditional_update_matches_nothing_once_the_record_moved_on(dialect: Dialect) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let rec = stuck_record(&config, &db, "someone").await;
+    let run = |version: i64| {
+        sqlx::query(db.sql("console_finalize"))
+            .bind("FAILED")
+            .bind(409i64)
+            .bind("{}")
+            .bind(None::<String>)
+            .bind(1i64)
+            .bind(2i64)
+            .bind(rec.request_id.clone())
+            .bind(version)
+            .execute(&db.pool)
+    };
+    assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: another version");
+    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
+    assert_eq!(run(rec.version).await.unwrap().rows_affected(), 1, "{dialect}: the version seen");
+    assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: no longer PROCESSING");
+    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+    assert_eq!((now.status.as_str(), now.version, now.lease_until), ("FAILED", rec.version + 1, 0));
+    db.pool.close().await;
+}
+
 #[tokio::test]
-async fn the_conditional_update_matches_nothing_once_the_record_moved_on() {
-    for dialect in common::DIALECTS {
-        let (config, db) = common::migrated_database(dialect).await;
-        let rec = stuck_record(&config, &db, "someone").await;
-        let run = |version: i64| {
-            sqlx::query(db.sql("console_finalize"))
-                .bind("FAILED")
-                .bind(409i64)
-                .bind("{}")
-                .bind(None::<String>)
-                .bind(1i64)
-                .bind(2i64)
-                .bind(rec.request_id.clone())
-                .bind(version)
-                .execute(&db.pool)
-        };
-        assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: another version");
-        assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
-        assert_eq!(run(rec.version).await.unwrap().rows_affected(), 1, "{dialect}: the version seen");
-        assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: no longer PROCESSING");
-        let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
-        assert_eq!((now.status.as_str(), now.version, now.lease_until), ("FAILED", rec.version + 1, 0));
-        db.pool.close().await;
-    }
+async fn the_conditional_update_matches_nothing_once_the_record_moved_on_postgres() {
+    the_conditional_update_matches_nothing_once_the_record_moved_on(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn the_conditional_update_matches_nothing_once_the_record_moved_on_mysql() {
+    the_conditional_update_matches_nothing_once_the_record_moved_on(Dialect::Mysql).await;
 }
 
 #[tokio::test]

@@ -23,8 +23,6 @@ use idemguard::db::Database;
 use idemguard::stream::sinks::{self, Delivery, PaidDecision};
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
@@ -32,7 +30,8 @@ use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------------------------
-// Harness: a private database, topics and group; what the test created is removed at the end.
+// Harness: a private database, topics and group; what the test created is removed at the end
+// (tests/common), pass or fail.
 
 struct Setup {
     dialect: Dialect,
@@ -40,7 +39,6 @@ struct Setup {
     /// The test's own view of its database (as root), for fixtures and the final counts.
     db: Database,
     db_name: String,
-    topics: Vec<String>,
     group: String,
     /// MariaDB: the private user the consumer connects as (so only it can be locked out).
     user: Option<String>,
@@ -55,10 +53,10 @@ async fn setup(dialect: Dialect) -> Setup {
     config.consumer.batch_size = 50;
     config.trace.enabled = false;
     let db_name = url::Url::parse(&config.database.url).unwrap().path().trim_start_matches('/').to_string();
-    Setup { dialect, config, db, db_name, topics, group: format!("igt-group-{}", unique_suffix()), user: None }
+    Setup { dialect, config, db, db_name, group: format!("igt-group-{}", unique_suffix()), user: None }
 }
 
-/// A connection to the dialect's server (not the test database), for faults and cleanup.
+/// A connection to the dialect's server (not the test database), for the faults.
 async fn admin(dialect: Dialect) -> Database {
     Database::connect_url(&local_config(), &server_url(dialect)).await.expect("the test server is reachable")
 }
@@ -75,6 +73,7 @@ impl Setup {
         let password = format!("pw{}", unique_suffix());
         let a = admin(Dialect::Mysql).await;
         exec(&a, &format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")).await;
+        remove_mysql_user_at_end(&user);
         exec(&a, &format!("GRANT ALL PRIVILEGES ON {}.* TO '{user}'@'%'", self.db_name)).await;
         a.pool.close().await;
         let mut url = url::Url::parse(&self.config.database.url).unwrap();
@@ -83,41 +82,6 @@ impl Setup {
         self.config.database.url = url.to_string();
         self.user = Some(user);
     }
-
-    /// Removes the database, the private user and the topics, then fails if the test did: a
-    /// failed run leaves nothing behind either.
-    async fn cleanup(self, outcome: std::thread::Result<()>) {
-        self.db.pool.close().await;
-        let a = admin(self.dialect).await;
-        match self.dialect {
-            Dialect::Postgres => exec(&a, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.db_name)).await,
-            Dialect::Mysql => {
-                // A consumer left running by a failed test may hold locks DROP DATABASE waits for.
-                let sql = "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()";
-                let ids: Vec<i64> = sqlx::query_scalar(sql).bind(&self.db_name).fetch_all(&a.pool).await.unwrap();
-                for id in ids {
-                    let _ = sqlx::query(&format!("KILL CONNECTION {id}")).execute(&a.pool).await;
-                }
-                exec(&a, &format!("DROP DATABASE IF EXISTS {}", self.db_name)).await
-            }
-        }
-        if let Some(user) = &self.user {
-            exec(&a, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
-        }
-        a.pool.close().await;
-        let kafka: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", &self.config.kafka.bootstrap_servers).create().unwrap();
-        let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        let _ = kafka.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
-        if let Err(panic) = outcome {
-            std::panic::resume_unwind(panic);
-        }
-    }
-}
-
-/// Runs a test body, catching its failure so the setup can be removed before it is reported.
-async fn caught(body: impl std::future::Future<Output = ()>) -> std::thread::Result<()> {
-    futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body)).await
 }
 
 /// `n` CREATED orders written straight into the schema in one statement: (orderNo, requestId).
@@ -364,16 +328,14 @@ async fn database_faults_are_retried_never_dead_lettered(s: &Setup) {
 #[tokio::test]
 async fn database_faults_are_retried_never_dead_lettered_postgres() {
     let s = setup(Dialect::Postgres).await;
-    let outcome = caught(database_faults_are_retried_never_dead_lettered(&s)).await;
-    s.cleanup(outcome).await;
+    database_faults_are_retried_never_dead_lettered(&s).await;
 }
 
 #[tokio::test]
 async fn database_faults_are_retried_never_dead_lettered_mysql() {
     let mut s = setup(Dialect::Mysql).await;
     s.private_mysql_user().await;
-    let outcome = caught(database_faults_are_retried_never_dead_lettered(&s)).await;
-    s.cleanup(outcome).await;
+    database_faults_are_retried_never_dead_lettered(&s).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,15 +420,13 @@ async fn a_member_dies_with_uncommitted_work(s: &Setup) {
 #[tokio::test]
 async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_postgres() {
     let s = setup(Dialect::Postgres).await;
-    let outcome = caught(a_member_dies_with_uncommitted_work(&s)).await;
-    s.cleanup(outcome).await;
+    a_member_dies_with_uncommitted_work(&s).await;
 }
 
 #[tokio::test]
 async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_mysql() {
     let s = setup(Dialect::Mysql).await;
-    let outcome = caught(a_member_dies_with_uncommitted_work(&s)).await;
-    s.cleanup(outcome).await;
+    a_member_dies_with_uncommitted_work(&s).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,15 +482,13 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
 #[tokio::test]
 async fn reverse_order_batches_never_deadlock_postgres() {
     let s = setup(Dialect::Postgres).await;
-    let outcome = caught(reverse_order_batches_never_deadlock(&s)).await;
-    s.cleanup(outcome).await;
+    reverse_order_batches_never_deadlock(&s).await;
 }
 
 #[tokio::test]
 async fn reverse_order_batches_never_deadlock_mysql() {
     let s = setup(Dialect::Mysql).await;
-    let outcome = caught(reverse_order_batches_never_deadlock(&s)).await;
-    s.cleanup(outcome).await;
+    reverse_order_batches_never_deadlock(&s).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,13 +543,11 @@ async fn a_refusal_is_replayed(s: &Setup) {
 #[tokio::test]
 async fn a_refusal_is_replayed_byte_for_byte_postgres() {
     let s = setup(Dialect::Postgres).await;
-    let outcome = caught(a_refusal_is_replayed(&s)).await;
-    s.cleanup(outcome).await;
+    a_refusal_is_replayed(&s).await;
 }
 
 #[tokio::test]
 async fn a_refusal_is_replayed_byte_for_byte_mysql() {
     let s = setup(Dialect::Mysql).await;
-    let outcome = caught(a_refusal_is_replayed(&s)).await;
-    s.cleanup(outcome).await;
+    a_refusal_is_replayed(&s).await;
 }

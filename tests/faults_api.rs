@@ -24,8 +24,6 @@ use idemguard::db::Database;
 use idemguard::storm::interception::read_trace;
 use idemguard::stream::consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use reqwest::StatusCode;
@@ -35,47 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 const SKU: i64 = 11;
 
-/// Removes what a test created — its database and its topics — when dropped, pass or fail.
-struct Cleanup {
-    dialect: Dialect,
-    database: String,
-    bootstrap: String,
-    topics: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let (dialect, database, bootstrap, topics) = (self.dialect, self.database.clone(), self.bootstrap.clone(), self.topics.clone());
-        // A thread with a runtime of its own: Drop cannot await, and may run while the test's
-        // runtime unwinds a panic.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                if let Ok(admin) = Database::connect_url(&local_config(), &server_url(dialect)).await {
-                    if let Ok(mut conn) = admin.pool.acquire().await {
-                        // Bounded: a transaction a failed test left open must not hang the drop.
-                        let (prepare, force) = match dialect {
-                            Dialect::Postgres => ("SET lock_timeout = '5s'", " WITH (FORCE)"),
-                            Dialect::Mysql => ("SET SESSION lock_wait_timeout = 5", ""),
-                        };
-                        let _ = sqlx::Executor::execute(&mut *conn, prepare).await;
-                        let _ = sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {database}{force}").as_str()).await;
-                    }
-                    admin.pool.close().await;
-                }
-                let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new().set("bootstrap.servers", &bootstrap).set("log_level", "3").create();
-                if let Ok(admin) = admin {
-                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-                    let _ = admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 /// A migrated database of its own, its own payment / DLQ / trace topics and consumer group.
-async fn rig(dialect: Dialect) -> (Config, Database, Cleanup) {
+/// The database and topics are removed when the test ends, pass or fail (tests/common).
+async fn rig(dialect: Dialect) -> (Config, Database) {
     let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq", "trace"]).await;
@@ -84,9 +44,7 @@ async fn rig(dialect: Dialect) -> (Config, Database, Cleanup) {
     config.kafka.trace_topic = topics[2].clone();
     config.kafka.consumer_group = format!("igt-faults-api-{}", unique_suffix());
     config.trace.enabled = false;
-    let database = url::Url::parse(&config.database.url).unwrap().path().trim_start_matches('/').to_string();
-    let cleanup = Cleanup { dialect, database, bootstrap: config.kafka.bootstrap_servers.clone(), topics };
-    (config, db, cleanup)
+    (config, db)
 }
 
 fn tracer() -> Tracer {
@@ -305,7 +263,7 @@ enum RelayCrash {
 
 async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     const N: usize = 5;
-    let (config, db, _cleanup) = rig(dialect).await;
+    let (config, db) = rig(dialect).await;
     let placed = orders(&db, N).await;
     book(&config, &db, &placed).await;
     let events = booked_event_ids(&db).await;
@@ -444,7 +402,7 @@ async fn record_status(db: &Database, k: &str) -> String {
 /// the dead owner had committed it). Lease running: 409 until it ends, then resolved.
 async fn redis_down_the_lease_decides(dialect: Dialect) {
     let mut redis = RedisServer::start();
-    let (mut config, db, _cleanup) = rig(dialect).await;
+    let (mut config, db) = rig(dialect).await;
     config.redis.url = redis.url();
     config.redis.redlock_nodes = vec![];
     let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
@@ -507,7 +465,7 @@ async fn redis_down_the_lease_decides_mysql() {
 /// owner answers 500 and releases the record, and the retry — once the fault is gone —
 /// resolves at once (no 409 for the lease's 30 s) with exactly one order.
 async fn unknown_error_releases_the_record(dialect: Dialect) {
-    let (config, db, _cleanup) = rig(dialect).await;
+    let (config, db) = rig(dialect).await;
     orders(&db, 0).await;
     let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
     let base = format!("http://{}", service.addr);
@@ -556,7 +514,7 @@ async fn hold_rows(db: &Database, order_nos: &[String]) -> sqlx::Transaction<'st
 async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     const ORDERS: usize = 4;
     const CALLBACKS: usize = 3;
-    let (mut config, db, _cleanup) = rig(dialect).await;
+    let (mut config, db) = rig(dialect).await;
     config.trace.enabled = true;
     let payable = orders(&db, CALLBACKS).await;
     let (mut serve, base) = Child::serve(&config, &[]).await;
@@ -640,7 +598,7 @@ async fn sigint_on_serve_finishes_in_flight_mysql() {
 /// Payments booked while the relay sleeps, more than one batch of them, then shutdown: the
 /// relay's last rounds publish them all before it returns.
 async fn relay_drains_the_outbox_on_shutdown(dialect: Dialect) {
-    let (mut config, db, _cleanup) = rig(dialect).await;
+    let (mut config, db) = rig(dialect).await;
     config.api.relay_batch = 2;
     config.api.relay_interval = Duration::from_secs(3600); // only a wake or shutdown moves it
     let relay = OutboxRelay::new(&config, db.clone(), tracer()).unwrap();
@@ -685,7 +643,7 @@ fn committed_offsets(config: &Config) -> Vec<(i32, i64)> {
 /// are covered by the committed offsets, and a restarted member applies nothing twice.
 async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     const N: usize = 6;
-    let (config, db, _cleanup) = rig(dialect).await;
+    let (config, db) = rig(dialect).await;
     let placed = orders(&db, N + 3).await;
     let (first, later) = placed.split_at(N);
     book(&config, &db, first).await;

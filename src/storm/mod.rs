@@ -198,18 +198,29 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     };
     let stopped = rig.shutdown().await;
     drop(redis);
+    // The trace is the last reader of the run's topics; they go whatever happened, so a failed
+    // storm leaves none behind either.
+    let traced = if played.is_ok() && settled.is_ok() && stopped.is_ok() {
+        let (servers, topic) = (rig.config.kafka.bootstrap_servers.clone(), rig.config.kafka.trace_topic.clone());
+        match tokio::task::spawn_blocking(move || interception::read_trace(&servers, &topic, Duration::from_secs(60))).await {
+            Ok(read) => read,
+            Err(e) => Err(e.into()),
+        }
+    } else {
+        Ok(Vec::new())
+    };
+    rig.delete_topics().await;
+    rig.delete_keys().await;
     let played = played?;
     settled?;
     stopped?;
+    let events = traced?;
 
-    let (servers, topic) = (rig.config.kafka.bootstrap_servers.clone(), rig.config.kafka.trace_topic.clone());
-    let events = tokio::task::spawn_blocking(move || interception::read_trace(&servers, &topic, Duration::from_secs(60))).await??;
     let log = client.take_log();
     let scope = Scope { order_pattern: run.order_pattern(), group: run.group(), skus: played.skus.clone(), orders_named: log.orders_named.clone(), created: log.created.clone() };
     let mut checks = invariants::check(&rig.db, &scope).await?;
     checks.extend(played.checks);
     let (own, consumer) = rig.trace_counts();
-    rig.delete_topics().await;
     let interception = InterceptionTable::build(&events, &log.by_kind, &rig.consumed);
     let passed = checks.iter().all(|c| c.passed);
     Ok(StormReport {

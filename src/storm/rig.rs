@@ -55,6 +55,11 @@ impl Run {
     pub fn group(&self) -> String {
         format!("idemguard-storm-{}", self.id)
     }
+    /// SCAN pattern of every Redis key named after one of the run's requestIds: fast-path
+    /// copies, request locks and their fence counters.
+    pub fn key_pattern(&self) -> String {
+        format!("*STORM:*:*:{}-*", self.id)
+    }
 }
 
 impl Default for Run {
@@ -324,6 +329,31 @@ impl Rig {
         let k = &self.config.kafka;
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(5)));
         let _ = tokio::time::timeout(Duration::from_secs(10), admin.delete_topics(&[&k.payment_topic, &k.dlq_topic, &k.trace_topic], &opts)).await;
+    }
+
+    /// Deletes the run's Redis keys on the main Redis and every RedLock node (best effort): the
+    /// fast-path copies alone would otherwise stay for `fast_path_ttl` (a day), thousands a run.
+    pub async fn delete_keys(&self) {
+        let r = &self.config.redis;
+        for url in std::iter::once(&r.url).chain(&r.redlock_nodes) {
+            let _ = tokio::time::timeout(Duration::from_secs(10), delete_matching(url, &self.run.key_pattern())).await;
+        }
+    }
+}
+
+async fn delete_matching(url: &str, pattern: &str) -> redis::RedisResult<()> {
+    let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, found): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query_async(&mut conn).await?;
+        if !found.is_empty() {
+            let _: i64 = redis::cmd("DEL").arg(&found).query_async(&mut conn).await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
     }
 }
 

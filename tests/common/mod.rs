@@ -1,8 +1,10 @@
 //! Shared test harness: every test gets its own database (and its own topics), so tests run in
 //! parallel and run twice. The services are the real ones of `scripts/stack up`; a missing
-//! service fails the test loudly — nothing is skipped.
+//! service fails the test loudly — nothing is skipped. What a test creates here is removed when
+//! the test ends, pass or fail ([`Leftovers`]).
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use idemguard::config::{Config, ConfigSource, Dialect};
@@ -45,6 +47,7 @@ pub async fn fresh_database_config(dialect: Dialect) -> Config {
         panic!("the {dialect} test server is not reachable: {e:#}. Start the stack: scripts/stack up")
     });
     sqlx::Executor::execute(&admin.pool, format!("CREATE DATABASE {name}").as_str()).await.expect("create test database");
+    remove_at_end(|l| l.databases.push((dialect, name.clone())));
     admin.pool.close().await;
     let mut config = local_config();
     config.database.url = with_path(&server, &name);
@@ -73,10 +76,123 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
     let results = admin.create_topics(&topics, &opts).await.unwrap_or_else(|e| {
         panic!("the Kafka broker at {} is not reachable: {e}. Start the stack: scripts/stack up", config.kafka.bootstrap_servers)
     });
+    remove_at_end(|l| l.topics.push((config.kafka.bootstrap_servers.clone(), names.clone())));
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
     names
+}
+
+/// What the running test created on the shared servers: its databases, topics and MariaDB users.
+#[derive(Default)]
+struct Created {
+    databases: Vec<(Dialect, String)>,
+    topics: Vec<(String, Vec<String>)>,
+    mysql_users: Vec<String>,
+}
+
+/// The running test's [`Created`], removed when the test's thread ends. libtest runs every test
+/// on a thread of its own and a thread's locals are dropped whether the test returned or
+/// panicked, so a failed test leaves nothing behind either, and no test has to remember a guard.
+/// (A database created on a runtime worker thread is covered too: the worker's locals drop with
+/// the runtime.)
+#[derive(Default)]
+pub struct Leftovers(Created);
+
+thread_local! {
+    static LEFTOVERS: RefCell<Leftovers> = RefCell::new(Leftovers::default());
+}
+
+fn remove_at_end(record: impl FnOnce(&mut Created)) {
+    LEFTOVERS.with(|l| record(&mut l.borrow_mut().0));
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if self.0.databases.is_empty() && self.0.topics.is_empty() && self.0.mysql_users.is_empty() {
+            return;
+        }
+        let created = std::mem::take(&mut self.0);
+        // A thread with a runtime of its own: Drop cannot await, and the test's runtime is gone.
+        // Bounded, so a server that hangs cannot hold the test binary forever. The stack is that
+        // of a test thread: the unoptimized connect futures overflow a plain thread's 2 MiB.
+        let cleaner = std::thread::Builder::new().name("test-cleanup".into()).stack_size(16 << 20);
+        let _ = cleaner
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                rt.block_on(async {
+                    if tokio::time::timeout(Duration::from_secs(60), created.remove()).await.is_err() {
+                        eprintln!("test cleanup timed out: {:?} / {:?} may be left", created.databases, created.topics);
+                    }
+                });
+            })
+            .map(|t| t.join());
+    }
+}
+
+impl Created {
+    async fn remove(&self) {
+        for (dialect, name) in &self.databases {
+            if let Err(e) = drop_database(*dialect, name).await {
+                eprintln!("test cleanup: cannot drop {dialect} database {name}: {e:#}");
+            }
+        }
+        for user in &self.mysql_users {
+            if let Err(e) = drop_mysql_user(user).await {
+                eprintln!("test cleanup: cannot drop MariaDB user {user}: {e:#}");
+            }
+        }
+        for (bootstrap, topics) in &self.topics {
+            let admin: Result<AdminClient<DefaultClientContext>, _> =
+                ClientConfig::new().set("bootstrap.servers", bootstrap).set("log_level", "3").create();
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            let deleted = match admin {
+                Ok(admin) => admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = deleted {
+                eprintln!("test cleanup: cannot delete topics {names:?}: {e}");
+            }
+        }
+    }
+}
+
+/// Records a MariaDB user `'{user}'@'%'` the test created, to be dropped when the test ends.
+pub fn remove_mysql_user_at_end(user: &str) {
+    remove_at_end(|c| c.mysql_users.push(user.to_string()));
+}
+
+async fn drop_mysql_user(user: &str) -> anyhow::Result<()> {
+    let admin = Database::connect_url(&local_config(), &server_url(Dialect::Mysql)).await?;
+    sqlx::Executor::execute(&admin.pool, format!("DROP USER IF EXISTS '{user}'@'%'").as_str()).await?;
+    admin.pool.close().await;
+    Ok(())
+}
+
+/// Drops a test database even if something the failed test started still uses it: PostgreSQL
+/// ends those sessions itself (`WITH (FORCE)`); on MariaDB they are killed first, since an open
+/// transaction's metadata lock would make `DROP DATABASE` wait.
+async fn drop_database(dialect: Dialect, name: &str) -> anyhow::Result<()> {
+    let admin = Database::connect_url(&local_config(), &server_url(dialect)).await?;
+    let mut conn = admin.pool.acquire().await?;
+    match dialect {
+        Dialect::Postgres => {
+            sqlx::Executor::execute(&mut *conn, "SET lock_timeout = '10s'").await?;
+            sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
+        }
+        Dialect::Mysql => {
+            sqlx::Executor::execute(&mut *conn, "SET SESSION lock_wait_timeout = 10").await?;
+            let sessions = "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()";
+            let ids: Vec<i64> = sqlx::query_scalar(sessions).bind(name).fetch_all(&mut *conn).await?;
+            for id in ids {
+                let _ = sqlx::Executor::execute(&mut *conn, format!("KILL CONNECTION {id}").as_str()).await;
+            }
+            sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {name}").as_str()).await?;
+        }
+    }
+    drop(conn);
+    admin.pool.close().await;
+    Ok(())
 }
 
 /// Both dialects, for tests that must hold on each.
