@@ -12,11 +12,9 @@ mod common;
 mod redis_server;
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::console::actions::{self, Action, ActionOutcome, Actions, AuditRow};
@@ -31,24 +29,15 @@ use redis_server::RedisServer;
 // harness: own database, own keys, removed pass or fail
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `body` over a fresh migrated database of `dialect`, then drops that database whether
-/// the body passed or panicked.
+/// Runs `body` over a fresh migrated database of `dialect`; the harness (tests/common) drops
+/// it when the test's thread ends, pass or fail.
 async fn in_own_database<F, Fut>(dialect: Dialect, body: F)
 where
     F: FnOnce(Config, Database) -> Fut,
     Fut: Future<Output = ()>,
 {
     let (config, db) = common::migrated_database(dialect).await;
-    let name = config.database.url.rsplit('/').next().unwrap().to_string();
-    let outcome = AssertUnwindSafe(body(config, db.clone())).catch_unwind().await;
-    db.pool.close().await;
-    let admin = Database::connect_url(&common::local_config(), &common::server_url(dialect)).await.unwrap();
-    let force = if dialect == Dialect::Postgres { " WITH (FORCE)" } else { "" };
-    let _ = sqlx::Executor::execute(&admin.pool, format!("DROP DATABASE IF EXISTS {name}{force}").as_str()).await;
-    admin.pool.close().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    body(config, db).await;
 }
 
 fn instance(tag: &str) -> Instance {
@@ -515,6 +504,8 @@ async fn terminal_is_restored_after(fault: &'static str, exit_code: &'static str
             ("IDEMGUARD_KAFKA__TRACE_TOPIC", config.kafka.trace_topic.clone()),
             ("IDEMGUARD_CONSOLE__LOG_FILE", log.display().to_string()),
             ("IDEMGUARD_FAULT_CONSOLE", fault.to_string()),
+            // A backtrace would scroll the panic's message off the 45-line pane.
+            ("RUST_BACKTRACE", "0".to_string()),
         ];
         let pane = Pane::open(&env);
         pane.wait_for("the shell's prompt", |_, s| s.starts_with('$'));
