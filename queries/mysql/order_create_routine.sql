@@ -11,7 +11,8 @@
 --     Lock order: record row, then order keys, then inventory — finalize takes only the record
 --     row and reads the order, so the two never wait on each other in a cycle. No record (the
 --     idempotency.enabled = false fault switch): nothing to lock but the index gap, the create
---     goes on. The unique keys req_id and order_no decide what is a duplicate, even
+--     goes on.
+--  1. The unique keys req_id and order_no decide what is a duplicate, even
 --     when every layer above let it through (seed §2.1, §6.1). Rows affected tell new from
 --     duplicate: 1 = inserted, 2 = duplicate (its replay_count went up; the update must change
 --     the row — under CLIENT_FOUND_ROWS a no-op update also reports 1). A duplicate commits

@@ -9,8 +9,9 @@
 --     lock, so the database serializes the two: whichever commits first, the other sees it.
 --     Lock order: record row, then order keys, then inventory — finalize takes only the record
 --     row and reads the order, so the two never wait on each other in a cycle. No record (the
---     idempotency.enabled = false fault switch): nothing to lock, the create goes on. The unique keys req_id and order_no decide what is a duplicate, even
---     when every layer above let it through (seed §2.1, §6.1): ON CONFLICT DO NOTHING … RETURNING.
+--     idempotency.enabled = false fault switch): nothing to lock, the create goes on.
+--  1. The unique keys req_id and order_no decide what is a duplicate, even when every layer
+--     above let it through (seed §2.1, §6.1): ON CONFLICT DO NOTHING … RETURNING.
 --     A duplicate writes nothing and returns 'replayed'; the caller's statement (its whole
 --     transaction when autocommitted) ends, and the caller reads the first order back from the
 --     primary (order_replay).
