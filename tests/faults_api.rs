@@ -274,7 +274,8 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
         RelayCrash::BeforePublish => "--crash-before-publish",
         RelayCrash::AfterPublish => "--crash-after-publish",
     };
-    let (mut crashed, _) = Child::serve(&config, &[flag]).await;
+    // Not `Child::serve`: the relay may abort before the address is printed.
+    let mut crashed = Child::spawn(&config, &["serve", "--listen", "127.0.0.1:0", flag]);
     let status = crashed.exit(Duration::from_secs(60)).await;
     assert!(!status.success(), "serve {flag} was meant to abort, it exited with {status}");
     assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, N as i64, "a crash before the mark leaves every row PENDING");
