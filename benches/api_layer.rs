@@ -11,10 +11,10 @@
 //! The HTTP clients run in the same process as the service: on two cores they take CPU from
 //! it, which the figures include.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
 #[path = "support/bare_insert.rs"]
 mod bare_insert;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,7 +31,10 @@ const CLIENTS: usize = 16;
 const REPLAY_CLIENTS: usize = 50;
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -51,7 +54,8 @@ where
     let start = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
-            let (stop, done, latencies, op) = (stop.clone(), done.clone(), latencies.clone(), op.clone());
+            let (stop, done, latencies, op) =
+                (stop.clone(), done.clone(), latencies.clone(), op.clone());
             tokio::spawn(async move {
                 let mut mine = Vec::new();
                 let mut i = 0u64;
@@ -90,13 +94,18 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.trace_topic = topics[1].clone();
     config.database.max_connections = CLIENTS as u32;
-    let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let service = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     let base = format!("http://{}", service.addr);
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
     for sku in 1..=CLIENTS as i64 {
         orders.set_stock(sku, 1_000_000_000).await.unwrap();
     }
-    let http = reqwest::Client::builder().pool_max_idle_per_host(128).build().unwrap();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(128)
+        .build()
+        .unwrap();
     println!("\n{dialect}: {CLIENTS} clients for orders, {REPLAY_CLIENTS} for replays, {secs} s per measurement, {rounds} rounds");
 
     let create = {
@@ -107,7 +116,10 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
                 let body = serde_json::json!({"userId": client, "skuId": client + 1, "quantity": 1, "amount": 1999});
                 let r = http
                     .post(format!("{base}/orders"))
-                    .header("Idempotency-Key", RequestId::generate("BENCH", "ORDER").as_str())
+                    .header(
+                        "Idempotency-Key",
+                        RequestId::generate("BENCH", "ORDER").as_str(),
+                    )
                     .json(&body)
                     .send()
                     .await
@@ -160,7 +172,13 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     for i in 0..200 {
         let k = RequestId::generate("BENCH", "ORDER").to_string();
         let body = serde_json::json!({"userId": i, "skuId": 1, "quantity": 1, "amount": 1999});
-        let r = http.post(format!("{base}/orders")).header("Idempotency-Key", &k).json(&body).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", &k)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 201);
         keys.push((k, body));
     }
@@ -171,7 +189,13 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
             let (http, base, keys) = (http.clone(), base.clone(), keys.clone());
             async move {
                 let (k, body) = &keys[(client * 7919 + i as usize) % keys.len()];
-                let r = http.post(format!("{base}/orders")).header("Idempotency-Key", k).json(body).send().await.expect("replay");
+                let r = http
+                    .post(format!("{base}/orders"))
+                    .header("Idempotency-Key", k)
+                    .json(body)
+                    .send()
+                    .await
+                    .expect("replay");
                 assert_eq!(r.status(), 201);
                 assert!(r.headers().contains_key("idempotent-replayed"));
                 let _ = r.bytes().await;
@@ -182,7 +206,12 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let (mut replay_rates, mut replay_p99) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let (r, lat) = run_for(REPLAY_CLIENTS, secs, replay.clone()).await;
-        println!("  round {round}: replays {r:>7.0}/s, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms", pct(&lat, 0.5), pct(&lat, 0.99), pct(&lat, 1.0));
+        println!(
+            "  round {round}: replays {r:>7.0}/s, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms",
+            pct(&lat, 0.5),
+            pct(&lat, 0.99),
+            pct(&lat, 1.0)
+        );
         replay_rates.push(r);
         replay_p99.push(pct(&lat, 0.99));
     }
@@ -206,7 +235,11 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
 fn main() {
     let secs = env_u64("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
     let rounds = env_u64("IDEMGUARD_BENCH_ROUNDS", 3).clamp(1, 15) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     runtime.block_on(async {
         for dialect in common::DIALECTS {
             bench_dialect(dialect, secs, rounds).await;

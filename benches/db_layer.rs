@@ -10,10 +10,10 @@
 //!     cargo bench --bench db_layer
 //!     IDEMGUARD_BENCH_SECS=10 IDEMGUARD_BENCH_ROUNDS=7 cargo bench --bench db_layer
 
-#[path = "../tests/common/mod.rs"]
-mod common;
 #[path = "support/bare_insert.rs"]
 mod bare_insert;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,7 +47,10 @@ impl Load {
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Orders per second of `load` over `secs` seconds with [`CLIENTS`] clients.
@@ -59,7 +62,11 @@ async fn measure(orders: &Orders, load: Load, secs: u64) -> f64 {
         .map(|client| {
             let (orders, stop, done) = (orders.clone(), stop.clone(), done.clone());
             tokio::spawn(async move {
-                let sku_id = if load == Load::Hot { HOT_SKU } else { client as i64 + 1 };
+                let sku_id = if load == Load::Hot {
+                    HOT_SKU
+                } else {
+                    client as i64 + 1
+                };
                 while !stop.load(Ordering::Relaxed) {
                     let order = NewOrder {
                         request_id: RequestId::generate("BENCH", "ORDER"),
@@ -73,7 +80,10 @@ async fn measure(orders: &Orders, load: Load, secs: u64) -> f64 {
                     if load == Load::Bare {
                         bare_insert::insert_one(orders.database(), &order).await;
                     } else {
-                        let out = orders.create(&order).await.expect("create through the layer");
+                        let out = orders
+                            .create(&order)
+                            .await
+                            .expect("create through the layer");
                         assert!(!out.is_replay(), "fresh requestIds are never replays");
                     }
                     done.fetch_add(1, Ordering::Relaxed);
@@ -98,14 +108,24 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let mut config = common::fresh_database_config(dialect).await;
     config.database.max_connections = CLIENTS as u32;
     config.database.connect_timeout = Duration::from_secs(30);
-    let db = Database::connect(&config).await.expect("connect to the bench database");
-    migrate::migrate(&db).await.expect("migrate the bench database");
+    let db = Database::connect(&config)
+        .await
+        .expect("connect to the bench database");
+    migrate::migrate(&db)
+        .await
+        .expect("migrate the bench database");
     let orders = Orders::new(db, Tracer::log_only(&Instance::current()));
     for sku in (1..=CLIENTS as i64).chain([HOT_SKU]) {
-        orders.set_stock(sku, 1_000_000_000).await.expect("seed stock");
+        orders
+            .set_stock(sku, 1_000_000_000)
+            .await
+            .expect("seed stock");
     }
     let server = orders.database().server_version().await.unwrap_or_default();
-    println!("\n{dialect} ({}), {CLIENTS} clients, {secs} s per measurement, {rounds} rounds", server.trim());
+    println!(
+        "\n{dialect} ({}), {CLIENTS} clients, {secs} s per measurement, {rounds} rounds",
+        server.trim()
+    );
     // Warm-up: connections opened, statements prepared, caches filled.
     measure(&orders, Load::Bare, 1).await;
     measure(&orders, Load::Spread, 1).await;
@@ -114,7 +134,11 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
     for round in 0..rounds {
         // Alternate the order so the growing table does not favour one side.
-        let order: Vec<usize> = if round % 2 == 0 { vec![0, 1, 2] } else { vec![2, 1, 0] };
+        let order: Vec<usize> = if round % 2 == 0 {
+            vec![0, 1, 2]
+        } else {
+            vec![2, 1, 0]
+        };
         for i in order {
             let r = measure(&orders, loads[i], secs).await;
             rates[i].push(r);
@@ -141,17 +165,31 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     );
 
     // Leave no bench database behind.
-    let name = config.database.url.rsplit('/').next().unwrap_or_default().to_string();
+    let name = config
+        .database
+        .url
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     orders.database().pool.close().await;
-    let admin = Database::connect_url(&common::local_config(), &common::server_url(dialect)).await.expect("admin connection");
-    sqlx::Executor::execute(&admin.pool, format!("DROP DATABASE {name}").as_str()).await.expect("drop the bench database");
+    let admin = Database::connect_url(&common::local_config(), &common::server_url(dialect))
+        .await
+        .expect("admin connection");
+    sqlx::Executor::execute(&admin.pool, format!("DROP DATABASE {name}").as_str())
+        .await
+        .expect("drop the bench database");
     admin.pool.close().await;
 }
 
 fn main() {
     let secs = env_u64("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
     let rounds = env_u64("IDEMGUARD_BENCH_ROUNDS", 5).clamp(3, 15) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     runtime.block_on(async {
         for dialect in common::DIALECTS {
             bench_dialect(dialect, secs, rounds).await;

@@ -39,13 +39,25 @@ const TTL: Duration = Duration::from_secs(30);
 const RAW_RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let rounds: usize = std::env::var("IDEMGUARD_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3).clamp(3, 15);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let rounds: usize = std::env::var("IDEMGUARD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .clamp(3, 15);
     let instance = Instance::current();
 
     // (a) single node
     let server = RedisServer::start();
-    let locks = lock_service(&instance, LockMode::Single, vec![server.url()], server.url());
+    let locks = lock_service(
+        &instance,
+        LockMode::Single,
+        vec![server.url()],
+        server.url(),
+    );
     runtime.block_on(idemguard_cycles(&locks, "warm", 2_000));
     let mut raw_set = Vec::new();
     let mut raw_eval = Vec::new();
@@ -53,10 +65,22 @@ fn main() {
     let mut ours_single = Vec::new();
     for round in 0..rounds {
         let value = sample_value(&instance);
-        let set = redis_benchmark(server.port, &["SET", "lock:rb:__rand_int__", &value, "NX", "PX", "30000"]);
-        let eval = redis_benchmark(server.port, &["EVAL", RAW_RELEASE, "1", "lock:rb:__rand_int__", &value]);
+        let set = redis_benchmark(
+            server.port,
+            &["SET", "lock:rb:__rand_int__", &value, "NX", "PX", "30000"],
+        );
+        let eval = redis_benchmark(
+            server.port,
+            &["EVAL", RAW_RELEASE, "1", "lock:rb:__rand_int__", &value],
+        );
         let pair = 1.0 / (1.0 / set + 1.0 / eval);
-        let (ours, cpu) = measure_cpu(&[&server], SINGLE_CYCLES, || runtime.block_on(idemguard_cycles(&locks, &format!("s{round}"), SINGLE_CYCLES)));
+        let (ours, cpu) = measure_cpu(&[&server], SINGLE_CYCLES, || {
+            runtime.block_on(idemguard_cycles(
+                &locks,
+                &format!("s{round}"),
+                SINGLE_CYCLES,
+            ))
+        });
         println!(
             "(a) round {}: redis-benchmark SET NX PX {set:.0}/s, EVAL release {eval:.0}/s, pair {pair:.0}/s; idemguard {ours:.0} cycles/s \
              (CPU per cycle: server {:.1}us, client {:.1}us)",
@@ -83,8 +107,16 @@ fn main() {
     let mut theirs = Vec::new();
     for round in 0..rounds {
         let nodes: Vec<&RedisServer> = servers.iter().collect();
-        let (ours, our_cpu) = measure_cpu(&nodes, REDLOCK_CYCLES, || runtime.block_on(idemguard_cycles(&locks, &format!("r{round}"), REDLOCK_CYCLES)));
-        let (other, their_cpu) = measure_cpu(&nodes, REDLOCK_CYCLES, || runtime.block_on(rslock_cycles(&rslock, &format!("r{round}"), REDLOCK_CYCLES)));
+        let (ours, our_cpu) = measure_cpu(&nodes, REDLOCK_CYCLES, || {
+            runtime.block_on(idemguard_cycles(
+                &locks,
+                &format!("r{round}"),
+                REDLOCK_CYCLES,
+            ))
+        });
+        let (other, their_cpu) = measure_cpu(&nodes, REDLOCK_CYCLES, || {
+            runtime.block_on(rslock_cycles(&rslock, &format!("r{round}"), REDLOCK_CYCLES))
+        });
         println!(
             "(b) round {}: idemguard RedLock {ours:.0} cycles/s (CPU per cycle: servers {:.1}us, client {:.1}us); \
              rslock {other:.0} cycles/s (servers {:.1}us, client {:.1}us)",
@@ -99,10 +131,23 @@ fn main() {
     }
     drop(servers);
 
-    let (set, eval, pair, ours_a) = (median(&raw_set), median(&raw_eval), median(&raw_pair), median(&ours_single));
+    let (set, eval, pair, ours_a) = (
+        median(&raw_set),
+        median(&raw_eval),
+        median(&raw_pair),
+        median(&ours_single),
+    );
     let (ours_b, other_b) = (median(&ours_redlock), median(&theirs));
-    let ratios_a: Vec<f64> = ours_single.iter().zip(&raw_pair).map(|(o, p)| o / p).collect();
-    let ratios_b: Vec<f64> = ours_redlock.iter().zip(&theirs).map(|(o, t)| o / t).collect();
+    let ratios_a: Vec<f64> = ours_single
+        .iter()
+        .zip(&raw_pair)
+        .map(|(o, p)| o / p)
+        .collect();
+    let ratios_b: Vec<f64> = ours_redlock
+        .iter()
+        .zip(&theirs)
+        .map(|(o, t)| o / t)
+        .collect();
     println!();
     println!("lock_layer: {TASKS} concurrent tasks, distinct keys, medians of {rounds} rounds");
     println!("| measurement | cycles/s (median) |");
@@ -114,10 +159,23 @@ fn main() {
     println!("| rslock RedLock, 5 nodes | {other_b:.0} |");
     println!("| idemguard RedLock, 5 nodes | {ours_b:.0} |");
     let (ratio_a, ratio_b) = (median(&ratios_a), median(&ratios_b));
-    let show = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!();
-    println!("(a) idemguard single / raw pair = {ratio_a:.2} (rounds: {}) (target >= 0.70: {})", show(&ratios_a), verdict(ratio_a >= 0.7));
-    println!("(b) idemguard RedLock / rslock  = {ratio_b:.2} (rounds: {}) (target >= 1.50: {})", show(&ratios_b), verdict(ratio_b >= 1.5));
+    println!(
+        "(a) idemguard single / raw pair = {ratio_a:.2} (rounds: {}) (target >= 0.70: {})",
+        show(&ratios_a),
+        verdict(ratio_a >= 0.7)
+    );
+    println!(
+        "(b) idemguard RedLock / rslock  = {ratio_b:.2} (rounds: {}) (target >= 1.50: {})",
+        show(&ratios_b),
+        verdict(ratio_b >= 1.5)
+    );
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -133,7 +191,11 @@ fn lock_service(instance: &Instance, mode: LockMode, nodes: Vec<String>, main: S
     config.lock.mode = mode;
     config.lock.ttl = TTL;
     config.redis.url = main;
-    config.redis.redlock_nodes = if mode == LockMode::Redlock { nodes } else { vec![] };
+    config.redis.redlock_nodes = if mode == LockMode::Redlock {
+        nodes
+    } else {
+        vec![]
+    };
     Locks::from_config(&config, instance, Tracer::log_only(instance)).expect("lock service")
 }
 
@@ -154,11 +216,22 @@ fn sample_value(instance: &Instance) -> String {
 /// Requests per second of one command, as redis-benchmark measures it (-c 50, random keys).
 fn redis_benchmark(port: u16, command: &[&str]) -> f64 {
     let out = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", &TASKS.to_string(), "-n", &RAW_REQUESTS.to_string()])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-c",
+            &TASKS.to_string(),
+            "-n",
+            &RAW_REQUESTS.to_string(),
+        ])
         .args(["-r", "100000000", "--csv"])
         .args(command)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run redis-benchmark ({e}); it comes with redis-tools: scripts/stack up"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run redis-benchmark ({e}); it comes with redis-tools: scripts/stack up")
+        });
     let text = String::from_utf8_lossy(&out.stdout);
     // Last line: "<test>","<rps>","<avg>",…,"<max>" — the test text may contain commas and
     // quotes, so count from the right: rps is the seventh field from the end.
@@ -167,7 +240,12 @@ fn redis_benchmark(port: u16, command: &[&str]) -> f64 {
     fields
         .get(6)
         .and_then(|f| f.trim_matches('"').parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("cannot read redis-benchmark's output: {text}\n{}", String::from_utf8_lossy(&out.stderr)))
+        .unwrap_or_else(|| {
+            panic!(
+                "cannot read redis-benchmark's output: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
 }
 
 /// Cycles per second of `total` acquire+release cycles on distinct keys by TASKS tasks.
@@ -193,7 +271,9 @@ async fn idemguard_cycles(locks: &Locks, round: &str, total: usize) -> f64 {
             })
         })
         .collect();
-    tokio::time::timeout(ROUND_LIMIT, futures::future::join_all(tasks)).await.expect("a round finishes within its limit");
+    tokio::time::timeout(ROUND_LIMIT, futures::future::join_all(tasks))
+        .await
+        .expect("a round finishes within its limit");
     total as f64 / started.elapsed().as_secs_f64()
 }
 
@@ -210,13 +290,18 @@ async fn rslock_cycles(manager: &rslock::LockManager, round: &str, total: usize)
                         return;
                     }
                     let key = format!("lock:order:R{round}x{i}");
-                    let lock = manager.lock(key.as_str(), TTL).await.expect("rslock acquire");
+                    let lock = manager
+                        .lock(key.as_str(), TTL)
+                        .await
+                        .expect("rslock acquire");
                     manager.unlock(&lock).await;
                 }
             })
         })
         .collect();
-    tokio::time::timeout(ROUND_LIMIT, futures::future::join_all(tasks)).await.expect("a round finishes within its limit");
+    tokio::time::timeout(ROUND_LIMIT, futures::future::join_all(tasks))
+        .await
+        .expect("a round finishes within its limit");
     total as f64 / started.elapsed().as_secs_f64()
 }
 
@@ -225,7 +310,12 @@ fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect();
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
     let ticks: u64 = fields.iter().sum();
     Duration::from_millis(ticks * 10) // USER_HZ = 100
 }
@@ -245,7 +335,13 @@ fn measure_cpu<T>(servers: &[&RedisServer], cycles: usize, f: impl FnOnce() -> T
     let servers: Duration = pids.iter().map(|p| cpu_time(*p)).sum::<Duration>() - before_servers;
     let client = cpu_time(me) - before_me;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / cycles as f64;
-    (out, CpuCost { server_us: per(servers), client_us: per(client) })
+    (
+        out,
+        CpuCost {
+            server_us: per(servers),
+            client_us: per(client),
+        },
+    )
 }
 
 fn median(v: &[f64]) -> f64 {

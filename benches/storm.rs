@@ -18,7 +18,10 @@ use idemguard::storm::report::StormReport;
 use idemguard::storm::{self, Scenario, StormOptions};
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -26,11 +29,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn once(config: &idemguard::config::Config, scenario: Scenario, size: usize, tweak: impl FnOnce(&mut StormOptions)) -> StormReport {
+async fn once(
+    config: &idemguard::config::Config,
+    scenario: Scenario,
+    size: usize,
+    tweak: impl FnOnce(&mut StormOptions),
+) -> StormReport {
     let mut o = StormOptions::new(scenario);
     o.size = Some(size);
     tweak(&mut o);
-    let r = storm::run(config.clone(), &o).await.unwrap_or_else(|e| panic!("{}: {e:#}", scenario.name()));
+    let r = storm::run(config.clone(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e:#}", scenario.name()));
     assert!(r.passed, "{}", r.render());
     r
 }
@@ -42,7 +52,10 @@ async fn bench_dialect(dialect: Dialect, rounds: usize, users: usize) {
     println!("storm on {dialect} ({rounds} rounds; double-click 500, flash-sale {users} users / stock 500, baseline 500 distinct orders)");
     let mut rows: Vec<[StormReport; 3]> = Vec::new();
     for round in 0..rounds {
-        let base = once(&config, Scenario::GatewayRetry, 500, |o| o.gateway_timeout = Duration::from_secs(30)).await;
+        let base = once(&config, Scenario::GatewayRetry, 500, |o| {
+            o.gateway_timeout = Duration::from_secs(30)
+        })
+        .await;
         let dc = once(&config, Scenario::DoubleClick, 500, |_| {}).await;
         let fs = once(&config, Scenario::FlashSale, users, |o| o.stock = 500).await;
         println!(
@@ -57,9 +70,20 @@ async fn bench_dialect(dialect: Dialect, rounds: usize, users: usize) {
         rows.push([base, dc, fs]);
     }
     let rate = |i: usize| median(rows.iter().map(|r| r[i].http.requests_per_second).collect());
-    let lat = |i: usize, f: fn(&StormReport) -> f64| median(rows.iter().map(|r| f(&r[i])).collect());
-    let ratio = |i: usize| median(rows.iter().map(|r| r[i].http.requests_per_second / r[0].http.requests_per_second).collect());
-    for (i, name) in [(0, "distinct (baseline)"), (1, "double-click"), (2, "flash-sale")] {
+    let lat =
+        |i: usize, f: fn(&StormReport) -> f64| median(rows.iter().map(|r| f(&r[i])).collect());
+    let ratio = |i: usize| {
+        median(
+            rows.iter()
+                .map(|r| r[i].http.requests_per_second / r[0].http.requests_per_second)
+                .collect(),
+        )
+    };
+    for (i, name) in [
+        (0, "distinct (baseline)"),
+        (1, "double-click"),
+        (2, "flash-sale"),
+    ] {
         println!(
             "  {name:<20} median {:>7.0} req/s  p50 {:>6.1} ms  p95 {:>6.1} ms  p99 {:>6.1} ms  max {:>6.1} ms  ratio {:.2}",
             rate(i),
@@ -73,18 +97,37 @@ async fn bench_dialect(dialect: Dialect, rounds: usize, users: usize) {
     let last = &rows[rows.len() - 1][2];
     println!("  flash-sale interception (last round):");
     for r in last.interception.rows.iter().filter(|r| r.stopped > 0) {
-        println!("    {:<7} {:<28} {}", r.layer.as_str(), r.outcome.as_str(), r.stopped);
+        println!(
+            "    {:<7} {:<28} {}",
+            r.layer.as_str(),
+            r.outcome.as_str(),
+            r.stopped
+        );
     }
-    let name = config.database.url.rsplit('/').next().unwrap_or_default().to_string();
-    let admin = Database::connect_url(&common::local_config(), &common::server_url(dialect)).await.expect("admin connection");
-    sqlx::Executor::execute(&admin.pool, format!("DROP DATABASE {name}").as_str()).await.expect("drop the bench database");
+    let name = config
+        .database
+        .url
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let admin = Database::connect_url(&common::local_config(), &common::server_url(dialect))
+        .await
+        .expect("admin connection");
+    sqlx::Executor::execute(&admin.pool, format!("DROP DATABASE {name}").as_str())
+        .await
+        .expect("drop the bench database");
     admin.pool.close().await;
 }
 
 fn main() {
     let rounds = env_usize("IDEMGUARD_BENCH_ROUNDS", 3).clamp(3, 15);
     let users = env_usize("IDEMGUARD_STORM_USERS", 2000).clamp(500, 20_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     runtime.block_on(async {
         for dialect in common::DIALECTS {
             bench_dialect(dialect, rounds, users).await;

@@ -29,15 +29,25 @@ const ROUNDS: usize = 3;
 /// CREATED orders, inserted with multi-row statements (bench setup only).
 async fn seed_orders(db: &Database, n: usize) -> Vec<(String, String)> {
     let orders: Vec<(String, String)> = (0..n)
-        .map(|_| (OrderNo::generate().to_string(), format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7())))
+        .map(|_| {
+            (
+                OrderNo::generate().to_string(),
+                format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7()),
+            )
+        })
         .collect();
     for chunk in orders.chunks(1000) {
-        let values: Vec<String> = chunk.iter().map(|(o, r)| format!("('{r}', '{o}', 1, 1, 1, 1999, 'CREATED', 0, 0)")).collect();
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|(o, r)| format!("('{r}', '{o}', 1, 1, 1, 1999, 'CREATED', 0, 0)"))
+            .collect();
         let sql = format!(
             "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES {}",
             values.join(",")
         );
-        sqlx::Executor::execute(&db.pool, sql.as_str()).await.unwrap();
+        sqlx::Executor::execute(&db.pool, sql.as_str())
+            .await
+            .unwrap();
     }
     orders
 }
@@ -57,13 +67,28 @@ async fn produce_all(config: &Config, topic: &str, events: &[PaymentSucceeded]) 
             let e = e.clone();
             async move {
                 let h = OwnedHeaders::new()
-                    .insert(Header { key: headers::EVENT_ID, value: Some(e.event_id.as_bytes()) })
-                    .insert(Header { key: headers::REQUEST_ID, value: Some(e.request_id.as_bytes()) })
-                    .insert(Header { key: headers::ORDER_NO, value: Some(e.order_no.as_bytes()) });
-                p.send(FutureRecord::to(&topic).key(&e.order_no).payload(&body).headers(h), Duration::from_secs(30))
-                    .await
-                    .map_err(|(e, _)| e)
-                    .unwrap();
+                    .insert(Header {
+                        key: headers::EVENT_ID,
+                        value: Some(e.event_id.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: headers::REQUEST_ID,
+                        value: Some(e.request_id.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: headers::ORDER_NO,
+                        value: Some(e.order_no.as_bytes()),
+                    });
+                p.send(
+                    FutureRecord::to(&topic)
+                        .key(&e.order_no)
+                        .payload(&body)
+                        .headers(h),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
             }
         });
         futures::future::join_all(sends).await;
@@ -82,7 +107,10 @@ async fn bare_read(config: &Config, topic: &str, n: usize) -> f64 {
     c.subscribe(&[topic]).unwrap();
     // The clock starts at the first message, as for the deduplicating consumer: group join
     // time is not reading time.
-    let _ = tokio::time::timeout(Duration::from_secs(60), c.recv()).await.expect("first message").unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(60), c.recv())
+        .await
+        .expect("first message")
+        .unwrap();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(300);
     let mut read = 1;
@@ -101,7 +129,10 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
         config,
         db.clone(),
         Tracer::log_only(&Instance::current()),
-        ConsumeOptions { group: Some(format!("dedup-{}", common::unique_suffix())), ..Default::default() },
+        ConsumeOptions {
+            group: Some(format!("dedup-{}", common::unique_suffix())),
+            ..Default::default()
+        },
     )
     .unwrap();
     let stats = consumer.stats();
@@ -114,11 +145,16 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
     }
     let started = Instant::now();
     loop {
-        let handled = ConsumeStats::get(&stats.applied) + ConsumeStats::get(&stats.dedup_hits) + ConsumeStats::get(&stats.sink_duplicates);
+        let handled = ConsumeStats::get(&stats.applied)
+            + ConsumeStats::get(&stats.dedup_hits)
+            + ConsumeStats::get(&stats.sink_duplicates);
         if ConsumeStats::get(&stats.received) as usize >= n && handled as usize >= n {
             break;
         }
-        assert!(Instant::now() < deadline, "dedup consumer did not finish: {stats:?}");
+        assert!(
+            Instant::now() < deadline,
+            "dedup consumer did not finish: {stats:?}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
@@ -134,7 +170,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("IDEMGUARD_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let n: usize = std::env::var("IDEMGUARD_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     println!("stream_layer: {n} events per round, {ROUNDS} rounds, batch size from config/local.toml defaults");
     for dialect in [Dialect::Postgres, Dialect::Mysql] {
         let (mut bare, mut unique, mut half) = (Vec::new(), Vec::new(), Vec::new());
@@ -154,9 +193,13 @@ async fn main() {
                 })
                 .collect();
             // Topic 1: n distinct events. Topic 2: n messages, half of them copies.
-            let t_unique = common::fresh_topics(&config, &["bench.unique"]).await.remove(0);
+            let t_unique = common::fresh_topics(&config, &["bench.unique"])
+                .await
+                .remove(0);
             produce_all(&config, &t_unique, &events).await;
-            let t_half = common::fresh_topics(&config, &["bench.half"]).await.remove(0);
+            let t_half = common::fresh_topics(&config, &["bench.half"])
+                .await
+                .remove(0);
             let mut halfset: Vec<PaymentSucceeded> = events[..n / 2].to_vec();
             halfset.extend(events[..n / 2].iter().cloned());
             produce_all(&config, &t_half, &halfset).await;
@@ -166,14 +209,25 @@ async fn main() {
             let (u, _) = dedup_consume(&config, &db, n).await;
             // The half-duplicate topic needs fresh orders: a second database.
             let (mut config2, db2) = common::migrated_database(dialect).await;
-            let values: Vec<String> = halfset[..n / 2].iter().map(|e| format!("('{}', '{}', 1, 1, 1, 1999, 'CREATED', 0, 0)", e.request_id, e.order_no)).collect();
+            let values: Vec<String> = halfset[..n / 2]
+                .iter()
+                .map(|e| {
+                    format!(
+                        "('{}', '{}', 1, 1, 1, 1999, 'CREATED', 0, 0)",
+                        e.request_id, e.order_no
+                    )
+                })
+                .collect();
             for chunk in values.chunks(1000) {
                 let sql = format!("INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES {}", chunk.join(","));
-                sqlx::Executor::execute(&db2.pool, sql.as_str()).await.unwrap();
+                sqlx::Executor::execute(&db2.pool, sql.as_str())
+                    .await
+                    .unwrap();
             }
             config2.kafka.payment_topic = t_half.clone();
             let (h, hstats) = dedup_consume(&config2, &db2, n).await;
-            let dups = ConsumeStats::get(&hstats.dedup_hits) + ConsumeStats::get(&hstats.sink_duplicates);
+            let dups =
+                ConsumeStats::get(&hstats.dedup_hits) + ConsumeStats::get(&hstats.sink_duplicates);
             println!(
                 "  {dialect} round {round}: bare read {b:>9.0} ev/s | dedup consumer {u:>8.0} ev/s (ratio {:.3}) | 50% duplicates {h:>8.0} ev/s ({dups} duplicates stopped)",
                 u / b

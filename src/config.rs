@@ -231,7 +231,11 @@ impl fmt::Display for ConfigError {
         if self.key.is_empty() {
             write!(f, "config error in {}: {}", self.origin, self.message)
         } else {
-            write!(f, "config error in {}: key `{}`: {}", self.origin, self.key, self.message)
+            write!(
+                f,
+                "config error in {}: key `{}`: {}",
+                self.origin, self.key, self.message
+            )
         }
     }
 }
@@ -252,7 +256,10 @@ impl ConfigSource {
     pub fn from_process(file: Option<PathBuf>) -> Self {
         let env: Vec<(String, String)> = std::env::vars().collect();
         let file = file.or_else(|| {
-            env.iter().find(|(k, _)| k == CONFIG_ENV).filter(|(_, v)| !v.is_empty()).map(|(_, v)| PathBuf::from(v))
+            env.iter()
+                .find(|(k, _)| k == CONFIG_ENV)
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(_, v)| PathBuf::from(v))
         });
         ConfigSource { file, env }
     }
@@ -262,11 +269,14 @@ impl Config {
     /// Load the layered configuration and validate it.
     pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         let mut origins: BTreeMap<String, String> = BTreeMap::new();
-        let defaults: toml::Table = DEFAULT_TOML.parse().map_err(|e: toml::de::Error| ConfigError {
-            origin: "built-in defaults".into(),
-            key: String::new(),
-            message: e.to_string(),
-        })?;
+        let defaults: toml::Table =
+            DEFAULT_TOML
+                .parse()
+                .map_err(|e: toml::de::Error| ConfigError {
+                    origin: "built-in defaults".into(),
+                    key: String::new(),
+                    message: e.to_string(),
+                })?;
         let mut merged = defaults.clone();
 
         if let Some(path) = &source.file {
@@ -285,11 +295,17 @@ impl Config {
         }
 
         for (name, value) in &source.env {
-            let Some(rest) = name.strip_prefix(ENV_PREFIX) else { continue };
+            let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
             if !rest.contains("__") {
                 continue; // IDEMGUARD_CONFIG and other non-override variables
             }
-            let key = rest.split("__").map(|s| s.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+            let key = rest
+                .split("__")
+                .map(|s| s.to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join(".");
             let origin = format!("environment variable {name}");
             let existing = lookup(&defaults, &key).ok_or_else(|| ConfigError {
                 origin: origin.clone(),
@@ -301,12 +317,17 @@ impl Config {
             origins.insert(key, origin);
         }
 
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
-            let key = e.path().to_string();
-            let origin = origin_of(&origins, &key);
-            // A type error quotes the value, which may be a URL with its password.
-            ConfigError { origin, key, message: redact_urls_in(e.into_inner().message()) }
-        })?;
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+                let key = e.path().to_string();
+                let origin = origin_of(&origins, &key);
+                // A type error quotes the value, which may be a URL with its password.
+                ConfigError {
+                    origin,
+                    key,
+                    message: redact_urls_in(e.into_inner().message()),
+                }
+            })?;
         config.validate(&origins)?;
         Ok(config)
     }
@@ -317,15 +338,28 @@ impl Config {
     }
 
     fn validate(&self, origins: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-        let err = |key: &str, message: String| ConfigError { origin: origin_of(origins, key), key: key.into(), message };
+        let err = |key: &str, message: String| ConfigError {
+            origin: origin_of(origins, key),
+            key: key.into(),
+            message,
+        };
 
-        check_url(&self.database.url, &["postgres", "postgresql", "mysql", "mariadb"])
-            .map_err(|m| err("database.url", m))?;
+        check_url(
+            &self.database.url,
+            &["postgres", "postgresql", "mysql", "mariadb"],
+        )
+        .map_err(|m| err("database.url", m))?;
         if !self.database.replica_url.is_empty() {
-            check_url(&self.database.replica_url, &["postgres", "postgresql", "mysql", "mariadb"])
-                .map_err(|m| err("database.replica_url", m))?;
+            check_url(
+                &self.database.replica_url,
+                &["postgres", "postgresql", "mysql", "mariadb"],
+            )
+            .map_err(|m| err("database.replica_url", m))?;
             if Dialect::of_url(&self.database.replica_url) != Dialect::of_url(&self.database.url) {
-                return Err(err("database.replica_url", "the replica must be the same kind of database as database.url".into()));
+                return Err(err(
+                    "database.replica_url",
+                    "the replica must be the same kind of database as database.url".into(),
+                ));
             }
         }
         if self.database.max_connections == 0 {
@@ -333,7 +367,8 @@ impl Config {
         }
         check_url(&self.redis.url, &["redis", "rediss"]).map_err(|m| err("redis.url", m))?;
         for (i, node) in self.redis.redlock_nodes.iter().enumerate() {
-            check_url(node, &["redis", "rediss"]).map_err(|m| err("redis.redlock_nodes", format!("node {}: {m}", i + 1)))?;
+            check_url(node, &["redis", "rediss"])
+                .map_err(|m| err("redis.redlock_nodes", format!("node {}: {m}", i + 1)))?;
         }
         if self.lock.mode == LockMode::Redlock && self.redis.redlock_nodes.len() < 3 {
             return Err(err(
@@ -349,9 +384,14 @@ impl Config {
             // Credentials go to the client library's SASL settings, never into a server address
             // (which is shown by `doctor` and the console); the message does not echo them.
             if let Some((_, host)) = server.rsplit_once('@') {
-                return Err(err("kafka.bootstrap_servers", format!("`***@{host}` carries a user or password; give host:port only")));
+                return Err(err(
+                    "kafka.bootstrap_servers",
+                    format!("`***@{host}` carries a user or password; give host:port only"),
+                ));
             }
-            let ok = server.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            let ok = server
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
             if !ok {
                 return Err(err(
                     "kafka.bootstrap_servers",
@@ -366,9 +406,14 @@ impl Config {
         ] {
             let ok = !topic.is_empty()
                 && topic.len() <= 249
-                && topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+                && topic
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
             if !ok {
-                return Err(err(key, format!("`{topic}` is not a valid Kafka topic name (letters, digits, . _ -)")));
+                return Err(err(
+                    key,
+                    format!("`{topic}` is not a valid Kafka topic name (letters, digits, . _ -)"),
+                ));
             }
         }
         for (key, d) in [
@@ -385,7 +430,10 @@ impl Config {
             }
         }
         if self.lock.ttl < Duration::from_millis(30) {
-            return Err(err("lock.ttl", "must be at least 30ms (the watchdog renews every ttl/3)".into()));
+            return Err(err(
+                "lock.ttl",
+                "must be at least 30ms (the watchdog renews every ttl/3)".into(),
+            ));
         }
         if self.lock.acquire_attempts == 0 {
             return Err(err("lock.acquire_attempts", "must be at least 1".into()));
@@ -394,19 +442,37 @@ impl Config {
             return Err(err("lock.drift_factor", "must be between 0 and 0.5".into()));
         }
         if self.idempotency.retention <= self.idempotency.lease {
-            return Err(err("idempotency.retention", "must be longer than idempotency.lease".into()));
+            return Err(err(
+                "idempotency.retention",
+                "must be longer than idempotency.lease".into(),
+            ));
         }
         if self.api.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(err("api.listen", format!("`{}` is not an address like 127.0.0.1:8080", self.api.listen)));
+            return Err(err(
+                "api.listen",
+                format!(
+                    "`{}` is not an address like 127.0.0.1:8080",
+                    self.api.listen
+                ),
+            ));
         }
         if self.api.relay_batch == 0 || self.api.relay_interval.is_zero() {
-            return Err(err("api.relay_batch", "the relay needs a batch of at least 1 and an interval above zero".into()));
+            return Err(err(
+                "api.relay_batch",
+                "the relay needs a batch of at least 1 and an interval above zero".into(),
+            ));
         }
-        if self.api.header_read_timeout.is_zero() || self.api.body_read_timeout.is_zero() || self.api.idle_timeout.is_zero() {
+        if self.api.header_read_timeout.is_zero()
+            || self.api.body_read_timeout.is_zero()
+            || self.api.idle_timeout.is_zero()
+        {
             return Err(err("api.header_read_timeout", "the read timeouts must be above zero: a slow client would hold a connection for ever".into()));
         }
         if self.api.max_connections == 0 || self.api.max_connections > u32::MAX as usize >> 3 {
-            return Err(err("api.max_connections", "must be between 1 and 536870911".into()));
+            return Err(err(
+                "api.max_connections",
+                "must be between 1 and 536870911".into(),
+            ));
         }
         if self.trace.buffer == 0 {
             return Err(err("trace.buffer", "must be at least 1".into()));
@@ -415,7 +481,10 @@ impl Config {
             return Err(err("consumer.batch_size", "must be at least 1".into()));
         }
         if self.retention.interval.is_zero() || self.retention.outbox_sent.is_zero() {
-            return Err(err("retention.interval", "retention.interval and retention.outbox_sent must be longer than zero".into()));
+            return Err(err(
+                "retention.interval",
+                "retention.interval and retention.outbox_sent must be longer than zero".into(),
+            ));
         }
         if self.retention.batch == 0 {
             return Err(err("retention.batch", "must be at least 1".into()));
@@ -435,17 +504,31 @@ impl Config {
         }
         const COLORS: [&str; 6] = ["green", "yellow", "red", "blue", "magenta", "cyan"];
         if !COLORS.contains(&self.environment.color.as_str()) {
-            return Err(err("environment.color", format!("`{}` is not one of {}", self.environment.color, COLORS.join(", "))));
+            return Err(err(
+                "environment.color",
+                format!(
+                    "`{}` is not one of {}",
+                    self.environment.color,
+                    COLORS.join(", ")
+                ),
+            ));
         }
         for (logical, physical) in self.tables.pairs() {
             let ok = !physical.is_empty()
                 && physical.len() <= 64
-                && physical.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && physical.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                && physical
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && physical
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !ok {
                 return Err(err(
                     &format!("tables.{logical}"),
-                    format!("`{physical}` is not a plain SQL identifier (letters, digits, underscores)"),
+                    format!(
+                        "`{physical}` is not a plain SQL identifier (letters, digits, underscores)"
+                    ),
                 ));
             }
         }
@@ -463,26 +546,40 @@ impl Config {
         shown.database.url = redact_url(&shown.database.url);
         shown.database.replica_url = redact_url(&shown.database.replica_url);
         shown.redis.url = redact_url(&shown.redis.url);
-        shown.redis.redlock_nodes = shown.redis.redlock_nodes.iter().map(|u| redact_url(u)).collect();
-        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render configuration: {e}"))
+        shown.redis.redlock_nodes = shown
+            .redis
+            .redlock_nodes
+            .iter()
+            .map(|u| redact_url(u))
+            .collect();
+        toml::to_string_pretty(&shown)
+            .unwrap_or_else(|e| format!("# cannot render configuration: {e}"))
     }
 
     /// Every secret of the configured URLs — userinfo passwords and password-like parameters,
     /// as written and percent-decoded — for the log writer to remove from any line
     /// ([`crate::logging`]). Shorter than 4 characters: not a secret worth mangling logs for.
     pub fn secrets(&self) -> Vec<String> {
-        let mut urls = vec![&self.database.url, &self.database.replica_url, &self.redis.url];
+        let mut urls = vec![
+            &self.database.url,
+            &self.database.replica_url,
+            &self.redis.url,
+        ];
         urls.extend(self.redis.redlock_nodes.iter());
         let mut out: Vec<String> = Vec::new();
         for raw in urls {
-            let Ok(u) = url::Url::parse(raw) else { continue };
+            let Ok(u) = url::Url::parse(raw) else {
+                continue;
+            };
             if let Some(p) = u.password() {
                 out.push(p.to_string());
                 out.extend(percent_decoded(p));
             }
             for pair in u.query().unwrap_or("").split('&') {
                 let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-                if percent_decoded(name).is_some_and(|n| is_secret_param(&n)) || is_secret_param(name) {
+                if percent_decoded(name).is_some_and(|n| is_secret_param(&n))
+                    || is_secret_param(name)
+                {
                     out.push(value.to_string());
                     out.extend(percent_decoded(value));
                 }
@@ -507,7 +604,10 @@ fn operator_name(configured: &str, user_env: Option<String>) -> String {
     }
     // SAFETY: getuid cannot fail and has no side effects.
     let uid = unsafe { libc::getuid() };
-    user_env.filter(|u| !u.is_empty()).or_else(|| login_name(uid)).unwrap_or_else(|| format!("uid {uid}"))
+    user_env
+        .filter(|u| !u.is_empty())
+        .or_else(|| login_name(uid))
+        .unwrap_or_else(|| format!("uid {uid}"))
 }
 
 /// The login name of `uid` in the password database (getpwuid_r: thread-safe, unlike getpwuid).
@@ -523,7 +623,9 @@ fn login_name(uid: libc::uid_t) -> Option<String> {
         return None;
     }
     // SAFETY: pw_name is a NUL-terminated string inside `buf`.
-    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }.to_string_lossy().into_owned();
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }
+        .to_string_lossy()
+        .into_owned();
     (!name.is_empty()).then_some(name)
 }
 
@@ -569,7 +671,10 @@ const SECRET_PARAMS: [&str; 6] = ["password", "sslpassword", "pass", "pwd", "sec
 
 fn is_secret_param(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    SECRET_PARAMS.contains(&name.as_str()) || ["password", "passwd", "secret", "token"].iter().any(|s| name.contains(s))
+    SECRET_PARAMS.contains(&name.as_str())
+        || ["password", "passwd", "secret", "token"]
+            .iter()
+            .any(|s| name.contains(s))
 }
 
 /// A URL with every secret replaced by `***`: the password of its userinfo
@@ -581,7 +686,9 @@ pub fn redact_url(raw: &str) -> String {
     if raw.is_empty() {
         return String::new();
     }
-    let Ok(mut u) = url::Url::parse(raw) else { return "<unparsable url>".into() };
+    let Ok(mut u) = url::Url::parse(raw) else {
+        return "<unparsable url>".into();
+    };
     if u.password().is_some() && u.set_password(Some("***")).is_err() {
         return "<unparsable url>".into();
     }
@@ -589,7 +696,11 @@ pub fn redact_url(raw: &str) -> String {
         let pairs: Vec<(String, String)> = u
             .query_pairs()
             .map(|(k, v)| {
-                let v = if is_secret_param(&k) { "***".to_string() } else { v.into_owned() };
+                let v = if is_secret_param(&k) {
+                    "***".to_string()
+                } else {
+                    v.into_owned()
+                };
                 (k.into_owned(), v)
             })
             .collect();
@@ -605,12 +716,25 @@ pub fn redact_urls_in(text: &str) -> String {
     let mut rest = text;
     while let Some(i) = rest.find("://") {
         let scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
-        let start = rest[..i].char_indices().rev().find(|(_, c)| !scheme_char(*c)).map_or(0, |(p, c)| p + c.len_utf8());
-        let end = rest[i..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ',' | ')' | ']' | '}')).map_or(rest.len(), |e| i + e);
+        let start = rest[..i]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !scheme_char(*c))
+            .map_or(0, |(p, c)| p + c.len_utf8());
+        let end = rest[i..]
+            .find(|c: char| {
+                c.is_whitespace()
+                    || matches!(c, '"' | '\'' | '`' | '<' | '>' | ',' | ')' | ']' | '}')
+            })
+            .map_or(rest.len(), |e| i + e);
         let token = &rest[start..end];
         out.push_str(&rest[..start]);
         match url::Url::parse(token) {
-            Ok(u) if u.password().is_some() || u.query_pairs().any(|(k, _)| is_secret_param(&k)) => out.push_str(&redact_url(token)),
+            Ok(u)
+                if u.password().is_some() || u.query_pairs().any(|(k, _)| is_secret_param(&k)) =>
+            {
+                out.push_str(&redact_url(token))
+            }
             _ => out.push_str(token),
         }
         rest = &rest[end..];
@@ -622,14 +746,21 @@ pub fn redact_urls_in(text: &str) -> String {
 /// A query component or password as its bytes mean it (`%40` → `@`, `+` → space); `None` when
 /// that is the text itself.
 fn percent_decoded(raw: &str) -> Option<String> {
-    let decoded: String = url::form_urlencoded::parse(format!("x={raw}").as_bytes()).next().map(|(_, v)| v.into_owned())?;
+    let decoded: String = url::form_urlencoded::parse(format!("x={raw}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())?;
     (decoded != raw).then_some(decoded)
 }
 
 /// `host:port` of a URL, for error rows and hints.
 pub fn host_port(raw: &str) -> String {
     match url::Url::parse(raw) {
-        Ok(u) => format!("{}:{}", u.host_str().unwrap_or("?"), u.port_or_known_default().map_or("?".into(), |p| p.to_string())),
+        Ok(u) => format!(
+            "{}:{}",
+            u.host_str().unwrap_or("?"),
+            u.port_or_known_default()
+                .map_or("?".into(), |p| p.to_string())
+        ),
         Err(_) => "<unparsable url>".into(),
     }
 }
@@ -641,7 +772,11 @@ fn check_url(raw: &str, schemes: &[&str]) -> Result<(), String> {
             "`{}` has scheme `{}`; expected {}",
             redact_url(raw),
             u.scheme(),
-            schemes.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(" or ")
+            schemes
+                .iter()
+                .map(|s| format!("{s}://"))
+                .collect::<Vec<_>>()
+                .join(" or ")
         ));
     }
     if u.host_str().is_none_or(str::is_empty) {
@@ -660,14 +795,28 @@ fn overlay(
     origins: &mut BTreeMap<String, String>,
 ) -> Result<(), ConfigError> {
     for (k, v) in file {
-        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         let Some(default) = lookup(defaults, &key) else {
-            return Err(ConfigError { origin: origin.into(), key: key.clone(), message: unknown_key_message(defaults, &key) });
+            return Err(ConfigError {
+                origin: origin.into(),
+                key: key.clone(),
+                message: unknown_key_message(defaults, &key),
+            });
         };
         match (default, v) {
-            (toml::Value::Table(_), toml::Value::Table(sub)) => overlay(defaults, merged, sub, &key, origin, origins)?,
+            (toml::Value::Table(_), toml::Value::Table(sub)) => {
+                overlay(defaults, merged, sub, &key, origin, origins)?
+            }
             (toml::Value::Table(_), _) => {
-                return Err(ConfigError { origin: origin.into(), key, message: "is a section: write it as [section]".into() })
+                return Err(ConfigError {
+                    origin: origin.into(),
+                    key,
+                    message: "is a section: write it as [section]".into(),
+                })
             }
             _ => {
                 set(merged, &key, v.clone());
@@ -705,7 +854,12 @@ fn set(table: &mut toml::Table, dotted: &str, value: toml::Value) {
 /// (a URL is never parsed as TOML), numbers and booleans are parsed, lists are comma-separated
 /// or a TOML array.
 fn parse_env_value(raw: &str, default: &toml::Value) -> toml::Value {
-    let as_toml = || format!("v = {raw}").parse::<toml::Table>().ok().and_then(|mut t| t.remove("v"));
+    let as_toml = || {
+        format!("v = {raw}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+    };
     match default {
         toml::Value::String(_) => toml::Value::String(raw.to_string()),
         toml::Value::Array(_) => {
@@ -715,7 +869,11 @@ fn parse_env_value(raw: &str, default: &toml::Value) -> toml::Value {
                 }
             }
             toml::Value::Array(
-                raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| toml::Value::String(s.into())).collect(),
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.into()))
+                    .collect(),
             )
         }
         _ => as_toml().unwrap_or_else(|| toml::Value::String(raw.to_string())),
@@ -748,7 +906,11 @@ fn unknown_key_message(defaults: &toml::Table, key: &str) -> String {
 
 fn collect_keys(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     for (k, v) in table {
-        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         if let toml::Value::Table(t) = v {
             collect_keys(t, &key, out);
         } else {
@@ -768,7 +930,10 @@ mod tests {
             std::fs::write(&p, t).unwrap();
             p
         });
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::load(&ConfigSource { file, env })
     }
 
@@ -814,14 +979,26 @@ mod tests {
     fn environment_overrides_file_and_is_named_in_errors() {
         let c = load_with(
             Some("[lock]\nttl = \"10s\"\n"),
-            &[("IDEMGUARD_LOCK__TTL", "2s"), ("IDEMGUARD_REDIS__REDLOCK_NODES", "redis://a:1, redis://b:2,redis://c:3")],
+            &[
+                ("IDEMGUARD_LOCK__TTL", "2s"),
+                (
+                    "IDEMGUARD_REDIS__REDLOCK_NODES",
+                    "redis://a:1, redis://b:2,redis://c:3",
+                ),
+            ],
         )
         .unwrap();
         assert_eq!(c.lock.ttl, Duration::from_secs(2));
-        assert_eq!(c.redis.redlock_nodes, vec!["redis://a:1", "redis://b:2", "redis://c:3"]);
+        assert_eq!(
+            c.redis.redlock_nodes,
+            vec!["redis://a:1", "redis://b:2", "redis://c:3"]
+        );
 
         let e = load_with(None, &[("IDEMGUARD_DATABASE__MAX_CONNECTIONS", "lots")]).unwrap_err();
-        assert_eq!(e.origin, "environment variable IDEMGUARD_DATABASE__MAX_CONNECTIONS");
+        assert_eq!(
+            e.origin,
+            "environment variable IDEMGUARD_DATABASE__MAX_CONNECTIONS"
+        );
         assert_eq!(e.key, "database.max_connections");
 
         let e = load_with(None, &[("IDEMGUARD_DATABSE__URL", "postgres://h/d")]).unwrap_err();
@@ -831,27 +1008,65 @@ mod tests {
 
     #[test]
     fn passwords_are_never_shown() {
-        let c = load_with(None, &[("IDEMGUARD_DATABASE__URL", "postgres://app:s3cret@db:5432/orders")]).unwrap();
+        let c = load_with(
+            None,
+            &[(
+                "IDEMGUARD_DATABASE__URL",
+                "postgres://app:s3cret@db:5432/orders",
+            )],
+        )
+        .unwrap();
         let shown = c.to_redacted_toml();
         assert!(!shown.contains("s3cret"));
         assert!(shown.contains("app:***@db"));
-        let e = load_with(None, &[("IDEMGUARD_DATABASE__URL", "ftp://app:s3cret@db/x")]).unwrap_err();
+        let e = load_with(
+            None,
+            &[("IDEMGUARD_DATABASE__URL", "ftp://app:s3cret@db/x")],
+        )
+        .unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
     #[test]
     fn redact_url_hides_userinfo_and_every_password_like_parameter() {
         for (raw, shown) in [
-            ("postgres://root@127.0.0.1:5432/db?password=s3cret", "postgres://root@127.0.0.1:5432/db?password=***"),
-            ("postgres://app:s3cret@db:5432/orders", "postgres://app:***@db:5432/orders"),
-            ("mysql://root@h:3306/db?sslmode=disable&PassWord=s3cret", "mysql://root@h:3306/db?sslmode=disable&PassWord=***"),
-            ("postgres://h/db?SSLPASSWORD=s3cret&application_name=x", "postgres://h/db?SSLPASSWORD=***&application_name=x"),
-            ("redis://:s3cret@127.0.0.1:6379", "redis://:***@127.0.0.1:6379"),
-            ("redis://default:s3cret@127.0.0.1:6381/0?Token=s3cret", "redis://default:***@127.0.0.1:6381/0?Token=***"),
-            ("postgres://h/db?pass=s3cret&Pwd=s3cret&secret=s3cret&client_secret=s3cret", "postgres://h/db?pass=***&Pwd=***&secret=***&client_secret=***"),
+            (
+                "postgres://root@127.0.0.1:5432/db?password=s3cret",
+                "postgres://root@127.0.0.1:5432/db?password=***",
+            ),
+            (
+                "postgres://app:s3cret@db:5432/orders",
+                "postgres://app:***@db:5432/orders",
+            ),
+            (
+                "mysql://root@h:3306/db?sslmode=disable&PassWord=s3cret",
+                "mysql://root@h:3306/db?sslmode=disable&PassWord=***",
+            ),
+            (
+                "postgres://h/db?SSLPASSWORD=s3cret&application_name=x",
+                "postgres://h/db?SSLPASSWORD=***&application_name=x",
+            ),
+            (
+                "redis://:s3cret@127.0.0.1:6379",
+                "redis://:***@127.0.0.1:6379",
+            ),
+            (
+                "redis://default:s3cret@127.0.0.1:6381/0?Token=s3cret",
+                "redis://default:***@127.0.0.1:6381/0?Token=***",
+            ),
+            (
+                "postgres://h/db?pass=s3cret&Pwd=s3cret&secret=s3cret&client_secret=s3cret",
+                "postgres://h/db?pass=***&Pwd=***&secret=***&client_secret=***",
+            ),
             // A percent-encoded name or value is still the secret.
-            ("postgres://h/db?pass%77ord=s3cr%65t", "postgres://h/db?password=***"),
-            ("postgres://root@h/db?sslmode=require", "postgres://root@h/db?sslmode=require"),
+            (
+                "postgres://h/db?pass%77ord=s3cr%65t",
+                "postgres://h/db?password=***",
+            ),
+            (
+                "postgres://root@h/db?sslmode=require",
+                "postgres://root@h/db?sslmode=require",
+            ),
             ("not a url s3cret", "<unparsable url>"),
             ("", ""),
         ] {
@@ -864,17 +1079,33 @@ mod tests {
         let c = load_with(
             None,
             &[
-                ("IDEMGUARD_DATABASE__URL", "postgres://root:s3cret@h/db?password=s3cret"),
-                ("IDEMGUARD_DATABASE__REPLICA_URL", "postgres://root@h/db?sslpassword=s3cret"),
+                (
+                    "IDEMGUARD_DATABASE__URL",
+                    "postgres://root:s3cret@h/db?password=s3cret",
+                ),
+                (
+                    "IDEMGUARD_DATABASE__REPLICA_URL",
+                    "postgres://root@h/db?sslpassword=s3cret",
+                ),
                 ("IDEMGUARD_REDIS__URL", "redis://:s3cret@h:6379"),
-                ("IDEMGUARD_REDIS__REDLOCK_NODES", "redis://a:s3cret@a:1,redis://b:2?password=s3cret,redis://c:3"),
+                (
+                    "IDEMGUARD_REDIS__REDLOCK_NODES",
+                    "redis://a:s3cret@a:1,redis://b:2?password=s3cret,redis://c:3",
+                ),
             ],
         )
         .unwrap();
         let shown = c.to_redacted_toml();
         assert!(!shown.contains("s3cret"), "{shown}");
         // Kafka addresses cannot carry credentials at all; the refusal does not echo them.
-        let e = load_with(None, &[("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS", "user:s3cret@127.0.0.1:9092")]).unwrap_err();
+        let e = load_with(
+            None,
+            &[(
+                "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+                "user:s3cret@127.0.0.1:9092",
+            )],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "kafka.bootstrap_servers");
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
@@ -886,14 +1117,21 @@ mod tests {
             redact_urls_in(text),
             "invalid type: string \"redis://:***@h:1\", expected a sequence; see http://example.com/x and …mysql://root@h/db?pwd=***, ok"
         );
-        let e = load_with(Some("[redis]\nredlock_nodes = \"redis://:s3cret@h:1\"\n"), &[]).unwrap_err();
+        let e = load_with(
+            Some("[redis]\nredlock_nodes = \"redis://:s3cret@h:1\"\n"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "redis.redlock_nodes");
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
     #[test]
     fn operator_falls_back_to_the_login_name_of_the_uid() {
-        let login = std::process::Command::new("id").arg("-un").output().unwrap();
+        let login = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap();
         let login = String::from_utf8(login.stdout).unwrap().trim().to_string();
         assert_eq!(operator_name("", None), login);
         assert_eq!(operator_name("", Some(String::new())), login);
@@ -903,18 +1141,39 @@ mod tests {
 
     #[test]
     fn fault_switches_are_refused_in_production() {
-        let c = load_with(Some("[idempotency]\nenabled = false\nfast_path = false\n[lock]\nrequest_lock = false\n"), &[]).unwrap();
+        let c = load_with(
+            Some(
+                "[idempotency]\nenabled = false\nfast_path = false\n[lock]\nrequest_lock = false\n",
+            ),
+            &[],
+        )
+        .unwrap();
         assert!(!c.idempotency.enabled && !c.idempotency.fast_path && !c.lock.request_lock);
-        let e = load_with(Some("[environment]\nproduction = true\n[idempotency]\nenabled = false\n"), &[]).unwrap_err();
+        let e = load_with(
+            Some("[environment]\nproduction = true\n[idempotency]\nenabled = false\n"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "idempotency.enabled");
         assert!(e.message.contains("fault-injection"), "{e}");
-        let e = load_with(None, &[("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true"), ("IDEMGUARD_LOCK__REQUEST_LOCK", "false")]).unwrap_err();
+        let e = load_with(
+            None,
+            &[
+                ("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true"),
+                ("IDEMGUARD_LOCK__REQUEST_LOCK", "false"),
+            ],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "lock.request_lock");
     }
 
     #[test]
     fn table_names_must_be_identifiers() {
-        let e = load_with(Some("[tables]\norder_record = \"orders; drop table x\"\n"), &[]).unwrap_err();
+        let e = load_with(
+            Some("[tables]\norder_record = \"orders; drop table x\"\n"),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "tables.order_record");
     }
 

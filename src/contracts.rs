@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 /// Milliseconds since the Unix epoch. All timestamps in the tables use this one representation,
 /// so PostgreSQL and MySQL rows compare the same way.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as i64
 }
 
 /// RFC 3339 UTC text of an epoch-millisecond time, for people.
@@ -47,7 +50,9 @@ pub enum RequestIdError {
     BareNumber,
     #[error("the Idempotency-Key has {0} part(s) separated by ':'; four are expected")]
     WrongParts(usize),
-    #[error("the Idempotency-Key's {0} part is empty or not upper-case letters, digits, '_' or '-'")]
+    #[error(
+        "the Idempotency-Key's {0} part is empty or not upper-case letters, digits, '_' or '-'"
+    )]
     BadSegment(&'static str),
     #[error("the Idempotency-Key's date part `{0}` is not a calendar date yyyymmdd")]
     BadDate(String),
@@ -65,18 +70,27 @@ impl RequestId {
         if raw.len() > REQUEST_ID_MAX_LEN {
             return Err(RequestIdError::TooLong(raw.chars().count()));
         }
-        if let Some(pos) = raw.chars().position(|c| !(' '..='~').contains(&c) || c == ' ') {
+        if let Some(pos) = raw
+            .chars()
+            .position(|c| !(' '..='~').contains(&c) || c == ' ')
+        {
             return Err(RequestIdError::NotPrintable(pos));
         }
-        if raw.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-') {
+        if raw
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+        {
             return Err(RequestIdError::BareNumber);
         }
         let parts: Vec<&str> = raw.splitn(4, ':').collect();
         if parts.len() != 4 {
             return Err(RequestIdError::WrongParts(parts.len()));
         }
-        let segment_ok =
-            |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        let segment_ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        };
         if !segment_ok(parts[0]) {
             return Err(RequestIdError::BadSegment("channel"));
         }
@@ -201,8 +215,16 @@ impl OrderNo {
 
     /// Accept an existing order number (from a URL, a message, the database).
     pub fn parse(raw: &str) -> Result<OrderNo, String> {
-        if raw.is_empty() || raw.len() > ORDER_NO_MAX_LEN || !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(format!("`{}` is not an order number (1-32 letters, digits, '-' or '_')", shown(raw)));
+        if raw.is_empty()
+            || raw.len() > ORDER_NO_MAX_LEN
+            || !raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "`{}` is not an order number (1-32 letters, digits, '-' or '_')",
+                shown(raw)
+            ));
         }
         Ok(OrderNo(raw.to_string()))
     }
@@ -231,7 +253,12 @@ pub const PAY_NO_MAX_LEN: usize = 64;
 impl PayNo {
     pub fn parse(raw: &str) -> Result<PayNo, String> {
         let printable = raw.bytes().all(|b| (b' '..=b'~').contains(&b));
-        if raw.is_empty() || raw.len() > PAY_NO_MAX_LEN || !printable || raw.starts_with(' ') || raw.ends_with(' ') {
+        if raw.is_empty()
+            || raw.len() > PAY_NO_MAX_LEN
+            || !printable
+            || raw.starts_with(' ')
+            || raw.ends_with(' ')
+        {
             return Err(format!(
                 "`{}` is not a payment number (1-{PAY_NO_MAX_LEN} printable ASCII characters, no leading or trailing space)",
                 shown(raw)
@@ -341,10 +368,17 @@ pub struct Instance {
 impl Instance {
     /// `{host}-{pid}-{6 hex}`: unique per process start, readable in a lock listing.
     pub fn current() -> Instance {
-        let host = hostname::get().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown-host".into());
+        let host = hostname::get()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "unknown-host".into());
         let pid = std::process::id();
         let tag: u32 = rand::random::<u32>() & 0xff_ffff;
-        Instance { id: format!("{host}-{pid}-{tag:06x}"), host, pid }
+        Instance {
+            id: format!("{host}-{pid}-{tag:06x}"),
+            host,
+            pid,
+        }
     }
 }
 
@@ -588,7 +622,10 @@ impl TraceEvent {
     }
     /// The Kafka key: orderNo, else requestId, else eventId.
     pub fn key(&self) -> Option<&str> {
-        self.order_no.as_deref().or(self.request_id.as_deref()).or(self.event_id.as_deref())
+        self.order_no
+            .as_deref()
+            .or(self.request_id.as_deref())
+            .or(self.event_id.as_deref())
     }
 }
 
@@ -598,7 +635,10 @@ mod tests {
 
     #[test]
     fn request_id_accepts_the_documented_format() {
-        let ok = ["APP:ORDER:20261129:0193a1c2-7f3e-7c1a-9d2b-5e8f6a7b8c9d", "WEB:PAY:20240229:01HZX3K9QW8E7R6T5Y4U3I2O1P"];
+        let ok = [
+            "APP:ORDER:20261129:0193a1c2-7f3e-7c1a-9d2b-5e8f6a7b8c9d",
+            "WEB:PAY:20240229:01HZX3K9QW8E7R6T5Y4U3I2O1P",
+        ];
         for k in ok {
             assert_eq!(RequestId::parse(k).unwrap().as_str(), k);
         }
@@ -621,8 +661,14 @@ mod tests {
             ("APP:ORDER:0193a1c2", WrongParts(3)),
             ("app:ORDER:20261129:0193a1c2-7f3e", BadSegment("channel")),
             ("APP::20261129:0193a1c2-7f3e", BadSegment("business")),
-            ("APP:ORDER:20261331:0193a1c2-7f3e", BadDate("20261331".into())),
-            ("APP:ORDER:20230229:0193a1c2-7f3e", BadDate("20230229".into())),
+            (
+                "APP:ORDER:20261331:0193a1c2-7f3e",
+                BadDate("20261331".into()),
+            ),
+            (
+                "APP:ORDER:20230229:0193a1c2-7f3e",
+                BadDate("20230229".into()),
+            ),
             ("APP:ORDER:20261129:1732881942123", WeakUnique),
             ("APP:ORDER:20261129:abc", WeakUnique),
         ];
@@ -636,19 +682,40 @@ mod tests {
         let now = 20_786 * 86_400_000 + 3_600_000; // 2026-11-29 01:00 UTC
         assert_eq!(days_from_civil("19700101"), Some(0));
         assert_eq!(days_from_civil("20261129"), Some(20_786));
-        assert!(RequestId::parse_received("APP:ORDER:20261130:abcdefgh", now).is_ok(), "tomorrow: a client east of UTC");
-        assert_eq!(RequestId::parse_received("APP:ORDER:20261201:abcdefgh", now), Err(RequestIdError::FutureDate("20261201".into())));
-        assert_eq!(RequestId::parse_received("APP:ORDER:29991231:abcdefgh", now), Err(RequestIdError::FutureDate("29991231".into())));
+        assert!(
+            RequestId::parse_received("APP:ORDER:20261130:abcdefgh", now).is_ok(),
+            "tomorrow: a client east of UTC"
+        );
+        assert_eq!(
+            RequestId::parse_received("APP:ORDER:20261201:abcdefgh", now),
+            Err(RequestIdError::FutureDate("20261201".into()))
+        );
+        assert_eq!(
+            RequestId::parse_received("APP:ORDER:29991231:abcdefgh", now),
+            Err(RequestIdError::FutureDate("29991231".into()))
+        );
     }
 
     #[test]
     fn pay_numbers_are_printable_and_unpadded() {
         assert!(PayNo::parse("PAY-2026 11 29-0001").is_ok());
-        for bad in ["", "P ", " P", "P\u{0}", "\u{0}P", "P\t1", "Pé", &"P".repeat(65)] {
+        for bad in [
+            "",
+            "P ",
+            " P",
+            "P\u{0}",
+            "\u{0}P",
+            "P\t1",
+            "Pé",
+            &"P".repeat(65),
+        ] {
             assert!(PayNo::parse(bad).is_err(), "{bad:?}");
         }
         let long = "x".repeat(10_000);
-        assert!(PayNo::parse(&long).unwrap_err().len() < 200, "a 10 KB value is not echoed");
+        assert!(
+            PayNo::parse(&long).unwrap_err().len() < 200,
+            "a 10 KB value is not echoed"
+        );
         assert!(OrderNo::parse(&long).unwrap_err().len() < 200);
     }
 
@@ -665,20 +732,35 @@ mod tests {
 
     #[test]
     fn trace_targets_are_classified() {
-        assert_eq!(TraceTarget::classify("APP:ORDER:20261129:x"), TraceTarget::RequestId("APP:ORDER:20261129:x".into()));
+        assert_eq!(
+            TraceTarget::classify("APP:ORDER:20261129:x"),
+            TraceTarget::RequestId("APP:ORDER:20261129:x".into())
+        );
         let e = new_event_id();
         assert_eq!(TraceTarget::classify(&e), TraceTarget::EventId(e.clone()));
-        assert_eq!(TraceTarget::classify("20261129140542123abc"), TraceTarget::OrderNo("20261129140542123abc".into()));
+        assert_eq!(
+            TraceTarget::classify("20261129140542123abc"),
+            TraceTarget::OrderNo("20261129140542123abc".into())
+        );
     }
 
     #[test]
     fn trace_event_json_round_trips_and_tolerates_new_outcomes() {
-        let ev = TraceEvent::new(Layer::Db, Outcome::UniqueViolationReplayed).order_no("O1").request_id("R1").event_id("E1");
+        let ev = TraceEvent::new(Layer::Db, Outcome::UniqueViolationReplayed)
+            .order_no("O1")
+            .request_id("R1")
+            .event_id("E1");
         let json = serde_json::to_string(&ev).unwrap();
-        assert!(json.contains("\"outcome\":\"unique_violation_replayed\""), "{json}");
+        assert!(
+            json.contains("\"outcome\":\"unique_violation_replayed\""),
+            "{json}"
+        );
         assert_eq!(serde_json::from_str::<TraceEvent>(&json).unwrap(), ev);
         let newer = json.replace("unique_violation_replayed", "something_new");
-        assert_eq!(serde_json::from_str::<TraceEvent>(&newer).unwrap().outcome, Outcome::Other);
+        assert_eq!(
+            serde_json::from_str::<TraceEvent>(&newer).unwrap().outcome,
+            Outcome::Other
+        );
         assert_eq!(Outcome::DedupHit.as_str(), "dedup_hit");
     }
 }

@@ -61,7 +61,9 @@ impl Children {
         for (name, child) in &mut self.procs {
             if let Some(pid) = child.id() {
                 // SIGINT first: the service finishes in-flight requests, consumers their batch.
-                let _ = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status();
+                let _ = std::process::Command::new("kill")
+                    .args(["-INT", &pid.to_string()])
+                    .status();
             }
             match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
                 Ok(_) => {}
@@ -83,35 +85,58 @@ impl Drop for Children {
     }
 }
 
-fn idemguard(config_file: Option<&std::path::Path>, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Command> {
+fn idemguard(
+    config_file: Option<&std::path::Path>,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> anyhow::Result<Command> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     if let Some(f) = config_file {
         cmd.arg("--config").arg(f);
     }
-    cmd.args(args).envs(env.iter().map(|(k, v)| (k.to_string(), v.clone()))).stdin(Stdio::null()).kill_on_drop(true);
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
     Ok(cmd)
 }
 
 /// Starts `idemguard serve` on a free port; returns the child and its base URL.
-async fn start_service(config_file: Option<&std::path::Path>, env: &[(&str, String)], extra: &[&str]) -> anyhow::Result<(Child, String)> {
+async fn start_service(
+    config_file: Option<&std::path::Path>,
+    env: &[(&str, String)],
+    extra: &[&str],
+) -> anyhow::Result<(Child, String)> {
     let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    let mut child = idemguard(config_file, &args, env)?.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut child = idemguard(config_file, &args, env)?
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
         .await
         .map_err(|_| anyhow::anyhow!("the order service did not start within 30s"))??
-        .ok_or_else(|| anyhow::anyhow!("the order service exited at start (run `idemguard doctor`)"))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("the order service exited at start (run `idemguard doctor`)")
+        })?;
     let base = line.rsplit(' ').next().unwrap_or_default().to_string();
-    anyhow::ensure!(base.starts_with("http://"), "unexpected first line from the order service: {line}");
+    anyhow::ensure!(
+        base.starts_with("http://"),
+        "unexpected first line from the order service: {line}"
+    );
     Ok((child, base))
 }
 
 /// Runs the demo. `config_file` is passed on to the child processes; `env` are extra
 /// IDEMGUARD_* settings for them (the demo's environment name, the stuck threshold).
-pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tui: bool) -> anyhow::Result<DemoState> {
+pub async fn run(
+    mut config: Config,
+    config_file: Option<std::path::PathBuf>,
+    tui: bool,
+) -> anyhow::Result<DemoState> {
     let env: Vec<(&str, String)> = vec![
         ("IDEMGUARD_ENVIRONMENT__NAME", "demo".into()),
         ("IDEMGUARD_ENVIRONMENT__COLOR", "magenta".into()),
@@ -130,14 +155,20 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
     let db = Database::connect(&config).await?;
     migrate::migrate(&db).await?;
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
-    orders.set_stock(DEMO_SKU, 500).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    orders
+        .set_stock(DEMO_SKU, 500)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let mut children = Children { procs: Vec::new() };
     step(&bar, "starting the order service and two consumers");
     let (service, base) = start_service(cf, &env, &[]).await?;
     children.procs.push(("order service".into(), service));
     for n in 1..=2 {
-        let c = idemguard(cf, &["consume"], &env)?.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let c = idemguard(cf, &["consume"], &env)?
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
         children.procs.push((format!("consumer {n}"), c));
     }
 
@@ -151,7 +182,11 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
     // Anyone who got a 409 comes back, as the app would, and gets the replay.
     let clicked_order = match clicked_order {
         Some(o) => o,
-        None => client.order(&clicked, 2307, DEMO_SKU, 1, None).await.order_no.ok_or_else(|| anyhow::anyhow!("the clicked order was not created"))?,
+        None => client
+            .order(&clicked, 2307, DEMO_SKU, 1, None)
+            .await
+            .order_no
+            .ok_or_else(|| anyhow::anyhow!("the clicked order was not created"))?,
     };
     let _ = client.order(&clicked, 2307, DEMO_SKU, 1, None).await;
 
@@ -160,7 +195,15 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
     let mut paid: Vec<(String, String)> = vec![(clicked_order.clone(), clicked.clone())];
     for user in 0..20_i64 {
         let key = RequestId::generate("GW", "ORDER").to_string();
-        let _ = client.order(&key, 5000 + user, DEMO_SKU, 1, Some(Duration::from_millis(2))).await;
+        let _ = client
+            .order(
+                &key,
+                5000 + user,
+                DEMO_SKU,
+                1,
+                Some(Duration::from_millis(2)),
+            )
+            .await;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let r = client.order(&key, 5000 + user, DEMO_SKU, 1, None).await;
@@ -169,7 +212,11 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
                 break;
             }
             // 409: the first attempt is still running; anything else is the service failing.
-            anyhow::ensure!(r.status == 409 && Instant::now() < deadline, "the order service answered {} to a retry; see `idemguard doctor`", r.status);
+            anyhow::ensure!(
+                r.status == 409 && Instant::now() < deadline,
+                "the order service answered {} to a retry; see `idemguard doctor`",
+                r.status
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -177,7 +224,11 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
     step(&bar, "ordinary orders");
     for user in 0..40_i64 {
         let key = RequestId::generate("WEB", "ORDER").to_string();
-        if let Some(o) = client.order(&key, 7000 + user, DEMO_SKU, 1, None).await.order_no {
+        if let Some(o) = client
+            .order(&key, 7000 + user, DEMO_SKU, 1, None)
+            .await
+            .order_no
+        {
             paid.push((o, key));
         }
     }
@@ -191,7 +242,14 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
         let _ = client.pay(&key, &pay_no, order_no, 1999).await;
         if i == 0 {
             let _ = client.pay(&key, &pay_no, order_no, 1999).await;
-            let _ = client.pay(&RequestId::generate("PSP", "PAY").to_string(), &pay_no, order_no, 1999).await;
+            let _ = client
+                .pay(
+                    &RequestId::generate("PSP", "PAY").to_string(),
+                    &pay_no,
+                    order_no,
+                    1999,
+                )
+                .await;
         }
     }
 
@@ -202,16 +260,26 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
     // 6. A service dies mid-request: its record stays PROCESSING and its owner goes silent.
     step(&bar, "an order service dies mid-request");
     let stuck = RequestId::generate("APP", "ORDER").to_string();
-    let (mut doomed, doomed_base) = start_service(cf, &env, &["--crash-after-request-lock"]).await?;
+    let (mut doomed, doomed_base) =
+        start_service(cf, &env, &["--crash-after-request-lock"]).await?;
     let doomed_client = StormClient::new(doomed_base, ProgressBar::hidden())?;
-    let _ = doomed_client.order(&stuck, 2399, DEMO_SKU, 1, Some(Duration::from_secs(5))).await;
+    let _ = doomed_client
+        .order(&stuck, 2399, DEMO_SKU, 1, Some(Duration::from_secs(5)))
+        .await;
     let _ = tokio::time::timeout(Duration::from_secs(5), doomed.wait()).await;
 
     // 7. A lock holder is killed: its lock stays (no watchdog, long TTL) with a dead owner.
     step(&bar, "a lock holder is killed");
     let dead_lock = keys::order_lock(&clicked_order);
     let ttl = "30m";
-    let mut holder = idemguard(cf, &["lock-hold", &dead_lock, "--ttl", ttl, "--no-watchdog"], &env)?.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut holder = idemguard(
+        cf,
+        &["lock-hold", &dead_lock, "--ttl", ttl, "--no-watchdog"],
+        &env,
+    )?
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()?;
     let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
     let held = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
     if !matches!(&held, Ok(Ok(Some(l))) if l.contains("\"held\":true")) {
@@ -232,7 +300,9 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
 
     let result = if tui {
         eprintln!("idemguard demo: opening the console (actions enabled). Quit with q; everything the demo started stops with it.");
-        crate::console::terminal::run_with(config, true).await.map(|_| state)
+        crate::console::terminal::run_with(config, true)
+            .await
+            .map(|_| state)
     } else {
         wait_until_visible(&config, &state).await.map(|_| state)
     };
@@ -244,24 +314,38 @@ pub async fn run(mut config: Config, config_file: Option<std::path::PathBuf>, tu
 async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
     let reader: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("group.id", format!("demo-replayer-{}", uuid::Uuid::new_v4()))
+        .set(
+            "group.id",
+            format!("demo-replayer-{}", uuid::Uuid::new_v4()),
+        )
         .create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..3 {
         tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Beginning)?;
     }
     reader.assign(&tpl)?;
-    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).create()?;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .create()?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut sent = 0;
     while sent < n && Instant::now() < deadline {
-        let Some(Ok(m)) = reader.poll(Duration::from_millis(300)) else { continue };
-        let (Some(key), Some(payload)) = (m.key(), m.payload()) else { continue };
-        let mut copy = FutureRecord::to(&config.kafka.payment_topic).key(key).payload(payload);
+        let Some(Ok(m)) = reader.poll(Duration::from_millis(300)) else {
+            continue;
+        };
+        let (Some(key), Some(payload)) = (m.key(), m.payload()) else {
+            continue;
+        };
+        let mut copy = FutureRecord::to(&config.kafka.payment_topic)
+            .key(key)
+            .payload(payload);
         if let Some(h) = m.headers() {
             copy = copy.headers(h.detach());
         }
-        producer.send(copy, Duration::from_secs(10)).await.map_err(|(e, _)| anyhow::anyhow!("redeliver: {e}"))?;
+        producer
+            .send(copy, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("redeliver: {e}"))?;
         sent += 1;
     }
     Ok(())
@@ -275,11 +359,16 @@ async fn wait_until_visible(config: &Config, state: &DemoState) -> anyhow::Resul
         let stuck = serde_json::to_value(crate::console::headless::stuck(config).await)?;
         let locks = serde_json::to_value(crate::console::headless::locks(config).await)?;
         let stuck_seen = stuck["data"]["records"].as_array().is_some_and(|rs| {
-            rs.iter().any(|r| r["request_id"] == state.stuck_request_id.as_str() && r["owner_alive"] == false)
+            rs.iter().any(|r| {
+                r["request_id"] == state.stuck_request_id.as_str() && r["owner_alive"] == false
+            })
         });
         let lock_seen = locks["data"]["locks"].as_array().is_some_and(|ls| {
             ls.iter().any(|l| {
-                l["key"] == state.dead_lock_key.as_str() && l["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "dead_owner"))
+                l["key"] == state.dead_lock_key.as_str()
+                    && l["flags"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().any(|x| x == "dead_owner"))
             })
         });
         if stuck_seen && lock_seen {

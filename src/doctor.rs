@@ -28,7 +28,12 @@ pub struct CheckRow {
 }
 
 impl CheckRow {
-    fn ok(service: impl Into<String>, target: impl Into<String>, started: Instant, detail: impl Into<String>) -> CheckRow {
+    fn ok(
+        service: impl Into<String>,
+        target: impl Into<String>,
+        started: Instant,
+        detail: impl Into<String>,
+    ) -> CheckRow {
         CheckRow {
             service: service.into(),
             target: target.into(),
@@ -38,7 +43,13 @@ impl CheckRow {
             hint: None,
         }
     }
-    fn fail(service: impl Into<String>, target: impl Into<String>, started: Instant, error: impl Into<String>, hint: impl Into<String>) -> CheckRow {
+    fn fail(
+        service: impl Into<String>,
+        target: impl Into<String>,
+        started: Instant,
+        error: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> CheckRow {
         CheckRow {
             service: service.into(),
             target: target.into(),
@@ -56,19 +67,27 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
     let mut checks: Vec<tokio::task::JoinHandle<Vec<CheckRow>>> = Vec::new();
     {
         let c = config.clone();
-        checks.push(tokio::spawn(async move { vec![check_database(&c, "database", &c.database.url).await] }));
+        checks.push(tokio::spawn(async move {
+            vec![check_database(&c, "database", &c.database.url).await]
+        }));
     }
     if !config.database.replica_url.is_empty() {
         let c = config.clone();
-        checks.push(tokio::spawn(async move { vec![check_database(&c, "database replica", &c.database.replica_url).await] }));
+        checks.push(tokio::spawn(async move {
+            vec![check_database(&c, "database replica", &c.database.replica_url).await]
+        }));
     }
     {
         let url = config.redis.url.clone();
-        checks.push(tokio::spawn(async move { vec![check_redis("redis", &url).await] }));
+        checks.push(tokio::spawn(async move {
+            vec![check_redis("redis", &url).await]
+        }));
     }
     for (i, node) in config.redis.redlock_nodes.iter().enumerate() {
         let url = node.clone();
-        checks.push(tokio::spawn(async move { vec![check_redis(&format!("redlock node {}", i + 1), &url).await] }));
+        checks.push(tokio::spawn(async move {
+            vec![check_redis(&format!("redlock node {}", i + 1), &url).await]
+        }));
     }
     {
         let c = config.clone();
@@ -78,7 +97,13 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
     for h in checks {
         match h.await {
             Ok(r) => rows.extend(r),
-            Err(e) => rows.push(CheckRow::fail("doctor", "-", Instant::now(), format!("check panicked: {e}"), "report this as a bug")),
+            Err(e) => rows.push(CheckRow::fail(
+                "doctor",
+                "-",
+                Instant::now(),
+                format!("check panicked: {e}"),
+                "report this as a bug",
+            )),
         }
     }
     rows
@@ -103,14 +128,45 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
         anyhow::Ok((version, schema))
     };
     match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
-        Err(_) => CheckRow::fail(service, target, started, "no answer within 5s", format!("is it running on {}? `scripts/stack up`", host_port(url))),
-        Ok(Err(e)) => CheckRow::fail(service, target, started, e.to_string(), format!("`scripts/stack status`; check the URL ({})", host_port(url))),
+        Err(_) => CheckRow::fail(
+            service,
+            target,
+            started,
+            "no answer within 5s",
+            format!("is it running on {}? `scripts/stack up`", host_port(url)),
+        ),
+        Ok(Err(e)) => CheckRow::fail(
+            service,
+            target,
+            started,
+            e.to_string(),
+            format!("`scripts/stack status`; check the URL ({})", host_port(url)),
+        ),
         Ok(Ok((version, schema))) => {
-            let short = version.split(" on ").next().unwrap_or(&version).trim().to_string();
+            let short = version
+                .split(" on ")
+                .next()
+                .unwrap_or(&version)
+                .trim()
+                .to_string();
             if schema >= migrate::SCHEMA_VERSION {
-                CheckRow::ok(service, target, started, format!("{short}; schema v{schema} applied"))
+                CheckRow::ok(
+                    service,
+                    target,
+                    started,
+                    format!("{short}; schema v{schema} applied"),
+                )
             } else {
-                CheckRow::fail(service, target, started, format!("{short}; schema not applied (v{schema}, need v{})", migrate::SCHEMA_VERSION), "run `idemguard migrate`")
+                CheckRow::fail(
+                    service,
+                    target,
+                    started,
+                    format!(
+                        "{short}; schema not applied (v{schema}, need v{})",
+                        migrate::SCHEMA_VERSION
+                    ),
+                    "run `idemguard migrate`",
+                )
             }
         }
     }
@@ -119,25 +175,44 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
 async fn check_redis(service: &str, url: &str) -> CheckRow {
     let started = Instant::now();
     let target = host_port(url);
-    let hint = format!("redis node {target} did not answer (is it running? `scripts/stack status`)");
+    let hint =
+        format!("redis node {target} did not answer (is it running? `scripts/stack status`)");
     let attempt = async {
         let client = redis::Client::open(url)?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
-        let server: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
-        let replication: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
-        anyhow::Ok((pong, info_field(&server, "redis_version"), info_field(&replication, "role")))
+        let server: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        let replication: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await?;
+        anyhow::Ok((
+            pong,
+            info_field(&server, "redis_version"),
+            info_field(&replication, "role"),
+        ))
     };
     match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
         Err(_) => CheckRow::fail(service, target, started, "no answer within 5s", hint),
         Ok(Err(e)) => CheckRow::fail(service, target, started, e.to_string(), hint),
-        Ok(Ok((pong, version, role))) => CheckRow::ok(service, target, started, format!("{pong}; redis {version}; role {role}")),
+        Ok(Ok((pong, version, role))) => CheckRow::ok(
+            service,
+            target,
+            started,
+            format!("{pong}; redis {version}; role {role}"),
+        ),
     }
 }
 
 fn info_field(info: &str, field: &str) -> String {
     info.lines()
-        .find_map(|l| l.strip_prefix(field).and_then(|rest| rest.strip_prefix(':')))
+        .find_map(|l| {
+            l.strip_prefix(field)
+                .and_then(|rest| rest.strip_prefix(':'))
+        })
         .map(|v| v.trim().to_string())
         .unwrap_or_else(|| "?".into())
 }
@@ -145,7 +220,11 @@ fn info_field(info: &str, field: &str) -> String {
 async fn check_kafka(config: &Config) -> Vec<CheckRow> {
     let started = Instant::now();
     let servers = config.kafka.bootstrap_servers.clone();
-    let topics = [config.kafka.payment_topic.clone(), config.kafka.dlq_topic.clone(), config.kafka.trace_topic.clone()];
+    let topics = [
+        config.kafka.payment_topic.clone(),
+        config.kafka.dlq_topic.clone(),
+        config.kafka.trace_topic.clone(),
+    ];
     let servers_for_task = servers.clone();
     let metadata = tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = ClientConfig::new()
@@ -153,9 +232,19 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
             .set("log_level", "0")
             .create()
             .map_err(|e| e.to_string())?;
-        let md = consumer.fetch_metadata(None, CHECK_TIMEOUT).map_err(|e| e.to_string())?;
-        let brokers = md.brokers().iter().map(|b| format!("{}:{}", b.host(), b.port())).collect::<Vec<_>>();
-        let topics = md.topics().iter().map(|t| (t.name().to_string(), t.partitions().len())).collect::<Vec<_>>();
+        let md = consumer
+            .fetch_metadata(None, CHECK_TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let brokers = md
+            .brokers()
+            .iter()
+            .map(|b| format!("{}:{}", b.host(), b.port()))
+            .collect::<Vec<_>>();
+        let topics = md
+            .topics()
+            .iter()
+            .map(|t| (t.name().to_string(), t.partitions().len()))
+            .collect::<Vec<_>>();
         Ok::<_, String>((brokers, topics))
     })
     .await;
@@ -163,12 +252,30 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
     let (brokers, found) = match metadata {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => return vec![CheckRow::fail("kafka", servers, started, e, hint)],
-        Err(e) => return vec![CheckRow::fail("kafka", servers, started, e.to_string(), hint)],
+        Err(e) => {
+            return vec![CheckRow::fail(
+                "kafka",
+                servers,
+                started,
+                e.to_string(),
+                hint,
+            )]
+        }
     };
-    let mut rows = vec![CheckRow::ok("kafka", servers.clone(), started, format!("{} broker(s): {}", brokers.len(), brokers.join(", ")))];
+    let mut rows = vec![CheckRow::ok(
+        "kafka",
+        servers.clone(),
+        started,
+        format!("{} broker(s): {}", brokers.len(), brokers.join(", ")),
+    )];
     for topic in topics {
         match found.iter().find(|(name, _)| *name == topic) {
-            Some((_, n)) if *n > 0 => rows.push(CheckRow::ok(format!("topic {topic}"), servers.clone(), started, format!("{n} partitions"))),
+            Some((_, n)) if *n > 0 => rows.push(CheckRow::ok(
+                format!("topic {topic}"),
+                servers.clone(),
+                started,
+                format!("{n} partitions"),
+            )),
             _ => rows.push(CheckRow::fail(
                 format!("topic {topic}"),
                 servers.clone(),
@@ -183,15 +290,32 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
 
 /// The closing line when a check failed: how many, and which services (`None`: all passed).
 pub fn failures(rows: &[CheckRow]) -> Option<String> {
-    let failed: Vec<String> = rows.iter().filter(|r| !r.ok).map(|r| format!("{} ({})", r.service, r.target)).collect();
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{} ({})", r.service, r.target))
+        .collect();
     (!failed.is_empty()).then(|| format!("{} check(s) failed: {}", failed.len(), failed.join(", ")))
 }
 
 /// The rows as a table for people.
 pub fn render(rows: &[CheckRow]) -> String {
-    let w_service = rows.iter().map(|r| r.service.len()).max().unwrap_or(7).max(7);
-    let w_target = rows.iter().map(|r| r.target.len()).max().unwrap_or(6).max(6);
-    let mut out = format!("{:<w_service$}  {:<w_target$}  {:<6}  {:>9}  DETAIL\n", "SERVICE", "TARGET", "STATUS", "LATENCY");
+    let w_service = rows
+        .iter()
+        .map(|r| r.service.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let w_target = rows
+        .iter()
+        .map(|r| r.target.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = format!(
+        "{:<w_service$}  {:<w_target$}  {:<6}  {:>9}  DETAIL\n",
+        "SERVICE", "TARGET", "STATUS", "LATENCY"
+    );
     for r in rows {
         out.push_str(&format!(
             "{:<w_service$}  {:<w_target$}  {:<6}  {:>7.1}ms  {}\n",
@@ -202,7 +326,10 @@ pub fn render(rows: &[CheckRow]) -> String {
             r.detail
         ));
         if let Some(h) = &r.hint {
-            out.push_str(&format!("{:<w_service$}  {:<w_target$}  {:<6}  {:>9}  hint: {h}\n", "", "", "", ""));
+            out.push_str(&format!(
+                "{:<w_service$}  {:<w_target$}  {:<6}  {:>9}  hint: {h}\n",
+                "", "", "", ""
+            ));
         }
     }
     out
@@ -216,9 +343,20 @@ mod tests {
     fn the_closing_line_names_the_services_that_failed() {
         let t = Instant::now();
         let rows = vec![
-            CheckRow::ok("database", "postgres://root@127.0.0.1:5432/idemguard", t, "PostgreSQL 15"),
+            CheckRow::ok(
+                "database",
+                "postgres://root@127.0.0.1:5432/idemguard",
+                t,
+                "PostgreSQL 15",
+            ),
             CheckRow::fail("redis", "127.0.0.1:6399", t, "refused", "is it running?"),
-            CheckRow::fail("topic payment.succeeded", "127.0.0.1:9092", t, "topic does not exist", "scripts/stack up"),
+            CheckRow::fail(
+                "topic payment.succeeded",
+                "127.0.0.1:9092",
+                t,
+                "topic does not exist",
+                "scripts/stack up",
+            ),
         ];
         assert_eq!(
             failures(&rows).as_deref(),

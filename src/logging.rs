@@ -22,8 +22,12 @@ static FILE: Mutex<Option<std::fs::File>> = Mutex::new(None);
 /// ANSI colours only when asked (when stderr is a terminal that no console will take over).
 pub fn init(json: bool, ansi: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("IDEMGUARD_LOG").unwrap_or_else(|_| EnvFilter::new("warn,idemguard=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(Lines);
+    let filter = EnvFilter::try_from_env("IDEMGUARD_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("warn,idemguard=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(Lines);
     if json {
         builder.json().init();
     } else {
@@ -60,7 +64,11 @@ pub fn console_log_path(config: &Config) -> PathBuf {
     let state = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".local/state")));
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|d| !d.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        });
     match state {
         Some(dir) => dir.join("idemguard").join("console.log"),
         None => std::env::temp_dir().join("idemguard-console.log"),
@@ -72,7 +80,10 @@ pub fn to_file(path: &Path) -> io::Result<FileGuard> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
     *FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
     Ok(FileGuard(()))
 }
@@ -136,17 +147,33 @@ mod tests {
     #[test]
     fn secrets_of_every_url_are_scrubbed_as_written_and_decoded() {
         let env = [
-            ("IDEMGUARD_DATABASE__URL", "postgres://root:pg%40pass@h/db?sslpassword=ssl-secret&application_name=x"),
+            (
+                "IDEMGUARD_DATABASE__URL",
+                "postgres://root:pg%40pass@h/db?sslpassword=ssl-secret&application_name=x",
+            ),
             ("IDEMGUARD_REDIS__URL", "redis://:redis-secret@h:6379"),
-            ("IDEMGUARD_REDIS__REDLOCK_NODES", "redis://a:1?Token=node-token,redis://b:2,redis://c:3"),
+            (
+                "IDEMGUARD_REDIS__REDLOCK_NODES",
+                "redis://a:1?Token=node-token,redis://b:2,redis://c:3",
+            ),
         ];
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let config = Config::load(&ConfigSource { file: None, env }).unwrap();
         hide_secrets_of(&config);
-        let line = "WARN ignoring unrecognized connect parameter key=sslpassword value=ssl-secret; \
+        let line =
+            "WARN ignoring unrecognized connect parameter key=sslpassword value=ssl-secret; \
                     auth pg@pass / pg%40pass; redis-secret; node-token; application_name=x";
         let clean = scrub(line);
-        for secret in ["ssl-secret", "pg@pass", "pg%40pass", "redis-secret", "node-token"] {
+        for secret in [
+            "ssl-secret",
+            "pg@pass",
+            "pg%40pass",
+            "redis-secret",
+            "node-token",
+        ] {
             assert!(!clean.contains(secret), "{secret} in {clean}");
         }
         assert!(clean.contains("application_name=x"), "{clean}");

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use idemguard::config::{Config, ConfigSource};
-use idemguard::db::{migrate, Database};
-use idemguard::contracts::Instance;
 use idemguard::console::actions::{self, Action, Actions};
 use idemguard::console::{self, headless};
+use idemguard::contracts::Instance;
+use idemguard::db::{migrate, Database};
 use idemguard::doctor;
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
@@ -102,12 +102,14 @@ enum Command {
     /// Replay a duplicate storm (seed §1.1, §6.5) against the real service and consumer, then
     /// prove from the database that nothing was processed twice. Exit status 1 when an
     /// invariant does not hold (the offending IDs are printed).
-    #[command(after_help = "Each run creates its own topics and consumer group and writes orders whose requestIds \
+    #[command(
+        after_help = "Each run creates its own topics and consumer group and writes orders whose requestIds \
                             carry the run id, so runs never mix. It needs the configured database, Redis and Kafka \
                             (scripts/stack up) and, for redis-down, redis-server on PATH (a private one is started and killed).\n\n\
                             Examples:\n  idemguard --config config/local.toml storm double-click\n  \
                             idemguard --config config/local.toml storm flash-sale --requests 2000 --json\n  \
-                            idemguard --config config/local.toml storm double-click --broken")]
+                            idemguard --config config/local.toml storm double-click --broken"
+    )]
     Storm {
         #[arg(value_enum)]
         scenario: idemguard::storm::Scenario,
@@ -263,7 +265,10 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Console { .. } | Command::Demo { .. }) {
         console::terminal::limit_malloc_arenas();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(run(cli.command, config, cli.config.clone()));
     // The command is done: a blocking read still in flight (a topic read the console's `q` left
     // behind) must not hold the exit up, which dropping the runtime would.
@@ -271,19 +276,29 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("idemguard: {}", idemguard::logging::scrub(&format!("{e:#}")));
+            eprintln!(
+                "idemguard: {}",
+                idemguard::logging::scrub(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+async fn run(
+    command: Command,
+    config: Config,
+    config_file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate => {
             let db = Database::connect(&config).await?;
             let report = migrate::migrate(&db).await?;
             if report.version_before >= migrate::SCHEMA_VERSION {
-                println!("{}: schema v{} already applied; nothing to do", db.shown_url, report.version_after);
+                println!(
+                    "{}: schema v{} already applied; nothing to do",
+                    db.shown_url, report.version_after
+                );
             } else {
                 println!(
                     "{}: schema v{} applied ({} statements, {} dialect)",
@@ -310,7 +325,10 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
                 None => Ok(ExitCode::SUCCESS),
             }
         }
-        Command::Consume { crash_after_db_commit, group } => {
+        Command::Consume {
+            crash_after_db_commit,
+            group,
+        } => {
             // FAULT INJECTION: never in production.
             if crash_after_db_commit.is_some() && config.environment.production {
                 anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
@@ -318,7 +336,10 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             let instance = Instance::current();
             let db = Database::connect(&config).await?;
             let tracer = Tracer::from_config(&config, &instance)?;
-            let options = ConsumeOptions { crash_after_db_commit, group };
+            let options = ConsumeOptions {
+                crash_after_db_commit,
+                group,
+            };
             let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
             let shutdown = CancellationToken::new();
             let on_signal = shutdown.clone();
@@ -331,9 +352,18 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             tracer.flush(std::time::Duration::from_secs(5));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen, crash_after_request_lock, crash_before_publish, crash_after_publish } => {
+        Command::Serve {
+            listen,
+            crash_after_request_lock,
+            crash_before_publish,
+            crash_after_publish,
+        } => {
             let listen = listen.unwrap_or_else(|| config.api.listen.clone());
-            let faults = idemguard::api::server::Faults { crash_after_request_lock, crash_before_publish, crash_after_publish };
+            let faults = idemguard::api::server::Faults {
+                crash_after_request_lock,
+                crash_before_publish,
+                crash_after_publish,
+            };
             let server = idemguard::api::server::start_with(config, &listen, faults).await?;
             println!("idemguard serve: listening on http://{}", server.addr);
             let _ = tokio::signal::ctrl_c().await;
@@ -351,7 +381,14 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             print!("{}", config.to_redacted_toml());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Storm { scenario, requests, concurrency, stock, broken, json } => {
+        Command::Storm {
+            scenario,
+            requests,
+            concurrency,
+            stock,
+            broken,
+            json,
+        } => {
             use std::io::IsTerminal;
             let mut options = idemguard::storm::StormOptions::new(scenario);
             options.size = requests;
@@ -370,12 +407,22 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
                 Ok(ExitCode::SUCCESS)
             } else {
                 for c in report.violations() {
-                    eprintln!("idemguard storm: invariant {} violated by {} record(s), e.g. {}", c.name, c.offenders.len(), c.offenders.first().map_or("", String::as_str));
+                    eprintln!(
+                        "idemguard storm: invariant {} violated by {} record(s), e.g. {}",
+                        c.name,
+                        c.offenders.len(),
+                        c.offenders.first().map_or("", String::as_str)
+                    );
                 }
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::LockHold { key, ttl, no_watchdog, hold } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
+        Command::LockHold {
+            key,
+            ttl,
+            no_watchdog,
+            hold,
+        } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
         Command::Console { allow_actions } => {
             console::terminal::run_with(config, allow_actions).await?;
             Ok(ExitCode::SUCCESS)
@@ -396,11 +443,31 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             let r = headless::stuck(&config).await;
             Ok(print_report(&r, json, headless::stuck_table))
         }
-        Command::ReleaseLock { key, expect_values, force, reason, bump_fence, allow_actions, json } => {
-            let action = Action::ReleaseLock { key, expect_values, force, bump_fence, reason };
+        Command::ReleaseLock {
+            key,
+            expect_values,
+            force,
+            reason,
+            bump_fence,
+            allow_actions,
+            json,
+        } => {
+            let action = Action::ReleaseLock {
+                key,
+                expect_values,
+                force,
+                bump_fence,
+                reason,
+            };
             run_action(&config, action, allow_actions, json).await
         }
-        Command::Report { id, since, until, json, output } => {
+        Command::Report {
+            id,
+            since,
+            until,
+            json,
+            output,
+        } => {
             use idemguard::console::report;
             let scope = match (id, since, until) {
                 (Some(id), _, _) => report::Scope::Id(id),
@@ -411,20 +478,38 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
                 _ => anyhow::bail!("give --id ID, or --since T and --until T"),
             };
             let r = report::build(&config, &scope).await?;
-            let text = if json { serde_json::to_string_pretty(&r)? + "\n" } else { report::markdown(&r) };
+            let text = if json {
+                serde_json::to_string_pretty(&r)? + "\n"
+            } else {
+                report::markdown(&r)
+            };
             match output {
-                Some(path) => std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+                Some(path) => std::fs::write(&path, text)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
                 None => print!("{text}"),
             }
             for e in &r.errors {
                 eprintln!("idemguard report: not read: {e}");
             }
-            Ok(ExitCode::from(if r.leaks.is_empty() && r.contradictions.is_empty() { 0 } else { 6 }))
+            Ok(ExitCode::from(
+                if r.leaks.is_empty() && r.contradictions.is_empty() {
+                    0
+                } else {
+                    6
+                },
+            ))
         }
         Command::Purge { json } => {
             use idemguard::db::retention::{self, Purge};
             let db = Database::connect(&config).await?;
-            let counts = retention::pass(&db, Purge::ALL, &config.retention, &CancellationToken::new()).await.map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
+            let counts = retention::pass(
+                &db,
+                Purge::ALL,
+                &config.retention,
+                &CancellationToken::new(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&counts)?);
             } else {
@@ -434,8 +519,18 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Finalize { request_id, expect_version, reason, allow_actions, json } => {
-            let action = Action::Finalize { request_id, expect_version, reason };
+        Command::Finalize {
+            request_id,
+            expect_version,
+            reason,
+            allow_actions,
+            json,
+        } => {
+            let action = Action::Finalize {
+                request_id,
+                expect_version,
+                reason,
+            };
             run_action(&config, action, allow_actions, json).await
         }
     }
@@ -443,7 +538,12 @@ async fn run(command: Command, config: Config, config_file: Option<PathBuf>) -> 
 
 /// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
 /// its audit.
-async fn run_action(config: &Config, action: Action, allow_actions: bool, json: bool) -> anyhow::Result<ExitCode> {
+async fn run_action(
+    config: &Config,
+    action: Action,
+    allow_actions: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     use idemguard::lock::Locks;
     let instance = Instance::current();
     let tracer = Tracer::from_config(config, &instance)?;
@@ -458,7 +558,11 @@ async fn run_action(config: &Config, action: Action, allow_actions: bool, json: 
         println!("{} {}: {}", result.action, result.target, result.outcome);
         println!("  {}", result.detail);
         match result.audit_id {
-            Some(id) => println!("  audited as ops_audit row {id} (operator {}, environment {})", actions.operator(), config.environment.name),
+            Some(id) => println!(
+                "  audited as ops_audit row {id} (operator {}, environment {})",
+                actions.operator(),
+                config.environment.name
+            ),
             None => println!("  NOT audited — and therefore not performed"),
         }
     }
@@ -491,11 +595,17 @@ async fn lock_hold(
     let guard = match locks.acquire_with(key, &options).await? {
         Acquisition::Held(g) => g,
         Acquisition::Contended(c) => {
-            println!("{}", serde_json::json!({"held": false, "key": key, "current": c.value}));
+            println!(
+                "{}",
+                serde_json::json!({"held": false, "key": key, "current": c.value})
+            );
             return Ok(ExitCode::FAILURE);
         }
     };
-    println!("{}", serde_json::json!({"held": true, "key": key, "instance": instance.id, "fence": guard.fence(), "value": guard.value()}));
+    println!(
+        "{}",
+        serde_json::json!({"held": true, "key": key, "instance": instance.id, "fence": guard.fence(), "value": guard.value()})
+    );
     std::io::stdout().flush()?;
     let held_for = async {
         match hold {
@@ -510,7 +620,10 @@ async fn lock_hold(
     };
     let lost = guard.lost_reason();
     let report = guard.release().await?;
-    println!("{}", serde_json::json!({"held": false, "key": key, "ended": ended, "lost": lost, "released": report.released()}));
+    println!(
+        "{}",
+        serde_json::json!({"held": false, "key": key, "ended": ended, "lost": lost, "released": report.released()})
+    );
     heartbeat.stop().await?;
     tracer.flush(std::time::Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
@@ -518,7 +631,11 @@ async fn lock_hold(
 
 /// Prints a headless report (JSON or table), backend failures on stderr; the exit status says
 /// whether every backend answered and the ID was known.
-fn print_report<T: serde::Serialize>(r: &headless::Report<T>, json: bool, table: fn(&headless::Report<T>) -> String) -> ExitCode {
+fn print_report<T: serde::Serialize>(
+    r: &headless::Report<T>,
+    json: bool,
+    table: fn(&headless::Report<T>) -> String,
+) -> ExitCode {
     if json {
         match serde_json::to_string_pretty(r) {
             Ok(s) => println!("{s}"),
@@ -532,7 +649,10 @@ fn print_report<T: serde::Serialize>(r: &headless::Report<T>, json: bool, table:
     }
     eprint!("{}", r.failures());
     if r.exit_code() == headless::EXIT_UNKNOWN_ID {
-        eprintln!("idemguard {}: no row, key, message or trace event names this ID", r.command);
+        eprintln!(
+            "idemguard {}: no row, key, message or trace event names this ID",
+            r.command
+        );
     }
     ExitCode::from(r.exit_code())
 }
@@ -540,6 +660,7 @@ fn print_report<T: serde::Serialize>(r: &headless::Report<T>, json: bool, table:
 /// Colours only on a terminal, and never for the console: its log lines go to a file.
 fn init_logging(format: LogFormat, command: &Command) {
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal() && !matches!(command, Command::Console { .. } | Command::Demo { .. });
+    let ansi = std::io::stderr().is_terminal()
+        && !matches!(command, Command::Console { .. } | Command::Demo { .. });
     idemguard::logging::init(matches!(format, LogFormat::Json), ansi);
 }

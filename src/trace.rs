@@ -47,7 +47,11 @@ impl TraceStats {
         // Say it the first time and then every 1000th, so a dead broker is visible in the log
         // without flooding it.
         if n == 1 || n % 1000 == 0 {
-            tracing::warn!(dropped_total = n, reason = why, "trace events dropped (the trace topic is not reachable or the buffer is full)");
+            tracing::warn!(
+                dropped_total = n,
+                reason = why,
+                "trace events dropped (the trace topic is not reachable or the buffer is full)"
+            );
         }
     }
 }
@@ -95,13 +99,26 @@ impl Tracer {
         let producer: ThreadedProducer<DeliveryCounter> = ClientConfig::new()
             .set("bootstrap.servers", &config.kafka.bootstrap_servers)
             .set("client.id", format!("idemguard-trace-{}", instance.id))
-            .set("queue.buffering.max.messages", config.trace.buffer.to_string())
-            .set("message.timeout.ms", config.trace.delivery_timeout.as_millis().to_string())
+            .set(
+                "queue.buffering.max.messages",
+                config.trace.buffer.to_string(),
+            )
+            .set(
+                "message.timeout.ms",
+                config.trace.delivery_timeout.as_millis().to_string(),
+            )
             .set("linger.ms", "5")
             .set("acks", "1")
             .set("log_level", "3")
-            .create_with_context(DeliveryCounter { stats: stats.clone() })
-            .map_err(|e| anyhow::anyhow!("cannot create the trace producer for {}: {e}", config.kafka.bootstrap_servers))?;
+            .create_with_context(DeliveryCounter {
+                stats: stats.clone(),
+            })
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot create the trace producer for {}: {e}",
+                    config.kafka.bootstrap_servers
+                )
+            })?;
         Ok(Tracer {
             inner: Arc::new(Inner {
                 instance: instance.id.clone(),
@@ -134,12 +151,15 @@ impl Tracer {
         log_event(&event);
         let stats = &self.inner.stats;
         stats.emitted.fetch_add(1, Ordering::Relaxed);
-        let Some(producer) = &self.inner.producer else { return };
+        let Some(producer) = &self.inner.producer else {
+            return;
+        };
         let payload = match serde_json::to_vec(&event) {
             Ok(p) => p,
             Err(e) => return stats.drop_one(&e.to_string()),
         };
-        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.inner.topic).payload(&payload);
+        let mut record: BaseRecord<'_, str, [u8]> =
+            BaseRecord::to(&self.inner.topic).payload(&payload);
         if let Some(k) = event.key() {
             record = record.key(k);
         }
@@ -162,8 +182,20 @@ impl Tracer {
 
 /// The structured log line of an event: every line carries orderNo, requestId and eventId.
 fn log_event(e: &TraceEvent) {
-    let (o, r, ev) = (e.order_no.as_deref().unwrap_or("-"), e.request_id.as_deref().unwrap_or("-"), e.event_id.as_deref().unwrap_or("-"));
-    let warn = matches!(e.outcome, Outcome::LockLost | Outcome::Dlq | Outcome::SinkDuplicate | Outcome::FenceRejected | Outcome::DuplicatePayment | Outcome::PayNoConflict);
+    let (o, r, ev) = (
+        e.order_no.as_deref().unwrap_or("-"),
+        e.request_id.as_deref().unwrap_or("-"),
+        e.event_id.as_deref().unwrap_or("-"),
+    );
+    let warn = matches!(
+        e.outcome,
+        Outcome::LockLost
+            | Outcome::Dlq
+            | Outcome::SinkDuplicate
+            | Outcome::FenceRejected
+            | Outcome::DuplicatePayment
+            | Outcome::PayNoConflict
+    );
     if warn {
         tracing::warn!(target: "idemguard::trace", layer = e.layer.as_str(), outcome = e.outcome.as_str(),
             order_no = o, request_id = r, event_id = ev, latency_us = e.latency_us, detail = %e.detail, "decision");

@@ -28,7 +28,11 @@ fn log() -> &'static Arc<Mutex<Vec<u8>>> {
     LOG.get_or_init(|| {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let writer = LogWriter(buf.clone());
-        let _ = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).with_env_filter("warn,idemguard=info").try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .with_env_filter("warn,idemguard=info")
+            .try_init();
         buf
     })
 }
@@ -63,8 +67,14 @@ async fn service_with(dialect: Dialect, adjust: impl FnOnce(&mut Config)) -> Ser
     config.kafka.payment_topic = topics[0].clone();
     config.trace.enabled = false;
     adjust(&mut config);
-    let server = server::start(config, "127.0.0.1:0").await.expect("service starts");
-    Service { db, addr: server.addr, server }
+    let server = server::start(config, "127.0.0.1:0")
+        .await
+        .expect("service starts");
+    Service {
+        db,
+        addr: server.addr,
+        server,
+    }
 }
 
 async fn service(dialect: Dialect) -> Service {
@@ -80,7 +90,15 @@ impl Service {
     /// Rows of every table a request can write.
     async fn written(&self) -> [i64; 4] {
         let mut n = [0; 4];
-        for (i, t) in ["idempotency_record", "order_record", "payment_flow", "outbox"].iter().enumerate() {
+        for (i, t) in [
+            "idempotency_record",
+            "order_record",
+            "payment_flow",
+            "outbox",
+        ]
+        .iter()
+        .enumerate()
+        {
             n[i] = count(&self.db, t).await;
         }
         n
@@ -91,7 +109,13 @@ impl Service {
     }
 
     async fn post(&self, path: &str, key: &str, body: &serde_json::Value) -> Answer {
-        self.send(&request("POST", path, &[("Idempotency-Key", key.as_bytes()), JSON], body.to_string().as_bytes())).await
+        self.send(&request(
+            "POST",
+            path,
+            &[("Idempotency-Key", key.as_bytes()), JSON],
+            body.to_string().as_bytes(),
+        ))
+        .await
     }
 
     async fn new_order(&self, sku: i64) -> String {
@@ -114,7 +138,11 @@ fn order_body(sku: i64) -> serde_json::Value {
 /// One HTTP/1.1 request, byte for byte; `Connection: close` so the answer ends with the stream.
 fn request(method: &str, path: &str, headers: &[(&str, &[u8])], body: &[u8]) -> Vec<u8> {
     let mut r = Vec::new();
-    write!(r, "{method} {path} HTTP/1.1\r\nHost: idemguard\r\nConnection: close\r\n").unwrap();
+    write!(
+        r,
+        "{method} {path} HTTP/1.1\r\nHost: idemguard\r\nConnection: close\r\n"
+    )
+    .unwrap();
     for (name, value) in headers {
         r.extend_from_slice(name.as_bytes());
         r.extend_from_slice(b": ");
@@ -138,32 +166,62 @@ struct Answer {
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
     fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
     /// A problem+json answer with this status; returns the problem.
     fn problem(&self, status: u16) -> serde_json::Value {
         assert_eq!(self.status, status, "{}", self.text());
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "status {}: {}", self.status, self.text());
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "status {}: {}",
+            self.status,
+            self.text()
+        );
         let p = self.json();
         assert_eq!(p["status"], status, "{p}");
-        assert!(p["type"].is_string() && p["title"].is_string() && p["detail"].is_string(), "{p}");
+        assert!(
+            p["type"].is_string() && p["title"].is_string() && p["detail"].is_string(),
+            "{p}"
+        );
         p
     }
 }
 
 fn parse(raw: &[u8]) -> Answer {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {:?}", String::from_utf8_lossy(raw)));
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer: {:?}", String::from_utf8_lossy(raw)));
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_string(), v.trim().to_string())).collect();
-    Answer { status, headers, body: raw[split + 4..].to_vec() }
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
 }
 
 /// Sends `raw` on a fresh connection and reads until the service closes it.
@@ -171,12 +229,18 @@ async fn exchange(addr: SocketAddr, raw: &[u8]) -> Answer {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
     tcp.write_all(raw).await.unwrap();
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut buf)).await.expect("the service answers and closes").unwrap();
+    tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut buf))
+        .await
+        .expect("the service answers and closes")
+        .unwrap();
     parse(&buf)
 }
 
 /// Reads until the peer closes; returns what was read and how long it took.
-async fn read_until_closed(tcp: &mut (impl tokio::io::AsyncRead + Unpin), limit: Duration) -> (Vec<u8>, Duration) {
+async fn read_until_closed(
+    tcp: &mut (impl tokio::io::AsyncRead + Unpin),
+    limit: Duration,
+) -> (Vec<u8>, Duration) {
     let started = Instant::now();
     let mut buf = Vec::new();
     let read = tokio::time::timeout(limit, async {
@@ -189,12 +253,19 @@ async fn read_until_closed(tcp: &mut (impl tokio::io::AsyncRead + Unpin), limit:
         }
     })
     .await;
-    assert!(read.is_ok(), "the connection was still open after {limit:?}; read so far: {:?}", String::from_utf8_lossy(&buf));
+    assert!(
+        read.is_ok(),
+        "the connection was still open after {limit:?}; read so far: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
     (buf, started.elapsed())
 }
 
 async fn rename(db: &Database, from: &str, to: &str) {
-    sqlx::query(&format!("ALTER TABLE {from} RENAME TO {to}")).execute(&db.pool).await.unwrap();
+    sqlx::query(&format!("ALTER TABLE {from} RENAME TO {to}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
 }
 
 /// A 500 that says nothing of its cause: a generic problem with an error id, which is also in
@@ -202,12 +273,34 @@ async fn rename(db: &Database, from: &str, to: &str) {
 fn assert_opaque_500(a: &Answer, secret: &str) -> String {
     let p = a.problem(500);
     let text = a.text();
-    for leak in [secret, "password", "postgres:", "mysql:", "127.0.0.1", "SELECT", "INSERT", "UPDATE", "order_record", "payment_flow", "relation", "exist", "database"] {
+    for leak in [
+        secret,
+        "password",
+        "postgres:",
+        "mysql:",
+        "127.0.0.1",
+        "SELECT",
+        "INSERT",
+        "UPDATE",
+        "order_record",
+        "payment_flow",
+        "relation",
+        "exist",
+        "database",
+    ] {
         assert!(!text.contains(leak), "the answer carries `{leak}`: {text}");
     }
-    let id = p["errorId"].as_str().unwrap_or_else(|| panic!("no errorId: {p}")).to_string();
+    let id = p["errorId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no errorId: {p}"))
+        .to_string();
     assert!(p["detail"].as_str().unwrap().contains(&id), "{p}");
-    assert!(logged().lines().any(|l| l.contains(&id) && l.contains("ERROR")), "error id {id} is not in the log");
+    assert!(
+        logged()
+            .lines()
+            .any(|l| l.contains(&id) && l.contains("ERROR")),
+        "error id {id} is not in the log"
+    );
     id
 }
 
@@ -218,8 +311,13 @@ fn assert_opaque_500(a: &Answer, secret: &str) -> String {
 /// retry can resolve.
 async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     let secret = format!("s3cret-{}", unique_suffix());
-    let s = service_with(dialect, |c| c.database.url = format!("{}?password={secret}", c.database.url)).await;
-    idemguard::db::inventory::set_stock(&s.db, 21, 10).await.unwrap();
+    let s = service_with(dialect, |c| {
+        c.database.url = format!("{}?password={secret}", c.database.url)
+    })
+    .await;
+    idemguard::db::inventory::set_stock(&s.db, 21, 10)
+        .await
+        .unwrap();
 
     rename(&s.db, "idempotency_record", "idempotency_record_away").await;
     assert_opaque_500(&s.post("/orders", &key(), &order_body(21)).await, &secret);
@@ -228,10 +326,24 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     rename(&s.db, "order_record", "order_record_away").await;
     let k = key();
     assert_opaque_500(&s.post("/orders", &k, &order_body(21)).await, &secret);
-    assert_opaque_500(&s.send(&request("GET", "/orders/20261129000000000abcdef012345", &[], b"")).await, &secret);
+    assert_opaque_500(
+        &s.send(&request(
+            "GET",
+            "/orders/20261129000000000abcdef012345",
+            &[],
+            b"",
+        ))
+        .await,
+        &secret,
+    );
     rename(&s.db, "order_record_away", "order_record").await;
     let retry = s.post("/orders", &k, &order_body(21)).await;
-    assert_eq!(retry.status, 201, "{dialect}: the retry after a 500 resolves the key: {}", retry.text());
+    assert_eq!(
+        retry.status,
+        201,
+        "{dialect}: the retry after a 500 resolves the key: {}",
+        retry.text()
+    );
     let order_no = retry.json()["orderNo"].as_str().unwrap().to_string();
 
     rename(&s.db, "payment_flow", "payment_flow_away").await;
@@ -241,8 +353,15 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     rename(&s.db, "payment_flow_away", "payment_flow").await;
     let retry = s.post("/payments/callback", &pk, &pay).await;
     assert_eq!(retry.status, 201, "{dialect}: {}", retry.text());
-    assert_eq!(s.written().await[1..], [1, 1, 1], "{dialect}: one order, one payment, one outbox event");
-    assert_eq!(count(&s.db, "idempotency_record WHERE status = 'PROCESSING'").await, 0);
+    assert_eq!(
+        s.written().await[1..],
+        [1, 1, 1],
+        "{dialect}: one order, one payment, one outbox event"
+    );
+    assert_eq!(
+        count(&s.db, "idempotency_record WHERE status = 'PROCESSING'").await,
+        0
+    );
     s.stop().await;
 }
 
@@ -270,43 +389,110 @@ fn callback(pay_no: &str, order_no: &str) -> serde_json::Value {
 /// they all arrive at once. The same payNo for the same order still replays.
 async fn payment_callbacks_book_one_payment_per_order(dialect: Dialect) {
     let s = service(dialect).await;
-    idemguard::db::inventory::set_stock(&s.db, 31, 100).await.unwrap();
+    idemguard::db::inventory::set_stock(&s.db, 31, 100)
+        .await
+        .unwrap();
     let (a, b) = (s.new_order(31).await, s.new_order(31).await);
     let p1 = format!("PAY-{}", unique_suffix());
     let k1 = pay_key();
-    assert_eq!(s.post("/payments/callback", &k1, &callback(&p1, &a)).await.status, 201);
+    assert_eq!(
+        s.post("/payments/callback", &k1, &callback(&p1, &a))
+            .await
+            .status,
+        201
+    );
     let booked = s.written().await;
 
-    let conflict = s.post("/payments/callback", &pay_key(), &callback(&p1, &b)).await;
+    let conflict = s
+        .post("/payments/callback", &pay_key(), &callback(&p1, &b))
+        .await;
     let p = conflict.problem(422);
-    assert!(p["type"].as_str().unwrap().ends_with("pay-no-conflict") && p["detail"].as_str().unwrap().contains(&a), "{p}");
+    assert!(
+        p["type"].as_str().unwrap().ends_with("pay-no-conflict")
+            && p["detail"].as_str().unwrap().contains(&a),
+        "{p}"
+    );
 
     for i in 2..=5 {
-        let dup = s.post("/payments/callback", &pay_key(), &callback(&format!("{p1}-{i}"), &a)).await;
+        let dup = s
+            .post(
+                "/payments/callback",
+                &pay_key(),
+                &callback(&format!("{p1}-{i}"), &a),
+            )
+            .await;
         let p = dup.problem(422);
-        assert!(p["type"].as_str().unwrap().ends_with("duplicate-payment") && p["detail"].as_str().unwrap().contains(&p1), "{p}");
+        assert!(
+            p["type"].as_str().unwrap().ends_with("duplicate-payment")
+                && p["detail"].as_str().unwrap().contains(&p1),
+            "{p}"
+        );
     }
-    assert_eq!(s.written().await[2..], booked[2..], "{dialect}: refused callbacks write no payment and no event");
-    assert!(logged().lines().any(|l| l.contains("duplicate_payment") && l.contains(&a)), "the duplicate is traced");
+    assert_eq!(
+        s.written().await[2..],
+        booked[2..],
+        "{dialect}: refused callbacks write no payment and no event"
+    );
+    assert!(
+        logged()
+            .lines()
+            .any(|l| l.contains("duplicate_payment") && l.contains(&a)),
+        "the duplicate is traced"
+    );
 
     // Same payNo, same order: the first booking, as before (with a new key and the same key).
-    let again = s.post("/payments/callback", &pay_key(), &callback(&p1, &a)).await;
+    let again = s
+        .post("/payments/callback", &pay_key(), &callback(&p1, &a))
+        .await;
     assert_eq!(again.status, 200, "{}", again.text());
     assert_eq!(again.json()["payNo"], p1.as_str());
     let replay = s.post("/payments/callback", &k1, &callback(&p1, &a)).await;
-    assert_eq!((replay.status, replay.header("idempotent-replayed")), (201, Some("true")));
+    assert_eq!(
+        (replay.status, replay.header("idempotent-replayed")),
+        (201, Some("true"))
+    );
 
     // Twenty payNos for one order at once: one is booked, nineteen are duplicates.
     let c = s.new_order(31).await;
     let sends = (0..20).map(|i| {
-        let (addr, body) = (s.addr, callback(&format!("PAY-C{i}-{}", unique_suffix()), &c));
-        async move { exchange(addr, &request("POST", "/payments/callback", &[("Idempotency-Key", pay_key().as_bytes()), JSON], body.to_string().as_bytes())).await.status }
+        let (addr, body) = (
+            s.addr,
+            callback(&format!("PAY-C{i}-{}", unique_suffix()), &c),
+        );
+        async move {
+            exchange(
+                addr,
+                &request(
+                    "POST",
+                    "/payments/callback",
+                    &[("Idempotency-Key", pay_key().as_bytes()), JSON],
+                    body.to_string().as_bytes(),
+                ),
+            )
+            .await
+            .status
+        }
     });
     let statuses = futures::future::join_all(sends).await;
-    assert_eq!(statuses.iter().filter(|st| **st == 201).count(), 1, "{dialect}: {statuses:?}");
-    assert_eq!(statuses.iter().filter(|st| **st == 422).count(), 19, "{dialect}: {statuses:?}");
-    assert_eq!(count(&s.db, &format!("payment_flow WHERE order_no = '{c}'")).await, 1);
-    assert_eq!(count(&s.db, "outbox").await, 2, "{dialect}: one event per paid order");
+    assert_eq!(
+        statuses.iter().filter(|st| **st == 201).count(),
+        1,
+        "{dialect}: {statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|st| **st == 422).count(),
+        19,
+        "{dialect}: {statuses:?}"
+    );
+    assert_eq!(
+        count(&s.db, &format!("payment_flow WHERE order_no = '{c}'")).await,
+        1
+    );
+    assert_eq!(
+        count(&s.db, "outbox").await,
+        2,
+        "{dialect}: one event per paid order"
+    );
     s.stop().await;
 }
 
@@ -335,9 +521,14 @@ async fn slow_and_idle_clients_are_cut_off() {
 
     // Partial headers, then silence: cut at the header timeout, not the (longer) idle one.
     let mut tcp = TcpStream::connect(s.addr).await.unwrap();
-    tcp.write_all(b"POST /orders HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    tcp.write_all(b"POST /orders HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
     let (_, took) = read_until_closed(&mut tcp, limit).await;
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(3), "cut by the header timeout, not the idle one: {took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "cut by the header timeout, not the idle one: {took:?}"
+    );
 
     // Headers trickling in, one byte every 300 ms: the timer counts from the head's start.
     let (mut reader, mut writer) = TcpStream::connect(s.addr).await.unwrap().into_split();
@@ -350,7 +541,11 @@ async fn slow_and_idle_clients_are_cut_off() {
         }
     });
     let (got, took) = read_until_closed(&mut reader, limit).await;
-    assert!(got.is_empty() && took < Duration::from_secs(3), "{took:?} {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        got.is_empty() && took < Duration::from_secs(3),
+        "{took:?} {:?}",
+        String::from_utf8_lossy(&got)
+    );
     trickle.abort();
 
     // A body trickling in, one byte every 700 ms: 408 problem+json at the body timeout, closed.
@@ -368,22 +563,40 @@ async fn slow_and_idle_clients_are_cut_off() {
     });
     let started = Instant::now();
     let mut got = Vec::new();
-    tokio::time::timeout(limit, reader.read_to_end(&mut got)).await.expect("the slow body is cut").ok();
+    tokio::time::timeout(limit, reader.read_to_end(&mut got))
+        .await
+        .expect("the slow body is cut")
+        .ok();
     let took = started.elapsed();
     trickle.abort();
     parse(&got).problem(408);
-    assert!(took >= Duration::from_millis(1800) && took < Duration::from_secs(4), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
 
     // An idle keep-alive connection is kept for the idle timeout after its answer, then closed;
     // one that never sends anything likewise.
     let mut tcp = TcpStream::connect(s.addr).await.unwrap();
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let (got, took) = read_until_closed(&mut tcp, limit).await;
-    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got));
-    assert!(took >= Duration::from_millis(3800), "kept alive for the idle timeout: {took:?}");
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        took >= Duration::from_millis(3800),
+        "kept alive for the idle timeout: {took:?}"
+    );
     let mut tcp = TcpStream::connect(s.addr).await.unwrap();
     let (got, took) = read_until_closed(&mut tcp, limit).await;
-    assert!(got.is_empty() && took >= Duration::from_millis(3800), "{took:?}");
+    assert!(
+        got.is_empty() && took >= Duration::from_millis(3800),
+        "{took:?}"
+    );
     assert_eq!(s.written().await, [0, 0, 0, 0]);
     s.stop().await;
 }
@@ -403,13 +616,24 @@ async fn connections_beyond_the_limit_wait() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut fourth = TcpStream::connect(s.addr).await.unwrap();
-    fourth.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
     let mut got = Vec::new();
     let early = tokio::time::timeout(Duration::from_secs(1), fourth.read_to_end(&mut got)).await;
-    assert!(early.is_err() && got.is_empty(), "served beyond the limit: {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        early.is_err() && got.is_empty(),
+        "served beyond the limit: {:?}",
+        String::from_utf8_lossy(&got)
+    );
     drop(held.pop());
     let (got, _) = read_until_closed(&mut fourth, Duration::from_secs(3)).await;
-    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got));
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
     drop(held);
     s.stop().await;
 }
@@ -422,13 +646,22 @@ struct Row {
 }
 
 fn row(name: impl Into<String>, request: Vec<u8>, status: u16) -> Row {
-    Row { name: name.into(), request, status }
+    Row {
+        name: name.into(),
+        request,
+        status,
+    }
 }
 
 /// Requests hyper refuses while parsing, before any code of ours runs. It answers them itself,
 /// with an empty body, and hyper 1.x has no hook for that answer (see src/api/edge.rs): these
 /// rows check the status and that nothing is written.
-const ANSWERED_BY_HYPER: &[&str] = &["NUL in the key", "bare CR in a header", "200 headers", "raw 0xff in the path"];
+const ANSWERED_BY_HYPER: &[&str] = &[
+    "NUL in the key",
+    "bare CR in a header",
+    "200 headers",
+    "raw 0xff in the path",
+];
 
 fn post_order(key: Option<&[u8]>, content_type: Option<&[u8]>, body: &[u8]) -> Vec<u8> {
     let mut headers: Vec<(&str, &[u8])> = Vec::new();
@@ -442,7 +675,11 @@ fn post_order(key: Option<&[u8]>, content_type: Option<&[u8]>, body: &[u8]) -> V
 }
 
 fn keyed_order(body: &str) -> Vec<u8> {
-    post_order(Some(key().as_bytes()), Some(b"application/json"), body.as_bytes())
+    post_order(
+        Some(key().as_bytes()),
+        Some(b"application/json"),
+        body.as_bytes(),
+    )
 }
 
 fn bad_keys() -> Vec<Row> {
@@ -451,18 +688,63 @@ fn bad_keys() -> Vec<Row> {
     let far_future = format!("APP:ORDER:29991231:{}", uuid::Uuid::now_v7());
     let (k1, k2) = (key(), key());
     vec![
-        row("missing key", post_order(None, Some(b"application/json"), body.as_bytes()), 400),
+        row(
+            "missing key",
+            post_order(None, Some(b"application/json"), body.as_bytes()),
+            400,
+        ),
         row("empty key", with_key(b""), 400),
-        row("129-character key", with_key(format!("APP:ORDER:20261129:{}", "a".repeat(110)).as_bytes()), 400),
-        row("10 KB key", with_key(format!("APP:ORDER:20261129:{}", "a".repeat(10_240)).as_bytes()), 400),
-        row("unicode key", with_key("APP:ORDER:20261129:ключ-уникальный".as_bytes()), 400),
-        row("0xff bytes in the key", with_key(b"APP:ORDER:20261129:\xff\xffabcdefgh"), 400),
-        row("space in the key", with_key(b"APP:ORDER:20261129:abc defgh"), 400),
-        row("tab in the key", with_key(b"APP:ORDER:20261129:abc\tdefgh"), 400),
-        row("NUL in the key", with_key(b"APP:ORDER:20261129:abc\0defgh"), 400),
+        row(
+            "129-character key",
+            with_key(format!("APP:ORDER:20261129:{}", "a".repeat(110)).as_bytes()),
+            400,
+        ),
+        row(
+            "10 KB key",
+            with_key(format!("APP:ORDER:20261129:{}", "a".repeat(10_240)).as_bytes()),
+            400,
+        ),
+        row(
+            "unicode key",
+            with_key("APP:ORDER:20261129:ключ-уникальный".as_bytes()),
+            400,
+        ),
+        row(
+            "0xff bytes in the key",
+            with_key(b"APP:ORDER:20261129:\xff\xffabcdefgh"),
+            400,
+        ),
+        row(
+            "space in the key",
+            with_key(b"APP:ORDER:20261129:abc defgh"),
+            400,
+        ),
+        row(
+            "tab in the key",
+            with_key(b"APP:ORDER:20261129:abc\tdefgh"),
+            400,
+        ),
+        row(
+            "NUL in the key",
+            with_key(b"APP:ORDER:20261129:abc\0defgh"),
+            400,
+        ),
         row("bare number key", with_key(b"1732881942123"), 400),
         row("far-future key", with_key(far_future.as_bytes()), 400),
-        row("two keys", request("POST", "/orders", &[("Idempotency-Key", k1.as_bytes()), ("Idempotency-Key", k2.as_bytes()), JSON], body.as_bytes()), 400),
+        row(
+            "two keys",
+            request(
+                "POST",
+                "/orders",
+                &[
+                    ("Idempotency-Key", k1.as_bytes()),
+                    ("Idempotency-Key", k2.as_bytes()),
+                    JSON,
+                ],
+                body.as_bytes(),
+            ),
+            400,
+        ),
     ]
 }
 
@@ -471,28 +753,79 @@ fn bad_bodies() -> Vec<Row> {
     let good = order_body(41).to_string();
     let keyed_as = |ct: Option<&[u8]>| post_order(Some(key().as_bytes()), ct, good.as_bytes());
     let mut declared_10mb = post_order(Some(key().as_bytes()), Some(b"application/json"), b"");
-    let at = declared_10mb.windows(16).position(|w| w == b"Content-Length: ").unwrap();
+    let at = declared_10mb
+        .windows(16)
+        .position(|w| w == b"Content-Length: ")
+        .unwrap();
     declared_10mb.splice(at..at + 17, b"Content-Length: 10485760".iter().copied());
-    let many_headers: Vec<(String, Vec<u8>)> = (0..200).map(|i| (format!("X-H{i}"), b"v".to_vec())).collect();
-    let many: Vec<(&str, &[u8])> = many_headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+    let many_headers: Vec<(String, Vec<u8>)> = (0..200)
+        .map(|i| (format!("X-H{i}"), b"v".to_vec()))
+        .collect();
+    let many: Vec<(&str, &[u8])> = many_headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
     vec![
         row("malformed JSON", keyed_order(r#"{"userId":"#), 400),
-        row("wrong types", keyed_order(r#"{"userId":"42","skuId":41,"quantity":1,"amount":1999}"#), 400),
-        row("a 60 KB string", keyed_order(&format!(r#"{{"userId":"{}","skuId":41,"quantity":1,"amount":1999}}"#, "x".repeat(60_000))), 400),
-        row("float quantity", keyed_order(r#"{"userId":42,"skuId":41,"quantity":1.5,"amount":1999}"#), 400),
-        row("overflowing amount", keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":99999999999999999999}"#), 400),
-        row("1e400", keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":1e400}"#), 400),
+        row(
+            "wrong types",
+            keyed_order(r#"{"userId":"42","skuId":41,"quantity":1,"amount":1999}"#),
+            400,
+        ),
+        row(
+            "a 60 KB string",
+            keyed_order(&format!(
+                r#"{{"userId":"{}","skuId":41,"quantity":1,"amount":1999}}"#,
+                "x".repeat(60_000)
+            )),
+            400,
+        ),
+        row(
+            "float quantity",
+            keyed_order(r#"{"userId":42,"skuId":41,"quantity":1.5,"amount":1999}"#),
+            400,
+        ),
+        row(
+            "overflowing amount",
+            keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":99999999999999999999}"#),
+            400,
+        ),
+        row(
+            "1e400",
+            keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":1e400}"#),
+            400,
+        ),
         row("deep nesting", keyed_order(&deep), 400),
-        row("extra field", keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":1999,"admin":true}"#), 400),
+        row(
+            "extra field",
+            keyed_order(r#"{"userId":42,"skuId":41,"quantity":1,"amount":1999,"admin":true}"#),
+            400,
+        ),
         row("JSON null", keyed_order("null"), 400),
-        row("negative userId", keyed_order(r#"{"userId":-1,"skuId":41,"quantity":1,"amount":1999}"#), 400),
-        row("negative skuId", keyed_order(r#"{"userId":42,"skuId":-41,"quantity":1,"amount":1999}"#), 400),
+        row(
+            "negative userId",
+            keyed_order(r#"{"userId":-1,"skuId":41,"quantity":1,"amount":1999}"#),
+            400,
+        ),
+        row(
+            "negative skuId",
+            keyed_order(r#"{"userId":42,"skuId":-41,"quantity":1,"amount":1999}"#),
+            400,
+        ),
         row("no content type", keyed_as(None), 415),
         row("text/plain", keyed_as(Some(b"text/plain")), 415),
-        row("form", keyed_as(Some(b"application/x-www-form-urlencoded")), 415),
+        row(
+            "form",
+            keyed_as(Some(b"application/x-www-form-urlencoded")),
+            415,
+        ),
         row("10 MB body declared", declared_10mb, 413),
         row("200 headers", request("GET", "/healthz", &many, b""), 431),
-        row("bare CR in a header", request("GET", "/healthz", &[("X-A", b"a\rb")], b""), 400),
+        row(
+            "bare CR in a header",
+            request("GET", "/healthz", &[("X-A", b"a\rb")], b""),
+            400,
+        ),
     ]
 }
 
@@ -507,11 +840,27 @@ fn bad_routes() -> Vec<Row> {
         row("%00 in the path", get("/orders/%00"), 400),
         row("%ff in the path", get("/orders/%ff"), 400),
         row("raw 0xff in the path", raw_ff_path, 400),
-        row("trailing space in the orderNo", get("/orders/20261129000000000abcdef012345%20"), 400),
-        row("DELETE /orders", request("DELETE", "/orders", &[], b""), 405),
+        row(
+            "trailing space in the orderNo",
+            get("/orders/20261129000000000abcdef012345%20"),
+            400,
+        ),
+        row(
+            "DELETE /orders",
+            request("DELETE", "/orders", &[], b""),
+            405,
+        ),
         row("GET /orders", get("/orders"), 405),
-        row("PUT /payments/callback", request("PUT", "/payments/callback", &[JSON], b"{}"), 405),
-        row("POST /healthz", request("POST", "/healthz", &[JSON], b"{}"), 405),
+        row(
+            "PUT /payments/callback",
+            request("PUT", "/payments/callback", &[JSON], b"{}"),
+            405,
+        ),
+        row(
+            "POST /healthz",
+            request("POST", "/healthz", &[JSON], b"{}"),
+            405,
+        ),
         row("BREW /orders", request("BREW", "/orders", &[], b""), 405),
     ]
 }
@@ -519,7 +868,12 @@ fn bad_routes() -> Vec<Row> {
 fn bad_identifiers(order_no: &str) -> Vec<Row> {
     let cb = |pay_no: &str, order_no: &str| {
         let body = callback(pay_no, order_no).to_string();
-        request("POST", "/payments/callback", &[("Idempotency-Key", pay_key().as_bytes()), JSON], body.as_bytes())
+        request(
+            "POST",
+            "/payments/callback",
+            &[("Idempotency-Key", pay_key().as_bytes()), JSON],
+            body.as_bytes(),
+        )
     };
     let o = order_no;
     vec![
@@ -531,8 +885,16 @@ fn bad_identifiers(order_no: &str) -> Vec<Row> {
         row("empty payNo", cb("", o), 400),
         row("65-character payNo", cb(&"P".repeat(65), o), 400),
         row("NUL after the orderNo", cb("PAY-1", &format!("{o}\0")), 400),
-        row("leading space in the orderNo", cb("PAY-1", &format!(" {o}")), 400),
-        row("trailing space in the orderNo", cb("PAY-1", &format!("{o} ")), 400),
+        row(
+            "leading space in the orderNo",
+            cb("PAY-1", &format!(" {o}")),
+            400,
+        ),
+        row(
+            "trailing space in the orderNo",
+            cb("PAY-1", &format!("{o} ")),
+            400,
+        ),
         row("10 KB orderNo", cb("PAY-1", &"9".repeat(10_240)), 400),
         row("orderNo that is not one", cb("PAY-1", "not an order!"), 400),
     ]
@@ -542,19 +904,36 @@ fn bad_identifiers(order_no: &str) -> Vec<Row> {
 /// writes nothing to idempotency_record, order_record, payment_flow or outbox.
 async fn bad_input_is_refused_and_writes_nothing(dialect: Dialect) {
     let s = service(dialect).await;
-    idemguard::db::inventory::set_stock(&s.db, 41, 100).await.unwrap();
+    idemguard::db::inventory::set_stock(&s.db, 41, 100)
+        .await
+        .unwrap();
     let order_no = s.new_order(41).await;
     let mut before = s.written().await;
-    let rows: Vec<Row> = [bad_keys(), bad_bodies(), bad_routes(), bad_identifiers(&order_no)].into_iter().flatten().collect();
+    let rows: Vec<Row> = [
+        bad_keys(),
+        bad_bodies(),
+        bad_routes(),
+        bad_identifiers(&order_no),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let mut failures = Vec::new();
     for r in rows {
         let a = s.send(&r.request).await;
         let by_hyper = ANSWERED_BY_HYPER.contains(&r.name.as_str());
         let ok = a.status == r.status
-            && (by_hyper && a.body.is_empty() || !by_hyper && std::panic::catch_unwind(|| a.problem(r.status)).is_ok());
+            && (by_hyper && a.body.is_empty()
+                || !by_hyper && std::panic::catch_unwind(|| a.problem(r.status)).is_ok());
         let ok = ok && a.body.len() < 1024;
         if !ok {
-            failures.push(format!("{}: {} {:?} {}", r.name, a.status, a.header("content-type"), a.text().chars().take(200).collect::<String>()));
+            failures.push(format!(
+                "{}: {} {:?} {}",
+                r.name,
+                a.status,
+                a.header("content-type"),
+                a.text().chars().take(200).collect::<String>()
+            ));
         }
         let after = s.written().await;
         if after != before {
@@ -591,7 +970,11 @@ async fn refuse_finalize(db: &Database, dialect: Dialect) {
 }
 
 async fn allow_finalize(db: &Database, dialect: Dialect) {
-    let sql = if dialect == Dialect::Postgres { "DROP TRIGGER refuse_finalize ON idempotency_record" } else { "DROP TRIGGER refuse_finalize" };
+    let sql = if dialect == Dialect::Postgres {
+        "DROP TRIGGER refuse_finalize ON idempotency_record"
+    } else {
+        "DROP TRIGGER refuse_finalize"
+    };
     sqlx::Executor::execute(&db.pool, sql).await.unwrap();
 }
 
@@ -601,12 +984,18 @@ async fn allow_finalize(db: &Database, dialect: Dialect) {
 /// as soon as the database takes it, and the retry gets the order.
 async fn a_refused_outcome_is_written_later(dialect: Dialect) {
     let s = service_with(dialect, |c| c.idempotency.fast_path = false).await;
-    idemguard::db::inventory::set_stock(&s.db, 51, 10).await.unwrap();
+    idemguard::db::inventory::set_stock(&s.db, 51, 10)
+        .await
+        .unwrap();
     refuse_finalize(&s.db, dialect).await;
     let k = key();
     let first = s.post("/orders", &k, &order_body(51)).await;
     assert_eq!(first.status, 201, "{}", first.text());
-    assert_eq!(s.post("/orders", &k, &order_body(51)).await.status, 409, "in flight while its outcome is refused");
+    assert_eq!(
+        s.post("/orders", &k, &order_body(51)).await.status,
+        409,
+        "in flight while its outcome is refused"
+    );
     allow_finalize(&s.db, dialect).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let retry = loop {
@@ -616,8 +1005,16 @@ async fn a_refused_outcome_is_written_later(dialect: Dialect) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!((retry.status, retry.header("idempotent-replayed")), (201, Some("true")), "{dialect}: {}", retry.text());
-    assert_eq!(retry.body, first.body, "{dialect}: the first answer, replayed");
+    assert_eq!(
+        (retry.status, retry.header("idempotent-replayed")),
+        (201, Some("true")),
+        "{dialect}: {}",
+        retry.text()
+    );
+    assert_eq!(
+        retry.body, first.body,
+        "{dialect}: the first answer, replayed"
+    );
     assert_eq!(count(&s.db, "order_record").await, 1);
     s.stop().await;
 }

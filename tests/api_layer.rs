@@ -26,15 +26,30 @@ struct Service {
 }
 
 async fn service(dialect: Dialect) -> Service {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("warn,idemguard=info")
+        .try_init();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded"]).await;
     config.kafka.payment_topic = topics[0].clone();
     config.trace.enabled = false;
-    let server = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let server = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(60)).build().unwrap();
-    Service { config, db, server, http, base }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    Service {
+        config,
+        db,
+        server,
+        http,
+        base,
+    }
 }
 
 impl Service {
@@ -43,9 +58,17 @@ impl Service {
         self.server.done.await.unwrap().unwrap();
     }
     fn orders(&self) -> Orders {
-        Orders::new(self.db.clone(), Tracer::log_only(&idemguard::contracts::Instance::current()))
+        Orders::new(
+            self.db.clone(),
+            Tracer::log_only(&idemguard::contracts::Instance::current()),
+        )
     }
-    async fn post(&self, path: &str, key: Option<&str>, body: &serde_json::Value) -> reqwest::Response {
+    async fn post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
         let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
@@ -68,22 +91,59 @@ async fn five_hundred_identical_requests(dialect: Dialect) {
     let k = key();
     let body = order_body(7);
     let sends = (0..500).map(|_| {
-        let (http, url, k, body) = (s.http.clone(), format!("{}/orders", s.base), k.clone(), body.clone());
+        let (http, url, k, body) = (
+            s.http.clone(),
+            format!("{}/orders", s.base),
+            k.clone(),
+            body.clone(),
+        );
         async move {
-            let r = http.post(url).header("Idempotency-Key", k).json(&body).send().await.unwrap();
+            let r = http
+                .post(url)
+                .header("Idempotency-Key", k)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
             let status = r.status();
             let replayed = r.headers().get("idempotent-replayed").is_some();
             (status, replayed, r.text().await.unwrap())
         }
     });
     let results = futures::future::join_all(sends).await;
-    let created: Vec<&String> = results.iter().filter(|(st, _, _)| *st == StatusCode::CREATED).map(|(_, _, b)| b).collect();
-    let conflicts = results.iter().filter(|(st, _, _)| *st == StatusCode::CONFLICT).count();
-    assert_eq!(created.len() + conflicts, 500, "{dialect}: every response is the 201 body or a 409: {:?}", results.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>());
+    let created: Vec<&String> = results
+        .iter()
+        .filter(|(st, _, _)| *st == StatusCode::CREATED)
+        .map(|(_, _, b)| b)
+        .collect();
+    let conflicts = results
+        .iter()
+        .filter(|(st, _, _)| *st == StatusCode::CONFLICT)
+        .count();
+    assert_eq!(
+        created.len() + conflicts,
+        500,
+        "{dialect}: every response is the 201 body or a 409: {:?}",
+        results
+            .iter()
+            .map(|r| r.0)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
     assert!(!created.is_empty());
-    assert!(created.iter().all(|b| *b == created[0]), "{dialect}: every 201 carries the same body");
-    assert_eq!(count(&s.db, "order_record").await, 1, "{dialect}: one order");
-    assert_eq!(count(&s.db, "stock_movement").await, 1, "{dialect}: one stock decrement");
+    assert!(
+        created.iter().all(|b| *b == created[0]),
+        "{dialect}: every 201 carries the same body"
+    );
+    assert_eq!(
+        count(&s.db, "order_record").await,
+        1,
+        "{dialect}: one order"
+    );
+    assert_eq!(
+        count(&s.db, "stock_movement").await,
+        1,
+        "{dialect}: one stock decrement"
+    );
     assert_eq!(s.orders().stock_of(7).await.unwrap(), Some(999));
     // Afterwards every retry is a replay of the first response.
     for _ in 0..5 {
@@ -129,8 +189,18 @@ async fn malformed_keys_get_a_problem_that_names_the_format() {
     }
     // Nothing was claimed or created by any of them.
     assert_eq!(count(&s.db, "idempotency_record").await, 0);
-    let r = s.post("/payments/callback", None, &serde_json::json!({"payNo": "P1", "orderNo": "x", "amount": 1})).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "every POST needs the key");
+    let r = s
+        .post(
+            "/payments/callback",
+            None,
+            &serde_json::json!({"payNo": "P1", "orderNo": "x", "amount": 1}),
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "every POST needs the key"
+    );
     s.stop().await;
 }
 
@@ -148,7 +218,13 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
     let r = s.post("/orders", Some(&k), &other).await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let p: serde_json::Value = r.json().await.unwrap();
-    assert!(p["type"].as_str().unwrap().ends_with("idempotency-key-reused"), "{p}");
+    assert!(
+        p["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("idempotency-key-reused"),
+        "{p}"
+    );
 
     // Same request, keys in another order → replay, byte for byte (also from the database,
     // with the fast path's key removed).
@@ -158,21 +234,42 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
     assert_eq!(r.bytes().await.unwrap(), first_body);
     let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("DEL").arg(format!("idem:{k}")).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("idem:{k}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let r = s.post("/orders", Some(&k), &order_body(3)).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     assert_eq!(r.headers()["idempotent-replayed"], "true");
-    assert_eq!(r.bytes().await.unwrap(), first_body, "the database replay is the same bytes");
+    assert_eq!(
+        r.bytes().await.unwrap(),
+        first_body,
+        "the database replay is the same bytes"
+    );
     assert_eq!(count(&s.db, "order_record").await, 1);
     tokio::time::sleep(Duration::from_millis(1500)).await; // replay counter flush
-    let replays: i64 = sqlx::query_scalar(&format!("SELECT replay_count FROM idempotency_record WHERE request_id = '{k}'")).fetch_one(&s.db.pool).await.unwrap();
+    let replays: i64 = sqlx::query_scalar(&format!(
+        "SELECT replay_count FROM idempotency_record WHERE request_id = '{k}'"
+    ))
+    .fetch_one(&s.db.pool)
+    .await
+    .unwrap();
     assert_eq!(replays, 2);
 
     // In flight: a PROCESSING record owned by a live instance (this service) → 409 + Retry-After.
     let k2 = key();
     let ph = |n: usize| placeholders(dialect, n);
     let owner = {
-        let h: serde_json::Value = s.http.get(format!("{}/healthz", s.base)).send().await.unwrap().json().await.unwrap();
+        let h: serde_json::Value = s
+            .http
+            .get(format!("{}/healthz", s.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         h["instance"].as_str().unwrap().to_string()
     };
     let hash = idemguard::api::idempotency::request_hash("POST", "/orders", &order_body(3));
@@ -183,7 +280,11 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
     let r = s.post("/orders", Some(&k2), &order_body(3)).await;
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert_eq!(r.headers()["retry-after"], "1");
-    assert_eq!(count(&s.db, "order_record").await, 1, "nothing created while the first is in flight");
+    assert_eq!(
+        count(&s.db, "order_record").await,
+        1,
+        "nothing created while the first is in flight"
+    );
     s.stop().await;
 }
 
@@ -207,17 +308,41 @@ async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
         async move {
             let hash = idemguard::api::idempotency::request_hash("POST", "/orders", &order_body(5));
             let now = now_ms();
-            sqlx::query(&sql).bind(&k).bind("ORDER").bind(&hash).bind("PROCESSING").bind(owner).bind(now - 1000).bind(now - 60_000).bind(now - 60_000).bind(now + 86_400_000)
-                .execute(&db.pool).await.unwrap();
+            sqlx::query(&sql)
+                .bind(&k)
+                .bind("ORDER")
+                .bind(&hash)
+                .bind("PROCESSING")
+                .bind(owner)
+                .bind(now - 1000)
+                .bind(now - 60_000)
+                .bind(now - 60_000)
+                .bind(now + 86_400_000)
+                .execute(&db.pool)
+                .await
+                .unwrap();
         }
     };
     // A process killed before it created the order: the retry creates exactly one.
     let k = key();
     insert_processing(k.clone(), "dead-host-1-000001").await;
     let r = s.post("/orders", Some(&k), &order_body(5)).await;
-    assert_eq!(r.status(), StatusCode::CREATED, "{}", r.text().await.unwrap());
-    assert_eq!(count(&s.db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
-    let status: String = sqlx::query_scalar(&format!("SELECT status FROM idempotency_record WHERE request_id = '{k}'")).fetch_one(&s.db.pool).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::CREATED,
+        "{}",
+        r.text().await.unwrap()
+    );
+    assert_eq!(
+        count(&s.db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1
+    );
+    let status: String = sqlx::query_scalar(&format!(
+        "SELECT status FROM idempotency_record WHERE request_id = '{k}'"
+    ))
+    .fetch_one(&s.db.pool)
+    .await
+    .unwrap();
     assert_eq!(status, "SUCCEEDED");
 
     // A process killed after its order committed, before it finalized: the retry gets that
@@ -242,8 +367,15 @@ async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
     assert_eq!(r.status(), StatusCode::CREATED);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["orderNo"], first.order_no.as_str());
-    assert_eq!(count(&s.db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
-    assert_eq!(count(&s.db, "stock_movement").await, 2, "one decrement per order");
+    assert_eq!(
+        count(&s.db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1
+    );
+    assert_eq!(
+        count(&s.db, "stock_movement").await,
+        2,
+        "one decrement per order"
+    );
     s.stop().await;
 }
 
@@ -266,23 +398,46 @@ async fn an_expired_record_is_answered_from_the_order_tables() {
     assert_eq!(r.status(), StatusCode::CREATED);
     let v: serde_json::Value = r.json().await.unwrap();
     // Past its retention: its stored response must not be trusted; the order's state is.
-    sqlx::query(&format!("UPDATE idempotency_record SET expire_at = 1 WHERE request_id = '{k}'")).execute(&s.db.pool).await.unwrap();
+    sqlx::query(&format!(
+        "UPDATE idempotency_record SET expire_at = 1 WHERE request_id = '{k}'"
+    ))
+    .execute(&s.db.pool)
+    .await
+    .unwrap();
     // The fast path's copy lives at most as long as the record (fast_path_ttl <= retention).
     let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("DEL").arg(format!("idem:{k}")).query_async(&mut conn).await.unwrap();
-    sqlx::query(&format!("UPDATE order_record SET status = 'CANCELLED' WHERE req_id = '{k}'")).execute(&s.db.pool).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("idem:{k}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "UPDATE order_record SET status = 'CANCELLED' WHERE req_id = '{k}'"
+    ))
+    .execute(&s.db.pool)
+    .await
+    .unwrap();
     let r = s.post("/orders", Some(&k), &order_body(9)).await;
     assert_eq!(r.status(), StatusCode::OK);
     let now: serde_json::Value = r.json().await.unwrap();
     assert_eq!(now["orderNo"], v["orderNo"]);
-    assert_eq!(now["status"], "CANCELLED", "the current state, not the stored 201");
+    assert_eq!(
+        now["status"], "CANCELLED",
+        "the current state, not the stored 201"
+    );
     // A very old key whose record was purged: never creates anything.
     let old = format!("APP:ORDER:20240101:{}", uuid::Uuid::now_v7());
     let r = s.post("/orders", Some(&old), &order_body(9)).await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let p: serde_json::Value = r.json().await.unwrap();
-    assert!(p["type"].as_str().unwrap().ends_with("idempotency-key-expired"), "{p}");
+    assert!(
+        p["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("idempotency-key-expired"),
+        "{p}"
+    );
     assert_eq!(count(&s.db, "order_record").await, 1);
     s.stop().await;
 }
@@ -296,21 +451,52 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     let pay_key = format!("PSP:PAY:20261129:{}", uuid::Uuid::now_v7());
     let body = serde_json::json!({"payNo": format!("PAY-{order_no}"), "orderNo": order_no, "amount": 1999});
     let sends = (0..50).map(|_| {
-        let (http, url, k, body) = (s.http.clone(), format!("{}/payments/callback", s.base), pay_key.clone(), body.clone());
-        async move { http.post(url).header("Idempotency-Key", k).json(&body).send().await.unwrap().status() }
+        let (http, url, k, body) = (
+            s.http.clone(),
+            format!("{}/payments/callback", s.base),
+            pay_key.clone(),
+            body.clone(),
+        );
+        async move {
+            http.post(url)
+                .header("Idempotency-Key", k)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
     });
     let statuses = futures::future::join_all(sends).await;
-    assert!(statuses.iter().all(|st| *st == StatusCode::CREATED || *st == StatusCode::CONFLICT), "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|st| *st == StatusCode::CREATED || *st == StatusCode::CONFLICT),
+        "{statuses:?}"
+    );
     // A provider retry with a NEW key but the same payNo: the pay_no unique key books it once.
-    let r = s.post("/payments/callback", Some(&format!("PSP:PAY:20261129:{}", uuid::Uuid::now_v7())), &body).await;
-    assert_eq!(r.status(), StatusCode::OK, "already booked: the first booking");
+    let r = s
+        .post(
+            "/payments/callback",
+            Some(&format!("PSP:PAY:20261129:{}", uuid::Uuid::now_v7())),
+            &body,
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "already booked: the first booking"
+    );
     assert_eq!(count(&s.db, "payment_flow").await, 1);
     assert_eq!(count(&s.db, "outbox").await, 1);
 
     // Exactly one event reaches the topic, with the IDs in its headers.
     let deadline = Instant::now() + Duration::from_secs(30);
     while count(&s.db, "outbox WHERE status = 'SENT'").await < 1 {
-        assert!(Instant::now() < deadline, "the relay never published the outbox row");
+        assert!(
+            Instant::now() < deadline,
+            "the relay never published the outbox row"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let c: BaseConsumer = ClientConfig::new()
@@ -322,7 +508,8 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     // Assigned, not subscribed: no group join to wait for.
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..3 {
-        tpl.add_partition_offset(&s.config.kafka.payment_topic, p, rdkafka::Offset::Beginning).unwrap();
+        tpl.add_partition_offset(&s.config.kafka.payment_topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
     }
     c.assign(&tpl).unwrap();
     let mut events = Vec::new();
@@ -358,7 +545,14 @@ async fn a_client_that_gives_up_mid_request_does_not_leave_the_key_blocked() {
     let mut blocked = Vec::new();
     for _ in 0..10 {
         let k = key();
-        let quick = s.http.post(format!("{}/orders", s.base)).header("Idempotency-Key", &k).json(&order_body(13)).timeout(Duration::from_millis(1)).send().await;
+        let quick = s
+            .http
+            .post(format!("{}/orders", s.base))
+            .header("Idempotency-Key", &k)
+            .json(&order_body(13))
+            .timeout(Duration::from_millis(1))
+            .send()
+            .await;
         let _ = quick; // usually a timeout; sometimes the service was faster
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -366,7 +560,12 @@ async fn a_client_that_gives_up_mid_request_does_not_leave_the_key_blocked() {
             if r.status() == StatusCode::CREATED {
                 break;
             }
-            assert_eq!(r.status(), StatusCode::CONFLICT, "{}", r.text().await.unwrap());
+            assert_eq!(
+                r.status(),
+                StatusCode::CONFLICT,
+                "{}",
+                r.text().await.unwrap()
+            );
             if Instant::now() > deadline {
                 blocked.push(k.clone());
                 break;
@@ -374,8 +573,18 @@ async fn a_client_that_gives_up_mid_request_does_not_leave_the_key_blocked() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    assert!(blocked.is_empty(), "keys still answered 409 after 10 s: {blocked:?}");
-    assert_eq!(count(&s.db, "order_record WHERE sku_id = 13").await, 10, "one order per key");
-    assert_eq!(count(&s.db, "idempotency_record WHERE status = 'PROCESSING'").await, 0);
+    assert!(
+        blocked.is_empty(),
+        "keys still answered 409 after 10 s: {blocked:?}"
+    );
+    assert_eq!(
+        count(&s.db, "order_record WHERE sku_id = 13").await,
+        10,
+        "one order per key"
+    );
+    assert_eq!(
+        count(&s.db, "idempotency_record WHERE status = 'PROCESSING'").await,
+        0
+    );
     s.stop().await;
 }

@@ -10,7 +10,10 @@ mod console_fixture;
 
 use std::time::{Duration, Instant};
 
-use console_fixture::{press, pump_until, redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT, POINTS, SKU, USER};
+use console_fixture::{
+    press, pump_until, redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT,
+    POINTS, SKU, USER,
+};
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use idemguard::config::Dialect;
 use idemguard::console::app::{App, Health, Input};
@@ -29,7 +32,9 @@ use tokio::sync::mpsc;
 
 /// Every backend up (but `except`): the header reads the same on every run.
 fn all_up_but(app: &App, except: Option<BackendId>) -> bool {
-    app.backends.iter().all(|(b, s)| Some(*b) == except || s.health == Health::Up)
+    app.backends
+        .iter()
+        .all(|(b, s)| Some(*b) == except || s.health == Health::Up)
 }
 
 /// The console on `w`: real collectors feeding a fresh app.
@@ -44,7 +49,8 @@ fn console(w: &World) -> (App, Backends) {
 const INCIDENT_ENTRIES: usize = 23;
 
 fn timeline_complete(app: &App) -> bool {
-    app.timeline().is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES)
+    app.timeline()
+        .is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -62,18 +68,32 @@ async fn trace_view(dialect: Dialect) {
     assert_eq!(app.input, Input::Command(format!("trace {}", inc.order_no)));
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.view, View::Trace);
-    pump_until(&mut app, &mut b.updates, "the whole timeline of the order", timeline_complete).await;
+    pump_until(
+        &mut app,
+        &mut b.updates,
+        "the whole timeline of the order",
+        timeline_complete,
+    )
+    .await;
 
     let t = app.timeline().unwrap();
     assert_eq!(t.order_no.as_deref(), Some(inc.order_no.as_str()));
     assert_eq!(t.request_id.as_deref(), Some(inc.request_id.as_str()));
     assert_eq!(t.event_ids, vec![inc.event_id.clone()]);
     // Oldest first; the current Redis state (no time of its own) last.
-    let times: Vec<i64> = t.entries.iter().map(|e| e.at_ms.unwrap_or(i64::MAX)).collect();
+    let times: Vec<i64> = t
+        .entries
+        .iter()
+        .map(|e| e.at_ms.unwrap_or(i64::MAX))
+        .collect();
     assert!(times.windows(2).all(|p| p[0] <= p[1]), "{times:?}");
     assert_eq!(t.entries[0].source, "idempotency_record");
     // Every duplicate names the layer that stopped it.
-    let stopped: Vec<(String, String)> = t.interceptions.iter().map(|i| (i.layer.clone(), i.outcome.clone())).collect();
+    let stopped: Vec<(String, String)> = t
+        .interceptions
+        .iter()
+        .map(|i| (i.layer.clone(), i.outcome.clone()))
+        .collect();
     assert_eq!(
         stopped,
         vec![
@@ -86,32 +106,76 @@ async fn trace_view(dialect: Dialect) {
     );
     assert_eq!(t.events.len(), 1);
     let e = &t.events[0];
-    assert_eq!((e.kafka_copies, e.processed_rows, e.dedup_hits, e.points_rows, e.notification_rows), (3, 1, 2, 1, 1));
-    let kafka: Vec<&str> = t.entries.iter().filter(|e| e.layer == "kafka").map(|e| e.summary.as_str()).collect();
+    assert_eq!(
+        (
+            e.kafka_copies,
+            e.processed_rows,
+            e.dedup_hits,
+            e.points_rows,
+            e.notification_rows
+        ),
+        (3, 1, 2, 1, 1)
+    );
+    let kafka: Vec<&str> = t
+        .entries
+        .iter()
+        .filter(|e| e.layer == "kafka")
+        .map(|e| e.summary.as_str())
+        .collect();
     assert!(kafka[2].ends_with("copy 3 of 3"), "{kafka:?}");
 
-    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
-    snapshot!(format!("trace_view_{}", dialect.dir()), screen(&mut app, 170, 46));
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| {
+        all_up_but(a, None)
+    })
+    .await;
+    snapshot!(
+        format!("trace_view_{}", dialect.dir()),
+        screen(&mut app, 170, 46)
+    );
 
     // The requestId and the eventId resolve to the same order.
     for id in [inc.request_id.clone(), inc.event_id.clone()] {
         app.run_command(&format!("trace {id}"));
-        pump_until(&mut app, &mut b.updates, &format!("the timeline by {id}"), timeline_complete).await;
+        pump_until(
+            &mut app,
+            &mut b.updates,
+            &format!("the timeline by {id}"),
+            timeline_complete,
+        )
+        .await;
         let t = app.timeline().unwrap();
-        assert_eq!(t.order_no.as_deref(), Some(inc.order_no.as_str()), "{dialect}: {id}");
-        assert_eq!(t.request_id.as_deref(), Some(inc.request_id.as_str()), "{dialect}: {id}");
+        assert_eq!(
+            t.order_no.as_deref(),
+            Some(inc.order_no.as_str()),
+            "{dialect}: {id}"
+        );
+        assert_eq!(
+            t.request_id.as_deref(),
+            Some(inc.request_id.as_str()),
+            "{dialect}: {id}"
+        );
     }
 
     // Live: a decision made now appears without asking again.
-    let tracer = idemguard::trace::Tracer::from_config(&w.config, &idemguard::contracts::Instance::current()).unwrap();
+    let tracer = idemguard::trace::Tracer::from_config(
+        &w.config,
+        &idemguard::contracts::Instance::current(),
+    )
+    .unwrap();
     tracer.emit(
-        idemguard::contracts::TraceEvent::new(idemguard::contracts::Layer::Stream, idemguard::contracts::Outcome::DedupHit)
-            .order_no(&inc.order_no)
-            .event_id(&inc.event_id)
-            .detail("copy 4, live"),
+        idemguard::contracts::TraceEvent::new(
+            idemguard::contracts::Layer::Stream,
+            idemguard::contracts::Outcome::DedupHit,
+        )
+        .order_no(&inc.order_no)
+        .event_id(&inc.event_id)
+        .detail("copy 4, live"),
     );
     tracer.flush(Duration::from_secs(10));
-    pump_until(&mut app, &mut b.updates, "the live dedup hit", |a| a.timeline().is_some_and(|t| t.interceptions.len() == 6)).await;
+    pump_until(&mut app, &mut b.updates, "the live dedup hit", |a| {
+        a.timeline().is_some_and(|t| t.interceptions.len() == 6)
+    })
+    .await;
     b.shutdown().await;
 }
 
@@ -148,44 +212,91 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     let split_key = keys::order_lock("REDLOCK-SPLIT");
     for (n, node) in w.redlock.iter().enumerate() {
         let mut c = node.conn().await;
-        let v = if n < 2 { agreed.clone() } else { holder(&inc.dead_instance, "q2").to_value() };
-        let _: () = redis::cmd("SET").arg(&quorum_key).arg(v).arg("PX").arg(600_000).query_async(&mut c).await.unwrap();
+        let v = if n < 2 {
+            agreed.clone()
+        } else {
+            holder(&inc.dead_instance, "q2").to_value()
+        };
+        let _: () = redis::cmd("SET")
+            .arg(&quorum_key)
+            .arg(v)
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         if n < 2 {
-            let _: () = redis::cmd("SET").arg(&split_key).arg(holder(&format!("inst-{n}"), "s").to_value()).arg("PX").arg(600_000).query_async(&mut c).await.unwrap();
+            let _: () = redis::cmd("SET")
+                .arg(&split_key)
+                .arg(holder(&format!("inst-{n}"), "s").to_value())
+                .arg("PX")
+                .arg(600_000)
+                .query_async(&mut c)
+                .await
+                .unwrap();
         }
     }
     let (mut app, mut b) = console(&w);
     type_str(&mut app, ":lk");
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.view, View::Locks);
-    pump_until(&mut app, &mut b.updates, "four locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 4)).await;
+    pump_until(&mut app, &mut b.updates, "four locks", |a| {
+        a.locks.as_ref().is_some_and(|l| l.locks.len() == 4)
+    })
+    .await;
     let scan = app.locks.clone().unwrap();
-    let by_key = |k: &str| scan.locks.iter().find(|l| l.key == k).unwrap_or_else(|| panic!("{k} not listed"));
+    let by_key = |k: &str| {
+        scan.locks
+            .iter()
+            .find(|l| l.key == k)
+            .unwrap_or_else(|| panic!("{k} not listed"))
+    };
     let live = by_key(&keys::order_lock(&inc.order_no));
-    assert_eq!((live.scope, live.owner_alive, live.fence_counter), ("single", Some(true), Some(3)));
+    assert_eq!(
+        (live.scope, live.owner_alive, live.fence_counter),
+        ("single", Some(true), Some(3))
+    );
     assert!(live.flags.is_empty() && live.pttl_ms > 500_000, "{live:?}");
     let dead = by_key(&keys::request_lock(&inc.stuck_dead));
     assert_eq!((dead.owner_alive, dead.pttl_ms), (Some(false), -1));
-    assert_eq!(dead.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(), ["no_ttl", "dead_owner"]);
+    assert_eq!(
+        dead.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
+        ["no_ttl", "dead_owner"]
+    );
     let q = by_key(&quorum_key);
     assert_eq!(q.scope, "redlock");
-    assert_eq!(q.quorum.map(|q| (q.agreeing, q.nodes, q.reached)), Some((2, 3, true)));
+    assert_eq!(
+        q.quorum.map(|q| (q.agreeing, q.nodes, q.reached)),
+        Some((2, 3, true))
+    );
     assert_eq!(q.holder.as_ref().unwrap().nonce, "q1");
-    assert_eq!(q.nodes.iter().map(|n| n.agrees).collect::<Vec<_>>(), [true, true, false]);
+    assert_eq!(
+        q.nodes.iter().map(|n| n.agrees).collect::<Vec<_>>(),
+        [true, true, false]
+    );
     let s = by_key(&split_key);
     assert_eq!(s.quorum.map(|q| (q.agreeing, q.reached)), Some((1, false)));
     assert!(s.flags.iter().any(|f| f.as_str() == "no_quorum"));
-    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| {
+        all_up_but(a, None)
+    })
+    .await;
     snapshot!("locks_view", screen(&mut app, 170, 20));
 
     // Enter on the order's lock traces the order.
-    let row = app.filtered[&View::Locks].iter().position(|i| scan.locks[*i].key == live.key).unwrap();
+    let row = app.filtered[&View::Locks]
+        .iter()
+        .position(|i| scan.locks[*i].key == live.key)
+        .unwrap();
     press(&mut app, KeyCode::Char('g'));
     for _ in 0..row {
         press(&mut app, KeyCode::Char('j'));
     }
     press(&mut app, KeyCode::Enter);
-    assert_eq!((app.view, app.trace_query.clone()), (View::Trace, Some(inc.order_no.clone())));
+    assert_eq!(
+        (app.view, app.trace_query.clone()),
+        (View::Trace, Some(inc.order_no.clone()))
+    );
 
     // Headless twin, field by field.
     let r = headless::locks(&w.config).await;
@@ -212,10 +323,18 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     assert_eq!(d["owner_alive"], false);
     assert_eq!(d["flags"], serde_json::json!(["no_ttl", "dead_owner"]));
     let q = get(&quorum_key);
-    assert_eq!(q["quorum"], serde_json::json!({ "agreeing": 2, "nodes": 3, "reached": true }));
+    assert_eq!(
+        q["quorum"],
+        serde_json::json!({ "agreeing": 2, "nodes": 3, "reached": true })
+    );
     assert_eq!(q["nodes"][2]["agrees"], false);
     let table = headless::locks_table(&r);
-    assert!(table.contains(&keys::order_lock(&inc.order_no)) && table.contains("no_ttl,dead_owner") && table.contains("2/3"), "{table}");
+    assert!(
+        table.contains(&keys::order_lock(&inc.order_no))
+            && table.contains("no_ttl,dead_owner")
+            && table.contains("2/3"),
+        "{table}"
+    );
     b.shutdown().await;
 }
 
@@ -229,21 +348,41 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     let inc = Incident::write(&w).await;
     let (mut app, mut b) = console(&w);
     app.run_command("stuck");
-    pump_until(&mut app, &mut b.updates, "two stuck records with liveness", |a| {
-        a.stuck.as_ref().is_some_and(|s| s.len() == 2 && s.iter().all(|r| r.owner_alive.is_some()))
-    })
+    pump_until(
+        &mut app,
+        &mut b.updates,
+        "two stuck records with liveness",
+        |a| {
+            a.stuck
+                .as_ref()
+                .is_some_and(|s| s.len() == 2 && s.iter().all(|r| r.owner_alive.is_some()))
+        },
+    )
     .await;
     let s = app.stuck.clone().unwrap();
     assert_eq!(s[0].request_id, inc.stuck_dead, "oldest first");
     assert_eq!((s[0].owner_alive, s[0].order_exists), (Some(false), false));
-    assert_eq!((s[1].owner_alive, s[1].order_exists, s[1].order_status.as_deref()), (Some(true), true, Some("CREATED")));
-    pump_until(&mut app, &mut b.updates, "every backend up", |a| all_up_but(a, None)).await;
+    assert_eq!(
+        (
+            s[1].owner_alive,
+            s[1].order_exists,
+            s[1].order_status.as_deref()
+        ),
+        (Some(true), true, Some("CREATED"))
+    );
+    pump_until(&mut app, &mut b.updates, "every backend up", |a| {
+        all_up_but(a, None)
+    })
+    .await;
     snapshot!("stuck_view", screen(&mut app, 170, 12));
 
     app.run_command("rates");
-    pump_until(&mut app, &mut b.updates, "the trace topic read and the lag", |a| {
-        a.trace_log.events_seen == 10 && matches!(&a.lag, Some(Ok(l)) if !l.is_empty())
-    })
+    pump_until(
+        &mut app,
+        &mut b.updates,
+        "the trace topic read and the lag",
+        |a| a.trace_log.events_seen == 10 && matches!(&a.lag, Some(Ok(l)) if !l.is_empty()),
+    )
     .await;
     snapshot!("rates_view", screen(&mut app, 170, 28));
     b.shutdown().await;
@@ -262,7 +401,10 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     assert_eq!(recs[0]["order_exists"], false);
     assert_eq!(recs[0]["order_status"], Value::Null);
     assert_eq!(recs[0]["fence"], 4);
-    assert_eq!(recs[0]["lease_until"].as_i64().unwrap() - recs[0]["created_at"].as_i64().unwrap(), 30_000);
+    assert_eq!(
+        recs[0]["lease_until"].as_i64().unwrap() - recs[0]["created_at"].as_i64().unwrap(),
+        30_000
+    );
     assert_eq!(recs[1]["request_id"], inc.stuck_with_order.as_str());
     assert_eq!(recs[1]["owner_alive"], true);
     assert_eq!(recs[1]["order_exists"], true);
@@ -275,13 +417,31 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     assert_eq!(r.exit_code(), 0, "{}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
     let series = j["data"]["rates"]["series"].as_array().unwrap();
-    let total = |o: &str| series.iter().find(|s| s["outcome"] == o).unwrap()["total"].as_u64().unwrap();
-    assert_eq!((total("replayed"), total("dedup_hit"), total("lock_contended"), total("dlq")), (2, 2, 1, 0));
+    let total = |o: &str| {
+        series.iter().find(|s| s["outcome"] == o).unwrap()["total"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            total("replayed"),
+            total("dedup_hit"),
+            total("lock_contended"),
+            total("dlq")
+        ),
+        (2, 2, 1, 0)
+    );
     let minute = (inc.t0 - j["data"]["rates"]["first_minute_ms"].as_i64().unwrap()) / 60_000;
     let replays = &series.iter().find(|s| s["outcome"] == "replayed").unwrap()["per_minute"];
-    assert_eq!(replays[minute as usize], 2, "the replays are counted in the incident's minute");
+    assert_eq!(
+        replays[minute as usize], 2,
+        "the replays are counted in the incident's minute"
+    );
     let lag = j["data"]["lag"].as_array().unwrap();
-    let p = lag.iter().find(|l| l["partition"] == inc.partition).unwrap();
+    let p = lag
+        .iter()
+        .find(|l| l["partition"] == inc.partition)
+        .unwrap();
     assert_eq!(p["committed"], inc.offsets[0] + 1);
     assert_eq!(p["high_watermark"], inc.offsets[2] + 1);
     assert_eq!(p["lag"], 2);
@@ -310,9 +470,16 @@ async fn scripted_keys_trace_filter_switch_views() {
     assert_eq!(app.row_count(View::Trace), 3);
     type_str(&mut app, "/");
     assert_eq!(app.input, Input::Filter(String::new()));
-    assert!(screen(&mut app, 170, 46).contains("now /kafka"), "the filter line says what the view's filter is");
+    assert!(
+        screen(&mut app, 170, 46).contains("now /kafka"),
+        "the filter line says what the view's filter is"
+    );
     press(&mut app, KeyCode::Esc);
-    assert_eq!(app.row_count(View::Trace), 3, "esc leaves the filter as it was");
+    assert_eq!(
+        app.row_count(View::Trace),
+        3,
+        "esc leaves the filter as it was"
+    );
     type_str(&mut app, "/!kafka");
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.row_count(View::Trace), INCIDENT_ENTRIES - 3);
@@ -321,37 +488,68 @@ async fn scripted_keys_trace_filter_switch_views() {
     // Switch views: the filter stays with the Trace view.
     press(&mut app, KeyCode::Tab);
     assert_eq!(app.view, View::Locks);
-    pump_until(&mut app, &mut b.updates, "the locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)).await;
+    pump_until(&mut app, &mut b.updates, "the locks", |a| {
+        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+    })
+    .await;
     assert_eq!(app.row_count(View::Locks), 2);
     type_str(&mut app, "/dead_owner");
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.row_count(View::Locks), 1);
     press(&mut app, KeyCode::Char('y'));
-    assert_eq!(app.copied.as_deref(), Some(keys::request_lock(&inc.stuck_dead).as_str()));
-    assert_eq!(app.take_clipboard().as_deref(), Some(keys::request_lock(&inc.stuck_dead).as_str()));
+    assert_eq!(
+        app.copied.as_deref(),
+        Some(keys::request_lock(&inc.stuck_dead).as_str())
+    );
+    assert_eq!(
+        app.take_clipboard().as_deref(),
+        Some(keys::request_lock(&inc.stuck_dead).as_str())
+    );
     press(&mut app, KeyCode::Char('1'));
     assert_eq!(app.view, View::Trace);
     assert_eq!(app.filter(View::Trace).typed(), "!kafka");
     assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
     press(&mut app, KeyCode::Esc);
-    assert!(app.filter(View::Trace).is_empty(), "esc clears this view's filter");
+    assert!(
+        app.filter(View::Trace).is_empty(),
+        "esc clears this view's filter"
+    );
     assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
     press(&mut app, KeyCode::Char('y'));
-    assert_eq!(app.copied.as_deref(), Some(inc.order_no.as_str()), "y on the trace copies the orderNo");
+    assert_eq!(
+        app.copied.as_deref(),
+        Some(inc.order_no.as_str()),
+        "y on the trace copies the orderNo"
+    );
 
     // Views by command and alias, backwards with shift-tab.
-    for (cmd, view) in [("stuck", View::Stuck), ("r", View::Rates), ("locks", View::Locks), ("tr", View::Trace)] {
+    for (cmd, view) in [
+        ("stuck", View::Stuck),
+        ("r", View::Rates),
+        ("locks", View::Locks),
+        ("tr", View::Trace),
+    ] {
         type_str(&mut app, &format!(":{cmd}"));
         press(&mut app, KeyCode::Enter);
         assert_eq!(app.view, view, ":{cmd}");
     }
     press(&mut app, KeyCode::BackTab);
-    assert_eq!(app.view, View::Audit, "shift-tab from the first view wraps to the last, Audit");
+    assert_eq!(
+        app.view,
+        View::Audit,
+        "shift-tab from the first view wraps to the last, Audit"
+    );
 
     // Help generated from the keymap; any key closes it.
     press(&mut app, KeyCode::Char('?'));
     let help = screen(&mut app, 170, 46);
-    assert!(help.contains("Help") && help.contains(":trace ID") && help.contains("aliases :t :tr") && help.contains("copy the selected ID"), "{help}");
+    assert!(
+        help.contains("Help")
+            && help.contains(":trace ID")
+            && help.contains("aliases :t :tr")
+            && help.contains("copy the selected ID"),
+        "{help}"
+    );
     press(&mut app, KeyCode::Char('x'));
     assert!(!app.show_help);
 
@@ -389,9 +587,15 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     let (mut app, mut b) = console(&w);
     let mut keys: Vec<std::io::Result<Event>> = Vec::new();
     for c in format!(":trace {}", inc.order_no).chars() {
-        keys.push(Ok(Event::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))));
+        keys.push(Ok(Event::Key(KeyEvent::new(
+            KeyCode::Char(c),
+            KeyModifiers::NONE,
+        ))));
     }
-    keys.push(Ok(Event::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))));
+    keys.push(Ok(Event::Key(KeyEvent::new(
+        KeyCode::Enter,
+        KeyModifiers::NONE,
+    ))));
     let (tx, rx) = mpsc::channel::<std::io::Result<Event>>(64);
     for k in keys {
         tx.send(k).await.unwrap();
@@ -400,12 +604,23 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     let events = tokio_stream_from(rx);
     let quitter = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        tx.send(Ok(Event::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)))).await.unwrap();
+        tx.send(Ok(Event::Key(KeyEvent::new(
+            KeyCode::Char('c'),
+            KeyModifiers::CONTROL,
+        ))))
+        .await
+        .unwrap();
     });
     let mut copied = Vec::new();
     tokio::time::timeout(
         Duration::from_secs(20),
-        idemguard::console::terminal::run_loop(&mut terminal, &mut app, events, &mut b.updates, |t| copied.push(t.to_string())),
+        idemguard::console::terminal::run_loop(
+            &mut terminal,
+            &mut app,
+            events,
+            &mut b.updates,
+            |t| copied.push(t.to_string()),
+        ),
     )
     .await
     .expect("the loop returns after ctrl-c")
@@ -413,12 +628,23 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     quitter.await.unwrap();
     assert!(app.quit);
     assert_eq!(app.trace_query.as_deref(), Some(inc.order_no.as_str()));
-    let shown: String = terminal.backend().buffer().content().iter().map(|c| c.symbol()).collect();
-    assert!(shown.contains("idemguard console") && shown.contains("Timeline, oldest first"), "{shown}");
+    let shown: String = terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect();
+    assert!(
+        shown.contains("idemguard console") && shown.contains("Timeline, oldest first"),
+        "{shown}"
+    );
     b.shutdown().await;
 }
 
-fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> + Unpin {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Unpin {
     Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
 
@@ -432,18 +658,36 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     let inc = Incident::write(&w).await;
     let (mut app, mut b) = console(&w);
     app.run_command("locks");
-    pump_until(&mut app, &mut b.updates, "the locks", |a| a.locks.as_ref().is_some_and(|l| l.locks.len() == 2) && a.backends[&BackendId::Redis].health == Health::Up).await;
+    pump_until(&mut app, &mut b.updates, "the locks", |a| {
+        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+            && a.backends[&BackendId::Redis].health == Health::Up
+    })
+    .await;
 
     w.redis.kill();
-    pump_until(&mut app, &mut b.updates, "redis shown as down", |a| matches!(a.backends[&BackendId::Redis].health, Health::Down(_))).await;
-    let Health::Down(err) = app.backends[&BackendId::Redis].health.clone() else { unreachable!() };
-    assert!(err.contains(&format!("127.0.0.1:{}", w.redis.port)), "the error names the node: {err}");
+    pump_until(&mut app, &mut b.updates, "redis shown as down", |a| {
+        matches!(a.backends[&BackendId::Redis].health, Health::Down(_))
+    })
+    .await;
+    let Health::Down(err) = app.backends[&BackendId::Redis].health.clone() else {
+        unreachable!()
+    };
+    assert!(
+        err.contains(&format!("127.0.0.1:{}", w.redis.port)),
+        "the error names the node: {err}"
+    );
     assert!(app.backends[&BackendId::Redis].last_ok_ms.is_some());
     // The last good data stays on screen, with its age.
     assert_eq!(app.locks.as_ref().unwrap().locks.len(), 2);
-    pump_until(&mut app, &mut b.updates, "every other backend up", |a| all_up_but(a, Some(BackendId::Redis))).await;
+    pump_until(&mut app, &mut b.updates, "every other backend up", |a| {
+        all_up_but(a, Some(BackendId::Redis))
+    })
+    .await;
     let s = screen(&mut app, 170, 20);
-    assert!(s.contains("redis DOWN") && s.contains("last good data"), "{s}");
+    assert!(
+        s.contains("redis DOWN") && s.contains("last good data"),
+        "{s}"
+    );
     snapshot!("locks_view_redis_down", s);
 
     // Keys still answer, and the database keeps delivering.
@@ -453,13 +697,28 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     assert_eq!(app.view, View::Stuck);
     assert!(before.elapsed() < Duration::from_millis(100));
     app.stuck = None;
-    pump_until(&mut app, &mut b.updates, "fresh stuck rows from the database", |a| a.stuck.as_ref().is_some_and(|s| s.len() == 2)).await;
+    pump_until(
+        &mut app,
+        &mut b.updates,
+        "fresh stuck rows from the database",
+        |a| a.stuck.as_ref().is_some_and(|s| s.len() == 2),
+    )
+    .await;
     assert_eq!(app.backends[&BackendId::Database].health, Health::Up);
     // With Redis down the owner's liveness is unknown, never guessed.
-    assert!(app.stuck.as_ref().unwrap().iter().all(|r| r.owner_alive.is_none()));
+    assert!(app
+        .stuck
+        .as_ref()
+        .unwrap()
+        .iter()
+        .all(|r| r.owner_alive.is_none()));
     type_str(&mut app, &format!(":trace {}", inc.order_no));
     press(&mut app, KeyCode::Enter);
-    pump_until(&mut app, &mut b.updates, "the trace without redis", |a| a.timeline().is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES - 2)).await;
+    pump_until(&mut app, &mut b.updates, "the trace without redis", |a| {
+        a.timeline()
+            .is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES - 2)
+    })
+    .await;
     b.shutdown().await;
 
     // Headless: the failing backend makes the exit status non-zero, the rest is still printed.
@@ -483,7 +742,11 @@ async fn headless_trace_json(dialect: Dialect) {
     assert_eq!(j["command"], "trace");
     assert_eq!(j["environment"]["name"], "local");
     assert_eq!(j["backends"].as_array().unwrap().len(), 4);
-    assert!(j["backends"].as_array().unwrap().iter().all(|b| b["ok"] == true));
+    assert!(j["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|b| b["ok"] == true));
     let d = &j["data"];
     assert_eq!(d["kind"], "event_id");
     assert_eq!(d["found"], true);
@@ -492,7 +755,13 @@ async fn headless_trace_json(dialect: Dialect) {
     assert_eq!(d["event_ids"], serde_json::json!([inc.event_id]));
     let entries = d["entries"].as_array().unwrap();
     assert_eq!(entries.len(), INCIDENT_ENTRIES, "{dialect}");
-    let by_source = |s: &str| entries.iter().filter(|e| e["source"] == s).cloned().collect::<Vec<Value>>();
+    let by_source = |s: &str| {
+        entries
+            .iter()
+            .filter(|e| e["source"] == s)
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
 
     let idem = &by_source("idempotency_record")[0]["fields"];
     assert_eq!(idem["request_id"], inc.request_id.as_str());
@@ -506,15 +775,35 @@ async fn headless_trace_json(dialect: Dialect) {
     let order = &by_source("order_record")[0]["fields"];
     assert_eq!(order["order_no"], inc.order_no.as_str());
     assert_eq!(order["status"], "PAID");
-    assert_eq!((order["version"].as_i64(), order["fence"].as_i64()), (Some(1), Some(3)));
-    assert_eq!((order["user_id"].as_i64(), order["sku_id"].as_i64(), order["amount"].as_i64()), (Some(USER), Some(SKU), Some(AMOUNT)));
+    assert_eq!(
+        (order["version"].as_i64(), order["fence"].as_i64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(
+        (
+            order["user_id"].as_i64(),
+            order["sku_id"].as_i64(),
+            order["amount"].as_i64()
+        ),
+        (Some(USER), Some(SKU), Some(AMOUNT))
+    );
     assert_eq!(order["payment_event_id"], inc.event_id.as_str());
     assert_eq!(by_source("stock_movement")[0]["fields"]["delta"], -1);
     let pay = &by_source("payment_flow")[0]["fields"];
-    assert_eq!((pay["pay_no"].as_str(), pay["status"].as_str(), pay["amount"].as_i64()), (Some(inc.pay_no.as_str()), Some("SUCCEEDED"), Some(AMOUNT)));
+    assert_eq!(
+        (
+            pay["pay_no"].as_str(),
+            pay["status"].as_str(),
+            pay["amount"].as_i64()
+        ),
+        (Some(inc.pay_no.as_str()), Some("SUCCEEDED"), Some(AMOUNT))
+    );
     assert_eq!(by_source("outbox")[0]["fields"]["status"], "SENT");
     let processed = &by_source("processed_event")[0]["fields"];
-    assert_eq!(processed["consumer_group"], w.config.kafka.consumer_group.as_str());
+    assert_eq!(
+        processed["consumer_group"],
+        w.config.kafka.consumer_group.as_str()
+    );
     assert_eq!(processed["kafka_partition"], inc.partition);
     assert_eq!(processed["kafka_offset"], inc.offsets[0]);
     assert_eq!(processed["outcome"], "applied");
@@ -534,12 +823,37 @@ async fn headless_trace_json(dialect: Dialect) {
     assert_eq!(lock["fields"]["owner_alive"], true);
     let fast = &by_source(&keys::idempotency_fast_path(&inc.request_id))[0];
     assert_eq!(fast["at_ms"], Value::Null);
-    assert!(fast["fields"]["value"].as_str().unwrap().contains("SUCCEEDED"));
-    let stopped: Vec<(&str, &str)> = d["interceptions"].as_array().unwrap().iter().map(|i| (i["layer"].as_str().unwrap(), i["outcome"].as_str().unwrap())).collect();
-    assert_eq!(stopped, [("lock", "lock_contended"), ("api", "replayed"), ("api", "replayed"), ("stream", "dedup_hit"), ("stream", "dedup_hit")]);
-    assert_eq!(d["events"][0], serde_json::json!({ "event_id": inc.event_id, "kafka_copies": 3, "processed_rows": 1, "dedup_hits": 2, "points_rows": 1, "notification_rows": 1 }));
+    assert!(fast["fields"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("SUCCEEDED"));
+    let stopped: Vec<(&str, &str)> = d["interceptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["layer"].as_str().unwrap(), i["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        stopped,
+        [
+            ("lock", "lock_contended"),
+            ("api", "replayed"),
+            ("api", "replayed"),
+            ("stream", "dedup_hit"),
+            ("stream", "dedup_hit")
+        ]
+    );
+    assert_eq!(
+        d["events"][0],
+        serde_json::json!({ "event_id": inc.event_id, "kafka_copies": 3, "processed_rows": 1, "dedup_hits": 2, "points_rows": 1, "notification_rows": 1 })
+    );
     let table = headless::trace_table(&r);
-    assert!(table.contains("duplicates stopped: 5") && table.contains("copy 3 of 3") && table.contains("STOPPED BY"), "{table}");
+    assert!(
+        table.contains("duplicates stopped: 5")
+            && table.contains("copy 3 of 3")
+            && table.contains("STOPPED BY"),
+        "{table}"
+    );
 }
 
 #[tokio::test]
@@ -588,28 +902,64 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     // however the reader interleaves partitions, the incident's events are evicted.
     for p in 0..3 {
         for i in 0..TRACE_EVENTS_KEPT + 10 {
-            let e = TraceEvent::new(Layer::Api, Outcome::Replayed).request_id(format!("APP:ORDER:20261129:filler-{p}-{i}")).order_no(format!("F{p}{i:027}"));
-            send(BaseRecord::to(&w.config.kafka.trace_topic).partition(p).key("filler").payload(serde_json::to_vec(&e).unwrap().as_slice()));
+            let e = TraceEvent::new(Layer::Api, Outcome::Replayed)
+                .request_id(format!("APP:ORDER:20261129:filler-{p}-{i}"))
+                .order_no(format!("F{p}{i:027}"));
+            send(
+                BaseRecord::to(&w.config.kafka.trace_topic)
+                    .partition(p)
+                    .key("filler")
+                    .payload(serde_json::to_vec(&e).unwrap().as_slice()),
+            );
         }
     }
     for i in 0..PAYMENT_MESSAGES_KEPT + 10 {
         let order = format!("F{i:028}");
-        let h = OwnedHeaders::new().insert(Header { key: headers::ORDER_NO, value: Some(order.as_str()) });
-        send(BaseRecord::to(&w.config.kafka.payment_topic).key(order.as_str()).payload(b"{}".as_slice()).headers(h));
+        let h = OwnedHeaders::new().insert(Header {
+            key: headers::ORDER_NO,
+            value: Some(order.as_str()),
+        });
+        send(
+            BaseRecord::to(&w.config.kafka.payment_topic)
+                .key(order.as_str())
+                .payload(b"{}".as_slice())
+                .headers(h),
+        );
     }
     producer.flush(Duration::from_secs(60)).unwrap();
 
     let r = headless::trace(&w.config, &inc.order_no).await;
     assert_eq!(r.exit_code(), 0, "{}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
-    assert_eq!(j["data"]["entries"].as_array().unwrap().len(), INCIDENT_ENTRIES);
-    assert_eq!(j["data"]["interceptions"].as_array().unwrap().len(), 5, "the trace events of the incident were kept");
-    assert_eq!(j["data"]["events"][0]["kafka_copies"], 3, "the payment messages of the incident were kept");
+    assert_eq!(
+        j["data"]["entries"].as_array().unwrap().len(),
+        INCIDENT_ENTRIES
+    );
+    assert_eq!(
+        j["data"]["interceptions"].as_array().unwrap().len(),
+        5,
+        "the trace events of the incident were kept"
+    );
+    assert_eq!(
+        j["data"]["events"][0]["kafka_copies"], 3,
+        "the payment messages of the incident were kept"
+    );
 
-    let rep = report::build(&w.config, &Scope::Id(inc.order_no.clone())).await.unwrap();
+    let rep = report::build(&w.config, &Scope::Id(inc.order_no.clone()))
+        .await
+        .unwrap();
     let j = serde_json::to_value(&rep).unwrap();
-    let stopped: u64 = j["rates"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert_eq!(stopped, 5, "the report counts the incident's interceptions: {}", j["rates"]);
+    let stopped: u64 = j["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        stopped, 5,
+        "the report counts the incident's interceptions: {}",
+        j["rates"]
+    );
 
     // The live console: once its trace log has moved past the incident (it keeps the newest
     // events), tracing the order still shows every trace event of it, read from the topic.
@@ -617,15 +967,36 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     let filler = 3 * (TRACE_EVENTS_KEPT + 10) as u64;
     // 300,000 events for a debug build next to other tests: a longer wait than pump_until's.
     let deadline = Instant::now() + Duration::from_secs(240);
-    while !(app.trace_log.events_seen >= filler && app.trace_log.matching(Some(&inc.order_no), Some(&inc.request_id), &Default::default()).is_empty()) {
-        assert!(Instant::now() < deadline, "the console read {} of {filler} trace events in 240 s", app.trace_log.events_seen);
-        if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await {
+    while !(app.trace_log.events_seen >= filler
+        && app
+            .trace_log
+            .matching(
+                Some(&inc.order_no),
+                Some(&inc.request_id),
+                &Default::default(),
+            )
+            .is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the console read {} of {filler} trace events in 240 s",
+            app.trace_log.events_seen
+        );
+        if let Ok(Some(u)) =
+            tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await
+        {
             app.apply(u);
         }
     }
     type_str(&mut app, &format!(":trace {}", inc.order_no));
     press(&mut app, KeyCode::Enter);
-    pump_until(&mut app, &mut b.updates, "the whole timeline of an order older than the log keeps", timeline_complete).await;
+    pump_until(
+        &mut app,
+        &mut b.updates,
+        "the whole timeline of an order older than the log keeps",
+        timeline_complete,
+    )
+    .await;
     assert_eq!(app.timeline().unwrap().interceptions.len(), 5);
     b.shutdown().await;
 }
@@ -639,15 +1010,27 @@ fn env_of(w: &World) -> Vec<(&'static str, String)> {
         ("IDEMGUARD_DATABASE__URL", w.config.database.url.clone()),
         ("IDEMGUARD_REDIS__URL", w.config.redis.url.clone()),
         ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
-        ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", w.config.kafka.payment_topic.clone()),
-        ("IDEMGUARD_KAFKA__TRACE_TOPIC", w.config.kafka.trace_topic.clone()),
-        ("IDEMGUARD_KAFKA__CONSUMER_GROUP", w.config.kafka.consumer_group.clone()),
+        (
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            w.config.kafka.payment_topic.clone(),
+        ),
+        (
+            "IDEMGUARD_KAFKA__TRACE_TOPIC",
+            w.config.kafka.trace_topic.clone(),
+        ),
+        (
+            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+            w.config.kafka.consumer_group.clone(),
+        ),
     ]
 }
 
 fn idemguard(w: &World, args: &[&str]) -> std::process::Output {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
-    c.args(args).env("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"));
+    c.args(args).env(
+        "IDEMGUARD_CONFIG",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+    );
     for (k, v) in env_of(w) {
         c.env(k, v);
     }
@@ -660,17 +1043,32 @@ async fn binary_exit_statuses_and_a_real_terminal() {
     let inc = Incident::write(&w).await;
 
     let ok = idemguard(&w, &["trace", &inc.order_no, "--json"]);
-    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let j: Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(j["data"]["order_no"], inc.order_no.as_str());
     let table = idemguard(&w, &["trace", &inc.request_id]);
-    assert!(String::from_utf8_lossy(&table.stdout).contains("TIME  "), "a readable table by default");
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("TIME  "),
+        "a readable table by default"
+    );
     let unknown = idemguard(&w, &["trace", "APP:ORDER:20261129:nobody-knows-me"]);
     assert_eq!(unknown.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no row, key, message or trace event"));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("no row, key, message or trace event")
+    );
     for cmd in ["locks", "stuck", "rates"] {
         let out = idemguard(&w, &[cmd, "--json"]);
-        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let j: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(j["command"], cmd);
     }
@@ -687,10 +1085,33 @@ async fn binary_exit_statuses_and_a_real_terminal() {
         env!("CARGO_MANIFEST_DIR"),
         env!("CARGO_BIN_EXE_idemguard")
     ));
-    let tmux = |args: &[&str]| std::process::Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)");
-    let started = tmux(&["new-session", "-d", "-s", &session, "-x", "160", "-y", "40", "bash", "-c", &script]);
-    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
-    let capture = || String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned();
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(args)
+            .output()
+            .expect("tmux must be installed (scripts/stack up installs it)")
+    };
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let capture = || {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned()
+    };
     let wait_for = |what: &str, f: &dyn Fn(&str) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -698,18 +1119,37 @@ async fn binary_exit_statuses_and_a_real_terminal() {
             if f(&s) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "tmux: {what} did not appear:\n{s}");
+            assert!(
+                Instant::now() < deadline,
+                "tmux: {what} did not appear:\n{s}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
-    let drawn = wait_for("the console", &|s| s.contains("idemguard console") && s.contains("database ok"));
-    assert!(drawn.contains("LOCAL") && drawn.contains("1:Trace"), "{drawn}");
-    tmux(&["send-keys", "-t", &session, &format!(":trace {}", inc.order_no), "Enter"]);
-    wait_for("the timeline", &|s| s.contains("Timeline, oldest first") && s.contains("copy 3 of 3"));
+    let drawn = wait_for("the console", &|s| {
+        s.contains("idemguard console") && s.contains("database ok")
+    });
+    assert!(
+        drawn.contains("LOCAL") && drawn.contains("1:Trace"),
+        "{drawn}"
+    );
+    tmux(&[
+        "send-keys",
+        "-t",
+        &session,
+        &format!(":trace {}", inc.order_no),
+        "Enter",
+    ]);
+    wait_for("the timeline", &|s| {
+        s.contains("Timeline, oldest first") && s.contains("copy 3 of 3")
+    });
     tmux(&["send-keys", "-t", &session, "q"]);
     let after = wait_for("the exit", &|s| s.contains("CONSOLE-EXITED-"));
     assert!(after.contains("CONSOLE-EXITED-0"), "{after}");
-    assert!(!after.contains("idemguard console"), "the terminal is restored (the UI is gone):\n{after}");
+    assert!(
+        !after.contains("idemguard console"),
+        "the terminal is restored (the UI is gone):\n{after}"
+    );
     tmux(&["kill-session", "-t", &session]);
 
     // With its Redis gone, the headless locks say so and exit non-zero.

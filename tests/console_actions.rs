@@ -19,7 +19,11 @@ use idemguard::lock::{Acquisition, LockGuard, Locks};
 use idemguard::trace::Tracer;
 
 fn instance(tag: &str) -> Instance {
-    Instance { id: format!("test-{tag}-{}", common::unique_suffix()), host: "testhost".into(), pid: 1 }
+    Instance {
+        id: format!("test-{tag}-{}", common::unique_suffix()),
+        host: "testhost".into(),
+        pid: 1,
+    }
 }
 
 fn locks_for(config: &Config, who: &Instance) -> Locks {
@@ -28,12 +32,29 @@ fn locks_for(config: &Config, who: &Instance) -> Locks {
 
 async fn actions_for(config: &Config, db: &Database, allow: bool) -> Actions {
     let me = instance("operator");
-    Actions::new(config, db.clone(), locks_for(config, &me), Tracer::log_only(&me), allow).await
+    Actions::new(
+        config,
+        db.clone(),
+        locks_for(config, &me),
+        Tracer::log_only(&me),
+        allow,
+    )
+    .await
 }
 
 /// Hold `key` as `who` (no watchdog, long TTL) and leave it held: the process "died" holding it.
 async fn hold_and_abandon(locks: &Locks, key: &str) -> String {
-    let guard: LockGuard = match locks.acquire_with(key, &locks.options().ttl(Duration::from_secs(60)).without_watchdog()).await.expect("acquire") {
+    let guard: LockGuard = match locks
+        .acquire_with(
+            key,
+            &locks
+                .options()
+                .ttl(Duration::from_secs(60))
+                .without_watchdog(),
+        )
+        .await
+        .expect("acquire")
+    {
         Acquisition::Held(g) => g,
         Acquisition::Contended(c) => panic!("{key} unexpectedly held: {c:?}"),
     };
@@ -48,12 +69,25 @@ fn order_key() -> String {
 }
 
 async fn audit(db: &Database, target: &str) -> Vec<AuditRow> {
-    actions::audit_rows(db, 0, i64::MAX, 1000).await.expect("read ops_audit").into_iter().filter(|r| r.target == target).collect()
+    actions::audit_rows(db, 0, i64::MAX, 1000)
+        .await
+        .expect("read ops_audit")
+        .into_iter()
+        .filter(|r| r.target == target)
+        .collect()
 }
 
 async fn redis_get(config: &Config, key: &str) -> Option<String> {
-    let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.expect("redis (scripts/stack up)");
-    redis::cmd("GET").arg(key).query_async(&mut c).await.unwrap()
+    let mut c = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis (scripts/stack up)");
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,17 +106,29 @@ async fn release_of_a_dead_owners_lock_succeeds_and_is_audited() {
     let ops = actions_for(&config, &db, true).await;
     let view = ops.locks().inspect(&key).await;
     assert_eq!(view.values(), vec![value.as_str()]);
-    let r = ops.run(&actions::release_of(&view, false, true, None)).await;
+    let r = ops
+        .run(&actions::release_of(&view, false, true, None))
+        .await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
-    assert!(ops.locks().inspect(&key).await.is_free(), "the lock is gone");
+    assert!(
+        ops.locks().inspect(&key).await.is_free(),
+        "the lock is gone"
+    );
     let fence_after = holder.current_fence(&key).await.unwrap().unwrap();
-    assert!(fence_after > fence_before, "--bump-fence raised {} past {fence_before}: {fence_after}", keys::fence(&key));
+    assert!(
+        fence_after > fence_before,
+        "--bump-fence raised {} past {fence_before}: {fence_after}",
+        keys::fence(&key)
+    );
 
     let rows = audit(&db, &key).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].outcome, "done");
     assert_eq!(rows[0].action, "release_lock");
-    assert!(rows[0].before_state.as_deref().unwrap().contains(&value), "before names the value seen");
+    assert!(
+        rows[0].before_state.as_deref().unwrap().contains(&value),
+        "before names the value seen"
+    );
     assert_eq!(Some(rows[0].id), r.audit_id);
     db.pool.close().await;
 }
@@ -94,18 +140,32 @@ async fn a_lock_reacquired_after_it_was_displayed_is_not_deleted() {
     let key = order_key();
     let ops = actions_for(&config, &db, true).await;
 
-    let guard = first.acquire_with(&key, &first.options().without_watchdog()).await.unwrap().held().unwrap();
+    let guard = first
+        .acquire_with(&key, &first.options().without_watchdog())
+        .await
+        .unwrap()
+        .held()
+        .unwrap();
     let shown = ops.locks().inspect(&key).await; // what the operator saw
     guard.release().await.unwrap();
     let second = locks_for(&config, &instance("second"));
     let now_held = hold_and_abandon(&second, &key).await; // a dead owner too: only the value differs
 
-    let r = ops.run(&actions::release_of(&shown, false, false, None)).await;
+    let r = ops
+        .run(&actions::release_of(&shown, false, false, None))
+        .await;
     assert_eq!(r.outcome, ActionOutcome::Changed, "{}", r.detail);
     assert!(r.detail.contains("changed hands"), "{}", r.detail);
-    assert_eq!(ops.locks().inspect(&key).await.values(), vec![now_held.as_str()], "the new holder's lock is intact");
+    assert_eq!(
+        ops.locks().inspect(&key).await.values(),
+        vec![now_held.as_str()],
+        "the new holder's lock is intact"
+    );
     let rows = audit(&db, &key).await;
-    assert_eq!(rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(), vec!["changed"]);
+    assert_eq!(
+        rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+        vec!["changed"]
+    );
     ops.locks().release_if_value(&key, &now_held).await.unwrap();
     db.pool.close().await;
 }
@@ -121,15 +181,35 @@ async fn a_live_owners_lock_is_refused_without_force_and_released_with_force_and
     let ops = actions_for(&config, &db, true).await;
     let view = ops.locks().inspect(&key).await;
 
-    let r = ops.run(&actions::release_of(&view, false, false, None)).await;
+    let r = ops
+        .run(&actions::release_of(&view, false, false, None))
+        .await;
     assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
     assert!(r.detail.contains("alive"), "{}", r.detail);
-    assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "nothing deleted");
+    assert_eq!(
+        ops.locks().inspect(&key).await.values(),
+        vec![value.as_str()],
+        "nothing deleted"
+    );
 
-    let r = ops.run(&actions::release_of(&view, true, false, None)).await;
-    assert_eq!(r.outcome, ActionOutcome::Refused, "force without a reason: {}", r.detail);
+    let r = ops
+        .run(&actions::release_of(&view, true, false, None))
+        .await;
+    assert_eq!(
+        r.outcome,
+        ActionOutcome::Refused,
+        "force without a reason: {}",
+        r.detail
+    );
 
-    let r = ops.run(&actions::release_of(&view, true, false, Some("holder hung in GC for 10 min".into()))).await;
+    let r = ops
+        .run(&actions::release_of(
+            &view,
+            true,
+            false,
+            Some("holder hung in GC for 10 min".into()),
+        ))
+        .await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
     assert!(ops.locks().inspect(&key).await.is_free());
 
@@ -137,7 +217,10 @@ async fn a_live_owners_lock_is_refused_without_force_and_released_with_force_and
     let mut outcomes: Vec<&str> = rows.iter().map(|r| r.outcome.as_str()).collect();
     outcomes.reverse(); // newest first → oldest first
     assert_eq!(outcomes, vec!["refused", "refused", "done"]);
-    assert_eq!(rows[0].reason.as_deref(), Some("holder hung in GC for 10 min"));
+    assert_eq!(
+        rows[0].reason.as_deref(),
+        Some("holder hung in GC for 10 min")
+    );
     heartbeat.stop().await.unwrap();
     db.pool.close().await;
 }
@@ -157,10 +240,19 @@ async fn redlock_release_deletes_the_acquisition_on_every_node() {
     // its own, and only the values given are deleted).
     let values: Vec<String> = view.values().into_iter().map(str::to_string).collect();
     let r = ops
-        .run(&Action::ReleaseLock { key: key.clone(), expect_values: values, force: false, bump_fence: false, reason: None })
+        .run(&Action::ReleaseLock {
+            key: key.clone(),
+            expect_values: values,
+            force: false,
+            bump_fence: false,
+            reason: None,
+        })
         .await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
-    assert!(ops.locks().inspect(&key).await.is_free(), "deleted on every node");
+    assert!(
+        ops.locks().inspect(&key).await.is_free(),
+        "deleted on every node"
+    );
     db.pool.close().await;
 }
 
@@ -180,7 +272,10 @@ async fn stuck_record(config: &Config, db: &Database, owner: &str) -> Idempotenc
         lease_ms: 1,
         retention_ms: 86_400_000,
     };
-    assert_eq!(idempotency::claim(db, &claim).await.unwrap(), idempotency::Claim::New);
+    assert_eq!(
+        idempotency::claim(db, &claim).await.unwrap(),
+        idempotency::Claim::New
+    );
     idempotency::get(db, rid.as_str()).await.unwrap().unwrap()
 }
 
@@ -200,7 +295,11 @@ async fn place_order(db: &Database, request_id: &str) -> idemguard::db::orders::
 }
 
 fn finalize(rec: &IdempotencyRecord) -> Action {
-    Action::Finalize { request_id: rec.request_id.clone(), expect_version: Some(rec.version), reason: Some("incident 42".into()) }
+    Action::Finalize {
+        request_id: rec.request_id.clone(),
+        expect_version: Some(rec.version),
+        reason: Some("incident 42".into()),
+    }
 }
 
 async fn reconcile_picks_succeeded_when_the_order_exists(dialect: Dialect) {
@@ -211,19 +310,49 @@ async fn reconcile_picks_succeeded_when_the_order_exists(dialect: Dialect) {
     let r = ops.run(&finalize(&rec)).await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
 
-    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+    let now = idempotency::get(&db, &rec.request_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now.status, "SUCCEEDED");
     assert_eq!(now.response_code, Some(201));
     // The API's body for this order: OrderView of the row, serialized the way the API does.
-    assert_eq!(now.response_body.as_deref(), Some(serde_json::to_string(&OrderView::from(&order)).unwrap().as_str()), "{dialect}");
+    assert_eq!(
+        now.response_body.as_deref(),
+        Some(
+            serde_json::to_string(&OrderView::from(&order))
+                .unwrap()
+                .as_str()
+        ),
+        "{dialect}"
+    );
     assert_eq!(now.order_no.as_deref(), Some(order.order_no.as_str()));
     assert_eq!(now.version, rec.version + 1);
-    let fast: FastPathValue = serde_json::from_str(&redis_get(&config, &keys::idempotency_fast_path(&rec.request_id)).await.expect("fast path set")).unwrap();
-    assert_eq!(fast, FastPathValue::Finished { hash: rec.request_hash.clone(), code: 201, body: now.response_body.clone().unwrap() });
+    let fast: FastPathValue = serde_json::from_str(
+        &redis_get(&config, &keys::idempotency_fast_path(&rec.request_id))
+            .await
+            .expect("fast path set"),
+    )
+    .unwrap();
+    assert_eq!(
+        fast,
+        FastPathValue::Finished {
+            hash: rec.request_hash.clone(),
+            code: 201,
+            body: now.response_body.clone().unwrap()
+        }
+    );
     let rows = audit(&db, &rec.request_id).await;
     assert_eq!(rows.len(), 1, "{dialect}: {rows:?}");
-    assert_eq!((rows[0].outcome.as_str(), rows[0].action.as_str()), ("done", "finalize"));
-    assert!(rows[0].after_state.as_deref().unwrap().contains("SUCCEEDED"));
+    assert_eq!(
+        (rows[0].outcome.as_str(), rows[0].action.as_str()),
+        ("done", "finalize")
+    );
+    assert!(rows[0]
+        .after_state
+        .as_deref()
+        .unwrap()
+        .contains("SUCCEEDED"));
     db.pool.close().await;
 }
 
@@ -243,12 +372,26 @@ async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(diale
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
-    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
+    let now = idempotency::get(&db, &rec.request_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now.status, "FAILED");
-    assert_eq!(now.response_code, Some(422), "not 409, which clients retry with the same key for ever");
-    let body: serde_json::Value = serde_json::from_str(now.response_body.as_deref().unwrap()).unwrap();
-    assert_eq!(body["type"], "https://idemguard.dev/problems/request-abandoned");
-    assert!(body["detail"].as_str().unwrap().contains("incident 42"), "the reason is in the problem: {body}");
+    assert_eq!(
+        now.response_code,
+        Some(422),
+        "not 409, which clients retry with the same key for ever"
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(now.response_body.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        body["type"],
+        "https://idemguard.dev/problems/request-abandoned"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("incident 42"),
+        "the reason is in the problem: {body}"
+    );
     assert_eq!(now.order_no, None);
     assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "done");
     db.pool.close().await;
@@ -273,7 +416,14 @@ async fn finalize_is_refused_while_the_owner_is_alive(dialect: Dialect) {
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
     assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
-    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
+    assert_eq!(
+        idempotency::get(&db, &rec.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        rec,
+        "{dialect}: record untouched"
+    );
     assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
     heartbeat.stop().await.unwrap();
     db.pool.close().await;
@@ -289,27 +439,62 @@ async fn finalize_is_refused_while_the_owner_is_alive_mysql() {
     finalize_is_refused_while_the_owner_is_alive(Dialect::Mysql).await;
 }
 
-async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(dialect: Dialect) {
+async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(
+    dialect: Dialect,
+) {
     let (config, db) = common::migrated_database(dialect).await;
     let owner = instance("slow").id;
     let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
-    // The owner finishes a moment later (its own conditional finalize).
-    let outcome = idempotency::Outcome { status: "SUCCEEDED", code: 201, body: "{\"the\":\"owner's answer\"}".into(), order_no: None };
-    assert!(idempotency::finalize(&db, &shown.request_id, &owner, &outcome, 86_400_000).await.unwrap());
-    let finished = idempotency::get(&db, &shown.request_id).await.unwrap().unwrap();
+                                                          // The owner finishes a moment later (its own conditional finalize).
+    let outcome = idempotency::Outcome {
+        status: "SUCCEEDED",
+        code: 201,
+        body: "{\"the\":\"owner's answer\"}".into(),
+        order_no: None,
+    };
+    assert!(
+        idempotency::finalize(&db, &shown.request_id, &owner, &outcome, 86_400_000)
+            .await
+            .unwrap()
+    );
+    let finished = idempotency::get(&db, &shown.request_id)
+        .await
+        .unwrap()
+        .unwrap();
 
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&shown)).await;
     assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
-    assert_eq!(idempotency::get(&db, &shown.request_id).await.unwrap().unwrap(), finished, "{dialect}: nothing written");
+    assert_eq!(
+        idempotency::get(&db, &shown.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        finished,
+        "{dialect}: nothing written"
+    );
 
     // Taken over by a retry (still PROCESSING, a new version): the version seen no longer matches.
     let other = stuck_record(&config, &db, &owner).await;
-    assert!(idempotency::reclaim(&db, &other, "retrying-instance", 0, 60_000).await.unwrap());
-    let taken = idempotency::get(&db, &other.request_id).await.unwrap().unwrap();
+    assert!(
+        idempotency::reclaim(&db, &other, "retrying-instance", 0, 60_000)
+            .await
+            .unwrap()
+    );
+    let taken = idempotency::get(&db, &other.request_id)
+        .await
+        .unwrap()
+        .unwrap();
     let r = ops.run(&finalize(&other)).await;
     assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
-    assert_eq!(idempotency::get(&db, &other.request_id).await.unwrap().unwrap(), taken, "{dialect}: nothing written");
+    assert_eq!(
+        idempotency::get(&db, &other.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        taken,
+        "{dialect}: nothing written"
+    );
 
     assert_eq!(audit(&db, &shown.request_id).await[0].outcome, "changed");
     assert_eq!(audit(&db, &other.request_id).await[0].outcome, "changed");
@@ -318,7 +503,8 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
 
 #[tokio::test]
 async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_postgres() {
-    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Postgres).await;
+    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Postgres)
+        .await;
 }
 
 #[tokio::test]
@@ -332,7 +518,10 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
 
 async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
-    assert!(!config.environment.allow_actions, "config/local.toml is read-only by default");
+    assert!(
+        !config.environment.allow_actions,
+        "config/local.toml is read-only by default"
+    );
     let ops = actions_for(&config, &db, false).await;
     assert!(!ops.allowed());
 
@@ -345,22 +534,55 @@ async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect
     place_order(&db, &rec.request_id).await;
     let fast_key = keys::idempotency_fast_path(&rec.request_id);
     let placeholder = "{\"state\":\"PROCESSING\",\"hash\":\"h\",\"owner\":\"x\",\"nonce\":\"n\"}";
-    let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("SET").arg(&fast_key).arg(placeholder).arg("PX").arg(60_000).query_async(&mut c).await.unwrap();
+    let mut c = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&fast_key)
+        .arg(placeholder)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
 
     let view = ops.locks().inspect(&key).await;
-    let r1 = ops.run(&actions::release_of(&view, false, true, None)).await;
+    let r1 = ops
+        .run(&actions::release_of(&view, false, true, None))
+        .await;
     let r2 = ops.run(&finalize(&rec)).await;
     for r in [&r1, &r2] {
         assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
-        assert!(r.detail.contains("--allow-actions"), "says how to enable: {}", r.detail);
+        assert!(
+            r.detail.contains("--allow-actions"),
+            "says how to enable: {}",
+            r.detail
+        );
     }
     // Nothing written on Redis …
-    assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()]);
-    assert_eq!(holder.current_fence(&key).await.unwrap(), fence, "no fence bump");
-    assert_eq!(redis_get(&config, &fast_key).await.as_deref(), Some(placeholder));
+    assert_eq!(
+        ops.locks().inspect(&key).await.values(),
+        vec![value.as_str()]
+    );
+    assert_eq!(
+        holder.current_fence(&key).await.unwrap(),
+        fence,
+        "no fence bump"
+    );
+    assert_eq!(
+        redis_get(&config, &fast_key).await.as_deref(),
+        Some(placeholder)
+    );
     // … nor on the database,
-    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
+    assert_eq!(
+        idempotency::get(&db, &rec.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        rec
+    );
     // … but both attempts are in ops_audit.
     assert_eq!(audit(&db, &key).await[0].outcome, "refused");
     assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "refused");
@@ -385,18 +607,44 @@ async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Diale
     let holder = locks_for(&config, &instance("dead"));
     let key = order_key();
     let value = hold_and_abandon(&holder, &key).await;
-    sqlx::query("DROP TABLE ops_audit").execute(&db.pool).await.unwrap();
+    sqlx::query("DROP TABLE ops_audit")
+        .execute(&db.pool)
+        .await
+        .unwrap();
 
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
-    assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
+    assert_eq!(
+        (r.outcome, r.audit_id),
+        (ActionOutcome::Error, None),
+        "{dialect}: {}",
+        r.detail
+    );
     assert!(r.detail.contains("not performed"), "{}", r.detail);
-    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec, "{dialect}: record untouched");
+    assert_eq!(
+        idempotency::get(&db, &rec.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        rec,
+        "{dialect}: record untouched"
+    );
 
     let view = ops.locks().inspect(&key).await;
-    let r = ops.run(&actions::release_of(&view, false, false, None)).await;
-    assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
-    assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "{dialect}: lock untouched");
+    let r = ops
+        .run(&actions::release_of(&view, false, false, None))
+        .await;
+    assert_eq!(
+        (r.outcome, r.audit_id),
+        (ActionOutcome::Error, None),
+        "{dialect}: {}",
+        r.detail
+    );
+    assert_eq!(
+        ops.locks().inspect(&key).await.values(),
+        vec![value.as_str()],
+        "{dialect}: lock untouched"
+    );
     ops.locks().release_if_value(&key, &value).await.unwrap();
     db.pool.close().await;
 }
@@ -437,43 +685,109 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
             .env("IDEMGUARD_LOG", "error")
             .output()
             .expect("run idemguard");
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
 
     let (code, out) = run(s(&["finalize", &rec.request_id]));
     assert_eq!(code, Some(4), "{dialect}: read-only refuses: {out}");
     assert!(out.contains("--allow-actions"), "{out}");
-    let (code, out) = run(s(&["finalize", &rec.request_id, "--expect-version", &(rec.version + 7).to_string(), "--allow-actions"]));
+    let (code, out) = run(s(&[
+        "finalize",
+        &rec.request_id,
+        "--expect-version",
+        &(rec.version + 7).to_string(),
+        "--allow-actions",
+    ]));
     assert_eq!(code, Some(5), "{dialect}: another version: {out}");
-    let (code, out) = run(s(&["finalize", &rec.request_id, "--allow-actions", "--reason", "runbook 7"]));
+    let (code, out) = run(s(&[
+        "finalize",
+        &rec.request_id,
+        "--allow-actions",
+        "--reason",
+        "runbook 7",
+    ]));
     assert_eq!(code, Some(0), "{dialect}: {out}");
-    assert!(out.contains("finalize") && out.contains("done") && out.contains("FAILED"), "{out}");
-    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap().status, "FAILED");
+    assert!(
+        out.contains("finalize") && out.contains("done") && out.contains("FAILED"),
+        "{out}"
+    );
+    assert_eq!(
+        idempotency::get(&db, &rec.request_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        "FAILED"
+    );
 
     // The same owner, an earlier acquisition (another nonce): what the operator saw is gone.
     let mut earlier = idemguard::contracts::LockHolder::from_value(&value).unwrap();
     earlier.nonce = "0".repeat(32);
-    let (code, out) = run(s(&["release-lock", &key, "--expect-value", &earlier.to_value(), "--allow-actions"]));
-    assert_eq!(code, Some(5), "{dialect}: a value no longer held deletes nothing: {out}");
+    let (code, out) = run(s(&[
+        "release-lock",
+        &key,
+        "--expect-value",
+        &earlier.to_value(),
+        "--allow-actions",
+    ]));
+    assert_eq!(
+        code,
+        Some(5),
+        "{dialect}: a value no longer held deletes nothing: {out}"
+    );
     assert_eq!(holder.inspect(&key).await.values(), vec![value.as_str()]);
-    let (code, out) = run(s(&["release-lock", &key, "--expect-value", &value, "--bump-fence", "--allow-actions", "--json"]));
+    let (code, out) = run(s(&[
+        "release-lock",
+        &key,
+        "--expect-value",
+        &value,
+        "--bump-fence",
+        "--allow-actions",
+        "--json",
+    ]));
     assert_eq!(code, Some(0), "{dialect}: {out}");
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(json["outcome"], "done");
     assert!(holder.inspect(&key).await.is_free());
 
-    let outcomes: Vec<String> = audit(&db, &rec.request_id).await.into_iter().rev().map(|r| r.outcome).collect();
+    let outcomes: Vec<String> = audit(&db, &rec.request_id)
+        .await
+        .into_iter()
+        .rev()
+        .map(|r| r.outcome)
+        .collect();
     assert_eq!(outcomes, vec!["refused", "changed", "done"], "{dialect}");
-    let outcomes: Vec<String> = audit(&db, &key).await.into_iter().rev().map(|r| r.outcome).collect();
+    let outcomes: Vec<String> = audit(&db, &key)
+        .await
+        .into_iter()
+        .rev()
+        .map(|r| r.outcome)
+        .collect();
     assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
 
-    let log = idemguard::console::headless::read_trace_log(&config, idemguard::console::topics::StartAt::Beginning).await.unwrap();
+    let log = idemguard::console::headless::read_trace_log(
+        &config,
+        idemguard::console::topics::StartAt::Beginning,
+    )
+    .await
+    .unwrap();
     let events = log.matching(None, Some(&rec.request_id), &Default::default());
-    let ops: Vec<&idemguard::contracts::TraceEvent> =
-        events.iter().filter(|e| e.outcome == idemguard::contracts::Outcome::OperatorAction).collect();
-    assert_eq!(ops.len(), 3, "{dialect}: one operator_action event per attempt: {events:?}");
-    assert!(ops.iter().all(|e| e.layer == idemguard::contracts::Layer::Console));
+    let ops: Vec<&idemguard::contracts::TraceEvent> = events
+        .iter()
+        .filter(|e| e.outcome == idemguard::contracts::Outcome::OperatorAction)
+        .collect();
+    assert_eq!(
+        ops.len(),
+        3,
+        "{dialect}: one operator_action event per attempt: {events:?}"
+    );
+    assert!(ops
+        .iter()
+        .all(|e| e.layer == idemguard::contracts::Layer::Console));
     db.pool.close().await;
 }
 
@@ -509,7 +823,10 @@ fn redactions() -> Vec<(&'static str, &'static str)> {
         (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
         (r"\b1\d{12}\b", "[ms]"),
         (r"\b1\d{15}\b", "[fence]"),
-        (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
+        (
+            r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *",
+            "[dur] ",
+        ),
         (r"igt_[0-9a-f]+", "igt_[db]"),
         (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
         (r"operator [A-Za-z0-9_.-]+", "operator [op]"),
@@ -529,7 +846,13 @@ const LIVE_KEY: &str = "lock:order:incident-live";
 
 /// A world of the test's own: a fresh database, a Redis server of its own (so the Locks view
 /// lists exactly these locks), a dead owner's lock, a live owner's lock and two stuck records.
-async fn console_world() -> (console_fixture::RedisServer, Config, Database, Vec<IdempotencyRecord>, idemguard::lock::Heartbeat) {
+async fn console_world() -> (
+    console_fixture::RedisServer,
+    Config,
+    Database,
+    Vec<IdempotencyRecord>,
+    idemguard::lock::Heartbeat,
+) {
     let redis = console_fixture::RedisServer::start();
     let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
     config.redis.url = redis.url();
@@ -541,8 +864,16 @@ async fn console_world() -> (console_fixture::RedisServer, Config, Database, Vec
     let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
     config.kafka.trace_topic = topics[0].clone();
     config.kafka.payment_topic = topics[1].clone();
-    let dead = Instance { id: "dead-owner".into(), host: "h1".into(), pid: 11 };
-    let live = Instance { id: "live-owner".into(), host: "h2".into(), pid: 22 };
+    let dead = Instance {
+        id: "dead-owner".into(),
+        host: "h1".into(),
+        pid: 11,
+    };
+    let live = Instance {
+        id: "live-owner".into(),
+        host: "h2".into(),
+        pid: 22,
+    };
     hold_and_abandon(&locks_for(&config, &dead), DEAD_KEY).await;
     let live_locks = locks_for(&config, &live);
     let heartbeat = live_locks.liveness().start(&live).await.unwrap();
@@ -562,9 +893,16 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     let mut app = App::new(&config, None);
     app.allow_actions(true);
     app.attach_executor(exec);
-    pump_until(&mut app, &mut backends.updates, "two locks and two stuck records", |a| {
-        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2) && a.stuck.as_ref().is_some_and(|s| s.len() == 2) && a.audit.is_some()
-    })
+    pump_until(
+        &mut app,
+        &mut backends.updates,
+        "two locks and two stuck records",
+        |a| {
+            a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+                && a.stuck.as_ref().is_some_and(|s| s.len() == 2)
+                && a.audit.is_some()
+        },
+    )
     .await;
 
     // Locks: the dead owner's lock, confirmed with Enter.
@@ -575,12 +913,26 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     let c = app.confirm.clone().expect("x opens the confirmation");
     assert!(c.phrase.is_none() && !c.needs_reason, "{c:?}");
     let s = screen(&mut app, 200, 30);
-    assert!(s.contains(DEAD_KEY) && s.contains("dead (no heartbeat)") && s.contains("compare-and-delete") && s.contains("PTTL"), "{s}");
+    assert!(
+        s.contains(DEAD_KEY)
+            && s.contains("dead (no heartbeat)")
+            && s.contains("compare-and-delete")
+            && s.contains("PTTL"),
+        "{s}"
+    );
     snapshot!("actions_confirm_release", popup(&s));
     press(&mut app, KeyCode::Enter);
     assert!(app.confirm.is_none());
-    pump_until(&mut app, &mut backends.updates, "the release result", |a| !a.last_batch.is_empty()).await;
-    assert_eq!(app.last_batch[0].outcome, ActionOutcome::Done, "{:?}", app.last_batch);
+    pump_until(&mut app, &mut backends.updates, "the release result", |a| {
+        !a.last_batch.is_empty()
+    })
+    .await;
+    assert_eq!(
+        app.last_batch[0].outcome,
+        ActionOutcome::Done,
+        "{:?}",
+        app.last_batch
+    );
     assert!(ops_locks(&config).inspect(DEAD_KEY).await.is_free());
 
     // The live owner's lock: forced, so a reason is required before Enter runs it.
@@ -591,16 +943,31 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     assert!(app.confirm.as_ref().unwrap().needs_reason);
     press(&mut app, KeyCode::Enter);
     assert!(app.confirm.is_some(), "Enter without a reason does nothing");
-    assert!(app.message.as_ref().unwrap().0.contains("reason"), "{:?}", app.message);
+    assert!(
+        app.message.as_ref().unwrap().0.contains("reason"),
+        "{:?}",
+        app.message
+    );
     type_str(&mut app, "holder hung since 03:00");
     press(&mut app, KeyCode::Enter);
-    pump_until(&mut app, &mut backends.updates, "the forced release", |a| a.last_batch.first().is_some_and(|r| r.target == LIVE_KEY)).await;
-    assert_eq!(app.last_batch[0].outcome, ActionOutcome::Done, "{:?}", app.last_batch);
+    pump_until(&mut app, &mut backends.updates, "the forced release", |a| {
+        a.last_batch.first().is_some_and(|r| r.target == LIVE_KEY)
+    })
+    .await;
+    assert_eq!(
+        app.last_batch[0].outcome,
+        ActionOutcome::Done,
+        "{:?}",
+        app.last_batch
+    );
     assert!(ops_locks(&config).inspect(LIVE_KEY).await.is_free());
 
     // Stuck: Space tags both rows; a bulk action needs the typed phrase; each row its result.
     press(&mut app, KeyCode::Char('4'));
-    pump_until(&mut app, &mut backends.updates, "stuck rows", |a| a.row_count(View::Stuck) == 2).await;
+    pump_until(&mut app, &mut backends.updates, "stuck rows", |a| {
+        a.row_count(View::Stuck) == 2
+    })
+    .await;
     press(&mut app, KeyCode::Char('g'));
     press(&mut app, KeyCode::Char(' '));
     press(&mut app, KeyCode::Char(' '));
@@ -609,27 +976,58 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     press(&mut app, KeyCode::Char('f'));
     let c = app.confirm.clone().unwrap();
     assert_eq!(c.phrase.as_deref(), Some("finalize 2 in local"));
-    assert!(c.lines.iter().any(|l| l.contains("AND status = 'PROCESSING' AND version = $8")), "the SQL WHERE is shown: {:?}", c.lines);
+    assert!(
+        c.lines
+            .iter()
+            .any(|l| l.contains("AND status = 'PROCESSING' AND version = $8")),
+        "the SQL WHERE is shown: {:?}",
+        c.lines
+    );
     press(&mut app, KeyCode::Enter);
     assert!(app.confirm.is_some(), "no phrase typed: nothing runs");
     type_str(&mut app, "finalize 2 in local");
     press(&mut app, KeyCode::Enter);
-    pump_until(&mut app, &mut backends.updates, "two finalize results", |a| a.last_batch.len() == 2).await;
-    assert!(app.last_batch.iter().all(|r| r.outcome == ActionOutcome::Done), "{:?}", app.last_batch);
-    let statuses: Vec<String> =
-        futures_statuses(&db, &stuck).await;
+    pump_until(
+        &mut app,
+        &mut backends.updates,
+        "two finalize results",
+        |a| a.last_batch.len() == 2,
+    )
+    .await;
+    assert!(
+        app.last_batch
+            .iter()
+            .all(|r| r.outcome == ActionOutcome::Done),
+        "{:?}",
+        app.last_batch
+    );
+    let statuses: Vec<String> = futures_statuses(&db, &stuck).await;
     assert_eq!(statuses, vec!["SUCCEEDED", "FAILED"]);
     let s = screen(&mut app, 160, 30);
-    assert!(s.contains("Last actions, per row") && s.contains("SUCCEEDED 201") && s.contains("FAILED 422"), "{s}");
+    assert!(
+        s.contains("Last actions, per row")
+            && s.contains("SUCCEEDED 201")
+            && s.contains("FAILED 422"),
+        "{s}"
+    );
 
     // The Audit view lists every attempt.
     type_str(&mut app, ":audit");
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.view, View::Audit);
-    pump_until(&mut app, &mut backends.updates, "four audit rows", |a| a.audit_rows().len() == 4).await;
+    pump_until(&mut app, &mut backends.updates, "four audit rows", |a| {
+        a.audit_rows().len() == 4
+    })
+    .await;
     let s = screen(&mut app, 200, 14);
-    assert!(s.contains("release_lock") && s.contains("finalize") && s.contains("holder hung since 03"), "{s}");
-    assert_eq!(common::count(&db, "ops_audit WHERE outcome = 'done'").await, 4);
+    assert!(
+        s.contains("release_lock") && s.contains("finalize") && s.contains("holder hung since 03"),
+        "{s}"
+    );
+    assert_eq!(
+        common::count(&db, "ops_audit WHERE outcome = 'done'").await,
+        4
+    );
     heartbeat.stop().await.unwrap();
     backends.shutdown().await;
     db.pool.close().await;
@@ -638,9 +1036,20 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
 /// The popup's lines of a screen (the rest has volatile backend states).
 fn popup(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
-    let start = lines.iter().position(|l| l.contains("╭ Release") || l.contains("╭ Finalize")).expect("a popup on screen");
-    let end = start + lines[start..].iter().position(|l| l.trim_start_matches('│').trim_start().starts_with('╰')).expect("its bottom");
-    lines[start..=end].iter().map(|l| l.trim_start_matches('│').trim_end_matches('│').trim()).collect::<Vec<_>>().join("\n")
+    let start = lines
+        .iter()
+        .position(|l| l.contains("╭ Release") || l.contains("╭ Finalize"))
+        .expect("a popup on screen");
+    let end = start
+        + lines[start..]
+            .iter()
+            .position(|l| l.trim_start_matches('│').trim_start().starts_with('╰'))
+            .expect("its bottom");
+    lines[start..=end]
+        .iter()
+        .map(|l| l.trim_start_matches('│').trim_end_matches('│').trim())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn ops_locks(config: &Config) -> Locks {
@@ -650,7 +1059,13 @@ fn ops_locks(config: &Config) -> Locks {
 async fn futures_statuses(db: &Database, recs: &[IdempotencyRecord]) -> Vec<String> {
     let mut out = Vec::new();
     for r in recs {
-        out.push(idempotency::get(db, &r.request_id).await.unwrap().unwrap().status);
+        out.push(
+            idempotency::get(db, &r.request_id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+        );
     }
     out
 }
@@ -662,36 +1077,75 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     let exec = backends.spawn_executor(&config, false);
     let mut app = App::new(&config, None);
     app.attach_executor(exec);
-    pump_until(&mut app, &mut backends.updates, "locks and stuck records", |a| {
-        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2) && a.stuck.as_ref().is_some_and(|s| s.len() == 2)
-    })
+    pump_until(
+        &mut app,
+        &mut backends.updates,
+        "locks and stuck records",
+        |a| {
+            a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+                && a.stuck.as_ref().is_some_and(|s| s.len() == 2)
+        },
+    )
     .await;
     press(&mut app, KeyCode::Char('2'));
     type_str(&mut app, "/dead-owner");
     press(&mut app, KeyCode::Enter);
     let s = screen(&mut app, 160, 12);
-    assert!(s.contains("<x> release (read-only: --allow-actions)") && s.contains("read-only"), "{s}");
+    assert!(
+        s.contains("<x> release (read-only: --allow-actions)") && s.contains("read-only"),
+        "{s}"
+    );
     // The backends' line is volatile (the topics may still be connecting): left out.
-    let stable: Vec<&str> = s.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| l).collect();
+    let stable: Vec<&str> = s
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| l)
+        .collect();
     snapshot!("actions_locks_read_only", stable.join("\n"));
     press(&mut app, KeyCode::Char('x'));
     assert!(app.confirm.is_none(), "read-only: no confirmation opens");
-    assert!(app.message.as_ref().unwrap().0.contains("--allow-actions"), "{:?}", app.message);
-    pump_until(&mut app, &mut backends.updates, "the refused attempt", |a| !a.last_batch.is_empty()).await;
+    assert!(
+        app.message.as_ref().unwrap().0.contains("--allow-actions"),
+        "{:?}",
+        app.message
+    );
+    pump_until(
+        &mut app,
+        &mut backends.updates,
+        "the refused attempt",
+        |a| !a.last_batch.is_empty(),
+    )
+    .await;
     assert_eq!(app.last_batch[0].outcome, ActionOutcome::Refused);
-    assert!(!ops_locks(&config).inspect(DEAD_KEY).await.is_free(), "nothing deleted");
+    assert!(
+        !ops_locks(&config).inspect(DEAD_KEY).await.is_free(),
+        "nothing deleted"
+    );
     assert_eq!(audit(&db, DEAD_KEY).await[0].outcome, "refused");
-    assert_eq!(idempotency::get(&db, &stuck[0].request_id).await.unwrap().unwrap(), stuck[0]);
+    assert_eq!(
+        idempotency::get(&db, &stuck[0].request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        stuck[0]
+    );
 
     // The console exports the post-incident report of an order (the same as `idemguard report`).
     type_str(&mut app, &format!(":report {}", stuck[0].request_id));
     press(&mut app, KeyCode::Enter);
-    pump_until(&mut app, &mut backends.updates, "the report written", |a| a.message.as_ref().is_some_and(|m| m.0.contains("written"))).await;
+    pump_until(&mut app, &mut backends.updates, "the report written", |a| {
+        a.message.as_ref().is_some_and(|m| m.0.contains("written"))
+    })
+    .await;
     let msg = app.message.clone().unwrap().0;
     let path = msg.split_whitespace().next().unwrap().to_string();
     let md = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
-    assert!(md.starts_with("# Post-incident report") && md.contains(&stuck[0].request_id), "{msg}\n{md}");
+    assert!(
+        md.starts_with("# Post-incident report") && md.contains(&stuck[0].request_id),
+        "{msg}\n{md}"
+    );
 
     // Space still pauses outside Locks and Stuck; p pauses everywhere; the help says so.
     press(&mut app, KeyCode::Char('3'));
@@ -702,7 +1156,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     assert!(!app.paused);
     press(&mut app, KeyCode::Char('?'));
     let help = screen(&mut app, 170, 50);
-    assert!(help.contains("Locks, Stuck: tag / untag the row") && help.contains("pause / resume live updates (every view)") && help.contains(":audit"), "{help}");
+    assert!(
+        help.contains("Locks, Stuck: tag / untag the row")
+            && help.contains("pause / resume live updates (every view)")
+            && help.contains(":audit"),
+        "{help}"
+    );
     heartbeat.stop().await.unwrap();
     backends.shutdown().await;
     db.pool.close().await;
@@ -726,13 +1185,28 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
     let orders = Orders::new(db.clone(), tracer.clone());
     orders.set_stock(1, 100).await.unwrap();
     let rid = RequestId::generate("APP", "ORDER");
-    let new = NewOrder { request_id: rid.clone(), order_no: OrderNo::generate(), user_id: 7, sku_id: 1, quantity: 1, amount: 1999, fence: None };
+    let new = NewOrder {
+        request_id: rid.clone(),
+        order_no: OrderNo::generate(),
+        user_id: 7,
+        sku_id: 1,
+        quantity: 1,
+        amount: 1999,
+        fence: None,
+    };
     let order = orders.create(&new).await.unwrap().into_order();
-    let again = NewOrder { order_no: OrderNo::generate(), ..new.clone() };
+    let again = NewOrder {
+        order_no: OrderNo::generate(),
+        ..new.clone()
+    };
     assert!(orders.create(&again).await.unwrap().is_replay());
     // Another, clean order in the same window.
     let clean = orders
-        .create(&NewOrder { request_id: RequestId::generate("APP", "ORDER"), order_no: OrderNo::generate(), ..new.clone() })
+        .create(&NewOrder {
+            request_id: RequestId::generate("APP", "ORDER"),
+            order_no: OrderNo::generate(),
+            ..new.clone()
+        })
         .await
         .unwrap()
         .into_order();
@@ -754,46 +1228,123 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
     // An operator attempt on this order (read-only: refused, audited).
     let ops = actions_for(&config, &db, false).await;
     let key = keys::order_lock(&order.order_no);
-    ops.run(&Action::ReleaseLock { key, expect_values: vec!["v".into()], force: false, bump_fence: false, reason: None }).await;
+    ops.run(&Action::ReleaseLock {
+        key,
+        expect_values: vec!["v".into()],
+        force: false,
+        bump_fence: false,
+        reason: None,
+    })
+    .await;
     let until = idemguard::contracts::now_ms() + 1;
 
-    let r = report::build(&config, &Scope::Window { since_ms: since, until_ms: until }).await.unwrap();
+    let r = report::build(
+        &config,
+        &Scope::Window {
+            since_ms: since,
+            until_ms: until,
+        },
+    )
+    .await
+    .unwrap();
     assert!(r.errors.is_empty(), "{dialect}: {:?}", r.errors);
     assert_eq!(r.orders_in_window, 2, "{dialect}");
-    assert_eq!(r.leaks.len(), 1, "{dialect}: only the points leak: {:?}", r.leaks);
+    assert_eq!(
+        r.leaks.len(),
+        1,
+        "{dialect}: only the points leak: {:?}",
+        r.leaks
+    );
     let leak = &r.leaks[0];
-    assert_eq!((leak.table.as_str(), leak.by.as_str(), leak.key.as_str(), leak.rows), ("points_ledger", "order_no", order.order_no.as_str(), 2));
-    assert_eq!((leak.first.as_str(), leak.last.as_str()), ("evt-leaked-0002", "evt-legit-0001"));
+    assert_eq!(
+        (
+            leak.table.as_str(),
+            leak.by.as_str(),
+            leak.key.as_str(),
+            leak.rows
+        ),
+        ("points_ledger", "order_no", order.order_no.as_str(), 2)
+    );
+    assert_eq!(
+        (leak.first.as_str(), leak.last.as_str()),
+        ("evt-leaked-0002", "evt-legit-0001")
+    );
     let md = report::markdown(&r);
-    assert!(md.contains("duplicates that got through: 1") && md.contains("| points_ledger | 2 |") && md.contains("evt-leaked-0002"), "{md}");
-    assert!(md.contains(&clean.order_no), "every order of the window has a timeline");
+    assert!(
+        md.contains("duplicates that got through: 1")
+            && md.contains("| points_ledger | 2 |")
+            && md.contains("evt-leaked-0002"),
+        "{md}"
+    );
+    assert!(
+        md.contains(&clean.order_no),
+        "every order of the window has a timeline"
+    );
     assert_eq!(r.operator_actions.len(), 1);
 
-    let r = report::build(&config, &Scope::Id(order.order_no.clone())).await.unwrap();
+    let r = report::build(&config, &Scope::Id(order.order_no.clone()))
+        .await
+        .unwrap();
     assert_eq!(r.leaks.len(), 1, "{dialect}");
     assert_eq!(r.timelines.len(), 1);
     let t = &r.timelines[0];
-    assert!(t.stopped_count() >= 1, "{dialect}: the replayed create is a stopped duplicate: {:?}", t.interceptions);
-    assert!(t.interceptions.iter().any(|i| i.layer == "db"), "{:?}", t.interceptions);
-    assert_eq!(r.operator_actions.len(), 1, "the refused release of lock:order:{}", order.order_no);
+    assert!(
+        t.stopped_count() >= 1,
+        "{dialect}: the replayed create is a stopped duplicate: {:?}",
+        t.interceptions
+    );
+    assert!(
+        t.interceptions.iter().any(|i| i.layer == "db"),
+        "{:?}",
+        t.interceptions
+    );
+    assert_eq!(
+        r.operator_actions.len(),
+        1,
+        "the refused release of lock:order:{}",
+        order.order_no
+    );
     let md = report::markdown(&r);
-    assert!(md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"), "{md}");
-    let r = report::build(&config, &Scope::Id(clean.order_no.clone())).await.unwrap();
-    assert!(r.leaks.is_empty() && r.operator_actions.is_empty(), "{dialect}: a clean order's report names no leak");
+    assert!(
+        md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"),
+        "{md}"
+    );
+    let r = report::build(&config, &Scope::Id(clean.order_no.clone()))
+        .await
+        .unwrap();
+    assert!(
+        r.leaks.is_empty() && r.operator_actions.is_empty(),
+        "{dialect}: a clean order's report names no leak"
+    );
 
     // The command: JSON, exit 6 when a duplicate got through, 0 when none did.
     let cli = |id: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-            .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "report", "--id", id, "--json"])
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+                "report",
+                "--id",
+                id,
+                "--json",
+            ])
             .env("IDEMGUARD_DATABASE__URL", &config.database.url)
             .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
-            .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &config.kafka.payment_topic)
+            .env(
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                &config.kafka.payment_topic,
+            )
             .env("IDEMGUARD_LOG", "error")
             .output()
             .unwrap()
     };
     let out = cli(&order.order_no);
-    assert_eq!(out.status.code(), Some(6), "{dialect}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{dialect}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["schema"], "idemguard.report/v1");
     assert_eq!(json["leaks"][0]["first"], "evt-leaked-0002");
@@ -829,12 +1380,36 @@ async fn the_conditional_update_matches_nothing_once_the_record_moved_on(dialect
             .bind(version)
             .execute(&db.pool)
     };
-    assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: another version");
-    assert_eq!(idempotency::get(&db, &rec.request_id).await.unwrap().unwrap(), rec);
-    assert_eq!(run(rec.version).await.unwrap().rows_affected(), 1, "{dialect}: the version seen");
-    assert_eq!(run(rec.version + 1).await.unwrap().rows_affected(), 0, "{dialect}: no longer PROCESSING");
-    let now = idempotency::get(&db, &rec.request_id).await.unwrap().unwrap();
-    assert_eq!((now.status.as_str(), now.version, now.lease_until), ("FAILED", rec.version + 1, 0));
+    assert_eq!(
+        run(rec.version + 1).await.unwrap().rows_affected(),
+        0,
+        "{dialect}: another version"
+    );
+    assert_eq!(
+        idempotency::get(&db, &rec.request_id)
+            .await
+            .unwrap()
+            .unwrap(),
+        rec
+    );
+    assert_eq!(
+        run(rec.version).await.unwrap().rows_affected(),
+        1,
+        "{dialect}: the version seen"
+    );
+    assert_eq!(
+        run(rec.version + 1).await.unwrap().rows_affected(),
+        0,
+        "{dialect}: no longer PROCESSING"
+    );
+    let now = idempotency::get(&db, &rec.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (now.status.as_str(), now.version, now.lease_until),
+        ("FAILED", rec.version + 1, 0)
+    );
     db.pool.close().await;
 }
 
@@ -852,8 +1427,19 @@ async fn the_conditional_update_matches_nothing_once_the_record_moved_on_mysql()
 async fn a_value_naming_no_holder_is_released_only_by_force() {
     let (config, db) = common::migrated_database(Dialect::Postgres).await;
     let key = order_key();
-    let mut c = redis::Client::open(config.redis.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("SET").arg(&key).arg("set-by-some-script").arg("PX").arg(60_000).query_async(&mut c).await.unwrap();
+    let mut c = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("set-by-some-script")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     let ops = actions_for(&config, &db, true).await;
     let release = |force: bool| Action::ReleaseLock {
         key: key.clone(),
@@ -864,7 +1450,10 @@ async fn a_value_naming_no_holder_is_released_only_by_force() {
     };
     let r = ops.run(&release(false)).await;
     assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
-    assert_eq!(redis_get(&config, &key).await.as_deref(), Some("set-by-some-script"));
+    assert_eq!(
+        redis_get(&config, &key).await.as_deref(),
+        Some("set-by-some-script")
+    );
     let r = ops.run(&release(true)).await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
     assert_eq!(redis_get(&config, &key).await, None);

@@ -24,7 +24,10 @@ use rdkafka::ClientConfig;
 use tokio::sync::mpsc;
 
 fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)")
+    Command::new("tmux")
+        .args(args)
+        .output()
+        .expect("tmux must be installed (scripts/stack up installs it)")
 }
 
 /// `idemguard console --allow-actions` in a detached tmux session over `w`, with `extra`
@@ -38,25 +41,61 @@ impl Terminal {
         let session = format!("igt{}", common::unique_suffix());
         let mut script = String::new();
         let vars = [
-            ("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string()),
+            (
+                "IDEMGUARD_CONFIG",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string(),
+            ),
             ("IDEMGUARD_DATABASE__URL", w.config.database.url.clone()),
             ("IDEMGUARD_REDIS__URL", w.config.redis.url.clone()),
             ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
-            ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", w.config.kafka.payment_topic.clone()),
-            ("IDEMGUARD_KAFKA__TRACE_TOPIC", w.config.kafka.trace_topic.clone()),
-            ("IDEMGUARD_KAFKA__CONSUMER_GROUP", w.config.kafka.consumer_group.clone()),
+            (
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                w.config.kafka.payment_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__TRACE_TOPIC",
+                w.config.kafka.trace_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+                w.config.kafka.consumer_group.clone(),
+            ),
         ];
-        for (k, v) in vars.iter().map(|(k, v)| (*k, v.clone())).chain(extra.iter().cloned()) {
+        for (k, v) in vars
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .chain(extra.iter().cloned())
+        {
             script.push_str(&format!("export {k}='{v}'; "));
         }
-        script.push_str(&format!("{} console --allow-actions; echo CONSOLE-EXITED-$?; sleep 60", env!("CARGO_BIN_EXE_idemguard")));
-        let started = tmux(&["new-session", "-d", "-s", &session, "-x", "160", "-y", "45", "bash", "-c", &script]);
-        assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+        script.push_str(&format!(
+            "{} console --allow-actions; echo CONSOLE-EXITED-$?; sleep 60",
+            env!("CARGO_BIN_EXE_idemguard")
+        ));
+        let started = tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "160",
+            "-y",
+            "45",
+            "bash",
+            "-c",
+            &script,
+        ]);
+        assert!(
+            started.status.success(),
+            "{}",
+            String::from_utf8_lossy(&started.stderr)
+        );
         Terminal { session }
     }
 
     fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout).into_owned()
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
+            .into_owned()
     }
 
     fn keys(&self, keys: &[&str]) {
@@ -72,7 +111,10 @@ impl Terminal {
             if f(&s) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "tmux: {what} did not appear:\n{s}");
+            assert!(
+                Instant::now() < deadline,
+                "tmux: {what} did not appear:\n{s}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -86,13 +128,29 @@ impl Drop for Terminal {
 
 /// Text only a log line has (tracing's level and target, the decision event's fields).
 fn has_log_text(screen: &str) -> bool {
-    ["idemguard::trace", " INFO ", " WARN ", "decision layer=", "outcome=\"operator_action\""].iter().any(|t| screen.contains(t))
+    [
+        "idemguard::trace",
+        " INFO ",
+        " WARN ",
+        "decision layer=",
+        "outcome=\"operator_action\"",
+    ]
+    .iter()
+    .any(|t| screen.contains(t))
 }
 
 /// A PROCESSING record whose owner never had a heartbeat: the Stuck view lists it, `f` finalizes it.
 async fn stuck_record(w: &World) -> String {
     let request_id = RequestId::generate("APP", "ORDER").to_string();
-    let r = ClaimRequest { request_id: &request_id, biz_type: "ORDER", request_hash: "h", owner: "igt-dead-owner", fence: 1, lease_ms: 1, retention_ms: 600_000 };
+    let r = ClaimRequest {
+        request_id: &request_id,
+        biz_type: "ORDER",
+        request_hash: "h",
+        owner: "igt-dead-owner",
+        fence: 1,
+        lease_ms: 1,
+        retention_ms: 600_000,
+    };
     assert_eq!(idempotency::claim(&w.db, &r).await.unwrap(), Claim::New);
     request_id
 }
@@ -103,37 +161,72 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let dir = tempfile::tempdir().unwrap();
     let log_file = dir.path().join("console.log");
-    let t = Terminal::open(&w, &[("IDEMGUARD_CONSOLE__STUCK_THRESHOLD", "1s".into()), ("IDEMGUARD_CONSOLE__LOG_FILE", log_file.display().to_string())]);
-    t.wait_for("the console", Duration::from_secs(20), |s| s.contains("idemguard console") && s.contains("database ok"));
+    let t = Terminal::open(
+        &w,
+        &[
+            ("IDEMGUARD_CONSOLE__STUCK_THRESHOLD", "1s".into()),
+            (
+                "IDEMGUARD_CONSOLE__LOG_FILE",
+                log_file.display().to_string(),
+            ),
+        ],
+    );
+    t.wait_for("the console", Duration::from_secs(20), |s| {
+        s.contains("idemguard console") && s.contains("database ok")
+    });
 
     // An action: finalize the stuck record (its decision is logged at INFO).
     t.keys(&["4"]);
-    t.wait_for("the stuck record", Duration::from_secs(20), |s| s.contains(&request_id));
+    t.wait_for("the stuck record", Duration::from_secs(20), |s| {
+        s.contains(&request_id)
+    });
     t.keys(&["f"]);
-    t.wait_for("the confirmation", Duration::from_secs(10), |s| s.contains("enter runs it"));
+    t.wait_for("the confirmation", Duration::from_secs(10), |s| {
+        s.contains("enter runs it")
+    });
     t.keys(&["Enter"]);
-    let done = t.wait_for("the action's result", Duration::from_secs(20), |s| s.contains(&format!("finalize {request_id}:")));
+    let done = t.wait_for("the action's result", Duration::from_secs(20), |s| {
+        s.contains(&format!("finalize {request_id}:"))
+    });
     std::thread::sleep(Duration::from_millis(500)); // anything written late would be drawn by now
     let after = t.screen();
-    assert!(!has_log_text(&done) && !has_log_text(&after), "{dialect}: a log line was drawn over the console:\n{after}");
+    assert!(
+        !has_log_text(&done) && !has_log_text(&after),
+        "{dialect}: a log line was drawn over the console:\n{after}"
+    );
 
     // The help screen says where the logs went.
     t.keys(&["?"]);
     let help = t.wait_for("the help", Duration::from_secs(10), |s| s.contains("Help"));
-    assert!(help.contains("LOGS") && help.contains(&log_file.display().to_string()), "{dialect}: {help}");
+    assert!(
+        help.contains("LOGS") && help.contains(&log_file.display().to_string()),
+        "{dialect}: {help}"
+    );
     t.keys(&["Escape"]);
-    t.wait_for("the help closed", Duration::from_secs(10), |s| !s.contains("LOGS"));
+    t.wait_for("the help closed", Duration::from_secs(10), |s| {
+        !s.contains("LOGS")
+    });
     t.keys(&["q"]);
-    let exit = t.wait_for("the exit", Duration::from_secs(20), |s| s.contains("CONSOLE-EXITED-"));
+    let exit = t.wait_for("the exit", Duration::from_secs(20), |s| {
+        s.contains("CONSOLE-EXITED-")
+    });
     assert!(exit.contains("CONSOLE-EXITED-0"), "{exit}");
-    assert!(!has_log_text(&exit), "{dialect}: nothing logged on the terminal after the console either:\n{exit}");
+    assert!(
+        !has_log_text(&exit),
+        "{dialect}: nothing logged on the terminal after the console either:\n{exit}"
+    );
 
     let logged = std::fs::read_to_string(&log_file).unwrap();
     assert!(
-        logged.lines().any(|l| l.contains("idemguard::trace") && l.contains("operator_action") && l.contains(&request_id)),
+        logged.lines().any(|l| l.contains("idemguard::trace")
+            && l.contains("operator_action")
+            && l.contains(&request_id)),
         "{dialect}: the decision is in the log file:\n{logged}"
     );
-    assert!(!logged.contains('\x1b'), "{dialect}: no colour codes in a file: {logged:?}");
+    assert!(
+        !logged.contains('\x1b'),
+        "{dialect}: no colour codes in a file: {logged:?}"
+    );
 }
 
 #[tokio::test]
@@ -156,12 +249,22 @@ async fn fill(config: &idemguard::config::Config, topic: &str, n: usize) {
         .set("batch.num.messages", "5000")
         .create()
         .unwrap();
-    let payload = br#"{"layer":"api","outcome":"claimed","request_id":"APP:ORDER:20261129:someone-else"}"#;
+    let payload =
+        br#"{"layer":"api","outcome":"claimed","request_id":"APP:ORDER:20261129:someone-else"}"#;
     for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
         let sends = chunk.iter().map(|i| {
             let key = format!("k{}", i % 64);
             let producer = &producer;
-            async move { producer.send(FutureRecord::to(topic).key(&key).payload(&payload[..]), Duration::from_secs(30)).await.map_err(|(e, _)| e).unwrap() }
+            async move {
+                producer
+                    .send(
+                        FutureRecord::to(topic).key(&key).payload(&payload[..]),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map_err(|(e, _)| e)
+                    .unwrap()
+            }
         });
         futures::future::join_all(sends).await;
     }
@@ -172,10 +275,18 @@ async fn world_with_a_large_trace_topic(dialect: Dialect) -> (World, Duration) {
     let w = world(dialect, 0).await;
     fill(&w.config, &w.config.kafka.trace_topic, TOPIC_MESSAGES).await;
     let started = Instant::now();
-    let log = headless::read_trace_log(&w.config, StartAt::Beginning).await.unwrap();
+    let log = headless::read_trace_log(&w.config, StartAt::Beginning)
+        .await
+        .unwrap();
     let full_read = started.elapsed();
-    assert!((log.undecodable + log.events_seen) as usize >= TOPIC_MESSAGES, "{dialect}: the topic holds the messages");
-    assert!(full_read >= Duration::from_secs(2), "{dialect}: a full read took only {full_read:?}; the test needs a slower one");
+    assert!(
+        (log.undecodable + log.events_seen) as usize >= TOPIC_MESSAGES,
+        "{dialect}: the topic holds the messages"
+    );
+    assert!(
+        full_read >= Duration::from_secs(2),
+        "{dialect}: a full read took only {full_read:?}; the test needs a slower one"
+    );
     (w, full_read)
 }
 
@@ -184,17 +295,32 @@ async fn quitting_cancels_a_topic_read(dialect: Dialect) {
     let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let t = Terminal::open(&w, &[("IDEMGUARD_CONSOLE__LOG_FILE", dir.path().join("console.log").display().to_string())]);
-    t.wait_for("the console", Duration::from_secs(20), |s| s.contains("idemguard console") && s.contains("database ok"));
+    let t = Terminal::open(
+        &w,
+        &[(
+            "IDEMGUARD_CONSOLE__LOG_FILE",
+            dir.path().join("console.log").display().to_string(),
+        )],
+    );
+    t.wait_for("the console", Duration::from_secs(20), |s| {
+        s.contains("idemguard console") && s.contains("database ok")
+    });
     t.keys(&[":trace APP:ORDER:20261129:nobody-knows-me", "Enter"]);
-    t.wait_for("the trace", Duration::from_secs(10), |s| s.contains("nobody-knows-me"));
+    t.wait_for("the trace", Duration::from_secs(10), |s| {
+        s.contains("nobody-knows-me")
+    });
     std::thread::sleep(Duration::from_millis(700)); // the read of the whole topic is under way
     let asked = Instant::now();
     t.keys(&["q"]);
-    let exit = t.wait_for("the exit", Duration::from_secs(30), |s| s.contains("CONSOLE-EXITED-"));
+    let exit = t.wait_for("the exit", Duration::from_secs(30), |s| {
+        s.contains("CONSOLE-EXITED-")
+    });
     let took = asked.elapsed();
     assert!(exit.contains("CONSOLE-EXITED-0"), "{exit}");
-    assert!(took < Duration::from_millis(1500), "{dialect}: q took {took:?} (a full read of the topic takes {full_read:?})");
+    assert!(
+        took < Duration::from_millis(1500),
+        "{dialect}: q took {took:?} (a full read of the topic takes {full_read:?})"
+    );
 }
 
 #[tokio::test]
@@ -215,7 +341,11 @@ fn command(app: &mut App, line: &str) {
 
 /// Applies updates to `app` for `d`; the requestIds whose history read (the whole trace topic)
 /// came back.
-async fn histories_within(app: &mut App, rx: &mut mpsc::Receiver<Update>, d: Duration) -> Vec<String> {
+async fn histories_within(
+    app: &mut App,
+    rx: &mut mpsc::Receiver<Update>,
+    d: Duration,
+) -> Vec<String> {
     let deadline = Instant::now() + d;
     let mut seen = Vec::new();
     while Instant::now() < deadline {
@@ -235,26 +365,42 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
     let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
     let mut b = Backends::spawn(&w.config);
     let mut app = App::new(&w.config, Some(b.focus.clone()));
-    let [first, second, third] = ["first", "second", "third"].map(|n| format!("APP:ORDER:20261129:{n}-unknown"));
+    let [first, second, third] =
+        ["first", "second", "third"].map(|n| format!("APP:ORDER:20261129:{n}-unknown"));
     let long_enough = full_read * 2 + Duration::from_secs(3);
 
     command(&mut app, &format!("trace {first}"));
-    assert_eq!(histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await, Vec::<String>::new());
+    assert_eq!(
+        histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await,
+        Vec::<String>::new()
+    );
     command(&mut app, &format!("trace {second}"));
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
-    assert_eq!(seen, vec![second], "{dialect}: only the trace on screen is answered");
+    assert_eq!(
+        seen,
+        vec![second],
+        "{dialect}: only the trace on screen is answered"
+    );
     // Its answer is kept: another view and back does not read the whole topic again.
     press(&mut app, KeyCode::Char('2'));
     histories_within(&mut app, &mut b.updates, Duration::from_millis(300)).await;
     press(&mut app, KeyCode::Char('1'));
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
-    assert_eq!(seen, Vec::<String>::new(), "{dialect}: the answered trace was read again");
+    assert_eq!(
+        seen,
+        Vec::<String>::new(),
+        "{dialect}: the answered trace was read again"
+    );
 
     command(&mut app, &format!("trace {third}"));
     histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await;
     press(&mut app, KeyCode::Char('2')); // the Locks view
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
-    assert_eq!(seen, Vec::<String>::new(), "{dialect}: the read for a trace no longer on screen was cancelled");
+    assert_eq!(
+        seen,
+        Vec::<String>::new(),
+        "{dialect}: the read for a trace no longer on screen was cancelled"
+    );
     b.shutdown().await;
 }
 

@@ -12,7 +12,10 @@ use std::time::Duration;
 use common::*;
 use idemguard::config::Dialect;
 use idemguard::contracts::{new_event_id, Instance, OrderNo, RequestId};
-use idemguard::db::orders::{find_order, CreateOutcome, NewOrder, OrderError, OrderKey, Orders, Transition, TransitionOutcome};
+use idemguard::db::orders::{
+    find_order, CreateOutcome, NewOrder, OrderError, OrderKey, Orders, Transition,
+    TransitionOutcome,
+};
 use idemguard::db::state_machine::OrderStatus;
 use idemguard::db::{migrate, Database};
 use idemguard::trace::Tracer;
@@ -23,8 +26,12 @@ async fn orders_on(dialect: Dialect) -> Orders {
     let mut config = fresh_database_config(dialect).await;
     config.database.max_connections = 16;
     config.database.connect_timeout = Duration::from_secs(60);
-    let db = Database::connect(&config).await.expect("connect to the test database");
-    migrate::migrate(&db).await.expect("migrate the test database");
+    let db = Database::connect(&config)
+        .await
+        .expect("connect to the test database");
+    migrate::migrate(&db)
+        .await
+        .expect("migrate the test database");
     Orders::new(db, Tracer::log_only(&Instance::current()))
 }
 
@@ -43,9 +50,16 @@ fn new_order(request_id: &RequestId, sku_id: i64, fence: Option<i64>) -> NewOrde
 /// `SELECT CAST(COUNT(*) AS <bigint>) FROM table WHERE where_` — test-only inspection of the
 /// tables, written per dialect here rather than in queries/ (no product code runs it).
 async fn count(db: &Database, table: &str, where_: &str) -> i64 {
-    let bigint = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
+    let bigint = if db.dialect() == Dialect::Postgres {
+        "BIGINT"
+    } else {
+        "SIGNED"
+    };
     let sql = format!("SELECT CAST(COUNT(*) AS {bigint}) FROM {table} WHERE {where_}");
-    sqlx::query_scalar(sql.as_str()).fetch_one(&db.pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    sqlx::query_scalar(sql.as_str())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -65,7 +79,10 @@ async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
     let mut created = 0;
     let mut order_nos = HashSet::new();
     for t in tasks {
-        let outcome = t.await.unwrap().unwrap_or_else(|e| panic!("{dialect}: a duplicate create must not fail: {e}"));
+        let outcome = t
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{dialect}: a duplicate create must not fail: {e}"));
         if let CreateOutcome::Created(_) = outcome {
             created += 1;
         }
@@ -73,17 +90,46 @@ async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
         order_nos.insert(outcome.order().order_no.clone());
     }
     assert_eq!(created, 1, "{dialect}: exactly one caller creates");
-    assert_eq!(order_nos.len(), 1, "{dialect}: every caller gets the same orderNo: {order_nos:?}");
+    assert_eq!(
+        order_nos.len(),
+        1,
+        "{dialect}: every caller gets the same orderNo: {order_nos:?}"
+    );
     let order_no = order_nos.into_iter().next().unwrap();
     let db = orders.database();
-    assert_eq!(count(db, "order_record", "1 = 1").await, 1, "{dialect}: order rows");
-    assert_eq!(count(db, "stock_movement", "1 = 1").await, 1, "{dialect}: stock movements");
-    assert_eq!(orders.stock_of(1).await.unwrap(), Some(999), "{dialect}: stock taken once");
-    let row = orders.find_by_request_id(request_id.as_str()).await.unwrap().unwrap();
+    assert_eq!(
+        count(db, "order_record", "1 = 1").await,
+        1,
+        "{dialect}: order rows"
+    );
+    assert_eq!(
+        count(db, "stock_movement", "1 = 1").await,
+        1,
+        "{dialect}: stock movements"
+    );
+    assert_eq!(
+        orders.stock_of(1).await.unwrap(),
+        Some(999),
+        "{dialect}: stock taken once"
+    );
+    let row = orders
+        .find_by_request_id(request_id.as_str())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(row.order_no, order_no);
-    assert_eq!(row.replay_count, 499, "{dialect}: each duplicate was told apart from a new order and counted");
-    assert_eq!(orders.find_by_order_no(&order_no).await.unwrap().unwrap(), row);
-    assert_eq!(find_order(db, OrderKey::OrderNo(&order_no)).await.unwrap(), Some(row));
+    assert_eq!(
+        row.replay_count, 499,
+        "{dialect}: each duplicate was told apart from a new order and counted"
+    );
+    assert_eq!(
+        orders.find_by_order_no(&order_no).await.unwrap().unwrap(),
+        row
+    );
+    assert_eq!(
+        find_order(db, OrderKey::OrderNo(&order_no)).await.unwrap(),
+        Some(row)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,17 +163,44 @@ async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
                 assert_eq!(o.status, OrderStatus::Created);
                 created += 1;
             }
-            Ok(CreateOutcome::Replayed(o)) => panic!("{dialect}: distinct requestIds were replayed as {}", o.order_no),
-            Err(OrderError::OutOfStock { sku_id: 7, available: 0, wanted: 1 }) => out_of_stock += 1,
+            Ok(CreateOutcome::Replayed(o)) => panic!(
+                "{dialect}: distinct requestIds were replayed as {}",
+                o.order_no
+            ),
+            Err(OrderError::OutOfStock {
+                sku_id: 7,
+                available: 0,
+                wanted: 1,
+            }) => out_of_stock += 1,
             Err(e) => panic!("{dialect}: unexpected error {e}"),
         }
     }
     assert_eq!((created, out_of_stock), (100, 200), "{dialect}");
-    assert_eq!(orders.stock_of(7).await.unwrap(), Some(0), "{dialect}: stock ends at 0");
+    assert_eq!(
+        orders.stock_of(7).await.unwrap(),
+        Some(0),
+        "{dialect}: stock ends at 0"
+    );
     let db = orders.database();
-    assert_eq!(count(db, "order_record", "1 = 1").await, 100, "{dialect}: a refused order writes nothing");
-    assert_eq!(count(db, "stock_movement", "delta = -1").await, 100, "{dialect}: one movement per order");
-    assert_eq!(count(db, "order_record o", "NOT EXISTS (SELECT 1 FROM stock_movement m WHERE m.order_no = o.order_no)").await, 0);
+    assert_eq!(
+        count(db, "order_record", "1 = 1").await,
+        100,
+        "{dialect}: a refused order writes nothing"
+    );
+    assert_eq!(
+        count(db, "stock_movement", "delta = -1").await,
+        100,
+        "{dialect}: one movement per order"
+    );
+    assert_eq!(
+        count(
+            db,
+            "order_record o",
+            "NOT EXISTS (SELECT 1 FROM stock_movement m WHERE m.order_no = o.order_no)"
+        )
+        .await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +218,11 @@ async fn stock_storm_mysql() {
 async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(3, 10).await.unwrap();
-    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None)).await.unwrap().into_order();
+    let order = orders
+        .create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None))
+        .await
+        .unwrap()
+        .into_order();
     let event_id = new_event_id();
     let tasks: Vec<_> = (0..200)
         .map(|_| {
@@ -156,7 +233,11 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
         .collect();
     let (mut applied, mut already) = (0, 0);
     for t in tasks {
-        match t.await.unwrap().unwrap_or_else(|e| panic!("{dialect}: {e}")) {
+        match t
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{dialect}: {e}"))
+        {
             TransitionOutcome::Applied(o) => {
                 assert_eq!((o.status, o.version), (OrderStatus::Paid, 1));
                 applied += 1;
@@ -165,32 +246,102 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
                 assert_eq!(o.status, OrderStatus::Paid);
                 already += 1;
             }
-            other => panic!("{dialect}: a replayed payment must be applied or already applied, got {other:?}"),
+            other => panic!(
+                "{dialect}: a replayed payment must be applied or already applied, got {other:?}"
+            ),
         }
     }
     assert_eq!((applied, already), (1, 199), "{dialect}");
-    let paid = orders.find_by_payment_event_id(&event_id).await.unwrap().expect("the order is found by its payment event");
-    assert_eq!((paid.order_no.as_str(), paid.status, paid.version), (order.order_no.as_str(), OrderStatus::Paid, 1));
+    let paid = orders
+        .find_by_payment_event_id(&event_id)
+        .await
+        .unwrap()
+        .expect("the order is found by its payment event");
+    assert_eq!(
+        (paid.order_no.as_str(), paid.status, paid.version),
+        (order.order_no.as_str(), OrderStatus::Paid, 1)
+    );
 
     // A late or replayed event never moves the order back, nor sideways out of PAID.
-    let back = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Created)).await.unwrap();
-    assert!(matches!(&back, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid), "{dialect}: {back:?}");
-    let cancel = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Cancelled)).await.unwrap();
-    assert!(matches!(&cancel, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid), "{dialect}: {cancel:?}");
+    let back = orders
+        .transition(&Transition::to(
+            order.order_no.clone(),
+            OrderStatus::Created,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&back, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid),
+        "{dialect}: {back:?}"
+    );
+    let cancel = orders
+        .transition(&Transition::to(
+            order.order_no.clone(),
+            OrderStatus::Cancelled,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&cancel, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid),
+        "{dialect}: {cancel:?}"
+    );
     // A second, different payment event for a paid order changes nothing; the record says
     // which event paid it.
-    let second = orders.transition(&Transition::paid(order.order_no.clone(), new_event_id())).await.unwrap();
-    assert!(matches!(&second, TransitionOutcome::AlreadyApplied(o) if o.payment_event_id.as_deref() == Some(event_id.as_str())));
-    let refund = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded)).await.unwrap();
-    assert!(matches!(&refund, TransitionOutcome::Applied(o) if o.status == OrderStatus::Refunded && o.version == 2), "{dialect}: {refund:?}");
-    let after = orders.find_by_order_no(&order.order_no).await.unwrap().unwrap();
-    assert_eq!((after.status, after.version, after.payment_event_id.as_deref()), (OrderStatus::Refunded, 2, Some(event_id.as_str())));
+    let second = orders
+        .transition(&Transition::paid(order.order_no.clone(), new_event_id()))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&second, TransitionOutcome::AlreadyApplied(o) if o.payment_event_id.as_deref() == Some(event_id.as_str()))
+    );
+    let refund = orders
+        .transition(&Transition::to(
+            order.order_no.clone(),
+            OrderStatus::Refunded,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&refund, TransitionOutcome::Applied(o) if o.status == OrderStatus::Refunded && o.version == 2),
+        "{dialect}: {refund:?}"
+    );
+    let after = orders
+        .find_by_order_no(&order.order_no)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            after.status,
+            after.version,
+            after.payment_event_id.as_deref()
+        ),
+        (OrderStatus::Refunded, 2, Some(event_id.as_str()))
+    );
 
     // The same event cannot pay a second order (payment_event_id is unique).
-    let other = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None)).await.unwrap().into_order();
-    let err = orders.transition(&Transition::paid(other.order_no.clone(), event_id.clone())).await.unwrap_err();
-    assert!(matches!(err, OrderError::PaymentEventTaken { .. }), "{dialect}: {err}");
-    assert_eq!(orders.find_by_order_no(&other.order_no).await.unwrap().unwrap().status, OrderStatus::Created);
+    let other = orders
+        .create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None))
+        .await
+        .unwrap()
+        .into_order();
+    let err = orders
+        .transition(&Transition::paid(other.order_no.clone(), event_id.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OrderError::PaymentEventTaken { .. }),
+        "{dialect}: {err}"
+    );
+    assert_eq!(
+        orders
+            .find_by_order_no(&other.order_no)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        OrderStatus::Created
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,29 +360,84 @@ async fn a_stale_fence_token_changes_nothing(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(5, 10).await.unwrap();
     // Created under the lock's token 7.
-    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 5, Some(7))).await.unwrap().into_order();
+    let order = orders
+        .create(&new_order(&RequestId::generate("APP", "ORDER"), 5, Some(7)))
+        .await
+        .unwrap()
+        .into_order();
     assert_eq!(order.fence, 7);
-    let before = orders.find_by_order_no(&order.order_no).await.unwrap().unwrap();
+    let before = orders
+        .find_by_order_no(&order.order_no)
+        .await
+        .unwrap()
+        .unwrap();
 
     // Token 5: its holder's lock expired long ago. Refused whether the layer reads first...
     let stale = Transition::paid(order.order_no.clone(), new_event_id()).with_fence(5);
     let out = orders.transition(&stale).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 5, current } if current.fence == 7), "{dialect}: {out:?}");
+    assert!(
+        matches!(&out, TransitionOutcome::FenceRejected { offered: 5, current } if current.fence == 7),
+        "{dialect}: {out:?}"
+    );
     // ...or goes straight to the conditional UPDATE (known version): the SQL refuses it itself.
-    let out = orders.transition(&stale.clone().with_expected_version(0)).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 5, .. }), "{dialect}: {out:?}");
-    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap(), before, "{dialect}: the stale writes changed the row");
+    let out = orders
+        .transition(&stale.clone().with_expected_version(0))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, TransitionOutcome::FenceRejected { offered: 5, .. }),
+        "{dialect}: {out:?}"
+    );
+    assert_eq!(
+        orders
+            .find_by_order_no(&order.order_no)
+            .await
+            .unwrap()
+            .unwrap(),
+        before,
+        "{dialect}: the stale writes changed the row"
+    );
 
     // The successor's token 9 applies and raises the stored fence; the old token stays out.
-    let out = orders.transition(&Transition::paid(order.order_no.clone(), new_event_id()).with_fence(9)).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Paid), "{dialect}: {out:?}");
+    let out = orders
+        .transition(&Transition::paid(order.order_no.clone(), new_event_id()).with_fence(9))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Paid),
+        "{dialect}: {out:?}"
+    );
     let paid = out.order().clone();
-    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(7).with_expected_version(1)).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::FenceRejected { offered: 7, .. }), "{dialect}: {out:?}");
-    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap(), paid, "{dialect}: the stale refund changed the row");
+    let out = orders
+        .transition(
+            &Transition::to(order.order_no.clone(), OrderStatus::Refunded)
+                .with_fence(7)
+                .with_expected_version(1),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, TransitionOutcome::FenceRejected { offered: 7, .. }),
+        "{dialect}: {out:?}"
+    );
+    assert_eq!(
+        orders
+            .find_by_order_no(&order.order_no)
+            .await
+            .unwrap()
+            .unwrap(),
+        paid,
+        "{dialect}: the stale refund changed the row"
+    );
     // An equal token is the same holder: allowed.
-    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(9)).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Refunded), "{dialect}: {out:?}");
+    let out = orders
+        .transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(9))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Refunded),
+        "{dialect}: {out:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,23 +476,62 @@ async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
     // By position: sqlx names a MySQL CALL's columns from the prepared statement, which has none.
     let outcome = |row: sqlx::any::AnyRow| -> (String, Option<i64>, Option<i64>) {
         use sqlx::Row;
-        (row.get::<String, _>(0).trim().to_string(), row.get(1), row.get(2))
+        (
+            row.get::<String, _>(0).trim().to_string(),
+            row.get(1),
+            row.get(2),
+        )
     };
-    let first = outcome(create("APP:ORDER:20261129:first-req", "O-first").fetch_one(&db.pool).await.unwrap());
-    let dup = outcome(create("APP:ORDER:20261129:first-req", "O-second").fetch_one(&db.pool).await.unwrap());
+    let first = outcome(
+        create("APP:ORDER:20261129:first-req", "O-first")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+    );
+    let dup = outcome(
+        create("APP:ORDER:20261129:first-req", "O-second")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+    );
     assert_eq!(first.0, "created", "{dialect}");
-    assert!(first.1.is_some() && first.2 == Some(10), "{dialect}: {first:?}");
+    assert!(
+        first.1.is_some() && first.2 == Some(10),
+        "{dialect}: {first:?}"
+    );
     assert_eq!(dup, ("replayed".to_string(), None, None), "{dialect}");
     assert_eq!(count(db, "order_record", "1 = 1").await, 1, "{dialect}");
-    assert_eq!(count(db, "stock_movement", "1 = 1").await, 1, "{dialect}: the duplicate took no stock");
+    assert_eq!(
+        count(db, "stock_movement", "1 = 1").await,
+        1,
+        "{dialect}: the duplicate took no stock"
+    );
     assert_eq!(orders.stock_of(1).await.unwrap(), Some(9), "{dialect}");
     if dialect == Dialect::Mysql {
-        assert_eq!(count(db, "order_record", "replay_count = 1").await, 1, "the routine counted the replay");
+        assert_eq!(
+            count(db, "order_record", "replay_count = 1").await,
+            1,
+            "the routine counted the replay"
+        );
         let noop = "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, fence, created_at, updated_at) \
                     VALUES (?, ?, 1, 1, 1, 100, 'CREATED', 0, 0, 0) ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)";
-        let new = sqlx::query(noop).bind("APP:ORDER:20261129:noop-req").bind("O-noop-1").execute(&db.pool).await.unwrap();
-        let again = sqlx::query(noop).bind("APP:ORDER:20261129:noop-req").bind("O-noop-2").execute(&db.pool).await.unwrap();
-        assert_eq!((new.rows_affected(), again.rows_affected()), (1, 1), "the no-op form cannot tell them apart under CLIENT_FOUND_ROWS");
+        let new = sqlx::query(noop)
+            .bind("APP:ORDER:20261129:noop-req")
+            .bind("O-noop-1")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let again = sqlx::query(noop)
+            .bind("APP:ORDER:20261129:noop-req")
+            .bind("O-noop-2")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            (new.rows_affected(), again.rows_affected()),
+            (1, 1),
+            "the no-op form cannot tell them apart under CLIENT_FOUND_ROWS"
+        );
     }
 }
 
@@ -305,35 +550,84 @@ async fn affected_rows_mysql() {
 async fn refusals_write_nothing(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     let db = orders.database();
-    let err = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 404, None)).await.unwrap_err();
-    assert!(matches!(err, OrderError::UnknownSku { sku_id: 404 }), "{dialect}: {err}");
+    let err = orders
+        .create(&new_order(&RequestId::generate("APP", "ORDER"), 404, None))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OrderError::UnknownSku { sku_id: 404 }),
+        "{dialect}: {err}"
+    );
     orders.set_stock(2, 1).await.unwrap();
     let mut big = new_order(&RequestId::generate("APP", "ORDER"), 2, None);
     big.quantity = 2;
     let err = orders.create(&big).await.unwrap_err();
-    assert!(matches!(err, OrderError::OutOfStock { sku_id: 2, available: 1, wanted: 2 }), "{dialect}: {err}");
-    assert_eq!(count(db, "order_record", "1 = 1").await, 0, "{dialect}: a refused create left an order");
+    assert!(
+        matches!(
+            err,
+            OrderError::OutOfStock {
+                sku_id: 2,
+                available: 1,
+                wanted: 2
+            }
+        ),
+        "{dialect}: {err}"
+    );
+    assert_eq!(
+        count(db, "order_record", "1 = 1").await,
+        0,
+        "{dialect}: a refused create left an order"
+    );
     assert_eq!(count(db, "stock_movement", "1 = 1").await, 0);
     assert_eq!(orders.stock_of(2).await.unwrap(), Some(1));
     assert_eq!(orders.stock_of(404).await.unwrap(), None);
     // After a refusal the same requestId may still succeed (nothing of it was kept).
     big.quantity = 1;
-    assert!(matches!(orders.create(&big).await.unwrap(), CreateOutcome::Created(_)));
+    assert!(matches!(
+        orders.create(&big).await.unwrap(),
+        CreateOutcome::Created(_)
+    ));
 
     // Another request that happens to bring a taken orderNo is refused, not given that order.
     let mut clash = new_order(&RequestId::generate("APP", "ORDER"), 2, None);
     clash.order_no = big.order_no.clone();
     let err = orders.create(&clash).await.unwrap_err();
-    assert!(matches!(&err, OrderError::OrderNoTaken { order_no } if order_no == big.order_no.as_str()), "{dialect}: {err}");
+    assert!(
+        matches!(&err, OrderError::OrderNoTaken { order_no } if order_no == big.order_no.as_str()),
+        "{dialect}: {err}"
+    );
     assert_eq!(count(db, "order_record", "1 = 1").await, 1);
 
     // A stale expected version is refused; the unknown order is an error.
-    let order = orders.find_by_order_no(big.order_no.as_str()).await.unwrap().unwrap();
-    let out = orders.transition(&Transition::to(order.order_no.clone(), OrderStatus::Cancelled).with_expected_version(5)).await.unwrap();
-    assert!(matches!(&out, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Created && o.version == 0), "{dialect}: {out:?}");
-    let err = orders.transition(&Transition::to("no-such-order", OrderStatus::Cancelled)).await.unwrap_err();
-    assert!(matches!(err, OrderError::NotFound { .. }), "{dialect}: {err}");
-    assert!(orders.find_by_request_id("APP:ORDER:20261129:never-sent").await.unwrap().is_none());
+    let order = orders
+        .find_by_order_no(big.order_no.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    let out = orders
+        .transition(
+            &Transition::to(order.order_no.clone(), OrderStatus::Cancelled)
+                .with_expected_version(5),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Created && o.version == 0),
+        "{dialect}: {out:?}"
+    );
+    let err = orders
+        .transition(&Transition::to("no-such-order", OrderStatus::Cancelled))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OrderError::NotFound { .. }),
+        "{dialect}: {err}"
+    );
+    assert!(orders
+        .find_by_request_id("APP:ORDER:20261129:never-sent")
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test]
@@ -353,14 +647,22 @@ async fn refusals_mysql() {
 async fn transition_inside_a_callers_transaction(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(9, 5).await.unwrap();
-    let order = orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 9, None)).await.unwrap().into_order();
+    let order = orders
+        .create(&new_order(&RequestId::generate("APP", "ORDER"), 9, None))
+        .await
+        .unwrap()
+        .into_order();
     let event_id = new_event_id();
 
     let rolled_back = {
-        let (orders, order_no, event_id) = (orders.clone(), order.order_no.clone(), event_id.clone());
+        let (orders, order_no, event_id) =
+            (orders.clone(), order.order_no.clone(), event_id.clone());
         tokio::spawn(async move {
             let mut tx = orders.database().pool.begin().await.unwrap();
-            let out = orders.transition_in(&mut tx, &Transition::paid(order_no, event_id)).await.unwrap();
+            let out = orders
+                .transition_in(&mut tx, &Transition::paid(order_no, event_id))
+                .await
+                .unwrap();
             tx.rollback().await.unwrap();
             out
         })
@@ -368,24 +670,60 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
     .await
     .unwrap();
     assert!(matches!(rolled_back, TransitionOutcome::Applied(_)));
-    assert_eq!(orders.find_by_order_no(&order.order_no).await.unwrap().unwrap().status, OrderStatus::Created, "{dialect}");
+    assert_eq!(
+        orders
+            .find_by_order_no(&order.order_no)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        OrderStatus::Created,
+        "{dialect}"
+    );
 
     let committed = {
-        let (orders, order_no, event_id) = (orders.clone(), order.order_no.clone(), event_id.clone());
+        let (orders, order_no, event_id) =
+            (orders.clone(), order.order_no.clone(), event_id.clone());
         tokio::spawn(async move {
             let mut tx = orders.database().pool.begin().await.unwrap();
-            let out = orders.transition_in(&mut tx, &Transition::paid(order_no.clone(), event_id.clone())).await.unwrap();
+            let out = orders
+                .transition_in(
+                    &mut tx,
+                    &Transition::paid(order_no.clone(), event_id.clone()),
+                )
+                .await
+                .unwrap();
             // The replay inside the same transaction sees its own write.
-            let again = orders.transition_in(&mut tx, &Transition::paid(order_no, event_id)).await.unwrap();
+            let again = orders
+                .transition_in(&mut tx, &Transition::paid(order_no, event_id))
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
             (out, again)
         })
     }
     .await
     .unwrap();
-    assert!(matches!(committed, (TransitionOutcome::Applied(_), TransitionOutcome::AlreadyApplied(_))), "{dialect}: {committed:?}");
-    let paid = orders.find_by_payment_event_id(&event_id).await.unwrap().unwrap();
-    assert_eq!((paid.status, paid.version), (OrderStatus::Paid, 1), "{dialect}");
+    assert!(
+        matches!(
+            committed,
+            (
+                TransitionOutcome::Applied(_),
+                TransitionOutcome::AlreadyApplied(_)
+            )
+        ),
+        "{dialect}: {committed:?}"
+    );
+    let paid = orders
+        .find_by_payment_event_id(&event_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (paid.status, paid.version),
+        (OrderStatus::Paid, 1),
+        "{dialect}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,7 +749,13 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
     for _ in 0..2 {
         let mut set = Vec::new();
         for _ in 0..5 {
-            set.push(orders.create(&new_order(&RequestId::generate("APP", "ORDER"), 11, None)).await.unwrap().into_order());
+            set.push(
+                orders
+                    .create(&new_order(&RequestId::generate("APP", "ORDER"), 11, None))
+                    .await
+                    .unwrap()
+                    .into_order(),
+            );
         }
         sets.push(set);
     }
@@ -419,35 +763,69 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
     // fence 9.
     let mut earlier = Vec::new();
     for (s, set) in sets.iter().enumerate() {
-        assert!(orders.transition(&Transition::to(set[2].order_no.clone(), OrderStatus::Cancelled)).await.unwrap().is_success());
+        assert!(orders
+            .transition(&Transition::to(
+                set[2].order_no.clone(),
+                OrderStatus::Cancelled
+            ))
+            .await
+            .unwrap()
+            .is_success());
         let paid_event = format!("E-{s}-paid-before");
-        assert!(orders.transition(&Transition::paid(set[3].order_no.clone(), paid_event.clone())).await.unwrap().is_success());
-        assert!(orders.transition(&Transition::to(set[4].order_no.clone(), OrderStatus::Cancelled).with_fence(9)).await.unwrap().is_success());
+        assert!(orders
+            .transition(&Transition::paid(
+                set[3].order_no.clone(),
+                paid_event.clone()
+            ))
+            .await
+            .unwrap()
+            .is_success());
+        assert!(orders
+            .transition(
+                &Transition::to(set[4].order_no.clone(), OrderStatus::Cancelled).with_fence(9)
+            )
+            .await
+            .unwrap()
+            .is_success());
         earlier.push(paid_event);
     }
     let moves = |s: usize| -> Vec<Transition> {
         let set = &sets[s];
         let ev = |n: &str| format!("E-{s}-{n}");
         vec![
-            Transition::paid(set[0].order_no.clone(), ev("a")),                    // applied
-            Transition::paid(set[0].order_no.clone(), ev("a")),                    // the same event again: already applied
-            Transition::paid(set[0].order_no.clone(), ev("b")),                    // a second payment: already PAID by "a"
-            Transition::paid(set[1].order_no.clone(), earlier[s].clone()),         // the event paid order 3: taken
-            Transition::paid(set[1].order_no.clone(), ev("c")),                    // applied
-            Transition::paid(set[2].order_no.clone(), ev("d")),                    // CANCELLED: rejected
-            Transition::paid(set[3].order_no.clone(), earlier[s].clone()),         // replay: already applied
-            Transition::paid(format!("O-missing-{s}"), ev("e")),                   // no such order
+            Transition::paid(set[0].order_no.clone(), ev("a")), // applied
+            Transition::paid(set[0].order_no.clone(), ev("a")), // the same event again: already applied
+            Transition::paid(set[0].order_no.clone(), ev("b")), // a second payment: already PAID by "a"
+            Transition::paid(set[1].order_no.clone(), earlier[s].clone()), // the event paid order 3: taken
+            Transition::paid(set[1].order_no.clone(), ev("c")),            // applied
+            Transition::paid(set[2].order_no.clone(), ev("d")),            // CANCELLED: rejected
+            Transition::paid(set[3].order_no.clone(), earlier[s].clone()), // replay: already applied
+            Transition::paid(format!("O-missing-{s}"), ev("e")),           // no such order
             Transition::to(set[1].order_no.clone(), OrderStatus::Refunded).with_fence(3), // after its PAID above: applied
-            Transition::to(set[4].order_no.clone(), OrderStatus::Created),         // never back: rejected
+            Transition::to(set[4].order_no.clone(), OrderStatus::Created), // never back: rejected
             Transition::paid(set[0].order_no.clone(), ev("f")).with_expected_version(0), // stale version, already PAID
         ]
     };
     let kind = |r: &Result<TransitionOutcome, OrderError>| -> String {
         match r {
-            Ok(TransitionOutcome::Applied(o)) => format!("applied {} v{} fence {} by {:?}", o.status, o.version, o.fence, o.payment_event_id.as_deref().map(|e| &e[4..])),
-            Ok(TransitionOutcome::AlreadyApplied(o)) => format!("already {} by {:?}", o.status, o.payment_event_id.as_deref().map(|e| &e[4..])),
-            Ok(TransitionOutcome::Rejected(o)) => format!("rejected at {} v{}", o.status, o.version),
-            Ok(TransitionOutcome::FenceRejected { offered, .. }) => format!("fence {offered} rejected"),
+            Ok(TransitionOutcome::Applied(o)) => format!(
+                "applied {} v{} fence {} by {:?}",
+                o.status,
+                o.version,
+                o.fence,
+                o.payment_event_id.as_deref().map(|e| &e[4..])
+            ),
+            Ok(TransitionOutcome::AlreadyApplied(o)) => format!(
+                "already {} by {:?}",
+                o.status,
+                o.payment_event_id.as_deref().map(|e| &e[4..])
+            ),
+            Ok(TransitionOutcome::Rejected(o)) => {
+                format!("rejected at {} v{}", o.status, o.version)
+            }
+            Ok(TransitionOutcome::FenceRejected { offered, .. }) => {
+                format!("fence {offered} rejected")
+            }
             Err(OrderError::NotFound { .. }) => "not found".to_string(),
             Err(OrderError::PaymentEventTaken { .. }) => "event taken".to_string(),
             Err(e) => format!("error {e}"),
@@ -455,7 +833,13 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
     };
 
     let mut tx = orders.database().pool.begin().await.unwrap();
-    let batched: Vec<String> = orders.transition_batch_in(&mut tx, &moves(0)).await.unwrap().iter().map(kind).collect();
+    let batched: Vec<String> = orders
+        .transition_batch_in(&mut tx, &moves(0))
+        .await
+        .unwrap()
+        .iter()
+        .map(kind)
+        .collect();
     tx.commit().await.unwrap();
     // One by one, each in a transaction of its own (a unique violation aborts a PostgreSQL
     // transaction; the batch checks the event first and never runs into it).
@@ -487,7 +871,12 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
             let mut v = Vec::new();
             for o in &sets[s] {
                 let r = orders.find_by_order_no(&o.order_no).await.unwrap().unwrap();
-                v.push((r.status, r.version, r.fence, r.payment_event_id.map(|e| e[4..].to_string())));
+                v.push((
+                    r.status,
+                    r.version,
+                    r.fence,
+                    r.payment_event_id.map(|e| e[4..].to_string()),
+                ));
             }
             v
         };

@@ -14,37 +14,76 @@ async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
     let config = fresh_database_config(Dialect::Postgres).await;
     let topics = fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "demo", "--no-tui"])
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "demo",
+            "--no-tui",
+        ])
         .env("IDEMGUARD_DATABASE__URL", &config.database.url)
         .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &topics[0])
         .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &topics[1])
-        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", format!("igt-demo-{}", unique_suffix()))
+        .env(
+            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+            format!("igt-demo-{}", unique_suffix()),
+        )
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the demo finished within 120 s").unwrap();
-    assert!(out.status.success(), "demo failed: {}", String::from_utf8_lossy(&out.stderr));
-    let state: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the demo prints where to look, as JSON");
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the demo finished within 120 s")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the demo prints where to look, as JSON");
 
     // The order clicked five times exists once; the stuck record is PROCESSING with no order.
     let db = idemguard::db::Database::connect(&config).await.unwrap();
     let clicked = state["clicked_request_id"].as_str().unwrap();
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{clicked}'")).await, 1);
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{clicked}'")).await,
+        1
+    );
     let stuck = state["stuck_request_id"].as_str().unwrap();
-    assert_eq!(count(&db, &format!("idempotency_record WHERE request_id = '{stuck}' AND status = 'PROCESSING'")).await, 1);
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{stuck}'")).await, 0);
+    assert_eq!(
+        count(
+            &db,
+            &format!("idempotency_record WHERE request_id = '{stuck}' AND status = 'PROCESSING'")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{stuck}'")).await,
+        0
+    );
     // The dead holder's lock is still there (long TTL, no watchdog, holder SIGKILLed).
     let redis = redis::Client::open(config.redis.url.as_str()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
     let key = state["dead_lock_key"].as_str().unwrap();
-    let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(exists, "{key} is gone");
-    let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 
     // Nothing the demo started is still running.
     for pid in state["pids"].as_array().unwrap() {
         let pid = pid.as_u64().unwrap();
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
         assert!(!alive, "process {pid} started by the demo is still running");
     }
 }

@@ -45,24 +45,43 @@ struct Setup {
 }
 
 async fn setup(dialect: Dialect) -> Setup {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("warn,idemguard=info")
+        .try_init();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.dlq_topic = topics[1].clone();
     config.consumer.batch_size = 50;
     config.trace.enabled = false;
-    let db_name = url::Url::parse(&config.database.url).unwrap().path().trim_start_matches('/').to_string();
-    Setup { dialect, config, db, db_name, group: format!("igt-group-{}", unique_suffix()), user: None }
+    let db_name = url::Url::parse(&config.database.url)
+        .unwrap()
+        .path()
+        .trim_start_matches('/')
+        .to_string();
+    Setup {
+        dialect,
+        config,
+        db,
+        db_name,
+        group: format!("igt-group-{}", unique_suffix()),
+        user: None,
+    }
 }
 
 /// A connection to the dialect's server (not the test database), for the faults.
 async fn admin(dialect: Dialect) -> Database {
-    Database::connect_url(&local_config(), &server_url(dialect)).await.expect("the test server is reachable")
+    Database::connect_url(&local_config(), &server_url(dialect))
+        .await
+        .expect("the test server is reachable")
 }
 
 async fn exec(db: &Database, sql: &str) {
-    sqlx::query(sql).execute(&db.pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    sqlx::query(sql)
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 impl Setup {
@@ -72,9 +91,17 @@ impl Setup {
         let user = format!("igtu_{}", unique_suffix());
         let password = format!("pw{}", unique_suffix());
         let a = admin(Dialect::Mysql).await;
-        exec(&a, &format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")).await;
+        exec(
+            &a,
+            &format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+        )
+        .await;
         remove_mysql_user_at_end(&user);
-        exec(&a, &format!("GRANT ALL PRIVILEGES ON {}.* TO '{user}'@'%'", self.db_name)).await;
+        exec(
+            &a,
+            &format!("GRANT ALL PRIVILEGES ON {}.* TO '{user}'@'%'", self.db_name),
+        )
+        .await;
         a.pool.close().await;
         let mut url = url::Url::parse(&self.config.database.url).unwrap();
         url.set_username(&user).unwrap();
@@ -86,11 +113,23 @@ impl Setup {
 
 /// `n` CREATED orders written straight into the schema in one statement: (orderNo, requestId).
 async fn create_orders(db: &Database, n: usize) -> Vec<(String, String)> {
-    let orders: Vec<(String, String)> =
-        (0..n).map(|_| (OrderNo::generate().to_string(), format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7()))).collect();
+    let orders: Vec<(String, String)> = (0..n)
+        .map(|_| {
+            (
+                OrderNo::generate().to_string(),
+                format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7()),
+            )
+        })
+        .collect();
     let rows: Vec<String> = (0..n)
         .map(|i| {
-            let p = |k: usize| if db.dialect() == Dialect::Postgres { format!("${}", i * 2 + k) } else { "?".into() };
+            let p = |k: usize| {
+                if db.dialect() == Dialect::Postgres {
+                    format!("${}", i * 2 + k)
+                } else {
+                    "?".into()
+                }
+            };
             format!("({}, {}, 42, 1, 1, 1999, 'CREATED', 0, 0)", p(1), p(2))
         })
         .collect();
@@ -120,25 +159,56 @@ fn payment(order_no: &str, request_id: &str) -> PaymentSucceeded {
 
 /// A payment event for each of `n` new orders.
 async fn paid_events(db: &Database, n: usize) -> Vec<PaymentSucceeded> {
-    create_orders(db, n).await.iter().map(|(o, r)| payment(o, r)).collect()
+    create_orders(db, n)
+        .await
+        .iter()
+        .map(|(o, r)| payment(o, r))
+        .collect()
 }
 
 fn producer(config: &Config) -> FutureProducer {
-    ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).set("acks", "all").create().unwrap()
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("acks", "all")
+        .create()
+        .unwrap()
 }
 
 async fn produce(p: &FutureProducer, topic: &str, e: &PaymentSucceeded) {
     let body = serde_json::to_vec(e).unwrap();
     let h = OwnedHeaders::new()
-        .insert(Header { key: headers::EVENT_ID, value: Some(e.event_id.as_bytes()) })
-        .insert(Header { key: headers::REQUEST_ID, value: Some(e.request_id.as_bytes()) })
-        .insert(Header { key: headers::ORDER_NO, value: Some(e.order_no.as_bytes()) });
-    p.send(FutureRecord::to(topic).key(&e.order_no).payload(&body).headers(h), Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+        .insert(Header {
+            key: headers::EVENT_ID,
+            value: Some(e.event_id.as_bytes()),
+        })
+        .insert(Header {
+            key: headers::REQUEST_ID,
+            value: Some(e.request_id.as_bytes()),
+        })
+        .insert(Header {
+            key: headers::ORDER_NO,
+            value: Some(e.order_no.as_bytes()),
+        });
+    p.send(
+        FutureRecord::to(topic)
+            .key(&e.order_no)
+            .payload(&body)
+            .headers(h),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|(e, _)| e)
+    .unwrap();
 }
 
 async fn produce_all(s: &Setup, events: &[PaymentSucceeded]) {
     let p = producer(&s.config);
-    futures::future::join_all(events.iter().map(|e| produce(&p, &s.config.kafka.payment_topic, e))).await;
+    futures::future::join_all(
+        events
+            .iter()
+            .map(|e| produce(&p, &s.config.kafka.payment_topic, e)),
+    )
+    .await;
 }
 
 /// Produces `events` one every `gap`, in the background: a consumer fed by it is busy the
@@ -161,13 +231,28 @@ struct Running {
 
 /// An in-process member of the test's group with its own pool, connected as `s.config` says.
 async fn start(s: &Setup) -> Running {
-    let db = Database::connect(&s.config).await.expect("the consumer connects");
-    let options = ConsumeOptions { group: Some(s.group.clone()), ..Default::default() };
-    let consumer = PaymentConsumer::new(&s.config, db, Tracer::log_only(&Instance::current()), options).unwrap();
+    let db = Database::connect(&s.config)
+        .await
+        .expect("the consumer connects");
+    let options = ConsumeOptions {
+        group: Some(s.group.clone()),
+        ..Default::default()
+    };
+    let consumer = PaymentConsumer::new(
+        &s.config,
+        db,
+        Tracer::log_only(&Instance::current()),
+        options,
+    )
+    .unwrap();
     let stats = consumer.stats();
     let stop = CancellationToken::new();
     let handle = tokio::spawn(consumer.run(stop.clone()));
-    Running { stop, stats, handle }
+    Running {
+        stop,
+        stats,
+        handle,
+    }
 }
 
 impl Running {
@@ -177,21 +262,36 @@ impl Running {
 
     /// Waits (bounded) until the member has applied `n` events; fails at once if it died.
     async fn until_applied(&self, n: u64, secs: u64) {
-        self.until(&format!("{n} events applied"), secs, |s| ConsumeStats::get(&s.applied) >= n).await;
+        self.until(&format!("{n} events applied"), secs, |s| {
+            ConsumeStats::get(&s.applied) >= n
+        })
+        .await;
     }
 
     async fn until(&self, what: &str, secs: u64, done: impl Fn(&ConsumeStats) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while !done(&self.stats) {
-            assert!(!self.handle.is_finished(), "the consumer stopped on its own before {what}: {:?}", self.stats);
-            assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}: {:?}", self.stats);
+            assert!(
+                !self.handle.is_finished(),
+                "the consumer stopped on its own before {what}: {:?}",
+                self.stats
+            );
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {secs}s waiting for {what}: {:?}",
+                self.stats
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     async fn stop(self) -> Arc<ConsumeStats> {
         self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("the consumer stops within 30s").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the consumer stops within 30s")
+            .unwrap()
+            .unwrap();
         self.stats
     }
 }
@@ -200,7 +300,15 @@ impl Running {
 /// processed_event row per event.
 async fn assert_applied_once(s: &Setup, n: i64) {
     let d = s.dialect;
-    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID' AND payment_event_id IS NOT NULL").await, n, "{d}: PAID orders");
+    assert_eq!(
+        count(
+            &s.db,
+            "order_record WHERE status = 'PAID' AND payment_event_id IS NOT NULL"
+        )
+        .await,
+        n,
+        "{d}: PAID orders"
+    );
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, n, "{d}: {table}");
     }
@@ -214,8 +322,16 @@ async fn until_processed(s: &Setup, run: &Running, n: i64, secs: u64) {
         if done >= n {
             return;
         }
-        assert!(!run.handle.is_finished(), "the consumer stopped on its own at {done} of {n} events: {:?}", run.stats);
-        assert!(Instant::now() < deadline, "timed out after {secs}s: {done} of {n} events processed ({:?})", run.stats);
+        assert!(
+            !run.handle.is_finished(),
+            "the consumer stopped on its own at {done} of {n} events: {:?}",
+            run.stats
+        );
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s: {done} of {n} events processed ({:?})",
+            run.stats
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -233,7 +349,12 @@ struct Nemesis {
 
 impl Nemesis {
     async fn new(s: &Setup) -> Nemesis {
-        Nemesis { admin: admin(s.dialect).await, dialect: s.dialect, db_name: s.db_name.clone(), user: s.user.clone() }
+        Nemesis {
+            admin: admin(s.dialect).await,
+            dialect: s.dialect,
+            db_name: s.db_name.clone(),
+            user: s.user.clone(),
+        }
     }
 
     /// Terminates the consumer's sessions (on PostgreSQL every session of the test database but
@@ -243,17 +364,29 @@ impl Nemesis {
             Dialect::Postgres => {
                 let sql = "SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
                            WHERE datname = $1 AND pid <> pg_backend_pid()) AS k WHERE k.ended";
-                let n: i64 = sqlx::query_scalar(sql).bind(&self.db_name).fetch_one(&self.admin.pool).await.unwrap();
+                let n: i64 = sqlx::query_scalar(sql)
+                    .bind(&self.db_name)
+                    .fetch_one(&self.admin.pool)
+                    .await
+                    .unwrap();
                 n as usize
             }
             Dialect::Mysql => {
                 let sql = "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE user = ? AND db = ?";
                 let user = self.user.clone().expect("a private user on MariaDB");
-                let ids: Vec<i64> = sqlx::query_scalar(sql).bind(user).bind(&self.db_name).fetch_all(&self.admin.pool).await.unwrap();
+                let ids: Vec<i64> = sqlx::query_scalar(sql)
+                    .bind(user)
+                    .bind(&self.db_name)
+                    .fetch_all(&self.admin.pool)
+                    .await
+                    .unwrap();
                 let mut ended = 0;
                 for id in ids {
                     // Gone meanwhile is fine: it was ending anyway.
-                    ended += sqlx::query(&format!("KILL CONNECTION {id}")).execute(&self.admin.pool).await.is_ok() as usize;
+                    ended += sqlx::query(&format!("KILL CONNECTION {id}"))
+                        .execute(&self.admin.pool)
+                        .await
+                        .is_ok() as usize;
                 }
                 ended
             }
@@ -263,16 +396,46 @@ impl Nemesis {
     /// Refuses new connections (and ends the open ones) until `allow`.
     async fn refuse(&self) {
         match self.dialect {
-            Dialect::Postgres => exec(&self.admin, &format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", self.db_name)).await,
-            Dialect::Mysql => exec(&self.admin, &format!("ALTER USER '{}'@'%' ACCOUNT LOCK", self.user.as_ref().unwrap())).await,
+            Dialect::Postgres => {
+                exec(
+                    &self.admin,
+                    &format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", self.db_name),
+                )
+                .await
+            }
+            Dialect::Mysql => {
+                exec(
+                    &self.admin,
+                    &format!(
+                        "ALTER USER '{}'@'%' ACCOUNT LOCK",
+                        self.user.as_ref().unwrap()
+                    ),
+                )
+                .await
+            }
         }
         self.kill_sessions().await;
     }
 
     async fn allow(&self) {
         match self.dialect {
-            Dialect::Postgres => exec(&self.admin, &format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.db_name)).await,
-            Dialect::Mysql => exec(&self.admin, &format!("ALTER USER '{}'@'%' ACCOUNT UNLOCK", self.user.as_ref().unwrap())).await,
+            Dialect::Postgres => {
+                exec(
+                    &self.admin,
+                    &format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.db_name),
+                )
+                .await
+            }
+            Dialect::Mysql => {
+                exec(
+                    &self.admin,
+                    &format!(
+                        "ALTER USER '{}'@'%' ACCOUNT UNLOCK",
+                        self.user.as_ref().unwrap()
+                    ),
+                )
+                .await
+            }
         }
     }
 }
@@ -314,11 +477,21 @@ async fn database_faults_are_retried_never_dead_lettered(s: &Setup) {
     until_processed(s, &run, 500, 120).await;
     let stats = run.stop().await;
     assert!(killed > 0, "{dialect}: the nemesis ended no session");
-    assert!(retried_after_kills > 0, "{dialect}: {killed} sessions killed mid-stream, yet no batch was retried");
+    assert!(
+        retried_after_kills > 0,
+        "{dialect}: {killed} sessions killed mid-stream, yet no batch was retried"
+    );
     eprintln!("{dialect}: {killed} sessions killed, {retried_after_kills} retries under the kills, {retried_while_refused} while refused; {stats:?}");
     assert!(retried_while_refused >= 2, "{dialect}: a refused database is retried with backoff ({retried_while_refused} retries in 3 s)");
-    assert_eq!(applied_while_refused, 0, "{dialect}: applied while the database refused every connection?");
-    assert_eq!(ConsumeStats::get(&stats.dlq), 0, "{dialect}: a database error went to the DLQ ({stats:?})");
+    assert_eq!(
+        applied_while_refused, 0,
+        "{dialect}: applied while the database refused every connection?"
+    );
+    assert_eq!(
+        ConsumeStats::get(&stats.dlq),
+        0,
+        "{dialect}: a database error went to the DLQ ({stats:?})"
+    );
     // Not `stats.applied`: a session killed during a COMMIT the server had already made leaves
     // the consumer unsure; its retry finds the rows there and counts them as duplicates.
     assert_applied_once(s, 500).await;
@@ -351,9 +524,20 @@ struct CrashingMember {
 
 fn spawn_crashing_member(s: &Setup) -> CrashingMember {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "consume", "--group", &s.group, "--crash-after-db-commit", "1"])
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+            "--group",
+            &s.group,
+            "--crash-after-db-commit",
+            "1",
+        ])
         .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &s.config.kafka.payment_topic)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
         .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
         .env("IDEMGUARD_CONSUMER__BATCH_SIZE", "50")
         .env("IDEMGUARD_TRACE__ENABLED", "false")
@@ -379,11 +563,22 @@ impl CrashingMember {
     async fn assignment(&self, secs: u64) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let found = self.log.lock().unwrap().iter().rev().find(|l| l.contains("partitions assigned") && l.contains(".t")).cloned();
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|l| l.contains("partitions assigned") && l.contains(".t"))
+                .cloned();
             if let Some(line) = found {
                 return line;
             }
-            assert!(Instant::now() < deadline, "the binary member got no partition within {secs}s: {:?}", self.log.lock().unwrap());
+            assert!(
+                Instant::now() < deadline,
+                "the binary member got no partition within {secs}s: {:?}",
+                self.log.lock().unwrap()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -402,17 +597,35 @@ async fn a_member_dies_with_uncommitted_work(s: &Setup) {
     let mut a = spawn_crashing_member(s);
     let assigned = a.assignment(60).await;
     produce_all(s, &events).await;
-    let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait()).await.expect("member A crashed within 60s").unwrap();
-    assert!(!status.success(), "{dialect}: member A was meant to abort after its first database commit");
+    let status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
+        .await
+        .expect("member A crashed within 60s")
+        .unwrap();
+    assert!(
+        !status.success(),
+        "{dialect}: member A was meant to abort after its first database commit"
+    );
 
     // B takes A's partitions over: A's uncommitted batch comes to B again.
-    let handled = |s: &ConsumeStats| ConsumeStats::get(&s.applied) + ConsumeStats::get(&s.dedup_hits) >= 301;
+    let handled =
+        |s: &ConsumeStats| ConsumeStats::get(&s.applied) + ConsumeStats::get(&s.dedup_hits) >= 301;
     b.until("all 301 events handled by B", 120, handled).await;
     let stats = b.stop().await;
-    let (b_applied, b_dedup) = (ConsumeStats::get(&stats.applied), ConsumeStats::get(&stats.dedup_hits));
+    let (b_applied, b_dedup) = (
+        ConsumeStats::get(&stats.applied),
+        ConsumeStats::get(&stats.dedup_hits),
+    );
     assert!(b_dedup > 0, "{dialect}: B never received an event A had applied — it did not take A's partitions ({assigned}); {stats:?}");
-    assert_eq!(b_applied + b_dedup, 301, "{dialect}: every event reached B once: its own and A's redelivered ones ({stats:?})");
-    assert_eq!(ConsumeStats::get(&stats.sink_duplicates), 0, "{dialect}: the dedup state caught every replay before the sinks");
+    assert_eq!(
+        b_applied + b_dedup,
+        301,
+        "{dialect}: every event reached B once: its own and A's redelivered ones ({stats:?})"
+    );
+    assert_eq!(
+        ConsumeStats::get(&stats.sink_duplicates),
+        0,
+        "{dialect}: the dedup state caught every replay before the sinks"
+    );
     assert_eq!(ConsumeStats::get(&stats.dlq), 0);
     assert_applied_once(s, 301).await;
 }
@@ -434,7 +647,15 @@ async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_mysql() {
 // deadlock".
 
 fn deliveries(events: impl Iterator<Item = PaymentSucceeded>) -> Vec<Delivery> {
-    events.enumerate().map(|(i, event)| Delivery { event, topic: "t".into(), partition: 0, offset: i as i64 }).collect()
+    events
+        .enumerate()
+        .map(|(i, event)| Delivery {
+            event,
+            topic: "t".into(),
+            partition: 0,
+            offset: i as i64,
+        })
+        .collect()
 }
 
 async fn reverse_order_batches_never_deadlock(s: &Setup) {
@@ -442,7 +663,10 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
     const ROUNDS: usize = 60; // without the sorted lock list MariaDB deadlocked in about half of 20-round runs
     const ORDERS: usize = 80;
     let tracer = Tracer::log_only(&Instance::current());
-    let members = [Orders::new(Database::connect(&s.config).await.unwrap(), tracer.clone()), Orders::new(Database::connect(&s.config).await.unwrap(), tracer)];
+    let members = [
+        Orders::new(Database::connect(&s.config).await.unwrap(), tracer.clone()),
+        Orders::new(Database::connect(&s.config).await.unwrap(), tracer),
+    ];
     let mut slowest = Duration::ZERO;
     for round in 0..ROUNDS {
         let orders = create_orders(&s.db, ORDERS).await;
@@ -458,10 +682,15 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
             })
         };
         let started = Instant::now();
-        let (a, b) = (run(members[0].clone(), forward.clone()), run(members[1].clone(), reverse.clone()));
-        let (a, b) = tokio::time::timeout(Duration::from_secs(10), async { (a.await.unwrap(), b.await.unwrap()) })
-            .await
-            .unwrap_or_else(|_| panic!("{dialect}: round {round} stalled for 10 s"));
+        let (a, b) = (
+            run(members[0].clone(), forward.clone()),
+            run(members[1].clone(), reverse.clone()),
+        );
+        let (a, b) = tokio::time::timeout(Duration::from_secs(10), async {
+            (a.await.unwrap(), b.await.unwrap())
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{dialect}: round {round} stalled for 10 s"));
         slowest = slowest.max(started.elapsed());
         let a = a.unwrap_or_else(|e| panic!("{dialect}: round {round}, forward member: {e:#}"));
         let b = b.unwrap_or_else(|e| panic!("{dialect}: round {round}, reverse member: {e:#}"));
@@ -469,14 +698,27 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
         for (i, d) in forward.iter().enumerate() {
             let theirs = &b[ORDERS - 1 - i];
             match (&a[i], theirs) {
-                (PaidDecision::Applied, PaidDecision::PaidByOther(by)) => assert_eq!(*by, d.event.event_id),
-                (PaidDecision::PaidByOther(by), PaidDecision::Applied) => assert_eq!(*by, reverse[ORDERS - 1 - i].event.event_id),
-                other => panic!("{dialect}: round {round}, order {}: {other:?}", d.event.order_no),
+                (PaidDecision::Applied, PaidDecision::PaidByOther(by)) => {
+                    assert_eq!(*by, d.event.event_id)
+                }
+                (PaidDecision::PaidByOther(by), PaidDecision::Applied) => {
+                    assert_eq!(*by, reverse[ORDERS - 1 - i].event.event_id)
+                }
+                other => panic!(
+                    "{dialect}: round {round}, order {}: {other:?}",
+                    d.event.order_no
+                ),
             }
         }
     }
-    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, (ROUNDS * ORDERS) as i64);
-    assert!(slowest < Duration::from_secs(5), "{dialect}: a round took {slowest:?}");
+    assert_eq!(
+        count(&s.db, "order_record WHERE status = 'PAID'").await,
+        (ROUNDS * ORDERS) as i64
+    );
+    assert!(
+        slowest < Duration::from_secs(5),
+        "{dialect}: a round took {slowest:?}"
+    );
 }
 
 #[tokio::test]
@@ -497,9 +739,14 @@ async fn reverse_order_batches_never_deadlock_mysql() {
 
 async fn a_refusal_is_replayed(s: &Setup) {
     let dialect = s.dialect;
-    let server = idemguard::api::server::start(s.config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let server = idemguard::api::server::start(s.config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let orders = Orders::new(s.db.clone(), Tracer::log_only(&Instance::current()));
     let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
     let mut fast_path = redis.get_multiplexed_async_connection().await.unwrap();
@@ -508,34 +755,72 @@ async fn a_refusal_is_replayed(s: &Setup) {
     let post = |key: String, sku: i64| {
         let (http, base) = (http.clone(), base.clone());
         async move {
-            let body = serde_json::json!({"userId": 42, "skuId": sku, "quantity": 1, "amount": 1999});
-            let r = http.post(format!("{base}/orders")).header("Idempotency-Key", key).json(&body).send().await.unwrap();
-            let replayed = r.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_string());
+            let body =
+                serde_json::json!({"userId": 42, "skuId": sku, "quantity": 1, "amount": 1999});
+            let r = http
+                .post(format!("{base}/orders"))
+                .header("Idempotency-Key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let replayed = r
+                .headers()
+                .get("idempotent-replayed")
+                .map(|v| v.to_str().unwrap().to_string());
             (r.status().as_u16(), replayed, r.bytes().await.unwrap())
         }
     };
     for (sku, problem) in [(sold_out, "out-of-stock"), (unknown, "unknown-sku")] {
         let key = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
         let (status, replayed, first) = post(key.clone(), sku).await;
-        assert_eq!(status, 422, "{dialect}: {}", String::from_utf8_lossy(&first));
+        assert_eq!(
+            status,
+            422,
+            "{dialect}: {}",
+            String::from_utf8_lossy(&first)
+        );
         assert!(replayed.is_none());
         let p: serde_json::Value = serde_json::from_slice(&first).unwrap();
-        assert!(p["type"].as_str().unwrap().ends_with(problem), "{dialect}: {p}");
+        assert!(
+            p["type"].as_str().unwrap().ends_with(problem),
+            "{dialect}: {p}"
+        );
         // The world changes — stock arrives, the SKU is created — and the retry still gets the
         // first answer: from the fast path, then from the database record alone.
         orders.set_stock(sku, 10).await.unwrap();
         for from in ["fast path", "database"] {
             if from == "database" {
-                let _: () = redis::cmd("DEL").arg(format!("idem:{key}")).query_async(&mut fast_path).await.unwrap();
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("idem:{key}"))
+                    .query_async(&mut fast_path)
+                    .await
+                    .unwrap();
             }
             let (status, replayed, again) = post(key.clone(), sku).await;
-            assert_eq!((status, replayed.as_deref()), (422, Some("true")), "{dialect}, {problem} from the {from}: {}", String::from_utf8_lossy(&again));
-            assert_eq!(again, first, "{dialect}, {problem} from the {from}: the same bytes");
+            assert_eq!(
+                (status, replayed.as_deref()),
+                (422, Some("true")),
+                "{dialect}, {problem} from the {from}: {}",
+                String::from_utf8_lossy(&again)
+            );
+            assert_eq!(
+                again, first,
+                "{dialect}, {problem} from the {from}: the same bytes"
+            );
         }
-        let stored = count(&s.db, &format!("idempotency_record WHERE request_id = '{key}' AND status = 'FAILED'")).await;
+        let stored = count(
+            &s.db,
+            &format!("idempotency_record WHERE request_id = '{key}' AND status = 'FAILED'"),
+        )
+        .await;
         assert_eq!(stored, 1, "{dialect}: the refusal is stored as FAILED");
     }
-    assert_eq!(count(&s.db, "order_record").await, 0, "{dialect}: a retry of a refusal created an order");
+    assert_eq!(
+        count(&s.db, "order_record").await,
+        0,
+        "{dialect}: a retry of a refusal created an order"
+    );
     server.shutdown.cancel();
     server.done.await.unwrap().unwrap();
 }

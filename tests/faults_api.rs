@@ -18,7 +18,9 @@ use common::*;
 use idemguard::api::payments::{self, OutboxRelay, PayableOrder};
 use idemguard::api::server;
 use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{now_ms, Instance, OrderNo, Outcome as Decision, PaymentSucceeded, RequestId};
+use idemguard::contracts::{
+    now_ms, Instance, OrderNo, Outcome as Decision, PaymentSucceeded, RequestId,
+};
 use idemguard::db::orders::{NewOrder, OrderRecord, Orders};
 use idemguard::db::Database;
 use idemguard::storm::interception::read_trace;
@@ -26,8 +28,8 @@ use idemguard::stream::consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer}
 use idemguard::trace::Tracer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use reqwest::StatusCode;
 use redis_server::RedisServer;
+use reqwest::StatusCode;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +38,16 @@ const SKU: i64 = 11;
 /// A migrated database of its own, its own payment / DLQ / trace topics and consumer group.
 /// The database and topics are removed when the test ends, pass or fail (tests/common).
 async fn rig(dialect: Dialect) -> (Config, Database) {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn,idemguard=info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("warn,idemguard=info")
+        .try_init();
     let (mut config, db) = migrated_database(dialect).await;
-    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq", "trace"]).await;
+    let topics = fresh_topics(
+        &config,
+        &["payment.succeeded", "payment.succeeded.dlq", "trace"],
+    )
+    .await;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.dlq_topic = topics[1].clone();
     config.kafka.trace_topic = topics[2].clone();
@@ -82,8 +91,21 @@ async fn orders(db: &Database, n: usize) -> Vec<OrderRecord> {
 /// Books a payment (payment_flow + PENDING outbox row, one transaction) for each order.
 async fn book(config: &Config, db: &Database, orders: &[OrderRecord]) {
     for o in orders {
-        let payable = PayableOrder { order_no: o.order_no.clone(), request_id: o.req_id.clone(), user_id: o.user_id, amount: o.amount };
-        payments::book_payment(db, config, &tracer(), &payable, &format!("PAY-{}", o.order_no)).await.unwrap();
+        let payable = PayableOrder {
+            order_no: o.order_no.clone(),
+            request_id: o.req_id.clone(),
+            user_id: o.user_id,
+            amount: o.amount,
+        };
+        payments::book_payment(
+            db,
+            config,
+            &tracer(),
+            &payable,
+            &format!("PAY-{}", o.order_no),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -109,7 +131,10 @@ async fn lock_waiters(db: &Database) -> i64 {
              ON p.id = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
         }
     };
-    sqlx::query_scalar::<_, i64>(sql).fetch_one(&db.pool).await.unwrap()
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 /// Every message on `topic`, from the start, read until the topic has been quiet for 1.5 s:
@@ -124,13 +149,17 @@ fn read_topic(config: &Config, topic: &str) -> Vec<(String, String)> {
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..3 {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
     }
     consumer.assign(&tpl).unwrap();
     let (deadline, mut quiet_since) = (Instant::now() + Duration::from_secs(30), Instant::now());
     let mut out = Vec::new();
     while quiet_since.elapsed() < Duration::from_millis(1500) {
-        assert!(Instant::now() < deadline, "{topic} not read to its end within 30s");
+        assert!(
+            Instant::now() < deadline,
+            "{topic} not read to its end within 30s"
+        );
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
             quiet_since = Instant::now();
             let payload = String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string();
@@ -143,7 +172,10 @@ fn read_topic(config: &Config, topic: &str) -> Vec<(String, String)> {
 
 /// The event ids of the booked payments, sorted.
 async fn booked_event_ids(db: &Database) -> Vec<String> {
-    let mut ids: Vec<String> = sqlx::query_scalar("SELECT event_id FROM payment_flow").fetch_all(&db.pool).await.unwrap();
+    let mut ids: Vec<String> = sqlx::query_scalar("SELECT event_id FROM payment_flow")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     ids.sort();
     ids
 }
@@ -158,7 +190,8 @@ struct Child {
 
 impl Child {
     fn spawn(config: &Config, args: &[&str]) -> Child {
-        let config_file = std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
+        let config_file =
+            std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
         std::fs::write(&config_file, toml::to_string(config).unwrap()).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -174,8 +207,15 @@ impl Child {
             .kill_on_drop(true)
             .spawn()
             .expect("the idemguard binary starts");
-        let stdout = child.stdout.take().map(|s| tokio::io::BufReader::new(s).lines());
-        Child { child, config_file, stdout }
+        let stdout = child
+            .stdout
+            .take()
+            .map(|s| tokio::io::BufReader::new(s).lines());
+        Child {
+            child,
+            config_file,
+            stdout,
+        }
     }
 
     /// `idemguard serve` on a free port; returns it with its base URL once it listens.
@@ -184,9 +224,16 @@ impl Child {
         args.extend_from_slice(faults);
         let mut c = Child::spawn(config, &args);
         let lines = c.stdout.as_mut().unwrap();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("serve prints its address within 30s").unwrap().unwrap_or_default();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("serve prints its address within 30s")
+            .unwrap()
+            .unwrap_or_default();
         let base = line.rsplit(' ').next().unwrap().to_string();
-        assert!(base.starts_with("http://"), "unexpected first line of serve: {line}");
+        assert!(
+            base.starts_with("http://"),
+            "unexpected first line of serve: {line}"
+        );
         (c, base)
     }
 
@@ -201,7 +248,10 @@ impl Child {
     }
 
     async fn exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        tokio::time::timeout(within, self.child.wait()).await.unwrap_or_else(|_| panic!("the child did not exit within {within:?}")).unwrap()
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the child did not exit within {within:?}"))
+            .unwrap()
     }
 }
 
@@ -220,12 +270,19 @@ struct RunningConsumer {
 
 async fn start_consumer(config: &Config) -> RunningConsumer {
     let db = Database::connect(config).await.unwrap();
-    let options = ConsumeOptions { group: Some(config.kafka.consumer_group.clone()), crash_after_db_commit: None };
+    let options = ConsumeOptions {
+        group: Some(config.kafka.consumer_group.clone()),
+        crash_after_db_commit: None,
+    };
     let consumer = PaymentConsumer::new(config, db, tracer(), options).unwrap();
     let stats = consumer.stats();
     let stop = CancellationToken::new();
     let handle = tokio::spawn(consumer.run(stop.clone()));
-    RunningConsumer { stop, stats, handle }
+    RunningConsumer {
+        stop,
+        stats,
+        handle,
+    }
 }
 
 impl RunningConsumer {
@@ -235,7 +292,11 @@ impl RunningConsumer {
 
     async fn stop(self) {
         self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("the consumer stops within 30s").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the consumer stops within 30s")
+            .unwrap()
+            .unwrap();
     }
 }
 
@@ -243,12 +304,40 @@ impl RunningConsumer {
 /// a notification per booked event, and every order PAID.
 async fn assert_one_effect_per_payment(config: &Config, db: &Database, n: i64) {
     let group = &config.kafka.consumer_group;
-    assert_eq!(count(db, &format!("processed_event WHERE consumer_group = '{group}'")).await, n, "processed_event rows");
+    assert_eq!(
+        count(
+            db,
+            &format!("processed_event WHERE consumer_group = '{group}'")
+        )
+        .await,
+        n,
+        "processed_event rows"
+    );
     assert_eq!(count(db, "points_ledger").await, n, "points rows");
-    assert_eq!(count(db, "points_ledger WHERE source_event_no IN (SELECT event_id FROM payment_flow)").await, n, "points rows of the booked events");
+    assert_eq!(
+        count(
+            db,
+            "points_ledger WHERE source_event_no IN (SELECT event_id FROM payment_flow)"
+        )
+        .await,
+        n,
+        "points rows of the booked events"
+    );
     assert_eq!(count(db, "notification").await, n, "notifications");
-    assert_eq!(count(db, "notification WHERE event_id IN (SELECT event_id FROM payment_flow)").await, n, "notifications of the booked events");
-    assert_eq!(count(db, "order_record WHERE status = 'PAID'").await, n, "orders PAID");
+    assert_eq!(
+        count(
+            db,
+            "notification WHERE event_id IN (SELECT event_id FROM payment_flow)"
+        )
+        .await,
+        n,
+        "notifications of the booked events"
+    );
+    assert_eq!(
+        count(db, "order_record WHERE status = 'PAID'").await,
+        n,
+        "orders PAID"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -267,7 +356,10 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     let placed = orders(&db, N).await;
     book(&config, &db, &placed).await;
     let events = booked_event_ids(&db).await;
-    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, N as i64);
+    assert_eq!(
+        count(&db, "outbox WHERE status = 'PENDING'").await,
+        N as i64
+    );
 
     // The relay of a real `idemguard serve` claims the committed batch and the process dies.
     let flag = match crash {
@@ -277,25 +369,55 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     // Not `Child::serve`: the relay may abort before the address is printed.
     let mut crashed = Child::spawn(&config, &["serve", "--listen", "127.0.0.1:0", flag]);
     let status = crashed.exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "serve {flag} was meant to abort, it exited with {status}");
-    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, N as i64, "a crash before the mark leaves every row PENDING");
+    assert!(
+        !status.success(),
+        "serve {flag} was meant to abort, it exited with {status}"
+    );
+    assert_eq!(
+        count(&db, "outbox WHERE status = 'PENDING'").await,
+        N as i64,
+        "a crash before the mark leaves every row PENDING"
+    );
     let topic = config.kafka.payment_topic.clone();
     let (cfg, t) = (config.clone(), topic.clone());
-    let before: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t)).await.unwrap();
+    let before: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t))
+        .await
+        .unwrap();
     let mut published: Vec<String> = before.iter().map(|(id, _)| id.clone()).collect();
     published.sort();
     match crash {
-        RelayCrash::BeforePublish => assert!(published.is_empty(), "nothing was published before the crash: {published:?}"),
-        RelayCrash::AfterPublish => assert_eq!(published, events, "the whole batch was published before the crash"),
+        RelayCrash::BeforePublish => assert!(
+            published.is_empty(),
+            "nothing was published before the crash: {published:?}"
+        ),
+        RelayCrash::AfterPublish => assert_eq!(
+            published, events,
+            "the whole batch was published before the crash"
+        ),
     }
 
     // Restarted without the fault: the relay publishes what is still PENDING.
     let (mut restarted, _) = Child::serve(&config, &[]).await;
-    wait_until(Duration::from_secs(30), "the restarted relay publishes the outbox", || async { count(&db, "outbox WHERE status = 'PENDING'").await == 0 }).await;
-    let copies = if crash == RelayCrash::AfterPublish { 2 } else { 1 };
+    wait_until(
+        Duration::from_secs(30),
+        "the restarted relay publishes the outbox",
+        || async { count(&db, "outbox WHERE status = 'PENDING'").await == 0 },
+    )
+    .await;
+    let copies = if crash == RelayCrash::AfterPublish {
+        2
+    } else {
+        1
+    };
     let (cfg, t) = (config.clone(), topic.clone());
-    let after: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t)).await.unwrap();
-    assert_eq!(after.len(), N * copies, "each event on the topic {copies} time(s)");
+    let after: Vec<(String, String)> = tokio::task::spawn_blocking(move || read_topic(&cfg, &t))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.len(),
+        N * copies,
+        "each event on the topic {copies} time(s)"
+    );
     let mut distinct: Vec<String> = after.iter().map(|(id, _)| id.clone()).collect();
     distinct.sort();
     distinct.dedup();
@@ -303,13 +425,31 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
 
     // The consumer applies each payment once, whatever reached the topic twice.
     let consumer = start_consumer(&config).await;
-    wait_until(Duration::from_secs(60), "the consumer receives every message", || async { consumer.get(|s| &s.received) >= (N * copies) as u64 }).await;
-    let group = config.kafka.consumer_group.clone();
-    wait_until(Duration::from_secs(30), "the consumer applies every payment", || async {
-        count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await >= N as i64
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "the consumer receives every message",
+        || async { consumer.get(|s| &s.received) >= (N * copies) as u64 },
+    )
     .await;
-    assert_eq!(consumer.get(|s| &s.applied), N as u64, "applied once per payment");
+    let group = config.kafka.consumer_group.clone();
+    wait_until(
+        Duration::from_secs(30),
+        "the consumer applies every payment",
+        || async {
+            count(
+                &db,
+                &format!("processed_event WHERE consumer_group = '{group}'"),
+            )
+            .await
+                >= N as i64
+        },
+    )
+    .await;
+    assert_eq!(
+        consumer.get(|s| &s.applied),
+        N as u64,
+        "applied once per payment"
+    );
     assert_eq!(consumer.get(|s| &s.dlq), 0, "nothing to the DLQ");
     consumer.stop().await;
     assert_one_effect_per_payment(&config, &db, N as i64).await;
@@ -342,21 +482,44 @@ async fn relay_crash_after_publish_applies_no_event_twice_mysql() {
 async fn crash_switches_are_refused_in_production() {
     let mut config = local_config();
     config.environment.production = true;
-    let faults = server::Faults { crash_before_publish: true, ..Default::default() };
-    let e = server::start_with(config.clone(), "127.0.0.1:0", faults).await.err().expect("refused");
+    let faults = server::Faults {
+        crash_before_publish: true,
+        ..Default::default()
+    };
+    let e = server::start_with(config.clone(), "127.0.0.1:0", faults)
+        .await
+        .err()
+        .expect("refused");
     assert!(e.to_string().contains("production"), "{e}");
     // The binaries refuse every crash switch before touching anything.
     let file = std::env::temp_dir().join(format!("igt-faults-api-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
     for args in [
-        &["serve", "--listen", "127.0.0.1:0", "--crash-after-request-lock"][..],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--crash-after-request-lock",
+        ][..],
         &["serve", "--listen", "127.0.0.1:0", "--crash-before-publish"],
         &["serve", "--listen", "127.0.0.1:0", "--crash-after-publish"],
         &["consume", "--crash-after-db-commit", "1"],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard")).arg("--config").arg(&file).args(args).env_remove("IDEMGUARD_CONFIG").output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .env_remove("IDEMGUARD_CONFIG")
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains("fault injection") && stderr.contains("production"), "{args:?}: {}\n{stderr}", out.status);
+        assert!(
+            !out.status.success()
+                && stderr.contains("fault injection")
+                && stderr.contains("production"),
+            "{args:?}: {}\n{stderr}",
+            out.status
+        );
     }
     let _ = std::fs::remove_file(&file);
 }
@@ -388,14 +551,29 @@ async fn processing_record(db: &Database, k: &str, owner: &str, lease_until: i64
         .unwrap();
 }
 
-async fn post_order(http: &reqwest::Client, base: &str, k: &str) -> (StatusCode, serde_json::Value) {
-    let r = http.post(format!("{base}/orders")).header("Idempotency-Key", k).json(&order_body()).send().await.unwrap();
+async fn post_order(
+    http: &reqwest::Client,
+    base: &str,
+    k: &str,
+) -> (StatusCode, serde_json::Value) {
+    let r = http
+        .post(format!("{base}/orders"))
+        .header("Idempotency-Key", k)
+        .json(&order_body())
+        .send()
+        .await
+        .unwrap();
     let status = r.status();
     (status, r.json().await.unwrap_or(serde_json::Value::Null))
 }
 
 async fn record_status(db: &Database, k: &str) -> String {
-    sqlx::query_scalar(&format!("SELECT status FROM idempotency_record WHERE request_id = '{k}'")).fetch_one(&db.pool).await.unwrap()
+    sqlx::query_scalar(&format!(
+        "SELECT status FROM idempotency_record WHERE request_id = '{k}'"
+    ))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }
 
 /// Redis (fast path, request locks, heartbeats) is down and the record's owner is dead: the
@@ -406,9 +584,14 @@ async fn redis_down_the_lease_decides(dialect: Dialect) {
     let (mut config, db) = rig(dialect).await;
     config.redis.url = redis.url();
     config.redis.redlock_nodes = vec![];
-    let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let service = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     let base = format!("http://{}", service.addr);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let placed = orders(&db, 1).await; // sets the stock; its order is the one a dead owner committed
     redis.kill();
     let now = now_ms();
@@ -418,7 +601,10 @@ async fn redis_down_the_lease_decides(dialect: Dialect) {
     processing_record(&db, &k, "dead-host-1-000001", now - 1000).await;
     let (status, body) = post_order(&http, &base, &k).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1
+    );
     assert_eq!(record_status(&db, &k).await, "SUCCEEDED");
 
     // Lease over, the dead owner had committed its order: the retry gets that order back.
@@ -426,8 +612,19 @@ async fn redis_down_the_lease_decides(dialect: Dialect) {
     processing_record(&db, &first.req_id, "dead-host-2-000002", now - 1000).await;
     let (status, body) = post_order(&http, &base, &first.req_id).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["orderNo"], first.order_no.as_str(), "the first order, not a new one");
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{}'", first.req_id)).await, 1);
+    assert_eq!(
+        body["orderNo"],
+        first.order_no.as_str(),
+        "the first order, not a new one"
+    );
+    assert_eq!(
+        count(
+            &db,
+            &format!("order_record WHERE req_id = '{}'", first.req_id)
+        )
+        .await,
+        1
+    );
 
     // Lease running: 409 while it runs, resolved once it is over.
     let k = key();
@@ -441,12 +638,21 @@ async fn redis_down_the_lease_decides(dialect: Dialect) {
         if status != StatusCode::CONFLICT {
             break (status, body);
         }
-        assert!(Instant::now() < deadline, "still 409 20 s after a 3 s lease: the key is blocked");
+        assert!(
+            Instant::now() < deadline,
+            "still 409 20 s after a 3 s lease: the key is blocked"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(resolved.0, StatusCode::CREATED, "{}", resolved.1);
-    assert!(now_ms() >= lease_until, "resolved only once the lease was over");
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+    assert!(
+        now_ms() >= lease_until,
+        "resolved only once the lease was over"
+    );
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1
+    );
 
     service.shutdown.cancel();
     service.done.await.unwrap().unwrap();
@@ -468,19 +674,37 @@ async fn redis_down_the_lease_decides_mysql() {
 async fn unknown_error_releases_the_record(dialect: Dialect) {
     let (config, db) = rig(dialect).await;
     orders(&db, 0).await;
-    let service = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let service = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     let base = format!("http://{}", service.addr);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
-    sqlx::query(&rename("order_record", "order_record_away")).execute(&db.pool).await.unwrap();
+    sqlx::query(&rename("order_record", "order_record_away"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let k = key();
     let (status, body) = post_order(&http, &base, &k).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
-    assert_eq!(record_status(&db, &k).await, "PROCESSING", "no outcome stored for an unknown one");
-    sqlx::query(&rename("order_record_away", "order_record")).execute(&db.pool).await.unwrap();
+    assert_eq!(
+        record_status(&db, &k).await,
+        "PROCESSING",
+        "no outcome stored for an unknown one"
+    );
+    sqlx::query(&rename("order_record_away", "order_record"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let (status, body) = post_order(&http, &base, &k).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(count(&db, &format!("order_record WHERE req_id = '{k}'")).await, 1);
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1
+    );
     assert_eq!(record_status(&db, &k).await, "SUCCEEDED");
     service.shutdown.cancel();
     service.done.await.unwrap().unwrap();
@@ -503,9 +727,19 @@ async fn unknown_error_releases_the_record_mysql() {
 /// mid-flight until it ends.
 async fn hold_rows(db: &Database, order_nos: &[String]) -> sqlx::Transaction<'static, sqlx::Any> {
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query(&format!("SELECT stock FROM inventory WHERE sku_id = {SKU} FOR UPDATE")).fetch_all(&mut *tx).await.unwrap();
+    sqlx::query(&format!(
+        "SELECT stock FROM inventory WHERE sku_id = {SKU} FOR UPDATE"
+    ))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
     for o in order_nos {
-        sqlx::query(&format!("SELECT status FROM order_record WHERE order_no = '{o}' FOR UPDATE")).fetch_all(&mut *tx).await.unwrap();
+        sqlx::query(&format!(
+            "SELECT status FROM order_record WHERE order_no = '{o}' FOR UPDATE"
+        ))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
     }
     tx
 }
@@ -522,7 +756,10 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     let order_nos: Vec<String> = payable.iter().map(|o| o.order_no.clone()).collect();
     let held = hold_rows(&db, &order_nos).await;
 
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let mut keys = Vec::new();
     let mut in_flight = Vec::new();
     for i in 0..ORDERS + CALLBACKS {
@@ -532,9 +769,15 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
             ("orders", order_body())
         } else {
             let o = &payable[i - ORDERS];
-            ("payments/callback", serde_json::json!({"payNo": format!("PAY-{}", o.order_no), "orderNo": o.order_no, "amount": o.amount}))
+            (
+                "payments/callback",
+                serde_json::json!({"payNo": format!("PAY-{}", o.order_no), "orderNo": o.order_no, "amount": o.amount}),
+            )
         };
-        let req = http.post(format!("{base}/{path}")).header("Idempotency-Key", k).json(&body);
+        let req = http
+            .post(format!("{base}/{path}"))
+            .header("Idempotency-Key", k)
+            .json(&body);
         in_flight.push(tokio::spawn(async move {
             let r = req.send().await?;
             let status = r.status();
@@ -542,9 +785,11 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
         }));
     }
     let total = (ORDERS + CALLBACKS) as i64;
-    wait_until(Duration::from_secs(30), "every request waits on a held row", || async {
-        lock_waiters(&db).await >= total || in_flight.iter().any(|t| t.is_finished())
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "every request waits on a held row",
+        || async { lock_waiters(&db).await >= total || in_flight.iter().any(|t| t.is_finished()) },
+    )
     .await;
     if let Some(i) = in_flight.iter().position(|t| t.is_finished()) {
         let answer = in_flight.remove(i).await.unwrap();
@@ -557,32 +802,68 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     held.rollback().await.unwrap();
 
     for (i, task) in in_flight.into_iter().enumerate() {
-        let (status, body) = task.await.unwrap().unwrap_or_else(|e| panic!("request {i} in flight got no answer: {e}"));
+        let (status, body) = task
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("request {i} in flight got no answer: {e}"));
         assert_eq!(status, StatusCode::CREATED, "request {i}: {body}");
     }
-    assert!(serve.exit(Duration::from_secs(30)).await.success(), "serve exits 0 after Ctrl-C");
+    assert!(
+        serve.exit(Duration::from_secs(30)).await.success(),
+        "serve exits 0 after Ctrl-C"
+    );
 
     for k in &keys {
-        assert_eq!(record_status(&db, k).await, "SUCCEEDED", "record {k} is final");
+        assert_eq!(
+            record_status(&db, k).await,
+            "SUCCEEDED",
+            "record {k} is final"
+        );
     }
     assert_eq!(count(&db, "payment_flow").await, CALLBACKS as i64);
-    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, 0, "the outbox was published before exit");
+    assert_eq!(
+        count(&db, "outbox WHERE status = 'PENDING'").await,
+        0,
+        "the outbox was published before exit"
+    );
     let events = booked_event_ids(&db).await;
     let (cfg, topic) = (config.clone(), config.kafka.payment_topic.clone());
-    let mut published: Vec<String> = tokio::task::spawn_blocking(move || read_topic(&cfg, &topic)).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let mut published: Vec<String> = tokio::task::spawn_blocking(move || read_topic(&cfg, &topic))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     published.sort();
-    assert_eq!(published, events, "every booked payment's event is on the topic");
+    assert_eq!(
+        published, events,
+        "every booked payment's event is on the topic"
+    );
 
-    let (servers, topic) = (config.kafka.bootstrap_servers.clone(), config.kafka.trace_topic.clone());
-    let trace = tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30))).await.unwrap().unwrap();
+    let (servers, topic) = (
+        config.kafka.bootstrap_servers.clone(),
+        config.kafka.trace_topic.clone(),
+    );
+    let trace =
+        tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .unwrap();
     for k in &keys {
         assert!(
-            trace.iter().any(|e| e.outcome == Decision::Finalized && e.request_id.as_deref() == Some(k.as_str())),
+            trace
+                .iter()
+                .any(|e| e.outcome == Decision::Finalized
+                    && e.request_id.as_deref() == Some(k.as_str())),
             "the trace topic has the finalize of {k}"
         );
     }
     for id in &events {
-        assert!(trace.iter().any(|e| e.outcome == Decision::EventPublished && e.event_id.as_deref() == Some(id.as_str())), "the trace topic has the publish of {id}");
+        assert!(
+            trace.iter().any(|e| e.outcome == Decision::EventPublished
+                && e.event_id.as_deref() == Some(id.as_str())),
+            "the trace topic has the publish of {id}"
+        );
     }
 }
 
@@ -608,8 +889,15 @@ async fn relay_drains_the_outbox_on_shutdown(dialect: Dialect) {
     let placed = orders(&db, 5).await;
     book(&config, &db, &placed).await; // no wake: the relay sleeps through these
     stop.cancel();
-    tokio::time::timeout(Duration::from_secs(60), running).await.expect("the relay stops within 60s").unwrap();
-    assert_eq!(count(&db, "outbox WHERE status = 'PENDING'").await, 0, "every booked event published before the relay returned");
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the relay stops within 60s")
+        .unwrap();
+    assert_eq!(
+        count(&db, "outbox WHERE status = 'PENDING'").await,
+        0,
+        "every booked event published before the relay returned"
+    );
 }
 
 #[tokio::test]
@@ -635,8 +923,23 @@ fn committed_offsets(config: &Config) -> Vec<(i32, i64)> {
     for p in 0..3 {
         tpl.add_partition(&config.kafka.payment_topic, p);
     }
-    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    committed.elements().iter().map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { 0 })).collect()
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    committed
+        .elements()
+        .iter()
+        .map(|e| {
+            (
+                e.partition(),
+                if let Offset::Offset(o) = e.offset() {
+                    o
+                } else {
+                    0
+                },
+            )
+        })
+        .collect()
 }
 
 /// SIGINT on `idemguard consume` while its batch waits on a row lock: the batch is applied and
@@ -655,14 +958,26 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     let held = hold_rows(&db, &order_nos).await;
     let group = config.kafka.consumer_group.clone();
     let mut consume = Child::spawn(&config, &["consume", "--group", &group]);
-    wait_until(Duration::from_secs(60), "the consumer's batch waits on the held orders", || async { lock_waiters(&db).await >= 1 }).await;
+    wait_until(
+        Duration::from_secs(60),
+        "the consumer's batch waits on the held orders",
+        || async { lock_waiters(&db).await >= 1 },
+    )
+    .await;
     consume.interrupt();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(consume.running(), "consume exited with a batch in flight");
     held.rollback().await.unwrap();
-    assert!(consume.exit(Duration::from_secs(30)).await.success(), "consume exits 0 after Ctrl-C");
+    assert!(
+        consume.exit(Duration::from_secs(30)).await.success(),
+        "consume exits 0 after Ctrl-C"
+    );
 
-    let applied = count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await;
+    let applied = count(
+        &db,
+        &format!("processed_event WHERE consumer_group = '{group}'"),
+    )
+    .await;
     assert!(applied > 0, "the batch in flight was applied before exit");
     #[derive(sqlx::FromRow)]
     struct Applied {
@@ -671,10 +986,20 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     }
     let rows: Vec<Applied> = sqlx::query_as(&format!("SELECT kafka_partition, kafka_offset FROM processed_event WHERE consumer_group = '{group}'")).fetch_all(&db.pool).await.unwrap();
     let cfg = config.clone();
-    let committed = tokio::task::spawn_blocking(move || committed_offsets(&cfg)).await.unwrap();
+    let committed = tokio::task::spawn_blocking(move || committed_offsets(&cfg))
+        .await
+        .unwrap();
     for r in &rows {
-        let c = committed.iter().find(|(p, _)| *p == r.kafka_partition).map_or(0, |(_, o)| *o);
-        assert!(c > r.kafka_offset, "partition {}: offset {} applied but the group committed only up to {c}", r.kafka_partition, r.kafka_offset);
+        let c = committed
+            .iter()
+            .find(|(p, _)| *p == r.kafka_partition)
+            .map_or(0, |(_, o)| *o);
+        assert!(
+            c > r.kafka_offset,
+            "partition {}: offset {} applied but the group committed only up to {c}",
+            r.kafka_partition,
+            r.kafka_offset
+        );
     }
 
     // A restarted member: it applies the rest and new events, nothing twice.
@@ -682,13 +1007,30 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     book(&config, &db, later).await;
     assert_eq!(relay.publish_pending().await.unwrap(), later.len());
     let all = (N + later.len()) as i64;
-    wait_until(Duration::from_secs(60), "the restarted member applies every event", || async {
-        count(&db, &format!("processed_event WHERE consumer_group = '{group}'")).await >= all
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "the restarted member applies every event",
+        || async {
+            count(
+                &db,
+                &format!("processed_event WHERE consumer_group = '{group}'"),
+            )
+            .await
+                >= all
+        },
+    )
     .await;
-    assert_eq!(consumer.get(|s| &s.dedup_hits), 0, "nothing applied before was received again");
+    assert_eq!(
+        consumer.get(|s| &s.dedup_hits),
+        0,
+        "nothing applied before was received again"
+    );
     assert_eq!(consumer.get(|s| &s.sink_duplicates), 0);
-    assert_eq!(consumer.get(|s| &s.received), (all - applied) as u64, "only what was not applied was received");
+    assert_eq!(
+        consumer.get(|s| &s.received),
+        (all - applied) as u64,
+        "only what was not applied was received"
+    );
     consumer.stop().await;
     assert_one_effect_per_payment(&config, &db, all).await;
 }

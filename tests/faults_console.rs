@@ -41,7 +41,11 @@ where
 }
 
 fn instance(tag: &str) -> Instance {
-    Instance { id: format!("test-{tag}-{}", common::unique_suffix()), host: "testhost".into(), pid: 1 }
+    Instance {
+        id: format!("test-{tag}-{}", common::unique_suffix()),
+        host: "testhost".into(),
+        pid: 1,
+    }
 }
 
 fn locks_for(config: &Config, who: &Instance) -> Locks {
@@ -50,7 +54,14 @@ fn locks_for(config: &Config, who: &Instance) -> Locks {
 
 async fn actions_for(config: &Config, db: &Database) -> Actions {
     let me = instance("operator");
-    Actions::new(config, db.clone(), locks_for(config, &me), Tracer::log_only(&me), true).await
+    Actions::new(
+        config,
+        db.clone(),
+        locks_for(config, &me),
+        Tracer::log_only(&me),
+        true,
+    )
+    .await
 }
 
 /// Every lock node of `config` (the main Redis in single mode).
@@ -62,20 +73,33 @@ fn lock_node_urls(config: &Config) -> Vec<String> {
 }
 
 async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.expect("redis (scripts/stack up)")
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis (scripts/stack up)")
 }
 
 /// Removes the test's lock key and its fence counter from every lock node.
 async fn remove_keys(config: &Config, key: &str) {
     for url in lock_node_urls(config) {
         let mut c = redis(&url).await;
-        let _: () = redis::cmd("DEL").arg(key).arg(keys::fence(key)).query_async(&mut c).await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .arg(keys::fence(key))
+            .query_async(&mut c)
+            .await
+            .unwrap();
     }
 }
 
 /// Hold `key` (no watchdog) and forget the guard: the process "died" holding it.
 async fn hold_and_abandon(locks: &Locks, key: &str, ttl: Duration) -> String {
-    let guard = match locks.acquire_with(key, &locks.options().ttl(ttl).without_watchdog()).await.expect("acquire") {
+    let guard = match locks
+        .acquire_with(key, &locks.options().ttl(ttl).without_watchdog())
+        .await
+        .expect("acquire")
+    {
         Acquisition::Held(g) => g,
         Acquisition::Contended(c) => panic!("{key} unexpectedly held: {c:?}"),
     };
@@ -85,7 +109,12 @@ async fn hold_and_abandon(locks: &Locks, key: &str, ttl: Duration) -> String {
 }
 
 async fn audit(db: &Database, target: &str) -> Vec<AuditRow> {
-    actions::audit_rows(db, 0, i64::MAX, 1000).await.expect("read ops_audit").into_iter().filter(|r| r.target == target).collect()
+    actions::audit_rows(db, 0, i64::MAX, 1000)
+        .await
+        .expect("read ops_audit")
+        .into_iter()
+        .filter(|r| r.target == target)
+        .collect()
 }
 
 /// A PROCESSING record whose lease is over and whose owner has no heartbeat.
@@ -101,7 +130,10 @@ async fn stuck_record(config: &Config, db: &Database) -> IdempotencyRecord {
         lease_ms: 1,
         retention_ms: 86_400_000,
     };
-    assert_eq!(idempotency::claim(db, &claim).await.unwrap(), idempotency::Claim::New);
+    assert_eq!(
+        idempotency::claim(db, &claim).await.unwrap(),
+        idempotency::Claim::New
+    );
     tokio::time::sleep(Duration::from_millis(5)).await; // past the 1 ms lease
     idempotency::get(db, rid.as_str()).await.unwrap().unwrap()
 }
@@ -122,7 +154,11 @@ async fn place_order(db: &Database, request_id: &str) {
 }
 
 fn finalize(rec: &IdempotencyRecord) -> Action {
-    Action::Finalize { request_id: rec.request_id.clone(), expect_version: Some(rec.version), reason: Some("issue 20".into()) }
+    Action::Finalize {
+        request_id: rec.request_id.clone(),
+        expect_version: Some(rec.version),
+        reason: Some("issue 20".into()),
+    }
 }
 
 async fn record(db: &Database, request_id: &str) -> IdempotencyRecord {
@@ -199,20 +235,51 @@ async fn failed_audit_write_runs_nothing(dialect: Dialect) {
     in_own_database(dialect, |config, db| async move {
         let rec = stuck_record(&config, &db).await;
         let key = keys::order_lock(OrderNo::generate().as_str());
-        let value = hold_and_abandon(&locks_for(&config, &instance("dead")), &key, Duration::from_secs(60)).await;
+        let value = hold_and_abandon(
+            &locks_for(&config, &instance("dead")),
+            &key,
+            Duration::from_secs(60),
+        )
+        .await;
         let ops = actions_for(&config, &db).await;
         let view = ops.locks().inspect(&key).await;
         // The audit table cannot be written (gone, as a broken migration or a revoked grant leaves it).
-        sqlx::Executor::execute(&db.pool, "ALTER TABLE ops_audit RENAME TO ops_audit_gone").await.unwrap();
+        sqlx::Executor::execute(&db.pool, "ALTER TABLE ops_audit RENAME TO ops_audit_gone")
+            .await
+            .unwrap();
 
         let r = ops.run(&finalize(&rec)).await;
-        assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
-        assert!(r.detail.contains("not performed") && r.detail.contains("audit"), "{dialect}: {}", r.detail);
-        assert_eq!(record(&db, &rec.request_id).await, rec, "{dialect}: the record is untouched");
+        assert_eq!(
+            (r.outcome, r.audit_id),
+            (ActionOutcome::Error, None),
+            "{dialect}: {}",
+            r.detail
+        );
+        assert!(
+            r.detail.contains("not performed") && r.detail.contains("audit"),
+            "{dialect}: {}",
+            r.detail
+        );
+        assert_eq!(
+            record(&db, &rec.request_id).await,
+            rec,
+            "{dialect}: the record is untouched"
+        );
 
-        let r = ops.run(&actions::release_of(&view, false, true, None)).await;
-        assert_eq!((r.outcome, r.audit_id), (ActionOutcome::Error, None), "{dialect}: {}", r.detail);
-        assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "{dialect}: the lock is still there");
+        let r = ops
+            .run(&actions::release_of(&view, false, true, None))
+            .await;
+        assert_eq!(
+            (r.outcome, r.audit_id),
+            (ActionOutcome::Error, None),
+            "{dialect}: {}",
+            r.detail
+        );
+        assert_eq!(
+            ops.locks().inspect(&key).await.values(),
+            vec![value.as_str()],
+            "{dialect}: the lock is still there"
+        );
         remove_keys(&config, &key).await;
     })
     .await;
@@ -236,7 +303,12 @@ async fn failed_audit_write_runs_nothing_mysql() {
 async fn release_of_a_lock_that_expired_after_it_was_displayed_deletes_nothing() {
     in_own_database(Dialect::Postgres, |config, db| async move {
         let key = keys::order_lock(OrderNo::generate().as_str());
-        hold_and_abandon(&locks_for(&config, &instance("dead")), &key, Duration::from_millis(400)).await;
+        hold_and_abandon(
+            &locks_for(&config, &instance("dead")),
+            &key,
+            Duration::from_millis(400),
+        )
+        .await;
         let ops = actions_for(&config, &db).await;
         let shown = ops.locks().inspect(&key).await;
         assert!(!shown.is_free());
@@ -245,11 +317,20 @@ async fn release_of_a_lock_that_expired_after_it_was_displayed_deletes_nothing()
             assert!(Instant::now() < deadline, "the lock did not expire");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let r = ops.run(&actions::release_of(&shown, false, true, None)).await;
+        let r = ops
+            .run(&actions::release_of(&shown, false, true, None))
+            .await;
         assert_eq!(r.outcome, ActionOutcome::Changed, "{}", r.detail);
-        assert!(r.detail.contains("the lock is gone") && r.detail.contains("nothing was deleted"), "{}", r.detail);
+        assert!(
+            r.detail.contains("the lock is gone") && r.detail.contains("nothing was deleted"),
+            "{}",
+            r.detail
+        );
         let rows = audit(&db, &key).await;
-        assert_eq!(rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(), vec!["changed"]);
+        assert_eq!(
+            rows.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+            vec!["changed"]
+        );
         remove_keys(&config, &key).await;
     })
     .await;
@@ -274,26 +355,68 @@ async fn redlock_partial_release_deletes_where_the_value_matches_and_names_those
         let nodes = lock_node_urls(&config);
         assert_eq!(nodes.len(), 5, "the stack's five RedLock nodes");
         let key = keys::order_lock(OrderNo::generate().as_str());
-        let value = hold_and_abandon(&locks_for(&config, &instance("dead")), &key, Duration::from_secs(60)).await;
+        let value = hold_and_abandon(
+            &locks_for(&config, &instance("dead")),
+            &key,
+            Duration::from_secs(60),
+        )
+        .await;
         let ops = actions_for(&config, &db).await;
         let shown = ops.locks().inspect(&key).await;
-        assert_eq!(shown.values(), vec![value.as_str()], "one acquisition, one value on every node");
+        assert_eq!(
+            shown.values(),
+            vec![value.as_str()],
+            "one acquisition, one value on every node"
+        );
 
-        let _: () = redis::cmd("DEL").arg(&key).query_async(&mut redis(&nodes[3]).await).await.unwrap();
-        let _: () = redis::cmd("SET").arg(&key).arg("someone-else").arg("PX").arg(60_000).query_async(&mut redis(&nodes[4]).await).await.unwrap();
-        let r = ops.run(&actions::release_of(&shown, false, false, None)).await;
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut redis(&nodes[3]).await)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut redis(&nodes[4]).await)
+            .await
+            .unwrap();
+        let r = ops
+            .run(&actions::release_of(&shown, false, false, None))
+            .await;
         assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
-        let addr = |url: &str| url.trim_start_matches("redis://").trim_end_matches('/').to_string();
+        let addr = |url: &str| {
+            url.trim_start_matches("redis://")
+                .trim_end_matches('/')
+                .to_string()
+        };
         for url in &nodes[..3] {
-            assert!(r.detail.contains(&addr(url)), "the result names {url}: {}", r.detail);
+            assert!(
+                r.detail.contains(&addr(url)),
+                "the result names {url}: {}",
+                r.detail
+            );
         }
         for url in &nodes[3..] {
-            assert!(!r.detail.contains(&addr(url)), "{url} deleted nothing: {}", r.detail);
+            assert!(
+                !r.detail.contains(&addr(url)),
+                "{url} deleted nothing: {}",
+                r.detail
+            );
         }
         assert!(r.detail.starts_with("deleted on 3 node(s)"), "{}", r.detail);
         let mut c = redis(&nodes[4]).await;
-        let kept: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await.unwrap();
-        assert_eq!(kept.as_deref(), Some("someone-else"), "another holder's value is kept");
+        let kept: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept.as_deref(),
+            Some("someone-else"),
+            "another holder's value is kept"
+        );
         remove_keys(&config, &key).await;
     })
     .await;
@@ -307,17 +430,44 @@ async fn failed_fence_bump_is_not_reported_as_success(mode: LockMode) {
         config.lock.mode = mode;
         let nodes = lock_node_urls(&config);
         let key = keys::order_lock(OrderNo::generate().as_str());
-        hold_and_abandon(&locks_for(&config, &instance("dead")), &key, Duration::from_secs(60)).await;
+        hold_and_abandon(
+            &locks_for(&config, &instance("dead")),
+            &key,
+            Duration::from_secs(60),
+        )
+        .await;
         let ops = actions_for(&config, &db).await;
         let shown = ops.locks().inspect(&key).await;
         for url in &nodes[..ops.locks().quorum()] {
-            let _: () = redis::cmd("SET").arg(keys::fence(&key)).arg("not-a-number").arg("PX").arg(60_000).query_async(&mut redis(url).await).await.unwrap();
+            let _: () = redis::cmd("SET")
+                .arg(keys::fence(&key))
+                .arg("not-a-number")
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut redis(url).await)
+                .await
+                .unwrap();
         }
-        let r = ops.run(&actions::release_of(&shown, false, true, None)).await;
-        assert_eq!(r.outcome, ActionOutcome::Error, "{mode:?}: a fence not raised is not success: {}", r.detail);
+        let r = ops
+            .run(&actions::release_of(&shown, false, true, None))
+            .await;
+        assert_eq!(
+            r.outcome,
+            ActionOutcome::Error,
+            "{mode:?}: a fence not raised is not success: {}",
+            r.detail
+        );
         assert_ne!(actions::exit_code(r.outcome), 0);
-        assert!(r.detail.contains("fence bump failed") && !r.detail.contains("raised to"), "{mode:?}: {}", r.detail);
-        assert!(ops.locks().inspect(&key).await.is_free(), "{mode:?}: the release itself happened, and says so: {}", r.detail);
+        assert!(
+            r.detail.contains("fence bump failed") && !r.detail.contains("raised to"),
+            "{mode:?}: {}",
+            r.detail
+        );
+        assert!(
+            ops.locks().inspect(&key).await.is_free(),
+            "{mode:?}: the release itself happened, and says so: {}",
+            r.detail
+        );
         assert!(r.detail.contains("deleted on"), "{}", r.detail);
         assert_eq!(audit(&db, &key).await[0].outcome, "error");
         remove_keys(&config, &key).await;
@@ -349,20 +499,46 @@ async fn release_is_refused_when_liveness_cannot_be_read() {
         let mut config = redlock(config);
         config.redis.url = main.url();
         let key = keys::order_lock(OrderNo::generate().as_str());
-        let value = hold_and_abandon(&locks_for(&config, &instance("dead")), &key, Duration::from_secs(60)).await;
+        let value = hold_and_abandon(
+            &locks_for(&config, &instance("dead")),
+            &key,
+            Duration::from_secs(60),
+        )
+        .await;
         let ops = actions_for(&config, &db).await;
         let shown = ops.locks().inspect(&key).await;
         main.kill();
 
-        let r = ops.run(&actions::release_of(&shown, false, false, None)).await;
+        let r = ops
+            .run(&actions::release_of(&shown, false, false, None))
+            .await;
         assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
-        assert!(r.detail.contains("cannot tell whether the owner is alive"), "{}", r.detail);
-        assert_eq!(ops.locks().inspect(&key).await.values(), vec![value.as_str()], "nothing deleted");
+        assert!(
+            r.detail.contains("cannot tell whether the owner is alive"),
+            "{}",
+            r.detail
+        );
+        assert_eq!(
+            ops.locks().inspect(&key).await.values(),
+            vec![value.as_str()],
+            "nothing deleted"
+        );
 
-        let r = ops.run(&actions::release_of(&shown, true, false, Some("heartbeat Redis down, holder host gone".into()))).await;
+        let r = ops
+            .run(&actions::release_of(
+                &shown,
+                true,
+                false,
+                Some("heartbeat Redis down, holder host gone".into()),
+            ))
+            .await;
         assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
         assert!(ops.locks().inspect(&key).await.is_free());
-        let mut outcomes: Vec<String> = audit(&db, &key).await.into_iter().map(|r| r.outcome).collect();
+        let mut outcomes: Vec<String> = audit(&db, &key)
+            .await
+            .into_iter()
+            .map(|r| r.outcome)
+            .collect();
         outcomes.reverse();
         assert_eq!(outcomes, vec!["refused", "done"]);
         remove_keys(&config, &key).await;
@@ -381,7 +557,10 @@ async fn finalize_reports_a_fast_path_it_could_not_update(dialect: Dialect, down
     in_own_database(dialect, |mut config, db| async move {
         let mut main = RedisServer::start();
         config.redis.url = main.url();
-        assert!(config.idempotency.fast_path, "config/local.toml has the fast path on");
+        assert!(
+            config.idempotency.fast_path,
+            "config/local.toml has the fast path on"
+        );
         let rec = stuck_record(&config, &db).await;
         place_order(&db, &rec.request_id).await;
         if down_at_start {
@@ -393,9 +572,17 @@ async fn finalize_reports_a_fast_path_it_could_not_update(dialect: Dialect, down
         let r = ops.run(&finalize(&rec)).await;
         assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
         let fp = keys::idempotency_fast_path(&rec.request_id);
-        assert!(r.detail.contains(&format!("{fp} not updated")), "{dialect}: the result names the stale key: {}", r.detail);
+        assert!(
+            r.detail.contains(&format!("{fp} not updated")),
+            "{dialect}: the result names the stale key: {}",
+            r.detail
+        );
         let now = record(&db, &rec.request_id).await;
-        assert_eq!((now.status.as_str(), now.response_code), ("SUCCEEDED", Some(201)), "{dialect}");
+        assert_eq!(
+            (now.status.as_str(), now.response_code),
+            ("SUCCEEDED", Some(201)),
+            "{dialect}"
+        );
         assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "done");
     })
     .await;
@@ -426,7 +613,10 @@ async fn finalize_reports_a_fast_path_down_since_start_mysql() {
 // ---------------------------------------------------------------------------------------------
 
 fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)")
+    Command::new("tmux")
+        .args(args)
+        .output()
+        .expect("tmux must be installed (scripts/stack up installs it)")
 }
 
 /// An interactive shell in a detached tmux pane. `--noediting`: bash reads its lines through
@@ -439,24 +629,34 @@ struct Pane {
 impl Pane {
     fn open(env: &[(&str, String)]) -> Pane {
         let session = format!("igt{}", common::unique_suffix());
-        let mut args: Vec<String> = ["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"].iter().map(|s| s.to_string()).collect();
+        let mut args: Vec<String> = ["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         for (k, v) in env.iter().chain([&("PS1", "$ ".to_string())]) {
             args.push("-e".into());
             args.push(format!("{k}={v}"));
         }
         args.extend(["bash", "--norc", "--noprofile", "--noediting", "-i"].map(String::from));
         let started = tmux(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+        assert!(
+            started.status.success(),
+            "{}",
+            String::from_utf8_lossy(&started.stderr)
+        );
         Pane { session }
     }
 
     fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout).into_owned()
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
+            .into_owned()
     }
 
     /// A tmux format of the pane: `#{alternate_on}`, `#{cursor_flag}`.
     fn flag(&self, format: &str) -> String {
-        String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout).trim().to_string()
+        String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout)
+            .trim()
+            .to_string()
     }
 
     fn type_line(&self, line: &str) {
@@ -472,7 +672,10 @@ impl Pane {
                 return s;
             }
             let flags = (self.flag("#{alternate_on}"), self.flag("#{cursor_flag}"));
-            assert!(Instant::now() < deadline, "tmux: {what} did not happen (alternate_on, cursor_flag = {flags:?}):\n{s}");
+            assert!(
+                Instant::now() < deadline,
+                "tmux: {what} did not happen (alternate_on, cursor_flag = {flags:?}):\n{s}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -491,17 +694,30 @@ fn has_line(screen: &str, f: impl Fn(&str) -> bool) -> bool {
 /// The real binary's console in a real terminal, with `IDEMGUARD_FAULT_CONSOLE=fault`: once it
 /// has drawn its first frame (alternate screen, cursor hidden, raw mode), a key makes it fail;
 /// then the pane must be back to normal and show the failure's message.
-async fn terminal_is_restored_after(fault: &'static str, exit_code: &'static str, message: &'static str) {
+async fn terminal_is_restored_after(
+    fault: &'static str,
+    exit_code: &'static str,
+    message: &'static str,
+) {
     in_own_database(Dialect::Postgres, |mut config, _db| async move {
         let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
         config.kafka.trace_topic = topics[0].clone();
         config.kafka.payment_topic = topics[1].clone();
         let log = std::env::temp_dir().join(format!("igt-console-{}.log", common::unique_suffix()));
         let env = [
-            ("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string()),
+            (
+                "IDEMGUARD_CONFIG",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string(),
+            ),
             ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
-            ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", config.kafka.payment_topic.clone()),
-            ("IDEMGUARD_KAFKA__TRACE_TOPIC", config.kafka.trace_topic.clone()),
+            (
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                config.kafka.payment_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__TRACE_TOPIC",
+                config.kafka.trace_topic.clone(),
+            ),
             ("IDEMGUARD_CONSOLE__LOG_FILE", log.display().to_string()),
             ("IDEMGUARD_FAULT_CONSOLE", fault.to_string()),
             // A backtrace would scroll the panic's message off the 45-line pane.
@@ -509,24 +725,56 @@ async fn terminal_is_restored_after(fault: &'static str, exit_code: &'static str
         ];
         let pane = Pane::open(&env);
         pane.wait_for("the shell's prompt", |_, s| s.starts_with('$'));
-        pane.type_line(&format!("{} console; echo EXITED-$?", env!("CARGO_BIN_EXE_idemguard")));
+        pane.type_line(&format!(
+            "{} console; echo EXITED-$?",
+            env!("CARGO_BIN_EXE_idemguard")
+        ));
         // Its first frame: the alternate screen, the cursor hidden, the header drawn.
-        pane.wait_for("the console's first frame", |p, s| p.flag("#{alternate_on}") == "1" && p.flag("#{cursor_flag}") == "0" && s.contains("idemguard console  1:Trace"));
+        pane.wait_for("the console's first frame", |p, s| {
+            p.flag("#{alternate_on}") == "1"
+                && p.flag("#{cursor_flag}") == "0"
+                && s.contains("idemguard console  1:Trace")
+        });
         tmux(&["send-keys", "-t", &pane.session, "j"]);
-        let s = pane.wait_for("the console's exit", |_, s| has_line(s, |l| l.starts_with("EXITED-")));
-        assert!(has_line(&s, |l| l == format!("EXITED-{exit_code}")), "{fault}: exit status {exit_code}:\n{s}");
-        assert_eq!(pane.flag("#{alternate_on}"), "0", "{fault}: back on the main screen:\n{s}");
-        assert_eq!(pane.flag("#{cursor_flag}"), "1", "{fault}: the cursor is shown");
+        let s = pane.wait_for("the console's exit", |_, s| {
+            has_line(s, |l| l.starts_with("EXITED-"))
+        });
+        assert!(
+            has_line(&s, |l| l == format!("EXITED-{exit_code}")),
+            "{fault}: exit status {exit_code}:\n{s}"
+        );
+        assert_eq!(
+            pane.flag("#{alternate_on}"),
+            "0",
+            "{fault}: back on the main screen:\n{s}"
+        );
+        assert_eq!(
+            pane.flag("#{cursor_flag}"),
+            "1",
+            "{fault}: the cursor is shown"
+        );
         // Printed after the restore, so on the main screen, and not drawn over by what follows.
-        assert!(s.contains(message), "{fault}: the message {message:?} is on the restored screen:\n{s}");
+        assert!(
+            s.contains(message),
+            "{fault}: the message {message:?} is on the restored screen:\n{s}"
+        );
         if fault == "panic" {
-            assert!(s.contains("panicked at src/console/terminal.rs"), "{fault}: the panic's first line, not written over:\n{s}");
+            assert!(
+                s.contains("panicked at src/console/terminal.rs"),
+                "{fault}: the panic's first line, not written over:\n{s}"
+            );
         }
         // Raw mode is off: a line typed at the shell is echoed and runs on Enter.
         pane.type_line("echo ok-$((40+2))");
         let s = pane.wait_for("`echo ok` to run", |_, s| has_line(s, |l| l == "ok-42"));
-        assert!(s.contains("$ echo ok-$((40+2))"), "{fault}: the typed line is echoed:\n{s}");
-        assert!(s.contains(message), "{fault}: the message is still on screen after the next command:\n{s}");
+        assert!(
+            s.contains("$ echo ok-$((40+2))"),
+            "{fault}: the typed line is echoed:\n{s}"
+        );
+        assert!(
+            s.contains(message),
+            "{fault}: the message is still on screen after the next command:\n{s}"
+        );
         drop(pane);
         let _ = std::fs::remove_file(&log);
         delete_topics(&config, &topics).await;
@@ -537,15 +785,27 @@ async fn terminal_is_restored_after(fault: &'static str, exit_code: &'static str
 async fn delete_topics(config: &Config, topics: &[String]) {
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> =
-        rdkafka::ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).create().unwrap();
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .create()
+        .unwrap();
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let _ = admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await;
+    let _ = admin
+        .delete_topics(
+            &names,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await;
 }
 
 #[tokio::test]
 async fn terminal_is_restored_after_a_panic_in_the_console() {
-    terminal_is_restored_after("panic", "101", "FAULT INJECTION: IDEMGUARD_FAULT_CONSOLE=panic, a key was pressed").await;
+    terminal_is_restored_after(
+        "panic",
+        "101",
+        "FAULT INJECTION: IDEMGUARD_FAULT_CONSOLE=panic, a key was pressed",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -557,7 +817,11 @@ async fn terminal_is_restored_after_an_error_in_the_console() {
 #[test]
 fn console_fault_injection_is_refused_in_production() {
     let out = Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "console"])
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "console",
+        ])
         .env("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true")
         .env("IDEMGUARD_FAULT_CONSOLE", "panic")
         .output()

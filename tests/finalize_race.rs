@@ -37,13 +37,18 @@ fn idemguard(config: &Config) -> Command {
 /// `idemguard serve` on a random port; `lease` overrides idempotency.lease.
 async fn serve(config: &Config, lease: Option<&str>) -> (Child, String) {
     let mut cmd = idemguard(config);
-    cmd.args(["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::piped());
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped());
     if let Some(l) = lease {
         cmd.env("IDEMGUARD_IDEMPOTENCY__LEASE", l);
     }
     let mut child = cmd.spawn().expect("start idemguard serve");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("serve starts within 30 s").unwrap().expect("serve prints its address");
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("serve starts within 30 s")
+        .unwrap()
+        .expect("serve prints its address");
     let base = line.rsplit(' ').next().unwrap().to_string();
     assert!(base.starts_with("http://127.0.0.1:"), "{line}");
     (child, base)
@@ -51,12 +56,20 @@ async fn serve(config: &Config, lease: Option<&str>) -> (Child, String) {
 
 /// `idemguard finalize KEY --allow-actions --json`: (exit status, the ActionResult).
 async fn finalize_cli(config: &Config, key: &str) -> (Option<i32>, serde_json::Value) {
-    let out = tokio::time::timeout(Duration::from_secs(30), idemguard(config).args(["finalize", key, "--allow-actions", "--json"]).output())
-        .await
-        .expect("finalize answers within 30 s")
-        .unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        idemguard(config)
+            .args(["finalize", key, "--allow-actions", "--json"])
+            .output(),
+    )
+    .await
+    .expect("finalize answers within 30 s")
+    .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    (out.status.code(), serde_json::from_str(&text).unwrap_or_else(|e| panic!("finalize --json: {e}: {text}")))
+    (
+        out.status.code(),
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("finalize --json: {e}: {text}")),
+    )
 }
 
 /// Statements of this test database (other than ours) waiting for a row lock: the create
@@ -70,7 +83,10 @@ async fn lock_waiters(db: &Database) -> i64 {
              WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND INFO LIKE '%FROM inventory%FOR UPDATE%'"
         }
     };
-    sqlx::query_scalar::<_, i64>(sql).fetch_one(&db.pool).await.unwrap()
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 /// Statements of this test database still running (other than ours): the killed service's
@@ -80,7 +96,10 @@ async fn statements_running(db: &Database) -> i64 {
         Dialect::Postgres => "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'active'",
         Dialect::Mysql => "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep'",
     };
-    sqlx::query_scalar::<_, i64>(sql).fetch_one(&db.pool).await.unwrap()
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F)
@@ -100,13 +119,23 @@ fn order_body(sku: i64) -> serde_json::Value {
 }
 
 /// The attack up to the kill: returns the key and the open transaction holding the stock row.
-async fn blocked_create_then_kill(config: &Config, db: &Database, sku: i64, lease: Option<&str>) -> (String, sqlx::Transaction<'static, sqlx::Any>) {
+async fn blocked_create_then_kill(
+    config: &Config,
+    db: &Database,
+    sku: i64,
+    lease: Option<&str>,
+) -> (String, sqlx::Transaction<'static, sqlx::Any>) {
     let (mut child, base) = serve(config, lease).await;
     let mut holder = db.pool.begin().await.unwrap();
     let lock = format!("SELECT stock FROM inventory WHERE sku_id = {sku} FOR UPDATE");
     sqlx::query(&lock).fetch_one(&mut *holder).await.unwrap();
     let key = RequestId::generate("APP", "ORDER").to_string();
-    let post = reqwest::Client::new().post(format!("{base}/orders")).header("Idempotency-Key", &key).json(&order_body(sku)).timeout(Duration::from_secs(60)).send();
+    let post = reqwest::Client::new()
+        .post(format!("{base}/orders"))
+        .header("Idempotency-Key", &key)
+        .json(&order_body(sku))
+        .timeout(Duration::from_secs(60))
+        .send();
     let in_flight = tokio::spawn(async move {
         let r = post.await?;
         let status = r.status();
@@ -115,9 +144,15 @@ async fn blocked_create_then_kill(config: &Config, db: &Database, sku: i64, leas
     let deadline = Instant::now() + Duration::from_secs(15);
     while lock_waiters(db).await == 0 {
         if in_flight.is_finished() {
-            panic!("POST /orders answered instead of blocking on the stock row: {:?}", in_flight.await.unwrap());
+            panic!(
+                "POST /orders answered instead of blocking on the stock row: {:?}",
+                in_flight.await.unwrap()
+            );
         }
-        assert!(Instant::now() < deadline, "the create routine blocks on the stock row: not within 15 s");
+        assert!(
+            Instant::now() < deadline,
+            "the create routine blocks on the stock row: not within 15 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.kill().await.unwrap(); // SIGKILL
@@ -126,16 +161,31 @@ async fn blocked_create_then_kill(config: &Config, db: &Database, sku: i64, leas
 }
 
 /// After everything has settled: a FAILED record never coexists with an order.
-async fn assert_never_failed_with_order(db: &Database, key: &str, dialect: Dialect) -> Option<idemguard::db::orders::OrderRecord> {
+async fn assert_never_failed_with_order(
+    db: &Database,
+    key: &str,
+    dialect: Dialect,
+) -> Option<idemguard::db::orders::OrderRecord> {
     let rec = idempotency::get(db, key).await.unwrap().unwrap();
     let order = find_order(db, OrderKey::RequestId(key)).await.unwrap();
-    assert!(!(rec.status == "FAILED" && order.is_some()), "{dialect}: record FAILED although order {:?} exists", order.map(|o| o.order_no));
+    assert!(
+        !(rec.status == "FAILED" && order.is_some()),
+        "{dialect}: record FAILED although order {:?} exists",
+        order.map(|o| o.order_no)
+    );
     if rec.status == "SUCCEEDED" {
         let o = order.as_ref().expect("SUCCEEDED names an order");
-        assert_eq!(rec.response_body.as_deref(), Some(serde_json::to_string(&OrderView::from(o)).unwrap().as_str()), "{dialect}: the stored response is the order's");
+        assert_eq!(
+            rec.response_body.as_deref(),
+            Some(serde_json::to_string(&OrderView::from(o)).unwrap().as_str()),
+            "{dialect}: the stored response is the order's"
+        );
     }
     let contradictions = report::contradictions(db, 0, i64::MAX).await.unwrap();
-    assert!(contradictions.iter().all(|c| c.request_id != key), "{dialect}: {contradictions:?}");
+    assert!(
+        contradictions.iter().all(|c| c.request_id != key),
+        "{dialect}: {contradictions:?}"
+    );
     order
 }
 
@@ -148,16 +198,47 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
     let (key, holder) = blocked_create_then_kill(config, db, 21, None).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     let (code, result) = finalize_cli(config, &key).await;
-    assert_eq!((code, result["outcome"].as_str()), (Some(4), Some("refused")), "{dialect}: the lease is not over: {result}");
-    assert!(result["detail"].as_str().unwrap().contains("lease"), "{dialect}: {result}");
+    assert_eq!(
+        (code, result["outcome"].as_str()),
+        (Some(4), Some("refused")),
+        "{dialect}: the lease is not over: {result}"
+    );
+    assert!(
+        result["detail"].as_str().unwrap().contains("lease"),
+        "{dialect}: {result}"
+    );
     holder.rollback().await.unwrap();
-    wait_for("the dead service's statement ends", Duration::from_secs(15), || async { statements_running(db).await == 0 }).await;
-    assert!(assert_never_failed_with_order(db, &key, dialect).await.is_some(), "{dialect}: the killed instance's statement committed its order");
+    wait_for(
+        "the dead service's statement ends",
+        Duration::from_secs(15),
+        || async { statements_running(db).await == 0 },
+    )
+    .await;
+    assert!(
+        assert_never_failed_with_order(db, &key, dialect)
+            .await
+            .is_some(),
+        "{dialect}: the killed instance's statement committed its order"
+    );
     let (code, result) = finalize_cli(config, &key).await;
-    assert_eq!((code, result["outcome"].as_str()), (Some(0), Some("done")), "{dialect}: {result}");
-    assert!(result["detail"].as_str().unwrap().starts_with("SUCCEEDED 201"), "{dialect}: {result}");
+    assert_eq!(
+        (code, result["outcome"].as_str()),
+        (Some(0), Some("done")),
+        "{dialect}: {result}"
+    );
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("SUCCEEDED 201"),
+        "{dialect}: {result}"
+    );
     assert_never_failed_with_order(db, &key, dialect).await;
-    assert_eq!(common::count(db, "order_record").await, 1, "{dialect}: one order, no second one anywhere");
+    assert_eq!(
+        common::count(db, "order_record").await,
+        1,
+        "{dialect}: one order, no second one anywhere"
+    );
     db.pool.close().await;
 }
 
@@ -177,25 +258,53 @@ async fn race_past_the_lease(dialect: Dialect) {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     holder.rollback().await.unwrap();
     let (code, result) = finalize.await.unwrap();
-    wait_for("the dead service's statement ends", Duration::from_secs(15), || async { statements_running(db).await == 0 }).await;
+    wait_for(
+        "the dead service's statement ends",
+        Duration::from_secs(15),
+        || async { statements_running(db).await == 0 },
+    )
+    .await;
     let order = assert_never_failed_with_order(db, &key, dialect).await;
-    assert!(order.is_some(), "{dialect}: the killed instance's statement committed its order");
-    assert_eq!((code, result["outcome"].as_str()), (Some(0), Some("done")), "{dialect}: {result}");
-    assert!(result["detail"].as_str().unwrap().starts_with("SUCCEEDED 201"), "{dialect}: {result}");
-    assert_eq!(common::count(db, "order_record").await, 1, "{dialect}: one order, no second one anywhere");
+    assert!(
+        order.is_some(),
+        "{dialect}: the killed instance's statement committed its order"
+    );
+    assert_eq!(
+        (code, result["outcome"].as_str()),
+        (Some(0), Some("done")),
+        "{dialect}: {result}"
+    );
+    assert!(
+        result["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("SUCCEEDED 201"),
+        "{dialect}: {result}"
+    );
+    assert_eq!(
+        common::count(db, "order_record").await,
+        1,
+        "{dialect}: one order, no second one anywhere"
+    );
     db.pool.close().await;
 }
 
 /// A database of its own (so lock waiters are this scenario's) with stock for `sku`.
 async fn fresh(dialect: Dialect, sku: i64) -> (Config, Database) {
     let (config, db) = common::migrated_database(dialect).await;
-    Orders::new(db.clone(), Tracer::log_only(&Instance::current())).set_stock(sku, 10).await.unwrap();
+    Orders::new(db.clone(), Tracer::log_only(&Instance::current()))
+        .set_stock(sku, 10)
+        .await
+        .unwrap();
     (config, db)
 }
 
 /// Both scenarios at once (each waits 12 s for the dead owner's heartbeat to expire).
 async fn finalize_against_an_in_flight_create(dialect: Dialect) {
-    tokio::join!(repro_with_the_default_lease(dialect), race_past_the_lease(dialect));
+    tokio::join!(
+        repro_with_the_default_lease(dialect),
+        race_past_the_lease(dialect)
+    );
 }
 
 #[tokio::test]
@@ -215,12 +324,26 @@ async fn finalize_against_an_in_flight_create_mysql() {
 async fn a_create_after_failed_writes_nothing(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
     // A v2 database: the old routine gone, version 3 not recorded. `migrate` upgrades it.
-    let drop = if dialect == Dialect::Postgres { "DROP FUNCTION order_record_create" } else { "DROP PROCEDURE order_record_create" };
+    let drop = if dialect == Dialect::Postgres {
+        "DROP FUNCTION order_record_create"
+    } else {
+        "DROP PROCEDURE order_record_create"
+    };
     sqlx::Executor::execute(&db.pool, drop).await.unwrap();
-    sqlx::query("DELETE FROM idemguard_schema_version WHERE version = 3").execute(&db.pool).await.unwrap();
-    sqlx::query("INSERT INTO idemguard_schema_version (version, applied_at) VALUES (2, 0)").execute(&db.pool).await.unwrap();
+    sqlx::query("DELETE FROM idemguard_schema_version WHERE version = 3")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO idemguard_schema_version (version, applied_at) VALUES (2, 0)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let upgraded = migrate::migrate(&db).await.unwrap();
-    assert_eq!((upgraded.version_before, upgraded.version_after), (2, 3), "{dialect}");
+    assert_eq!(
+        (upgraded.version_before, upgraded.version_after),
+        (2, 3),
+        "{dialect}"
+    );
 
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
     orders.set_stock(23, 10).await.unwrap();
@@ -235,34 +358,100 @@ async fn a_create_after_failed_writes_nothing(dialect: Dialect) {
         lease_ms: 1,
         retention_ms: 86_400_000,
     };
-    assert_eq!(idempotency::claim(&db, &claim).await.unwrap(), idempotency::Claim::New);
+    assert_eq!(
+        idempotency::claim(&db, &claim).await.unwrap(),
+        idempotency::Claim::New
+    );
     tokio::time::sleep(Duration::from_millis(5)).await;
     let me = Instance::current();
-    let ops = Actions::new(&config, db.clone(), Locks::from_config(&config, &me, Tracer::log_only(&me)).unwrap(), Tracer::log_only(&me), true).await;
-    let r = ops.run(&Action::Finalize { request_id: key.to_string(), expect_version: None, reason: Some("incident 15".into()) }).await;
+    let ops = Actions::new(
+        &config,
+        db.clone(),
+        Locks::from_config(&config, &me, Tracer::log_only(&me)).unwrap(),
+        Tracer::log_only(&me),
+        true,
+    )
+    .await;
+    let r = ops
+        .run(&Action::Finalize {
+            request_id: key.to_string(),
+            expect_version: None,
+            reason: Some("incident 15".into()),
+        })
+        .await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
-    assert!(r.detail.starts_with("FAILED 422"), "{dialect}: {}", r.detail);
+    assert!(
+        r.detail.starts_with("FAILED 422"),
+        "{dialect}: {}",
+        r.detail
+    );
 
-    let late = NewOrder { request_id: key.clone(), order_no: OrderNo::generate(), user_id: 42, sku_id: 23, quantity: 1, amount: 1999, fence: None };
+    let late = NewOrder {
+        request_id: key.clone(),
+        order_no: OrderNo::generate(),
+        user_id: 42,
+        sku_id: 23,
+        quantity: 1,
+        amount: 1999,
+        fence: None,
+    };
     match orders.create(&late).await {
         Err(OrderError::RequestAbandoned { request_id }) => assert_eq!(request_id, key.as_str()),
         other => panic!("{dialect}: a create after FAILED must be refused, got {other:?}"),
     }
-    assert_eq!(common::count(&db, "order_record").await, 0, "{dialect}: no order");
-    assert_eq!(orders.stock_of(23).await.unwrap(), Some(10), "{dialect}: no stock taken");
+    assert_eq!(
+        common::count(&db, "order_record").await,
+        0,
+        "{dialect}: no order"
+    );
+    assert_eq!(
+        orders.stock_of(23).await.unwrap(),
+        Some(10),
+        "{dialect}: no stock taken"
+    );
     // Without a record (the idempotency.enabled = false fault switch) the routine still creates.
-    let unrecorded = NewOrder { request_id: RequestId::generate("APP", "ORDER"), order_no: OrderNo::generate(), ..late.clone() };
-    assert!(!orders.create(&unrecorded).await.unwrap().is_replay(), "{dialect}");
+    let unrecorded = NewOrder {
+        request_id: RequestId::generate("APP", "ORDER"),
+        order_no: OrderNo::generate(),
+        ..late.clone()
+    };
+    assert!(
+        !orders.create(&unrecorded).await.unwrap().is_replay(),
+        "{dialect}"
+    );
 
     // The client's retry with the same key replays the 422, which says: send a new key.
     let (mut child, base) = serve(&config, None).await;
-    let r = reqwest::Client::new().post(format!("{base}/orders")).header("Idempotency-Key", key.as_str()).json(&order_body(23)).send().await.unwrap();
-    assert_eq!(r.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{dialect}");
+    let r = reqwest::Client::new()
+        .post(format!("{base}/orders"))
+        .header("Idempotency-Key", key.as_str())
+        .json(&order_body(23))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+        "{dialect}"
+    );
     let p: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(p["type"], "https://idemguard.dev/problems/request-abandoned", "{dialect}: {p}");
-    assert!(p["detail"].as_str().unwrap().contains("new Idempotency-Key"), "{p}");
+    assert_eq!(
+        p["type"], "https://idemguard.dev/problems/request-abandoned",
+        "{dialect}: {p}"
+    );
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("new Idempotency-Key"),
+        "{p}"
+    );
     child.kill().await.unwrap();
-    assert_eq!(common::count(&db, &format!("order_record WHERE req_id = '{key}'")).await, 0, "{dialect}");
+    assert_eq!(
+        common::count(&db, &format!("order_record WHERE req_id = '{key}'")).await,
+        0,
+        "{dialect}"
+    );
     db.pool.close().await;
 }
 
@@ -282,7 +471,15 @@ async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
     orders.set_stock(24, 10).await.unwrap();
     let key = RequestId::generate("APP", "ORDER");
-    let new = NewOrder { request_id: key.clone(), order_no: OrderNo::generate(), user_id: 42, sku_id: 24, quantity: 1, amount: 1999, fence: None };
+    let new = NewOrder {
+        request_id: key.clone(),
+        order_no: OrderNo::generate(),
+        user_id: 42,
+        sku_id: 24,
+        quantity: 1,
+        amount: 1999,
+        fence: None,
+    };
     let order = orders.create(&new).await.unwrap().into_order();
     // What the race left before the fix: the order, and a record that says FAILED.
     let ph = common::placeholders(dialect, 7);
@@ -302,7 +499,14 @@ async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
     .unwrap();
     let found = report::contradictions(&db, 0, i64::MAX).await.unwrap();
     assert_eq!(found.len(), 1, "{dialect}: {found:?}");
-    assert_eq!((found[0].request_id.as_str(), found[0].status.as_str(), found[0].order_no.as_str()), (key.as_str(), "FAILED", order.order_no.as_str()));
+    assert_eq!(
+        (
+            found[0].request_id.as_str(),
+            found[0].status.as_str(),
+            found[0].order_no.as_str()
+        ),
+        (key.as_str(), "FAILED", order.order_no.as_str())
+    );
     assert_eq!(found[0].problem, "failed_with_order");
     db.pool.close().await;
 }
@@ -335,18 +539,47 @@ async fn finalize_waits_at_most_five_seconds(dialect: Dialect) {
     let rec = idempotency::get(&db, key.as_str()).await.unwrap().unwrap();
     // What the create routine holds while it waits on a stock row.
     let mut in_flight = db.pool.begin().await.unwrap();
-    sqlx::query(&format!("SELECT status FROM idempotency_record WHERE request_id = '{key}' FOR UPDATE")).fetch_one(&mut *in_flight).await.unwrap();
+    sqlx::query(&format!(
+        "SELECT status FROM idempotency_record WHERE request_id = '{key}' FOR UPDATE"
+    ))
+    .fetch_one(&mut *in_flight)
+    .await
+    .unwrap();
 
     let me = Instance::current();
-    let ops = Actions::new(&config, db.clone(), Locks::from_config(&config, &me, Tracer::log_only(&me)).unwrap(), Tracer::log_only(&me), true).await;
+    let ops = Actions::new(
+        &config,
+        db.clone(),
+        Locks::from_config(&config, &me, Tracer::log_only(&me)).unwrap(),
+        Tracer::log_only(&me),
+        true,
+    )
+    .await;
     let started = Instant::now();
-    let r = ops.run(&Action::Finalize { request_id: key.to_string(), expect_version: Some(rec.version), reason: None }).await;
+    let r = ops
+        .run(&Action::Finalize {
+            request_id: key.to_string(),
+            expect_version: Some(rec.version),
+            reason: None,
+        })
+        .await;
     let waited = started.elapsed();
     assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
-    assert!(r.detail.contains("still in flight"), "{dialect}: {}", r.detail);
-    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(15), "{dialect}: waited {waited:?}");
+    assert!(
+        r.detail.contains("still in flight"),
+        "{dialect}: {}",
+        r.detail
+    );
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(15),
+        "{dialect}: waited {waited:?}"
+    );
     in_flight.rollback().await.unwrap();
-    assert_eq!(idempotency::get(&db, key.as_str()).await.unwrap().unwrap(), rec, "{dialect}: nothing written");
+    assert_eq!(
+        idempotency::get(&db, key.as_str()).await.unwrap().unwrap(),
+        rec,
+        "{dialect}: nothing written"
+    );
     db.pool.close().await;
 }
 

@@ -18,13 +18,28 @@ async fn migrations_apply_twice_and_unique_keys_hold(dialect: Dialect) {
     let config = fresh_database_config(dialect).await;
     let db = Database::connect(&config).await.unwrap();
     let first = migrate::migrate(&db).await.unwrap();
-    assert_eq!((first.version_before, first.version_after), (0, migrate::SCHEMA_VERSION));
+    assert_eq!(
+        (first.version_before, first.version_after),
+        (0, migrate::SCHEMA_VERSION)
+    );
     let second = migrate::migrate(&db).await.unwrap();
-    assert_eq!((second.version_before, second.version_after), (migrate::SCHEMA_VERSION, migrate::SCHEMA_VERSION));
+    assert_eq!(
+        (second.version_before, second.version_after),
+        (migrate::SCHEMA_VERSION, migrate::SCHEMA_VERSION)
+    );
 
     // Each unique key of the design, tried with a duplicate row: the database must refuse it.
     let ph = |n: usize| -> String {
-        (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+        (1..=n)
+            .map(|i| {
+                if dialect == Dialect::Postgres {
+                    format!("${i}")
+                } else {
+                    "?".into()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let cases: Vec<(&str, String, Vec<&str>)> = vec![
         ("idempotency_record.request_id",
@@ -57,17 +72,46 @@ async fn migrations_apply_twice_and_unique_keys_hold(dialect: Dialect) {
             }
             q
         };
-        run().execute(&db.pool).await.unwrap_or_else(|e| panic!("{dialect}: first insert into {what}: {e}"));
-        let err = run().execute(&db.pool).await.expect_err(&format!("{dialect}: a duplicate {what} must be refused"));
-        assert!(is_unique_violation(&err), "{dialect}: {what}: expected a unique violation, got {err}");
+        run()
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{dialect}: first insert into {what}: {e}"));
+        let err = run()
+            .execute(&db.pool)
+            .await
+            .expect_err(&format!("{dialect}: a duplicate {what} must be refused"));
+        assert!(
+            is_unique_violation(&err),
+            "{dialect}: {what}: expected a unique violation, got {err}"
+        );
     }
     // order_no is unique on its own, too.
     let sql = format!("INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 1, 1, 1, 1, 'CREATED', 0, 0)", ph(2));
-    let err = sqlx::query(&sql).bind("R2").bind("O-same-req").execute(&db.pool).await.unwrap_err();
-    assert!(is_unique_violation(&err), "{dialect}: order_record.order_no: {err}");
+    let err = sqlx::query(&sql)
+        .bind("R2")
+        .bind("O-same-req")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        is_unique_violation(&err),
+        "{dialect}: order_record.order_no: {err}"
+    );
     // Stock can never go negative, whatever the code above it does.
-    let sql = format!("INSERT INTO inventory (sku_id, stock, updated_at) VALUES ({})", ph(3));
-    assert!(sqlx::query(&sql).bind(1_i64).bind(-1_i64).bind(0_i64).execute(&db.pool).await.is_err(), "{dialect}: negative stock accepted");
+    let sql = format!(
+        "INSERT INTO inventory (sku_id, stock, updated_at) VALUES ({})",
+        ph(3)
+    );
+    assert!(
+        sqlx::query(&sql)
+            .bind(1_i64)
+            .bind(-1_i64)
+            .bind(0_i64)
+            .execute(&db.pool)
+            .await
+            .is_err(),
+        "{dialect}: negative stock accepted"
+    );
 }
 
 #[tokio::test]
@@ -91,7 +135,10 @@ async fn concurrent_migrations_are_harmless(dialect: Dialect) {
         }));
     }
     for r in runs {
-        let report = r.await.unwrap().unwrap_or_else(|e| panic!("{dialect}: concurrent migrate failed: {e:#}"));
+        let report = r
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{dialect}: concurrent migrate failed: {e:#}"));
         assert_eq!(report.version_after, migrate::SCHEMA_VERSION);
     }
 }
@@ -110,10 +157,26 @@ async fn doctor_passes_on_the_stack(dialect: Dialect) {
     let (config, _db) = migrated_database(dialect).await;
     let rows = doctor::run(&config).await;
     let failed: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
-    assert!(failed.is_empty(), "{dialect}: doctor failed on the stack: {failed:#?}");
-    assert!(rows.iter().any(|r| r.service == "database" && r.detail.contains(&format!("schema v{} applied", idemguard::db::migrate::SCHEMA_VERSION))));
-    assert_eq!(rows.iter().filter(|r| r.service.starts_with("redlock node")).count(), 5);
-    assert!(rows.iter().any(|r| r.service == "topic payment.succeeded" && r.detail == "3 partitions"), "{rows:#?}");
+    assert!(
+        failed.is_empty(),
+        "{dialect}: doctor failed on the stack: {failed:#?}"
+    );
+    assert!(rows.iter().any(|r| r.service == "database"
+        && r.detail.contains(&format!(
+            "schema v{} applied",
+            idemguard::db::migrate::SCHEMA_VERSION
+        ))));
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.service.starts_with("redlock node"))
+            .count(),
+        5
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.service == "topic payment.succeeded" && r.detail == "3 partitions"),
+        "{rows:#?}"
+    );
 }
 
 #[tokio::test]
@@ -135,13 +198,20 @@ async fn doctor_names_a_closed_port() {
     assert_eq!(failed.len(), 1, "{rows:#?}");
     assert_eq!(failed[0].service, "redlock node 3");
     assert_eq!(failed[0].target, "127.0.0.1:6399");
-    assert!(failed[0].hint.as_deref().unwrap().contains("scripts/stack status"));
+    assert!(failed[0]
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("scripts/stack status"));
 
     let mut config = local_config();
     config.database.url = "mysql://root@127.0.0.1:3399/idemguard".into();
     let rows = doctor::run(&config).await;
     let db_row = rows.iter().find(|r| r.service == "database").unwrap();
-    assert!(!db_row.ok && db_row.detail.contains("127.0.0.1:3399") && db_row.detail.contains("refused"), "{db_row:#?}");
+    assert!(
+        !db_row.ok && db_row.detail.contains("127.0.0.1:3399") && db_row.detail.contains("refused"),
+        "{db_row:#?}"
+    );
 }
 
 #[tokio::test]
@@ -150,7 +220,14 @@ async fn doctor_names_a_missing_schema() {
     let rows = doctor::run(&config).await;
     let db_row = rows.iter().find(|r| r.service == "database").unwrap();
     assert!(!db_row.ok, "{db_row:#?}");
-    assert!(db_row.hint.as_deref().unwrap().contains("idemguard migrate"), "{db_row:#?}");
+    assert!(
+        db_row
+            .hint
+            .as_deref()
+            .unwrap()
+            .contains("idemguard migrate"),
+        "{db_row:#?}"
+    );
 }
 
 #[tokio::test]
@@ -159,9 +236,17 @@ async fn trace_event_is_read_back_from_the_topic_with_its_ids() {
     let topics = fresh_topics(&config, &["idemguard.trace"]).await;
     config.kafka.trace_topic = topics[0].clone();
     let tracer = Tracer::from_config(&config, &Instance::current()).unwrap();
-    let (order_no, request_id, event_id) = (format!("O{}", unique_suffix()), format!("APP:ORDER:20261129:{}", unique_suffix()), idemguard::contracts::new_event_id());
+    let (order_no, request_id, event_id) = (
+        format!("O{}", unique_suffix()),
+        format!("APP:ORDER:20261129:{}", unique_suffix()),
+        idemguard::contracts::new_event_id(),
+    );
     tracer.emit(
-        TraceEvent::new(Layer::Stream, Outcome::DedupHit).order_no(&order_no).request_id(&request_id).event_id(&event_id).detail("test"),
+        TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+            .order_no(&order_no)
+            .request_id(&request_id)
+            .event_id(&event_id)
+            .detail("test"),
     );
     tracer.flush(Duration::from_secs(10));
     assert_eq!(tracer.stats().delivered, 1, "{:?}", tracer.stats());
@@ -176,7 +261,11 @@ async fn trace_event_is_read_back_from_the_topic_with_its_ids() {
     consumer.subscribe(&[&topics[0]]).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let found = loop {
-        assert!(Instant::now() < deadline, "the trace event did not come back from {} within 30s", topics[0]);
+        assert!(
+            Instant::now() < deadline,
+            "the trace event did not come back from {} within 30s",
+            topics[0]
+        );
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(500)) {
             let ev: TraceEvent = serde_json::from_slice(m.payload().unwrap()).unwrap();
             assert_eq!(m.key(), Some(order_no.as_bytes()), "the key is the orderNo");
@@ -203,14 +292,24 @@ async fn trace_emission_with_the_broker_down_returns_at_once_and_counts_drops() 
     }
     let took = started.elapsed();
     // Generous bound: 50 emissions must not wait for a broker (one would take seconds).
-    assert!(took < Duration::from_millis(500), "emission blocked for {took:?}");
+    assert!(
+        took < Duration::from_millis(500),
+        "emission blocked for {took:?}"
+    );
     let now = tracer.stats();
     assert_eq!(now.emitted, 50);
-    assert!(now.dropped >= 40, "the buffer holds 10, so at least 40 are dropped at once: {now:?}");
+    assert!(
+        now.dropped >= 40,
+        "the buffer holds 10, so at least 40 are dropped at once: {now:?}"
+    );
     // The 10 buffered ones time out and are counted too.
     let deadline = Instant::now() + Duration::from_secs(15);
     while tracer.stats().dropped < 50 {
-        assert!(Instant::now() < deadline, "buffered events were never counted as dropped: {:?}", tracer.stats());
+        assert!(
+            Instant::now() < deadline,
+            "buffered events were never counted as dropped: {:?}",
+            tracer.stats()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(tracer.stats().delivered, 0);

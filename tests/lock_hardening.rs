@@ -20,7 +20,11 @@ use idemguard::lock::{LockGuard, Locks, NodeLockState};
 use idemguard::trace::Tracer;
 
 fn instance(tag: &str) -> Instance {
-    Instance { id: format!("test-{tag}-{}", common::unique_suffix()), host: "testhost".into(), pid: 1 }
+    Instance {
+        id: format!("test-{tag}-{}", common::unique_suffix()),
+        host: "testhost".into(),
+        pid: 1,
+    }
 }
 
 fn locks_for(config: &Config, who: &Instance) -> Locks {
@@ -42,7 +46,12 @@ fn lock_urls(config: &Config) -> Vec<String> {
 }
 
 async fn hold(locks: &Locks, key: &str, options: &idemguard::lock::AcquireOptions) -> LockGuard {
-    locks.acquire_with(key, options).await.expect("acquire").held().unwrap_or_else(|| panic!("{key} unexpectedly held"))
+    locks
+        .acquire_with(key, options)
+        .await
+        .expect("acquire")
+        .held()
+        .unwrap_or_else(|| panic!("{key} unexpectedly held"))
 }
 
 /// Deletes every key under `prefix` (locks and their fence counters) on the main Redis and every
@@ -56,24 +65,40 @@ impl Cleanup {
     fn new(config: &Config, prefix: &str) -> Cleanup {
         let mut urls = vec![config.redis.url.clone()];
         urls.extend(config.redis.redlock_nodes.iter().cloned());
-        Cleanup { urls, prefix: prefix.to_string() }
+        Cleanup {
+            urls,
+            prefix: prefix.to_string(),
+        }
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
         for url in &self.urls {
-            let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) else { continue };
-            for pattern in [format!("{}*", self.prefix), format!("{}*", keys::fence(&self.prefix))] {
+            let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection())
+            else {
+                continue;
+            };
+            for pattern in [
+                format!("{}*", self.prefix),
+                format!("{}*", keys::fence(&self.prefix)),
+            ] {
                 let mut cursor: u64 = 0;
                 loop {
                     let Ok((next, found)): redis::RedisResult<(u64, Vec<String>)> =
-                        redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query(&mut c)
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(&pattern)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query(&mut c)
                     else {
                         break;
                     };
                     if !found.is_empty() {
-                        let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&found).query(&mut c);
+                        let _: redis::RedisResult<i64> =
+                            redis::cmd("DEL").arg(&found).query(&mut c);
                     }
                     if next == 0 {
                         break;
@@ -87,11 +112,23 @@ impl Drop for Cleanup {
 
 /// Keys matching `pattern` on `url`, by SCAN.
 async fn count_keys(url: &str, pattern: &str) -> usize {
-    let mut c = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.expect("redis (scripts/stack up)");
+    let mut c = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis (scripts/stack up)");
     let mut cursor: u64 = 0;
     let mut n = 0;
     loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query_async(&mut c).await.unwrap();
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         n += page.len();
         if next == 0 {
             return n;
@@ -115,7 +152,14 @@ fn idemguard(config: &Config, args: &[String]) -> (Option<i32>, String) {
         .env("IDEMGUARD_LOG", "error")
         .output()
         .expect("run idemguard");
-    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,7 +179,13 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
         let holder = locks_for(&config, &live);
         let heartbeat = holder.liveness().start(&live).await.expect("heartbeat");
         let guard = hold(&holder, &key, &holder.options()).await;
-        let stored: Vec<String> = holder.inspect(&key).await.values().into_iter().map(str::to_string).collect();
+        let stored: Vec<String> = holder
+            .inspect(&key)
+            .await
+            .values()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         let dead = instance("dead").id; // never had a heartbeat
         let forged: Vec<String> = stored
             .iter()
@@ -154,29 +204,79 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
         args.push("--allow-actions".into());
         let (code, out) = idemguard(&config, &args);
         assert_eq!(code, Some(5), "{dialect} {mode:?}: a value no node holds is a change since it was seen, nothing deleted: {out}");
-        assert_eq!(holder.inspect(&key).await.values(), stored, "{dialect} {mode:?}: the live holder's lock is intact");
+        assert_eq!(
+            holder.inspect(&key).await.values(),
+            stored,
+            "{dialect} {mode:?}: the live holder's lock is intact"
+        );
 
         // The console: a row showing the forged value as a dead owner's goes through the confirm
         // popup (which then does not force) and the executor.
-        let scope = if mode == LockMode::Redlock { "redlock" } else { "single" };
+        let scope = if mode == LockMode::Redlock {
+            "redlock"
+        } else {
+            "single"
+        };
         let nodes = lock_urls(&config)
             .iter()
             .zip(&forged)
-            .map(|(url, v)| console_locks::NodeHolding { node: url.clone(), value: Some(v.clone()), pttl_ms: 30_000, agrees: true })
+            .map(|(url, v)| console_locks::NodeHolding {
+                node: url.clone(),
+                value: Some(v.clone()),
+                pttl_ms: 30_000,
+                agrees: true,
+            })
             .collect::<Vec<_>>();
-        let nodes = if mode == LockMode::Redlock { nodes } else { vec![] };
+        let nodes = if mode == LockMode::Redlock {
+            nodes
+        } else {
+            vec![]
+        };
         let no_heartbeats = BTreeSet::new();
-        let row = console_locks::LockRow::new(key.clone(), scope, forged[0].clone(), 30_000, now_ms(), Some(&no_heartbeats), None, nodes, None);
+        let row = console_locks::LockRow::new(
+            key.clone(),
+            scope,
+            forged[0].clone(),
+            30_000,
+            now_ms(),
+            Some(&no_heartbeats),
+            None,
+            nodes,
+            None,
+        );
         let popup = confirm::release(&[&row], now_ms(), "local", false);
-        assert_eq!(popup.missing(), None, "the popup believes the owner dead and needs no reason");
+        assert_eq!(
+            popup.missing(),
+            None,
+            "the popup believes the owner dead and needs no reason"
+        );
         let me = instance("operator");
-        let ops = Actions::new(&config, db.clone(), locks_for(&config, &me), Tracer::log_only(&me), true).await;
+        let ops = Actions::new(
+            &config,
+            db.clone(),
+            locks_for(&config, &me),
+            Tracer::log_only(&me),
+            true,
+        )
+        .await;
         for planned in popup.confirmed() {
             let r = ops.run(&planned.action).await;
-            assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect} {mode:?}: {}", r.detail);
+            assert_eq!(
+                r.outcome,
+                ActionOutcome::Changed,
+                "{dialect} {mode:?}: {}",
+                r.detail
+            );
         }
-        assert_eq!(holder.inspect(&key).await.values(), stored, "{dialect} {mode:?}: the live holder's lock is intact");
-        assert!(!guard.is_lost(), "{dialect} {mode:?}: the holder never lost its lock");
+        assert_eq!(
+            holder.inspect(&key).await.values(),
+            stored,
+            "{dialect} {mode:?}: the live holder's lock is intact"
+        );
+        assert!(
+            !guard.is_lost(),
+            "{dialect} {mode:?}: the holder never lost its lock"
+        );
 
         // The value actually stored, without --force: refused, the owner has a heartbeat.
         let mut args = vec!["release-lock".to_string(), key.clone()];
@@ -186,7 +286,10 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
         args.push("--allow-actions".into());
         let (code, out) = idemguard(&config, &args);
         assert_eq!(code, Some(4), "{dialect} {mode:?}: {out}");
-        assert!(guard.release().await.unwrap().released(), "{dialect} {mode:?}");
+        assert!(
+            guard.release().await.unwrap().released(),
+            "{dialect} {mode:?}"
+        );
         heartbeat.stop().await.unwrap();
     }
     db.pool.close().await;
@@ -218,7 +321,9 @@ async fn fence_counters_expire_after_their_locks_and_restart_above_every_earlier
         let _cleanup = Cleanup::new(&config, &prefix);
         let fence_pattern = format!("{}*", keys::fence(&prefix));
         let urls = lock_urls(&config);
-        let count = || async { futures::future::join_all(urls.iter().map(|u| count_keys(u, &fence_pattern))).await };
+        let count = || async {
+            futures::future::join_all(urls.iter().map(|u| count_keys(u, &fence_pattern))).await
+        };
         let baseline = count().await;
         assert_eq!(baseline, vec![0; urls.len()], "{mode:?}: a fresh prefix");
 
@@ -226,22 +331,38 @@ async fn fence_counters_expire_after_their_locks_and_restart_above_every_earlier
         // Held across several counter lifetimes (150 ms + 300 ms): the watchdog renews it every 50 ms.
         let held_key = format!("{prefix}:held");
         let held_fence = keys::fence(&held_key);
-        let held = hold(&locks, &held_key, &locks.options().ttl(Duration::from_millis(150))).await;
-        let short = locks.options().ttl(Duration::from_millis(200)).without_watchdog();
+        let held = hold(
+            &locks,
+            &held_key,
+            &locks.options().ttl(Duration::from_millis(150)),
+        )
+        .await;
+        let short = locks
+            .options()
+            .ttl(Duration::from_millis(200))
+            .without_watchdog();
         let mut first = Vec::new();
         for i in 0..20 {
             let g = hold(&locks, &format!("{prefix}:{i}"), &short).await;
             first.push(g.fence());
             assert!(g.release().await.unwrap().released());
         }
-        assert_eq!(count().await, vec![21; urls.len()], "{mode:?}: one counter per key on every node");
+        assert_eq!(
+            count().await,
+            vec![21; urls.len()],
+            "{mode:?}: one counter per key on every node"
+        );
 
         // Bounded wait: the released keys' counters go; the held one's stays throughout.
         let started = Instant::now();
         let mut expired_at = None;
         while started.elapsed() < expired_at.unwrap_or(Duration::from_secs(10)) {
             for u in &urls {
-                assert_eq!(count_keys(u, &held_fence).await, 1, "{mode:?}: the counter of a held lock expired on {u}");
+                assert_eq!(
+                    count_keys(u, &held_fence).await,
+                    1,
+                    "{mode:?}: the counter of a held lock expired on {u}"
+                );
             }
             let now = count().await;
             if expired_at.is_none() && now == vec![1; urls.len()] {
@@ -250,20 +371,32 @@ async fn fence_counters_expire_after_their_locks_and_restart_above_every_earlier
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(expired_at.is_some(), "{mode:?}: fence counters never expired: {:?} keys left", count().await);
+        assert!(
+            expired_at.is_some(),
+            "{mode:?}: fence counters never expired: {:?} keys left",
+            count().await
+        );
         assert!(!held.is_lost(), "{mode:?}: {:?}", held.lost_reason());
 
         // A counter that expired restarts above every token issued before (the database keeps
         // the largest it saw on the row and would refuse a restart at 1).
         let again = hold(&locks, &format!("{prefix}:0"), &short).await;
         let issued_max = first.iter().max().copied().unwrap();
-        assert!(again.fence() > issued_max, "{mode:?}: restarted at {} after {issued_max}", again.fence());
+        assert!(
+            again.fence() > issued_max,
+            "{mode:?}: restarted at {} after {issued_max}",
+            again.fence()
+        );
         assert!(again.release().await.unwrap().released());
         assert!(held.release().await.unwrap().released());
 
         let started = Instant::now();
         while count().await != baseline {
-            assert!(started.elapsed() < Duration::from_secs(10), "{mode:?}: fence counters left after every lock was released: {:?}", count().await);
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{mode:?}: fence counters left after every lock was released: {:?}",
+                count().await
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -284,37 +417,78 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
     let mut all_urls = vec![config.redis.url.clone()];
     all_urls.extend(config.redis.redlock_nodes.iter().cloned());
     for url in &all_urls {
-        let mut c = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let _: i64 = redis::cmd("HSET").arg(&redisson).arg(format!("{}:1", uuid::Uuid::new_v4())).arg(1).query_async(&mut c).await.unwrap();
-        let _: i64 = redis::cmd("PEXPIRE").arg(&redisson).arg(60_000).query_async(&mut c).await.unwrap();
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("HSET")
+            .arg(&redisson)
+            .arg(format!("{}:1", uuid::Uuid::new_v4()))
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(&redisson)
+            .arg(60_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
     }
     let single = locks_for(&with_mode(&config, LockMode::Single), &instance("own"));
-    let redlock = locks_for(&with_mode(&config, LockMode::Redlock), &instance("own-redlock"));
+    let redlock = locks_for(
+        &with_mode(&config, LockMode::Redlock),
+        &instance("own-redlock"),
+    );
     let own = format!("{prefix}:own");
-    let own_guards = [hold(&single, &own, &single.options()).await, hold(&redlock, &own, &redlock.options()).await];
+    let own_guards = [
+        hold(&single, &own, &single.options()).await,
+        hold(&redlock, &own, &redlock.options()).await,
+    ];
 
     // The headless twin.
     let (code, out) = idemguard(&config, &["locks".to_string(), "--json".to_string()]);
     assert_eq!(code, Some(0), "{out}");
-    let json: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let json: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let rows = json["data"]["locks"].as_array().expect("locks");
     for scope in ["single", "redlock"] {
-        let row = |key: &str| rows.iter().find(|r| r["key"] == key && r["scope"] == scope).unwrap_or_else(|| panic!("{key} [{scope}] not listed: {out}"));
+        let row = |key: &str| {
+            rows.iter()
+                .find(|r| r["key"] == key && r["scope"] == scope)
+                .unwrap_or_else(|| panic!("{key} [{scope}] not listed: {out}"))
+        };
         let odd = row(&redisson);
         assert_eq!(odd["type"], "hash", "{odd}");
         assert!(odd["pttl_ms"].as_i64().unwrap() > 0, "{odd}");
         assert_eq!(odd["flags"], serde_json::json!(["other_type"]), "{odd}");
         let mine = row(&own);
-        assert_eq!((mine["type"].as_str(), mine["holder"]["instance"].is_string()), (Some("string"), true), "{mine}");
+        assert_eq!(
+            (
+                mine["type"].as_str(),
+                mine["holder"]["instance"].is_string()
+            ),
+            (Some("string"), true),
+            "{mine}"
+        );
     }
 
     // The console's scan (the Locks view's collector).
     let (mut main, mut nodes) = console_locks::nodes_of(&config).unwrap();
     let scan = console_locks::scan_locks(&mut main, &mut nodes).await;
     assert!(scan.all_nodes_ok(), "{:?}", scan.first_error());
-    assert!(scan.live_instances.is_some(), "owner liveness is still read");
+    assert!(
+        scan.live_instances.is_some(),
+        "owner liveness is still read"
+    );
     for scope in ["single", "redlock"] {
-        let row = |key: &str| scan.locks.iter().find(|r| r.key == key && r.scope == scope).unwrap_or_else(|| panic!("{key} [{scope}] not in the console's scan"));
+        let row = |key: &str| {
+            scan.locks
+                .iter()
+                .find(|r| r.key == key && r.scope == scope)
+                .unwrap_or_else(|| panic!("{key} [{scope}] not in the console's scan"))
+        };
         assert_eq!(row(&redisson).redis_type.as_deref(), Some("hash"));
         assert!(row(&own).holder.is_some());
     }
@@ -322,8 +496,18 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
     // The lock layer's reader (what release-lock inspects).
     for locks in [&single, &redlock] {
         let scan = locks.scan_locks(1_000_000).await;
-        assert!(scan.nodes.iter().all(|n| n.error.is_none()), "{:?}", scan.nodes);
-        let view = |key: &str| scan.locks.iter().find(|l| l.key == key).unwrap_or_else(|| panic!("{key} not in the lock layer's scan")).clone();
+        assert!(
+            scan.nodes.iter().all(|n| n.error.is_none()),
+            "{:?}",
+            scan.nodes
+        );
+        let view = |key: &str| {
+            scan.locks
+                .iter()
+                .find(|l| l.key == key)
+                .unwrap_or_else(|| panic!("{key} not in the lock layer's scan"))
+                .clone()
+        };
         assert!(view(&own).holder().is_some());
         let odd = view(&redisson);
         assert!(odd.nodes.iter().all(|n| matches!(&n.state, NodeLockState::Other { redis_type, pttl_ms } if redis_type == "hash" && *pttl_ms > 0)), "{odd:?}");

@@ -38,7 +38,11 @@ fn redlock_config(nodes: Vec<String>) -> Config {
 
 fn stack_redlock_config() -> Config {
     let c = local_config();
-    assert_eq!(c.redis.redlock_nodes.len(), 5, "config/local.toml lists the five RedLock nodes");
+    assert_eq!(
+        c.redis.redlock_nodes.len(),
+        5,
+        "config/local.toml lists the five RedLock nodes"
+    );
     redlock_config(c.redis.redlock_nodes.clone())
 }
 
@@ -64,17 +68,28 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap_or_else(|e| panic!("redis at {url} is not reachable: {e}. Start the stack: scripts/stack up"))
+        .unwrap_or_else(|e| {
+            panic!("redis at {url} is not reachable: {e}. Start the stack: scripts/stack up")
+        })
 }
 
 async fn get(url: &str, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(&mut raw(url).await).await.unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut raw(url).await)
+        .await
+        .unwrap()
 }
 
 /// Drop a test's lock and fence keys from the shared nodes.
 async fn cleanup(urls: &[String], key: &str) {
     for url in urls {
-        let _: () = redis::cmd("DEL").arg(key).arg(format!("fence:{key}")).query_async(&mut raw(url).await).await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .arg(format!("fence:{key}"))
+            .query_async(&mut raw(url).await)
+            .await
+            .unwrap();
     }
 }
 
@@ -101,14 +116,22 @@ async fn contenders_count_exact(config: Config) {
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicU32::new(0));
     let fences = Arc::new(Mutex::new(Vec::new()));
-    let options = services[0].options().ttl(Duration::from_secs(5)).attempts(100_000).retry_delay(Duration::from_millis(20));
+    let options = services[0]
+        .options()
+        .ttl(Duration::from_secs(5))
+        .attempts(100_000)
+        .retry_delay(Duration::from_millis(20));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let (locks, key, options) = (services[i % 4].clone(), key.clone(), options.clone());
         let (counter, inside, fences) = (counter.clone(), inside.clone(), fences.clone());
         tasks.spawn(async move {
             let guard = hold(&locks, &key, &options).await;
-            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside the critical section");
+            assert_eq!(
+                inside.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two holders inside the critical section"
+            );
             fences.lock().unwrap().push(guard.fence().0);
             let seen = counter.load(Ordering::SeqCst);
             tokio::time::sleep(Duration::from_micros(300)).await;
@@ -125,10 +148,17 @@ async fn contenders_count_exact(config: Config) {
     })
     .await
     .expect("200 contenders finish within 180s");
-    assert_eq!(counter.load(Ordering::SeqCst), 200, "lost updates: the lock let two holders in");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        200,
+        "lost updates: the lock let two holders in"
+    );
     let fences = fences.lock().unwrap().clone();
     assert_eq!(fences.len(), 200);
-    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fence tokens must strictly increase in holding order: {fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fence tokens must strictly increase in holding order: {fences:?}"
+    );
     cleanup(&lock_urls(&config), &key).await;
 }
 
@@ -149,7 +179,10 @@ async fn single_node_200_contenders_count_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert!(counter.load(Ordering::SeqCst) < 200, "the unlocked control should lose updates");
+    assert!(
+        counter.load(Ordering::SeqCst) < 200,
+        "the unlocked control should lose updates"
+    );
 
     contenders_count_exact(single_config()).await;
 }
@@ -171,7 +204,10 @@ async fn release_with_another_value_deletes_nothing(config: Config) {
     // Someone with a different value (same holder description, another acquisition's nonce).
     let mut other = a.holder().clone();
     other.nonce = "0000000000000000000000000000beef".into();
-    let report = locks.release_if_value(&key, &other.to_value()).await.unwrap();
+    let report = locks
+        .release_if_value(&key, &other.to_value())
+        .await
+        .unwrap();
     assert!(report.refused() && !report.released(), "{report:?}");
     assert_eq!(report.current(), Some(a.value().as_str()));
     let view = locks.inspect(&key).await;
@@ -180,13 +216,23 @@ async fn release_with_another_value_deletes_nothing(config: Config) {
 
     // The exact value the operator saw is released, on every node.
     for value in view.values() {
-        assert!(locks.release_if_value(&key, value).await.unwrap().released());
+        assert!(locks
+            .release_if_value(&key, value)
+            .await
+            .unwrap()
+            .released());
     }
     assert!(locks.inspect(&key).await.is_free());
     // …after which the former holder's own release deletes nothing and says so.
     let report = a.release().await.unwrap();
     assert!(report.refused(), "{report:?}");
-    assert!(report.nodes.iter().all(|(_, r)| *r == NodeRelease::NotHeld { current: None }), "{report:?}");
+    assert!(
+        report
+            .nodes
+            .iter()
+            .all(|(_, r)| *r == NodeRelease::NotHeld { current: None }),
+        "{report:?}"
+    );
     cleanup(&lock_urls(&config), &key).await;
 }
 
@@ -205,20 +251,56 @@ async fn redlock_release_with_another_holders_value_deletes_nothing() {
 async fn late_release_leaves_next_holder_intact(config: Config) {
     let (locks_a, locks_b) = (lock_service(&config), lock_service(&config));
     let key = test_key("late");
-    let a = hold(&locks_a, &key, &locks_a.options().ttl(Duration::from_millis(200)).without_watchdog()).await;
-    tokio::time::timeout(Duration::from_secs(2), a.lost()).await.expect("the loss signal fires when the TTL runs out");
+    let a = hold(
+        &locks_a,
+        &key,
+        &locks_a
+            .options()
+            .ttl(Duration::from_millis(200))
+            .without_watchdog(),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(2), a.lost())
+        .await
+        .expect("the loss signal fires when the TTL runs out");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let b = hold(&locks_b, &key, &locks_b.options().ttl(Duration::from_secs(10))).await;
-    assert!(b.fence() > a.fence(), "B's fence {} must exceed A's {}", b.fence(), a.fence());
+    let b = hold(
+        &locks_b,
+        &key,
+        &locks_b.options().ttl(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(
+        b.fence() > a.fence(),
+        "B's fence {} must exceed A's {}",
+        b.fence(),
+        a.fence()
+    );
 
     let report = a.release().await.unwrap();
-    assert!(report.refused(), "A's late release must delete nothing: {report:?}");
-    let now_held = LockHolder::from_value(report.current().expect("the release reports who holds it now")).unwrap();
+    assert!(
+        report.refused(),
+        "A's late release must delete nothing: {report:?}"
+    );
+    let now_held = LockHolder::from_value(
+        report
+            .current()
+            .expect("the release reports who holds it now"),
+    )
+    .unwrap();
     assert_eq!(now_held.nonce, b.holder().nonce);
 
     let view = locks_b.inspect(&key).await;
-    assert_eq!(view.holder().map(|h| &h.nonce), Some(&b.holder().nonce), "{view:?}");
-    assert_eq!(view.agreeing_nodes(), lock_urls(&config).len(), "B's lock is intact on every node: {view:?}");
+    assert_eq!(
+        view.holder().map(|h| &h.nonce),
+        Some(&b.holder().nonce),
+        "{view:?}"
+    );
+    assert_eq!(
+        view.agreeing_nodes(),
+        lock_urls(&config).len(),
+        "B's lock is intact on every node: {view:?}"
+    );
     assert!(b.release().await.unwrap().released());
     cleanup(&lock_urls(&config), &key).await;
 }
@@ -246,11 +328,23 @@ async fn watchdog_keeps_lock_for_three_ttls(config: Config) {
     while started.elapsed() < ttl * 3 + Duration::from_millis(200) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let view = locks.inspect(&key).await;
-        assert_eq!(view.holder(), Some(guard.holder()), "lost after {:?}: {view:?}", started.elapsed());
-        assert!(view.pttl_ms().is_some_and(|p| p > 0 && p <= 600), "{view:?}");
+        assert_eq!(
+            view.holder(),
+            Some(guard.holder()),
+            "lost after {:?}: {view:?}",
+            started.elapsed()
+        );
+        assert!(
+            view.pttl_ms().is_some_and(|p| p > 0 && p <= 600),
+            "{view:?}"
+        );
         assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
     }
-    assert!(guard.renewals() >= 4, "only {} renewals in 2s of a 600ms lock", guard.renewals());
+    assert!(
+        guard.renewals() >= 4,
+        "only {} renewals in 2s of a 600ms lock",
+        guard.renewals()
+    );
     assert!(guard.release().await.unwrap().released());
 
     // The control: the same lock without the watchdog is gone after one TTL.
@@ -280,9 +374,15 @@ async fn watchdog_stops_at_the_renewal_cap() {
     let key = test_key("cap");
     let ttl = Duration::from_millis(300);
     let guard = hold(&locks, &key, &locks.options().ttl(ttl)).await;
-    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await.expect("a capped lock is lost");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("a capped lock is lost");
     assert_eq!(guard.renewals(), 2);
-    assert!(guard.lost_reason().unwrap().contains("cap of 2 renewals"), "{:?}", guard.lost_reason());
+    assert!(
+        guard.lost_reason().unwrap().contains("cap of 2 renewals"),
+        "{:?}",
+        guard.lost_reason()
+    );
     cleanup(&lock_urls(&config), &key).await;
 }
 
@@ -310,18 +410,30 @@ async fn killed_holder_lock_disappears_within_one_ttl() {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).map(|_| line)
     });
-    let line = tokio::time::timeout(Duration::from_secs(30), line).await.expect("the holder reports within 30s").unwrap().unwrap();
-    let held: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let line = tokio::time::timeout(Duration::from_secs(30), line)
+        .await
+        .expect("the holder reports within 30s")
+        .unwrap()
+        .unwrap();
+    let held: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
     assert_eq!(held["held"], true, "{line}");
     let value = held["value"].as_str().unwrap().to_string();
     let instance = held["instance"].as_str().unwrap().to_string();
 
     let locks = lock_service(&config);
-    assert_eq!(get(&config.redis.url, &key).await.as_deref(), Some(value.as_str()));
+    assert_eq!(
+        get(&config.redis.url, &key).await.as_deref(),
+        Some(value.as_str())
+    );
     assert!(locks.liveness().is_alive(&instance).await.unwrap());
     // Held past two TTLs: the child's watchdog renews it.
     tokio::time::sleep(ttl * 2 + Duration::from_millis(300)).await;
-    assert_eq!(get(&config.redis.url, &key).await.as_deref(), Some(value.as_str()), "the live holder's watchdog must keep it");
+    assert_eq!(
+        get(&config.redis.url, &key).await.as_deref(),
+        Some(value.as_str()),
+        "the live holder's watchdog must keep it"
+    );
 
     child.kill().unwrap(); // SIGKILL: no release, no goodbye
     child.wait().unwrap();
@@ -335,8 +447,14 @@ async fn killed_holder_lock_disappears_within_one_ttl() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let gone_after = gone_after.expect("the dead holder's lock never expired");
-    assert!(gone_after <= ttl + Duration::from_millis(100), "gone only after {gone_after:?} (TTL {ttl:?})");
-    assert!(gone_after >= Duration::from_millis(200), "gone after {gone_after:?}: it expired, the dead process did not release it");
+    assert!(
+        gone_after <= ttl + Duration::from_millis(100),
+        "gone only after {gone_after:?} (TTL {ttl:?})"
+    );
+    assert!(
+        gone_after >= Duration::from_millis(200),
+        "gone after {gone_after:?}: it expired, the dead process did not release it"
+    );
 
     let mut dead_after = None;
     while killed.elapsed() < Duration::from_secs(4) {
@@ -347,7 +465,10 @@ async fn killed_holder_lock_disappears_within_one_ttl() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let dead_after = dead_after.expect("the dead holder kept a heartbeat");
-    assert!(dead_after <= Duration::from_millis(1600), "heartbeat gone only after {dead_after:?}");
+    assert!(
+        dead_after <= Duration::from_millis(1600),
+        "heartbeat gone only after {dead_after:?}"
+    );
     cleanup(&lock_urls(&config), &key).await;
 }
 
@@ -360,9 +481,22 @@ async fn failed_renewal_fires_the_loss_signal() {
     let key = test_key("gone");
     let ttl = Duration::from_millis(600);
     let guard = hold(&locks, &key, &locks.options().ttl(ttl)).await;
-    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut raw(&config.redis.url).await).await.unwrap();
-    tokio::time::timeout(ttl, guard.lost()).await.expect("the loss signal fires at the next renewal");
-    assert!(guard.lost_reason().unwrap().contains("no longer holds our value"), "{:?}", guard.lost_reason());
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut raw(&config.redis.url).await)
+        .await
+        .unwrap();
+    tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("the loss signal fires at the next renewal");
+    assert!(
+        guard
+            .lost_reason()
+            .unwrap()
+            .contains("no longer holds our value"),
+        "{:?}",
+        guard.lost_reason()
+    );
     assert!(guard.remaining_validity().is_zero());
     cleanup(&lock_urls(&config), &key).await;
 
@@ -376,10 +510,19 @@ async fn failed_renewal_fires_the_loss_signal() {
     let acquired = Instant::now();
     let guard = hold(&locks, &key, &locks.options().ttl(ttl)).await;
     server.kill();
-    tokio::time::timeout(ttl, guard.lost()).await.expect("the loss signal fires before the TTL runs out");
-    assert!(acquired.elapsed() < ttl, "fired after {:?}", acquired.elapsed());
+    tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("the loss signal fires before the TTL runs out");
+    assert!(
+        acquired.elapsed() < ttl,
+        "fired after {:?}",
+        acquired.elapsed()
+    );
     let reason = guard.lost_reason().unwrap();
-    assert!(reason.contains("validity fell below") && reason.contains(&server.addr()), "{reason}");
+    assert!(
+        reason.contains("validity fell below") && reason.contains(&server.addr()),
+        "{reason}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,7 +543,12 @@ async fn redlock_acquires_with_two_of_five_nodes_down() {
     let view = locks.inspect(&key).await;
     assert_eq!(view.agreeing_nodes(), 3, "{view:?}");
     assert_eq!(view.holder(), Some(guard.holder()));
-    let down: Vec<&str> = view.nodes.iter().filter(|n| matches!(n.state, NodeLockState::Unreachable { .. })).map(|n| n.node.as_str()).collect();
+    let down: Vec<&str> = view
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.state, NodeLockState::Unreachable { .. }))
+        .map(|n| n.node.as_str())
+        .collect();
     assert_eq!(down, vec![servers[1].addr(), servers[3].addr()]);
     let report = guard.release().await.unwrap();
     assert!(report.released(), "{report:?}");
@@ -420,14 +568,33 @@ async fn redlock_with_three_of_five_down_fails_fast_and_leaves_nothing() {
     }
     let key = test_key("three-down");
     // Many slow tries allowed: failing fast means not using them when a quorum is impossible.
-    let options = locks.options().attempts(20).retry_delay(Duration::from_millis(500));
+    let options = locks
+        .options()
+        .attempts(20)
+        .retry_delay(Duration::from_millis(500));
     let started = Instant::now();
-    let err = locks.acquire_with(&key, &options).await.expect_err("no quorum with 2 of 5 nodes");
+    let err = locks
+        .acquire_with(&key, &options)
+        .await
+        .expect_err("no quorum with 2 of 5 nodes");
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(1000), "took {took:?}: it must fail fast");
+    assert!(
+        took < Duration::from_millis(1000),
+        "took {took:?}: it must fail fast"
+    );
     match &err {
-        LockError::NoQuorum { granted, quorum, nodes, failures, .. } => {
-            assert_eq!((*granted, *quorum, *nodes, failures.len()), (2, 3, 5, 3), "{err}");
+        LockError::NoQuorum {
+            granted,
+            quorum,
+            nodes,
+            failures,
+            ..
+        } => {
+            assert_eq!(
+                (*granted, *quorum, *nodes, failures.len()),
+                (2, 3, 5, 3),
+                "{err}"
+            );
         }
         other => panic!("expected NoQuorum, got {other}"),
     }
@@ -437,7 +604,12 @@ async fn redlock_with_three_of_five_down_fails_fast_and_leaves_nothing() {
     }
     assert!(message.contains("scripts/stack status"), "{message}");
     for i in [1, 3] {
-        assert_eq!(get(&servers[i].url(), &key).await, None, "a lock was left on {}", servers[i].addr());
+        assert_eq!(
+            get(&servers[i].url(), &key).await,
+            None,
+            "a lock was left on {}",
+            servers[i].addr()
+        );
     }
 }
 
@@ -450,14 +622,28 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     let key = test_key("fence");
     // Above the clock the other nodes' new counters start from (microseconds, ~1.8e15).
     const HIGH: i64 = 4_000_000_000_000_000;
-    let _: () = redis::cmd("SET").arg(format!("fence:{key}")).arg(HIGH).query_async(&mut raw(&servers[0].url()).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("fence:{key}"))
+        .arg(HIGH)
+        .query_async(&mut raw(&servers[0].url()).await)
+        .await
+        .unwrap();
 
     let a_locks = lock_service(&config);
     let a = hold(&a_locks, &key, &a_locks.options()).await;
     assert_eq!(a.fence().0, HIGH + 1, "the maximum over the quorum");
     for s in &servers {
-        let counter: i64 = redis::cmd("GET").arg(format!("fence:{key}")).query_async(&mut raw(&s.url()).await).await.unwrap();
-        assert_eq!(counter, HIGH + 1, "node {} was not raised to the quorum's token", s.addr());
+        let counter: i64 = redis::cmd("GET")
+            .arg(format!("fence:{key}"))
+            .query_async(&mut raw(&s.url()).await)
+            .await
+            .unwrap();
+        assert_eq!(
+            counter,
+            HIGH + 1,
+            "node {} was not raised to the quorum's token",
+            s.addr()
+        );
     }
     let mut last = a.fence();
     assert!(a.release().await.unwrap().released());
@@ -466,11 +652,18 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     for holder in 0..5 {
         let locks = lock_service(&config); // a new process each time
         let g = hold(&locks, &key, &locks.options()).await;
-        assert!(g.fence() > last, "holder {holder}: fence {} after {last}", g.fence());
+        assert!(
+            g.fence() > last,
+            "holder {holder}: fence {} after {last}",
+            g.fence()
+        );
         last = g.fence();
         assert!(g.release().await.unwrap().released());
     }
-    assert_eq!(lock_service(&config).current_fence(&key).await.unwrap(), Some(last));
+    assert_eq!(
+        lock_service(&config).current_fence(&key).await.unwrap(),
+        Some(last)
+    );
 }
 
 #[tokio::test]
@@ -483,13 +676,24 @@ async fn single_node_down_is_named_with_a_hint() {
     server.kill();
     for _ in 0..2 {
         // first on the dropped connection, then on a refused reconnect
-        let err = locks.acquire(&test_key("down")).await.expect_err("the node is down");
+        let err = locks
+            .acquire(&test_key("down"))
+            .await
+            .expect_err("the node is down");
         let message = err.to_string();
         assert!(matches!(err, LockError::Node(_)), "{message}");
-        assert!(message.contains(&format!("redis node {}", server.addr())) && message.contains("scripts/stack status"), "{message}");
+        assert!(
+            message.contains(&format!("redis node {}", server.addr()))
+                && message.contains("scripts/stack status"),
+            "{message}"
+        );
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    let err = locks.liveness().is_alive("nobody").await.expect_err("the main redis is down");
+    let err = locks
+        .liveness()
+        .is_alive("nobody")
+        .await
+        .expect_err("the main redis is down");
     assert!(err.to_string().contains(&server.addr()), "{err}");
 }
 
@@ -505,12 +709,24 @@ async fn heartbeat_tells_a_live_instance_from_a_dead_one() {
     let me = Instance::current();
     let heartbeat = locks.liveness().start(&me).await.unwrap();
     assert!(locks.liveness().is_alive(&me.id).await.unwrap());
-    let beat = locks.liveness().beat_of(&me.id).await.unwrap().expect("the beat is readable");
+    let beat = locks
+        .liveness()
+        .beat_of(&me.id)
+        .await
+        .unwrap()
+        .expect("the beat is readable");
     assert_eq!(beat.instance, me);
     tokio::time::sleep(Duration::from_millis(1300)).await; // two heartbeat TTLs: refreshed
     assert!(locks.liveness().is_alive(&me.id).await.unwrap());
     let other = Instance::current();
-    assert_eq!(locks.liveness().are_alive(&[me.id.clone(), other.id.clone()]).await.unwrap(), vec![true, false]);
+    assert_eq!(
+        locks
+            .liveness()
+            .are_alive(&[me.id.clone(), other.id.clone()])
+            .await
+            .unwrap(),
+        vec![true, false]
+    );
 
     drop(heartbeat); // like a crash: no more beats, the key expires
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -528,7 +744,10 @@ async fn contended_acquire_names_the_holder_and_waits_a_bounded_time() {
     let key = test_key("busy");
     let a = hold(&a_locks, &key, &a_locks.options()).await;
     let started = Instant::now();
-    let options = b_locks.options().attempts(4).retry_delay(Duration::from_millis(40));
+    let options = b_locks
+        .options()
+        .attempts(4)
+        .retry_delay(Duration::from_millis(40));
     match b_locks.acquire_with(&key, &options).await.unwrap() {
         Acquisition::Contended(c) => {
             assert_eq!(c.holder.as_ref(), Some(a.holder()));
@@ -537,15 +756,34 @@ async fn contended_acquire_names_the_holder_and_waits_a_bounded_time() {
         }
         Acquisition::Held(_) => panic!("two holders"),
     }
-    assert!(started.elapsed() < Duration::from_millis(3 * 40 + 400), "bounded waiting took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(3 * 40 + 400),
+        "bounded waiting took {:?}",
+        started.elapsed()
+    );
     // Waiting long enough gets it once A is done.
     let b_wait = tokio::spawn({
         let (b_locks, key) = (b_locks.clone(), key.clone());
-        async move { b_locks.acquire_with(&key, &b_locks.options().attempts(200).retry_delay(Duration::from_millis(10))).await }
+        async move {
+            b_locks
+                .acquire_with(
+                    &key,
+                    &b_locks
+                        .options()
+                        .attempts(200)
+                        .retry_delay(Duration::from_millis(10)),
+                )
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(a.release().await.unwrap().released());
-    let b = b_wait.await.unwrap().unwrap().held().expect("B gets it after A released");
+    let b = b_wait
+        .await
+        .unwrap()
+        .unwrap()
+        .held()
+        .expect("B gets it after A released");
     assert!(b.release().await.unwrap().released());
     cleanup(&lock_urls(&config), &key).await;
 }
@@ -560,22 +798,46 @@ async fn scan_lists_holders_ttls_and_foreign_values() {
         guards.push(hold(&locks, k, &locks.options().ttl(Duration::from_secs(20))).await);
     }
     let foreign = test_key("foreign");
-    let _: () = redis::cmd("SET").arg(&foreign).arg("held-by-some-other-tool").query_async(&mut raw(&config.redis.url).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&foreign)
+        .arg("held-by-some-other-tool")
+        .query_async(&mut raw(&config.redis.url).await)
+        .await
+        .unwrap();
 
     let scan = locks.scan_locks(1_000_000).await;
-    assert!(scan.nodes.iter().all(|n| n.error.is_none()), "{:?}", scan.nodes);
+    assert!(
+        scan.nodes.iter().all(|n| n.error.is_none()),
+        "{:?}",
+        scan.nodes
+    );
     for (k, g) in keys.iter().zip(&guards) {
-        let view = scan.locks.iter().find(|v| &v.key == k).unwrap_or_else(|| panic!("{k} not listed"));
+        let view = scan
+            .locks
+            .iter()
+            .find(|v| &v.key == k)
+            .unwrap_or_else(|| panic!("{k} not listed"));
         assert_eq!(view.holder(), Some(g.holder()));
         assert_eq!(view.fence(), Some(g.fence()));
-        assert!(view.pttl_ms().is_some_and(|p| p > 10_000 && p <= 20_000), "{view:?}");
+        assert!(
+            view.pttl_ms().is_some_and(|p| p > 10_000 && p <= 20_000),
+            "{view:?}"
+        );
         assert_eq!(view.ids().0.as_deref(), k.strip_prefix("lock:order:"));
     }
-    let view = scan.locks.iter().find(|v| v.key == foreign).expect("a foreign value is listed too");
+    let view = scan
+        .locks
+        .iter()
+        .find(|v| v.key == foreign)
+        .expect("a foreign value is listed too");
     assert_eq!(view.holder(), None);
     assert_eq!(view.pttl_ms(), Some(-1), "no TTL: the console flags it");
     assert_eq!(view.values(), vec!["held-by-some-other-tool"]);
-    assert!(locks.release_if_value(&foreign, "held-by-some-other-tool").await.unwrap().released());
+    assert!(locks
+        .release_if_value(&foreign, "held-by-some-other-tool")
+        .await
+        .unwrap()
+        .released());
 
     for (k, g) in keys.iter().zip(guards) {
         assert!(g.release().await.unwrap().released());
@@ -590,17 +852,41 @@ async fn redlock_per_node_view_release_and_fence_bump() {
     let config = redlock_config(servers.iter().map(|s| s.url()).collect());
     let locks = lock_service(&config);
     let key = test_key("view");
-    let guard = hold(&locks, &key, &locks.options().ttl(Duration::from_secs(30)).without_watchdog()).await;
+    let guard = hold(
+        &locks,
+        &key,
+        &locks
+            .options()
+            .ttl(Duration::from_secs(30))
+            .without_watchdog(),
+    )
+    .await;
     servers[4].kill();
     let scan = locks.scan_locks(1000).await;
-    assert_eq!(scan.nodes.iter().filter(|n| n.error.is_some()).count(), 1, "{:?}", scan.nodes);
-    assert!(scan.nodes[4].error.as_deref().unwrap().contains(&servers[4].addr()));
+    assert_eq!(
+        scan.nodes.iter().filter(|n| n.error.is_some()).count(),
+        1,
+        "{:?}",
+        scan.nodes
+    );
+    assert!(scan.nodes[4]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains(&servers[4].addr()));
     let view = scan.locks.iter().find(|v| v.key == key).expect("listed");
     assert_eq!(view.agreeing_nodes(), 4);
-    assert!(matches!(view.nodes[4].state, NodeLockState::Unreachable { .. }));
+    assert!(matches!(
+        view.nodes[4].state,
+        NodeLockState::Unreachable { .. }
+    ));
 
     // The operator releases exactly what they saw; the fence moves past the holder's.
-    let seen = view.values().into_iter().map(String::from).collect::<Vec<_>>();
+    let seen = view
+        .values()
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
     for v in &seen {
         assert!(locks.release_if_value(&key, v).await.unwrap().released());
     }
@@ -611,7 +897,10 @@ async fn redlock_per_node_view_release_and_fence_bump() {
     // above the bumped one.
     let report = guard.release().await.unwrap();
     assert!(report.refused(), "{report:?}");
-    assert!(matches!(report.nodes[4].1, NodeRelease::Unreachable { .. }), "{report:?}");
+    assert!(
+        matches!(report.nodes[4].1, NodeRelease::Unreachable { .. }),
+        "{report:?}"
+    );
     let next = hold(&locks, &key, &locks.options()).await;
     assert!(next.fence() > bumped);
     assert!(next.release().await.unwrap().released());
@@ -685,20 +974,46 @@ async fn every_decision_emits_a_trace_event_with_its_ids() {
     let locks = lock_service(&config);
     let key = test_key("trace");
     let order_no = key.strip_prefix("lock:order:").unwrap().to_string();
-    let guard = hold(&locks, &key, &locks.options().ttl(Duration::from_millis(300))).await;
+    let guard = hold(
+        &locks,
+        &key,
+        &locks.options().ttl(Duration::from_millis(300)),
+    )
+    .await;
     assert!(locks.acquire(&key).await.unwrap().held().is_none()); // contended
     tokio::time::sleep(Duration::from_millis(250)).await; // one renewal
     let mut stale = guard.holder().clone();
     stale.nonce = "stale".into();
-    assert!(locks.release_if_value(&key, &stale.to_value()).await.unwrap().refused());
-    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut raw(&config.redis.url).await).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(1), guard.lost()).await.expect("lost");
+    assert!(locks
+        .release_if_value(&key, &stale.to_value())
+        .await
+        .unwrap()
+        .refused());
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut raw(&config.redis.url).await)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("lost");
     let second = hold(&locks, &key, &locks.options()).await;
     assert!(second.release().await.unwrap().released());
 
-    let ours: Vec<capture::Seen> = captured.all().into_iter().filter(|s| s.order_no == order_no).collect();
+    let ours: Vec<capture::Seen> = captured
+        .all()
+        .into_iter()
+        .filter(|s| s.order_no == order_no)
+        .collect();
     let outcomes: Vec<&str> = ours.iter().map(|s| s.outcome.as_str()).collect();
-    for want in ["lock_acquired", "lock_contended", "lock_renewed", "lock_release_refused", "lock_lost", "lock_released"] {
+    for want in [
+        "lock_acquired",
+        "lock_contended",
+        "lock_renewed",
+        "lock_release_refused",
+        "lock_lost",
+        "lock_released",
+    ] {
         assert!(outcomes.contains(&want), "no {want} in {outcomes:?}");
     }
     for seen in &ours {
@@ -729,15 +1044,26 @@ async fn concurrent_operations_on_a_node_are_coalesced() {
     config.redis.url = server.url();
     let locks = lock_service(&config);
     let mut admin = raw(&server.url()).await;
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut admin).await.unwrap();
-    let started_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let started_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let locks = locks.clone();
             tokio::spawn(async move {
                 let key = format!("lock:order:Tcoalesce{i}");
                 let g = hold(&locks, &key, &locks.options()).await;
-                assert!(g.fence().0 > started_us, "{key}: a key's first counter starts from the clock in microseconds, got {}", g.fence());
+                assert!(
+                    g.fence().0 > started_us,
+                    "{key}: a key's first counter starts from the clock in microseconds, got {}",
+                    g.fence()
+                );
                 assert_eq!(g.value(), locks.inspect(&key).await.values()[0]);
                 assert!(g.release().await.unwrap().released());
             })
@@ -746,7 +1072,11 @@ async fn concurrent_operations_on_a_node_are_coalesced() {
     for t in tasks {
         t.await.unwrap();
     }
-    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut admin).await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let calls: u64 = stats
         .lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
@@ -755,7 +1085,10 @@ async fn concurrent_operations_on_a_node_are_coalesced() {
         .unwrap_or_else(|| panic!("no EVALSHA in {stats}"));
     // 400 operations (200 acquires, 200 releases), plus a failed first call before the script
     // was loaded.
-    assert!(calls < 300, "{calls} script calls for 400 operations: nothing was coalesced");
+    assert!(
+        calls < 300,
+        "{calls} script calls for 400 operations: nothing was coalesced"
+    );
 }
 
 /// The service works from a second runtime after the first one is gone (its batch drivers
@@ -766,13 +1099,19 @@ fn a_lock_service_outlives_its_first_runtime() {
     let locks = lock_service(&config);
     let key = test_key("runtimes");
     for _ in 0..2 {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         runtime.block_on(async {
             let g = hold(&locks, &key, &locks.options()).await;
             assert!(g.release().await.unwrap().released());
         });
         drop(runtime);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(cleanup(&lock_urls(&config), &key));
 }

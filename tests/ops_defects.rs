@@ -32,7 +32,15 @@ async fn count_updates_of_the_record_table(db: &Database) {
 
 async fn claimed(db: &Database) -> String {
     let request_id = RequestId::generate("APP", "ORDER").to_string();
-    let r = ClaimRequest { request_id: &request_id, biz_type: "ORDER", request_hash: "h", owner: "igt", fence: 1, lease_ms: 30_000, retention_ms: 60_000 };
+    let r = ClaimRequest {
+        request_id: &request_id,
+        biz_type: "ORDER",
+        request_hash: "h",
+        owner: "igt",
+        fence: 1,
+        lease_ms: 30_000,
+        retention_ms: 60_000,
+    };
     assert_eq!(idempotency::claim(db, &r).await.unwrap(), Claim::New);
     request_id
 }
@@ -50,11 +58,33 @@ async fn replay_counter_flushes_one_update_per_key(dialect: Dialect) {
         counter.add(&b);
     }
     counter.flush(&db).await;
-    assert_eq!(common::count(&db, "igt_updates").await, 2, "{dialect}: one UPDATE per key, not one per replay");
-    assert_eq!(idempotency::get(&db, &a).await.unwrap().unwrap().replay_count, 25);
-    assert_eq!(idempotency::get(&db, &b).await.unwrap().unwrap().replay_count, 3);
+    assert_eq!(
+        common::count(&db, "igt_updates").await,
+        2,
+        "{dialect}: one UPDATE per key, not one per replay"
+    );
+    assert_eq!(
+        idempotency::get(&db, &a)
+            .await
+            .unwrap()
+            .unwrap()
+            .replay_count,
+        25
+    );
+    assert_eq!(
+        idempotency::get(&db, &b)
+            .await
+            .unwrap()
+            .unwrap()
+            .replay_count,
+        3
+    );
     counter.flush(&db).await;
-    assert_eq!(common::count(&db, "igt_updates").await, 2, "{dialect}: nothing left to write");
+    assert_eq!(
+        common::count(&db, "igt_updates").await,
+        2,
+        "{dialect}: nothing left to write"
+    );
 }
 
 #[tokio::test]
@@ -75,7 +105,10 @@ async fn operator_output_with_redis_down(dialect: Dialect) {
     let run = |args: &[&str]| {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
         c.args(args)
-            .env("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+            .env(
+                "IDEMGUARD_CONFIG",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            )
             .env("IDEMGUARD_DATABASE__URL", &config.database.url)
             .env("IDEMGUARD_REDIS__URL", "redis://127.0.0.1:1")
             .env("IDEMGUARD_REDIS__REDLOCK_NODES", "")
@@ -83,20 +116,57 @@ async fn operator_output_with_redis_down(dialect: Dialect) {
             .env_remove("USER")
             .env_remove("IDEMGUARD_LOG");
         let out = c.output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
-    let login = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_string();
+    let login = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
 
-    let (code, stdout, stderr) = run(&["release-lock", "lock:order:igt-nobody", "--expect-value", "x", "--allow-actions"]);
-    assert!(code.is_some_and(|c| c != 0), "{dialect}: nothing to release: {stdout}{stderr}");
-    assert!(stderr.contains("the main Redis is not reachable"), "{dialect}: {stderr}");
-    assert!(!stderr.contains("finalize") && !stdout.contains("finalize"), "{dialect}: release-lock speaks of finalize:\n{stdout}{stderr}");
-    assert!(!stderr.contains('\x1b'), "{dialect}: ANSI codes on a pipe: {stderr:?}");
-    assert!(stdout.contains(&format!("(operator {login},")), "{dialect}: the audit names the login name, not `unknown`: {stdout}");
+    let (code, stdout, stderr) = run(&[
+        "release-lock",
+        "lock:order:igt-nobody",
+        "--expect-value",
+        "x",
+        "--allow-actions",
+    ]);
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "{dialect}: nothing to release: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("the main Redis is not reachable"),
+        "{dialect}: {stderr}"
+    );
+    assert!(
+        !stderr.contains("finalize") && !stdout.contains("finalize"),
+        "{dialect}: release-lock speaks of finalize:\n{stdout}{stderr}"
+    );
+    assert!(
+        !stderr.contains('\x1b'),
+        "{dialect}: ANSI codes on a pipe: {stderr:?}"
+    );
+    assert!(
+        stdout.contains(&format!("(operator {login},")),
+        "{dialect}: the audit names the login name, not `unknown`: {stdout}"
+    );
 
     let (code, _, stderr) = run(&["doctor"]);
     assert_eq!(code, Some(1));
-    assert!(stderr.contains("check(s) failed: redis (127.0.0.1:1)"), "{dialect}: {stderr}");
+    assert!(
+        stderr.contains("check(s) failed: redis (127.0.0.1:1)"),
+        "{dialect}: {stderr}"
+    );
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
 }
 
@@ -112,8 +182,13 @@ async fn operator_output_with_redis_down_mysql() {
 
 #[test]
 fn a_space_in_a_key_is_called_a_space() {
-    let e = RequestId::parse("APP:ORDER:20261129:abc defgh").unwrap_err().to_string();
-    assert!(e.contains("contains a space or a character that is not printable ASCII (at position 22)"), "{e}");
+    let e = RequestId::parse("APP:ORDER:20261129:abc defgh")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("contains a space or a character that is not printable ASCII (at position 22)"),
+        "{e}"
+    );
 }
 
 /// scripts/demo ran `target/release/idemguard` whatever cargo had built: with CARGO_TARGET_DIR set
@@ -122,7 +197,10 @@ fn a_space_in_a_key_is_called_a_space() {
 #[test]
 fn the_demo_runs_the_binary_cargo_built() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemguard"));
-    let target_dir = bin.parent().and_then(|d| d.parent()).expect("<target>/debug/idemguard");
+    let target_dir = bin
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("<target>/debug/idemguard");
     let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo"))
         .arg("--print-binary")
         .env("CARGO_TARGET_DIR", target_dir)
@@ -131,5 +209,9 @@ fn the_demo_runs_the_binary_cargo_built() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), bin.to_str().unwrap(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        bin.to_str().unwrap(),
+        "{stderr}"
+    );
 }

@@ -70,7 +70,11 @@ fn expectation(comments: &[&str]) -> Option<Expected> {
             for word in rest.split("  ").map(str::trim).filter(|w| !w.is_empty()) {
                 if let Some((name, value)) = word.split_once(": ") {
                     if !name.contains(' ') && !value.starts_with('"') {
-                        e.headers.push(format!("{}: {}", name.to_ascii_lowercase(), value.split_whitespace().next().unwrap()));
+                        e.headers.push(format!(
+                            "{}: {}",
+                            name.to_ascii_lowercase(),
+                            value.split_whitespace().next().unwrap()
+                        ));
                     }
                 }
             }
@@ -88,7 +92,10 @@ struct Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.pgid)]).stderr(Stdio::null()).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.pgid)])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -104,7 +111,9 @@ fn run_bash(script: &str, dir: &Path, timeout: Duration) -> (bool, String, Strin
         .process_group(0)
         .spawn()
         .expect("bash runs");
-    let _session = Session { pgid: child.id() as i32 };
+    let _session = Session {
+        pgid: child.id() as i32,
+    };
     let mut stdout = child.stdout.take().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || {
@@ -130,7 +139,10 @@ fn run_bash(script: &str, dir: &Path, timeout: Duration) -> (bool, String, Strin
     let Some(status) = status else {
         drop(_session);
         let _ = child.wait();
-        panic!("timed out after {timeout:?}:\n{script}\n--- stderr ---\n{}", err.join().unwrap());
+        panic!(
+            "timed out after {timeout:?}:\n{script}\n--- stderr ---\n{}",
+            err.join().unwrap()
+        );
     };
     (status.success(), out.join().unwrap(), err.join().unwrap())
 }
@@ -140,10 +152,16 @@ fn release_processes() -> Vec<String> {
     let bin = repo().join("target/release/idemguard");
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
         if !zombie && cmdline.starts_with(bin.to_string_lossy().as_ref()) {
             out.push(format!("{pid} {}", cmdline.trim()));
         }
@@ -159,35 +177,84 @@ fn tail(s: &str, lines: usize) -> String {
 #[test]
 fn the_readme_commands_work_as_written() {
     let blocks = sh_blocks(README);
-    assert!(blocks.len() >= 3, "README.md has too few ```sh blocks: {blocks:?}");
+    assert!(
+        blocks.len() >= 3,
+        "README.md has too few ```sh blocks: {blocks:?}"
+    );
 
     // The first block is the demo; the last one the tests, which `.ci/run` runs.
-    assert_eq!(blocks[0], vec!["scripts/demo".to_string()], "the README's first command is the demo");
+    assert_eq!(
+        blocks[0],
+        vec!["scripts/demo".to_string()],
+        "the README's first command is the demo"
+    );
     let tests = blocks.last().unwrap();
-    assert_eq!(tests, &vec!["scripts/stack up && cargo test".to_string()], "the README's last command is the tests");
+    assert_eq!(
+        tests,
+        &vec!["scripts/stack up && cargo test".to_string()],
+        "the README's last command is the tests"
+    );
     let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
-    assert!(ci.contains("scripts/stack up") && ci.contains("\ncargo test"), ".ci/run runs the README's test command:\n{ci}");
+    assert!(
+        ci.contains("scripts/stack up") && ci.contains("\ncargo test"),
+        ".ci/run runs the README's test command:\n{ci}"
+    );
 
-    if TcpStream::connect_timeout(&"127.0.0.1:8080".parse().unwrap(), Duration::from_millis(300)).is_ok() {
+    if TcpStream::connect_timeout(
+        &"127.0.0.1:8080".parse().unwrap(),
+        Duration::from_millis(300),
+    )
+    .is_ok()
+    {
         panic!("something already listens on 127.0.0.1:8080, where the README starts the order service (an `idemguard serve` left running?) — stop it and rerun");
     }
 
     // ---- the demo, headless -------------------------------------------------------------------
     let (ok, out, err) = run_bash("scripts/demo --no-tui", &repo(), Duration::from_secs(1200));
     assert!(ok, "`scripts/demo --no-tui` failed:\n{}", tail(&err, 40));
-    let demo: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("`scripts/demo --no-tui` printed no JSON ({e}):\n{out}"));
-    let clicked = demo["clicked_request_id"].as_str().expect("the demo names the request clicked five times").to_string();
+    let demo: serde_json::Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("`scripts/demo --no-tui` printed no JSON ({e}):\n{out}"));
+    let clicked = demo["clicked_request_id"]
+        .as_str()
+        .expect("the demo names the request clicked five times")
+        .to_string();
 
     // ---- the demo as the README's first command runs it: the console, in a real terminal --------
     // tmux runs `scripts/demo` as written; the console opens on the incident under the DEMO
     // badge with actions enabled; `q` stops everything the demo started.
     let before = release_processes();
     let session = format!("igreadme{}", std::process::id());
-    let tmux = |args: &[&str]| Command::new("tmux").args(args).output().expect("tmux must be installed (scripts/stack up installs it)");
-    let script = format!("cd {} && scripts/demo; echo DEMO-EXITED-$?; sleep 60", repo().display());
-    let started = tmux(&["new-session", "-d", "-s", &session, "-x", "200", "-y", "50", "bash", "-c", &script]);
-    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
-    let capture = || String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned();
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(args)
+            .output()
+            .expect("tmux must be installed (scripts/stack up installs it)")
+    };
+    let script = format!(
+        "cd {} && scripts/demo; echo DEMO-EXITED-$?; sleep 60",
+        repo().display()
+    );
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "200",
+        "-y",
+        "50",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let capture = || {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned()
+    };
     let wait_for = |what: &str, secs: u64, f: &dyn Fn(&str) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
@@ -202,18 +269,28 @@ fn the_readme_commands_work_as_written() {
             std::thread::sleep(Duration::from_millis(300));
         }
     };
-    let console = wait_for("the console with the DEMO badge and actions enabled", 180, &|s| {
-        s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED")
-    });
+    let console = wait_for(
+        "the console with the DEMO badge and actions enabled",
+        180,
+        &|s| s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED"),
+    );
     assert!(console.contains("database ok"), "{console}");
     tmux(&["send-keys", "-t", &session, "2"]);
-    wait_for("the demo's dead-owner lock in the Locks view", 60, &|s| s.contains("dead_owner"));
+    wait_for("the demo's dead-owner lock in the Locks view", 60, &|s| {
+        s.contains("dead_owner")
+    });
     tmux(&["send-keys", "-t", &session, "q"]);
     let after = wait_for("the demo's exit", 60, &|s| s.contains("DEMO-EXITED-"));
     tmux(&["kill-session", "-t", &session]);
     assert!(after.contains("DEMO-EXITED-0"), "{after}");
-    let left: Vec<String> = release_processes().into_iter().filter(|p| !before.contains(p)).collect();
-    assert!(left.is_empty(), "quitting the demo's console left processes running: {left:?}");
+    let left: Vec<String> = release_processes()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "quitting the demo's console left processes running: {left:?}"
+    );
 
     // ---- the headless twins the README names, on the order the demo clicked five times ----------
     let bin = repo().join("target/release/idemguard");
@@ -225,11 +302,25 @@ fn the_readme_commands_work_as_written() {
         vec!["stuck"],
         vec!["config"],
     ] {
-        let out = Command::new(&bin).args(&args).env("IDEMGUARD_CONFIG", "config/local.toml").current_dir(repo()).output().unwrap();
-        assert!(out.status.success(), "`idemguard {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&bin)
+            .args(&args)
+            .env("IDEMGUARD_CONFIG", "config/local.toml")
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`idemguard {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         if args[0] == "trace" || args[0] == "report" {
-            assert!(stdout.contains(&clicked), "`idemguard {}` does not name the request:\n{stdout}", args.join(" "));
+            assert!(
+                stdout.contains(&clicked),
+                "`idemguard {}` does not name the request:\n{stdout}",
+                args.join(" ")
+            );
         }
     }
 
@@ -251,7 +342,10 @@ fn the_readme_commands_work_as_written() {
                 Some(e) if !line.trim().is_empty() && !line.trim_start().starts_with('#') => {
                     let n = checks.len();
                     let file = capture.path().join(format!("out.{n}"));
-                    script.push_str(&format!("( {line}\n) | tee {} # harness: capture this command's answer\n", file.display()));
+                    script.push_str(&format!(
+                        "( {line}\n) | tee {} # harness: capture this command's answer\n",
+                        file.display()
+                    ));
                     checks.push((n, line.clone(), e));
                 }
                 _ => {
@@ -276,18 +370,30 @@ fn the_readme_commands_work_as_written() {
     assert!(ok, "the README's commands failed.\n--- script ---\n{script}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}", tail(&out, 40), tail(&err, 40));
 
     // ---- what the README says they answer -------------------------------------------------------
-    assert!(!checks.is_empty(), "the README's expected answers were found");
+    assert!(
+        !checks.is_empty(),
+        "the README's expected answers were found"
+    );
     for (n, line, e) in &checks {
         let got = std::fs::read_to_string(capture.path().join(format!("out.{n}"))).unwrap();
         let lower = got.to_ascii_lowercase();
         if let Some(status) = &e.status {
-            assert!(got.starts_with(status.as_str()), "`{line}`: the README says {status}, it answered:\n{got}");
+            assert!(
+                got.starts_with(status.as_str()),
+                "`{line}`: the README says {status}, it answered:\n{got}"
+            );
         }
         for h in &e.headers {
-            assert!(lower.contains(h.as_str()), "`{line}`: the README says `{h}`, it answered:\n{got}");
+            assert!(
+                lower.contains(h.as_str()),
+                "`{line}`: the README says `{h}`, it answered:\n{got}"
+            );
         }
         if e.problem_json {
-            assert!(lower.contains("content-type: application/problem+json"), "`{line}`: the README says problem+json, it answered:\n{got}");
+            assert!(
+                lower.contains("content-type: application/problem+json"),
+                "`{line}`: the README says problem+json, it answered:\n{got}"
+            );
         }
     }
 
@@ -298,17 +404,41 @@ fn the_readme_commands_work_as_written() {
         .expect("the README shows a config error");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("config")).unwrap();
-    std::fs::write(dir.path().join("config/mine.toml"), "[database]\nurll = \"postgres://root@127.0.0.1:5432/idemguard\"\n").unwrap();
-    let out = Command::new(&bin).args(["--config", "config/mine.toml", "config"]).current_dir(dir.path()).output().unwrap();
+    std::fs::write(
+        dir.path().join("config/mine.toml"),
+        "[database]\nurll = \"postgres://root@127.0.0.1:5432/idemguard\"\n",
+    )
+    .unwrap();
+    let out = Command::new(&bin)
+        .args(["--config", "config/mine.toml", "config"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), shown, "the README's config error is the real one");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        shown,
+        "the README's config error is the real one"
+    );
 }
 
 #[test]
 fn the_readme_parser_finds_blocks_and_expectations() {
     let blocks = sh_blocks("x\n```sh\na\n#   HTTP/1.1 201 Created   idempotent-replayed: true\n```\n   ```sh\n   b\n   ```\n");
-    assert_eq!(blocks, vec![vec!["a".to_string(), "#   HTTP/1.1 201 Created   idempotent-replayed: true".to_string()], vec!["   b".to_string()]]);
-    let e = expectation(&["#   HTTP/1.1 201 Created            idempotent-replayed: true    (the same bytes)"]).unwrap();
+    assert_eq!(
+        blocks,
+        vec![
+            vec![
+                "a".to_string(),
+                "#   HTTP/1.1 201 Created   idempotent-replayed: true".to_string()
+            ],
+            vec!["   b".to_string()]
+        ]
+    );
+    let e = expectation(&[
+        "#   HTTP/1.1 201 Created            idempotent-replayed: true    (the same bytes)",
+    ])
+    .unwrap();
     assert_eq!(e.status.as_deref(), Some("HTTP/1.1 201"));
     assert_eq!(e.headers, vec!["idempotent-replayed: true".to_string()]);
     let e = expectation(&["#   HTTP/1.1 422 Unprocessable Entity   application/problem+json: \"Idempotency-Key reused\""]).unwrap();

@@ -33,15 +33,33 @@ const COMMANDS: &[&[&str]] = &[
     &["locks", "--json"],
     &["trace", UNKNOWN_ID],
     &["trace", UNKNOWN_ID, "--json"],
-    &["finalize", UNKNOWN_ID, "--allow-actions", "--reason", "test"],
-    &["release-lock", "lock:order:nobody", "--expect-value", "x", "--allow-actions"],
+    &[
+        "finalize",
+        UNKNOWN_ID,
+        "--allow-actions",
+        "--reason",
+        "test",
+    ],
+    &[
+        "release-lock",
+        "lock:order:nobody",
+        "--expect-value",
+        "x",
+        "--allow-actions",
+    ],
 ];
 
 /// A private redis-server that asks for SECRET (private, so setting its password is ours to do).
 async fn redis_with_password() -> RedisServer {
     let r = RedisServer::start();
     let mut c = r.conn().await;
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg(SECRET).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(SECRET)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     r
 }
 
@@ -49,7 +67,10 @@ async fn redis_with_password() -> RedisServer {
 async fn idemguard(args: &[&str], env: &[(String, String)]) -> (Option<i32>, String) {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
     c.args(args)
-        .env("IDEMGUARD_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+        .env(
+            "IDEMGUARD_CONFIG",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+        )
         .env("IDEMGUARD_LOG", "debug")
         .env_remove("IDEMGUARD_LOG_FORMAT")
         .kill_on_drop(true);
@@ -60,7 +81,11 @@ async fn idemguard(args: &[&str], env: &[(String, String)]) -> (Option<i32>, Str
         .await
         .unwrap_or_else(|_| panic!("idemguard {args:?} did not finish within 90 s"))
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code(), text)
 }
 
@@ -78,7 +103,11 @@ async fn secrets_are_never_printed(dialect: Dialect) {
     let (config, _db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
     let main = redis_with_password().await;
-    let nodes = [redis_with_password().await, redis_with_password().await, redis_with_password().await];
+    let nodes = [
+        redis_with_password().await,
+        redis_with_password().await,
+        redis_with_password().await,
+    ];
     let db = config.database.url.clone();
     let userinfo_db = with_password_in_userinfo(&db);
     let param_db = with_query(&db, &format!("PassWord={SECRET}&application_name=igt"));
@@ -104,37 +133,70 @@ async fn secrets_are_never_printed(dialect: Dialect) {
             ("IDEMGUARD_REDIS__REDLOCK_NODES".into(), redlock.into()),
             ("IDEMGUARD_KAFKA__PAYMENT_TOPIC".into(), topics[0].clone()),
             ("IDEMGUARD_KAFKA__TRACE_TOPIC".into(), topics[1].clone()),
-            ("IDEMGUARD_KAFKA__CONSUMER_GROUP".into(), format!("igt-group-{}", common::unique_suffix())),
+            (
+                "IDEMGUARD_KAFKA__CONSUMER_GROUP".into(),
+                format!("igt-group-{}", common::unique_suffix()),
+            ),
         ]
     };
     let setups = [
-        ("password in the userinfo", base(&userinfo_db, &replica, &redis_url, &redlock)),
-        ("password as a query parameter", base(&param_db, &replica, &redis_url, &redlock)),
-        ("every service unreachable", base(&dead_db, &dead_db, &dead_redis, &dead_redlock)),
+        (
+            "password in the userinfo",
+            base(&userinfo_db, &replica, &redis_url, &redlock),
+        ),
+        (
+            "password as a query parameter",
+            base(&param_db, &replica, &redis_url, &redlock),
+        ),
+        (
+            "every service unreachable",
+            base(&dead_db, &dead_db, &dead_redis, &dead_redlock),
+        ),
     ];
     for (setup, env) in &setups {
         for args in COMMANDS {
             let (code, out) = idemguard(args, env).await;
-            assert!(!out.contains(SECRET), "{dialect}, {setup}: `idemguard {}` (exit {code:?}) printed the secret:\n{out}", args.join(" "));
+            assert!(
+                !out.contains(SECRET),
+                "{dialect}, {setup}: `idemguard {}` (exit {code:?}) printed the secret:\n{out}",
+                args.join(" ")
+            );
             if args == &["config"] {
                 assert_eq!(code, Some(0), "{out}");
-                assert!(out.contains(":***@") && out.contains("=***"), "{dialect}, {setup}: the URLs are shown, redacted:\n{out}");
+                assert!(
+                    out.contains(":***@") && out.contains("=***"),
+                    "{dialect}, {setup}: the URLs are shown, redacted:\n{out}"
+                );
             }
         }
     }
     // The working paths really ran: the service with a password in its query parameter was used.
     let (code, out) = idemguard(&["migrate"], &setups[1].1).await;
-    assert_eq!(code, Some(0), "{dialect}: migrate through ?PassWord=: {out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "{dialect}: migrate through ?PassWord=: {out}"
+    );
     assert!(out.contains("PassWord=***"), "{out}");
     let (code, out) = idemguard(&["locks", "--json"], &setups[0].1).await;
-    assert_eq!(code, Some(0), "{dialect}: the Redis nodes answered with their password: {out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "{dialect}: the Redis nodes answered with their password: {out}"
+    );
 
     // Kafka addresses cannot carry credentials: refused, without echoing them.
     let mut env = setups[0].1.clone();
-    env.push(("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS".into(), format!("user:{SECRET}@127.0.0.1:9092")));
+    env.push((
+        "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS".into(),
+        format!("user:{SECRET}@127.0.0.1:9092"),
+    ));
     let (code, out) = idemguard(&["config"], &env).await;
     assert_eq!(code, Some(2), "{out}");
-    assert!(!out.contains(SECRET) && out.contains("kafka.bootstrap_servers"), "{out}");
+    assert!(
+        !out.contains(SECRET) && out.contains("kafka.bootstrap_servers"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

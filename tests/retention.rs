@@ -24,7 +24,19 @@ async fn record(db: &Database, request_id: &str, status: &str, expire_at: i64) {
         placeholders(db.dialect(), 9)
     );
     let t = expire_at - 7 * 24 * HOUR;
-    sqlx::query(&sql).bind(request_id).bind("ORDER").bind("h").bind(status).bind("gone").bind(0_i64).bind(t).bind(t).bind(expire_at).execute(&db.pool).await.unwrap();
+    sqlx::query(&sql)
+        .bind(request_id)
+        .bind("ORDER")
+        .bind("h")
+        .bind(status)
+        .bind("gone")
+        .bind(0_i64)
+        .bind(t)
+        .bind(t)
+        .bind(expire_at)
+        .execute(&db.pool)
+        .await
+        .unwrap();
 }
 
 async fn outbox(db: &Database, event_id: &str, status: &str, sent_at: Option<i64>) {
@@ -33,7 +45,18 @@ async fn outbox(db: &Database, event_id: &str, status: &str, sent_at: Option<i64
         placeholders(db.dialect(), 8)
     );
     let created = sent_at.unwrap_or(now_ms() - 30 * 24 * HOUR) - 1000;
-    sqlx::query(&sql).bind(event_id).bind("t").bind("k").bind("{}").bind("{}").bind(status).bind(created).bind(sent_at).execute(&db.pool).await.unwrap();
+    sqlx::query(&sql)
+        .bind(event_id)
+        .bind("t")
+        .bind("k")
+        .bind("{}")
+        .bind("{}")
+        .bind(status)
+        .bind(created)
+        .bind(sent_at)
+        .execute(&db.pool)
+        .await
+        .unwrap();
 }
 
 async fn processed(db: &Database, event_id: &str, expire_at: i64) {
@@ -41,7 +64,19 @@ async fn processed(db: &Database, event_id: &str, expire_at: i64) {
         "INSERT INTO processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at) VALUES ({})",
         placeholders(db.dialect(), 9)
     );
-    sqlx::query(&sql).bind("g").bind(event_id).bind("o").bind("t").bind(0_i32).bind(0_i64).bind("applied").bind(expire_at - 7 * 24 * HOUR).bind(expire_at).execute(&db.pool).await.unwrap();
+    sqlx::query(&sql)
+        .bind("g")
+        .bind(event_id)
+        .bind("o")
+        .bind("t")
+        .bind(0_i32)
+        .bind(0_i64)
+        .bind("applied")
+        .bind(expire_at - 7 * 24 * HOUR)
+        .bind(expire_at)
+        .execute(&db.pool)
+        .await
+        .unwrap();
 }
 
 /// Rows on either side of every retention, with `outbox_sent` shortened to 1 h: five of each
@@ -49,7 +84,13 @@ async fn processed(db: &Database, event_id: &str, expire_at: i64) {
 async fn seed(db: &Database) {
     let now = now_ms();
     for i in 0..5 {
-        record(db, &format!("old-done-{i}"), if i % 2 == 0 { "SUCCEEDED" } else { "FAILED" }, now - HOUR).await;
+        record(
+            db,
+            &format!("old-done-{i}"),
+            if i % 2 == 0 { "SUCCEEDED" } else { "FAILED" },
+            now - HOUR,
+        )
+        .await;
         outbox(db, &format!("old-sent-{i}"), "SENT", Some(now - 2 * HOUR)).await;
         processed(db, &format!("old-seen-{i}"), now - HOUR).await;
     }
@@ -77,8 +118,16 @@ async fn left_processed(db: &Database) -> Vec<String> {
 }
 
 async fn assert_only_the_kept_rows_left(db: &Database, dialect: Dialect) {
-    assert_eq!(left_records(db).await, vec!["old-processing", "recent-done"], "{dialect}: a PROCESSING record is never purged");
-    assert_eq!(left_outbox(db).await, vec!["old-pending", "recent-sent"], "{dialect}: an unsent outbox row is never purged");
+    assert_eq!(
+        left_records(db).await,
+        vec!["old-processing", "recent-done"],
+        "{dialect}: a PROCESSING record is never purged"
+    );
+    assert_eq!(
+        left_outbox(db).await,
+        vec!["old-pending", "recent-sent"],
+        "{dialect}: an unsent outbox row is never purged"
+    );
     assert_eq!(left_processed(db).await, vec!["recent-seen"], "{dialect}");
 }
 
@@ -97,7 +146,11 @@ async fn purge_command(dialect: Dialect) {
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "{dialect}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{dialect}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let counts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         counts,
@@ -151,19 +204,31 @@ async fn background_tasks(dialect: Dialect) {
     short_retention(&mut config);
     seed(&db).await;
 
-    let serve = server::start(config.clone(), "127.0.0.1:0").await.expect("service starts");
+    let serve = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
     wait_for("serve purges records and sent outbox rows", || async {
         left_records(&db).await.len() == 2 && left_outbox(&db).await.len() == 2
     })
     .await;
-    assert_eq!(left_processed(&db).await.len(), 6, "{dialect}: serve leaves the consumer's state alone");
+    assert_eq!(
+        left_processed(&db).await.len(),
+        6,
+        "{dialect}: serve leaves the consumer's state alone"
+    );
 
     let tracer = Tracer::log_only(&Instance::current());
-    let options = ConsumeOptions { group: Some(format!("igt-retention-{}", unique_suffix())), ..Default::default() };
+    let options = ConsumeOptions {
+        group: Some(format!("igt-retention-{}", unique_suffix())),
+        ..Default::default()
+    };
     let consumer = PaymentConsumer::new(&config, db.clone(), tracer, options).unwrap();
     let stop = CancellationToken::new();
     let consuming = tokio::spawn(consumer.run(stop.clone()));
-    wait_for("consume purges the dedup state", || async { left_processed(&db).await.len() == 1 }).await;
+    wait_for("consume purges the dedup state", || async {
+        left_processed(&db).await.len() == 1
+    })
+    .await;
     assert_only_the_kept_rows_left(&db, dialect).await;
 
     stop.cancel();

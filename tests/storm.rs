@@ -15,8 +15,16 @@ use idemguard::storm::invariants::{self, Scope};
 use idemguard::storm::report::StormReport;
 use idemguard::storm::{self, Scenario, StormOptions};
 
-async fn storm_on(dialect: Dialect, scenario: Scenario, size: usize, tweak: impl FnOnce(&mut StormOptions)) -> (Config, StormReport) {
-    let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn").try_init();
+async fn storm_on(
+    dialect: Dialect,
+    scenario: Scenario,
+    size: usize,
+    tweak: impl FnOnce(&mut StormOptions),
+) -> (Config, StormReport) {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("warn")
+        .try_init();
     let (mut config, db) = migrated_database(dialect).await;
     db.pool.close().await;
     config.database.max_connections = 8;
@@ -25,22 +33,39 @@ async fn storm_on(dialect: Dialect, scenario: Scenario, size: usize, tweak: impl
     options.concurrency = 32;
     options.binary = Some(env!("CARGO_BIN_EXE_idemguard").into());
     tweak(&mut options);
-    let report = storm::run(config.clone(), &options).await.unwrap_or_else(|e| panic!("{} on {dialect}: {e:#}", scenario.name()));
+    let report = storm::run(config.clone(), &options)
+        .await
+        .unwrap_or_else(|e| panic!("{} on {dialect}: {e:#}", scenario.name()));
     (config, report)
 }
 
 fn assert_passed(r: &StormReport) {
     assert!(r.passed, "{}", r.render());
-    assert!(r.invariants.len() >= 8, "every invariant was checked: {:?}", r.invariants.iter().map(|c| c.name).collect::<Vec<_>>());
-    assert!(r.http.errors.is_empty(), "no transport errors or 5xx: {}", r.render());
+    assert!(
+        r.invariants.len() >= 8,
+        "every invariant was checked: {:?}",
+        r.invariants.iter().map(|c| c.name).collect::<Vec<_>>()
+    );
+    assert!(
+        r.http.errors.is_empty(),
+        "no transport errors or 5xx: {}",
+        r.render()
+    );
 }
 
 async fn double_click(dialect: Dialect) {
     let (_, r) = storm_on(dialect, Scenario::DoubleClick, 120, |_| {}).await;
     assert_passed(&r);
-    assert_eq!(r.http.replies.get(&storm::client::ReplyKind::Created), Some(&1), "{}", r.render());
+    assert_eq!(
+        r.http.replies.get(&storm::client::ReplyKind::Created),
+        Some(&1),
+        "{}",
+        r.render()
+    );
     // Every other copy was stopped in front of the database, and the trace agrees with the client.
-    let api = r.interception.stopped(Layer::Api, Outcome::Replayed) + r.interception.stopped(Layer::Api, Outcome::InFlightRejected);
+    let api = r.interception.stopped(Layer::Api, Outcome::Replayed)
+        + r.interception
+            .stopped(Layer::Api, Outcome::InFlightRejected);
     assert_eq!(api, 119, "{}", r.render());
     assert!(r.interception.mismatches.is_empty(), "{}", r.render());
     assert_eq!(r.interception.main_stopper(), Some(Layer::Api));
@@ -62,11 +87,37 @@ async fn broken_configuration(dialect: Dialect) {
     assert!(r.broken);
     // Nothing above the database answered: every copy got 201 with the one order, read back
     // after the unique key refused its insert.
-    assert_eq!(r.http.replies.get(&storm::client::ReplyKind::Created), Some(&60), "{}", r.render());
-    assert_eq!(r.interception.by_layer.get(&Layer::Api), Some(&0), "{}", r.render());
-    assert_eq!(r.interception.by_layer.get(&Layer::Lock), Some(&0), "{}", r.render());
-    assert_eq!(r.interception.stopped(Layer::Db, Outcome::UniqueViolationReplayed), 59, "{}", r.render());
-    assert_eq!(r.interception.main_stopper(), Some(Layer::Db), "{}", r.render());
+    assert_eq!(
+        r.http.replies.get(&storm::client::ReplyKind::Created),
+        Some(&60),
+        "{}",
+        r.render()
+    );
+    assert_eq!(
+        r.interception.by_layer.get(&Layer::Api),
+        Some(&0),
+        "{}",
+        r.render()
+    );
+    assert_eq!(
+        r.interception.by_layer.get(&Layer::Lock),
+        Some(&0),
+        "{}",
+        r.render()
+    );
+    assert_eq!(
+        r.interception
+            .stopped(Layer::Db, Outcome::UniqueViolationReplayed),
+        59,
+        "{}",
+        r.render()
+    );
+    assert_eq!(
+        r.interception.main_stopper(),
+        Some(Layer::Db),
+        "{}",
+        r.render()
+    );
 }
 
 #[tokio::test]
@@ -84,16 +135,35 @@ async fn flash_sale(dialect: Dialect) {
     assert_passed(&r);
     let kinds = &r.http.replies;
     use storm::client::ReplyKind::*;
-    assert!(kinds.get(&OutOfStock).copied().unwrap_or(0) >= 110, "110 users found it sold out: {}", r.render());
+    assert!(
+        kinds.get(&OutOfStock).copied().unwrap_or(0) >= 110,
+        "110 users found it sold out: {}",
+        r.render()
+    );
     // 40 orders, each paid once however often the provider and Kafka repeated it.
     assert_eq!(r.consumer.applied, 40, "{}", r.render());
-    assert!(r.interception.stopped(Layer::Stream, Outcome::DedupHit) >= 40, "the re-produced events: {}", r.render());
-    assert!(r.interception.stopped(Layer::Db, Outcome::UniqueViolationReplayed) >= 40, "the second notifications: {}", r.render());
+    assert!(
+        r.interception.stopped(Layer::Stream, Outcome::DedupHit) >= 40,
+        "the re-produced events: {}",
+        r.render()
+    );
+    assert!(
+        r.interception
+            .stopped(Layer::Db, Outcome::UniqueViolationReplayed)
+            >= 40,
+        "the second notifications: {}",
+        r.render()
+    );
     // From the database, independently of the report: stock 40 → 0, 40 orders.
     let db = idemguard::db::Database::connect(&config).await.unwrap();
-    let orders = invariants::orders_of_run(&db, &format!("STORM:ORDER:%:{}-%", r.run_id)).await.unwrap();
+    let orders = invariants::orders_of_run(&db, &format!("STORM:ORDER:%:{}-%", r.run_id))
+        .await
+        .unwrap();
     assert_eq!(orders.len(), 40);
-    assert!(orders.iter().all(|(_, _, status)| status == "PAID"), "{orders:?}");
+    assert!(
+        orders.iter().all(|(_, _, status)| status == "PAID"),
+        "{orders:?}"
+    );
 }
 
 #[tokio::test]
@@ -108,10 +178,27 @@ async fn flash_sale_mysql() {
 
 #[tokio::test]
 async fn gateway_retry() {
-    let (_, r) = storm_on(Dialect::Postgres, Scenario::GatewayRetry, 40, |o| o.gateway_timeout = Duration::from_millis(1)).await;
+    let (_, r) = storm_on(Dialect::Postgres, Scenario::GatewayRetry, 40, |o| {
+        o.gateway_timeout = Duration::from_millis(1)
+    })
+    .await;
     assert_passed(&r);
-    assert_eq!(r.http.replies.get(&storm::client::ReplyKind::Created), Some(&40), "{}", r.render());
-    assert!(r.interception.by_layer.get(&Layer::Api).copied().unwrap_or(0) > 0, "retries met the first attempt: {}", r.render());
+    assert_eq!(
+        r.http.replies.get(&storm::client::ReplyKind::Created),
+        Some(&40),
+        "{}",
+        r.render()
+    );
+    assert!(
+        r.interception
+            .by_layer
+            .get(&Layer::Api)
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "retries met the first attempt: {}",
+        r.render()
+    );
 }
 
 #[tokio::test]
@@ -119,7 +206,12 @@ async fn mq_replay() {
     let (_, r) = storm_on(Dialect::Mysql, Scenario::MqReplay, 30, |_| {}).await;
     assert_passed(&r);
     assert_eq!(r.consumer.applied, 30, "{}", r.render());
-    assert_eq!(r.consumer.dedup_hits, 60, "re-produced + rewound: {}", r.render());
+    assert_eq!(
+        r.consumer.dedup_hits,
+        60,
+        "re-produced + rewound: {}",
+        r.render()
+    );
 }
 
 #[tokio::test]
@@ -130,7 +222,11 @@ async fn consumer_crash() {
     // the crashed batch (applied by the dead binary) as dedup hits, the rest applied, once each.
     let c = &r.consumer;
     assert_eq!(c.received, 30, "{}", r.render());
-    assert!(c.dedup_hits >= 1, "the crashed batch came back: {}", r.render());
+    assert!(
+        c.dedup_hits >= 1,
+        "the crashed batch came back: {}",
+        r.render()
+    );
     assert_eq!(c.applied + c.dedup_hits, 30, "{}", r.render());
     assert_eq!((c.sink_duplicates, c.dlq), (0, 0), "{}", r.render());
 }
@@ -139,20 +235,47 @@ async fn consumer_crash() {
 async fn lock_expiry() {
     let (_, r) = storm_on(Dialect::Mysql, Scenario::LockExpiry, 8, |_| {}).await;
     assert_passed(&r);
-    assert!(r.invariants.iter().any(|c| c.name == "stale_writer_refused" && c.passed));
-    assert_eq!(r.interception.stopped(Layer::Db, Outcome::FenceRejected), 8, "{}", r.render());
+    assert!(r
+        .invariants
+        .iter()
+        .any(|c| c.name == "stale_writer_refused" && c.passed));
+    assert_eq!(
+        r.interception.stopped(Layer::Db, Outcome::FenceRejected),
+        8,
+        "{}",
+        r.render()
+    );
 }
 
 #[tokio::test]
 async fn redis_down() {
     let (_, r) = storm_on(Dialect::Postgres, Scenario::RedisDown, 120, |_| {}).await;
     assert_passed(&r);
-    assert!(r.notes.iter().any(|n| n.contains("SIGKILLed")), "{:?}", r.notes);
+    assert!(
+        r.notes.iter().any(|n| n.contains("SIGKILLed")),
+        "{:?}",
+        r.notes
+    );
     // Every key settled (a key answered 409 for ever fails this check), and each of the 12
     // keys got its order: at least one 201 per key, first answers and their replays.
-    assert!(r.invariants.iter().any(|c| c.name == "every_key_settled_after_redis_died" && c.passed), "{}", r.render());
-    let created = r.http.replies.get(&storm::client::ReplyKind::Created).copied().unwrap_or(0);
-    assert!(created >= 12, "{created} answers 201 for 12 keys: {}", r.render());
+    assert!(
+        r.invariants
+            .iter()
+            .any(|c| c.name == "every_key_settled_after_redis_died" && c.passed),
+        "{}",
+        r.render()
+    );
+    let created = r
+        .http
+        .replies
+        .get(&storm::client::ReplyKind::Created)
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        created >= 12,
+        "{created} answers 201 for 12 keys: {}",
+        r.render()
+    );
 }
 
 /// A second points row for an already-paid order, written straight into the table (a sink
@@ -164,7 +287,11 @@ async fn an_injected_leak_fails_the_check_and_names_the_event() {
     let db = idemguard::db::Database::connect(&config).await.unwrap();
     let pattern = format!("STORM:ORDER:%:{}-%", r.run_id);
     let orders = invariants::orders_of_run(&db, &pattern).await.unwrap();
-    let (_, order_no, _) = orders.iter().find(|o| o.2 == "PAID").expect("a paid order").clone();
+    let (_, order_no, _) = orders
+        .iter()
+        .find(|o| o.2 == "PAID")
+        .expect("a paid order")
+        .clone();
     let leak = format!("LEAK-{}", uuid::Uuid::now_v7());
     sqlx::query("INSERT INTO points_ledger (source_event_no, order_no, user_id, points, created_at) VALUES ($1, $2, 1, 19, 0)")
         .bind(&leak)
@@ -172,14 +299,21 @@ async fn an_injected_leak_fails_the_check_and_names_the_event() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let scope = Scope { order_pattern: pattern, group: format!("idemguard-storm-{}", r.run_id), ..Default::default() };
+    let scope = Scope {
+        order_pattern: pattern,
+        group: format!("idemguard-storm-{}", r.run_id),
+        ..Default::default()
+    };
     let checks = invariants::check(&db, &scope).await.unwrap();
     let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].name, "one_points_row_per_event_and_order");
     assert_eq!(failed[0].offenders.len(), 1, "{:?}", failed[0].offenders);
     let named = &failed[0].offenders[0];
-    assert!(named.contains(&order_no) && named.contains(&leak) && named.contains("2 points rows"), "{named}");
+    assert!(
+        named.contains(&order_no) && named.contains(&leak) && named.contains("2 points rows"),
+        "{named}"
+    );
 }
 
 /// A requestId the client was answered 201 for with no order behind it (an order lost after
@@ -193,11 +327,23 @@ async fn a_created_answer_without_an_order_fails_the_check() {
     let pattern = format!("STORM:ORDER:%:{}-%", r.run_id);
     let orders = invariants::orders_of_run(&db, &pattern).await.unwrap();
     let lost = format!("STORM:ORDER:20261130:{}-lost", r.run_id);
-    let created = orders.iter().map(|o| o.0.clone()).chain([lost.clone()]).collect();
-    let scope = Scope { order_pattern: pattern, group: format!("idemguard-storm-{}", r.run_id), created, ..Default::default() };
+    let created = orders
+        .iter()
+        .map(|o| o.0.clone())
+        .chain([lost.clone()])
+        .collect();
+    let scope = Scope {
+        order_pattern: pattern,
+        group: format!("idemguard-storm-{}", r.run_id),
+        created,
+        ..Default::default()
+    };
     let checks = invariants::check(&db, &scope).await.unwrap();
     let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].name, "one_order_per_request");
-    assert_eq!(failed[0].offenders, vec![format!("requestId {lost}: answered 201, 0 orders")]);
+    assert_eq!(
+        failed[0].offenders,
+        vec![format!("requestId {lost}: answered 201, 0 orders")]
+    );
 }

@@ -32,7 +32,11 @@ async fn setup(dialect: Dialect) -> Setup {
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.dlq_topic = topics[1].clone();
     config.consumer.batch_size = 50;
-    Setup { config, db, group: format!("igt-group-{}", unique_suffix()) }
+    Setup {
+        config,
+        db,
+        group: format!("igt-group-{}", unique_suffix()),
+    }
 }
 
 /// A CREATED order to pay (test fixture written straight into the schema).
@@ -72,20 +76,48 @@ fn payment(order_no: &str, request_id: &str, user_id: i64) -> PaymentSucceeded {
 }
 
 fn producer(config: &Config) -> FutureProducer {
-    ClientConfig::new().set("bootstrap.servers", &config.kafka.bootstrap_servers).set("acks", "all").create().unwrap()
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("acks", "all")
+        .create()
+        .unwrap()
 }
 
 async fn produce(p: &FutureProducer, topic: &str, e: &PaymentSucceeded) {
     let body = serde_json::to_vec(e).unwrap();
     let h = OwnedHeaders::new()
-        .insert(Header { key: headers::EVENT_ID, value: Some(e.event_id.as_bytes()) })
-        .insert(Header { key: headers::REQUEST_ID, value: Some(e.request_id.as_bytes()) })
-        .insert(Header { key: headers::ORDER_NO, value: Some(e.order_no.as_bytes()) });
-    p.send(FutureRecord::to(topic).key(&e.order_no).payload(&body).headers(h), Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+        .insert(Header {
+            key: headers::EVENT_ID,
+            value: Some(e.event_id.as_bytes()),
+        })
+        .insert(Header {
+            key: headers::REQUEST_ID,
+            value: Some(e.request_id.as_bytes()),
+        })
+        .insert(Header {
+            key: headers::ORDER_NO,
+            value: Some(e.order_no.as_bytes()),
+        });
+    p.send(
+        FutureRecord::to(topic)
+            .key(&e.order_no)
+            .payload(&body)
+            .headers(h),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|(e, _)| e)
+    .unwrap();
 }
 
 async fn produce_raw(p: &FutureProducer, topic: &str, key: &str, body: &[u8]) {
-    p.send(FutureRecord::to(topic).key(key).payload(body), Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    p.send(
+        FutureRecord::to(topic).key(key).payload(body),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|(e, _)| e)
+    .unwrap();
 }
 
 struct Running {
@@ -96,12 +128,19 @@ struct Running {
 
 fn start(s: &Setup) -> Running {
     let tracer = Tracer::log_only(&Instance::current());
-    let options = ConsumeOptions { group: Some(s.group.clone()), ..Default::default() };
+    let options = ConsumeOptions {
+        group: Some(s.group.clone()),
+        ..Default::default()
+    };
     let consumer = PaymentConsumer::new(&s.config, s.db.clone(), tracer, options).unwrap();
     let stats = consumer.stats();
     let stop = CancellationToken::new();
     let handle = tokio::spawn(consumer.run(stop.clone()));
-    Running { stop, stats, handle }
+    Running {
+        stop,
+        stats,
+        handle,
+    }
 }
 
 impl Running {
@@ -120,7 +159,10 @@ where
 {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !check().await {
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -142,7 +184,11 @@ async fn one_event_five_times(dialect: Dialect) {
     .await;
     let stats = run.stop().await;
     assert_eq!(ConsumeStats::get(&stats.applied), 1, "{dialect}");
-    assert_eq!(ConsumeStats::get(&stats.dedup_hits), 4, "{dialect}: four copies stopped by the dedup state");
+    assert_eq!(
+        ConsumeStats::get(&stats.dedup_hits),
+        4,
+        "{dialect}: four copies stopped by the dedup state"
+    );
     assert_eq!(count(&s.db, &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID' AND payment_event_id = '{}'", e.event_id)).await, 1);
     assert_eq!(count(&s.db, "points_ledger").await, 1, "{dialect}");
     assert_eq!(count(&s.db, "notification").await, 1, "{dialect}");
@@ -170,19 +216,27 @@ fn rewind(config: &Config, group: &str) {
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..3 {
-        tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Offset(0)).unwrap();
+        tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Offset(0))
+            .unwrap();
     }
-    c.commit(&tpl, CommitMode::Sync).expect("rewind the group's offsets");
+    c.commit(&tpl, CommitMode::Sync)
+        .expect("rewind the group's offsets");
 }
 
 async fn committed_total(config: &Config, group: &str) -> i64 {
-    let (servers, topic, group) = (config.kafka.bootstrap_servers.clone(), config.kafka.payment_topic.clone(), group.to_string());
-    tokio::task::spawn_blocking(move || consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap())
-        .await
-        .unwrap()
-        .iter()
-        .map(|p| p.committed.unwrap_or(0))
-        .sum()
+    let (servers, topic, group) = (
+        config.kafka.bootstrap_servers.clone(),
+        config.kafka.payment_topic.clone(),
+        group.to_string(),
+    );
+    tokio::task::spawn_blocking(move || {
+        consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap()
+    })
+    .await
+    .unwrap()
+    .iter()
+    .map(|p| p.committed.unwrap_or(0))
+    .sum()
 }
 
 async fn rewound_offsets_change_nothing(dialect: Dialect) {
@@ -193,7 +247,11 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
         orders.push(create_order(&s.db, i).await);
     }
     let sends = orders.iter().enumerate().map(|(i, (o, r))| {
-        let (p, topic, e) = (p.clone(), s.config.kafka.payment_topic.clone(), payment(o, r, i as i64));
+        let (p, topic, e) = (
+            p.clone(),
+            s.config.kafka.payment_topic.clone(),
+            payment(o, r, i as i64),
+        );
         async move { produce(&p, &topic, &e).await }
     });
     futures::future::join_all(sends).await;
@@ -207,7 +265,11 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     .await;
     let first = run.stop().await;
     assert_eq!(ConsumeStats::get(&first.applied), 1000);
-    assert_eq!(committed_total(&s.config, &s.group).await, 1000, "every offset committed after its batch");
+    assert_eq!(
+        committed_total(&s.config, &s.group).await,
+        1000,
+        "every offset committed after its batch"
+    );
 
     rewind(&s.config, &s.group);
     assert_eq!(committed_total(&s.config, &s.group).await, 0);
@@ -219,16 +281,30 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     })
     .await;
     let second = run.stop().await;
-    assert_eq!(ConsumeStats::get(&second.applied), 0, "{dialect}: a rewound replay applied something");
-    assert_eq!(ConsumeStats::get(&second.dedup_hits), 1000, "{dialect}: the persisted dedup state caught every replay after a restart");
+    assert_eq!(
+        ConsumeStats::get(&second.applied),
+        0,
+        "{dialect}: a rewound replay applied something"
+    );
+    assert_eq!(
+        ConsumeStats::get(&second.dedup_hits),
+        1000,
+        "{dialect}: the persisted dedup state caught every replay after a restart"
+    );
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, 1000, "{dialect}: {table}");
     }
-    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, 1000);
+    assert_eq!(
+        count(&s.db, "order_record WHERE status = 'PAID'").await,
+        1000
+    );
 
     // The dedup state lost (memory gone with the consumer, processed_event emptied behind its
     // back): the next line of defense, each sink's unique key, still stops every replay.
-    sqlx::query("DELETE FROM processed_event").execute(&s.db.pool).await.unwrap();
+    sqlx::query("DELETE FROM processed_event")
+        .execute(&s.db.pool)
+        .await
+        .unwrap();
     rewind(&s.config, &s.group);
     let run = start(&s);
     eventually("1000 replays handled by the sinks", 120, || {
@@ -237,7 +313,11 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     })
     .await;
     let third = run.stop().await;
-    assert_eq!(ConsumeStats::get(&third.applied), 0, "{dialect}: a sink applied a replay twice");
+    assert_eq!(
+        ConsumeStats::get(&third.applied),
+        0,
+        "{dialect}: a sink applied a replay twice"
+    );
     assert_eq!(ConsumeStats::get(&third.dedup_hits), 0);
     // order (already PAID by this event) + points + notification, for each of the 1000.
     assert_eq!(ConsumeStats::get(&third.sink_duplicates), 3000, "{dialect}");
@@ -266,18 +346,42 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     // The real binary, killed by its own fault injection right after the first batch's
     // database commit and before its offset commit.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args(["--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"), "consume", "--group", &s.group, "--crash-after-db-commit", "1"])
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+            "--group",
+            &s.group,
+            "--crash-after-db-commit",
+            "1",
+        ])
         .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &s.config.kafka.payment_topic)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
         .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
         .env("IDEMGUARD_TRACE__ENABLED", "false")
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out).await.expect("the consumer crashed within 60s").unwrap();
-    assert!(!out.status.success(), "the consumer was meant to abort: {out:?}");
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the consumer crashed within 60s")
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the consumer was meant to abort: {out:?}"
+    );
     let applied_before = count(&s.db, "points_ledger").await;
-    assert!(applied_before > 0, "{dialect}: the crashed batch had committed to the database");
-    assert_eq!(committed_total(&s.config, &s.group).await, 0, "{dialect}: no offset was committed before the crash");
+    assert!(
+        applied_before > 0,
+        "{dialect}: the crashed batch had committed to the database"
+    );
+    assert_eq!(
+        committed_total(&s.config, &s.group).await,
+        0,
+        "{dialect}: no offset was committed before the crash"
+    );
 
     // Restarted: the whole batch is redelivered; it changes nothing, the rest is applied once.
     let run = start(&s);
@@ -288,8 +392,15 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     })
     .await;
     let after = run.stop().await;
-    assert_eq!(ConsumeStats::get(&after.dedup_hits) as i64, applied_before, "{dialect}: each redelivered event was a dedup hit");
-    assert_eq!(ConsumeStats::get(&after.applied) as i64, 20 - applied_before);
+    assert_eq!(
+        ConsumeStats::get(&after.dedup_hits) as i64,
+        applied_before,
+        "{dialect}: each redelivered event was a dedup hit"
+    );
+    assert_eq!(
+        ConsumeStats::get(&after.applied) as i64,
+        20 - applied_before
+    );
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, 20, "{dialect}: {table}");
     }
@@ -336,11 +447,18 @@ async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
     .await;
     let b_stats = b.stop().await;
     let applied = ConsumeStats::get(&a_stats.applied) + ConsumeStats::get(&b_stats.applied);
-    assert_eq!(applied, 600, "each event applied exactly once across both consumers (a {:?}, b {:?})", a_stats, b_stats);
+    assert_eq!(
+        applied, 600,
+        "each event applied exactly once across both consumers (a {:?}, b {:?})",
+        a_stats, b_stats
+    );
     for table in ["points_ledger", "notification", "processed_event"] {
         assert_eq!(count(&s.db, table).await, 600, "{table}");
     }
-    assert_eq!(count(&s.db, "order_record WHERE status = 'PAID'").await, 600);
+    assert_eq!(
+        count(&s.db, "order_record WHERE status = 'PAID'").await,
+        600
+    );
 }
 
 #[tokio::test]
@@ -353,8 +471,20 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
     produce_raw(&p, &topic, &o, b"{not json").await;
     produce_raw(&p, &topic, &o, br#"{"event_id":"x"}"#).await;
     let unknown = payment(&OrderNo::generate().to_string(), &r, 1);
-    produce(&p, &topic, &PaymentSucceeded { order_no: o.clone(), ..unknown.clone() }).await; // header/body agree, order exists: fine
-    let ghost = PaymentSucceeded { order_no: "20260101000000000ffffffffffff".into(), event_id: new_event_id(), ..unknown };
+    produce(
+        &p,
+        &topic,
+        &PaymentSucceeded {
+            order_no: o.clone(),
+            ..unknown.clone()
+        },
+    )
+    .await; // header/body agree, order exists: fine
+    let ghost = PaymentSucceeded {
+        order_no: "20260101000000000ffffffffffff".into(),
+        event_id: new_event_id(),
+        ..unknown
+    };
     produce(&p, &topic, &ghost).await; // unknown order
     let run = start(&s);
     let stats = run.stats.clone();
@@ -366,8 +496,19 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
     let stats = run.stop().await;
     assert_eq!(ConsumeStats::get(&stats.dlq), 3);
     assert_eq!(ConsumeStats::get(&stats.applied), 1);
-    assert_eq!(count(&s.db, &format!("order_record WHERE order_no = '{o}' AND status = 'PAID'")).await, 1);
-    assert_eq!(committed_total(&s.config, &s.group).await, 4, "poison is committed too: it never stalls the partition");
+    assert_eq!(
+        count(
+            &s.db,
+            &format!("order_record WHERE order_no = '{o}' AND status = 'PAID'")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        committed_total(&s.config, &s.group).await,
+        4,
+        "poison is committed too: it never stalls the partition"
+    );
 
     // Read the DLQ back: the reasons and the original positions.
     let c: BaseConsumer = ClientConfig::new()
@@ -380,10 +521,18 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
     let mut reasons = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while reasons.len() < 3 {
-        assert!(Instant::now() < deadline, "DLQ messages not read back: {reasons:?}");
+        assert!(
+            Instant::now() < deadline,
+            "DLQ messages not read back: {reasons:?}"
+        );
         if let Some(Ok(m)) = c.poll(Duration::from_millis(300)) {
             let h = m.headers().unwrap();
-            let get = |k: &str| h.iter().find(|x| x.key == k).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).to_string());
+            let get = |k: &str| {
+                h.iter()
+                    .find(|x| x.key == k)
+                    .and_then(|x| x.value)
+                    .map(|v| String::from_utf8_lossy(v).to_string())
+            };
             assert_eq!(get("dlq.source.topic").as_deref(), Some(topic.as_str()));
             assert!(get("dlq.source.offset").is_some() && get("dlq.source.partition").is_some());
             reasons.push(get("dlq.reason").unwrap());
@@ -391,7 +540,22 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
     }
     reasons.sort();
     // The reasons speak of the payload: serde_json's "key must be a string" read like the Kafka key.
-    assert!(reasons.iter().any(|r| r == "payload is not JSON (invalid at line 1 column 2 of the payload)"), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.starts_with("unknown order 20260101000000000ffffffffffff")), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.starts_with("payload is JSON but not a payment event: missing field")), "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r == "payload is not JSON (invalid at line 1 column 2 of the payload)"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("unknown order 20260101000000000ffffffffffff")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("payload is JSON but not a payment event: missing field")),
+        "{reasons:?}"
+    );
 }

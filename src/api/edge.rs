@@ -46,14 +46,20 @@ use crate::config::ApiConfig;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Serves `app` on `listener` until `stop`, then lets the requests in flight finish.
-pub async fn serve(listener: TcpListener, app: Router, limits: &ApiConfig, stop: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &ApiConfig,
+    stop: CancellationToken,
+) {
     let max = limits.max_connections;
     let permits = Arc::new(Semaphore::new(max));
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper's header timer starts whenever a connection waits for a request head, idle or not:
     // set to the idle limit it closes idle keep-alive connections; `head_deadline` enforces the
     // shorter limit on a head once its first byte has arrived.
-    http.timer(TokioTimer::new()).header_read_timeout(limits.idle_timeout.max(limits.header_read_timeout));
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout.max(limits.header_read_timeout));
     loop {
         // Take a permit before accepting: beyond the limit, connections wait in the backlog.
         let permit = tokio::select! {
@@ -78,7 +84,10 @@ pub async fn serve(listener: TcpListener, app: Router, limits: &ApiConfig, stop:
             tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
         }
         let activity = Arc::new(Activity::default());
-        let io = TokioIo::new(Watched { tcp, activity: activity.clone() });
+        let io = TokioIo::new(Watched {
+            tcp,
+            activity: activity.clone(),
+        });
         let conn = http.serve_connection(io, counted(app.clone(), activity.clone()));
         let (stop, head_limit) = (stop.clone(), limits.header_read_timeout);
         tokio::spawn(async move {
@@ -139,7 +148,15 @@ async fn head_deadline(activity: &Activity, limit: Duration) {
 
 /// The app, marking the connection busy from the moment hyper hands it a parsed head until the
 /// answer is produced (or the request is dropped).
-fn counted(app: Router, activity: Arc<Activity>) -> impl hyper::service::Service<axum::http::Request<Incoming>, Response = Response, Error = Infallible, Future: Send> + Clone {
+fn counted(
+    app: Router,
+    activity: Arc<Activity>,
+) -> impl hyper::service::Service<
+    axum::http::Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
     let service = move |req: axum::http::Request<Incoming>| {
         let (mut app, busy) = (app.clone(), Busy::new(activity.clone()));
         async move {
@@ -174,7 +191,11 @@ struct Watched {
 }
 
 impl AsyncRead for Watched {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -185,7 +206,11 @@ impl AsyncRead for Watched {
 }
 
 impl AsyncWrite for Watched {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.tcp).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -194,7 +219,11 @@ impl AsyncWrite for Watched {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -207,7 +236,10 @@ impl AsyncWrite for Watched {
 /// cannot be skipped.
 pub async fn read_body(State(timeout): State<Duration>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return closing(too_large());
     }
@@ -215,18 +247,31 @@ pub async fn read_body(State(timeout): State<Duration>, req: Request, next: Next
         Ok(Ok(b)) => b,
         Ok(Err(p)) => return closing(p),
         Err(_) => {
-            let detail = format!("the body did not arrive within {}; send it at once", humantime::format_duration(timeout));
-            return closing(Problem::new(StatusCode::REQUEST_TIMEOUT, "body-timeout", "Request body too slow", detail));
+            let detail = format!(
+                "the body did not arrive within {}; send it at once",
+                humantime::format_duration(timeout)
+            );
+            return closing(Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+                detail,
+            ));
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 async fn collect(body: Body) -> Result<Bytes, Problem> {
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| Problem::bad_body("the body could not be read (connection broken or malformed chunked encoding)"))?;
+        let chunk = chunk.map_err(|_| {
+            Problem::bad_body(
+                "the body could not be read (connection broken or malformed chunked encoding)",
+            )
+        })?;
         if buf.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
@@ -236,12 +281,18 @@ async fn collect(body: Body) -> Result<Bytes, Problem> {
 }
 
 fn too_large() -> Problem {
-    Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large", format!("the body is larger than {MAX_BODY_BYTES} bytes"))
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body-too-large",
+        "Request body too large",
+        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 fn closing(problem: Problem) -> Response {
     let mut res = problem.into_response();
-    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
 }
 
@@ -258,7 +309,12 @@ pub async fn no_route() -> Problem {
 /// A known route with the wrong method (axum keeps the `Allow` header).
 pub async fn wrong_method(method: Method) -> Problem {
     let shown: String = method.as_str().chars().take(20).collect();
-    Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed", format!("this route does not take {shown}; see the Allow header"))
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("this route does not take {shown}; see the Allow header"),
+    )
 }
 
 /// Every error answer is problem+json: the rejections axum's extractors answer in text/plain
@@ -267,7 +323,10 @@ pub async fn wrong_method(method: Method) -> Problem {
 pub async fn problem_for_bare_errors(req: Request, next: Next) -> Response {
     let res = next.run(req).await;
     let status = res.status();
-    let is_problem = res.headers().get(header::CONTENT_TYPE).is_some_and(|v| v == PROBLEM_JSON);
+    let is_problem = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v == PROBLEM_JSON);
     if is_problem || !(status.is_client_error() || status.is_server_error()) {
         return res;
     }
@@ -277,11 +336,17 @@ pub async fn problem_for_bare_errors(req: Request, next: Next) -> Response {
     } else {
         let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
         let text: String = String::from_utf8_lossy(&text).chars().take(200).collect();
-        let detail = if text.trim().is_empty() { "the request was refused".to_string() } else { text };
+        let detail = if text.trim().is_empty() {
+            "the request was refused".to_string()
+        } else {
+            text
+        };
         let title = status.canonical_reason().unwrap_or("Client error");
         Problem::new(status, &format!("http-{}", status.as_u16()), title, detail)
     };
     parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     Response::from_parts(parts, Body::from(problem.body()))
 }

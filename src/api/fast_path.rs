@@ -17,9 +17,17 @@ use crate::contracts::keys;
 #[serde(tag = "state", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum FastPathValue {
     /// A request is being processed by `owner`.
-    Processing { hash: String, owner: String, nonce: String },
+    Processing {
+        hash: String,
+        owner: String,
+        nonce: String,
+    },
     /// The stored first response (SUCCEEDED or FAILED alike): replayed as is.
-    Finished { hash: String, code: u16, body: String },
+    Finished {
+        hash: String,
+        code: u16,
+        body: String,
+    },
 }
 
 impl FastPathValue {
@@ -48,7 +56,12 @@ impl FastPath {
 
     /// `Ok(None)`: we set the placeholder. `Ok(Some(v))`: someone else's value. `Err`: Redis
     /// is unavailable — the caller goes on to the database.
-    pub async fn claim(&self, request_id: &str, placeholder: &FastPathValue, ttl: Duration) -> redis::RedisResult<Option<FastPathValue>> {
+    pub async fn claim(
+        &self,
+        request_id: &str,
+        placeholder: &FastPathValue,
+        ttl: Duration,
+    ) -> redis::RedisResult<Option<FastPathValue>> {
         let mut conn = self.redis.clone();
         let raw: String = self
             .claim
@@ -65,7 +78,12 @@ impl FastPath {
     }
 
     /// Store the finished response for replays.
-    pub async fn store(&self, request_id: &str, value: &FastPathValue, ttl: Duration) -> redis::RedisResult<()> {
+    pub async fn store(
+        &self,
+        request_id: &str,
+        value: &FastPathValue,
+        ttl: Duration,
+    ) -> redis::RedisResult<()> {
         let mut conn = self.redis.clone();
         redis::cmd("SET")
             .arg(keys::idempotency_fast_path(request_id))
@@ -77,7 +95,11 @@ impl FastPath {
     }
 
     /// Remove our placeholder if it is still ours.
-    pub async fn drop_placeholder(&self, request_id: &str, placeholder: &FastPathValue) -> redis::RedisResult<()> {
+    pub async fn drop_placeholder(
+        &self,
+        request_id: &str,
+        placeholder: &FastPathValue,
+    ) -> redis::RedisResult<()> {
         let mut conn = self.redis.clone();
         self.drop
             .key(keys::idempotency_fast_path(request_id))

@@ -59,13 +59,19 @@ pub struct Guard<L> {
 /// A response ready to send or to store.
 fn respond(code: u16, body: String, replayed: bool, retry_after: Option<u32>) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let content_type = if status.is_success() { "application/json" } else { super::problem::CONTENT_TYPE };
+    let content_type = if status.is_success() {
+        "application/json"
+    } else {
+        super::problem::CONTENT_TYPE
+    };
     let mut res = (status, [(header::CONTENT_TYPE, content_type)], body).into_response();
     if replayed {
-        res.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+        res.headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     if let Some(s) = retry_after {
-        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     res
 }
@@ -79,15 +85,31 @@ pub struct ReplayCounter {
 
 impl ReplayCounter {
     pub fn add(&self, request_id: &str) {
-        *self.pending.lock().expect("replay counter").entry(request_id.to_string()).or_insert(0) += 1;
+        *self
+            .pending
+            .lock()
+            .expect("replay counter")
+            .entry(request_id.to_string())
+            .or_insert(0) += 1;
     }
 
     /// Write what has accumulated; kept for the next flush if the database fails.
     pub async fn flush(&self, db: &Database) {
-        let batch: Vec<(String, i64)> = std::mem::take(&mut *self.pending.lock().expect("replay counter")).into_iter().collect();
+        let batch: Vec<(String, i64)> =
+            std::mem::take(&mut *self.pending.lock().expect("replay counter"))
+                .into_iter()
+                .collect();
         for (request_id, n) in batch {
-            if idempotency::count_replays(db, &request_id, n).await.is_err() {
-                *self.pending.lock().expect("replay counter").entry(request_id).or_insert(0) += n;
+            if idempotency::count_replays(db, &request_id, n)
+                .await
+                .is_err()
+            {
+                *self
+                    .pending
+                    .lock()
+                    .expect("replay counter")
+                    .entry(request_id)
+                    .or_insert(0) += n;
             }
         }
     }
@@ -96,7 +118,15 @@ impl ReplayCounter {
 impl<L: Liveness> Guard<L> {
     /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
     /// record is past its retention from the business tables instead (seed §6.4).
-    pub async fn run<P, PF, E, EF>(&self, headers: &HeaderMap, method: &str, path: &str, body: &serde_json::Value, process: P, answer_expired: E) -> Response
+    pub async fn run<P, PF, E, EF>(
+        &self,
+        headers: &HeaderMap,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+        process: P,
+        answer_expired: E,
+    ) -> Response
     where
         P: FnOnce(Claimed) -> PF,
         PF: Future<Output = anyhow::Result<Outcome>>,
@@ -113,7 +143,13 @@ impl<L: Liveness> Guard<L> {
         if !self.config.idempotency.enabled {
             let owner = self.tracer.instance_id().to_string();
             let what = format!("request {request_id} failed (idempotency off)");
-            return match process(Claimed { request_id, owner, reclaimed: false }).await {
+            return match process(Claimed {
+                request_id,
+                owner,
+                reclaimed: false,
+            })
+            .await
+            {
                 Ok(o) => respond(o.code, o.body, false, None),
                 Err(e) => Problem::internal(what, format!("{e:#}")).into_response(),
             };
@@ -125,28 +161,46 @@ impl<L: Liveness> Guard<L> {
         let cfg = &self.config.idempotency;
 
         // 2. The fast path.
-        let placeholder = FastPathValue::Processing { hash: hash.clone(), owner: owner.clone(), nonce: uuid::Uuid::new_v4().to_string() };
+        let placeholder = FastPathValue::Processing {
+            hash: hash.clone(),
+            owner: owner.clone(),
+            nonce: uuid::Uuid::new_v4().to_string(),
+        };
         let mut placed = false;
         if let Some(fp) = &self.fast_path {
             match fp.claim(&rid, &placeholder, cfg.lease).await {
                 Ok(None) => placed = true,
                 Ok(Some(existing)) if existing.hash() != hash => {
-                    self.tracer.emit(ev(Decision::PayloadMismatch).detail("fast path").since(started));
+                    self.tracer.emit(
+                        ev(Decision::PayloadMismatch)
+                            .detail("fast path")
+                            .since(started),
+                    );
                     return Problem::key_reused().into_response();
                 }
                 Ok(Some(FastPathValue::Finished { code, body, .. })) => {
                     self.replays.add(&rid);
-                    self.tracer.emit(ev(Decision::Replayed).detail(format!("fast path: {code}")).since(started));
+                    self.tracer.emit(
+                        ev(Decision::Replayed)
+                            .detail(format!("fast path: {code}"))
+                            .since(started),
+                    );
                     return respond(code, body, true, None);
                 }
                 Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
                     if self.liveness.is_alive(&first).await {
-                        self.tracer.emit(ev(Decision::InFlightRejected).detail(format!("fast path: {first} is processing")).since(started));
+                        self.tracer.emit(
+                            ev(Decision::InFlightRejected)
+                                .detail(format!("fast path: {first} is processing"))
+                                .since(started),
+                        );
                         return Problem::in_flight(cfg.retry_after_secs).into_response();
                     }
                     // A dead owner's placeholder: the database record decides what happens.
                 }
-                Err(e) => tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides"),
+                Err(e) => {
+                    tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides")
+                }
             }
         }
         let drop_placeholder = || async {
@@ -169,7 +223,11 @@ impl<L: Liveness> Guard<L> {
             Ok(c) => c,
             Err(e) => {
                 drop_placeholder().await;
-                return Problem::internal(format!("the idempotency record of {rid} could not be claimed"), e).into_response();
+                return Problem::internal(
+                    format!("the idempotency record of {rid} could not be claimed"),
+                    e,
+                )
+                .into_response();
             }
         };
         let now = now_ms();
@@ -179,19 +237,38 @@ impl<L: Liveness> Guard<L> {
                 self.tracer.emit(ev(Decision::Claimed).since(started));
                 if key_older_than(&request_id, cfg.retention, now) {
                     // A retry of a key whose record was already purged: never create anything.
-                    let ctx = Claimed { request_id: request_id.clone(), owner: owner.clone(), reclaimed: false };
-                    return self.finish(started, &rid, &owner, &hash, answer_expired(ctx).await, &drop_placeholder, Decision::AnsweredFromOrders).await;
+                    let ctx = Claimed {
+                        request_id: request_id.clone(),
+                        owner: owner.clone(),
+                        reclaimed: false,
+                    };
+                    return self
+                        .finish(
+                            started,
+                            &rid,
+                            &owner,
+                            &hash,
+                            answer_expired(ctx).await,
+                            &drop_placeholder,
+                            Decision::AnsweredFromOrders,
+                        )
+                        .await;
                 }
             }
             Claim::Existing(rec) => {
                 if rec.request_hash != hash {
                     drop_placeholder().await;
-                    self.tracer.emit(ev(Decision::PayloadMismatch).since(started));
+                    self.tracer
+                        .emit(ev(Decision::PayloadMismatch).since(started));
                     return Problem::key_reused().into_response();
                 }
                 if rec.is_expired(now) {
                     drop_placeholder().await;
-                    let ctx = Claimed { request_id: request_id.clone(), owner: owner.clone(), reclaimed: false };
+                    let ctx = Claimed {
+                        request_id: request_id.clone(),
+                        owner: owner.clone(),
+                        reclaimed: false,
+                    };
                     return match answer_expired(ctx).await {
                         Ok(o) => {
                             self.tracer.emit(ev(Decision::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
@@ -204,29 +281,63 @@ impl<L: Liveness> Guard<L> {
                     return self.replay(started, &rid, &rec, placed).await;
                 }
                 let alive = self.liveness.is_alive(&rec.owner).await;
-                if !idempotency::may_reclaim(&rec, now, alive) || !self.try_reclaim(&rec, &owner).await {
+                if !idempotency::may_reclaim(&rec, now, alive)
+                    || !self.try_reclaim(&rec, &owner).await
+                {
                     drop_placeholder().await;
-                    self.tracer.emit(ev(Decision::InFlightRejected).detail(format!("{} is processing", rec.owner)).since(started));
+                    self.tracer.emit(
+                        ev(Decision::InFlightRejected)
+                            .detail(format!("{} is processing", rec.owner))
+                            .since(started),
+                    );
                     return Problem::in_flight(cfg.retry_after_secs).into_response();
                 }
                 reclaimed = true;
-                self.tracer.emit(ev(Decision::Reclaimed).detail(format!("from {} (alive: {alive})", rec.owner)).since(started));
+                self.tracer.emit(
+                    ev(Decision::Reclaimed)
+                        .detail(format!("from {} (alive: {alive})", rec.owner))
+                        .since(started),
+                );
             }
         }
 
         // 4. Process.
-        let ctx = Claimed { request_id, owner: owner.clone(), reclaimed };
-        self.finish(started, &rid, &owner, &hash, process(ctx).await, &drop_placeholder, Decision::Finalized).await
+        let ctx = Claimed {
+            request_id,
+            owner: owner.clone(),
+            reclaimed,
+        };
+        self.finish(
+            started,
+            &rid,
+            &owner,
+            &hash,
+            process(ctx).await,
+            &drop_placeholder,
+            Decision::Finalized,
+        )
+        .await
     }
 
     async fn try_reclaim(&self, rec: &IdempotencyRecord, owner: &str) -> bool {
         let lease = self.config.idempotency.lease.as_millis() as i64;
-        idempotency::reclaim(&self.db, rec, owner, 0, lease).await.unwrap_or(false)
+        idempotency::reclaim(&self.db, rec, owner, 0, lease)
+            .await
+            .unwrap_or(false)
     }
 
     /// Store the outcome, or release the record when the outcome is unknown.
     #[allow(clippy::too_many_arguments)]
-    async fn finish<D, DF>(&self, started: Instant, rid: &str, owner: &str, hash: &str, result: anyhow::Result<Outcome>, drop_placeholder: &D, decision: Decision) -> Response
+    async fn finish<D, DF>(
+        &self,
+        started: Instant,
+        rid: &str,
+        owner: &str,
+        hash: &str,
+        result: anyhow::Result<Outcome>,
+        drop_placeholder: &D,
+        decision: Decision,
+    ) -> Response
     where
         D: Fn() -> DF,
         DF: Future<Output = ()>,
@@ -237,24 +348,42 @@ impl<L: Liveness> Guard<L> {
                 let retention = cfg.retention.as_millis() as i64;
                 match idempotency::finalize(&self.db, rid, owner, &outcome, retention).await {
                     Ok(true) => {}
-                    Ok(false) => tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result"),
+                    Ok(false) => {
+                        tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result")
+                    }
                     Err(e) => {
                         // The business effect is committed and the outcome known: keep writing it.
                         tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record; retrying in the background");
-                        let (db, rid, owner, outcome) = (self.db.clone(), rid.to_string(), owner.to_string(), outcome.clone());
+                        let (db, rid, owner, outcome) = (
+                            self.db.clone(),
+                            rid.to_string(),
+                            owner.to_string(),
+                            outcome.clone(),
+                        );
                         settle_later("outcome", rid.clone(), move || {
-                            let (db, rid, owner, outcome) = (db.clone(), rid.clone(), owner.clone(), outcome.clone());
-                            async move { idempotency::finalize(&db, &rid, &owner, &outcome, retention).await.map(drop) }
+                            let (db, rid, owner, outcome) =
+                                (db.clone(), rid.clone(), owner.clone(), outcome.clone());
+                            async move {
+                                idempotency::finalize(&db, &rid, &owner, &outcome, retention)
+                                    .await
+                                    .map(drop)
+                            }
                         });
                     }
                 }
                 if let Some(fp) = &self.fast_path {
-                    let value = FastPathValue::Finished { hash: hash.to_string(), code: outcome.code, body: outcome.body.clone() };
+                    let value = FastPathValue::Finished {
+                        hash: hash.to_string(),
+                        code: outcome.code,
+                        body: outcome.body.clone(),
+                    };
                     if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
                         tracing::warn!(request_id = %rid, error = %e, "fast path not updated; replays will come from the database");
                     }
                 }
-                let mut e = TraceEvent::new(Layer::Api, decision).request_id(rid).detail(format!("{} {}", outcome.status, outcome.code));
+                let mut e = TraceEvent::new(Layer::Api, decision)
+                    .request_id(rid)
+                    .detail(format!("{} {}", outcome.status, outcome.code));
                 if let Some(o) = &outcome.order_no {
                     e = e.order_no(o.clone());
                 }
@@ -280,21 +409,36 @@ impl<L: Liveness> Guard<L> {
     }
 
     fn fast_path_ttl(&self) -> Duration {
-        self.config.idempotency.fast_path_ttl.min(self.config.idempotency.retention)
+        self.config
+            .idempotency
+            .fast_path_ttl
+            .min(self.config.idempotency.retention)
     }
 
-    async fn replay(&self, started: Instant, rid: &str, rec: &IdempotencyRecord, placed: bool) -> Response {
+    async fn replay(
+        &self,
+        started: Instant,
+        rid: &str,
+        rec: &IdempotencyRecord,
+        placed: bool,
+    ) -> Response {
         let code = rec.response_code.unwrap_or(500) as u16;
         let body = rec.response_body.clone().unwrap_or_default();
         // Refresh the fast path (our placeholder, or an evicted key) with the stored response.
         if let Some(fp) = &self.fast_path {
-            let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code, body: body.clone() };
+            let value = FastPathValue::Finished {
+                hash: rec.request_hash.clone(),
+                code,
+                body: body.clone(),
+            };
             if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
                 tracing::warn!(request_id = %rid, error = %e, placed, "fast path not refreshed");
             }
         }
         self.replays.add(rid);
-        let mut e = TraceEvent::new(Layer::Api, Decision::Replayed).request_id(rid).detail(format!("{} {code}", rec.status));
+        let mut e = TraceEvent::new(Layer::Api, Decision::Replayed)
+            .request_id(rid)
+            .detail(format!("{} {code}", rec.status));
         if let Some(o) = &rec.order_no {
             e = e.order_no(o.clone());
         }
@@ -304,7 +448,11 @@ impl<L: Liveness> Guard<L> {
 
     fn reject_key(&self, started: Instant, raw: &str, why: &str) -> Response {
         let shown: String = raw.chars().take(64).collect();
-        self.tracer.emit(TraceEvent::new(Layer::Api, Decision::KeyRejected).detail(format!("{why}: {}", shown.escape_debug())).since(started));
+        self.tracer.emit(
+            TraceEvent::new(Layer::Api, Decision::KeyRejected)
+                .detail(format!("{why}: {}", shown.escape_debug()))
+                .since(started),
+        );
         Problem::bad_key(why.to_string()).into_response()
     }
 }
@@ -315,11 +463,18 @@ impl<L: Liveness> Guard<L> {
 fn key_of(headers: &HeaderMap) -> Result<RequestId, (String, String)> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        let why = if headers.contains_key(IDEMPOTENCY_KEY) { "the Idempotency-Key header is sent more than once; send it once" } else { "the Idempotency-Key header is missing" };
+        let why = if headers.contains_key(IDEMPOTENCY_KEY) {
+            "the Idempotency-Key header is sent more than once; send it once"
+        } else {
+            "the Idempotency-Key header is missing"
+        };
         return Err((String::new(), why.to_string()));
     };
     let Ok(raw) = value.to_str() else {
-        return Err((String::new(), "the Idempotency-Key contains a character that is not printable ASCII".to_string()));
+        return Err((
+            String::new(),
+            "the Idempotency-Key contains a character that is not printable ASCII".to_string(),
+        ));
     };
     RequestId::parse_received(raw, now_ms()).map_err(|e| (raw.to_string(), e.to_string()))
 }
@@ -338,8 +493,12 @@ where
         for n in 0..130u32 {
             tokio::time::sleep(Duration::from_secs(2u64.pow(n.min(5)).min(30))).await;
             match attempt().await {
-                Ok(()) => return tracing::info!(request_id = %request_id, "the record's {what} was written on attempt {}", n + 2),
-                Err(e) => tracing::debug!(request_id = %request_id, error = %e, "the record's {what} is still refused"),
+                Ok(()) => {
+                    return tracing::info!(request_id = %request_id, "the record's {what} was written on attempt {}", n + 2)
+                }
+                Err(e) => {
+                    tracing::debug!(request_id = %request_id, error = %e, "the record's {what} is still refused")
+                }
             }
         }
         tracing::error!(request_id = %request_id, "gave up writing the record's {what}; resolve it with `idemguard finalize`");
@@ -362,9 +521,31 @@ mod tests {
     fn old_keys_are_recognised() {
         let week = Duration::from_secs(7 * 86_400);
         let now = 20_786 * 86_400_000 + 3_600_000; // 2026-11-29 01:00 UTC
-        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261129:abcdefgh").unwrap(), week, now));
-        assert!(!key_older_than(&RequestId::parse("APP:ORDER:20261122:abcdefgh").unwrap(), week, now), "7 days + 1 h: within retention + a day of slack");
-        assert!(key_older_than(&RequestId::parse("APP:ORDER:20261121:abcdefgh").unwrap(), week, now), "8 days + 1 h");
-        assert!(key_older_than(&RequestId::parse("APP:ORDER:20261101:abcdefgh").unwrap(), week, now));
+        assert!(!key_older_than(
+            &RequestId::parse("APP:ORDER:20261129:abcdefgh").unwrap(),
+            week,
+            now
+        ));
+        assert!(
+            !key_older_than(
+                &RequestId::parse("APP:ORDER:20261122:abcdefgh").unwrap(),
+                week,
+                now
+            ),
+            "7 days + 1 h: within retention + a day of slack"
+        );
+        assert!(
+            key_older_than(
+                &RequestId::parse("APP:ORDER:20261121:abcdefgh").unwrap(),
+                week,
+                now
+            ),
+            "8 days + 1 h"
+        );
+        assert!(key_older_than(
+            &RequestId::parse("APP:ORDER:20261101:abcdefgh").unwrap(),
+            week,
+            now
+        ));
     }
 }

@@ -54,7 +54,8 @@ impl IdempotencyRecord {
 /// out and its owner has no heartbeat. A live owner past its lease is still working (slow
 /// database): taking over then would run the request twice at once.
 pub fn may_reclaim(record: &IdempotencyRecord, now: i64, owner_alive: bool) -> bool {
-    record.status == PROCESSING && (record.lease_until == 0 || (record.lease_until < now && !owner_alive))
+    record.status == PROCESSING
+        && (record.lease_until == 0 || (record.lease_until < now && !owner_alive))
 }
 
 /// SHA-256 of method + path + canonical body (JSON with sorted keys, no insignificant
@@ -120,12 +121,24 @@ pub async fn claim(db: &Database, r: &ClaimRequest<'_>) -> Result<Claim, sqlx::E
     }
 }
 
-pub async fn get(db: &Database, request_id: &str) -> Result<Option<IdempotencyRecord>, sqlx::Error> {
-    sqlx::query_as::<_, IdempotencyRecord>(db.sql("api_idem_get")).bind(request_id).fetch_optional(&db.pool).await
+pub async fn get(
+    db: &Database,
+    request_id: &str,
+) -> Result<Option<IdempotencyRecord>, sqlx::Error> {
+    sqlx::query_as::<_, IdempotencyRecord>(db.sql("api_idem_get"))
+        .bind(request_id)
+        .fetch_optional(&db.pool)
+        .await
 }
 
 /// Take over a record we read at `version`; false when someone changed it meanwhile.
-pub async fn reclaim(db: &Database, rec: &IdempotencyRecord, owner: &str, fence: i64, lease_ms: i64) -> Result<bool, sqlx::Error> {
+pub async fn reclaim(
+    db: &Database,
+    rec: &IdempotencyRecord,
+    owner: &str,
+    fence: i64,
+    lease_ms: i64,
+) -> Result<bool, sqlx::Error> {
     let now = now_ms();
     let n = sqlx::query(db.sql("api_idem_reclaim"))
         .bind(owner)
@@ -167,7 +180,13 @@ pub fn stored_outcome(rec: &IdempotencyRecord) -> Option<Outcome> {
 
 /// Store the outcome; false when we no longer own the record (an operator or a retry took it
 /// over — the database layer gives both the same order, so the response is still right).
-pub async fn finalize(db: &Database, request_id: &str, owner: &str, outcome: &Outcome, retention_ms: i64) -> Result<bool, sqlx::Error> {
+pub async fn finalize(
+    db: &Database,
+    request_id: &str,
+    owner: &str,
+    outcome: &Outcome,
+    retention_ms: i64,
+) -> Result<bool, sqlx::Error> {
     let now = now_ms();
     let n = sqlx::query(db.sql("api_idem_finalize"))
         .bind(outcome.status)
@@ -187,13 +206,22 @@ pub async fn finalize(db: &Database, request_id: &str, owner: &str, outcome: &Ou
 /// Give the record up after a failure whose outcome is unknown, so a retry (or an operator)
 /// can resolve it at once instead of waiting for the lease — never a record that blocks forever.
 pub async fn abandon(db: &Database, request_id: &str, owner: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(db.sql("api_idem_abandon")).bind(now_ms()).bind(request_id).bind(owner).execute(&db.pool).await?;
+    sqlx::query(db.sql("api_idem_abandon"))
+        .bind(now_ms())
+        .bind(request_id)
+        .bind(owner)
+        .execute(&db.pool)
+        .await?;
     Ok(())
 }
 
 /// Adds the `n` replays a flush collected for one record, in one statement.
 pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<(), sqlx::Error> {
-    sqlx::query(db.sql("api_idem_count_replay")).bind(n).bind(request_id).execute(&db.pool).await?;
+    sqlx::query(db.sql("api_idem_count_replay"))
+        .bind(n)
+        .bind(request_id)
+        .execute(&db.pool)
+        .await?;
     Ok(())
 }
 
@@ -203,12 +231,25 @@ mod tests {
 
     #[test]
     fn hash_is_canonical_and_covers_method_path_body() {
-        let a: serde_json::Value = serde_json::from_str(r#"{"userId":1,"skuId":2,"quantity":1,"amount":100}"#).unwrap();
-        let b: serde_json::Value = serde_json::from_str(r#"{ "amount":100, "quantity":1, "skuId":2, "userId":1 }"#).unwrap();
-        let c: serde_json::Value = serde_json::from_str(r#"{"userId":1,"skuId":2,"quantity":2,"amount":100}"#).unwrap();
-        assert_eq!(request_hash("POST", "/orders", &a), request_hash("POST", "/orders", &b));
-        assert_ne!(request_hash("POST", "/orders", &a), request_hash("POST", "/orders", &c));
-        assert_ne!(request_hash("POST", "/orders", &a), request_hash("POST", "/payments/callback", &a));
+        let a: serde_json::Value =
+            serde_json::from_str(r#"{"userId":1,"skuId":2,"quantity":1,"amount":100}"#).unwrap();
+        let b: serde_json::Value =
+            serde_json::from_str(r#"{ "amount":100, "quantity":1, "skuId":2, "userId":1 }"#)
+                .unwrap();
+        let c: serde_json::Value =
+            serde_json::from_str(r#"{"userId":1,"skuId":2,"quantity":2,"amount":100}"#).unwrap();
+        assert_eq!(
+            request_hash("POST", "/orders", &a),
+            request_hash("POST", "/orders", &b)
+        );
+        assert_ne!(
+            request_hash("POST", "/orders", &a),
+            request_hash("POST", "/orders", &c)
+        );
+        assert_ne!(
+            request_hash("POST", "/orders", &a),
+            request_hash("POST", "/payments/callback", &a)
+        );
         assert_eq!(request_hash("POST", "/orders", &a).len(), 64);
     }
 
@@ -234,11 +275,23 @@ mod tests {
 
     #[test]
     fn reclaim_rule() {
-        assert!(!may_reclaim(&rec(PROCESSING, 1000), 500, false), "lease still running");
-        assert!(!may_reclaim(&rec(PROCESSING, 100), 500, true), "live owner past its lease is still working");
-        assert!(may_reclaim(&rec(PROCESSING, 100), 500, false), "dead owner, lease over");
+        assert!(
+            !may_reclaim(&rec(PROCESSING, 1000), 500, false),
+            "lease still running"
+        );
+        assert!(
+            !may_reclaim(&rec(PROCESSING, 100), 500, true),
+            "live owner past its lease is still working"
+        );
+        assert!(
+            may_reclaim(&rec(PROCESSING, 100), 500, false),
+            "dead owner, lease over"
+        );
         assert!(may_reclaim(&rec(PROCESSING, 0), 500, true), "abandoned");
-        assert!(!may_reclaim(&rec(SUCCEEDED, 0), 500, false), "finished records are replayed, not reclaimed");
+        assert!(
+            !may_reclaim(&rec(SUCCEEDED, 0), 500, false),
+            "finished records are replayed, not reclaimed"
+        );
         assert!(rec(SUCCEEDED, 0).is_expired(101));
         assert!(!rec(PROCESSING, 0).is_expired(101));
     }

@@ -18,7 +18,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::contracts::{headers, new_event_id, now_ms, Layer, Outcome as Decision, PaymentSucceeded, TraceEvent};
+use crate::contracts::{
+    headers, new_event_id, now_ms, Layer, Outcome as Decision, PaymentSucceeded, TraceEvent,
+};
 use crate::db::{is_unique_violation, Database};
 use crate::trace::Tracer;
 
@@ -66,25 +68,60 @@ pub enum Booking {
     DuplicatePayment(PaymentFlow),
 }
 
-pub async fn payment_by_pay_no(db: &Database, pay_no: &str) -> Result<Option<PaymentFlow>, sqlx::Error> {
-    sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_by_pay_no")).bind(pay_no).fetch_optional(&db.pool).await
+pub async fn payment_by_pay_no(
+    db: &Database,
+    pay_no: &str,
+) -> Result<Option<PaymentFlow>, sqlx::Error> {
+    sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_by_pay_no"))
+        .bind(pay_no)
+        .fetch_optional(&db.pool)
+        .await
 }
 
 /// Books the payment and its outbox event in one transaction, once per order: the order's row
 /// is locked first, so of two payNos for one order the second sees the first and is refused.
-pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order: &PayableOrder, pay_no: &str) -> Result<Booking, sqlx::Error> {
+pub async fn book_payment(
+    db: &Database,
+    config: &Config,
+    tracer: &Tracer,
+    order: &PayableOrder,
+    pay_no: &str,
+) -> Result<Booking, sqlx::Error> {
     let started = Instant::now();
     let mut tx = db.pool.begin().await?;
-    sqlx::query(db.sql("api_payment_lock_order")).bind(order.order_no.as_str()).fetch_optional(&mut *tx).await?;
-    let paid = sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_of_order")).bind(order.order_no.as_str()).fetch_optional(&mut *tx).await?;
+    sqlx::query(db.sql("api_payment_lock_order"))
+        .bind(order.order_no.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let paid = sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_of_order"))
+        .bind(order.order_no.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     if let Some(first) = paid {
         tx.rollback().await?;
         return Ok(if first.pay_no == pay_no {
-            traced(tracer, Decision::UniqueViolationReplayed, order, &first, format!("payment_flow: pay_no {pay_no} already booked"), started);
+            traced(
+                tracer,
+                Decision::UniqueViolationReplayed,
+                order,
+                &first,
+                format!("payment_flow: pay_no {pay_no} already booked"),
+                started,
+            );
             Booking::AlreadyRecorded(first)
         } else {
-            let why = format!("pay_no {pay_no} refused: order {} was already paid by pay_no {}; refund it", first.order_no, first.pay_no);
-            traced(tracer, Decision::DuplicatePayment, order, &first, why, started);
+            let why = format!(
+                "pay_no {pay_no} refused: order {} was already paid by pay_no {}; refund it",
+                first.order_no, first.pay_no
+            );
+            traced(
+                tracer,
+                Decision::DuplicatePayment,
+                order,
+                &first,
+                why,
+                started,
+            );
             Booking::DuplicatePayment(first)
         });
     }
@@ -115,8 +152,13 @@ pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order
         // pay_no is booked, and not for this order (its row would have been found above).
         // End the losing transaction first, then read the first booking (seed §2.1).
         tx.rollback().await?;
-        let first = payment_by_pay_no(db, pay_no).await?.ok_or(sqlx::Error::RowNotFound)?;
-        let why = format!("pay_no {pay_no} refused for order {}: it is booked for order {}", order.order_no, first.order_no);
+        let first = payment_by_pay_no(db, pay_no)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        let why = format!(
+            "pay_no {pay_no} refused for order {}: it is booked for order {}",
+            order.order_no, first.order_no
+        );
         traced(tracer, Decision::PayNoConflict, order, &first, why, started);
         return Ok(Booking::PayNoConflict(first));
     }
@@ -154,7 +196,14 @@ pub async fn book_payment(db: &Database, config: &Config, tracer: &Tracer, order
 }
 
 /// A booking that wrote nothing, traced with the payment that was there first.
-fn traced(tracer: &Tracer, decision: Decision, order: &PayableOrder, first: &PaymentFlow, detail: String, started: Instant) {
+fn traced(
+    tracer: &Tracer,
+    decision: Decision,
+    order: &PayableOrder,
+    first: &PaymentFlow,
+    detail: String,
+    started: Instant,
+) {
     tracer.emit(
         TraceEvent::new(Layer::Db, decision)
             .order_no(order.order_no.clone())
@@ -206,14 +255,22 @@ impl OutboxRelay {
     pub fn new(config: &Config, db: Database, tracer: Tracer) -> anyhow::Result<OutboxRelay> {
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-            .set("client.id", format!("idemguard-relay-{}", tracer.instance_id()))
+            .set(
+                "client.id",
+                format!("idemguard-relay-{}", tracer.instance_id()),
+            )
             // The producer's own retries never duplicate or reorder (seed §4.1).
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.timeout.ms", "30000")
             .set("log_level", "3")
             .create()
-            .map_err(|e| anyhow::anyhow!("kafka {}: cannot create the outbox producer: {e}", config.kafka.bootstrap_servers))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "kafka {}: cannot create the outbox producer: {e}",
+                    config.kafka.bootstrap_servers
+                )
+            })?;
         Ok(OutboxRelay {
             db,
             producer,
@@ -228,7 +285,10 @@ impl OutboxRelay {
     /// FAULT INJECTION: abort the process before publishing a claimed batch, or after the
     /// broker acknowledged it and before the rows are marked sent.
     pub fn with_crash(mut self, before_publish: bool, after_publish: bool) -> OutboxRelay {
-        self.crash = RelayCrash { before_publish, after_publish };
+        self.crash = RelayCrash {
+            before_publish,
+            after_publish,
+        };
         self
     }
 
@@ -243,7 +303,9 @@ impl OutboxRelay {
             match self.publish_pending().await {
                 Ok(n) if n >= self.batch => continue, // more waiting
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "outbox relay round failed; retrying"),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "outbox relay round failed; retrying")
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -263,35 +325,56 @@ impl OutboxRelay {
     /// One round: claim a batch, publish it, mark it sent. Returns how many were published.
     pub async fn publish_pending(&self) -> anyhow::Result<usize> {
         let mut tx = self.db.pool.begin().await?;
-        let rows: Vec<OutboxRow> = sqlx::query_as(self.db.sql("api_outbox_claim")).bind(self.batch as i64).fetch_all(&mut *tx).await?;
+        let rows: Vec<OutboxRow> = sqlx::query_as(self.db.sql("api_outbox_claim"))
+            .bind(self.batch as i64)
+            .fetch_all(&mut *tx)
+            .await?;
         if rows.is_empty() {
             tx.rollback().await?;
             return Ok(0);
         }
-        self.crash.at("before publishing a committed batch", self.crash.before_publish);
+        self.crash.at(
+            "before publishing a committed batch",
+            self.crash.before_publish,
+        );
         // Publish all, then wait for every acknowledgement: one round trip per batch.
         let sends = rows.iter().map(|row| {
             let started = Instant::now();
             let mut hs = OwnedHeaders::new();
-            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(&row.headers) {
+            if let Ok(serde_json::Value::Object(map)) =
+                serde_json::from_str::<serde_json::Value>(&row.headers)
+            {
                 for (k, v) in map {
                     if let serde_json::Value::String(v) = v {
-                        hs = hs.insert(Header { key: &k, value: Some(v.as_bytes()) });
+                        hs = hs.insert(Header {
+                            key: &k,
+                            value: Some(v.as_bytes()),
+                        });
                     }
                 }
             }
-            let record = FutureRecord::to(&row.topic).key(&row.msg_key).payload(&row.payload).headers(hs);
+            let record = FutureRecord::to(&row.topic)
+                .key(&row.msg_key)
+                .payload(&row.payload)
+                .headers(hs);
             let send = self.producer.send(record, Duration::from_secs(30));
             async move { (send.await.map_err(|(e, _)| e), started) }
         });
         let results = futures::future::join_all(sends).await;
-        self.crash.at("after publishing, before marking the batch sent", self.crash.after_publish && results.iter().any(|(r, _)| r.is_ok()));
+        self.crash.at(
+            "after publishing, before marking the batch sent",
+            self.crash.after_publish && results.iter().any(|(r, _)| r.is_ok()),
+        );
         let now = now_ms();
         let mut sent = 0;
         for (row, (result, started)) in rows.iter().zip(results) {
             match result {
                 Ok(_) => {
-                    sqlx::query(self.db.sql("api_outbox_mark_sent")).bind(now).bind(row.id).execute(&mut *tx).await?;
+                    sqlx::query(self.db.sql("api_outbox_mark_sent"))
+                        .bind(now)
+                        .bind(row.id)
+                        .execute(&mut *tx)
+                        .await?;
                     sent += 1;
                     self.tracer.emit(
                         TraceEvent::new(Layer::Db, Decision::EventPublished)
@@ -301,7 +384,9 @@ impl OutboxRelay {
                             .since(started),
                     );
                 }
-                Err(e) => tracing::warn!(event_id = %row.event_id, error = %e, "outbox event not published; it stays PENDING"),
+                Err(e) => {
+                    tracing::warn!(event_id = %row.event_id, error = %e, "outbox event not published; it stays PENDING")
+                }
             }
         }
         tx.commit().await?;

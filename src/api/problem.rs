@@ -28,7 +28,12 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Problem {
+    pub fn new(
+        status: StatusCode,
+        kind: &str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
         Problem {
             kind: format!("https://idemguard.dev/problems/{kind}"),
             title,
@@ -44,7 +49,12 @@ impl Problem {
     pub fn bad_key(detail: impl Into<String>) -> Problem {
         Problem {
             expected_format: Some(REQUEST_ID_FORMAT),
-            ..Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Invalid Idempotency-Key", detail)
+            ..Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-idempotency-key",
+                "Invalid Idempotency-Key",
+                detail,
+            )
         }
     }
 
@@ -53,8 +63,17 @@ impl Problem {
     pub fn bad_body(detail: impl Into<String>) -> Problem {
         let detail: String = detail.into();
         let cut: String = detail.chars().take(300).collect();
-        let detail = if cut.len() < detail.len() { format!("{cut}…") } else { detail };
-        Problem::new(StatusCode::BAD_REQUEST, "invalid-body", "Invalid request body", detail)
+        let detail = if cut.len() < detail.len() {
+            format!("{cut}…")
+        } else {
+            detail
+        };
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid request body",
+            detail,
+        )
     }
 
     /// 409 + Retry-After: the first request with this key is still being processed.
@@ -110,9 +129,15 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let mut res = (self.status_code(), [(header::CONTENT_TYPE, CONTENT_TYPE)], self.body()).into_response();
+        let mut res = (
+            self.status_code(),
+            [(header::CONTENT_TYPE, CONTENT_TYPE)],
+            self.body(),
+        )
+            .into_response();
         if let Some(s) = self.retry_after {
-            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         res
     }

@@ -20,11 +20,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::edge;
+use super::fast_path::FastPath;
 use super::guard::{Claimed, Guard, Liveness as OwnerLiveness, ReplayCounter};
 use super::idempotency::{Outcome, FAILED, SUCCEEDED};
 use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback};
 use super::problem::Problem;
-use super::fast_path::FastPath;
 use crate::config::Config;
 use crate::contracts::{keys, Instance, OrderNo, PayNo};
 use crate::db::orders::{CreateOutcome, NewOrder, OrderError, OrderRecord, Orders};
@@ -135,14 +135,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(edge::no_route)
         .method_not_allowed_fallback(edge::wrong_method)
         .with_state(state)
-        .layer(middleware::from_fn_with_state(body_read_timeout, edge::read_body))
+        .layer(middleware::from_fn_with_state(
+            body_read_timeout,
+            edge::read_body,
+        ))
         .layer(middleware::from_fn(edge::problem_for_bare_errors))
 }
 
 /// The body as JSON; only `application/json` is read (a form or text body is a client mistake
 /// that would otherwise be parsed by luck).
 fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<serde_json::Value, Problem> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let mime = content_type.split(';').next().unwrap_or("").trim();
     if !mime.eq_ignore_ascii_case("application/json") {
         return Err(Problem::new(
@@ -152,15 +158,31 @@ fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<serde_json::Value, Pro
             "send the body as JSON with Content-Type: application/json",
         ));
     }
-    serde_json::from_slice(body).map_err(|e| Problem::bad_body(format!("the body is not JSON: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| Problem::bad_body(format!("the body is not JSON: {e}")))
 }
 
-fn outcome_json<T: Serialize>(status: &'static str, code: StatusCode, value: &T, order_no: Option<String>) -> Outcome {
-    Outcome { status, code: code.as_u16(), body: serde_json::to_string(value).expect("serializes"), order_no }
+fn outcome_json<T: Serialize>(
+    status: &'static str,
+    code: StatusCode,
+    value: &T,
+    order_no: Option<String>,
+) -> Outcome {
+    Outcome {
+        status,
+        code: code.as_u16(),
+        body: serde_json::to_string(value).expect("serializes"),
+        order_no,
+    }
 }
 
 fn refusal(problem: Problem, order_no: Option<String>) -> Outcome {
-    Outcome { status: FAILED, code: problem.status, body: problem.body(), order_no }
+    Outcome {
+        status: FAILED,
+        code: problem.status,
+        body: problem.body(),
+        order_no,
+    }
 }
 
 async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -170,10 +192,16 @@ async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: 
     };
     let req: CreateOrderRequest = match serde_json::from_value(json.clone()) {
         Ok(r) => r,
-        Err(e) => return Problem::bad_body(format!("{e} (expected userId, skuId, quantity, amount)")).into_response(),
+        Err(e) => {
+            return Problem::bad_body(format!("{e} (expected userId, skuId, quantity, amount)"))
+                .into_response()
+        }
     };
     if req.quantity <= 0 || req.amount < 0 || req.user_id < 0 || req.sku_id < 0 {
-        return Problem::bad_body("quantity must be at least 1; amount, userId and skuId at least 0").into_response();
+        return Problem::bad_body(
+            "quantity must be at least 1; amount, userId and skuId at least 0",
+        )
+        .into_response();
     }
     let st = s.clone();
     let st2 = s.clone();
@@ -206,7 +234,11 @@ where
 }
 
 /// Inside the claim: the request lock, then the database layer (the final arbiter).
-async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) -> anyhow::Result<Outcome> {
+async fn place_order(
+    s: &AppState,
+    claimed: &Claimed,
+    req: &CreateOrderRequest,
+) -> anyhow::Result<Outcome> {
     let key = keys::request_lock(claimed.request_id.as_str());
     // FAULT INJECTION SWITCH (lock.request_lock = false): no request lock, the database decides.
     let guard = if !s.guard.config.lock.request_lock {
@@ -244,10 +276,17 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
         }
     }
     match result {
-        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => {
-            Ok(outcome_json(SUCCEEDED, StatusCode::CREATED, &OrderView::from(&o), Some(o.order_no.clone())))
-        }
-        Err(OrderError::OutOfStock { sku_id, available, wanted }) => Ok(refusal(
+        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => Ok(outcome_json(
+            SUCCEEDED,
+            StatusCode::CREATED,
+            &OrderView::from(&o),
+            Some(o.order_no.clone()),
+        )),
+        Err(OrderError::OutOfStock {
+            sku_id,
+            available,
+            wanted,
+        }) => Ok(refusal(
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "out-of-stock",
@@ -257,14 +296,21 @@ async fn place_order(s: &AppState, claimed: &Claimed, req: &CreateOrderRequest) 
             None,
         )),
         Err(OrderError::UnknownSku { sku_id }) => Ok(refusal(
-            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-sku", "Unknown SKU", format!("sku {sku_id} does not exist")),
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown-sku",
+                "Unknown SKU",
+                format!("sku {sku_id} does not exist"),
+            ),
             None,
         )),
         // An operator finalized this request FAILED while it was in flight, and the create
         // routine refused it: answer what the record now says, byte for byte (issue 15, item 5).
         Err(e @ OrderError::RequestAbandoned { .. }) => {
             let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
-            rec.as_ref().and_then(super::idempotency::stored_outcome).ok_or_else(|| anyhow::anyhow!("{e}"))
+            rec.as_ref()
+                .and_then(super::idempotency::stored_outcome)
+                .ok_or_else(|| anyhow::anyhow!("{e}"))
         }
         Err(e) => Err(anyhow::anyhow!("{e}")),
     }
@@ -287,21 +333,40 @@ async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<O
     }
 }
 
-async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn payment_callback(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let json = match body_json(&headers, &body) {
         Ok(j) => j,
         Err(p) => return p.into_response(),
     };
     let cb: PaymentCallback = match serde_json::from_value(json.clone()) {
         Ok(c) => c,
-        Err(e) => return Problem::bad_body(format!("{e} (expected payNo, orderNo, amount)")).into_response(),
+        Err(e) => {
+            return Problem::bad_body(format!("{e} (expected payNo, orderNo, amount)"))
+                .into_response()
+        }
     };
     // Identifiers are checked before the claim: nothing is written for a refused one.
     if let Err(e) = PayNo::parse(&cb.pay_no) {
-        return Problem::new(StatusCode::BAD_REQUEST, "invalid-pay-no", "Invalid payment number", e).into_response();
+        return Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-pay-no",
+            "Invalid payment number",
+            e,
+        )
+        .into_response();
     }
     if let Err(e) = OrderNo::parse(&cb.order_no) {
-        return Problem::new(StatusCode::BAD_REQUEST, "invalid-order-no", "Invalid order number", e).into_response();
+        return Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-order-no",
+            "Invalid order number",
+            e,
+        )
+        .into_response();
     }
     let (st, st2, cb2) = (s.clone(), s.clone(), cb.clone());
     detached(async move {
@@ -314,9 +379,19 @@ async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, bo
                 move |_| async move { book(&st, &cb).await },
                 move |_| async move {
                     match payments::payment_by_pay_no(&st2.guard.db, &cb2.pay_no).await? {
-                        Some(p) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &p, Some(p.order_no.clone()))),
+                        Some(p) => Ok(outcome_json(
+                            SUCCEEDED,
+                            StatusCode::OK,
+                            &p,
+                            Some(p.order_no.clone()),
+                        )),
                         None => Ok(refusal(
-                            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-expired", "Idempotency-Key expired", "no payment was booked with this key"),
+                            Problem::new(
+                                StatusCode::UNPROCESSABLE_ENTITY,
+                                "idempotency-key-expired",
+                                "Idempotency-Key expired",
+                                "no payment was booked with this key",
+                            ),
                             None,
                         )),
                     }
@@ -328,9 +403,19 @@ async fn payment_callback(State(s): State<Arc<AppState>>, headers: HeaderMap, bo
 }
 
 async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
-    let Some(order) = s.orders.find_by_order_no(&cb.order_no).await.map_err(|e| anyhow::anyhow!("{e}"))? else {
+    let Some(order) = s
+        .orders
+        .find_by_order_no(&cb.order_no)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    else {
         return Ok(refusal(
-            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unknown-order", "Unknown order", format!("order {} does not exist", cb.order_no)),
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown-order",
+                "Unknown order",
+                format!("order {} does not exist", cb.order_no),
+            ),
             None,
         ));
     };
@@ -340,21 +425,45 @@ async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "amount-mismatch",
                 "Amount does not match the order",
-                format!("order {} is for {}, the callback says {}", order.order_no, order.amount, cb.amount),
+                format!(
+                    "order {} is for {}, the callback says {}",
+                    order.order_no, order.amount, cb.amount
+                ),
             ),
             Some(order.order_no.clone()),
         ));
     }
-    let payable = PayableOrder { order_no: order.order_no.clone(), request_id: order.req_id.clone(), user_id: order.user_id, amount: order.amount };
-    let booking = payments::book_payment(&s.guard.db, &s.guard.config, &s.guard.tracer, &payable, &cb.pay_no).await?;
+    let payable = PayableOrder {
+        order_no: order.order_no.clone(),
+        request_id: order.req_id.clone(),
+        user_id: order.user_id,
+        amount: order.amount,
+    };
+    let booking = payments::book_payment(
+        &s.guard.db,
+        &s.guard.config,
+        &s.guard.tracer,
+        &payable,
+        &cb.pay_no,
+    )
+    .await?;
     s.relay_wake.notify_one();
     let (code, flow) = match booking {
         Booking::Recorded(f) => (StatusCode::CREATED, f),
         Booking::AlreadyRecorded(f) => (StatusCode::OK, f),
-        Booking::PayNoConflict(first) => return Ok(refusal(pay_no_conflict(cb, &first), Some(order.order_no))),
-        Booking::DuplicatePayment(first) => return Ok(refusal(duplicate_payment(cb, &first), Some(order.order_no))),
+        Booking::PayNoConflict(first) => {
+            return Ok(refusal(pay_no_conflict(cb, &first), Some(order.order_no)))
+        }
+        Booking::DuplicatePayment(first) => {
+            return Ok(refusal(duplicate_payment(cb, &first), Some(order.order_no)))
+        }
     };
-    Ok(outcome_json(SUCCEEDED, code, &flow, Some(flow.order_no.clone())))
+    Ok(outcome_json(
+        SUCCEEDED,
+        code,
+        &flow,
+        Some(flow.order_no.clone()),
+    ))
 }
 
 /// 422, not 409: the refusal is final and stored for the key, and 409 tells a client to retry.
@@ -363,7 +472,10 @@ fn pay_no_conflict(cb: &PaymentCallback, first: &payments::PaymentFlow) -> Probl
         StatusCode::UNPROCESSABLE_ENTITY,
         "pay-no-conflict",
         "payNo already booked for another order",
-        format!("payNo {} is booked for order {}, not order {}; nothing was booked", cb.pay_no, first.order_no, cb.order_no),
+        format!(
+            "payNo {} is booked for order {}, not order {}; nothing was booked",
+            cb.pay_no, first.order_no, cb.order_no
+        ),
     )
 }
 
@@ -372,25 +484,53 @@ fn duplicate_payment(cb: &PaymentCallback, first: &payments::PaymentFlow) -> Pro
         StatusCode::UNPROCESSABLE_ENTITY,
         "duplicate-payment",
         "Order already paid",
-        format!("order {} was already paid by payNo {}; payNo {} was not booked and must be refunded", cb.order_no, first.pay_no, cb.pay_no),
+        format!(
+            "order {} was already paid by payNo {}; payNo {} was not booked and must be refunded",
+            cb.order_no, first.pay_no, cb.pay_no
+        ),
     )
 }
 
 async fn get_order(State(s): State<Arc<AppState>>, Path(order_no): Path<String>) -> Response {
     if let Err(e) = OrderNo::parse(&order_no) {
-        return Problem::new(StatusCode::BAD_REQUEST, "invalid-order-no", "Invalid order number", e).into_response();
+        return Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-order-no",
+            "Invalid order number",
+            e,
+        )
+        .into_response();
     }
     match s.orders.find_by_order_no(&order_no).await {
         Ok(Some(o)) => Json(OrderView::from(&o)).into_response(),
-        Ok(None) => Problem::new(StatusCode::NOT_FOUND, "unknown-order", "Unknown order", format!("order {order_no} does not exist")).into_response(),
-        Err(e) => Problem::internal(format!("order {order_no} could not be read"), e).into_response(),
+        Ok(None) => Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-order",
+            "Unknown order",
+            format!("order {order_no} does not exist"),
+        )
+        .into_response(),
+        Err(e) => {
+            Problem::internal(format!("order {order_no} could not be read"), e).into_response()
+        }
     }
 }
 
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
-    let db_ok = sqlx::query("SELECT 1").execute(&s.guard.db.pool).await.is_ok();
+    let db_ok = sqlx::query("SELECT 1")
+        .execute(&s.guard.db.pool)
+        .await
+        .is_ok();
     let body = serde_json::json!({ "status": if db_ok { "ok" } else { "degraded" }, "instance": s.guard.tracer.instance_id(), "database": db_ok });
-    (if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body)).into_response()
+    (
+        if db_ok {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        Json(body),
+    )
+        .into_response()
 }
 
 /// A running service: its address and what stops it.
@@ -410,13 +550,16 @@ pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
 pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
     // FAULT INJECTION: a production environment never runs with a crash switch on.
     if faults.any() && config.environment.production {
-        anyhow::bail!("fault injection (crash switches) may not be used when environment.production = true");
+        anyhow::bail!(
+            "fault injection (crash switches) may not be used when environment.production = true"
+        );
     }
     let config = Arc::new(config);
     let instance = Instance::current();
     let tracer = Tracer::from_config(&config, &instance)?;
     let db = Database::connect(&config).await?;
-    let locks = Locks::from_config(&config, &instance, tracer.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let locks = Locks::from_config(&config, &instance, tracer.clone())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let heartbeat = match locks.liveness().start(&instance).await {
         Ok(h) => Some(h),
         Err(e) => {
@@ -440,17 +583,27 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     } else {
         None
     };
-    let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?.with_crash(faults.crash_before_publish, faults.crash_after_publish);
+    let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?
+        .with_crash(faults.crash_before_publish, faults.crash_after_publish);
     let relay_wake = relay.waker();
     let replays = ReplayCounter::default();
     let state = Arc::new(AppState {
         faults,
-        guard: Guard { config: config.clone(), db: db.clone(), fast_path, liveness: HeartbeatLiveness(locks.liveness().clone()), tracer: tracer.clone(), replays: replays.clone() },
+        guard: Guard {
+            config: config.clone(),
+            db: db.clone(),
+            fast_path,
+            liveness: HeartbeatLiveness(locks.liveness().clone()),
+            tracer: tracer.clone(),
+            replays: replays.clone(),
+        },
         orders: Orders::new(db.clone(), tracer.clone()),
         locks,
         relay_wake,
     });
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     // The relay and the replay flusher stop only once the last request in flight has answered:
@@ -459,7 +612,12 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     let drained = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(drained.clone()));
     // Finished records and published outbox rows past their retention (issue 15, item 10).
-    let purge_task = crate::db::retention::spawn(db.clone(), crate::db::retention::Purge::SERVE, config.retention.clone(), shutdown.clone());
+    let purge_task = crate::db::retention::spawn(
+        db.clone(),
+        crate::db::retention::Purge::SERVE,
+        config.retention.clone(),
+        shutdown.clone(),
+    );
     let flusher = {
         let (db, stop) = (db.clone(), drained.clone());
         tokio::spawn(async move {
@@ -487,5 +645,9 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
         Ok(())
     });
     tracing::info!(%addr, instance = %instance.id, "serving");
-    Ok(Server { addr, shutdown, done })
+    Ok(Server {
+        addr,
+        shutdown,
+        done,
+    })
 }

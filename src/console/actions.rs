@@ -81,18 +81,29 @@ impl Action {
 
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Action::ReleaseLock { reason, .. } | Action::Finalize { reason, .. } => reason.as_deref(),
+            Action::ReleaseLock { reason, .. } | Action::Finalize { reason, .. } => {
+                reason.as_deref()
+            }
         }
     }
 
     /// The exact effect, for the confirmation: what is compared and what is written.
     pub fn effect(&self, dialect: Option<Dialect>) -> Vec<String> {
         match self {
-            Action::ReleaseLock { key, expect_values, force, bump_fence, reason } => {
+            Action::ReleaseLock {
+                key,
+                expect_values,
+                force,
+                bump_fence,
+                reason,
+            } => {
                 let mut out = vec![format!("compare-and-delete {key} on every lock node, only where it still holds exactly:")];
                 out.extend(expect_values.iter().map(|v| format!("  {v}")));
                 if *force {
-                    out.push(format!("FORCED although the owner may be alive — reason: {}", reason.as_deref().unwrap_or("(none given)")));
+                    out.push(format!(
+                        "FORCED although the owner may be alive — reason: {}",
+                        reason.as_deref().unwrap_or("(none given)")
+                    ));
                 } else {
                     out.push("refused unless the holder stored there has no heartbeat".to_string());
                 }
@@ -101,8 +112,18 @@ impl Action {
                 }
                 out
             }
-            Action::Finalize { request_id, expect_version, .. } => {
-                let p = |i: usize| if dialect == Some(Dialect::Mysql) { "?".to_string() } else { format!("${i}") };
+            Action::Finalize {
+                request_id,
+                expect_version,
+                ..
+            } => {
+                let p = |i: usize| {
+                    if dialect == Some(Dialect::Mysql) {
+                        "?".to_string()
+                    } else {
+                        format!("${i}")
+                    }
+                };
                 vec![
                     format!("lock the record row of {request_id} (SELECT … FOR UPDATE, waits at most 5 s), reconcile with order_record under that lock, then:"),
                     format!(
@@ -181,8 +202,18 @@ pub struct AuditRow {
 }
 
 /// `ops_audit` rows created in `[since_ms, until_ms)`, newest first.
-pub async fn audit_rows(db: &Database, since_ms: i64, until_ms: i64, limit: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
-    sqlx::query_as::<_, AuditRow>(db.sql("console_audit_list")).bind(since_ms).bind(until_ms).bind(limit).fetch_all(&db.pool).await
+pub async fn audit_rows(
+    db: &Database,
+    since_ms: i64,
+    until_ms: i64,
+    limit: i64,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
+    sqlx::query_as::<_, AuditRow>(db.sql("console_audit_list"))
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(limit)
+        .fetch_all(&db.pool)
+        .await
 }
 
 /// The operator's actions over one database and one lock layer.
@@ -218,8 +249,18 @@ pub fn abandoned_problem(request_id: &str, reason: Option<&str>) -> Problem {
 impl Actions {
     /// `allow_actions` is the command line's `--allow-actions`; `environment.allow_actions`
     /// also enables them.
-    pub async fn new(config: &Config, db: Database, locks: Locks, tracer: Tracer, allow_actions: bool) -> Actions {
-        let fast_path = if config.idempotency.fast_path { fast_path(config).await } else { None };
+    pub async fn new(
+        config: &Config,
+        db: Database,
+        locks: Locks,
+        tracer: Tracer,
+        allow_actions: bool,
+    ) -> Actions {
+        let fast_path = if config.idempotency.fast_path {
+            fast_path(config).await
+        } else {
+            None
+        };
         Actions {
             db,
             locks,
@@ -229,7 +270,10 @@ impl Actions {
             environment: config.environment.name.clone(),
             allowed: allow_actions || config.environment.allow_actions,
             retention: config.idempotency.retention,
-            fast_path_ttl: config.idempotency.fast_path_ttl.min(config.idempotency.retention),
+            fast_path_ttl: config
+                .idempotency
+                .fast_path_ttl
+                .min(config.idempotency.retention),
         }
     }
 
@@ -254,15 +298,41 @@ impl Actions {
     pub async fn run(&self, action: &Action) -> ActionResult {
         let started = Instant::now();
         let result = match action {
-            Action::ReleaseLock { key, expect_values, force, bump_fence, reason } => {
-                self.release_lock(action, key, expect_values, *force, *bump_fence, reason.as_deref()).await
+            Action::ReleaseLock {
+                key,
+                expect_values,
+                force,
+                bump_fence,
+                reason,
+            } => {
+                self.release_lock(
+                    action,
+                    key,
+                    expect_values,
+                    *force,
+                    *bump_fence,
+                    reason.as_deref(),
+                )
+                .await
             }
-            Action::Finalize { request_id, expect_version, reason } => self.finalize(action, request_id, *expect_version, reason.as_deref()).await,
+            Action::Finalize {
+                request_id,
+                expect_version,
+                reason,
+            } => {
+                self.finalize(action, request_id, *expect_version, reason.as_deref())
+                    .await
+            }
         };
         let mut event = TraceEvent::new(Layer::Console, Outcome::OperatorAction)
             .detail(format!(
                 "{} {} by {} in {}: {} — {}",
-                result.action, result.target, self.operator, self.environment, result.outcome, result.detail
+                result.action,
+                result.target,
+                self.operator,
+                self.environment,
+                result.outcome,
+                result.detail
             ))
             .since(started);
         match action {
@@ -281,7 +351,13 @@ impl Actions {
     // audit
     // -----------------------------------------------------------------------------------------
 
-    async fn audit_attempt(&self, action: &Action, before: Option<&str>, outcome: &str, detail: &str) -> Result<i64, sqlx::Error> {
+    async fn audit_attempt(
+        &self,
+        action: &Action,
+        before: Option<&str>,
+        outcome: &str,
+        detail: &str,
+    ) -> Result<i64, sqlx::Error> {
         let q = sqlx::query(self.db.sql("console_audit_attempt"))
             .bind(self.operator.as_str())
             .bind(self.environment.as_str())
@@ -299,12 +375,19 @@ impl Actions {
             }
             Dialect::Mysql => {
                 let r = q.execute(&self.db.pool).await?;
-                r.last_insert_id().ok_or_else(|| sqlx::Error::Protocol("ops_audit insert returned no id".into()))
+                r.last_insert_id()
+                    .ok_or_else(|| sqlx::Error::Protocol("ops_audit insert returned no id".into()))
             }
         }
     }
 
-    async fn audit_outcome(&self, id: i64, after: Option<&str>, outcome: ActionOutcome, detail: &str) -> Result<(), sqlx::Error> {
+    async fn audit_outcome(
+        &self,
+        id: i64,
+        after: Option<&str>,
+        outcome: ActionOutcome,
+        detail: &str,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query(self.db.sql("console_audit_outcome"))
             .bind(after.map(str::to_string))
             .bind(outcome.as_str())
@@ -315,29 +398,96 @@ impl Actions {
         Ok(())
     }
 
-    fn result(action: &Action, outcome: ActionOutcome, before: Option<String>, after: Option<String>, detail: String, audit_id: Option<i64>) -> ActionResult {
-        ActionResult { action: action.name(), target: action.target().to_string(), outcome, before, after, detail, audit_id }
+    fn result(
+        action: &Action,
+        outcome: ActionOutcome,
+        before: Option<String>,
+        after: Option<String>,
+        detail: String,
+        audit_id: Option<i64>,
+    ) -> ActionResult {
+        ActionResult {
+            action: action.name(),
+            target: action.target().to_string(),
+            outcome,
+            before,
+            after,
+            detail,
+            audit_id,
+        }
     }
 
     /// A refusal: audited as one row with its final outcome; nothing else is written.
-    async fn refuse(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
-        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Refused.as_str(), &detail).await {
-            Ok(id) => Self::result(action, ActionOutcome::Refused, before, None, detail, Some(id)),
-            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+    async fn refuse(
+        &self,
+        action: &Action,
+        before: Option<String>,
+        detail: String,
+    ) -> ActionResult {
+        match self
+            .audit_attempt(
+                action,
+                before.as_deref(),
+                ActionOutcome::Refused.as_str(),
+                &detail,
+            )
+            .await
+        {
+            Ok(id) => Self::result(
+                action,
+                ActionOutcome::Refused,
+                before,
+                None,
+                detail,
+                Some(id),
+            ),
+            Err(e) => Self::result(
+                action,
+                ActionOutcome::Error,
+                before,
+                None,
+                format!("{detail}; and the audit row could not be written: {e}"),
+                None,
+            ),
         }
     }
 
     /// An attempt that could not even start (its target cannot be read): audited as one row
     /// with outcome `error`, like a refusal, so every attempt is on the record.
-    async fn fail_unperformed(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
-        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Error.as_str(), &detail).await {
+    async fn fail_unperformed(
+        &self,
+        action: &Action,
+        before: Option<String>,
+        detail: String,
+    ) -> ActionResult {
+        match self
+            .audit_attempt(
+                action,
+                before.as_deref(),
+                ActionOutcome::Error.as_str(),
+                &detail,
+            )
+            .await
+        {
             Ok(id) => Self::result(action, ActionOutcome::Error, before, None, detail, Some(id)),
-            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+            Err(e) => Self::result(
+                action,
+                ActionOutcome::Error,
+                before,
+                None,
+                format!("{detail}; and the audit row could not be written: {e}"),
+                None,
+            ),
         }
     }
 
     /// Write the attempt row; None (with the error result) when it fails: the action must not run.
-    async fn begin(&self, action: &Action, before: &Option<String>, plan: &str) -> Result<i64, ActionResult> {
+    async fn begin(
+        &self,
+        action: &Action,
+        before: &Option<String>,
+        plan: &str,
+    ) -> Result<i64, ActionResult> {
         self.audit_attempt(action, before.as_deref(), "attempt", plan).await.map_err(|e| {
             Self::result(
                 action,
@@ -350,8 +500,19 @@ impl Actions {
         })
     }
 
-    async fn finish(&self, action: &Action, id: i64, outcome: ActionOutcome, before: Option<String>, after: Option<String>, mut detail: String) -> ActionResult {
-        if let Err(e) = self.audit_outcome(id, after.as_deref(), outcome, &detail).await {
+    async fn finish(
+        &self,
+        action: &Action,
+        id: i64,
+        outcome: ActionOutcome,
+        before: Option<String>,
+        after: Option<String>,
+        mut detail: String,
+    ) -> ActionResult {
+        if let Err(e) = self
+            .audit_outcome(id, after.as_deref(), outcome, &detail)
+            .await
+        {
             detail.push_str(&format!("; WARNING: the outcome could not be recorded on ops_audit row {id} ({e}) — it still says \"attempt\""));
         }
         Self::result(action, outcome, before, after, detail, Some(id))
@@ -368,9 +529,23 @@ impl Actions {
     // release a stale lock
     // -----------------------------------------------------------------------------------------
 
-    async fn release_lock(&self, action: &Action, key: &str, expect: &[String], force: bool, bump_fence: bool, reason: Option<&str>) -> ActionResult {
+    async fn release_lock(
+        &self,
+        action: &Action,
+        key: &str,
+        expect: &[String],
+        force: bool,
+        bump_fence: bool,
+        reason: Option<&str>,
+    ) -> ActionResult {
         if !key.starts_with("lock:") {
-            return self.refuse(action, None, format!("{key} is not a lock key (lock:*); the console releases only locks")).await;
+            return self
+                .refuse(
+                    action,
+                    None,
+                    format!("{key} is not a lock key (lock:*); the console releases only locks"),
+                )
+                .await;
         }
         if expect.is_empty() {
             return self.refuse(action, None, "no --expect-value given: a release deletes only the exact value you saw (idemguard locks shows it)".into()).await;
@@ -381,7 +556,13 @@ impl Actions {
             return self.refuse(action, before, self.read_only_hint()).await;
         }
         if force && reason.is_none_or(|r| r.trim().is_empty()) {
-            return self.refuse(action, before, "--force needs --reason: say why a live owner's lock is released".into()).await;
+            return self
+                .refuse(
+                    action,
+                    before,
+                    "--force needs --reason: say why a live owner's lock is released".into(),
+                )
+                .await;
         }
         // Only what is stored counts (issue 15: a value typed with a dead instance and the live
         // holder's nonce got the live holder's lock deleted). The release deletes the stored
@@ -396,7 +577,15 @@ impl Actions {
                 return self.refuse(action, before, why).await;
             }
         }
-        let plan = format!("compare-and-delete of {} value(s){}", values.len(), if bump_fence { ", then a fence bump" } else { "" });
+        let plan = format!(
+            "compare-and-delete of {} value(s){}",
+            values.len(),
+            if bump_fence {
+                ", then a fence bump"
+            } else {
+                ""
+            }
+        );
         let id = match self.begin(action, &before, &plan).await {
             Ok(id) => id,
             Err(r) => return r,
@@ -411,7 +600,9 @@ impl Actions {
                     for (node, r) in &report.nodes {
                         match r {
                             crate::lock::NodeRelease::Deleted => deleted.push(node.clone()),
-                            crate::lock::NodeRelease::Unreachable { error } => errors.push(format!("{node}: {error}")),
+                            crate::lock::NodeRelease::Unreachable { error } => {
+                                errors.push(format!("{node}: {error}"))
+                            }
                             _ => {}
                         }
                     }
@@ -428,41 +619,74 @@ impl Actions {
         let mut fence_failed = false;
         if bump_fence && !deleted.is_empty() {
             match self.locks.bump_fence(key).await {
-                Ok(f) => fence_note = format!("; {} raised to {f}: the old holder's writes are refused", keys::fence(key)),
+                Ok(f) => {
+                    fence_note = format!(
+                        "; {} raised to {f}: the old holder's writes are refused",
+                        keys::fence(key)
+                    )
+                }
                 Err(e) => {
                     fence_failed = true;
-                    errors.push(format!("fence bump failed: {e} — the old holder's writes are NOT refused"));
+                    errors.push(format!(
+                        "fence bump failed: {e} — the old holder's writes are NOT refused"
+                    ));
                 }
             }
         }
         let after_view = self.locks.inspect(key).await;
         let after = Some(json(&after_view));
         let (outcome, mut detail) = if !deleted.is_empty() {
-            (ActionOutcome::Done, format!("deleted on {} node(s): {}{fence_note}", deleted.len(), deleted.join(", ")))
+            (
+                ActionOutcome::Done,
+                format!(
+                    "deleted on {} node(s): {}{fence_note}",
+                    deleted.len(),
+                    deleted.join(", ")
+                ),
+            )
         } else if let Some(cur) = now_held {
-            let who = LockHolder::from_value(&cur).map_or(format!("value {cur:?}"), |h| format!("{} (fence {})", h.instance, h.fence));
+            let who = LockHolder::from_value(&cur).map_or(format!("value {cur:?}"), |h| {
+                format!("{} (fence {})", h.instance, h.fence)
+            });
             (ActionOutcome::Changed, format!("the lock changed hands since it was displayed: now held by {who}; nothing was deleted"))
         } else if !errors.is_empty() {
-            (ActionOutcome::Error, "no node could be asked; nothing was deleted".to_string())
+            (
+                ActionOutcome::Error,
+                "no node could be asked; nothing was deleted".to_string(),
+            )
         } else {
             (ActionOutcome::Changed, "the lock is gone (it expired or was released since it was displayed); nothing was deleted".to_string())
         };
         // A fence asked for and not raised leaves the zombie holder able to write: not success
         // (exit 1), although the lock itself is gone.
-        let outcome = if fence_failed { ActionOutcome::Error } else { outcome };
+        let outcome = if fence_failed {
+            ActionOutcome::Error
+        } else {
+            outcome
+        };
         if !errors.is_empty() {
             if outcome == ActionOutcome::Done || fence_failed {
                 detail.push_str("; PARTIAL");
             }
-            detail.push_str(&format!("; errors: {} (scripts/stack status)", errors.join("; ")));
+            detail.push_str(&format!(
+                "; errors: {} (scripts/stack status)",
+                errors.join("; ")
+            ));
         }
-        self.finish(action, id, outcome, before, after, detail).await
+        self.finish(action, id, outcome, before, after, detail)
+            .await
     }
 
     /// The stored values the release compares: those of `expect` some node holds exactly.
     /// None of them stored: the lock changed since it was seen (or cannot be read, or is not a
     /// string at all) — the result to return, nothing deleted.
-    async fn stored_targets(&self, action: &Action, view: &LockView, expect: &[String], before: &Option<String>) -> Result<Vec<String>, ActionResult> {
+    async fn stored_targets(
+        &self,
+        action: &Action,
+        view: &LockView,
+        expect: &[String],
+        before: &Option<String>,
+    ) -> Result<Vec<String>, ActionResult> {
         let stored = view.values();
         let mut targets: Vec<String> = Vec::new();
         for v in expect.iter().filter(|v| stored.contains(&v.as_str())) {
@@ -479,7 +703,10 @@ impl Actions {
         }
         let unreadable = view.unreachable();
         if stored.is_empty() && !unreadable.is_empty() {
-            let detail = format!("not performed: the lock could not be read ({}); nothing was deleted", unreadable.join("; "));
+            let detail = format!(
+                "not performed: the lock could not be read ({}); nothing was deleted",
+                unreadable.join("; ")
+            );
             return Err(self.fail_unperformed(action, before.clone(), detail).await);
         }
         let detail = match view.holder() {
@@ -487,13 +714,18 @@ impl Actions {
             Some(h) => format!("the lock changed hands since it was displayed, or the value given was never its: it is held by {} (fence {}); nothing was deleted", h.instance, h.fence),
             None => format!("the lock changed hands since it was displayed, or the value given was never its: it holds {:?}; nothing was deleted", stored[0]),
         };
-        Err(self.changed_without_write(action, before.clone(), detail).await)
+        Err(self
+            .changed_without_write(action, before.clone(), detail)
+            .await)
     }
 
     /// Why the owners of these stored values may still be working (a release needs --force
     /// then), or None when every one is proven dead: an idemguard holder without a heartbeat.
     async fn owner_not_proven_dead(&self, stored: &[String]) -> Option<String> {
-        let holders: Vec<LockHolder> = stored.iter().filter_map(|v| LockHolder::from_value(v)).collect();
+        let holders: Vec<LockHolder> = stored
+            .iter()
+            .filter_map(|v| LockHolder::from_value(v))
+            .collect();
         if holders.len() < stored.len() {
             return Some("the value names no idemguard holder, so its owner cannot be proven dead; use --force --reason R".into());
         }
@@ -512,12 +744,33 @@ impl Actions {
     // finalize a stuck record
     // -----------------------------------------------------------------------------------------
 
-    async fn finalize(&self, action: &Action, request_id: &str, expect_version: Option<i64>, reason: Option<&str>) -> ActionResult {
+    async fn finalize(
+        &self,
+        action: &Action,
+        request_id: &str,
+        expect_version: Option<i64>,
+        reason: Option<&str>,
+    ) -> ActionResult {
         let rec = match idempotency::get(&self.db, request_id).await {
             Ok(Some(r)) => r,
-            Ok(None) => return self.refuse(action, None, format!("no idempotency record for {request_id}")).await,
+            Ok(None) => {
+                return self
+                    .refuse(
+                        action,
+                        None,
+                        format!("no idempotency record for {request_id}"),
+                    )
+                    .await
+            }
             Err(e) => {
-                return Self::result(action, ActionOutcome::Error, None, None, format!("not performed: reading the record failed ({e})"), None);
+                return Self::result(
+                    action,
+                    ActionOutcome::Error,
+                    None,
+                    None,
+                    format!("not performed: reading the record failed ({e})"),
+                    None,
+                );
             }
         };
         let before = Some(json(&rec));
@@ -536,21 +789,41 @@ impl Actions {
         let may_fail = self.may_fail(&rec).await;
         let seen = match find_order(&self.db, OrderKey::RequestId(&rec.request_id)).await {
             Ok(o) => o,
-            Err(e) => return Self::result(action, ActionOutcome::Error, before, None, format!("not performed: reconciling failed ({e})"), None),
+            Err(e) => {
+                return Self::result(
+                    action,
+                    ActionOutcome::Error,
+                    before,
+                    None,
+                    format!("not performed: reconciling failed ({e})"),
+                    None,
+                )
+            }
         };
         if let (None, Err(why)) = (&seen, &may_fail) {
             return self.refuse(action, before, why.clone()).await;
         }
-        let plan = format!("lock the record row, reconcile with order_record under that lock, write (version {})", rec.version);
+        let plan = format!(
+            "lock the record row, reconcile with order_record under that lock, write (version {})",
+            rec.version
+        );
         let id = match self.begin(action, &before, &plan).await {
             Ok(id) => id,
             Err(r) => return r,
         };
         let written = self.write_under_lock(&rec, may_fail.is_ok(), reason).await;
-        let after = idempotency::get(&self.db, request_id).await.ok().flatten().map(|r| json(&r));
+        let after = idempotency::get(&self.db, request_id)
+            .await
+            .ok()
+            .flatten()
+            .map(|r| json(&r));
         let plan = match written {
             Ok(plan) => plan,
-            Err(stop) => return self.finish(action, id, stop.outcome, before, after, stop.detail).await,
+            Err(stop) => {
+                return self
+                    .finish(action, id, stop.outcome, before, after, stop.detail)
+                    .await
+            }
         };
         let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
         // The fast path must not keep answering "in progress" (or a stale answer): it gets the
@@ -559,25 +832,64 @@ impl Actions {
             None => None,
             Some(Err(e)) => Some(Err(e.clone())),
             Some(Ok(fp)) => {
-                let value = FastPathValue::Finished { hash: rec.request_hash.clone(), code: plan.code, body: plan.body.clone() };
-                Some(fp.store(request_id, &value, self.fast_path_ttl).await.map_err(|e| e.to_string()))
+                let value = FastPathValue::Finished {
+                    hash: rec.request_hash.clone(),
+                    code: plan.code,
+                    body: plan.body.clone(),
+                };
+                Some(
+                    fp.store(request_id, &value, self.fast_path_ttl)
+                        .await
+                        .map_err(|e| e.to_string()),
+                )
             }
         };
         match stored {
             None => {}
-            Some(Ok(())) => detail.push_str(&format!("; {} holds the final response", keys::idempotency_fast_path(request_id))),
+            Some(Ok(())) => detail.push_str(&format!(
+                "; {} holds the final response",
+                keys::idempotency_fast_path(request_id)
+            )),
             Some(Err(e)) => detail.push_str(&format!(
                 "; {} not updated ({e}): a stale placeholder there falls through to the record",
                 keys::idempotency_fast_path(request_id)
             )),
         }
-        self.finish(action, id, ActionOutcome::Done, before, after, detail).await
+        self.finish(action, id, ActionOutcome::Done, before, after, detail)
+            .await
     }
 
-    async fn changed_without_write(&self, action: &Action, before: Option<String>, detail: String) -> ActionResult {
-        match self.audit_attempt(action, before.as_deref(), ActionOutcome::Changed.as_str(), &detail).await {
-            Ok(id) => Self::result(action, ActionOutcome::Changed, before, None, detail, Some(id)),
-            Err(e) => Self::result(action, ActionOutcome::Error, before, None, format!("{detail}; and the audit row could not be written: {e}"), None),
+    async fn changed_without_write(
+        &self,
+        action: &Action,
+        before: Option<String>,
+        detail: String,
+    ) -> ActionResult {
+        match self
+            .audit_attempt(
+                action,
+                before.as_deref(),
+                ActionOutcome::Changed.as_str(),
+                &detail,
+            )
+            .await
+        {
+            Ok(id) => Self::result(
+                action,
+                ActionOutcome::Changed,
+                before,
+                None,
+                detail,
+                Some(id),
+            ),
+            Err(e) => Self::result(
+                action,
+                ActionOutcome::Error,
+                before,
+                None,
+                format!("{detail}; and the audit row could not be written: {e}"),
+                None,
+            ),
         }
     }
 
@@ -596,7 +908,12 @@ impl Actions {
         }
         let alive = match self.locks.liveness().is_alive(&rec.owner).await {
             Ok(alive) => alive,
-            Err(e) => return Err(format!("cannot tell whether owner {} is alive ({e}); nothing was written", rec.owner)),
+            Err(e) => {
+                return Err(format!(
+                    "cannot tell whether owner {} is alive ({e}); nothing was written",
+                    rec.owner
+                ))
+            }
         };
         if idempotency::may_reclaim(rec, now, alive) {
             Ok(())
@@ -607,13 +924,24 @@ impl Actions {
 
     /// Lock the record row, reconcile with `order_record` under that lock, write — one
     /// transaction, on a connection of its own (its lock wait setting must not reach the pool).
-    async fn write_under_lock(&self, rec: &IdempotencyRecord, may_fail: bool, reason: Option<&str>) -> Result<Finalization, Stop> {
+    async fn write_under_lock(
+        &self,
+        rec: &IdempotencyRecord,
+        may_fail: bool,
+        reason: Option<&str>,
+    ) -> Result<Finalization, Stop> {
         use sqlx::Connection;
         let mut conn = match self.db.pool.acquire().await {
             Ok(c) => c.detach(),
-            Err(e) => return Err(Stop::error(format!("no database connection ({e}); nothing was written"))),
+            Err(e) => {
+                return Err(Stop::error(format!(
+                    "no database connection ({e}); nothing was written"
+                )))
+            }
         };
-        let written = self.decide_and_write(&mut conn, rec, may_fail, reason).await;
+        let written = self
+            .decide_and_write(&mut conn, rec, may_fail, reason)
+            .await;
         let _ = conn.close().await;
         written
     }
@@ -622,12 +950,25 @@ impl Actions {
     /// order_create_routine.sql, step 0), so the database serializes the two: a create in flight
     /// makes this wait (at most 5 s, then refuse) and its order is then seen; a create that comes
     /// after a FAILED answer finds it and writes nothing.
-    async fn decide_and_write(&self, conn: &mut AnyConnection, rec: &IdempotencyRecord, may_fail: bool, reason: Option<&str>) -> Result<Finalization, Stop> {
+    async fn decide_and_write(
+        &self,
+        conn: &mut AnyConnection,
+        rec: &IdempotencyRecord,
+        may_fail: bool,
+        reason: Option<&str>,
+    ) -> Result<Finalization, Stop> {
         use sqlx::{Connection, Row};
         let db = &self.db;
-        let failed = |what: &str, e: &dyn fmt::Display| Stop::error(format!("{what} failed ({e}); nothing was written"));
-        let mut tx = conn.begin().await.map_err(|e| failed("beginning the transaction", &e))?;
-        sqlx::Executor::execute(&mut *tx, db.sql("console_finalize_lock_wait")).await.map_err(|e| failed("setting the lock wait", &e))?;
+        let failed = |what: &str, e: &dyn fmt::Display| {
+            Stop::error(format!("{what} failed ({e}); nothing was written"))
+        };
+        let mut tx = conn
+            .begin()
+            .await
+            .map_err(|e| failed("beginning the transaction", &e))?;
+        sqlx::Executor::execute(&mut *tx, db.sql("console_finalize_lock_wait"))
+            .await
+            .map_err(|e| failed("setting the lock wait", &e))?;
         let locked = match sqlx::query(db.sql("console_finalize_lock_record")).bind(rec.request_id.as_str()).fetch_optional(&mut *tx).await {
             Ok(row) => row,
             Err(e) if is_lock_timeout(&e) => {
@@ -639,16 +980,34 @@ impl Actions {
             Err(e) => return Err(failed("locking the record row", &e)),
         };
         let (status, version): (String, i64) = match locked {
-            Some(row) => (row.try_get(0).map_err(|e| failed("reading the record", &e))?, row.try_get(1).map_err(|e| failed("reading the record", &e))?),
-            None => return Err(Stop::changed("the record is gone (purged since it was read); nothing was written")),
+            Some(row) => (
+                row.try_get(0)
+                    .map_err(|e| failed("reading the record", &e))?,
+                row.try_get(1)
+                    .map_err(|e| failed("reading the record", &e))?,
+            ),
+            None => {
+                return Err(Stop::changed(
+                    "the record is gone (purged since it was read); nothing was written",
+                ))
+            }
         };
         if status != PROCESSING || version != rec.version {
             return Err(Stop::changed(format!("the record changed since it was read (now {status}, version {version}); nothing was written")));
         }
-        let plan = match find_order_locked(db, &mut tx, &rec.request_id).await.map_err(|e| failed("reading the order", &e))? {
-            Some(order) => Finalization::succeeded(&order).map_err(|e| failed("serializing the order", &e))?,
+        let plan = match find_order_locked(db, &mut tx, &rec.request_id)
+            .await
+            .map_err(|e| failed("reading the order", &e))?
+        {
+            Some(order) => {
+                Finalization::succeeded(&order).map_err(|e| failed("serializing the order", &e))?
+            }
             None if may_fail => Finalization::failed(rec, reason),
-            None => return Err(Stop::refused("the order seen a moment ago is not there any more; nothing was written")),
+            None => {
+                return Err(Stop::refused(
+                    "the order seen a moment ago is not there any more; nothing was written",
+                ))
+            }
         };
         let now = now_ms();
         let written = sqlx::query(db.sql("console_finalize"))
@@ -679,13 +1038,22 @@ struct Stop {
 
 impl Stop {
     fn refused(detail: impl Into<String>) -> Stop {
-        Stop { outcome: ActionOutcome::Refused, detail: detail.into() }
+        Stop {
+            outcome: ActionOutcome::Refused,
+            detail: detail.into(),
+        }
     }
     fn changed(detail: impl Into<String>) -> Stop {
-        Stop { outcome: ActionOutcome::Changed, detail: detail.into() }
+        Stop {
+            outcome: ActionOutcome::Changed,
+            detail: detail.into(),
+        }
     }
     fn error(detail: impl Into<String>) -> Stop {
-        Stop { outcome: ActionOutcome::Error, detail: detail.into() }
+        Stop {
+            outcome: ActionOutcome::Error,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -725,7 +1093,8 @@ impl Finalization {
 }
 
 fn json<T: Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
+    serde_json::to_string(v)
+        .unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
 }
 
 async fn fast_path(config: &Config) -> Option<Result<FastPath, String>> {
@@ -742,14 +1111,27 @@ async fn fast_path(config: &Config) -> Option<Result<FastPath, String>> {
         Err(e) => {
             tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
             // Kept, so every finalize says its key was not updated (issue 20).
-            Some(Err(format!("the main Redis was unreachable when the console started: {e}")))
+            Some(Err(format!(
+                "the main Redis was unreachable when the console started: {e}"
+            )))
         }
     }
 }
 
 /// The lock view's values, for an [`Action::ReleaseLock`] built from what is on screen.
-pub fn release_of(view: &LockView, force: bool, bump_fence: bool, reason: Option<String>) -> Action {
-    Action::ReleaseLock { key: view.key.clone(), expect_values: view.values().into_iter().map(str::to_string).collect(), force, bump_fence, reason }
+pub fn release_of(
+    view: &LockView,
+    force: bool,
+    bump_fence: bool,
+    reason: Option<String>,
+) -> Action {
+    Action::ReleaseLock {
+        key: view.key.clone(),
+        expect_values: view.values().into_iter().map(str::to_string).collect(),
+        force,
+        bump_fence,
+        reason,
+    }
 }
 
 /// Exit status of the headless twins: 0 done, 4 refused, 5 changed (nothing written), 1 error.

@@ -13,12 +13,12 @@ use crate::contracts::{keys, now_ms, TraceTarget};
 
 use super::actions::{ActionResult, AuditRow};
 use super::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
-use super::confirm::{self, Confirm, RowResult};
 use super::columns;
+use super::confirm::{self, Confirm, RowResult};
 use super::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
 use super::locks::LockScan;
-use super::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use super::locks::TraceKeys;
+use super::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use super::store::{PaymentIndex, TraceLog};
 use super::timeline::{self, Timeline, TimelineInputs};
 use super::topics::PartitionLag;
@@ -37,8 +37,14 @@ impl Filter {
     /// `foo` or `!foo` as typed after `/`.
     pub fn parse(typed: &str) -> Filter {
         match typed.strip_prefix('!') {
-            Some(rest) => Filter { text: rest.to_string(), invert: true },
-            None => Filter { text: typed.to_string(), invert: false },
+            Some(rest) => Filter {
+                text: rest.to_string(),
+                invert: true,
+            },
+            None => Filter {
+                text: typed.to_string(),
+                invert: false,
+            },
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -150,8 +156,22 @@ pub struct App {
 impl App {
     /// `focus`: the collectors' watch channel (`None` in tests that feed updates by hand).
     pub fn new(config: &Config, focus: Option<watch::Sender<Focus>>) -> App {
-        let backends = BackendId::ALL.iter().map(|b| (*b, BackendState { health: Health::Connecting, last_ok_ms: None })).collect();
-        let backend_targets = BackendId::ALL.iter().map(|b| (*b, b.target(config))).collect();
+        let backends = BackendId::ALL
+            .iter()
+            .map(|b| {
+                (
+                    *b,
+                    BackendState {
+                        health: Health::Connecting,
+                        last_ok_ms: None,
+                    },
+                )
+            })
+            .collect();
+        let backend_targets = BackendId::ALL
+            .iter()
+            .map(|b| (*b, b.target(config)))
+            .collect();
         App {
             env: config.environment.clone(),
             view: View::Trace,
@@ -227,7 +247,10 @@ impl App {
                 ExecRequest::LoadAudit => "the audit reload",
                 ExecRequest::Report(_) => "the report",
             };
-            self.say(format!("the executor is busy; {what} was not sent — try again"), Level::Error);
+            self.say(
+                format!("the executor is busy; {what} was not sent — try again"),
+                Level::Error,
+            );
         }
     }
 
@@ -286,8 +309,12 @@ impl App {
                 KeyCode::Backspace => {
                     c.typed.pop();
                 }
-                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.confirm = None,
-                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => c.typed.clear(),
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    self.confirm = None
+                }
+                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    c.typed.clear()
+                }
                 KeyCode::Char(ch) => c.typed.push(ch),
                 _ => {}
             }
@@ -308,7 +335,9 @@ impl App {
                 // Backspace on an empty line leaves it, as in k9s.
                 KeyCode::Backspace if line.pop().is_none() => self.input = Input::Normal,
                 KeyCode::Backspace => {}
-                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    self.quit = true
+                }
                 KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => line.clear(),
                 KeyCode::Tab => {
                     if let Input::Command(l) = &mut self.input {
@@ -328,7 +357,9 @@ impl App {
             }
             return;
         }
-        let Some(action) = keymap::action_for(&key) else { return };
+        let Some(action) = keymap::action_for(&key) else {
+            return;
+        };
         self.act(action);
     }
 
@@ -339,18 +370,34 @@ impl App {
             UiAction::Help => self.show_help = true,
             UiAction::CommandLine => self.input = Input::Command(String::new()),
             UiAction::Filter => self.input = Input::Filter(String::new()),
-            UiAction::TagOrPause if matches!(self.view, View::Locks | View::Stuck) => self.toggle_tag(),
+            UiAction::TagOrPause if matches!(self.view, View::Locks | View::Stuck) => {
+                self.toggle_tag()
+            }
             UiAction::Release => self.propose_release(),
             UiAction::Finalize => self.propose_finalize(),
             UiAction::Pause | UiAction::TagOrPause => {
                 self.paused = !self.paused;
                 self.paused_at_ms = self.paused.then(now_ms);
-                self.say(if self.paused { "paused: the collectors stop polling (p resumes)" } else { "resumed" }, Level::Info);
+                self.say(
+                    if self.paused {
+                        "paused: the collectors stop polling (p resumes)"
+                    } else {
+                        "resumed"
+                    },
+                    Level::Info,
+                );
                 self.publish_focus();
             }
             UiAction::Faster | UiAction::Slower => {
-                let i = REFRESH_STEPS.iter().position(|d| *d >= self.refresh).unwrap_or(REFRESH_STEPS.len() - 1);
-                let i = if action == UiAction::Faster { i.saturating_sub(1) } else { (i + 1).min(REFRESH_STEPS.len() - 1) };
+                let i = REFRESH_STEPS
+                    .iter()
+                    .position(|d| *d >= self.refresh)
+                    .unwrap_or(REFRESH_STEPS.len() - 1);
+                let i = if action == UiAction::Faster {
+                    i.saturating_sub(1)
+                } else {
+                    (i + 1).min(REFRESH_STEPS.len() - 1)
+                };
                 self.set_refresh(REFRESH_STEPS[i]);
             }
             UiAction::Copy => self.copy_selected(),
@@ -361,7 +408,9 @@ impl App {
             UiAction::Top => self.move_selection(i64::MIN / 2),
             UiAction::Bottom => self.move_selection(i64::MAX / 2),
             UiAction::NextView => self.show((self.view.index() + 1) % View::ALL.len()),
-            UiAction::PrevView => self.show((self.view.index() + View::ALL.len() - 1) % View::ALL.len()),
+            UiAction::PrevView => {
+                self.show((self.view.index() + View::ALL.len() - 1) % View::ALL.len())
+            }
             UiAction::Show(v) => self.show_view(v),
             UiAction::Drill => self.drill(),
             UiAction::Back => {
@@ -396,13 +445,23 @@ impl App {
             Ok(Command::Refresh(d)) => self.set_refresh(d),
             Ok(Command::Report(id)) => {
                 let ids = self.resolved_ids();
-                match id.or(ids.order_no).or(ids.request_id).or_else(|| self.trace_query.clone()) {
+                match id
+                    .or(ids.order_no)
+                    .or(ids.request_id)
+                    .or_else(|| self.trace_query.clone())
+                {
                     Some(id) if self.executor.is_some() => {
                         self.request(ExecRequest::Report(id.clone()));
                         self.say(format!("writing the report of {id}…"), Level::Info);
                     }
-                    Some(_) => self.say("no executor: reports are written by `idemguard report --id ID`", Level::Error),
-                    None => self.say(":report needs an ID (or trace an order first)", Level::Error),
+                    Some(_) => self.say(
+                        "no executor: reports are written by `idemguard report --id ID`",
+                        Level::Error,
+                    ),
+                    None => self.say(
+                        ":report needs an ID (or trace an order first)",
+                        Level::Error,
+                    ),
                 }
             }
             Ok(Command::Help) => self.show_help = true,
@@ -430,7 +489,10 @@ impl App {
 
     fn set_refresh(&mut self, d: Duration) {
         self.refresh = d;
-        self.say(format!("refresh every {}", humantime::format_duration(d)), Level::Info);
+        self.say(
+            format!("refresh every {}", humantime::format_duration(d)),
+            Level::Info,
+        );
         self.publish_focus();
     }
 
@@ -447,7 +509,11 @@ impl App {
     fn move_selection(&mut self, delta: i64) {
         let n = self.row_count(self.view) as i64;
         let cur = self.selected(self.view) as i64;
-        let next = if n == 0 { 0 } else { (cur.saturating_add(delta)).clamp(0, n - 1) };
+        let next = if n == 0 {
+            0
+        } else {
+            (cur.saturating_add(delta)).clamp(0, n - 1)
+        };
         self.selected.insert(self.view, next as usize);
     }
 
@@ -465,11 +531,16 @@ impl App {
     fn drill(&mut self) {
         match self.view {
             View::Locks => {
-                let Some(row) = self.selected_lock() else { return };
+                let Some(row) = self.selected_lock() else {
+                    return;
+                };
                 match keys::ids_of_lock(&row.key) {
                     (Some(o), _) => self.trace(&o),
                     (_, Some(r)) => self.trace(&r),
-                    _ => self.say(format!("{} names no order or request to trace", row.key), Level::Error),
+                    _ => self.say(
+                        format!("{} names no order or request to trace", row.key),
+                        Level::Error,
+                    ),
                 }
             }
             View::Stuck => {
@@ -478,7 +549,9 @@ impl App {
                     self.trace(&id);
                 }
             }
-            View::Trace if self.trace_query.is_none() => self.input = Input::Command("trace ".into()),
+            View::Trace if self.trace_query.is_none() => {
+                self.input = Input::Command("trace ".into())
+            }
             _ => {}
         }
     }
@@ -487,11 +560,17 @@ impl App {
         let text = match self.view {
             View::Trace => {
                 let ids = self.resolved_ids();
-                ids.order_no.or(ids.request_id).or(ids.event_id).or_else(|| self.trace_query.clone())
+                ids.order_no
+                    .or(ids.request_id)
+                    .or(ids.event_id)
+                    .or_else(|| self.trace_query.clone())
             }
             View::Locks => self.selected_lock().map(|l| l.key.clone()),
             View::Stuck => self.selected_stuck().map(|s| s.request_id.clone()),
-            View::Audit => self.audit_rows().get(self.selected(View::Audit)).map(|r| r.target.clone()),
+            View::Audit => self
+                .audit_rows()
+                .get(self.selected(View::Audit))
+                .map(|r| r.target.clone()),
             View::Rates => None,
         };
         match text {
@@ -510,16 +589,33 @@ impl App {
     }
 
     pub fn selected_lock(&self) -> Option<&super::locks::LockRow> {
-        let i = *self.filtered.get(&View::Locks)?.get(self.selected(View::Locks))?;
+        let i = *self
+            .filtered
+            .get(&View::Locks)?
+            .get(self.selected(View::Locks))?;
         self.locks.as_ref()?.locks.get(i)
     }
 
     /// The rows an action applies to: the tagged rows of the view, else the selected one.
-    fn action_rows<T>(&self, view: View, all: &[T], id: impl Fn(&T) -> &str, selected: Option<&T>) -> Vec<usize> {
+    fn action_rows<T>(
+        &self,
+        view: View,
+        all: &[T],
+        id: impl Fn(&T) -> &str,
+        selected: Option<&T>,
+    ) -> Vec<usize> {
         let tagged = self.tagged.get(&view).filter(|t| !t.is_empty());
         match tagged {
-            Some(t) => all.iter().enumerate().filter(|(_, r)| t.contains(id(r))).map(|(i, _)| i).collect(),
-            None => selected.and_then(|s| all.iter().position(|r| std::ptr::eq(r, s))).into_iter().collect(),
+            Some(t) => all
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| t.contains(id(r)))
+                .map(|(i, _)| i)
+                .collect(),
+            None => selected
+                .and_then(|s| all.iter().position(|r| std::ptr::eq(r, s)))
+                .into_iter()
+                .collect(),
         }
     }
 
@@ -563,7 +659,12 @@ impl App {
             return self.say("x releases locks: open the Locks view (2)", Level::Error);
         }
         let Some(scan) = &self.locks else { return };
-        let idx = self.action_rows(View::Locks, &scan.locks, |l| l.key.as_str(), self.selected_lock());
+        let idx = self.action_rows(
+            View::Locks,
+            &scan.locks,
+            |l| l.key.as_str(),
+            self.selected_lock(),
+        );
         if idx.is_empty() {
             return self.say("no lock selected", Level::Error);
         }
@@ -574,10 +675,18 @@ impl App {
 
     fn propose_finalize(&mut self) {
         if self.view != View::Stuck {
-            return self.say("f finalizes stuck records: open the Stuck view (4)", Level::Error);
+            return self.say(
+                "f finalizes stuck records: open the Stuck view (4)",
+                Level::Error,
+            );
         }
         let Some(stuck) = &self.stuck else { return };
-        let idx = self.action_rows(View::Stuck, stuck, |s| s.request_id.as_str(), self.selected_stuck());
+        let idx = self.action_rows(
+            View::Stuck,
+            stuck,
+            |s| s.request_id.as_str(),
+            self.selected_stuck(),
+        );
         if idx.is_empty() {
             return self.say("no record selected", Level::Error);
         }
@@ -591,7 +700,10 @@ impl App {
         let f = self.filter(View::Audit);
         let needle = f.text.to_lowercase();
         match &self.audit {
-            Some(Ok(rows)) => rows.iter().filter(|r| columns::passes(&columns::audit_cells(r), &needle, f.invert)).collect(),
+            Some(Ok(rows)) => rows
+                .iter()
+                .filter(|r| columns::passes(&columns::audit_cells(r), &needle, f.invert))
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -601,13 +713,20 @@ impl App {
     }
 
     pub fn selected_stuck(&self) -> Option<&StuckRecord> {
-        let i = *self.filtered.get(&View::Stuck)?.get(self.selected(View::Stuck))?;
+        let i = *self
+            .filtered
+            .get(&View::Stuck)?
+            .get(self.selected(View::Stuck))?;
         self.stuck.as_ref()?.get(i)
     }
 
     /// Periodic: expire the status message; relative times move on, so draw again.
     pub fn on_tick(&mut self) {
-        if self.message.as_ref().is_some_and(|(_, _, at)| at.elapsed() > Duration::from_secs(5)) {
+        if self
+            .message
+            .as_ref()
+            .is_some_and(|(_, _, at)| at.elapsed() > Duration::from_secs(5))
+        {
             self.message = None;
         }
         if !self.paused {
@@ -631,21 +750,42 @@ impl App {
             }
             Update::Stuck(Err(e)) => self.down(backend, e),
             Update::ActionResults(results) => {
-                let done = results.iter().filter(|r| r.outcome == super::actions::ActionOutcome::Done).count();
-                let level = if done == results.len() { Level::Info } else { Level::Error };
+                let done = results
+                    .iter()
+                    .filter(|r| r.outcome == super::actions::ActionOutcome::Done)
+                    .count();
+                let level = if done == results.len() {
+                    Level::Info
+                } else {
+                    Level::Error
+                };
                 let summary = match results.as_slice() {
-                    [one] => format!("{} {}: {} — {}", one.action, one.target, one.outcome, one.detail),
-                    many => format!("{done} of {} action(s) done; per-row results below the table", many.len()),
+                    [one] => format!(
+                        "{} {}: {} — {}",
+                        one.action, one.target, one.outcome, one.detail
+                    ),
+                    many => format!(
+                        "{done} of {} action(s) done; per-row results below the table",
+                        many.len()
+                    ),
                 };
                 for r in &results {
-                    self.results.insert(r.target.clone(), RowResult { outcome: r.outcome, detail: r.detail.clone() });
+                    self.results.insert(
+                        r.target.clone(),
+                        RowResult {
+                            outcome: r.outcome,
+                            detail: r.detail.clone(),
+                        },
+                    );
                 }
                 self.last_batch = results;
                 self.say(summary, level);
             }
             Update::Audit(rows) => self.audit = Some(rows),
             Update::ReportWritten(Ok(m)) => self.say(m, Level::Info),
-            Update::ReportWritten(Err(e)) => self.say(format!("report not written: {e}"), Level::Error),
+            Update::ReportWritten(Err(e)) => {
+                self.say(format!("report not written: {e}"), Level::Error)
+            }
             Update::TraceRows { query, result } => match result {
                 Ok(rows) => {
                     self.ok(backend);
@@ -740,25 +880,38 @@ impl App {
     }
 
     fn ok(&mut self, b: BackendId) {
-        let s = self.backends.get_mut(&b).expect("every backend has a state");
+        let s = self
+            .backends
+            .get_mut(&b)
+            .expect("every backend has a state");
         s.health = Health::Up;
         s.last_ok_ms = Some(now_ms());
     }
 
     fn degraded(&mut self, b: BackendId, e: String) {
-        let s = self.backends.get_mut(&b).expect("every backend has a state");
+        let s = self
+            .backends
+            .get_mut(&b)
+            .expect("every backend has a state");
         s.health = Health::Degraded(e);
         s.last_ok_ms = Some(now_ms());
     }
 
     fn down(&mut self, b: BackendId, e: String) {
-        self.backends.get_mut(&b).expect("every backend has a state").health = Health::Down(e);
+        self.backends
+            .get_mut(&b)
+            .expect("every backend has a state")
+            .health = Health::Down(e);
     }
 
     fn annotate_stuck(&mut self) {
         // Liveness is only known while Redis answers; otherwise it is shown as unknown.
         let redis_up = !matches!(self.backends[&BackendId::Redis].health, Health::Down(_));
-        let live = if redis_up { self.live_instances.as_ref() } else { None };
+        let live = if redis_up {
+            self.live_instances.as_ref()
+        } else {
+            None
+        };
         if let Some(rows) = &mut self.stuck {
             annotate_stuck(rows, live);
         }
@@ -774,12 +927,29 @@ impl App {
             View::Locks => self
                 .locks
                 .as_ref()
-                .map(|s| s.locks.iter().enumerate().filter(|(_, l)| columns::passes(&columns::lock_cells(l, now), &needle, f.invert)).map(|(i, _)| i).collect())
+                .map(|s| {
+                    s.locks
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, l)| {
+                            columns::passes(&columns::lock_cells(l, now), &needle, f.invert)
+                        })
+                        .map(|(i, _)| i)
+                        .collect()
+                })
                 .unwrap_or_default(),
             View::Stuck => self
                 .stuck
                 .as_ref()
-                .map(|s| s.iter().enumerate().filter(|(_, r)| columns::passes(&columns::stuck_cells(r, now), &needle, f.invert)).map(|(i, _)| i).collect())
+                .map(|s| {
+                    s.iter()
+                        .enumerate()
+                        .filter(|(_, r)| {
+                            columns::passes(&columns::stuck_cells(r, now), &needle, f.invert)
+                        })
+                        .map(|(i, _)| i)
+                        .collect()
+                })
                 .unwrap_or_default(),
             _ => return,
         };
@@ -797,7 +967,9 @@ impl App {
     /// The IDs the trace target resolved to, from every source that answered.
     pub fn resolved_ids(&self) -> TraceIds {
         match &self.trace_query {
-            Some(q) => timeline::resolve_ids(q, self.trace_rows.as_ref(), &self.payments, &self.trace_log),
+            Some(q) => {
+                timeline::resolve_ids(q, self.trace_rows.as_ref(), &self.payments, &self.trace_log)
+            }
             None => TraceIds::default(),
         }
     }
@@ -827,12 +999,22 @@ impl App {
         let query = self.trace_query.as_ref()?;
         let target = TraceTarget::classify(query);
         let ids = self.resolved_ids();
-        let messages = self.payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
+        let messages = self
+            .payments
+            .messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
         let event_ids = timeline::event_ids_of(&target, self.trace_rows.as_ref(), &messages);
-        let mut events = self.trace_log.matching(ids.order_no.as_deref(), ids.request_id.as_deref(), &event_ids);
+        let mut events = self.trace_log.matching(
+            ids.order_no.as_deref(),
+            ids.request_id.as_deref(),
+            &event_ids,
+        );
         // Older events of the target that the trace log no longer keeps (read once per target).
         if let Some(history) = &self.trace_history {
-            let missing: Vec<crate::contracts::TraceEvent> = history.iter().filter(|e| !events.contains(e)).cloned().collect();
+            let missing: Vec<crate::contracts::TraceEvent> = history
+                .iter()
+                .filter(|e| !events.contains(e))
+                .cloned()
+                .collect();
             if !missing.is_empty() {
                 events.extend(missing);
                 events.sort_by_key(|e| super::store::event_ms(e).unwrap_or(0));
@@ -856,7 +1038,10 @@ impl App {
             self.trace_view = None;
             return;
         }
-        let aged = !self.paused && self.trace_built_at.is_none_or(|t| t.elapsed() >= TIMELINE_AGES);
+        let aged = !self.paused
+            && self
+                .trace_built_at
+                .is_none_or(|t| t.elapsed() >= TIMELINE_AGES);
         if self.trace_stale || aged || self.trace_view.is_none() {
             self.trace_view = self.timeline();
             self.trace_stale = false;
@@ -866,17 +1051,30 @@ impl App {
 
     /// The trace view's rows after its filter: (entry index, cells).
     pub fn timeline_rows(&self) -> Vec<(usize, Vec<String>)> {
-        let Some(t) = &self.trace_view else { return Vec::new() };
+        let Some(t) = &self.trace_view else {
+            return Vec::new();
+        };
         let f = self.filter(View::Trace);
         let needle = f.text.to_lowercase();
-        t.entries.iter().enumerate().map(|(i, e)| (i, columns::timeline_cells(e))).filter(|(_, c)| columns::passes(c, &needle, f.invert)).collect()
+        t.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, columns::timeline_cells(e)))
+            .filter(|(_, c)| columns::passes(c, &needle, f.invert))
+            .collect()
     }
 
     /// The rates view's rows after its filter.
     pub fn rate_rows(&self) -> Vec<Vec<String>> {
         let f = self.filter(View::Rates);
         let needle = f.text.to_lowercase();
-        self.trace_log.rates(self.now_ms()).series.iter().map(columns::rate_cells).filter(|c| columns::passes(c, &needle, f.invert)).collect()
+        self.trace_log
+            .rates(self.now_ms())
+            .series
+            .iter()
+            .map(columns::rate_cells)
+            .filter(|c| columns::passes(c, &needle, f.invert))
+            .collect()
     }
 }
 
@@ -885,7 +1083,11 @@ fn complete_command(line: &mut String) {
     if line.contains(' ') {
         return;
     }
-    let matches: Vec<&str> = keymap::COMMANDS.iter().map(|c| c.name).filter(|n| n.starts_with(line.as_str())).collect();
+    let matches: Vec<&str> = keymap::COMMANDS
+        .iter()
+        .map(|c| c.name)
+        .filter(|n| n.starts_with(line.as_str()))
+        .collect();
     if let [one] = matches.as_slice() {
         *line = format!("{one} ");
     }

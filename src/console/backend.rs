@@ -48,7 +48,12 @@ pub enum BackendId {
 }
 
 impl BackendId {
-    pub const ALL: [BackendId; 4] = [BackendId::Database, BackendId::Redis, BackendId::TraceTopic, BackendId::PaymentTopic];
+    pub const ALL: [BackendId; 4] = [
+        BackendId::Database,
+        BackendId::Redis,
+        BackendId::TraceTopic,
+        BackendId::PaymentTopic,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -62,16 +67,29 @@ impl BackendId {
     /// Where it points, passwords hidden.
     pub fn target(self, config: &Config) -> String {
         match self {
-            BackendId::Database => redact_url(if config.database.replica_url.is_empty() { &config.database.url } else { &config.database.replica_url }),
+            BackendId::Database => redact_url(if config.database.replica_url.is_empty() {
+                &config.database.url
+            } else {
+                &config.database.replica_url
+            }),
             BackendId::Redis => {
                 let mut t = host_port(&config.redis.url);
                 if !config.redis.redlock_nodes.is_empty() {
-                    t.push_str(&format!(" + {} redlock nodes", config.redis.redlock_nodes.len()));
+                    t.push_str(&format!(
+                        " + {} redlock nodes",
+                        config.redis.redlock_nodes.len()
+                    ));
                 }
                 t
             }
-            BackendId::TraceTopic => format!("{} {}", config.kafka.bootstrap_servers, config.kafka.trace_topic),
-            BackendId::PaymentTopic => format!("{} {}", config.kafka.bootstrap_servers, config.kafka.payment_topic),
+            BackendId::TraceTopic => format!(
+                "{} {}",
+                config.kafka.bootstrap_servers, config.kafka.trace_topic
+            ),
+            BackendId::PaymentTopic => format!(
+                "{} {}",
+                config.kafka.bootstrap_servers, config.kafka.payment_topic
+            ),
         }
     }
 }
@@ -91,7 +109,13 @@ pub struct Focus {
 
 impl Focus {
     pub fn new(refresh: Duration) -> Focus {
-        Focus { query: None, ids: TraceIds::default(), tracing: true, paused: false, refresh }
+        Focus {
+            query: None,
+            ids: TraceIds::default(),
+            tracing: true,
+            paused: false,
+            refresh,
+        }
     }
 }
 
@@ -108,16 +132,28 @@ pub struct TopicProgress {
 #[derive(Debug, Clone)]
 pub enum Update {
     Stuck(Result<Vec<StuckRecord>, String>),
-    TraceRows { query: String, result: Result<TraceRows, String> },
+    TraceRows {
+        query: String,
+        result: Result<TraceRows, String>,
+    },
     Locks(LockScan),
-    TraceKeys { ids: TraceIds, result: Result<TraceKeys, String> },
+    TraceKeys {
+        ids: TraceIds,
+        result: Result<TraceKeys, String>,
+    },
     TraceEvents(Vec<TraceEvent>),
     /// The trace events that name `ids`, read from the whole trace topic when the trace target
     /// changed: an order older than the newest events the trace log keeps still has them.
-    TraceHistory { ids: TraceIds, result: Result<Vec<TraceEvent>, String> },
+    TraceHistory {
+        ids: TraceIds,
+        result: Result<Vec<TraceEvent>, String>,
+    },
     TraceTopic(Result<TopicProgress, String>),
     PaymentMessages(Vec<PaymentMessage>),
-    PaymentTopic { progress: Result<TopicProgress, String>, lag: Result<Vec<PartitionLag>, String> },
+    PaymentTopic {
+        progress: Result<TopicProgress, String>,
+        lag: Result<Vec<PartitionLag>, String>,
+    },
     /// The executor ran a confirmed batch: one result per action, in order.
     ActionResults(Vec<ActionResult>),
     /// `ops_audit`, newest first (the Audit view).
@@ -129,9 +165,15 @@ pub enum Update {
 impl Update {
     pub fn backend(&self) -> BackendId {
         match self {
-            Update::Stuck(_) | Update::TraceRows { .. } | Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => BackendId::Database,
+            Update::Stuck(_)
+            | Update::TraceRows { .. }
+            | Update::ActionResults(_)
+            | Update::Audit(_)
+            | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
-            Update::TraceEvents(_) | Update::TraceHistory { .. } | Update::TraceTopic(_) => BackendId::TraceTopic,
+            Update::TraceEvents(_) | Update::TraceHistory { .. } | Update::TraceTopic(_) => {
+                BackendId::TraceTopic
+            }
             Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
         }
     }
@@ -155,20 +197,58 @@ impl Backends {
         let (focus, focus_rx) = watch::channel(Focus::new(config.console.refresh));
         let cancel = CancellationToken::new();
         let tasks = vec![
-            tokio::spawn(database_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
-            tokio::spawn(redis_task(config.clone(), tx.clone(), focus_rx.clone(), cancel.clone())),
-            tokio::spawn(topic_task(config.clone(), TopicKind::Trace, tx.clone(), focus_rx.clone(), cancel.clone())),
-            tokio::spawn(topic_task(config.clone(), TopicKind::Payments, tx.clone(), focus_rx, cancel.clone())),
+            tokio::spawn(database_task(
+                config.clone(),
+                tx.clone(),
+                focus_rx.clone(),
+                cancel.clone(),
+            )),
+            tokio::spawn(redis_task(
+                config.clone(),
+                tx.clone(),
+                focus_rx.clone(),
+                cancel.clone(),
+            )),
+            tokio::spawn(topic_task(
+                config.clone(),
+                TopicKind::Trace,
+                tx.clone(),
+                focus_rx.clone(),
+                cancel.clone(),
+            )),
+            tokio::spawn(topic_task(
+                config.clone(),
+                TopicKind::Payments,
+                tx.clone(),
+                focus_rx,
+                cancel.clone(),
+            )),
         ];
-        Backends { updates, focus, cancel, tasks, tx }
+        Backends {
+            updates,
+            focus,
+            cancel,
+            tasks,
+            tx,
+        }
     }
 
     /// Start the task that runs confirmed actions (and reads `ops_audit` for the Audit view);
     /// its results come back as [`Update::ActionResults`] / [`Update::Audit`]. The UI never
     /// awaits it: a slow backend only delays the results.
-    pub fn spawn_executor(&mut self, config: &Config, allow_actions: bool) -> mpsc::Sender<ExecRequest> {
+    pub fn spawn_executor(
+        &mut self,
+        config: &Config,
+        allow_actions: bool,
+    ) -> mpsc::Sender<ExecRequest> {
         let (req_tx, req_rx) = mpsc::channel(8);
-        self.tasks.push(tokio::spawn(executor_task(config.clone(), allow_actions, self.tx.clone(), req_rx, self.cancel.clone())));
+        self.tasks.push(tokio::spawn(executor_task(
+            config.clone(),
+            allow_actions,
+            self.tx.clone(),
+            req_rx,
+            self.cancel.clone(),
+        )));
         req_tx
     }
 
@@ -206,7 +286,13 @@ pub enum ExecRequest {
 /// Rows of `ops_audit` the Audit view shows.
 pub const AUDIT_ROWS: i64 = 500;
 
-async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mut rx: mpsc::Receiver<ExecRequest>, cancel: CancellationToken) {
+async fn executor_task(
+    config: Config,
+    allow: bool,
+    tx: mpsc::Sender<Update>,
+    mut rx: mpsc::Receiver<ExecRequest>,
+    cancel: CancellationToken,
+) {
     let mut ready: Option<(Actions, Option<Actions>)> = None;
     loop {
         let req = tokio::select! {
@@ -214,7 +300,9 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
             _ = cancel.cancelled() => return,
         };
         if let ExecRequest::Report(id) = req {
-            let written = write_report(&config, &id).await.map_err(|e| format!("{e:#}"));
+            let written = write_report(&config, &id)
+                .await
+                .map_err(|e| format!("{e:#}"));
             if tx.send(Update::ReportWritten(written)).await.is_err() {
                 return;
             }
@@ -259,7 +347,8 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
                         outcome: ActionOutcome::Error,
                         before: None,
                         after: None,
-                        detail: "not performed: redis.redlock_nodes lists fewer than 3 nodes".into(),
+                        detail: "not performed: redis.redlock_nodes lists fewer than 3 nodes"
+                            .into(),
                         audit_id: None,
                     },
                     _ => single.run(&p.action).await,
@@ -270,7 +359,9 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
                 return;
             }
         }
-        let audit = actions::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS).await.map_err(|e| format!("reading ops_audit: {e}"));
+        let audit = actions::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS)
+            .await
+            .map_err(|e| format!("reading ops_audit: {e}"));
         if tx.send(Update::Audit(audit)).await.is_err() {
             return;
         }
@@ -281,10 +372,25 @@ async fn executor_task(config: Config, allow: bool, tx: mpsc::Sender<Update>, mu
 /// `idemguard-report-{ID}.md` in the working directory.
 async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
     let r = super::report::build(config, &super::report::Scope::Id(id.to_string())).await?;
-    let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let safe: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     let path = format!("idemguard-report-{safe}.md");
-    std::fs::write(&path, super::report::markdown(&r)).map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
-    Ok(format!("{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)", r.duplicates_stopped(), r.leaks.len(), r.operator_actions.len()))
+    std::fs::write(&path, super::report::markdown(&r))
+        .map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
+    Ok(format!(
+        "{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)",
+        r.duplicates_stopped(),
+        r.leaks.len(),
+        r.operator_actions.len()
+    ))
 }
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
@@ -293,14 +399,36 @@ async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Opt
     c.database.max_connections = c.database.max_connections.min(2);
     let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect(&c))
         .await
-        .map_err(|_| anyhow::anyhow!("the database {} did not answer within {POLL_TIMEOUT:?}", redact_url(&c.database.url)))??;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the database {} did not answer within {POLL_TIMEOUT:?}",
+                redact_url(&c.database.url)
+            )
+        })??;
     let instance = Instance::current();
-    let tracer = Tracer::from_config(config, &instance).unwrap_or_else(|_| Tracer::log_only(&instance));
+    let tracer =
+        Tracer::from_config(config, &instance).unwrap_or_else(|_| Tracer::log_only(&instance));
     c.lock.mode = LockMode::Single;
-    let single = Actions::new(&c, db.clone(), Locks::from_config(&c, &instance, tracer.clone())?, tracer.clone(), allow).await;
+    let single = Actions::new(
+        &c,
+        db.clone(),
+        Locks::from_config(&c, &instance, tracer.clone())?,
+        tracer.clone(),
+        allow,
+    )
+    .await;
     let redlock = if config.redis.redlock_nodes.len() >= 3 {
         c.lock.mode = LockMode::Redlock;
-        Some(Actions::new(&c, db, Locks::from_config(&c, &instance, tracer.clone())?, tracer, allow).await)
+        Some(
+            Actions::new(
+                &c,
+                db,
+                Locks::from_config(&c, &instance, tracer.clone())?,
+                tracer,
+                allow,
+            )
+            .await,
+        )
     } else {
         None
     };
@@ -309,7 +437,11 @@ async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Opt
 
 /// Waits for the next round: the refresh period, a change of focus, or the end.
 /// Returns false when the collector should stop.
-async fn next_round(focus: &mut watch::Receiver<Focus>, period: Duration, cancel: &CancellationToken) -> bool {
+async fn next_round(
+    focus: &mut watch::Receiver<Focus>,
+    period: Duration,
+    cancel: &CancellationToken,
+) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(period) => true,
         r = focus.changed() => r.is_ok(),
@@ -317,7 +449,12 @@ async fn next_round(focus: &mut watch::Receiver<Focus>, period: Duration, cancel
     }
 }
 
-async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+async fn database_task(
+    config: Config,
+    tx: mpsc::Sender<Update>,
+    mut focus: watch::Receiver<Focus>,
+    cancel: CancellationToken,
+) {
     let mut config = config;
     config.database.max_connections = config.database.max_connections.min(DB_CONNECTIONS);
     let mut db: Option<Database> = None;
@@ -325,7 +462,8 @@ async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watc
         let f = focus.borrow_and_update().clone();
         if !f.paused {
             if db.is_none() {
-                match tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_reads(&config)).await {
+                match tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_reads(&config)).await
+                {
                     Ok(Ok(d)) => db = Some(d),
                     Ok(Err(e)) => {
                         if !send_db_error(&tx, &f, format!("{e:#}")).await {
@@ -333,7 +471,10 @@ async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watc
                         }
                     }
                     Err(_) => {
-                        let e = format!("database {} did not answer within {POLL_TIMEOUT:?}", BackendId::Database.target(&config));
+                        let e = format!(
+                            "database {} did not answer within {POLL_TIMEOUT:?}",
+                            BackendId::Database.target(&config)
+                        );
                         if !send_db_error(&tx, &f, e).await {
                             return;
                         }
@@ -341,7 +482,11 @@ async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watc
                 }
             }
             if let Some(d) = &db {
-                let stuck = with_timeout(records::stuck_records(d, now_ms(), config.console.stuck_threshold), &d.shown_url).await;
+                let stuck = with_timeout(
+                    records::stuck_records(d, now_ms(), config.console.stuck_threshold),
+                    &d.shown_url,
+                )
+                .await;
                 if tx.send(Update::Stuck(stuck)).await.is_err() {
                     return;
                 }
@@ -349,7 +494,14 @@ async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watc
                     let mut start = TraceIds::of_target(&TraceTarget::classify(query));
                     start.absorb(&f.ids);
                     let result = with_timeout(records::trace_rows(d, &start), &d.shown_url).await;
-                    if tx.send(Update::TraceRows { query: query.clone(), result }).await.is_err() {
+                    if tx
+                        .send(Update::TraceRows {
+                            query: query.clone(),
+                            result,
+                        })
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -363,14 +515,24 @@ async fn database_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watc
 
 async fn send_db_error(tx: &mpsc::Sender<Update>, f: &Focus, e: String) -> bool {
     if let Some(q) = &f.query {
-        if tx.send(Update::TraceRows { query: q.clone(), result: Err(e.clone()) }).await.is_err() {
+        if tx
+            .send(Update::TraceRows {
+                query: q.clone(),
+                result: Err(e.clone()),
+            })
+            .await
+            .is_err()
+        {
             return false;
         }
     }
     tx.send(Update::Stuck(Err(e))).await.is_ok()
 }
 
-async fn with_timeout<T>(f: impl std::future::Future<Output = anyhow::Result<T>>, what: &str) -> Result<T, String> {
+async fn with_timeout<T>(
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+    what: &str,
+) -> Result<T, String> {
     match tokio::time::timeout(POLL_TIMEOUT, f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(format!("{e:#}")),
@@ -378,12 +540,24 @@ async fn with_timeout<T>(f: impl std::future::Future<Output = anyhow::Result<T>>
     }
 }
 
-async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+async fn redis_task(
+    config: Config,
+    tx: mpsc::Sender<Update>,
+    mut focus: watch::Receiver<Focus>,
+    cancel: CancellationToken,
+) {
     let (mut main, mut redlock) = match locks::nodes_of(&config) {
         Ok(n) => n,
         Err(e) => {
             let scan = LockScan {
-                nodes: vec![locks::NodeScan { node: host_port(&config.redis.url), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: 0.0 }],
+                nodes: vec![locks::NodeScan {
+                    node: host_port(&config.redis.url),
+                    role: "main",
+                    ok: false,
+                    error: Some(format!("{e:#}")),
+                    keys: 0,
+                    scan_ms: 0.0,
+                }],
                 read_at_ms: now_ms(),
                 ..Default::default()
             };
@@ -400,7 +574,12 @@ async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::
         if !f.paused {
             if tokio::time::Instant::now() >= next_scan {
                 let started = tokio::time::Instant::now();
-                let scan = match tokio::time::timeout(POLL_TIMEOUT * 6, locks::scan_locks(&mut main, &mut redlock)).await {
+                let scan = match tokio::time::timeout(
+                    POLL_TIMEOUT * 6,
+                    locks::scan_locks(&mut main, &mut redlock),
+                )
+                .await
+                {
                     Ok(s) => s,
                     Err(_) => {
                         main.forget_connection();
@@ -409,7 +588,11 @@ async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::
                                 node: main.name.clone(),
                                 role: "main",
                                 ok: false,
-                                error: Some(format!("redis node {}: the lock scan did not finish within {:?}", main.name, POLL_TIMEOUT * 6)),
+                                error: Some(format!(
+                                    "redis node {}: the lock scan did not finish within {:?}",
+                                    main.name,
+                                    POLL_TIMEOUT * 6
+                                )),
                                 keys: 0,
                                 scan_ms: 0.0,
                             }],
@@ -426,7 +609,16 @@ async fn redis_task(config: Config, tx: mpsc::Sender<Update>, mut focus: watch::
             if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
                 let ids = f.ids.clone();
                 let name = main.name.clone();
-                let result = with_timeout(locks::trace_keys(&mut main, &mut redlock, ids.order_no.as_deref(), ids.request_id.as_deref()), &name).await;
+                let result = with_timeout(
+                    locks::trace_keys(
+                        &mut main,
+                        &mut redlock,
+                        ids.order_no.as_deref(),
+                        ids.request_id.as_deref(),
+                    ),
+                    &name,
+                )
+                .await;
                 if tx.send(Update::TraceKeys { ids, result }).await.is_err() {
                     return;
                 }
@@ -449,7 +641,13 @@ enum TopicKind {
 /// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
 /// dead broker shows up — the client library itself retries silently. The reader and the probe
 /// never share a client, so a probe can never disturb the reader's fetches.
-async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, mut focus: watch::Receiver<Focus>, cancel: CancellationToken) {
+async fn topic_task(
+    config: Config,
+    kind: TopicKind,
+    tx: mpsc::Sender<Update>,
+    mut focus: watch::Receiver<Focus>,
+    cancel: CancellationToken,
+) {
     let topic = match kind {
         TopicKind::Trace => config.kafka.trace_topic.clone(),
         TopicKind::Payments => config.kafka.payment_topic.clone(),
@@ -463,7 +661,10 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
     let mut history_read: Option<(CancellationToken, JoinHandle<()>)> = None;
     loop {
         let f = focus.borrow_and_update().clone();
-        let wanted = kind == TopicKind::Trace && f.tracing && f.query.is_some() && f.ids != TraceIds::default();
+        let wanted = kind == TopicKind::Trace
+            && f.tracing
+            && f.query.is_some()
+            && f.ids != TraceIds::default();
         let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
         if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
             if let Some((stop, _)) = history_read.take() {
@@ -482,10 +683,15 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
             let cancelled = stop.clone();
             let task = tokio::spawn(async move {
                 let keep = super::headless::Keep::of_ids(&query, &ids);
-                let result = super::headless::read_trace_log_keeping(&config, topics::StartAt::Beginning, &keep, &cancelled)
-                    .await
-                    .map(|log| log.oldest_first())
-                    .map_err(|e| format!("{e:#}"));
+                let result = super::headless::read_trace_log_keeping(
+                    &config,
+                    topics::StartAt::Beginning,
+                    &keep,
+                    &cancelled,
+                )
+                .await
+                .map(|log| log.oldest_first())
+                .map_err(|e| format!("{e:#}"));
                 if !cancelled.is_cancelled() {
                     let _ = tx.send(Update::TraceHistory { ids, result }).await;
                 }
@@ -499,7 +705,15 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
         let u = match probe {
             Ok((marks, progress, lag)) => {
                 if reader.is_none() {
-                    match start_reader(&config, &topic, kind, &marks, tx.clone(), focus.clone(), stop_reader.clone()) {
+                    match start_reader(
+                        &config,
+                        &topic,
+                        kind,
+                        &marks,
+                        tx.clone(),
+                        focus.clone(),
+                        stop_reader.clone(),
+                    ) {
                         Ok(h) => reader = Some(h),
                         Err(e) => {
                             if tx.send(topic_error(kind, e)).await.is_err() {
@@ -514,7 +728,10 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
                 }
                 match kind {
                     TopicKind::Trace => Update::TraceTopic(Ok(progress)),
-                    TopicKind::Payments => Update::PaymentTopic { progress: Ok(progress), lag },
+                    TopicKind::Payments => Update::PaymentTopic {
+                        progress: Ok(progress),
+                        lag,
+                    },
                 }
             }
             Err(e) => topic_error(kind, e),
@@ -532,7 +749,10 @@ async fn topic_task(config: Config, kind: TopicKind, tx: mpsc::Sender<Update>, m
 fn topic_error(kind: TopicKind, e: String) -> Update {
     match kind {
         TopicKind::Trace => Update::TraceTopic(Err(e)),
-        TopicKind::Payments => Update::PaymentTopic { progress: Err(e.clone()), lag: Err(e) },
+        TopicKind::Payments => Update::PaymentTopic {
+            progress: Err(e.clone()),
+            lag: Err(e),
+        },
     }
 }
 
@@ -549,19 +769,36 @@ fn start_reader(
     stop: CancellationToken,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
-    let consumer: BaseConsumer = topics::reader_config(config, if kind == TopicKind::Trace { "trace" } else { "payments" })
-        .create()
-        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let consumer: BaseConsumer = topics::reader_config(
+        config,
+        if kind == TopicKind::Trace {
+            "trace"
+        } else {
+            "payments"
+        },
+    )
+    .create()
+    .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for (p, _, _) in marks {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| e.to_string())?;
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
     }
-    consumer.assign(&tpl).map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
     let topic = topic.to_string();
     let failure = format!("cannot start the {topic} reader thread");
     let flush_after = Duration::from_millis(100);
     std::thread::Builder::new()
-        .name(format!("console-{}", if kind == TopicKind::Trace { "trace" } else { "payments" }))
+        .name(format!(
+            "console-{}",
+            if kind == TopicKind::Trace {
+                "trace"
+            } else {
+                "payments"
+            }
+        ))
         .spawn(move || {
             let mut events: Vec<TraceEvent> = Vec::new();
             let mut payments: Vec<PaymentMessage> = Vec::new();
@@ -579,17 +816,36 @@ fn start_reader(
                         }
                         first.get_or_insert_with(std::time::Instant::now);
                     }
-                    Some(Err(e)) if tx.blocking_send(topic_error(kind, format!("kafka {servers}: reading {topic}: {e}"))).is_err() => return,
+                    Some(Err(e))
+                        if tx
+                            .blocking_send(topic_error(
+                                kind,
+                                format!("kafka {servers}: reading {topic}: {e}"),
+                            ))
+                            .is_err() =>
+                    {
+                        return
+                    }
                     Some(Err(_)) => {}
                     None => {}
                 }
-                let due = events.len() >= BATCH || payments.len() >= BATCH || first.is_some_and(|t| t.elapsed() >= flush_after);
+                let due = events.len() >= BATCH
+                    || payments.len() >= BATCH
+                    || first.is_some_and(|t| t.elapsed() >= flush_after);
                 if due {
                     first = None;
-                    if !events.is_empty() && tx.blocking_send(Update::TraceEvents(std::mem::take(&mut events))).is_err() {
+                    if !events.is_empty()
+                        && tx
+                            .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
+                            .is_err()
+                    {
                         return;
                     }
-                    if !payments.is_empty() && tx.blocking_send(Update::PaymentMessages(std::mem::take(&mut payments))).is_err() {
+                    if !payments.is_empty()
+                        && tx
+                            .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
+                            .is_err()
+                    {
                         return;
                     }
                 }
@@ -598,7 +854,11 @@ fn start_reader(
         .map_err(|e| format!("{failure}: {e}"))
 }
 
-type Probe = (Vec<(i32, i64, i64)>, TopicProgress, Result<Vec<PartitionLag>, String>);
+type Probe = (
+    Vec<(i32, i64, i64)>,
+    TopicProgress,
+    Result<Vec<PartitionLag>, String>,
+);
 
 /// The topic's partitions and watermarks (the broker's health); for payments also the consumer
 /// group's lag. A client of its own each time: probing is rare and must not share state with the
@@ -610,9 +870,16 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
         let servers = config.kafka.bootstrap_servers.clone();
         let prober = topics::reader(&config, "probe").map_err(|e| format!("{e:#}"))?;
         let marks = topics::watermarks(&prober, &servers, &topic).map_err(|e| format!("{e:#}"))?;
-        let progress = TopicProgress { topic: topic.clone(), partitions: marks.len(), end_offsets: marks.iter().map(|(_, _, h)| h).sum() };
+        let progress = TopicProgress {
+            topic: topic.clone(),
+            partitions: marks.len(),
+            end_offsets: marks.iter().map(|(_, _, h)| h).sum(),
+        };
         let lag = match kind {
-            TopicKind::Payments => topics::consumer_lag(&config, &topic, &config.kafka.consumer_group).map_err(|e| format!("{e:#}")),
+            TopicKind::Payments => {
+                topics::consumer_lag(&config, &topic, &config.kafka.consumer_group)
+                    .map_err(|e| format!("{e:#}"))
+            }
             TopicKind::Trace => Ok(Vec::new()),
         };
         Ok((marks, progress, lag))

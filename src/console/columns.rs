@@ -18,7 +18,13 @@ const fn col(header: &'static str, width: u16) -> Column {
     Column { header, width }
 }
 
-pub static TIMELINE: &[Column] = &[col("TIME", 12), col("LAYER", 6), col("SOURCE", 42), col("WHAT", 0), col("STOPPED BY", 10)];
+pub static TIMELINE: &[Column] = &[
+    col("TIME", 12),
+    col("LAYER", 6),
+    col("SOURCE", 42),
+    col("WHAT", 0),
+    col("STOPPED BY", 10),
+];
 
 pub fn timeline_cells(e: &TimelineEntry) -> Vec<String> {
     vec![
@@ -46,9 +52,19 @@ pub static LOCKS: &[Column] = &[
 
 pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
     let (holder, pid, held, fence) = match &l.holder {
-        Some(h) => (h.instance.clone(), h.pid.to_string(), age(now_ms - h.acquired_at), h.fence.to_string()),
+        Some(h) => (
+            h.instance.clone(),
+            h.pid.to_string(),
+            age(now_ms - h.acquired_at),
+            h.fence.to_string(),
+        ),
         None => match &l.redis_type {
-            Some(t) => (format!("({t}, not a lock value)"), "-".into(), "-".into(), "-".into()),
+            Some(t) => (
+                format!("({t}, not a lock value)"),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ),
             None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
         },
     };
@@ -70,8 +86,22 @@ pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
             Some(false) => "DEAD".into(),
             None => "?".into(),
         },
-        l.quorum.map_or_else(|| "-".into(), |q| format!("{}/{}{}", q.agreeing, q.nodes, if q.reached { "" } else { "!" })),
-        l.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(","),
+        l.quorum.map_or_else(
+            || "-".into(),
+            |q| {
+                format!(
+                    "{}/{}{}",
+                    q.agreeing,
+                    q.nodes,
+                    if q.reached { "" } else { "!" }
+                )
+            },
+        ),
+        l.flags
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
     ]
 }
 
@@ -97,14 +127,26 @@ pub fn stuck_cells(s: &StuckRecord, now_ms: i64) -> Vec<String> {
             Some(false) => "DEAD".into(),
             None => "?".into(),
         },
-        if left >= 0 { format!("{} left", age(left)) } else { format!("over {}", age(-left)) },
+        if left >= 0 {
+            format!("{} left", age(left))
+        } else {
+            format!("over {}", age(-left))
+        },
         s.replay_count.to_string(),
-        s.found_order_no.clone().unwrap_or_else(|| "no order".into()),
+        s.found_order_no
+            .clone()
+            .unwrap_or_else(|| "no order".into()),
         s.order_status.clone().unwrap_or_else(|| "-".into()),
     ]
 }
 
-pub static RATES: &[Column] = &[col("LAYER", 6), col("INTERCEPTION", 28), col("LAST MIN", 8), col("60 MIN", 7), col("PER MINUTE (60 MIN)", 0)];
+pub static RATES: &[Column] = &[
+    col("LAYER", 6),
+    col("INTERCEPTION", 28),
+    col("LAST MIN", 8),
+    col("60 MIN", 7),
+    col("PER MINUTE (60 MIN)", 0),
+];
 
 /// The per-minute counts as block characters, for the headless table.
 pub fn sparkline_text(values: &[u64]) -> String {
@@ -112,15 +154,35 @@ pub fn sparkline_text(values: &[u64]) -> String {
     let max = values.iter().copied().max().unwrap_or(0);
     values
         .iter()
-        .map(|v| if *v == 0 { ' ' } else if max <= 1 { BARS[7] } else { BARS[((*v - 1) * 7 / (max - 1).max(1)) as usize] })
+        .map(|v| {
+            if *v == 0 {
+                ' '
+            } else if max <= 1 {
+                BARS[7]
+            } else {
+                BARS[((*v - 1) * 7 / (max - 1).max(1)) as usize]
+            }
+        })
         .collect()
 }
 
 pub fn rate_cells(s: &RateSeries) -> Vec<String> {
-    vec![s.layer.as_str().to_string(), s.label.to_string(), s.last_minute.to_string(), s.total.to_string(), sparkline_text(&s.per_minute)]
+    vec![
+        s.layer.as_str().to_string(),
+        s.label.to_string(),
+        s.last_minute.to_string(),
+        s.total.to_string(),
+        sparkline_text(&s.per_minute),
+    ]
 }
 
-pub static LAG: &[Column] = &[col("TOPIC", 0), col("PARTITION", 9), col("COMMITTED", 10), col("END", 10), col("LAG", 8)];
+pub static LAG: &[Column] = &[
+    col("TOPIC", 0),
+    col("PARTITION", 9),
+    col("COMMITTED", 10),
+    col("END", 10),
+    col("LAG", 8),
+];
 
 pub fn lag_cells(l: &PartitionLag) -> Vec<String> {
     vec![
@@ -164,7 +226,9 @@ pub fn passes(cells: &[String], needle_lower: &str, invert: bool) -> bool {
     if needle_lower.is_empty() {
         return true;
     }
-    let hit = cells.iter().any(|c| c.to_lowercase().contains(needle_lower));
+    let hit = cells
+        .iter()
+        .any(|c| c.to_lowercase().contains(needle_lower));
     hit != invert
 }
 

@@ -62,7 +62,9 @@ impl Confirm {
         }
         if self.needs_reason && self.reason().is_none() {
             return Some(match &self.phrase {
-                Some(p) => format!("after `{p}`, type the reason: a live owner's lock is released only by force"),
+                Some(p) => format!(
+                    "after `{p}`, type the reason: a live owner's lock is released only by force"
+                ),
                 None => "type the reason: a live owner's lock is released only by force".into(),
             });
         }
@@ -77,7 +79,9 @@ impl Confirm {
             .cloned()
             .map(|mut p| {
                 match &mut p.action {
-                    Action::ReleaseLock { reason: r, .. } | Action::Finalize { reason: r, .. } => *r = reason.clone(),
+                    Action::ReleaseLock { reason: r, .. } | Action::Finalize { reason: r, .. } => {
+                        *r = reason.clone()
+                    }
                 }
                 p
             })
@@ -122,16 +126,36 @@ pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> C
                 None => "undecodable value, owner unknown — forced".into(),
             },
         };
-        let action = Action::ReleaseLock { key: row.key.clone(), expect_values: values_of(row), force: live, bump_fence: true, reason: None };
+        let action = Action::ReleaseLock {
+            key: row.key.clone(),
+            expect_values: values_of(row),
+            force: live,
+            bump_fence: true,
+            reason: None,
+        };
         lines.push(format!(
             "{} [{}] owner {owner} · PTTL {} · fence {}",
             row.key,
             row.scope,
-            if pttl < 0 { "none (no TTL)".into() } else { age(pttl) },
-            row.holder.as_ref().map(|h: &LockHolder| h.fence.to_string()).unwrap_or_else(|| "?".into())
+            if pttl < 0 {
+                "none (no TTL)".into()
+            } else {
+                age(pttl)
+            },
+            row.holder
+                .as_ref()
+                .map(|h: &LockHolder| h.fence.to_string())
+                .unwrap_or_else(|| "?".into())
         ));
         lines.extend(action.effect(None).into_iter().map(|l| format!("  {l}")));
-        planned.push(Planned { scope: if row.scope == "redlock" { Scope::Redlock } else { Scope::Single }, action });
+        planned.push(Planned {
+            scope: if row.scope == "redlock" {
+                Scope::Redlock
+            } else {
+                Scope::Single
+            },
+            action,
+        });
     }
     Confirm {
         title: format!(" Release {} lock(s) ", rows.len()),
@@ -149,7 +173,10 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
     let mut planned = Vec::new();
     for r in rows {
         let expected = if r.order_exists {
-            format!("order {} exists → SUCCEEDED 201 with the API's response", r.found_order_no.as_deref().unwrap_or("?"))
+            format!(
+                "order {} exists → SUCCEEDED 201 with the API's response",
+                r.found_order_no.as_deref().unwrap_or("?")
+            )
         } else {
             match r.owner_alive {
                 Some(false) => format!("no order, owner {} dead → FAILED 422 request-abandoned (client must send a new key)", r.owner),
@@ -157,10 +184,26 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
                 None => format!("no order, owner {} liveness unknown → decided when run", r.owner),
             }
         };
-        let action = Action::Finalize { request_id: r.request_id.clone(), expect_version: Some(r.version), reason: None };
-        lines.push(format!("{} (version {}): {expected}", r.request_id, r.version));
-        lines.extend(action.effect(Some(dialect)).into_iter().skip(1).map(|l| format!("  {l}")));
-        planned.push(Planned { scope: Scope::Single, action });
+        let action = Action::Finalize {
+            request_id: r.request_id.clone(),
+            expect_version: Some(r.version),
+            reason: None,
+        };
+        lines.push(format!(
+            "{} (version {}): {expected}",
+            r.request_id, r.version
+        ));
+        lines.extend(
+            action
+                .effect(Some(dialect))
+                .into_iter()
+                .skip(1)
+                .map(|l| format!("  {l}")),
+        );
+        planned.push(Planned {
+            scope: Scope::Single,
+            action,
+        });
     }
     Confirm {
         title: format!(" Finalize {} record(s) ", rows.len()),
@@ -184,26 +227,65 @@ mod tests {
     use super::*;
 
     fn row(key: &str, alive: Option<bool>) -> LockRow {
-        let holder = LockHolder { instance: "i1".into(), host: "h".into(), pid: 1, acquired_at: 0, ttl_ms: 30_000, fence: 4, nonce: "n".into() };
-        let live: std::collections::BTreeSet<String> = if alive == Some(true) { ["i1".to_string()].into() } else { Default::default() };
-        LockRow::new(key.into(), "single", holder.to_value(), 12_000, 0, alive.map(|_| &live), Some(4), vec![], None)
+        let holder = LockHolder {
+            instance: "i1".into(),
+            host: "h".into(),
+            pid: 1,
+            acquired_at: 0,
+            ttl_ms: 30_000,
+            fence: 4,
+            nonce: "n".into(),
+        };
+        let live: std::collections::BTreeSet<String> = if alive == Some(true) {
+            ["i1".to_string()].into()
+        } else {
+            Default::default()
+        };
+        LockRow::new(
+            key.into(),
+            "single",
+            holder.to_value(),
+            12_000,
+            0,
+            alive.map(|_| &live),
+            Some(4),
+            vec![],
+            None,
+        )
     }
-
 
     #[test]
     fn one_release_outside_production_needs_no_phrase() {
         let r = row("lock:order:1", Some(false));
         let c = release(&[&r], 0, "local", false);
-        assert_eq!((c.phrase.clone(), c.needs_reason, c.missing()), (None, false, None));
-        assert!(c.lines.iter().any(|l| l.contains(r.value().as_ref())), "the exact value is shown: {:?}", c.lines);
-        assert!(c.lines.iter().any(|l| l.contains("PTTL 12")), "{:?}", c.lines);
+        assert_eq!(
+            (c.phrase.clone(), c.needs_reason, c.missing()),
+            (None, false, None)
+        );
+        assert!(
+            c.lines.iter().any(|l| l.contains(r.value().as_ref())),
+            "the exact value is shown: {:?}",
+            c.lines
+        );
+        assert!(
+            c.lines.iter().any(|l| l.contains("PTTL 12")),
+            "{:?}",
+            c.lines
+        );
     }
 
     #[test]
     fn production_and_bulk_need_the_phrase_and_force_needs_a_reason() {
-        let (a, b) = (row("lock:order:1", Some(false)), row("lock:order:2", Some(true)));
+        let (a, b) = (
+            row("lock:order:1", Some(false)),
+            row("lock:order:2", Some(true)),
+        );
         let mut c = release(&[&a], 0, "prod-eu", true);
-        assert_eq!(c.phrase.as_deref(), Some("release 1 in prod-eu"), "production: even one action");
+        assert_eq!(
+            c.phrase.as_deref(),
+            Some("release 1 in prod-eu"),
+            "production: even one action"
+        );
         c.typed = "release 1 in prod".into();
         assert!(c.missing().is_some());
         c.typed = "release 1 in prod-eu".into();
@@ -218,7 +300,13 @@ mod tests {
         assert_eq!(c.missing(), None);
         let batch = c.confirmed();
         assert!(batch.iter().all(|p| matches!(&p.action, Action::ReleaseLock { reason: Some(r), bump_fence: true, .. } if r == "holder wedged")));
-        assert!(matches!(&batch[1].action, Action::ReleaseLock { force: true, .. }));
-        assert!(matches!(&batch[0].action, Action::ReleaseLock { force: false, .. }));
+        assert!(matches!(
+            &batch[1].action,
+            Action::ReleaseLock { force: true, .. }
+        ));
+        assert!(matches!(
+            &batch[0].action,
+            Action::ReleaseLock { force: false, .. }
+        ));
     }
 }

@@ -29,13 +29,17 @@ pub fn pttl(ms: i64) -> String {
 
 /// `14:05:42.123` (UTC) of an epoch-ms time.
 pub fn clock(ms: i64) -> String {
-    let full = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)).to_string();
+    let full =
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+            .to_string();
     full.get(11..23).unwrap_or(&full).to_string()
 }
 
 /// `2026-11-29 14:05:42.123` (UTC).
 pub fn datetime(ms: i64) -> String {
-    let full = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)).to_string();
+    let full =
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+            .to_string();
     full.trim_end_matches('Z').replacen('T', " ", 1)
 }
 

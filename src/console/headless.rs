@@ -66,12 +66,21 @@ pub struct Report<T: Serialize> {
 }
 
 impl<T: Serialize> Report<T> {
-    fn new(config: &Config, command: &'static str, backends: Vec<BackendReport>, data: T) -> Report<T> {
+    fn new(
+        config: &Config,
+        command: &'static str,
+        backends: Vec<BackendReport>,
+        data: T,
+    ) -> Report<T> {
         let now = now_ms();
         Report {
             schema: SCHEMA,
             command,
-            environment: EnvironmentInfo { name: config.environment.name.clone(), color: config.environment.color.clone(), production: config.environment.production },
+            environment: EnvironmentInfo {
+                name: config.environment.name.clone(),
+                color: config.environment.color.clone(),
+                production: config.environment.production,
+            },
             generated_at: format_ms(now),
             generated_at_ms: now,
             ok: backends.iter().all(|b| b.ok),
@@ -95,13 +104,27 @@ impl<T: Serialize> Report<T> {
         self.backends
             .iter()
             .filter(|b| !b.ok)
-            .map(|b| format!("idemguard {}: {} ({}) failed: {}\n", self.command, b.name, b.target, b.error.as_deref().unwrap_or("?")))
+            .map(|b| {
+                format!(
+                    "idemguard {}: {} ({}) failed: {}\n",
+                    self.command,
+                    b.name,
+                    b.target,
+                    b.error.as_deref().unwrap_or("?")
+                )
+            })
             .collect()
     }
 }
 
 fn report(config: &Config, b: BackendId, started: Instant, error: Option<String>) -> BackendReport {
-    BackendReport { name: b.name(), target: b.target(config), ok: error.is_none(), error, latency_ms: started.elapsed().as_secs_f64() * 1000.0 }
+    BackendReport {
+        name: b.name(),
+        target: b.target(config),
+        ok: error.is_none(),
+        error,
+        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+    }
 }
 
 async fn connect_db(config: &Config) -> anyhow::Result<Database> {
@@ -109,12 +132,19 @@ async fn connect_db(config: &Config) -> anyhow::Result<Database> {
     c.database.max_connections = c.database.max_connections.min(DB_CONNECTIONS);
     match tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_reads(&c)).await {
         Ok(r) => r,
-        Err(_) => anyhow::bail!("database {} did not answer within {POLL_TIMEOUT:?}", BackendId::Database.target(config)),
+        Err(_) => anyhow::bail!(
+            "database {} did not answer within {POLL_TIMEOUT:?}",
+            BackendId::Database.target(config)
+        ),
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> anyhow::Result<T> + Send + 'static) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| anyhow::anyhow!("reader thread failed: {e}"))?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| anyhow::anyhow!("reader thread failed: {e}"))?
 }
 
 /// Every payment message of the payment topic, indexed (bounded read to the current end).
@@ -122,7 +152,14 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
     let c = config.clone();
     blocking(move || {
         let mut index = PaymentIndex::default();
-        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| index.ingest(PaymentMessage::from_kafka(m)))?;
+        topics::read_to_end(
+            &c,
+            &c.kafka.payment_topic,
+            StartAt::Beginning,
+            TOPIC_READ_DEADLINE,
+            &CancellationToken::new(),
+            |m| index.ingest(PaymentMessage::from_kafka(m)),
+        )?;
         Ok(index)
     })
     .await
@@ -143,8 +180,20 @@ impl Keep {
     pub fn of(query: &str, rows: Option<&TraceRows>) -> Keep {
         let mut ids = BTreeSet::from([query.to_string()]);
         if let Some(r) = rows {
-            ids.extend([r.ids.order_no.clone(), r.ids.request_id.clone(), r.ids.event_id.clone()].into_iter().flatten());
-            ids.extend(timeline::event_ids_of(&TraceTarget::classify(query), Some(r), &[]));
+            ids.extend(
+                [
+                    r.ids.order_no.clone(),
+                    r.ids.request_id.clone(),
+                    r.ids.event_id.clone(),
+                ]
+                .into_iter()
+                .flatten(),
+            );
+            ids.extend(timeline::event_ids_of(
+                &TraceTarget::classify(query),
+                Some(r),
+                &[],
+            ));
         }
         Keep { ids }
     }
@@ -152,7 +201,15 @@ impl Keep {
     /// The query and the IDs it resolved to (the live console's trace target).
     pub fn of_ids(query: &str, ids: &TraceIds) -> Keep {
         let mut keep = BTreeSet::from([query.to_string()]);
-        keep.extend([ids.order_no.clone(), ids.request_id.clone(), ids.event_id.clone()].into_iter().flatten());
+        keep.extend(
+            [
+                ids.order_no.clone(),
+                ids.request_id.clone(),
+                ids.event_id.clone(),
+            ]
+            .into_iter()
+            .flatten(),
+        );
         Keep { ids: keep }
     }
 
@@ -163,31 +220,49 @@ impl Keep {
     /// Keeps a message that names a kept ID, and from then on every ID it names (an eventId the
     /// database does not know yet leads to its order).
     fn message(&mut self, m: &PaymentMessage) -> bool {
-        let hit = self.names(m.order_no.as_deref()) || self.names(m.request_id.as_deref()) || self.names(m.event_id.as_deref());
+        let hit = self.names(m.order_no.as_deref())
+            || self.names(m.request_id.as_deref())
+            || self.names(m.event_id.as_deref());
         if hit {
-            self.ids.extend([m.order_no.clone(), m.request_id.clone(), m.event_id.clone()].into_iter().flatten());
+            self.ids.extend(
+                [m.order_no.clone(), m.request_id.clone(), m.event_id.clone()]
+                    .into_iter()
+                    .flatten(),
+            );
         }
         hit
     }
 
     /// True when the event names one of the kept IDs.
     pub fn keeps(&self, e: &crate::contracts::TraceEvent) -> bool {
-        self.names(e.order_no.as_deref()) || self.names(e.request_id.as_deref()) || self.names(e.event_id.as_deref())
+        self.names(e.order_no.as_deref())
+            || self.names(e.request_id.as_deref())
+            || self.names(e.event_id.as_deref())
     }
 }
 
 /// The payment messages that name what `keep` keeps (growing it), read to the current end.
-pub async fn read_payments_keeping(config: &Config, keep: Keep) -> anyhow::Result<(PaymentIndex, Keep)> {
+pub async fn read_payments_keeping(
+    config: &Config,
+    keep: Keep,
+) -> anyhow::Result<(PaymentIndex, Keep)> {
     let c = config.clone();
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
-        topics::read_to_end(&c, &c.kafka.payment_topic, StartAt::Beginning, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| {
-            let m = PaymentMessage::from_kafka(m);
-            if keep.message(&m) {
-                index.ingest(m);
-            }
-        })?;
+        topics::read_to_end(
+            &c,
+            &c.kafka.payment_topic,
+            StartAt::Beginning,
+            TOPIC_READ_DEADLINE,
+            &CancellationToken::new(),
+            |m| {
+                let m = PaymentMessage::from_kafka(m);
+                if keep.message(&m) {
+                    index.ingest(m);
+                }
+            },
+        )?;
         Ok((index, keep))
     })
     .await
@@ -195,17 +270,29 @@ pub async fn read_payments_keeping(config: &Config, keep: Keep) -> anyhow::Resul
 
 /// The trace events of the trace topic from `start` that name what `keep` keeps; ends early,
 /// with an error, when `cancel` is cancelled.
-pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep, cancel: &CancellationToken) -> anyhow::Result<TraceLog> {
+pub async fn read_trace_log_keeping(
+    config: &Config,
+    start: StartAt,
+    keep: &Keep,
+    cancel: &CancellationToken,
+) -> anyhow::Result<TraceLog> {
     let c = config.clone();
     let keep = keep.clone();
     let cancel = cancel.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, &cancel, |m| match topics::trace_event_of(m) {
-            Some(e) if keep.keeps(&e) => log.ingest(e),
-            Some(_) => {}
-            None => log.undecodable += 1,
-        })?;
+        topics::read_to_end(
+            &c,
+            &c.kafka.trace_topic,
+            start,
+            TOPIC_READ_DEADLINE,
+            &cancel,
+            |m| match topics::trace_event_of(m) {
+                Some(e) if keep.keeps(&e) => log.ingest(e),
+                Some(_) => {}
+                None => log.undecodable += 1,
+            },
+        )?;
         Ok(log)
     })
     .await
@@ -213,13 +300,20 @@ pub async fn read_trace_log_keeping(config: &Config, start: StartAt, keep: &Keep
 
 /// Both topics, read for one trace: the payment messages first (they can lead an eventId to
 /// its order), then the trace events that name any ID found so far.
-pub async fn read_topics_for(config: &Config, query: &str, rows: Option<&TraceRows>) -> (anyhow::Result<PaymentIndex>, anyhow::Result<TraceLog>) {
+pub async fn read_topics_for(
+    config: &Config,
+    query: &str,
+    rows: Option<&TraceRows>,
+) -> (anyhow::Result<PaymentIndex>, anyhow::Result<TraceLog>) {
     let keep = Keep::of(query, rows);
     let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
         Ok((p, k)) => (Ok(p), k),
         Err(e) => (Err(e), keep),
     };
-    (payments, read_trace_log_keeping(config, StartAt::Beginning, &keep, &CancellationToken::new()).await)
+    (
+        payments,
+        read_trace_log_keeping(config, StartAt::Beginning, &keep, &CancellationToken::new()).await,
+    )
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end).
@@ -227,10 +321,17 @@ pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<T
     let c = config.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(&c, &c.kafka.trace_topic, start, TOPIC_READ_DEADLINE, &CancellationToken::new(), |m| match topics::trace_event_of(m) {
-            Some(e) => log.ingest(e),
-            None => log.undecodable += 1,
-        })?;
+        topics::read_to_end(
+            &c,
+            &c.kafka.trace_topic,
+            start,
+            TOPIC_READ_DEADLINE,
+            &CancellationToken::new(),
+            |m| match topics::trace_event_of(m) {
+                Some(e) => log.ingest(e),
+                None => log.undecodable += 1,
+            },
+        )?;
         Ok(log)
     })
     .await
@@ -260,7 +361,12 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
             db = Some(d);
             rows = Some(r);
         }
-        Err(e) => backends.push(report(config, BackendId::Database, t_db, Some(format!("{e:#}")))),
+        Err(e) => backends.push(report(
+            config,
+            BackendId::Database,
+            t_db,
+            Some(format!("{e:#}")),
+        )),
     }
     let t_kafka = Instant::now();
     let (payments, log) = read_topics_for(config, query, rows.as_ref()).await;
@@ -275,11 +381,20 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
         if ids != r.ids {
             match records::trace_rows(d, &ids).await {
                 Ok(more) => rows = Some(more),
-                Err(e) => backends.push(report(config, BackendId::Database, t_db, Some(format!("{e:#}")))),
+                Err(e) => backends.push(report(
+                    config,
+                    BackendId::Database,
+                    t_db,
+                    Some(format!("{e:#}")),
+                )),
             }
         }
     }
-    if db.is_some() && !backends.iter().any(|b| b.name == BackendId::Database.name()) {
+    if db.is_some()
+        && !backends
+            .iter()
+            .any(|b| b.name == BackendId::Database.name())
+    {
         backends.push(report(config, BackendId::Database, t_db, None));
     }
     if let Some(d) = db {
@@ -290,7 +405,13 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
     let t_redis = Instant::now();
     let keys = async {
         let (mut main, mut redlock) = locks::nodes_of(config)?;
-        locks::trace_keys(&mut main, &mut redlock, ids.order_no.as_deref(), ids.request_id.as_deref()).await
+        locks::trace_keys(
+            &mut main,
+            &mut redlock,
+            ids.order_no.as_deref(),
+            ids.request_id.as_deref(),
+        )
+        .await
     };
     let keys = match tokio::time::timeout(POLL_TIMEOUT, keys).await {
         Ok(Ok(k)) => {
@@ -299,21 +420,47 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
             Some(k)
         }
         Ok(Err(e)) => {
-            backends.push(report(config, BackendId::Redis, t_redis, Some(format!("{e:#}"))));
+            backends.push(report(
+                config,
+                BackendId::Redis,
+                t_redis,
+                Some(format!("{e:#}")),
+            ));
             None
         }
         Err(_) => {
-            backends.push(report(config, BackendId::Redis, t_redis, Some(format!("redis did not answer within {POLL_TIMEOUT:?}"))));
+            backends.push(report(
+                config,
+                BackendId::Redis,
+                t_redis,
+                Some(format!("redis did not answer within {POLL_TIMEOUT:?}")),
+            ));
             None
         }
     };
     backends.push(report(config, BackendId::TraceTopic, t_kafka, trace_error));
-    backends.push(report(config, BackendId::PaymentTopic, t_kafka, payment_error));
+    backends.push(report(
+        config,
+        BackendId::PaymentTopic,
+        t_kafka,
+        payment_error,
+    ));
 
     let messages = payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
     let event_ids = timeline::event_ids_of(&target, rows.as_ref(), &messages);
-    let events = log.matching(ids.order_no.as_deref(), ids.request_id.as_deref(), &event_ids);
-    let t = timeline::build(TimelineInputs { query, rows: rows.as_ref(), keys: keys.as_ref(), messages: &messages, events: &events, now_ms: now_ms() });
+    let events = log.matching(
+        ids.order_no.as_deref(),
+        ids.request_id.as_deref(),
+        &event_ids,
+    );
+    let t = timeline::build(TimelineInputs {
+        query,
+        rows: rows.as_ref(),
+        keys: keys.as_ref(),
+        messages: &messages,
+        events: &events,
+        now_ms: now_ms(),
+    });
     let mut r = Report::new(config, "trace", backends, t);
     r.ok = r.ok && r.data.found;
     r
@@ -321,7 +468,12 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
 
 pub fn trace_table(r: &Report<Timeline>) -> String {
     let t = &r.data;
-    let mut out = format!("{} {}  ({})\n", t.kind.replace('_', " "), t.query, r.environment.name);
+    let mut out = format!(
+        "{} {}  ({})\n",
+        t.kind.replace('_', " "),
+        t.query,
+        r.environment.name
+    );
     out.push_str(&format!(
         "orderNo {} · requestId {}\n",
         t.order_no.as_deref().unwrap_or("?"),
@@ -367,13 +519,31 @@ pub async fn locks(config: &Config) -> Report<LockScan> {
     let scan = match locks::nodes_of(config) {
         Ok((mut main, mut redlock)) => locks::scan_locks(&mut main, &mut redlock).await,
         Err(e) => LockScan {
-            nodes: vec![locks::NodeScan { node: crate::config::host_port(&config.redis.url), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: 0.0 }],
+            nodes: vec![locks::NodeScan {
+                node: crate::config::host_port(&config.redis.url),
+                role: "main",
+                ok: false,
+                error: Some(format!("{e:#}")),
+                keys: 0,
+                scan_ms: 0.0,
+            }],
             read_at_ms: now_ms(),
             ..Default::default()
         },
     };
-    let err = (!scan.all_nodes_ok()).then(|| scan.nodes.iter().filter_map(|n| n.error.clone()).collect::<Vec<_>>().join("; "));
-    Report::new(config, "locks", vec![report(config, BackendId::Redis, started, err)], scan)
+    let err = (!scan.all_nodes_ok()).then(|| {
+        scan.nodes
+            .iter()
+            .filter_map(|n| n.error.clone())
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    Report::new(
+        config,
+        "locks",
+        vec![report(config, BackendId::Redis, started, err)],
+        scan,
+    )
 }
 
 pub fn locks_table(r: &Report<LockScan>) -> String {
@@ -385,11 +555,20 @@ pub fn locks_table(r: &Report<LockScan>) -> String {
             n.role,
             n.node,
             if n.ok { "ok" } else { "DOWN" },
-            if n.ok { format!("{} lock keys, scanned in {:.1}ms", n.keys, n.scan_ms) } else { n.error.clone().unwrap_or_default() }
+            if n.ok {
+                format!("{} lock keys, scanned in {:.1}ms", n.keys, n.scan_ms)
+            } else {
+                n.error.clone().unwrap_or_default()
+            }
         ));
     }
     out.push('\n');
-    let rows: Vec<Vec<String>> = r.data.locks.iter().map(|l| columns::lock_cells(l, now)).collect();
+    let rows: Vec<Vec<String>> = r
+        .data
+        .locks
+        .iter()
+        .map(|l| columns::lock_cells(l, now))
+        .collect();
     out.push_str(&columns::text_table(columns::LOCKS, &rows));
     out
 }
@@ -418,10 +597,24 @@ pub async fn rates(config: &Config) -> Report<RatesData> {
         blocking(move || topics::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
     );
     let backends = vec![
-        report(config, BackendId::TraceTopic, started, log.as_ref().err().map(|e| format!("{e:#}"))),
-        report(config, BackendId::PaymentTopic, started, lag.as_ref().err().map(|e| format!("{e:#}"))),
+        report(
+            config,
+            BackendId::TraceTopic,
+            started,
+            log.as_ref().err().map(|e| format!("{e:#}")),
+        ),
+        report(
+            config,
+            BackendId::PaymentTopic,
+            started,
+            lag.as_ref().err().map(|e| format!("{e:#}")),
+        ),
     ];
-    let data = RatesData { rates: log.unwrap_or_default().rates(now), lag: lag.unwrap_or_default(), consumer_group: config.kafka.consumer_group.clone() };
+    let data = RatesData {
+        rates: log.unwrap_or_default().rates(now),
+        lag: lag.unwrap_or_default(),
+        consumer_group: config.kafka.consumer_group.clone(),
+    };
     Report::new(config, "rates", backends, data)
 }
 
@@ -465,21 +658,49 @@ pub async fn stuck(config: &Config) -> Report<StuckData> {
     let redis_part = async {
         let (mut main, _) = locks::nodes_of(config)?;
         let mut c = main.conn().await?;
-        locks::live_instances(&mut c).await.map_err(|e| main.error(e))
+        locks::live_instances(&mut c)
+            .await
+            .map_err(|e| main.error(e))
     };
     let (records, live) = tokio::join!(
         tokio::time::timeout(POLL_TIMEOUT, db_part),
         tokio::time::timeout(POLL_TIMEOUT, redis_part)
     );
-    let records = records.unwrap_or_else(|_| Err(anyhow::anyhow!("the database did not answer within {POLL_TIMEOUT:?}")));
-    let live = live.unwrap_or_else(|_| Err(anyhow::anyhow!("redis did not answer within {POLL_TIMEOUT:?}")));
+    let records = records.unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "the database did not answer within {POLL_TIMEOUT:?}"
+        ))
+    });
+    let live = live.unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "redis did not answer within {POLL_TIMEOUT:?}"
+        ))
+    });
     let backends = vec![
-        report(config, BackendId::Database, t_db, records.as_ref().err().map(|e| format!("{e:#}"))),
-        report(config, BackendId::Redis, t_redis, live.as_ref().err().map(|e| format!("{e:#}"))),
+        report(
+            config,
+            BackendId::Database,
+            t_db,
+            records.as_ref().err().map(|e| format!("{e:#}")),
+        ),
+        report(
+            config,
+            BackendId::Redis,
+            t_redis,
+            live.as_ref().err().map(|e| format!("{e:#}")),
+        ),
     ];
     let mut records = records.unwrap_or_default();
     records::annotate_stuck(&mut records, live.as_ref().ok());
-    Report::new(config, "stuck", backends, StuckData { threshold_ms: config.console.stuck_threshold.as_millis() as i64, records })
+    Report::new(
+        config,
+        "stuck",
+        backends,
+        StuckData {
+            threshold_ms: config.console.stuck_threshold.as_millis() as i64,
+            records,
+        },
+    )
 }
 
 pub fn stuck_table(r: &Report<StuckData>) -> String {
@@ -489,7 +710,12 @@ pub fn stuck_table(r: &Report<StuckData>) -> String {
         r.data.records.len(),
         humantime::format_duration(Duration::from_millis(r.data.threshold_ms as u64))
     );
-    let rows: Vec<Vec<String>> = r.data.records.iter().map(|s| columns::stuck_cells(s, now)).collect();
+    let rows: Vec<Vec<String>> = r
+        .data
+        .records
+        .iter()
+        .map(|s| columns::stuck_cells(s, now))
+        .collect();
     out.push_str(&columns::text_table(columns::STUCK, &rows));
     out
 }

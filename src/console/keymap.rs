@@ -17,7 +17,13 @@ pub enum View {
 }
 
 impl View {
-    pub const ALL: [View; 5] = [View::Trace, View::Locks, View::Rates, View::Stuck, View::Audit];
+    pub const ALL: [View; 5] = [
+        View::Trace,
+        View::Locks,
+        View::Rates,
+        View::Stuck,
+        View::Audit,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -78,8 +84,14 @@ pub enum Key {
 impl Key {
     fn matches(self, e: &KeyEvent) -> bool {
         match self {
-            Key::Char(c) => e.code == KeyCode::Char(c) && !e.modifiers.contains(KeyModifiers::CONTROL) && !e.modifiers.contains(KeyModifiers::ALT),
-            Key::Ctrl(c) => e.code == KeyCode::Char(c) && e.modifiers.contains(KeyModifiers::CONTROL),
+            Key::Char(c) => {
+                e.code == KeyCode::Char(c)
+                    && !e.modifiers.contains(KeyModifiers::CONTROL)
+                    && !e.modifiers.contains(KeyModifiers::ALT)
+            }
+            Key::Ctrl(c) => {
+                e.code == KeyCode::Char(c) && e.modifiers.contains(KeyModifiers::CONTROL)
+            }
             Key::Code(k) => e.code == k,
         }
     }
@@ -126,7 +138,10 @@ pub static KEYMAP: &[Binding] = &[
 ];
 
 pub fn action_for(e: &KeyEvent) -> Option<UiAction> {
-    KEYMAP.iter().find(|b| b.keys.iter().any(|k| k.matches(e))).map(|b| b.action)
+    KEYMAP
+        .iter()
+        .find(|b| b.keys.iter().any(|k| k.matches(e)))
+        .map(|b| b.action)
 }
 
 /// One `:` command.
@@ -164,10 +179,15 @@ pub enum Command {
 /// `trace ID`, `t ID`, `locks`, … ; the error says what is known.
 pub fn parse_command(line: &str) -> Result<Command, String> {
     let line = line.trim().trim_start_matches(':').trim();
-    let (word, rest) = line.split_once(char::is_whitespace).map_or((line, ""), |(w, r)| (w, r.trim()));
+    let (word, rest) = line
+        .split_once(char::is_whitespace)
+        .map_or((line, ""), |(w, r)| (w, r.trim()));
     let spec = COMMANDS
         .iter()
-        .find(|c| c.name.eq_ignore_ascii_case(word) || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(word)))
+        .find(|c| {
+            c.name.eq_ignore_ascii_case(word)
+                || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(word))
+        })
         .ok_or_else(|| {
             let known: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
             format!("unknown command `{word}` (known: {})", known.join(", "))
@@ -181,8 +201,16 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "audit" => Ok(Command::Show(View::Audit)),
         "refresh" => humantime::parse_duration(rest)
             .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
-            .and_then(|d| if d < Duration::from_millis(100) { Err("the refresh period must be at least 100ms".into()) } else { Ok(Command::Refresh(d)) }),
-        "report" => Ok(Command::Report((!rest.is_empty()).then(|| rest.to_string()))),
+            .and_then(|d| {
+                if d < Duration::from_millis(100) {
+                    Err("the refresh period must be at least 100ms".into())
+                } else {
+                    Ok(Command::Refresh(d))
+                }
+            }),
+        "report" => Ok(Command::Report(
+            (!rest.is_empty()).then(|| rest.to_string()),
+        )),
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }
@@ -213,7 +241,12 @@ pub fn help_lines() -> Vec<(String, String)> {
             names.push(' ');
             names.push_str(c.args);
         }
-        let aliases = c.aliases.iter().map(|a| format!(":{a}")).collect::<Vec<_>>().join(" ");
+        let aliases = c
+            .aliases
+            .iter()
+            .map(|a| format!(":{a}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         out.push((names, format!("{} (aliases {aliases})", c.help)));
     }
     out
@@ -225,15 +258,23 @@ mod tests {
 
     #[test]
     fn commands_and_aliases_parse() {
-        assert_eq!(parse_command(":trace APP:ORDER:20261129:abcdefgh"), Ok(Command::Trace("APP:ORDER:20261129:abcdefgh".into())));
+        assert_eq!(
+            parse_command(":trace APP:ORDER:20261129:abcdefgh"),
+            Ok(Command::Trace("APP:ORDER:20261129:abcdefgh".into()))
+        );
         assert_eq!(parse_command("t  O123 "), Ok(Command::Trace("O123".into())));
         assert_eq!(parse_command("lk"), Ok(Command::Show(View::Locks)));
         assert_eq!(parse_command("rate"), Ok(Command::Show(View::Rates)));
         assert_eq!(parse_command("st"), Ok(Command::Show(View::Stuck)));
         assert_eq!(parse_command("q!"), Ok(Command::Quit));
-        assert_eq!(parse_command("refresh 2s"), Ok(Command::Refresh(Duration::from_secs(2))));
+        assert_eq!(
+            parse_command("refresh 2s"),
+            Ok(Command::Refresh(Duration::from_secs(2)))
+        );
         assert!(parse_command("refresh 1ms").is_err());
-        assert!(parse_command("pods").unwrap_err().contains("known: trace, locks"));
+        assert!(parse_command("pods")
+            .unwrap_err()
+            .contains("known: trace, locks"));
     }
 
     #[test]
@@ -245,7 +286,11 @@ mod tests {
             }
         }
         let help = help_lines();
-        assert!(KEYMAP.iter().all(|b| help.iter().any(|(k, _)| k == b.label)));
-        assert!(help.iter().any(|(k, v)| k == ":trace ID" && v.contains(":t :tr")));
+        assert!(KEYMAP
+            .iter()
+            .all(|b| help.iter().any(|(k, _)| k == b.label)));
+        assert!(help
+            .iter()
+            .any(|(k, v)| k == ":trace ID" && v.contains(":t :tr")));
     }
 }

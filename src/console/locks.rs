@@ -31,8 +31,15 @@ pub struct RedisNode {
 
 impl RedisNode {
     pub fn new(url: &str, timeout: Duration) -> anyhow::Result<RedisNode> {
-        let client = redis::Client::open(url).map_err(|e| anyhow::anyhow!("redis url {}: {e}", host_port(url)))?;
-        Ok(RedisNode { name: host_port(url), url: url.to_string(), client, conn: None, timeout })
+        let client = redis::Client::open(url)
+            .map_err(|e| anyhow::anyhow!("redis url {}: {e}", host_port(url)))?;
+        Ok(RedisNode {
+            name: host_port(url),
+            url: url.to_string(),
+            client,
+            conn: None,
+            timeout,
+        })
     }
 
     /// The connection, (re)connected when needed. A failed command drops it, so a node that comes
@@ -44,14 +51,21 @@ impl RedisNode {
         let cfg = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout.max(Duration::from_secs(2))));
-        let c = self.client.get_multiplexed_async_connection_with_config(&cfg).await.map_err(|e| self.error(e))?;
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(|e| self.error(e))?;
         self.conn = Some(c.clone());
         Ok(c)
     }
 
     /// An error that names the node and says what to do.
     pub fn error(&self, e: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::anyhow!("redis node {}: {e} (is it running? `scripts/stack status`)", self.name)
+        anyhow::anyhow!(
+            "redis node {}: {e} (is it running? `scripts/stack status`)",
+            self.name
+        )
     }
 
     pub fn forget_connection(&mut self) {
@@ -225,7 +239,20 @@ impl LockRow {
             Some(h) if h.to_value() == value => None,
             _ => Some(value.into_boxed_str()),
         };
-        LockRow { fence_counter, key, scope, raw_value, holder, redis_type: None, pttl_ms, read_at_ms, owner_alive, flags, nodes, quorum }
+        LockRow {
+            fence_counter,
+            key,
+            scope,
+            raw_value,
+            holder,
+            redis_type: None,
+            pttl_ms,
+            read_at_ms,
+            owner_alive,
+            flags,
+            nodes,
+            quorum,
+        }
     }
 
     /// The row of a key whose type is `redis_type` (None: a string, as every lock value): a key
@@ -313,12 +340,22 @@ fn into_text(b: Vec<u8>) -> String {
 /// `with_fence`) of each batch in one pipeline. Between batches the scan yields a moment, so it
 /// is never a burst other clients queue behind. The GET of a key of another type fails alone
 /// (`ignore_errors`): one Redisson lock (a hash) must not hide every other lock (issue 15).
-pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_fence: bool) -> redis::RedisResult<NodeKeys> {
+pub async fn scan_values(
+    conn: &mut MultiplexedConnection,
+    pattern: &str,
+    with_fence: bool,
+) -> redis::RedisResult<NodeKeys> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
-        let (next, batch): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT).query_async(conn).await?;
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(conn)
+            .await?;
         if !batch.is_empty() {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
@@ -333,15 +370,29 @@ pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_f
             for k in batch {
                 let (redis_type, value, pttl) = (answers.next(), answers.next(), answers.next());
                 let fence = if with_fence { answers.next() } else { None };
-                let pttl = if let Some(redis::Value::Int(n)) = pttl { n } else { -2 };
-                let (value, redis_type) = match (redis_type.as_ref().and_then(value_string).as_deref(), value) {
-                    (Some("string"), Some(redis::Value::BulkString(b))) => (into_text(b), None),
-                    (Some("string" | "none") | None, _) => continue, // expired between SCAN and TYPE
-                    (Some(other), _) if pttl != -2 => (String::new(), Some(other.to_string())),
-                    _ => continue,
+                let pttl = if let Some(redis::Value::Int(n)) = pttl {
+                    n
+                } else {
+                    -2
                 };
-                let fence = fence.as_ref().and_then(value_string).and_then(|f| f.parse().ok());
-                out.push(ScannedKey { key: k, value, pttl, fence, redis_type });
+                let (value, redis_type) =
+                    match (redis_type.as_ref().and_then(value_string).as_deref(), value) {
+                        (Some("string"), Some(redis::Value::BulkString(b))) => (into_text(b), None),
+                        (Some("string" | "none") | None, _) => continue, // expired between SCAN and TYPE
+                        (Some(other), _) if pttl != -2 => (String::new(), Some(other.to_string())),
+                        _ => continue,
+                    };
+                let fence = fence
+                    .as_ref()
+                    .and_then(value_string)
+                    .and_then(|f| f.parse().ok());
+                out.push(ScannedKey {
+                    key: k,
+                    value,
+                    pttl,
+                    fence,
+                    redis_type,
+                });
             }
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
@@ -353,14 +404,26 @@ pub async fn scan_values(conn: &mut MultiplexedConnection, pattern: &str, with_f
 }
 
 /// Instances with a live heartbeat (`instance:*`), by SCAN.
-pub async fn live_instances(conn: &mut MultiplexedConnection) -> redis::RedisResult<BTreeSet<String>> {
+pub async fn live_instances(
+    conn: &mut MultiplexedConnection,
+) -> redis::RedisResult<BTreeSet<String>> {
     let mut live = BTreeSet::new();
     let mut cursor: u64 = 0;
     let prefix = keys::instance("");
     loop {
-        let (next, batch): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(format!("{prefix}*")).arg("COUNT").arg(SCAN_COUNT).query_async(conn).await?;
-        live.extend(batch.into_iter().filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)));
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(conn)
+            .await?;
+        live.extend(
+            batch
+                .into_iter()
+                .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)),
+        );
         cursor = next;
         if cursor == 0 {
             return Ok(live);
@@ -373,7 +436,10 @@ pub async fn live_instances(conn: &mut MultiplexedConnection) -> redis::RedisRes
 pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> LockScan {
     let started = Instant::now();
     let read_at_ms = crate::contracts::now_ms();
-    let mut scan = LockScan { read_at_ms, ..Default::default() };
+    let mut scan = LockScan {
+        read_at_ms,
+        ..Default::default()
+    };
 
     // Main Redis: its locks, the fence counters and the heartbeats.
     let mut main_keys: NodeKeys = Vec::new();
@@ -381,14 +447,23 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
     let t = Instant::now();
     let main_result = async {
         let mut c = main.conn().await?;
-        main_keys = scan_values(&mut c, keys::LOCK_PATTERN, true).await.map_err(|e| main.error(e))?;
+        main_keys = scan_values(&mut c, keys::LOCK_PATTERN, true)
+            .await
+            .map_err(|e| main.error(e))?;
         scan.live_instances = Some(live_instances(&mut c).await.map_err(|e| main.error(e))?);
         anyhow::Ok(c)
     }
     .await;
     match main_result {
         Ok(c) => {
-            scan.nodes.push(NodeScan { node: main.name.clone(), role: "main", ok: true, error: None, keys: main_keys.len(), scan_ms: ms(t) });
+            scan.nodes.push(NodeScan {
+                node: main.name.clone(),
+                role: "main",
+                ok: true,
+                error: None,
+                keys: main_keys.len(),
+                scan_ms: ms(t),
+            });
             // Fence counters of the RedLock keys, read from the main Redis (the main keys' own
             // came with them).
             let mut all: BTreeSet<String> = BTreeSet::new();
@@ -409,7 +484,14 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
         }
         Err(e) => {
             main.forget_connection();
-            scan.nodes.push(NodeScan { node: main.name.clone(), role: "main", ok: false, error: Some(format!("{e:#}")), keys: 0, scan_ms: ms(t) });
+            scan.nodes.push(NodeScan {
+                node: main.name.clone(),
+                role: "main",
+                ok: false,
+                error: Some(format!("{e:#}")),
+                keys: 0,
+                scan_ms: ms(t),
+            });
             let mut per_node = Vec::new();
             for node in redlock.iter_mut() {
                 let t = Instant::now();
@@ -426,7 +508,9 @@ pub async fn scan_locks(main: &mut RedisNode, redlock: &mut [RedisNode]) -> Lock
 async fn read_node(node: &mut RedisNode) -> Result<NodeKeys, String> {
     let r = async {
         let mut c = node.conn().await?;
-        scan_values(&mut c, keys::LOCK_PATTERN, false).await.map_err(|e| node.error(e))
+        scan_values(&mut c, keys::LOCK_PATTERN, false)
+            .await
+            .map_err(|e| node.error(e))
     }
     .await;
     if r.is_err() {
@@ -435,7 +519,10 @@ async fn read_node(node: &mut RedisNode) -> Result<NodeKeys, String> {
     r.map_err(|e| format!("{e:#}"))
 }
 
-async fn read_fences(conn: &mut MultiplexedConnection, lock_keys: &BTreeSet<String>) -> redis::RedisResult<BTreeMap<String, i64>> {
+async fn read_fences(
+    conn: &mut MultiplexedConnection,
+    lock_keys: &BTreeSet<String>,
+) -> redis::RedisResult<BTreeMap<String, i64>> {
     let mut out = BTreeMap::new();
     let list: Vec<&String> = lock_keys.iter().collect();
     for chunk in list.chunks(SCAN_COUNT) {
@@ -453,12 +540,30 @@ async fn read_fences(conn: &mut MultiplexedConnection, lock_keys: &BTreeSet<Stri
     Ok(out)
 }
 
-fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Result<NodeKeys, String>, f64)>, fences: &BTreeMap<String, i64>) {
+fn finish(
+    scan: &mut LockScan,
+    main_keys: NodeKeys,
+    per_node: Vec<(String, Result<NodeKeys, String>, f64)>,
+    fences: &BTreeMap<String, i64>,
+) {
     let live = scan.live_instances.clone();
     let read_at = scan.read_at_ms;
     scan.locks.reserve(main_keys.len());
     for k in main_keys {
-        scan.locks.push(LockRow::new(k.key, "single", k.value, k.pttl, read_at, live.as_ref(), k.fence, Vec::new(), None).of_type(k.redis_type));
+        scan.locks.push(
+            LockRow::new(
+                k.key,
+                "single",
+                k.value,
+                k.pttl,
+                read_at,
+                live.as_ref(),
+                k.fence,
+                Vec::new(),
+                None,
+            )
+            .of_type(k.redis_type),
+        );
     }
     // RedLock: group each key over the nodes that answered.
     let node_count = per_node.len();
@@ -467,15 +572,32 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
     for (name, r, t) in &per_node {
         match r {
             Ok(keys) => {
-                scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: true, error: None, keys: keys.len(), scan_ms: *t });
+                scan.nodes.push(NodeScan {
+                    node: name.clone(),
+                    role: "redlock",
+                    ok: true,
+                    error: None,
+                    keys: keys.len(),
+                    scan_ms: *t,
+                });
                 for k in keys {
-                    by_key.entry(k.key.clone()).or_default().insert(name.clone(), (k.value.clone(), k.pttl));
+                    by_key
+                        .entry(k.key.clone())
+                        .or_default()
+                        .insert(name.clone(), (k.value.clone(), k.pttl));
                     if let Some(t) = &k.redis_type {
                         other_types.insert(k.key.clone(), t.clone());
                     }
                 }
             }
-            Err(e) => scan.nodes.push(NodeScan { node: name.clone(), role: "redlock", ok: false, error: Some(e.clone()), keys: 0, scan_ms: *t }),
+            Err(e) => scan.nodes.push(NodeScan {
+                node: name.clone(),
+                role: "redlock",
+                ok: false,
+                error: Some(e.clone()),
+                keys: 0,
+                scan_ms: *t,
+            }),
         }
     }
     for (key, holders) in by_key {
@@ -484,22 +606,65 @@ fn finish(scan: &mut LockScan, main_keys: NodeKeys, per_node: Vec<(String, Resul
         for (v, _) in holders.values() {
             *counts.entry(v.as_str()).or_default() += 1;
         }
-        let (majority, agreeing) = counts.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(v, n)| (v.to_string(), *n)).unwrap_or_default();
-        let quorum = Quorum { agreeing, nodes: node_count, reached: agreeing > node_count / 2 };
+        let (majority, agreeing) = counts
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(v, n)| (v.to_string(), *n))
+            .unwrap_or_default();
+        let quorum = Quorum {
+            agreeing,
+            nodes: node_count,
+            reached: agreeing > node_count / 2,
+        };
         let nodes: Vec<NodeHolding> = per_node
             .iter()
             .map(|(name, r, _)| match (r, holders.get(name)) {
-                (Ok(_), Some((v, pttl))) => NodeHolding { node: name.clone(), value: Some(v.clone()), pttl_ms: *pttl, agrees: *v == majority },
-                (Ok(_), None) => NodeHolding { node: name.clone(), value: None, pttl_ms: -2, agrees: false },
-                (Err(_), _) => NodeHolding { node: name.clone(), value: None, pttl_ms: -2, agrees: false },
+                (Ok(_), Some((v, pttl))) => NodeHolding {
+                    node: name.clone(),
+                    value: Some(v.clone()),
+                    pttl_ms: *pttl,
+                    agrees: *v == majority,
+                },
+                (Ok(_), None) => NodeHolding {
+                    node: name.clone(),
+                    value: None,
+                    pttl_ms: -2,
+                    agrees: false,
+                },
+                (Err(_), _) => NodeHolding {
+                    node: name.clone(),
+                    value: None,
+                    pttl_ms: -2,
+                    agrees: false,
+                },
             })
             .collect();
-        let pttl = nodes.iter().filter(|n| n.agrees).map(|n| n.pttl_ms).filter(|p| *p != -2).min_by_key(|p| if *p < 0 { i64::MAX } else { *p }).unwrap_or(-2);
+        let pttl = nodes
+            .iter()
+            .filter(|n| n.agrees)
+            .map(|n| n.pttl_ms)
+            .filter(|p| *p != -2)
+            .min_by_key(|p| if *p < 0 { i64::MAX } else { *p })
+            .unwrap_or(-2);
         let fence = fences.get(&key).copied();
         let redis_type = other_types.remove(&key);
-        scan.locks.push(LockRow::new(key, "redlock", majority, pttl, read_at, live.as_ref(), fence, nodes, Some(quorum)).of_type(redis_type));
+        scan.locks.push(
+            LockRow::new(
+                key,
+                "redlock",
+                majority,
+                pttl,
+                read_at,
+                live.as_ref(),
+                fence,
+                nodes,
+                Some(quorum),
+            )
+            .of_type(redis_type),
+        );
     }
-    scan.locks.sort_by(|a, b| a.key.cmp(&b.key).then(a.scope.cmp(b.scope)));
+    scan.locks
+        .sort_by(|a, b| a.key.cmp(&b.key).then(a.scope.cmp(b.scope)));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -532,7 +697,12 @@ pub struct TraceKeys {
 
 /// Reads `lock:order:{orderNo}`, `lock:req:{requestId}` (main and RedLock nodes), their fence
 /// counters and `idem:{requestId}`.
-pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_no: Option<&str>, request_id: Option<&str>) -> anyhow::Result<TraceKeys> {
+pub async fn trace_keys(
+    main: &mut RedisNode,
+    redlock: &mut [RedisNode],
+    order_no: Option<&str>,
+    request_id: Option<&str>,
+) -> anyhow::Result<TraceKeys> {
     let read_at_ms = crate::contracts::now_ms();
     let mut lock_keys = Vec::new();
     if let Some(o) = order_no {
@@ -554,7 +724,12 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
         let mut pipe = redis::pipe();
         pipe.ignore_errors(); // a key of another type is skipped, not an error of the whole trace
         for k in &lock_keys {
-            pipe.cmd("GET").arg(k).cmd("PTTL").arg(k).cmd("GET").arg(keys::fence(k));
+            pipe.cmd("GET")
+                .arg(k)
+                .cmd("PTTL")
+                .arg(k)
+                .cmd("GET")
+                .arg(keys::fence(k));
         }
         let fast = request_id.map(keys::idempotency_fast_path);
         if let Some(f) = &fast {
@@ -577,7 +752,13 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 pipe.cmd("EXISTS").arg(keys::instance(h));
             }
             let exists: Vec<bool> = pipe.query_async(&mut c).await?;
-            live.extend(holders.into_iter().zip(exists).filter(|(_, e)| *e).map(|(h, _)| h));
+            live.extend(
+                holders
+                    .into_iter()
+                    .zip(exists)
+                    .filter(|(_, e)| *e)
+                    .map(|(h, _)| h),
+            );
         }
         redis::RedisResult::Ok((answers, fast, live))
     }
@@ -596,15 +777,39 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
             fences.insert(k.clone(), f);
         }
         if let Some(v) = value_string(v) {
-            let pttl = if let redis::Value::Int(n) = pttl { *n } else { -2 };
-            out.locks.push(LockRow::new(k.clone(), "single", v, pttl, read_at_ms, Some(&live), fences.get(k).copied(), Vec::new(), None));
+            let pttl = if let redis::Value::Int(n) = pttl {
+                *n
+            } else {
+                -2
+            };
+            out.locks.push(LockRow::new(
+                k.clone(),
+                "single",
+                v,
+                pttl,
+                read_at_ms,
+                Some(&live),
+                fences.get(k).copied(),
+                Vec::new(),
+                None,
+            ));
         }
     }
     if let Some(f) = fast {
         let base = lock_keys.len() * 3;
         if let Some(v) = value_string(&answers[base]) {
-            let pttl = if let redis::Value::Int(n) = &answers[base + 1] { *n } else { -2 };
-            out.fast_path = Some(TraceKey { key: f, node: main_name, value: v, pttl_ms: pttl, read_at_ms });
+            let pttl = if let redis::Value::Int(n) = &answers[base + 1] {
+                *n
+            } else {
+                -2
+            };
+            out.fast_path = Some(TraceKey {
+                key: f,
+                node: main_name,
+                value: v,
+                pttl_ms: pttl,
+                read_at_ms,
+            });
         }
     }
     // RedLock nodes: the same lock keys on each node.
@@ -619,12 +824,23 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 for k in &lock_keys {
                     pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
                 }
-                let answers: Vec<redis::Value> = pipe.query_async(&mut c).await.map_err(|e| node.error(e))?;
+                let answers: Vec<redis::Value> =
+                    pipe.query_async(&mut c).await.map_err(|e| node.error(e))?;
                 let mut found = Vec::new();
                 for (k, pair) in lock_keys.iter().zip(answers.chunks(2)) {
                     if let Some(v) = value_string(&pair[0]) {
-                        let pttl = if let redis::Value::Int(n) = &pair[1] { *n } else { -2 };
-                        found.push(ScannedKey { key: k.clone(), value: v, pttl, fence: None, redis_type: None });
+                        let pttl = if let redis::Value::Int(n) = &pair[1] {
+                            *n
+                        } else {
+                            -2
+                        };
+                        found.push(ScannedKey {
+                            key: k.clone(),
+                            value: v,
+                            pttl,
+                            fence: None,
+                            redis_type: None,
+                        });
                     }
                 }
                 anyhow::Ok(found)
@@ -652,9 +868,19 @@ pub async fn trace_keys(main: &mut RedisNode, redlock: &mut [RedisNode], order_n
                 pipe.cmd("EXISTS").arg(keys::instance(h));
             }
             let exists: Vec<bool> = pipe.query_async(&mut c).await.map_err(|e| main.error(e))?;
-            live.extend(extra.into_iter().zip(exists).filter(|(_, e)| *e).map(|(h, _)| h));
+            live.extend(
+                extra
+                    .into_iter()
+                    .zip(exists)
+                    .filter(|(_, e)| *e)
+                    .map(|(h, _)| h),
+            );
         }
-        let mut scan = LockScan { read_at_ms, live_instances: Some(live), ..Default::default() };
+        let mut scan = LockScan {
+            read_at_ms,
+            live_instances: Some(live),
+            ..Default::default()
+        };
         finish(&mut scan, Vec::new(), per_node, &fences);
         out.locks.extend(scan.locks);
     }
@@ -675,16 +901,46 @@ mod tests {
 
     #[test]
     fn a_row_gives_its_value_back_byte_for_byte() {
-        let h = LockHolder { instance: "vm-1".into(), host: "h".into(), pid: 7, acquired_at: 1, ttl_ms: 30_000, fence: 3, nonce: "n1".into() };
+        let h = LockHolder {
+            instance: "vm-1".into(),
+            host: "h".into(),
+            pid: 7,
+            acquired_at: 1,
+            ttl_ms: 30_000,
+            fence: 3,
+            nonce: "n1".into(),
+        };
         // idemguard's own value: kept as the holder only.
-        let own = LockRow::new("lock:order:1".into(), "single", h.to_value(), 100, 0, None, Some(3), vec![], None);
+        let own = LockRow::new(
+            "lock:order:1".into(),
+            "single",
+            h.to_value(),
+            100,
+            0,
+            None,
+            Some(3),
+            vec![],
+            None,
+        );
         assert!(own.raw_value.is_none());
         assert_eq!(own.value(), h.to_value());
         // The same holder written with other spacing or field order, and a foreign value: kept raw.
         let spaced = h.to_value().replace(",\"host\"", ", \"host\"");
-        let other_order = format!(r#"{{"host":"h","instance":"vm-1","pid":7,"acquired_at":1,"ttl_ms":30000,"fence":3,"nonce":"n1"}}"#);
+        let other_order = format!(
+            r#"{{"host":"h","instance":"vm-1","pid":7,"acquired_at":1,"ttl_ms":30000,"fence":3,"nonce":"n1"}}"#
+        );
         for v in [spaced, other_order, "locked-by-cron".to_string()] {
-            let row = LockRow::new("lock:order:1".into(), "single", v.clone(), 100, 0, None, None, vec![], None);
+            let row = LockRow::new(
+                "lock:order:1".into(),
+                "single",
+                v.clone(),
+                100,
+                0,
+                None,
+                None,
+                vec![],
+                None,
+            );
             assert_eq!(row.value(), v);
         }
         // The JSON form still carries the value.

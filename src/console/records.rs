@@ -22,9 +22,18 @@ impl TraceIds {
     pub fn of_target(target: &crate::contracts::TraceTarget) -> TraceIds {
         use crate::contracts::TraceTarget::*;
         match target {
-            RequestId(r) => TraceIds { request_id: Some(r.clone()), ..Default::default() },
-            EventId(e) => TraceIds { event_id: Some(e.clone()), ..Default::default() },
-            OrderNo(o) => TraceIds { order_no: Some(o.clone()), ..Default::default() },
+            RequestId(r) => TraceIds {
+                request_id: Some(r.clone()),
+                ..Default::default()
+            },
+            EventId(e) => TraceIds {
+                event_id: Some(e.clone()),
+                ..Default::default()
+            },
+            OrderNo(o) => TraceIds {
+                order_no: Some(o.clone()),
+                ..Default::default()
+            },
         }
     }
 
@@ -172,13 +181,25 @@ impl TraceRows {
     fn ids_found(&self) -> TraceIds {
         let mut ids = TraceIds::default();
         for o in &self.orders {
-            ids.absorb(&TraceIds { order_no: Some(o.order_no.clone()), request_id: Some(o.req_id.clone()), event_id: None });
+            ids.absorb(&TraceIds {
+                order_no: Some(o.order_no.clone()),
+                request_id: Some(o.req_id.clone()),
+                event_id: None,
+            });
         }
         for r in &self.idempotency {
-            ids.absorb(&TraceIds { order_no: r.order_no.clone(), request_id: Some(r.request_id.clone()), event_id: None });
+            ids.absorb(&TraceIds {
+                order_no: r.order_no.clone(),
+                request_id: Some(r.request_id.clone()),
+                event_id: None,
+            });
         }
         for s in &self.stock_movements {
-            ids.absorb(&TraceIds { order_no: Some(s.order_no.clone()), request_id: Some(s.req_id.clone()), event_id: None });
+            ids.absorb(&TraceIds {
+                order_no: Some(s.order_no.clone()),
+                request_id: Some(s.req_id.clone()),
+                event_id: None,
+            });
         }
         let by_order = self
             .payments
@@ -189,7 +210,10 @@ impl TraceRows {
             .chain(self.notifications.iter().map(|n| n.order_no.clone()))
             .chain(self.outbox.iter().map(|o| o.msg_key.clone()));
         for o in by_order {
-            ids.absorb(&TraceIds { order_no: Some(o), ..Default::default() });
+            ids.absorb(&TraceIds {
+                order_no: Some(o),
+                ..Default::default()
+            });
         }
         ids
     }
@@ -219,18 +243,65 @@ pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<Trace
 }
 
 async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> {
-    let (o, r, e) = (ids.order_no.clone(), ids.request_id.clone(), ids.event_id.clone());
+    let (o, r, e) = (
+        ids.order_no.clone(),
+        ids.request_id.clone(),
+        ids.event_id.clone(),
+    );
     let q = |name: &'static str| sqlx::query(db.sql(name));
-    let named = |name: &'static str| move |err: sqlx::Error| anyhow::anyhow!("{name} ({}): {err}", db.shown_url);
+    let named = |name: &'static str| {
+        move |err: sqlx::Error| anyhow::anyhow!("{name} ({}): {err}", db.shown_url)
+    };
 
-    let idempotency = q("console_trace_idempotency").bind(r.clone()).bind(o.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_idempotency"))?;
-    let orders = q("console_trace_order").bind(r.clone()).bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_order"))?;
-    let stock = q("console_trace_stock").bind(o.clone()).bind(r.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_stock"))?;
-    let payments = q("console_trace_payment").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_payment"))?;
-    let outbox = q("console_trace_outbox").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_outbox"))?;
-    let processed = q("console_trace_processed").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_processed"))?;
-    let points = q("console_trace_points").bind(o.clone()).bind(e.clone()).fetch_all(&db.pool).await.map_err(named("console_trace_points"))?;
-    let notifications = q("console_trace_notification").bind(o).bind(e).fetch_all(&db.pool).await.map_err(named("console_trace_notification"))?;
+    let idempotency = q("console_trace_idempotency")
+        .bind(r.clone())
+        .bind(o.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_idempotency"))?;
+    let orders = q("console_trace_order")
+        .bind(r.clone())
+        .bind(o.clone())
+        .bind(e.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_order"))?;
+    let stock = q("console_trace_stock")
+        .bind(o.clone())
+        .bind(r.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_stock"))?;
+    let payments = q("console_trace_payment")
+        .bind(o.clone())
+        .bind(e.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_payment"))?;
+    let outbox = q("console_trace_outbox")
+        .bind(o.clone())
+        .bind(e.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_outbox"))?;
+    let processed = q("console_trace_processed")
+        .bind(o.clone())
+        .bind(e.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_processed"))?;
+    let points = q("console_trace_points")
+        .bind(o.clone())
+        .bind(e.clone())
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_points"))?;
+    let notifications = q("console_trace_notification")
+        .bind(o)
+        .bind(e)
+        .fetch_all(&db.pool)
+        .await
+        .map_err(named("console_trace_notification"))?;
 
     Ok(TraceRows {
         ids: ids.clone(),
@@ -245,8 +316,19 @@ async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> 
     })
 }
 
-fn decode_all<T>(rows: &[AnyRow], f: fn(&AnyRow) -> Result<T, sqlx::Error>) -> anyhow::Result<Vec<T>> {
-    rows.iter().map(|r| f(r).map_err(|e| anyhow::anyhow!("unexpected column in a console query: {e} (does queries_dir override it?)"))).collect()
+fn decode_all<T>(
+    rows: &[AnyRow],
+    f: fn(&AnyRow) -> Result<T, sqlx::Error>,
+) -> anyhow::Result<Vec<T>> {
+    rows.iter()
+        .map(|r| {
+            f(r).map_err(|e| {
+                anyhow::anyhow!(
+                    "unexpected column in a console query: {e} (does queries_dir override it?)"
+                )
+            })
+        })
+        .collect()
 }
 
 fn idempotency_row(r: &AnyRow) -> Result<IdempotencyRow, sqlx::Error> {
@@ -393,7 +475,11 @@ impl StuckRecord {
 pub const STUCK_LIMIT: i64 = 1000;
 
 /// `PROCESSING` records created before `now - threshold`, oldest first.
-pub async fn stuck_records(db: &Database, now_ms: i64, threshold: std::time::Duration) -> anyhow::Result<Vec<StuckRecord>> {
+pub async fn stuck_records(
+    db: &Database,
+    now_ms: i64,
+    threshold: std::time::Duration,
+) -> anyhow::Result<Vec<StuckRecord>> {
     let cutoff = now_ms - threshold.as_millis() as i64;
     let rows = sqlx::query(db.sql("console_stuck"))
         .bind(cutoff)
@@ -425,7 +511,10 @@ fn stuck_row(r: &AnyRow) -> Result<StuckRecord, sqlx::Error> {
 
 /// Fill each record's owner liveness from the set of instances with a heartbeat (`None`: Redis
 /// did not answer, so liveness is unknown — never guessed).
-pub fn annotate_stuck(records: &mut [StuckRecord], live: Option<&std::collections::BTreeSet<String>>) {
+pub fn annotate_stuck(
+    records: &mut [StuckRecord],
+    live: Option<&std::collections::BTreeSet<String>>,
+) {
     for r in records {
         r.owner_alive = live.map(|l| l.contains(&r.owner));
     }

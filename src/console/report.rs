@@ -61,7 +61,11 @@ pub struct Contradiction {
     pub problem: String,
 }
 
-pub async fn contradictions(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Contradiction>, sqlx::Error> {
+pub async fn contradictions(
+    db: &Database,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<Vec<Contradiction>, sqlx::Error> {
     sqlx::query(db.sql("report_contradictions"))
         .bind(since_ms)
         .bind(until_ms)
@@ -121,8 +125,13 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         return Ok(ms);
     }
     humantime::parse_rfc3339_weak(s)
-        .map_err(|e| format!("`{s}` is neither RFC 3339 (2026-11-29T14:00:00Z) nor epoch milliseconds: {e}"))
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            format!("`{s}` is neither RFC 3339 (2026-11-29T14:00:00Z) nor epoch milliseconds: {e}")
+        })
+        .and_then(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_err(|e| e.to_string())
+        })
         .map(|d| d.as_millis() as i64)
 }
 
@@ -149,7 +158,12 @@ pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Le
 
 /// The timeline of one ID from the database rows and the topics already read (no Redis: a
 /// report is about what happened, and the keys of then are gone).
-async fn timeline_of(db: &Database, query: &str, payments: &PaymentIndex, log: &TraceLog) -> anyhow::Result<Timeline> {
+async fn timeline_of(
+    db: &Database,
+    query: &str,
+    payments: &PaymentIndex,
+    log: &TraceLog,
+) -> anyhow::Result<Timeline> {
     let target = TraceTarget::classify(query);
     let mut rows = records::trace_rows(db, &TraceIds::of_target(&target)).await?;
     let ids = timeline::resolve_ids(query, Some(&rows), payments, log);
@@ -159,8 +173,19 @@ async fn timeline_of(db: &Database, query: &str, payments: &PaymentIndex, log: &
     let ids = timeline::resolve_ids(query, Some(&rows), payments, log);
     let messages = payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
     let event_ids = timeline::event_ids_of(&target, Some(&rows), &messages);
-    let events = log.matching(ids.order_no.as_deref(), ids.request_id.as_deref(), &event_ids);
-    Ok(timeline::build(TimelineInputs { query, rows: Some(&rows), keys: None, messages: &messages, events: &events, now_ms: now_ms() }))
+    let events = log.matching(
+        ids.order_no.as_deref(),
+        ids.request_id.as_deref(),
+        &event_ids,
+    );
+    Ok(timeline::build(TimelineInputs {
+        query,
+        rows: Some(&rows),
+        keys: None,
+        messages: &messages,
+        events: &events,
+        now_ms: now_ms(),
+    }))
 }
 
 /// Build the report (reads the database and both topics; bounded).
@@ -173,13 +198,21 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     // reads them whole, bounded by the stores.
     let (payments, log) = match scope {
         Scope::Id(id) => {
-            let rows = records::trace_rows(&db, &TraceIds::of_target(&TraceTarget::classify(id))).await.ok();
+            let rows = records::trace_rows(&db, &TraceIds::of_target(&TraceTarget::classify(id)))
+                .await
+                .ok();
             read_topics_for(config, id, rows.as_ref()).await
         }
-        Scope::Window { .. } => tokio::join!(read_payments(config), read_trace_log(config, StartAt::Beginning)),
+        Scope::Window { .. } => tokio::join!(
+            read_payments(config),
+            read_trace_log(config, StartAt::Beginning)
+        ),
     };
     let payments = payments.unwrap_or_else(|e| {
-        errors.push(format!("payment topic {}: {e:#}", config.kafka.payment_topic));
+        errors.push(format!(
+            "payment topic {}: {e:#}",
+            config.kafka.payment_topic
+        ));
         PaymentIndex::default()
     });
     let log = log.unwrap_or_else(|e| {
@@ -200,7 +233,12 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
                 .iter()
                 .map(|r| r.try_get::<String, _>("order_no"))
                 .collect::<Result<_, _>>()?;
-            (all.iter().take(MAX_ORDERS as usize).cloned().collect(), *since_ms, *until_ms, all.len())
+            (
+                all.iter().take(MAX_ORDERS as usize).cloned().collect(),
+                *since_ms,
+                *until_ms,
+                all.len(),
+            )
         }
     };
     let mut timelines = Vec::new();
@@ -211,7 +249,11 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
         }
     }
     // The IDs an --id report is about: its leaks, actions and rates only.
-    let named: Vec<String> = timelines.iter().flat_map(|t| [t.order_no.clone(), t.request_id.clone()]).flatten().collect();
+    let named: Vec<String> = timelines
+        .iter()
+        .flat_map(|t| [t.order_no.clone(), t.request_id.clone()])
+        .flatten()
+        .collect();
     let mine = |s: &str| named.iter().any(|n| s.contains(n.as_str()));
 
     let mut leaks = leaks(&db, since_ms, until_ms).await?;
@@ -221,8 +263,14 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     let (rate_since, rate_until) = match scope {
         Scope::Window { .. } => (since_ms, until_ms),
         Scope::Id(_) => {
-            let times: Vec<i64> = timelines.iter().flat_map(|t| t.entries.iter().filter_map(|e| e.at_ms)).collect();
-            (times.iter().copied().min().unwrap_or(now), times.iter().copied().max().unwrap_or(now) + 1)
+            let times: Vec<i64> = timelines
+                .iter()
+                .flat_map(|t| t.entries.iter().filter_map(|e| e.at_ms))
+                .collect();
+            (
+                times.iter().copied().min().unwrap_or(now),
+                times.iter().copied().max().unwrap_or(now) + 1,
+            )
         }
     };
     if let Scope::Id(_) = scope {
@@ -234,7 +282,12 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
     let mut rates: Vec<RateLine> = log
         .counts_between(rate_since, rate_until)
         .into_iter()
-        .map(|((layer, outcome), count)| RateLine { layer, outcome, count, per_minute: count as f64 / minutes })
+        .map(|((layer, outcome), count)| RateLine {
+            layer,
+            outcome,
+            count,
+            per_minute: count as f64 / minutes,
+        })
         .collect();
     if let Scope::Id(_) = scope {
         // Only the events of this order: counted from its timeline's interceptions.
@@ -244,12 +297,24 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
                 *by.entry((i.layer.clone(), i.outcome.clone())).or_default() += 1;
             }
         }
-        rates = by.into_iter().map(|((layer, outcome), count)| RateLine { layer, outcome, count, per_minute: count as f64 / minutes }).collect();
+        rates = by
+            .into_iter()
+            .map(|((layer, outcome), count)| RateLine {
+                layer,
+                outcome,
+                count,
+                per_minute: count as f64 / minutes,
+            })
+            .collect();
     }
     db.pool.close().await;
     Ok(IncidentReport {
         schema: SCHEMA,
-        environment: EnvironmentInfo { name: config.environment.name.clone(), color: config.environment.color.clone(), production: config.environment.production },
+        environment: EnvironmentInfo {
+            name: config.environment.name.clone(),
+            color: config.environment.color.clone(),
+            production: config.environment.production,
+        },
         generated_at: format_ms(now),
         id: match scope {
             Scope::Id(id) => Some(id.clone()),
@@ -257,7 +322,11 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
         },
         since_ms,
         until_ms,
-        orders_in_window: if orders_in_window == 0 { timelines.len() } else { orders_in_window },
+        orders_in_window: if orders_in_window == 0 {
+            timelines.len()
+        } else {
+            orders_in_window
+        },
         timelines,
         leaks,
         contradictions,
@@ -274,13 +343,40 @@ fn cell(s: &str) -> String {
 /// The report as Markdown.
 pub fn markdown(r: &IncidentReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# Post-incident report — {}", r.id.clone().unwrap_or_else(|| format!("{} → {}", format_ms(r.since_ms), format_ms(r.until_ms))));
-    let _ = writeln!(o, "\nEnvironment **{}**{} · generated {}\n", r.environment.name, if r.environment.production { " (production)" } else { "" }, r.generated_at);
+    let _ = writeln!(
+        o,
+        "# Post-incident report — {}",
+        r.id.clone().unwrap_or_else(|| format!(
+            "{} → {}",
+            format_ms(r.since_ms),
+            format_ms(r.until_ms)
+        ))
+    );
+    let _ = writeln!(
+        o,
+        "\nEnvironment **{}**{} · generated {}\n",
+        r.environment.name,
+        if r.environment.production {
+            " (production)"
+        } else {
+            ""
+        },
+        r.generated_at
+    );
     let _ = writeln!(o, "## Summary\n");
-    let _ = writeln!(o, "- orders: {} ({} with a timeline below)", r.orders_in_window, r.timelines.len());
+    let _ = writeln!(
+        o,
+        "- orders: {} ({} with a timeline below)",
+        r.orders_in_window,
+        r.timelines.len()
+    );
     let _ = writeln!(o, "- duplicates stopped: {}", r.duplicates_stopped());
     let _ = writeln!(o, "- **duplicates that got through: {}**", r.leaks.len());
-    let _ = writeln!(o, "- **records that contradict the orders (duplicate risk): {}**", r.contradictions.len());
+    let _ = writeln!(
+        o,
+        "- **records that contradict the orders (duplicate risk): {}**",
+        r.contradictions.len()
+    );
     let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {e} (the report is partial)");
@@ -290,20 +386,45 @@ pub fn markdown(r: &IncidentReport) -> String {
     if r.leaks.is_empty() {
         let _ = writeln!(o, "None: no requestId or order has two effects in orders, stock movements, payment flows, points or notifications.");
     } else {
-        let _ = writeln!(o, "| table | rows | shared column = key | first | last |\n|---|---|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| table | rows | shared column = key | first | last |\n|---|---|---|---|---|"
+        );
         for l in &r.leaks {
-            let _ = writeln!(o, "| {} | {} | {} = `{}` | `{}` | `{}` |", l.table, l.rows, l.by, cell(&l.key), cell(&l.first), cell(&l.last));
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} = `{}` | `{}` | `{}` |",
+                l.table,
+                l.rows,
+                l.by,
+                cell(&l.key),
+                cell(&l.first),
+                cell(&l.last)
+            );
         }
     }
 
     let _ = writeln!(o, "\n## Records that contradict the orders\n");
     if r.contradictions.is_empty() {
-        let _ = writeln!(o, "None: every FAILED record has no order and every SUCCEEDED record's order exists.");
+        let _ = writeln!(
+            o,
+            "None: every FAILED record has no order and every SUCCEEDED record's order exists."
+        );
     } else {
         let _ = writeln!(o, "A FAILED record with an order told its client to send a new key although the order exists: a second order may follow.\n");
-        let _ = writeln!(o, "| requestId | record status | order | problem |\n|---|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| requestId | record status | order | problem |\n|---|---|---|---|"
+        );
         for c in &r.contradictions {
-            let _ = writeln!(o, "| `{}` | {} | `{}` | {} |", cell(&c.request_id), c.status, cell(&c.order_no), c.problem.replace('_', " "));
+            let _ = writeln!(
+                o,
+                "| `{}` | {} | `{}` | {} |",
+                cell(&c.request_id),
+                c.status,
+                cell(&c.order_no),
+                c.problem.replace('_', " ")
+            );
         }
     }
 
@@ -331,26 +452,48 @@ pub fn markdown(r: &IncidentReport) -> String {
     if r.rates.is_empty() {
         let _ = writeln!(o, "No trace events in the window.");
     } else {
-        let _ = writeln!(o, "| layer | outcome | count | per minute |\n|---|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| layer | outcome | count | per minute |\n|---|---|---|---|"
+        );
         for x in &r.rates {
-            let _ = writeln!(o, "| {} | {} | {} | {:.2} |", x.layer, x.outcome, x.count, x.per_minute);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {:.2} |",
+                x.layer, x.outcome, x.count, x.per_minute
+            );
         }
     }
 
     let _ = writeln!(o, "\n## Orders\n");
     for t in &r.timelines {
         let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), t.query);
-        let _ = writeln!(o, "orderNo `{}` · requestId `{}`\n", t.order_no.as_deref().unwrap_or("?"), t.request_id.as_deref().unwrap_or("?"));
+        let _ = writeln!(
+            o,
+            "orderNo `{}` · requestId `{}`\n",
+            t.order_no.as_deref().unwrap_or("?"),
+            t.request_id.as_deref().unwrap_or("?")
+        );
         if t.interceptions.is_empty() {
             let _ = writeln!(o, "No duplicate of this order was stopped.\n");
         } else {
             let _ = writeln!(o, "Duplicates stopped:\n");
             for i in &t.interceptions {
-                let _ = writeln!(o, "- {} by **{}** ({}): {}", i.at_ms.map_or("?".into(), format_ms), i.layer, i.outcome, cell(&i.detail));
+                let _ = writeln!(
+                    o,
+                    "- {} by **{}** ({}): {}",
+                    i.at_ms.map_or("?".into(), format_ms),
+                    i.layer,
+                    i.outcome,
+                    cell(&i.detail)
+                );
             }
             let _ = writeln!(o);
         }
-        let _ = writeln!(o, "| time | layer | source | what | stopped by |\n|---|---|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| time | layer | source | what | stopped by |\n|---|---|---|---|---|"
+        );
         for e in &t.entries {
             let _ = writeln!(
                 o,
@@ -375,22 +518,44 @@ mod tests {
     fn the_leaks_table_header_names_its_column_and_no_placeholder() {
         let r = IncidentReport {
             schema: "idemguard.report/v1",
-            environment: EnvironmentInfo { name: "local".into(), color: "green".into(), production: false },
+            environment: EnvironmentInfo {
+                name: "local".into(),
+                color: "green".into(),
+                production: false,
+            },
             generated_at: "2026-11-29T23:07:42.123Z".into(),
             id: Some("APP:ORDER:20261129:abcdefgh".into()),
             since_ms: 0,
             until_ms: 0,
             orders_in_window: 2,
             timelines: vec![],
-            leaks: vec![Leak { table: "order_record".into(), by: "req_id".into(), key: "APP:ORDER:20261129:abcdefgh".into(), rows: 2, first: "A".into(), last: "B".into() }],
+            leaks: vec![Leak {
+                table: "order_record".into(),
+                by: "req_id".into(),
+                key: "APP:ORDER:20261129:abcdefgh".into(),
+                rows: 2,
+                first: "A".into(),
+                last: "B".into(),
+            }],
             contradictions: vec![],
             operator_actions: vec![],
             rates: vec![],
             errors: vec![],
         };
         let md = markdown(&r);
-        assert!(md.contains("| table | rows | shared column = key | first | last |"), "{md}");
-        assert!(md.contains("| order_record | 2 | req_id = `APP:ORDER:20261129:abcdefgh` | `A` | `B` |"), "{md}");
-        assert!(!md.contains('{'), "a format placeholder was printed literally: {md}");
+        assert!(
+            md.contains("| table | rows | shared column = key | first | last |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| order_record | 2 | req_id = `APP:ORDER:20261129:abcdefgh` | `A` | `B` |"
+            ),
+            "{md}"
+        );
+        assert!(
+            !md.contains('{'),
+            "a format placeholder was printed literally: {md}"
+        );
     }
 }

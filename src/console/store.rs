@@ -24,10 +24,22 @@ pub const RATE_SERIES: &[(Layer, Outcome, &str)] = &[
     (Layer::Api, Outcome::Replayed, "replays"),
     (Layer::Api, Outcome::InFlightRejected, "409 in flight"),
     (Layer::Api, Outcome::PayloadMismatch, "422 payload mismatch"),
-    (Layer::Api, Outcome::AnsweredFromOrders, "answered from orders"),
+    (
+        Layer::Api,
+        Outcome::AnsweredFromOrders,
+        "answered from orders",
+    ),
     (Layer::Lock, Outcome::LockContended, "lock contention"),
-    (Layer::Db, Outcome::UniqueViolationReplayed, "unique-violation read-backs"),
-    (Layer::Db, Outcome::TransitionAlreadyApplied, "transition already applied"),
+    (
+        Layer::Db,
+        Outcome::UniqueViolationReplayed,
+        "unique-violation read-backs",
+    ),
+    (
+        Layer::Db,
+        Outcome::TransitionAlreadyApplied,
+        "transition already applied",
+    ),
     (Layer::Db, Outcome::FenceRejected, "fence rejected"),
     (Layer::Stream, Outcome::DedupHit, "dedup hits"),
     (Layer::Stream, Outcome::SinkDuplicate, "sink duplicates"),
@@ -63,7 +75,10 @@ struct StoredEvent {
 impl StoredEvent {
     fn event(&self) -> TraceEvent {
         TraceEvent {
-            ts: self.ts.as_deref().map_or_else(|| crate::contracts::format_ms(self.ms), str::to_string),
+            ts: self
+                .ts
+                .as_deref()
+                .map_or_else(|| crate::contracts::format_ms(self.ms), str::to_string),
             instance: self.instance.to_string(),
             layer: self.layer,
             outcome: self.outcome,
@@ -93,7 +108,12 @@ impl TraceLog {
         self.events_seen += 1;
         let ms = event_ms(&e).unwrap_or(0);
         if e.outcome.stops_duplicate() || e.outcome == Outcome::Dlq {
-            *self.minutes.entry(ms.div_euclid(60_000)).or_default().entry(e.outcome).or_default() += 1;
+            *self
+                .minutes
+                .entry(ms.div_euclid(60_000))
+                .or_default()
+                .entry(e.outcome)
+                .or_default() += 1;
             // Keep a little more than the window, so late events still land in their minute.
             while self.minutes.len() > RATE_WINDOW_MINUTES * 2 {
                 self.minutes.pop_first();
@@ -140,7 +160,8 @@ impl TraceLog {
         let mut out = BTreeMap::new();
         for e in &self.events {
             if e.ms >= since_ms && e.ms < until_ms {
-                *out.entry((e.layer.as_str().to_string(), e.outcome.as_str().to_string())).or_default() += 1;
+                *out.entry((e.layer.as_str().to_string(), e.outcome.as_str().to_string()))
+                    .or_default() += 1;
             }
         }
         out
@@ -151,14 +172,21 @@ impl TraceLog {
     }
 
     /// The events that name any of the IDs, oldest first.
-    pub fn matching(&self, order_no: Option<&str>, request_id: Option<&str>, event_ids: &BTreeSet<String>) -> Vec<TraceEvent> {
+    pub fn matching(
+        &self,
+        order_no: Option<&str>,
+        request_id: Option<&str>,
+        event_ids: &BTreeSet<String>,
+    ) -> Vec<TraceEvent> {
         let mut out: Vec<&StoredEvent> = self
             .events
             .iter()
             .filter(|e| {
                 (order_no.is_some() && e.order_no.as_deref() == order_no)
                     || (request_id.is_some() && e.request_id.as_deref() == request_id)
-                    || e.event_id.as_deref().is_some_and(|id| event_ids.contains(id))
+                    || e.event_id
+                        .as_deref()
+                        .is_some_and(|id| event_ids.contains(id))
             })
             .collect();
         out.sort_by_key(|e| e.ms);
@@ -178,8 +206,16 @@ impl TraceLog {
         self.events
             .iter()
             .rev()
-            .find(|e| e.event_id.as_deref() == Some(event_id) && (e.order_no.is_some() || e.request_id.is_some()))
-            .map(|e| (e.order_no.as_deref().map(str::to_string), e.request_id.as_deref().map(str::to_string)))
+            .find(|e| {
+                e.event_id.as_deref() == Some(event_id)
+                    && (e.order_no.is_some() || e.request_id.is_some())
+            })
+            .map(|e| {
+                (
+                    e.order_no.as_deref().map(str::to_string),
+                    e.request_id.as_deref().map(str::to_string),
+                )
+            })
     }
 
     /// Interceptions per minute over the last [`RATE_WINDOW_MINUTES`] minutes ending at `now_ms`.
@@ -190,7 +226,13 @@ impl TraceLog {
             .iter()
             .map(|(layer, outcome, label)| {
                 let per_minute: Vec<u64> = (first..=last)
-                    .map(|m| self.minutes.get(&m).and_then(|c| c.get(outcome)).copied().unwrap_or(0))
+                    .map(|m| {
+                        self.minutes
+                            .get(&m)
+                            .and_then(|c| c.get(outcome))
+                            .copied()
+                            .unwrap_or(0)
+                    })
                     .collect();
                 RateSeries {
                     layer: *layer,
@@ -202,7 +244,12 @@ impl TraceLog {
                 }
             })
             .collect();
-        RateTable { window_minutes: RATE_WINDOW_MINUTES, first_minute_ms: first * 60_000, series, events_seen: self.events_seen }
+        RateTable {
+            window_minutes: RATE_WINDOW_MINUTES,
+            first_minute_ms: first * 60_000,
+            series,
+            events_seen: self.events_seen,
+        }
     }
 }
 
@@ -267,15 +314,23 @@ impl PaymentIndex {
         };
         // Most orders have one message: room for exactly one (a Vec's first push makes room
         // for four).
-        let list = self.by_order.entry(order.clone()).or_insert_with(|| Vec::with_capacity(1));
+        let list = self
+            .by_order
+            .entry(order.clone())
+            .or_insert_with(|| Vec::with_capacity(1));
         // A re-read (the reader restarted after the broker came back) is not a new copy.
-        if list.iter().any(|x| x.partition == m.partition && x.offset == m.offset) {
+        if list
+            .iter()
+            .any(|x| x.partition == m.partition && x.offset == m.offset)
+        {
             return;
         }
-        let event_id: Option<Arc<str>> = m.event_id.map(|e| match self.order_of_event.get_key_value(e.as_str()) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(e.as_str()),
-        });
+        let event_id: Option<Arc<str>> =
+            m.event_id
+                .map(|e| match self.order_of_event.get_key_value(e.as_str()) {
+                    Some((k, _)) => k.clone(),
+                    None => Arc::from(e.as_str()),
+                });
         if let Some(e) = &event_id {
             self.order_of_event.insert(e.clone(), order.clone());
         }
@@ -290,8 +345,12 @@ impl PaymentIndex {
         });
         self.arrival.push_back(order);
         while self.arrival.len() > PAYMENT_MESSAGES_KEPT {
-            let Some(old) = self.arrival.pop_front() else { break };
-            let Some(list) = self.by_order.get_mut(&old) else { continue };
+            let Some(old) = self.arrival.pop_front() else {
+                break;
+            };
+            let Some(list) = self.by_order.get_mut(&old) else {
+                continue;
+            };
             if !list.is_empty() {
                 let gone = list.remove(0);
                 if let Some(e) = gone.event_id {
@@ -307,9 +366,16 @@ impl PaymentIndex {
     }
 
     /// The messages of an order (or of the order an eventId belongs to), oldest first.
-    pub fn messages_for(&self, order_no: Option<&str>, event_id: Option<&str>) -> Vec<PaymentMessage> {
-        let order: Option<&str> = order_no.or_else(|| event_id.and_then(|e| self.order_of_event.get(e).map(|o| &**o)));
-        let Some((key, list)) = order.and_then(|o| self.by_order.get_key_value(o)) else { return Vec::new() };
+    pub fn messages_for(
+        &self,
+        order_no: Option<&str>,
+        event_id: Option<&str>,
+    ) -> Vec<PaymentMessage> {
+        let order: Option<&str> =
+            order_no.or_else(|| event_id.and_then(|e| self.order_of_event.get(e).map(|o| &**o)));
+        let Some((key, list)) = order.and_then(|o| self.by_order.get_key_value(o)) else {
+            return Vec::new();
+        };
         let topic = self.topic.as_deref().unwrap_or_default().to_string();
         let mut out: Vec<PaymentMessage> = list
             .iter()
@@ -367,16 +433,26 @@ mod tests {
         log.ingest(ev(Outcome::Claimed, now, "A")); // not an interception
         log.ingest(ev(Outcome::DedupHit, now - 61 * 60_000, "A")); // outside the window
         let r = log.rates(now);
-        let replays = r.series.iter().find(|s| s.outcome == Outcome::Replayed).unwrap();
+        let replays = r
+            .series
+            .iter()
+            .find(|s| s.outcome == Outcome::Replayed)
+            .unwrap();
         assert_eq!(replays.per_minute.len(), 60);
         assert_eq!((replays.last_minute, replays.total), (2, 3));
         assert_eq!(replays.per_minute[58], 1);
-        let dedup = r.series.iter().find(|s| s.outcome == Outcome::DedupHit).unwrap();
+        let dedup = r
+            .series
+            .iter()
+            .find(|s| s.outcome == Outcome::DedupHit)
+            .unwrap();
         assert_eq!(dedup.total, 0);
         assert_eq!(r.events_seen, 5);
         assert_eq!(log.matching(Some("A"), None, &BTreeSet::new()).len(), 5);
         // Kept compactly, given back whole: the same event, `ts` included.
-        let mut odd = ev(Outcome::DedupHit, now, "A").request_id("R").event_id("E");
+        let mut odd = ev(Outcome::DedupHit, now, "A")
+            .request_id("R")
+            .event_id("E");
         odd.ts = "2026-11-29T16:00:00.5+00:00".into(); // not the form format_ms writes
         odd.instance = "vm-1".into();
         odd.detail = "why".into();
@@ -386,7 +462,10 @@ mod tests {
         log.ingest(plain.clone());
         let back = log.matching(None, Some("R"), &BTreeSet::new());
         assert_eq!(back, vec![odd]);
-        assert_eq!(log.matching(Some("A"), None, &BTreeSet::new()).last(), Some(&plain));
+        assert_eq!(
+            log.matching(Some("A"), None, &BTreeSet::new()).last(),
+            Some(&plain)
+        );
         assert!(log.matching(Some("B"), None, &BTreeSet::new()).is_empty());
     }
 

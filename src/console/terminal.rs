@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste, Event, EventStream};
-use crossterm::terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen};
+use crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
 use crossterm::{cursor, execute};
 use futures::{Stream, StreamExt};
 use ratatui::backend::{Backend, CrosstermBackend};
@@ -39,7 +41,12 @@ pub fn restore_terminal() {
         return;
     }
     let _ = disable_raw_mode();
-    let _ = execute!(io::stdout(), DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
+    let _ = execute!(
+        io::stdout(),
+        DisableBracketedPaste,
+        LeaveAlternateScreen,
+        cursor::Show
+    );
 }
 
 /// Restores the terminal when dropped (normal exit, `?` on an error).
@@ -76,10 +83,14 @@ fn injected_fault(config: &Config) -> anyhow::Result<Option<Fault>> {
         Err(_) | Ok("") => return Ok(None),
         Ok("panic") => Fault::Panic,
         Ok("error") => Fault::Error,
-        Ok(other) => anyhow::bail!("{FAULT_VAR}={other:?}: the console's fault injection is \"panic\" or \"error\""),
+        Ok(other) => anyhow::bail!(
+            "{FAULT_VAR}={other:?}: the console's fault injection is \"panic\" or \"error\""
+        ),
     };
     if config.environment.production {
-        anyhow::bail!("{FAULT_VAR} is fault injection and may not be used when environment.production = true");
+        anyhow::bail!(
+            "{FAULT_VAR} is fault injection and may not be used when environment.production = true"
+        );
     }
     Ok(Some(fault))
 }
@@ -87,8 +98,12 @@ fn injected_fault(config: &Config) -> anyhow::Result<Option<Fault>> {
 /// The terminal's event, or the injected fault when it is a key.
 fn inject(fault: Option<Fault>, event: io::Result<Event>) -> io::Result<Event> {
     match (fault, &event) {
-        (Some(Fault::Panic), Ok(Event::Key(_))) => panic!("FAULT INJECTION: {FAULT_VAR}=panic, a key was pressed"),
-        (Some(Fault::Error), Ok(Event::Key(_))) => Err(io::Error::other(format!("FAULT INJECTION: {FAULT_VAR}=error, a key was pressed"))),
+        (Some(Fault::Panic), Ok(Event::Key(_))) => {
+            panic!("FAULT INJECTION: {FAULT_VAR}=panic, a key was pressed")
+        }
+        (Some(Fault::Error), Ok(Event::Key(_))) => Err(io::Error::other(format!(
+            "FAULT INJECTION: {FAULT_VAR}=error, a key was pressed"
+        ))),
         _ => event,
     }
 }
@@ -105,28 +120,46 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     // stay there: they go to a file (shown in the help screen) until the terminal is restored.
     let fault = injected_fault(&config)?;
     let log_path = crate::logging::console_log_path(&config);
-    let logs = crate::logging::to_file(&log_path)
-        .map_err(|e| anyhow::anyhow!("cannot open the console's log file {}: {e} (set console.log_file)", log_path.display()))?;
+    let logs = crate::logging::to_file(&log_path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the console's log file {}: {e} (set console.log_file)",
+            log_path.display()
+        )
+    })?;
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
     app.log_file = Some(log_path.display().to_string());
     app.allow_actions(allow_actions);
-    let executor = backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
+    let executor =
+        backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
     app.attach_executor(executor);
     install_panic_hook();
-    enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}"))?;
+    enable_raw_mode().map_err(|e| {
+        anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}")
+    })?;
     TERMINAL_TAKEN.store(true, Ordering::SeqCst);
     let guard = TerminalGuard;
-    execute!(io::stdout(), EnterAlternateScreen, EnableBracketedPaste, cursor::Hide)?;
+    execute!(
+        io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste,
+        cursor::Hide
+    )?;
     let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let result = run_loop(&mut terminal, &mut app, EventStream::new().map(move |e| inject(fault, e)), &mut backends.updates, |text| {
-        // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
-        use base64::Engine;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(text);
-        let mut out = io::stdout();
-        let _ = write!(out, "\x1b]52;c;{b64}\x07");
-        let _ = out.flush();
-    })
+    let result = run_loop(
+        &mut terminal,
+        &mut app,
+        EventStream::new().map(move |e| inject(fault, e)),
+        &mut backends.updates,
+        |text| {
+            // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+            let mut out = io::stdout();
+            let _ = write!(out, "\x1b]52;c;{b64}\x07");
+            let _ = out.flush();
+        },
+    )
     .await;
     drop(terminal);
     drop(guard);

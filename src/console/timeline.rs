@@ -97,7 +97,11 @@ pub fn kind_of(target: &TraceTarget) -> &'static str {
 }
 
 /// Every eventId the pieces name.
-pub fn event_ids_of(target: &TraceTarget, rows: Option<&TraceRows>, messages: &[PaymentMessage]) -> BTreeSet<String> {
+pub fn event_ids_of(
+    target: &TraceTarget,
+    rows: Option<&TraceRows>,
+    messages: &[PaymentMessage],
+) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     if let TraceTarget::EventId(e) = target {
         ids.insert(e.clone());
@@ -117,7 +121,12 @@ pub fn event_ids_of(target: &TraceTarget, rows: Option<&TraceRows>, messages: &[
 /// The IDs a trace target resolves to, from every source: the database rows first (they link
 /// requestId ↔ orderNo ↔ eventId), then the payment messages and the trace events for an eventId
 /// the database does not know yet.
-pub fn resolve_ids(query: &str, rows: Option<&TraceRows>, payments: &PaymentIndex, log: &TraceLog) -> TraceIds {
+pub fn resolve_ids(
+    query: &str,
+    rows: Option<&TraceRows>,
+    payments: &PaymentIndex,
+    log: &TraceLog,
+) -> TraceIds {
     let mut ids = TraceIds::of_target(&TraceTarget::classify(query));
     if let Some(rows) = rows {
         ids.absorb(&rows.ids);
@@ -128,7 +137,11 @@ pub fn resolve_ids(query: &str, rows: Option<&TraceRows>, payments: &PaymentInde
         }
         if ids.order_no.is_none() || ids.request_id.is_none() {
             if let Some((o, r)) = log.order_of_event(&e) {
-                ids.absorb(&TraceIds { order_no: o, request_id: r, event_id: None });
+                ids.absorb(&TraceIds {
+                    order_no: o,
+                    request_id: r,
+                    event_id: None,
+                });
             }
         }
     }
@@ -148,10 +161,18 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         TraceTarget::EventId(_) => {}
     }
     if order_no.is_none() {
-        order_no = input.messages.iter().find_map(|m| m.order_no.clone()).or_else(|| input.events.iter().find_map(|e| e.order_no.clone()));
+        order_no = input
+            .messages
+            .iter()
+            .find_map(|m| m.order_no.clone())
+            .or_else(|| input.events.iter().find_map(|e| e.order_no.clone()));
     }
     if request_id.is_none() {
-        request_id = input.messages.iter().find_map(|m| m.request_id.clone()).or_else(|| input.events.iter().find_map(|e| e.request_id.clone()));
+        request_id = input
+            .messages
+            .iter()
+            .find_map(|m| m.request_id.clone())
+            .or_else(|| input.events.iter().find_map(|e| e.request_id.clone()));
     }
     let event_ids = event_ids_of(&target, input.rows, input.messages);
 
@@ -159,9 +180,16 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         for r in &rows.idempotency {
             let lease = if r.status == "PROCESSING" {
                 let left = r.lease_until - now;
-                if left >= 0 { format!("lease {} left", age(left)) } else { format!("lease expired {} ago", age(-left)) }
+                if left >= 0 {
+                    format!("lease {} left", age(left))
+                } else {
+                    format!("lease expired {} ago", age(-left))
+                }
             } else {
-                format!("response {}", r.response_code.map_or("-".into(), |c| c.to_string()))
+                format!(
+                    "response {}",
+                    r.response_code.map_or("-".into(), |c| c.to_string())
+                )
             };
             entries.push(TimelineEntry {
                 at_ms: Some(r.created_at),
@@ -194,7 +222,10 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                     o.sku_id,
                     o.quantity,
                     o.amount,
-                    o.payment_event_id.as_ref().map(|e| format!(" · paid by event {e}")).unwrap_or_default()
+                    o.payment_event_id
+                        .as_ref()
+                        .map(|e| format!(" · paid by event {e}"))
+                        .unwrap_or_default()
                 ),
                 stopped_by: None,
                 fields: serde_json::to_value(o).unwrap_or_default(),
@@ -215,7 +246,10 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                 at_ms: Some(p.created_at),
                 layer: "db",
                 source: "payment_flow".into(),
-                summary: format!("pay_no {} {} amount {} · event {}", p.pay_no, p.status, p.amount, p.event_id),
+                summary: format!(
+                    "pay_no {} {} amount {} · event {}",
+                    p.pay_no, p.status, p.amount, p.event_id
+                ),
                 stopped_by: None,
                 fields: serde_json::to_value(p).unwrap_or_default(),
             });
@@ -230,7 +264,9 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                     o.status,
                     o.topic,
                     o.event_id,
-                    o.sent_at.map(|s| format!(" · sent after {}", age(s - o.created_at))).unwrap_or_default()
+                    o.sent_at
+                        .map(|s| format!(" · sent after {}", age(s - o.created_at)))
+                        .unwrap_or_default()
                 ),
                 stopped_by: None,
                 fields: serde_json::to_value(o).unwrap_or_default(),
@@ -241,7 +277,10 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                 at_ms: Some(p.processed_at),
                 layer: "stream",
                 source: "processed_event".into(),
-                summary: format!("{} by {} · event {} from p{}@{}", p.outcome, p.consumer_group, p.event_id, p.kafka_partition, p.kafka_offset),
+                summary: format!(
+                    "{} by {} · event {} from p{}@{}",
+                    p.outcome, p.consumer_group, p.event_id, p.kafka_partition, p.kafka_offset
+                ),
                 stopped_by: None,
                 fields: serde_json::to_value(p).unwrap_or_default(),
             });
@@ -251,7 +290,10 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                 at_ms: Some(p.created_at),
                 layer: "sink",
                 source: "points_ledger".into(),
-                summary: format!("+{} points to user {} · event {}", p.points, p.user_id, p.source_event_no),
+                summary: format!(
+                    "+{} points to user {} · event {}",
+                    p.points, p.user_id, p.source_event_no
+                ),
                 stopped_by: None,
                 fields: serde_json::to_value(p).unwrap_or_default(),
             });
@@ -261,7 +303,13 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
                 at_ms: Some(n.created_at),
                 layer: "sink",
                 source: "notification".into(),
-                summary: format!("{} to user {}: {} · event {}", n.channel, n.user_id, short(&n.body, 40), n.event_id),
+                summary: format!(
+                    "{} to user {}: {} · event {}",
+                    n.channel,
+                    n.user_id,
+                    short(&n.body, 40),
+                    n.event_id
+                ),
                 stopped_by: None,
                 fields: serde_json::to_value(n).unwrap_or_default(),
             });
@@ -270,8 +318,20 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
 
     // Kafka: each copy of each payment message, numbered per eventId.
     for m in input.messages {
-        let copies = input.messages.iter().filter(|x| x.event_id == m.event_id).count();
-        let nth = input.messages.iter().filter(|x| x.event_id == m.event_id && (x.timestamp_ms, x.partition, x.offset) <= (m.timestamp_ms, m.partition, m.offset)).count();
+        let copies = input
+            .messages
+            .iter()
+            .filter(|x| x.event_id == m.event_id)
+            .count();
+        let nth = input
+            .messages
+            .iter()
+            .filter(|x| {
+                x.event_id == m.event_id
+                    && (x.timestamp_ms, x.partition, x.offset)
+                        <= (m.timestamp_ms, m.partition, m.offset)
+            })
+            .count();
         entries.push(TimelineEntry {
             at_ms: m.timestamp_ms,
             layer: "kafka",
@@ -279,7 +339,11 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
             summary: format!(
                 "event {} copy {nth} of {copies}{}",
                 m.event_id.as_deref().unwrap_or("?"),
-                if m.payload_ok { String::new() } else { " · payload is not a PaymentSucceeded".into() }
+                if m.payload_ok {
+                    String::new()
+                } else {
+                    " · payload is not a PaymentSucceeded".into()
+                }
             ),
             stopped_by: None,
             fields: serde_json::to_value(m).unwrap_or_default(),
@@ -290,7 +354,10 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
     let mut interceptions = Vec::new();
     for e in input.events {
         let at = event_ms(e);
-        let stopped = e.outcome.stops_duplicate().then(|| e.layer.as_str().to_string());
+        let stopped = e
+            .outcome
+            .stops_duplicate()
+            .then(|| e.layer.as_str().to_string());
         if stopped.is_some() {
             interceptions.push(Interception {
                 at_ms: at,
@@ -304,7 +371,12 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
             at_ms: at,
             layer: e.layer.as_str(),
             source: "trace".into(),
-            summary: format!("{}{}{}", e.outcome.as_str(), if e.detail.is_empty() { "" } else { ": " }, e.detail),
+            summary: format!(
+                "{}{}{}",
+                e.outcome.as_str(),
+                if e.detail.is_empty() { "" } else { ": " },
+                e.detail
+            ),
             stopped_by: stopped,
             fields: serde_json::to_value(e).unwrap_or_default(),
         });
@@ -334,11 +406,28 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         .iter()
         .map(|id| EventEffects {
             event_id: id.clone(),
-            kafka_copies: input.messages.iter().filter(|m| m.event_id.as_deref() == Some(id)).count(),
-            processed_rows: input.rows.map_or(0, |r| r.processed.iter().filter(|p| &p.event_id == id).count()),
-            dedup_hits: input.events.iter().filter(|e| e.event_id.as_deref() == Some(id) && e.outcome == crate::contracts::Outcome::DedupHit).count(),
-            points_rows: input.rows.map_or(0, |r| r.points.iter().filter(|p| &p.source_event_no == id).count()),
-            notification_rows: input.rows.map_or(0, |r| r.notifications.iter().filter(|n| &n.event_id == id).count()),
+            kafka_copies: input
+                .messages
+                .iter()
+                .filter(|m| m.event_id.as_deref() == Some(id))
+                .count(),
+            processed_rows: input.rows.map_or(0, |r| {
+                r.processed.iter().filter(|p| &p.event_id == id).count()
+            }),
+            dedup_hits: input
+                .events
+                .iter()
+                .filter(|e| {
+                    e.event_id.as_deref() == Some(id)
+                        && e.outcome == crate::contracts::Outcome::DedupHit
+                })
+                .count(),
+            points_rows: input.rows.map_or(0, |r| {
+                r.points.iter().filter(|p| &p.source_event_no == id).count()
+            }),
+            notification_rows: input.rows.map_or(0, |r| {
+                r.notifications.iter().filter(|n| &n.event_id == id).count()
+            }),
         })
         .collect();
 
@@ -357,7 +446,14 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
 
 fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
     let holder = match &l.holder {
-        Some(h) => format!("held by {} (host {} pid {}) fence {} since {}", h.instance, h.host, h.pid, h.fence, age(now - h.acquired_at)),
+        Some(h) => format!(
+            "held by {} (host {} pid {}) fence {} since {}",
+            h.instance,
+            h.host,
+            h.pid,
+            h.fence,
+            age(now - h.acquired_at)
+        ),
         None => format!("value {}", short(&l.value(), 40)),
     };
     let alive = match l.owner_alive {
@@ -365,7 +461,17 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
         Some(false) => " · OWNER DEAD",
         None => "",
     };
-    let quorum = l.quorum.map(|q| format!(" · quorum {}/{}{}", q.agreeing, q.nodes, if q.reached { "" } else { " NOT reached" })).unwrap_or_default();
+    let quorum = l
+        .quorum
+        .map(|q| {
+            format!(
+                " · quorum {}/{}{}",
+                q.agreeing,
+                q.nodes,
+                if q.reached { "" } else { " NOT reached" }
+            )
+        })
+        .unwrap_or_default();
     TimelineEntry {
         at_ms: l.holder.as_ref().map(|h| h.acquired_at),
         layer: "lock",

@@ -53,7 +53,9 @@ impl PaymentMessage {
         };
         if let Some(h) = m.headers() {
             for header in h.iter() {
-                let v = header.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                let v = header
+                    .value
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
                 match header.key {
                     headers::EVENT_ID => msg.event_id = v,
                     headers::REQUEST_ID => msg.request_id = v,
@@ -62,7 +64,10 @@ impl PaymentMessage {
                 }
             }
         }
-        if let Some(p) = m.payload().and_then(|p| serde_json::from_slice::<PaymentSucceeded>(p).ok()) {
+        if let Some(p) = m
+            .payload()
+            .and_then(|p| serde_json::from_slice::<PaymentSucceeded>(p).ok())
+        {
             msg.payload_ok = true;
             msg.event_id.get_or_insert(p.event_id);
             msg.order_no.get_or_insert(p.order_no);
@@ -109,25 +114,40 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
 
 /// A blocking reader (see [`reader_config`]).
 pub fn reader(config: &Config, purpose: &str) -> anyhow::Result<BaseConsumer> {
-    reader_config(config, purpose)
-        .create()
-        .map_err(|e| anyhow::anyhow!("cannot create a Kafka reader for {}: {e}", config.kafka.bootstrap_servers))
+    reader_config(config, purpose).create().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create a Kafka reader for {}: {e}",
+            config.kafka.bootstrap_servers
+        )
+    })
 }
 
 /// The partitions of `topic` with their (low, high) watermarks.
-pub fn watermarks(consumer: &impl Consumer, servers: &str, topic: &str) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+pub fn watermarks(
+    consumer: &impl Consumer,
+    servers: &str,
+    topic: &str,
+) -> anyhow::Result<Vec<(i32, i64, i64)>> {
     let md = consumer
         .fetch_metadata(Some(topic), KAFKA_TIMEOUT)
         .map_err(|e| anyhow::anyhow!("kafka {servers}: metadata of {topic}: {e} (is the broker running? `scripts/stack status`)"))?;
-    let t = md.topics().iter().find(|t| t.name() == topic).ok_or_else(|| anyhow::anyhow!("kafka {servers}: topic {topic} not found"))?;
+    let t = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| anyhow::anyhow!("kafka {servers}: topic {topic} not found"))?;
     if let Some(e) = t.error() {
-        anyhow::bail!("kafka {servers}: topic {topic}: {e:?} (`scripts/stack up` creates the topics)");
+        anyhow::bail!(
+            "kafka {servers}: topic {topic}: {e:?} (`scripts/stack up` creates the topics)"
+        );
     }
     let mut out = Vec::new();
     for p in t.partitions() {
         let (low, high) = consumer
             .fetch_watermarks(topic, p.id(), KAFKA_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!("kafka {servers}: watermarks of {topic}/{}: {e}", p.id()))?;
+            .map_err(|e| {
+                anyhow::anyhow!("kafka {servers}: watermarks of {topic}/{}: {e}", p.id())
+            })?;
         out.push((p.id(), low, high));
     }
     out.sort();
@@ -178,8 +198,14 @@ pub fn read_to_end(
             }
         }
     }
-    consumer.assign(&tpl).map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
-    let mut remaining: std::collections::BTreeMap<i32, i64> = marks.iter().filter(|(_, low, high)| high > low).map(|(p, _, high)| (*p, *high)).collect();
+    consumer
+        .assign(&tpl)
+        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+    let mut remaining: std::collections::BTreeMap<i32, i64> = marks
+        .iter()
+        .filter(|(_, low, high)| high > low)
+        .map(|(p, _, high)| (*p, *high))
+        .collect();
     // Partitions whose start (by time) is already at the end have nothing to read.
     if let StartAt::Since(_) = start {
         for e in tpl.elements() {
@@ -201,7 +227,11 @@ pub fn read_to_end(
         if started.elapsed() > deadline {
             anyhow::bail!("kafka {servers}: reading {topic} took longer than {deadline:?} ({read} messages read)");
         }
-        match consumer.poll(Duration::from_millis(if remaining.is_empty() { 300 } else { 200 })) {
+        match consumer.poll(Duration::from_millis(if remaining.is_empty() {
+            300
+        } else {
+            200
+        })) {
             Some(Ok(m)) => {
                 idle = false;
                 read += 1;
@@ -245,7 +275,11 @@ pub struct PartitionLag {
 
 /// The lag of `group` on `topic`, per partition. Reads the committed offsets without joining the
 /// group (an OffsetFetch), so the real consumer is never disturbed.
-pub fn consumer_lag(config: &Config, topic: &str, group: &str) -> anyhow::Result<Vec<PartitionLag>> {
+pub fn consumer_lag(
+    config: &Config,
+    topic: &str,
+    group: &str,
+) -> anyhow::Result<Vec<PartitionLag>> {
     let servers = &config.kafka.bootstrap_servers;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", servers)
@@ -265,11 +299,19 @@ pub fn consumer_lag(config: &Config, topic: &str, group: &str) -> anyhow::Result
     Ok(marks
         .iter()
         .map(|(p, low, high)| {
-            let c = committed.find_partition(topic, *p).and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            });
-            PartitionLag { topic: topic.to_string(), partition: *p, high_watermark: *high, committed: c, lag: (*high - c.unwrap_or(*low)).max(0) }
+            let c = committed
+                .find_partition(topic, *p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                });
+            PartitionLag {
+                topic: topic.to_string(),
+                partition: *p,
+                high_watermark: *high,
+                committed: c,
+                lag: (*high - c.unwrap_or(*low)).max(0),
+            }
         })
         .collect())
 }

@@ -19,7 +19,9 @@ pub struct StockTaken {
 /// Set the stock of a SKU, creating the SKU when it is new (tests, storms, the demo).
 pub async fn set_stock(db: &Database, sku_id: i64, stock: i64) -> Result<(), OrderError> {
     if stock < 0 {
-        return Err(OrderError::InvalidRequest(format!("stock of SKU {sku_id} must be 0 or more, not {stock}")));
+        return Err(OrderError::InvalidRequest(format!(
+            "stock of SKU {sku_id} must be 0 or more, not {stock}"
+        )));
     }
     sqlx::query(db.sql("inventory_set"))
         .bind(sku_id)

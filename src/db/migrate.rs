@@ -31,13 +31,21 @@ pub struct MigrateReport {
 }
 
 pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
-    let mut conn = db.pool.acquire().await.map_err(|e| anyhow::anyhow!("database {}: {e}", db.shown_url))?;
+    let mut conn = db
+        .pool
+        .acquire()
+        .await
+        .map_err(|e| anyhow::anyhow!("database {}: {e}", db.shown_url))?;
     match db.dialect() {
         Dialect::Postgres => {
-            sqlx::query(db.sql("migrate_lock")).execute(&mut *conn).await?;
+            sqlx::query(db.sql("migrate_lock"))
+                .execute(&mut *conn)
+                .await?;
         }
         Dialect::Mysql => {
-            let got: Option<i64> = sqlx::query_scalar(db.sql("migrate_lock")).fetch_one(&mut *conn).await?;
+            let got: Option<i64> = sqlx::query_scalar(db.sql("migrate_lock"))
+                .fetch_one(&mut *conn)
+                .await?;
             if got != Some(1) {
                 anyhow::bail!("another `idemguard migrate` held the migration lock for 60s; try again when it has finished");
             }
@@ -51,25 +59,42 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
     for stmt in &script {
         // A plain &str runs unprepared (DDL), like raw_sql, but keeps the future `Send`.
         if let Err(e) = sqlx::Executor::execute(&mut *conn, stmt.as_str()).await {
-            let first = stmt.lines().find(|l| !l.trim_start().starts_with("--")).unwrap_or(stmt);
-            failure = Some(anyhow::anyhow!("migration failed at `{}`: {e}", first.trim()));
+            let first = stmt
+                .lines()
+                .find(|l| !l.trim_start().starts_with("--"))
+                .unwrap_or(stmt);
+            failure = Some(anyhow::anyhow!(
+                "migration failed at `{}`: {e}",
+                first.trim()
+            ));
             break;
         }
     }
     if failure.is_none() {
-        if let Err(e) = sqlx::query(db.sql("schema_version_record")).bind(SCHEMA_VERSION).bind(now_ms()).execute(&mut *conn).await {
+        if let Err(e) = sqlx::query(db.sql("schema_version_record"))
+            .bind(SCHEMA_VERSION)
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await
+        {
             failure = Some(e.into());
         }
     }
     // Release whatever happened; a dropped connection releases it too.
-    let _ = sqlx::query(db.sql("migrate_unlock")).execute(&mut *conn).await;
+    let _ = sqlx::query(db.sql("migrate_unlock"))
+        .execute(&mut *conn)
+        .await;
     if let Some(e) = failure {
         return Err(e);
     }
     let version_after = schema_version(db, &mut conn).await?;
     drop(conn);
     check_columns(db).await?;
-    Ok(MigrateReport { version_before, version_after, statements: script.len() })
+    Ok(MigrateReport {
+        version_before,
+        version_after,
+        statements: script.len(),
+    })
 }
 
 /// Every column the code uses exists. `CREATE TABLE IF NOT EXISTS` never alters a table that
@@ -78,7 +103,11 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
 pub async fn check_columns(db: &Database) -> anyhow::Result<()> {
     for stmt in statements(db.sql("schema_check")) {
         if let Err(e) = sqlx::Executor::execute(&db.pool, stmt.as_str()).await {
-            let table = stmt.split(" FROM ").nth(1).and_then(|t| t.split_whitespace().next()).unwrap_or("?");
+            let table = stmt
+                .split(" FROM ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .unwrap_or("?");
             anyhow::bail!(
                 "database {}: table {table} does not have the columns this version uses ({e}); it was created by an \
                  older schema — recreate the database (or migrate it by hand) and run `idemguard migrate`",
@@ -91,6 +120,8 @@ pub async fn check_columns(db: &Database) -> anyhow::Result<()> {
 
 /// The highest schema version applied; an error when the version table is missing.
 pub async fn schema_version(db: &Database, conn: &mut PoolConnection<Any>) -> anyhow::Result<i64> {
-    let v: i64 = sqlx::query_scalar(db.sql("schema_version")).fetch_one(&mut **conn).await?;
+    let v: i64 = sqlx::query_scalar(db.sql("schema_version"))
+        .fetch_one(&mut **conn)
+        .await?;
     Ok(v)
 }

@@ -48,7 +48,8 @@ impl Database {
     pub async fn connect_url(config: &Config, url: &str) -> anyhow::Result<Database> {
         INSTALL_DRIVERS.call_once(sqlx::any::install_default_drivers);
         let dialect = Dialect::of_url(url);
-        let override_dir = (!config.database.queries_dir.is_empty()).then(|| std::path::Path::new(&config.database.queries_dir));
+        let override_dir = (!config.database.queries_dir.is_empty())
+            .then(|| std::path::Path::new(&config.database.queries_dir));
         let queries = Queries::load(dialect, &config.tables, override_dir)?;
         probe_tcp(url, config.database.connect_timeout).await?;
         let pool = AnyPoolOptions::new()
@@ -57,7 +58,11 @@ impl Database {
             .connect(url)
             .await
             .map_err(|e| connect_error(url, &e))?;
-        Ok(Database { pool, queries: Arc::new(queries), shown_url: redact_url(url) })
+        Ok(Database {
+            pool,
+            queries: Arc::new(queries),
+            shown_url: redact_url(url),
+        })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -81,7 +86,9 @@ impl Database {
 
     /// "PostgreSQL 15.19 …" / "mariadb.org binary distribution 10.11.19-MariaDB …".
     pub async fn server_version(&self) -> anyhow::Result<String> {
-        let v: String = sqlx::query_scalar(self.sql("server_version")).fetch_one(&self.pool).await?;
+        let v: String = sqlx::query_scalar(self.sql("server_version"))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(v)
     }
 }
@@ -102,12 +109,19 @@ pub fn connect_error(url: &str, e: &sqlx::Error) -> anyhow::Error {
     let target = host_port(url);
     let shown = redact_url(url);
     let text = e.to_string();
-    let hint = if text.contains("refused") || text.contains("timed out") || matches!(e, sqlx::Error::PoolTimedOut) {
+    let hint = if text.contains("refused")
+        || text.contains("timed out")
+        || matches!(e, sqlx::Error::PoolTimedOut)
+    {
         format!("is it running on {target}? `scripts/stack up` starts the local stack")
     } else if text.contains("does not exist") || text.contains("Unknown database") {
         "create the database (the local stack's `scripts/stack up` creates `idemguard`)".to_string()
-    } else if text.contains("password") || text.contains("Access denied") || text.contains("authentication") {
-        "check the user and password in the URL (set it through IDEMGUARD_DATABASE__URL)".to_string()
+    } else if text.contains("password")
+        || text.contains("Access denied")
+        || text.contains("authentication")
+    {
+        "check the user and password in the URL (set it through IDEMGUARD_DATABASE__URL)"
+            .to_string()
     } else {
         "check database.url (or IDEMGUARD_DATABASE__URL)".to_string()
     };
@@ -117,11 +131,13 @@ pub fn connect_error(url: &str, e: &sqlx::Error) -> anyhow::Error {
 /// True when `e` is a unique-key violation: the database telling us "this already exists".
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Database(d) => matches!(d.kind(), sqlx::error::ErrorKind::UniqueViolation) || {
-            // PostgreSQL 23505, in case the driver does not classify it. (MySQL's SQLSTATE 23000
-            // is not enough: it also covers NOT NULL and CHECK violations, e.g. a negative stock.)
-            matches!(d.code().as_deref(), Some("23505"))
-        },
+        sqlx::Error::Database(d) => {
+            matches!(d.kind(), sqlx::error::ErrorKind::UniqueViolation) || {
+                // PostgreSQL 23505, in case the driver does not classify it. (MySQL's SQLSTATE 23000
+                // is not enough: it also covers NOT NULL and CHECK violations, e.g. a negative stock.)
+                matches!(d.code().as_deref(), Some("23505"))
+            }
+        }
         _ => false,
     }
 }
@@ -141,7 +157,10 @@ pub fn is_transient_conflict(e: &sqlx::Error) -> bool {
 /// written by it.
 pub fn is_lock_timeout(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Database(d) => d.code().as_deref() == Some("55P03") || d.message().contains("Lock wait timeout exceeded"),
+        sqlx::Error::Database(d) => {
+            d.code().as_deref() == Some("55P03")
+                || d.message().contains("Lock wait timeout exceeded")
+        }
         _ => false,
     }
 }

@@ -123,7 +123,13 @@ pub struct Transition {
 impl Transition {
     /// A move to `to` (not PAID: use [`Transition::paid`]).
     pub fn to(order_no: impl Into<String>, to: OrderStatus) -> Transition {
-        Transition { order_no: order_no.into(), to, payment_event_id: None, expected_version: None, fence: None }
+        Transition {
+            order_no: order_no.into(),
+            to,
+            payment_event_id: None,
+            expected_version: None,
+            fence: None,
+        }
     }
 
     /// CREATED → PAID caused by `payment_event_id`.
@@ -195,7 +201,10 @@ impl TransitionOutcome {
 
     /// Applied or AlreadyApplied: the order is in the requested status.
     pub fn is_success(&self) -> bool {
-        matches!(self, TransitionOutcome::Applied(_) | TransitionOutcome::AlreadyApplied(_))
+        matches!(
+            self,
+            TransitionOutcome::Applied(_) | TransitionOutcome::AlreadyApplied(_)
+        )
     }
 
     /// The trace outcome of this decision.
@@ -211,8 +220,14 @@ impl TransitionOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OrderError {
-    #[error("SKU {sku_id} has {available} in stock and the order wants {wanted}; nothing was written")]
-    OutOfStock { sku_id: i64, available: i64, wanted: i64 },
+    #[error(
+        "SKU {sku_id} has {available} in stock and the order wants {wanted}; nothing was written"
+    )]
+    OutOfStock {
+        sku_id: i64,
+        available: i64,
+        wanted: i64,
+    },
     #[error("SKU {sku_id} is not in the inventory table; nothing was written (seed it with db::inventory::set_stock)")]
     UnknownSku { sku_id: i64 },
     /// The request's idempotency record says FAILED (an operator closed it: the client was told
@@ -244,13 +259,19 @@ pub enum OrderError {
 fn stock_refusal(order: &NewOrder, e: &sqlx::Error) -> Option<OrderError> {
     let d = e.as_database_error()?;
     match d.code().as_deref()? {
-        "IGS01" => Some(OrderError::UnknownSku { sku_id: order.sku_id }),
+        "IGS01" => Some(OrderError::UnknownSku {
+            sku_id: order.sku_id,
+        }),
         "IGS02" => {
             let available = d
                 .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
                 .and_then(|pg| pg.detail())
                 .and_then(|detail| detail.trim().parse().ok())?;
-            Some(OrderError::OutOfStock { sku_id: order.sku_id, available, wanted: order.quantity })
+            Some(OrderError::OutOfStock {
+                sku_id: order.sku_id,
+                available,
+                wanted: order.quantity,
+            })
         }
         _ => None,
     }
@@ -258,7 +279,11 @@ fn stock_refusal(order: &NewOrder, e: &sqlx::Error) -> Option<OrderError> {
 
 /// A database failure, naming the database and the step.
 pub(crate) fn db_error(db: &Database, what: &'static str, source: sqlx::Error) -> OrderError {
-    OrderError::Database { what, url: db.shown_url.clone(), source }
+    OrderError::Database {
+        what,
+        url: db.shown_url.clone(),
+        source,
+    }
 }
 
 /// The order table of line 1. Cheap to clone.
@@ -301,24 +326,35 @@ impl Orders {
         let mut attempt = 1;
         let result = loop {
             match self.create_once(order).await {
-                Err(OrderError::Database { source, .. }) if is_transient_conflict(&source) && attempt < CREATE_ATTEMPTS => {
+                Err(OrderError::Database { source, .. })
+                    if is_transient_conflict(&source) && attempt < CREATE_ATTEMPTS =>
+                {
                     // The database rolled the whole transaction back (deadlock victim): nothing
                     // was written, so running it again cannot duplicate anything.
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(rand::random_range(1..=10_u64) * u64::from(attempt))).await;
+                    tokio::time::sleep(Duration::from_millis(
+                        rand::random_range(1..=10_u64) * u64::from(attempt),
+                    ))
+                    .await;
                 }
                 other => break other,
             }
         };
         let ids = |outcome| {
-            TraceEvent::new(Layer::Db, outcome).request_id(order.request_id.as_str()).since(start)
+            TraceEvent::new(Layer::Db, outcome)
+                .request_id(order.request_id.as_str())
+                .since(start)
         };
         match result {
             Ok(Attempt::Created(o, stock)) => {
-                self.tracer.emit(ids(Outcome::OrderCreated).order_no(&o.order_no).detail(format!(
-                    "sku {} stock {} -> {}, fence {}",
-                    o.sku_id, stock.before, stock.after, o.fence
-                )));
+                self.tracer.emit(
+                    ids(Outcome::OrderCreated)
+                        .order_no(&o.order_no)
+                        .detail(format!(
+                            "sku {} stock {} -> {}, fence {}",
+                            o.sku_id, stock.before, stock.after, o.fence
+                        )),
+                );
                 Ok(CreateOutcome::Created(o))
             }
             Ok(Attempt::Replayed(o)) => {
@@ -331,8 +367,15 @@ impl Orders {
                 Ok(CreateOutcome::Replayed(o))
             }
             Err(e) => {
-                if matches!(e, OrderError::OutOfStock { .. } | OrderError::UnknownSku { .. }) {
-                    self.tracer.emit(ids(Outcome::StockRejected).order_no(order.order_no.as_str()).detail(e.to_string()));
+                if matches!(
+                    e,
+                    OrderError::OutOfStock { .. } | OrderError::UnknownSku { .. }
+                ) {
+                    self.tracer.emit(
+                        ids(Outcome::StockRejected)
+                            .order_no(order.order_no.as_str())
+                            .detail(e.to_string()),
+                    );
                 }
                 Err(e)
             }
@@ -357,12 +400,21 @@ impl Orders {
             .bind(now)
             .fetch_one(&db.pool)
             .await
-            .map_err(|e| stock_refusal(order, &e).unwrap_or_else(|| db_error(db, "create the order (order_create routine)", e)))?;
+            .map_err(|e| {
+                stock_refusal(order, &e)
+                    .unwrap_or_else(|| db_error(db, "create the order (order_create routine)", e))
+            })?;
         // By position: MySQL describes a CALL's result set only when it runs, and sqlx names
         // columns from the prepared statement, which has none.
-        let outcome: String = row.try_get(0).map_err(|e| db_error(db, "read the create routine's outcome", e))?;
-        let order_id: Option<i64> = row.try_get(1).map_err(|e| db_error(db, "read the new order's id", e))?;
-        let stock_before: Option<i64> = row.try_get(2).map_err(|e| db_error(db, "read the stock before the order", e))?;
+        let outcome: String = row
+            .try_get(0)
+            .map_err(|e| db_error(db, "read the create routine's outcome", e))?;
+        let order_id: Option<i64> = row
+            .try_get(1)
+            .map_err(|e| db_error(db, "read the new order's id", e))?;
+        let stock_before: Option<i64> = row
+            .try_get(2)
+            .map_err(|e| db_error(db, "read the stock before the order", e))?;
         match (outcome.trim(), order_id, stock_before) {
             ("created", Some(id), Some(before)) => Ok(Attempt::Created(
                 OrderRecord {
@@ -419,9 +471,15 @@ impl Orders {
     pub async fn transition(&self, t: &Transition) -> Result<TransitionOutcome, OrderError> {
         let start = Instant::now();
         let db = &self.db;
-        let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the transition", e))?;
+        let mut tx = db
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error(db, "begin the transition", e))?;
         let outcome = self.decide_transition(&mut tx, t).await?;
-        tx.commit().await.map_err(|e| db_error(db, "commit the transition", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error(db, "commit the transition", e))?;
         self.emit_transition(t, &outcome, start);
         Ok(outcome)
     }
@@ -431,14 +489,22 @@ impl Orders {
     /// commits; the trace event is emitted when the decision is made, so a caller that rolls
     /// back afterwards should say so in its own event. On PostgreSQL an `Err` leaves the
     /// caller's transaction aborted: roll it back.
-    pub async fn transition_in(&self, conn: &mut AnyConnection, t: &Transition) -> Result<TransitionOutcome, OrderError> {
+    pub async fn transition_in(
+        &self,
+        conn: &mut AnyConnection,
+        t: &Transition,
+    ) -> Result<TransitionOutcome, OrderError> {
         let start = Instant::now();
         let outcome = self.decide_transition(conn, t).await?;
         self.emit_transition(t, &outcome, start);
         Ok(outcome)
     }
 
-    async fn decide_transition(&self, conn: &mut AnyConnection, t: &Transition) -> Result<TransitionOutcome, OrderError> {
+    async fn decide_transition(
+        &self,
+        conn: &mut AnyConnection,
+        t: &Transition,
+    ) -> Result<TransitionOutcome, OrderError> {
         t.validate()?;
         let db = &self.db;
         let Some(predecessors) = t.to.predecessor_binds() else {
@@ -446,7 +512,9 @@ impl Orders {
             let current = self.current(conn, &t.order_no).await?;
             return Ok(match judge(&current, t) {
                 Verdict::AlreadyApplied => TransitionOutcome::AlreadyApplied(current),
-                Verdict::FenceRejected(offered) => TransitionOutcome::FenceRejected { current, offered },
+                Verdict::FenceRejected(offered) => {
+                    TransitionOutcome::FenceRejected { current, offered }
+                }
                 _ => TransitionOutcome::Rejected(current),
             });
         };
@@ -478,9 +546,10 @@ impl Orders {
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| match (&t.payment_event_id, is_unique_violation(&e)) {
-                    (Some(event_id), true) => {
-                        OrderError::PaymentEventTaken { event_id: event_id.clone(), order_no: t.order_no.clone() }
-                    }
+                    (Some(event_id), true) => OrderError::PaymentEventTaken {
+                        event_id: event_id.clone(),
+                        order_no: t.order_no.clone(),
+                    },
                     _ => db_error(db, "update the order status", e),
                 })?;
             let current = self.current(conn, &t.order_no).await?;
@@ -496,7 +565,9 @@ impl Orders {
                 refused => return Ok(refused.outcome(current)),
             }
         }
-        Ok(TransitionOutcome::Rejected(self.current(conn, &t.order_no).await?))
+        Ok(TransitionOutcome::Rejected(
+            self.current(conn, &t.order_no).await?,
+        ))
     }
 
     /// Apply a batch of transitions inside the caller's transaction with three statements
@@ -534,7 +605,10 @@ impl Orders {
             let o = order_from_row(db, row)?;
             current.insert(o.order_no.clone(), o);
         }
-        let events: Vec<&str> = batch.iter().filter_map(|t| t.payment_event_id.as_deref()).collect();
+        let events: Vec<&str> = batch
+            .iter()
+            .filter_map(|t| t.payment_event_id.as_deref())
+            .collect();
         let mut paid_by = std::collections::HashMap::new();
         if !events.is_empty() {
             let rows = sqlx::query(db.sql("order_by_payment_events"))
@@ -542,10 +616,16 @@ impl Orders {
                 .bind(serde_json::to_string(&events).expect("strings serialize"))
                 .fetch_all(&mut *conn)
                 .await
-                .map_err(|e| db_error(db, "read which orders the batch's payment events paid", e))?;
+                .map_err(|e| {
+                    db_error(db, "read which orders the batch's payment events paid", e)
+                })?;
             for row in &rows {
-                let order_no: String = row.try_get("order_no").map_err(|e| db_error(db, "decode an order row", e))?;
-                let event: String = row.try_get("payment_event_id").map_err(|e| db_error(db, "decode an order row", e))?;
+                let order_no: String = row
+                    .try_get("order_no")
+                    .map_err(|e| db_error(db, "decode an order row", e))?;
+                let event: String = row
+                    .try_get("payment_event_id")
+                    .map_err(|e| db_error(db, "decode an order row", e))?;
                 paid_by.insert(event, order_no);
             }
         }
@@ -558,7 +638,9 @@ impl Orders {
                 continue;
             }
             let Some(cur) = current.get(&t.order_no) else {
-                out.push(Err(OrderError::NotFound { order_no: t.order_no.clone() }));
+                out.push(Err(OrderError::NotFound {
+                    order_no: t.order_no.clone(),
+                }));
                 continue;
             };
             match judge(cur, t) {
@@ -573,8 +655,14 @@ impl Orders {
                 }
             }
             if let Some(event_id) = &t.payment_event_id {
-                if paid_by.get(event_id).is_some_and(|other| *other != t.order_no) {
-                    out.push(Err(OrderError::PaymentEventTaken { event_id: event_id.clone(), order_no: t.order_no.clone() }));
+                if paid_by
+                    .get(event_id)
+                    .is_some_and(|other| *other != t.order_no)
+                {
+                    out.push(Err(OrderError::PaymentEventTaken {
+                        event_id: event_id.clone(),
+                        order_no: t.order_no.clone(),
+                    }));
                     continue;
                 }
             }
@@ -613,7 +701,12 @@ impl Orders {
     }
 
     /// Writes the decided transitions of [`Orders::transition_batch_in`] with one UPDATE.
-    async fn write_batch(&self, conn: &mut AnyConnection, pending: &mut Vec<BatchWrite>, now: i64) -> Result<(), OrderError> {
+    async fn write_batch(
+        &self,
+        conn: &mut AnyConnection,
+        pending: &mut Vec<BatchWrite>,
+        now: i64,
+    ) -> Result<(), OrderError> {
         if pending.is_empty() {
             return Ok(());
         }
@@ -650,31 +743,57 @@ impl Orders {
     fn emit_transition(&self, t: &Transition, outcome: &TransitionOutcome, start: Instant) {
         let o = outcome.order();
         let detail = match outcome {
-            TransitionOutcome::Applied(o) => format!("-> {} (version {}, fence {})", o.status, o.version, o.fence),
-            TransitionOutcome::AlreadyApplied(o) => match (&t.payment_event_id, &o.payment_event_id) {
-                (Some(asked), Some(by)) if asked != by => {
-                    format!("already {} by payment event {by}; this event {asked} changed nothing", o.status)
+            TransitionOutcome::Applied(o) => {
+                format!("-> {} (version {}, fence {})", o.status, o.version, o.fence)
+            }
+            TransitionOutcome::AlreadyApplied(o) => {
+                match (&t.payment_event_id, &o.payment_event_id) {
+                    (Some(asked), Some(by)) if asked != by => {
+                        format!(
+                            "already {} by payment event {by}; this event {asked} changed nothing",
+                            o.status
+                        )
+                    }
+                    _ => format!("already {} (version {})", o.status, o.version),
                 }
-                _ => format!("already {} (version {})", o.status, o.version),
-            },
+            }
             TransitionOutcome::Rejected(o) => match t.expected_version {
                 Some(v) if v != o.version && o.status.can_move_to(t.to) => {
-                    format!("{} -> {} refused: version {v} is stale (now {})", o.status, t.to, o.version)
+                    format!(
+                        "{} -> {} refused: version {v} is stale (now {})",
+                        o.status, t.to, o.version
+                    )
                 }
-                _ => format!("{} -> {} is not a move of the state machine", o.status, t.to),
+                _ => format!(
+                    "{} -> {} is not a move of the state machine",
+                    o.status, t.to
+                ),
             },
             TransitionOutcome::FenceRejected { current, offered } => {
                 format!("-> {} refused: fence token {offered} is older than {} (the lock expired and was taken over)", t.to, current.fence)
             }
         };
-        let mut ev = TraceEvent::new(Layer::Db, outcome.outcome()).order_no(&o.order_no).request_id(&o.req_id).detail(detail).since(start);
-        if let Some(e) = t.payment_event_id.as_deref().or(o.payment_event_id.as_deref()) {
+        let mut ev = TraceEvent::new(Layer::Db, outcome.outcome())
+            .order_no(&o.order_no)
+            .request_id(&o.req_id)
+            .detail(detail)
+            .since(start);
+        if let Some(e) = t
+            .payment_event_id
+            .as_deref()
+            .or(o.payment_event_id.as_deref())
+        {
             ev = ev.event_id(e);
         }
         self.tracer.emit(ev);
     }
 
-    async fn read(&self, conn: &mut AnyConnection, query: &'static str, order_no: &str) -> Result<OrderRecord, OrderError> {
+    async fn read(
+        &self,
+        conn: &mut AnyConnection,
+        query: &'static str,
+        order_no: &str,
+    ) -> Result<OrderRecord, OrderError> {
         let row = sqlx::query(self.db.sql(query))
             .bind(order_no)
             .fetch_optional(&mut *conn)
@@ -682,27 +801,42 @@ impl Orders {
             .map_err(|e| db_error(&self.db, "read the order", e))?;
         match row {
             Some(row) => order_from_row(&self.db, &row),
-            None => Err(OrderError::NotFound { order_no: order_no.to_string() }),
+            None => Err(OrderError::NotFound {
+                order_no: order_no.to_string(),
+            }),
         }
     }
 
     /// The latest committed row, locked until the transaction ends.
-    async fn current(&self, conn: &mut AnyConnection, order_no: &str) -> Result<OrderRecord, OrderError> {
+    async fn current(
+        &self,
+        conn: &mut AnyConnection,
+        order_no: &str,
+    ) -> Result<OrderRecord, OrderError> {
         self.read(conn, "order_current", order_no).await
     }
 
     /// The order with this orderNo, from the primary.
-    pub async fn find_by_order_no(&self, order_no: &str) -> Result<Option<OrderRecord>, OrderError> {
+    pub async fn find_by_order_no(
+        &self,
+        order_no: &str,
+    ) -> Result<Option<OrderRecord>, OrderError> {
         find_order(&self.db, OrderKey::OrderNo(order_no)).await
     }
 
     /// The order created for this requestId, from the primary.
-    pub async fn find_by_request_id(&self, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+    pub async fn find_by_request_id(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<OrderRecord>, OrderError> {
         find_order(&self.db, OrderKey::RequestId(request_id)).await
     }
 
     /// The order a payment event moved to PAID, from the primary.
-    pub async fn find_by_payment_event_id(&self, event_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+    pub async fn find_by_payment_event_id(
+        &self,
+        event_id: &str,
+    ) -> Result<Option<OrderRecord>, OrderError> {
         find_order(&self.db, OrderKey::PaymentEventId(event_id)).await
     }
 
@@ -727,19 +861,30 @@ pub enum OrderKey<'a> {
 
 /// One order by a unique key, from the pool of `db`: the defense layers pass the primary; the
 /// console may pass its replica ([`Database::connect_for_reads`]) for views that decide nothing.
-pub async fn find_order(db: &Database, key: OrderKey<'_>) -> Result<Option<OrderRecord>, OrderError> {
+pub async fn find_order(
+    db: &Database,
+    key: OrderKey<'_>,
+) -> Result<Option<OrderRecord>, OrderError> {
     let (query, value) = match key {
         OrderKey::OrderNo(v) => ("order_by_order_no", v),
         OrderKey::RequestId(v) => ("order_by_req_id", v),
         OrderKey::PaymentEventId(v) => ("order_by_payment_event_id", v),
     };
-    let row = sqlx::query(db.sql(query)).bind(value).fetch_optional(&db.pool).await.map_err(|e| db_error(db, "read the order", e))?;
+    let row = sqlx::query(db.sql(query))
+        .bind(value)
+        .fetch_optional(&db.pool)
+        .await
+        .map_err(|e| db_error(db, "read the order", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()
 }
 
 /// The order of `request_id`, by a locking read inside the caller's transaction (finalize, under
 /// its lock of the record row): it sees the latest committed row, never an older snapshot.
-pub async fn find_order_locked(db: &Database, conn: &mut AnyConnection, request_id: &str) -> Result<Option<OrderRecord>, OrderError> {
+pub async fn find_order_locked(
+    db: &Database,
+    conn: &mut AnyConnection,
+    request_id: &str,
+) -> Result<Option<OrderRecord>, OrderError> {
     let row = sqlx::query(db.sql("order_by_req_id_locked"))
         .bind(request_id)
         .fetch_optional(&mut *conn)
@@ -773,7 +918,9 @@ impl Verdict {
     fn outcome(self, current: OrderRecord) -> TransitionOutcome {
         match self {
             Verdict::AlreadyApplied => TransitionOutcome::AlreadyApplied(current),
-            Verdict::FenceRejected(offered) => TransitionOutcome::FenceRejected { current, offered },
+            Verdict::FenceRejected(offered) => {
+                TransitionOutcome::FenceRejected { current, offered }
+            }
             Verdict::Proceed | Verdict::Rejected => TransitionOutcome::Rejected(current),
         }
     }
@@ -797,11 +944,20 @@ fn judge(current: &OrderRecord, t: &Transition) -> Verdict {
 }
 
 fn order_from_row(db: &Database, row: &AnyRow) -> Result<OrderRecord, OrderError> {
-    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(|e| db_error(db, "decode an order row", e));
-    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(|e| db_error(db, "decode an order row", e));
+    let get_i64 = |c: &str| {
+        row.try_get::<i64, _>(c)
+            .map_err(|e| db_error(db, "decode an order row", e))
+    };
+    let get_str = |c: &str| {
+        row.try_get::<String, _>(c)
+            .map_err(|e| db_error(db, "decode an order row", e))
+    };
     let order_no = get_str("order_no")?;
     let raw_status = get_str("status")?;
-    let status = OrderStatus::parse(&raw_status).map_err(|_| OrderError::UnknownStatus { order_no: order_no.clone(), status: raw_status })?;
+    let status = OrderStatus::parse(&raw_status).map_err(|_| OrderError::UnknownStatus {
+        order_no: order_no.clone(),
+        status: raw_status,
+    })?;
     Ok(OrderRecord {
         id: get_i64("id")?,
         req_id: get_str("req_id")?,
@@ -813,7 +969,9 @@ fn order_from_row(db: &Database, row: &AnyRow) -> Result<OrderRecord, OrderError
         status,
         version: get_i64("version")?,
         fence: get_i64("fence")?,
-        payment_event_id: row.try_get::<Option<String>, _>("payment_event_id").map_err(|e| db_error(db, "decode an order row", e))?,
+        payment_event_id: row
+            .try_get::<Option<String>, _>("payment_event_id")
+            .map_err(|e| db_error(db, "decode an order row", e))?,
         replay_count: get_i64("replay_count")?,
         created_at: get_i64("created_at")?,
         updated_at: get_i64("updated_at")?,
@@ -850,12 +1008,27 @@ mod tests {
         assert_eq!(judge(&order(Created, 0, 0), &paid), Verdict::Proceed);
         assert_eq!(judge(&order(Paid, 1, 0), &paid), Verdict::AlreadyApplied);
         assert_eq!(judge(&order(Cancelled, 1, 0), &paid), Verdict::Rejected);
-        assert_eq!(judge(&order(Paid, 1, 0), &Transition::to("O1", Created)), Verdict::Rejected);
-        assert_eq!(judge(&order(Paid, 1, 0), &Transition::to("O1", Cancelled)), Verdict::Rejected);
+        assert_eq!(
+            judge(&order(Paid, 1, 0), &Transition::to("O1", Created)),
+            Verdict::Rejected
+        );
+        assert_eq!(
+            judge(&order(Paid, 1, 0), &Transition::to("O1", Cancelled)),
+            Verdict::Rejected
+        );
         // A stale token is refused; an equal or newer one passes.
-        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(6)), Verdict::FenceRejected(6));
-        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(7)), Verdict::Proceed);
-        assert_eq!(judge(&order(Created, 0, 7), &paid.clone().with_fence(8)), Verdict::Proceed);
+        assert_eq!(
+            judge(&order(Created, 0, 7), &paid.clone().with_fence(6)),
+            Verdict::FenceRejected(6)
+        );
+        assert_eq!(
+            judge(&order(Created, 0, 7), &paid.clone().with_fence(7)),
+            Verdict::Proceed
+        );
+        assert_eq!(
+            judge(&order(Created, 0, 7), &paid.clone().with_fence(8)),
+            Verdict::Proceed
+        );
         // Unfenced writes are not judged by the fence.
         assert_eq!(judge(&order(Created, 0, 7), &paid), Verdict::Proceed);
     }
@@ -865,9 +1038,17 @@ mod tests {
         assert!(Transition::paid("O1", "E1").validate().is_ok());
         let mut no_event = Transition::paid("O1", "E1");
         no_event.payment_event_id = None;
-        assert!(no_event.validate().unwrap_err().to_string().contains("must name its payment event"));
+        assert!(no_event
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("must name its payment event"));
         let mut stray = Transition::to("O1", OrderStatus::Cancelled);
         stray.payment_event_id = Some("E1".into());
-        assert!(stray.validate().unwrap_err().to_string().contains("only the PAID transition"));
+        assert!(stray
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("only the PAID transition"));
     }
 }

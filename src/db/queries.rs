@@ -112,7 +112,11 @@ pub struct Queries {
 }
 
 impl Queries {
-    pub fn load(dialect: Dialect, tables: &TableNames, override_dir: Option<&Path>) -> anyhow::Result<Queries> {
+    pub fn load(
+        dialect: Dialect,
+        tables: &TableNames,
+        override_dir: Option<&Path>,
+    ) -> anyhow::Result<Queries> {
         let mut by_name = HashMap::new();
         for (name, pg, my) in BUILTIN {
             let mut text = match dialect {
@@ -128,7 +132,10 @@ impl Queries {
                     origin = path.display().to_string();
                 }
             }
-            by_name.insert(*name, template(&text, tables).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
+            by_name.insert(
+                *name,
+                template(&text, tables).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?,
+            );
         }
         Ok(Queries { dialect, by_name })
     }
@@ -140,7 +147,9 @@ impl Queries {
     /// The text of a built-in statement. Names are compile-time constants, so an unknown one
     /// is a programming error.
     pub fn get(&self, name: &str) -> &str {
-        self.by_name.get(name).unwrap_or_else(|| panic!("no SQL statement named `{name}` in queries/"))
+        self.by_name
+            .get(name)
+            .unwrap_or_else(|| panic!("no SQL statement named `{name}` in queries/"))
     }
 }
 
@@ -152,7 +161,10 @@ fn template(text: &str, tables: &TableNames) -> Result<String, String> {
     }
     if let Some(start) = out.find("{{") {
         let end = out[start..].find("}}").map_or(out.len(), |e| start + e + 2);
-        return Err(format!("unknown table placeholder {} (known: the keys of [tables])", &out[start..end]));
+        return Err(format!(
+            "unknown table placeholder {} (known: the keys of [tables])",
+            &out[start..end]
+        ));
     }
     Ok(out)
 }
@@ -194,7 +206,9 @@ mod tests {
         let tables = Config::defaults().tables;
         for d in [Dialect::Postgres, Dialect::Mysql] {
             let q = Queries::load(d, &tables, None).unwrap();
-            assert!(q.get("schema").contains("CREATE TABLE IF NOT EXISTS idempotency_record"));
+            assert!(q
+                .get("schema")
+                .contains("CREATE TABLE IF NOT EXISTS idempotency_record"));
             assert!(!q.get("schema").contains("{{"));
         }
     }
@@ -203,22 +217,44 @@ mod tests {
     fn custom_table_names_and_unknown_placeholders() {
         let mut tables = Config::defaults().tables;
         tables.order_record = "shop_orders".into();
-        assert_eq!(template("SELECT * FROM {{order_record}}", &tables).unwrap(), "SELECT * FROM shop_orders");
-        assert!(template("SELECT * FROM {{orders}}", &tables).unwrap_err().contains("{{orders}}"));
+        assert_eq!(
+            template("SELECT * FROM {{order_record}}", &tables).unwrap(),
+            "SELECT * FROM shop_orders"
+        );
+        assert!(template("SELECT * FROM {{orders}}", &tables)
+            .unwrap_err()
+            .contains("{{orders}}"));
     }
 
     #[test]
     fn schema_splits_into_statements() {
-        let s = statements("-- c\nCREATE TABLE a (x INT);\n-- only a comment\nCREATE INDEX i ON a (x);\n");
-        assert_eq!(s, vec!["-- c\nCREATE TABLE a (x INT)", "-- only a comment\nCREATE INDEX i ON a (x)"]);
+        let s = statements(
+            "-- c\nCREATE TABLE a (x INT);\n-- only a comment\nCREATE INDEX i ON a (x);\n",
+        );
+        assert_eq!(
+            s,
+            vec![
+                "-- c\nCREATE TABLE a (x INT)",
+                "-- only a comment\nCREATE INDEX i ON a (x)"
+            ]
+        );
     }
 
     #[test]
     fn override_dir_replaces_a_file_by_name() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("postgres")).unwrap();
-        std::fs::write(dir.path().join("postgres/server_version.sql"), "SELECT 'custom'").unwrap();
-        let q = Queries::load(Dialect::Postgres, &Config::defaults().tables, Some(dir.path())).unwrap();
+        std::fs::write(
+            dir.path().join("postgres/server_version.sql"),
+            "SELECT 'custom'",
+        )
+        .unwrap();
+        let q = Queries::load(
+            Dialect::Postgres,
+            &Config::defaults().tables,
+            Some(dir.path()),
+        )
+        .unwrap();
         assert_eq!(q.get("server_version"), "SELECT 'custom'");
     }
 }

@@ -38,7 +38,11 @@ impl Purge {
     /// What `consume` purges.
     pub const CONSUME: &'static [Purge] = &[Purge::ProcessedEvents];
     /// What `idemguard purge` purges.
-    pub const ALL: &'static [Purge] = &[Purge::IdempotencyRecords, Purge::SentOutbox, Purge::ProcessedEvents];
+    pub const ALL: &'static [Purge] = &[
+        Purge::IdempotencyRecords,
+        Purge::SentOutbox,
+        Purge::ProcessedEvents,
+    ];
 
     /// The logical table, for messages.
     pub fn table(self) -> &'static str {
@@ -76,12 +80,22 @@ pub struct Purged {
 
 /// Delete everything of `what` past its retention, batch by batch, until a batch comes back
 /// short or `stop` is cancelled.
-pub async fn purge(db: &Database, what: Purge, config: &RetentionConfig, stop: &CancellationToken) -> Result<u64, sqlx::Error> {
+pub async fn purge(
+    db: &Database,
+    what: Purge,
+    config: &RetentionConfig,
+    stop: &CancellationToken,
+) -> Result<u64, sqlx::Error> {
     let cutoff = what.cutoff(config, now_ms());
     let batch = u64::from(config.batch);
     let mut deleted = 0;
     loop {
-        let n = sqlx::query(db.sql(what.query())).bind(cutoff).bind(i64::from(config.batch)).execute(&db.pool).await?.rows_affected();
+        let n = sqlx::query(db.sql(what.query()))
+            .bind(cutoff)
+            .bind(i64::from(config.batch))
+            .execute(&db.pool)
+            .await?
+            .rows_affected();
         deleted += n;
         if n < batch || stop.is_cancelled() {
             return Ok(deleted);
@@ -91,17 +105,30 @@ pub async fn purge(db: &Database, what: Purge, config: &RetentionConfig, stop: &
 }
 
 /// One full pass over `what`, in order.
-pub async fn pass(db: &Database, what: &[Purge], config: &RetentionConfig, stop: &CancellationToken) -> Result<Vec<Purged>, sqlx::Error> {
+pub async fn pass(
+    db: &Database,
+    what: &[Purge],
+    config: &RetentionConfig,
+    stop: &CancellationToken,
+) -> Result<Vec<Purged>, sqlx::Error> {
     let mut out = Vec::with_capacity(what.len());
     for w in what {
-        out.push(Purged { table: w.table(), deleted: purge(db, *w, config, stop).await? });
+        out.push(Purged {
+            table: w.table(),
+            deleted: purge(db, *w, config, stop).await?,
+        });
     }
     Ok(out)
 }
 
 /// The background task of a running service: a pass every `retention.interval` until `stop`.
 /// A failed pass is logged and tried again at the next interval.
-pub fn spawn(db: Database, what: &'static [Purge], config: RetentionConfig, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+pub fn spawn(
+    db: Database,
+    what: &'static [Purge],
+    config: RetentionConfig,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -111,10 +138,16 @@ pub fn spawn(db: Database, what: &'static [Purge], config: RetentionConfig, stop
             match pass(&db, what, &config, &stop).await {
                 Ok(counts) => {
                     for p in counts.iter().filter(|p| p.deleted > 0) {
-                        tracing::info!(table = p.table, deleted = p.deleted, "retention: deleted rows past their retention");
+                        tracing::info!(
+                            table = p.table,
+                            deleted = p.deleted,
+                            "retention: deleted rows past their retention"
+                        );
                     }
                 }
-                Err(e) => tracing::warn!(database = %db.shown_url, error = %e, "retention pass failed; trying again in {:?}", config.interval),
+                Err(e) => {
+                    tracing::warn!(database = %db.shown_url, error = %e, "retention pass failed; trying again in {:?}", config.interval)
+                }
             }
         }
     })

@@ -35,7 +35,12 @@ pub const TRANSITIONS: &[(OrderStatus, OrderStatus)] = &[
 pub const MAX_PREDECESSORS: usize = 4;
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 4] = [OrderStatus::Created, OrderStatus::Paid, OrderStatus::Cancelled, OrderStatus::Refunded];
+    pub const ALL: [OrderStatus; 4] = [
+        OrderStatus::Created,
+        OrderStatus::Paid,
+        OrderStatus::Cancelled,
+        OrderStatus::Refunded,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,7 +55,12 @@ impl OrderStatus {
         OrderStatus::ALL
             .into_iter()
             .find(|s| s.as_str() == raw)
-            .ok_or_else(|| format!("`{}` is not an order status (known: CREATED, PAID, CANCELLED, REFUNDED)", raw.escape_debug()))
+            .ok_or_else(|| {
+                format!(
+                    "`{}` is not an order status (known: CREATED, PAID, CANCELLED, REFUNDED)",
+                    raw.escape_debug()
+                )
+            })
     }
 
     /// True when [`TRANSITIONS`] allows `self → to`.
@@ -60,7 +70,11 @@ impl OrderStatus {
 
     /// The statuses an order may be in to move to `self`.
     pub fn predecessors(self) -> Vec<OrderStatus> {
-        TRANSITIONS.iter().filter(|(_, to)| *to == self).map(|(from, _)| *from).collect()
+        TRANSITIONS
+            .iter()
+            .filter(|(_, to)| *to == self)
+            .map(|(from, _)| *from)
+            .collect()
     }
 
     /// No transition leaves it.
@@ -97,7 +111,9 @@ mod tests {
         for s in OrderStatus::ALL {
             assert_eq!(OrderStatus::parse(s.as_str()), Ok(s));
         }
-        assert!(OrderStatus::parse("paid").unwrap_err().contains("not an order status"));
+        assert!(OrderStatus::parse("paid")
+            .unwrap_err()
+            .contains("not an order status"));
     }
 
     #[test]
@@ -130,14 +146,20 @@ mod tests {
         for s in OrderStatus::ALL {
             let mut seen = Vec::new();
             reachable(s, &mut seen);
-            assert!(!seen.contains(&s), "{s} can come back to itself through {seen:?}");
+            assert!(
+                !seen.contains(&s),
+                "{s} can come back to itself through {seen:?}"
+            );
         }
     }
 
     #[test]
     fn predecessors_fit_the_sql() {
         for s in OrderStatus::ALL {
-            assert!(s.predecessors().len() <= MAX_PREDECESSORS, "{s} has more predecessors than order_transition has slots");
+            assert!(
+                s.predecessors().len() <= MAX_PREDECESSORS,
+                "{s} has more predecessors than order_transition has slots"
+            );
         }
     }
 }

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::node::{Conn, NodeError};
 
-static LOCK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../queries/redis/lock.lua")));
+static LOCK_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../queries/redis/lock.lua")));
 
 /// Operations queued per node before new ones are refused (a node that hangs cannot make the
 /// process queue without bound).
@@ -31,12 +32,39 @@ const MAX_BATCH: usize = 128;
 /// One lock operation (see `queries/redis/lock.lua` for each one's rule).
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    Acquire { key: Arc<str>, fence_key: Arc<str>, head: Arc<str>, tail: Arc<str>, ttl_ms: u64, fence: FenceLife },
-    Release { key: Arc<str>, value: Arc<str> },
-    ReleaseByHolder { key: Arc<str>, head: Arc<str>, tail: Arc<str> },
-    Renew { key: Arc<str>, fence_key: Arc<str>, value: Arc<str>, ttl_ms: u64, fence: FenceLife },
-    RaiseFence { fence_key: Arc<str>, at_least: i64, keep_ms: u64 },
-    BumpFence { fence_key: Arc<str>, fence: FenceLife },
+    Acquire {
+        key: Arc<str>,
+        fence_key: Arc<str>,
+        head: Arc<str>,
+        tail: Arc<str>,
+        ttl_ms: u64,
+        fence: FenceLife,
+    },
+    Release {
+        key: Arc<str>,
+        value: Arc<str>,
+    },
+    ReleaseByHolder {
+        key: Arc<str>,
+        head: Arc<str>,
+        tail: Arc<str>,
+    },
+    Renew {
+        key: Arc<str>,
+        fence_key: Arc<str>,
+        value: Arc<str>,
+        ttl_ms: u64,
+        fence: FenceLife,
+    },
+    RaiseFence {
+        fence_key: Arc<str>,
+        at_least: i64,
+        keep_ms: u64,
+    },
+    BumpFence {
+        fence_key: Arc<str>,
+        fence: FenceLife,
+    },
 }
 
 /// How a fence counter is (re)started and kept (see `next_fence` in `lock.lua`): `seed` is the
@@ -50,8 +78,13 @@ pub(crate) struct FenceLife {
 
 impl FenceLife {
     pub fn now(keep: std::time::Duration) -> FenceLife {
-        let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        FenceLife { seed: since_epoch.as_micros() as i64, keep_ms: keep.as_millis().max(1) as u64 }
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        FenceLife {
+            seed: since_epoch.as_micros() as i64,
+            keep_ms: keep.as_millis().max(1) as u64,
+        }
     }
 }
 
@@ -63,23 +96,63 @@ impl Op {
 
     fn encode(&self, inv: &mut redis::ScriptInvocation<'_>, delex: bool) {
         match self {
-            Op::Acquire { key, fence_key, head, tail, ttl_ms, fence } => {
-                inv.key(&**key).key(&**fence_key).arg("acquire").arg(&**head).arg(&**tail).arg(*ttl_ms).arg(fence.seed).arg(fence.keep_ms);
+            Op::Acquire {
+                key,
+                fence_key,
+                head,
+                tail,
+                ttl_ms,
+                fence,
+            } => {
+                inv.key(&**key)
+                    .key(&**fence_key)
+                    .arg("acquire")
+                    .arg(&**head)
+                    .arg(&**tail)
+                    .arg(*ttl_ms)
+                    .arg(fence.seed)
+                    .arg(fence.keep_ms);
             }
             Op::Release { key, value } => {
-                inv.key(&**key).arg(if delex { "release_delex" } else { "release" }).arg(&**value);
+                inv.key(&**key)
+                    .arg(if delex { "release_delex" } else { "release" })
+                    .arg(&**value);
             }
             Op::ReleaseByHolder { key, head, tail } => {
-                inv.key(&**key).arg("release_by_holder").arg(&**head).arg(&**tail);
+                inv.key(&**key)
+                    .arg("release_by_holder")
+                    .arg(&**head)
+                    .arg(&**tail);
             }
-            Op::Renew { key, fence_key, value, ttl_ms, fence } => {
-                inv.key(&**key).key(&**fence_key).arg("renew").arg(&**value).arg(*ttl_ms).arg(fence.keep_ms);
+            Op::Renew {
+                key,
+                fence_key,
+                value,
+                ttl_ms,
+                fence,
+            } => {
+                inv.key(&**key)
+                    .key(&**fence_key)
+                    .arg("renew")
+                    .arg(&**value)
+                    .arg(*ttl_ms)
+                    .arg(fence.keep_ms);
             }
-            Op::RaiseFence { fence_key, at_least, keep_ms } => {
-                inv.key(&**fence_key).arg("raise_fence").arg(*at_least).arg(*keep_ms);
+            Op::RaiseFence {
+                fence_key,
+                at_least,
+                keep_ms,
+            } => {
+                inv.key(&**fence_key)
+                    .arg("raise_fence")
+                    .arg(*at_least)
+                    .arg(*keep_ms);
             }
             Op::BumpFence { fence_key, fence } => {
-                inv.key(&**fence_key).arg("bump_fence").arg(fence.seed).arg(fence.keep_ms);
+                inv.key(&**fence_key)
+                    .arg("bump_fence")
+                    .arg(fence.seed)
+                    .arg(fence.keep_ms);
             }
         }
     }
@@ -127,10 +200,16 @@ async fn run(conn: &Conn, batch: &[Pending]) -> Result<Vec<Value>, NodeError> {
         p.op.encode(&mut inv, delex);
     }
     let inv = &inv;
-    let reply: Value = conn.run(|mut c| async move { inv.invoke_async(&mut c).await }).await?;
+    let reply: Value = conn
+        .run(|mut c| async move { inv.invoke_async(&mut c).await })
+        .await?;
     match reply {
         Value::Array(items) if items.len() == batch.len() => Ok(items),
-        other => Err(conn.refused(format!("answered lock.lua with {} replies for {} operations: {other:?}", count(&other), batch.len()))),
+        other => Err(conn.refused(format!(
+            "answered lock.lua with {} replies for {} operations: {other:?}",
+            count(&other),
+            batch.len()
+        ))),
     }
 }
 

@@ -108,7 +108,10 @@ impl LockView {
     /// The holder's fence token: the largest over the nodes that agree on it.
     pub fn fence(&self) -> Option<FenceToken> {
         let h = self.holder()?;
-        self.holders().filter(|o| o.nonce == h.nonce).map(|o| FenceToken(o.fence)).max()
+        self.holders()
+            .filter(|o| o.nonce == h.nonce)
+            .map(|o| FenceToken(o.fence))
+            .max()
     }
 
     /// Smallest remaining TTL over the nodes holding it; -1 when some node holds it without TTL.
@@ -117,7 +120,9 @@ impl LockView {
             .nodes
             .iter()
             .filter_map(|n| match &n.state {
-                NodeLockState::Held { pttl_ms, .. } | NodeLockState::Other { pttl_ms, .. } => Some(*pttl_ms),
+                NodeLockState::Held { pttl_ms, .. } | NodeLockState::Other { pttl_ms, .. } => {
+                    Some(*pttl_ms)
+                }
                 _ => None,
             })
             .collect();
@@ -143,7 +148,12 @@ impl LockView {
 
     /// True when no node holds the key (as a lock value or as a key of another type).
     pub fn is_free(&self) -> bool {
-        !self.nodes.iter().any(|n| matches!(n.state, NodeLockState::Held { .. } | NodeLockState::Other { .. }))
+        !self.nodes.iter().any(|n| {
+            matches!(
+                n.state,
+                NodeLockState::Held { .. } | NodeLockState::Other { .. }
+            )
+        })
     }
 
     /// The type of the key where some node holds it as something else than a string.
@@ -172,19 +182,33 @@ impl LockView {
 
     fn holders(&self) -> impl Iterator<Item = &LockHolder> {
         self.nodes.iter().filter_map(|n| match &n.state {
-            NodeLockState::Held { holder: Some(h), .. } => Some(h),
+            NodeLockState::Held {
+                holder: Some(h), ..
+            } => Some(h),
             _ => None,
         })
     }
 }
 
-async fn scan_node(node: &Node, pattern: &str, limit: usize) -> Result<(Vec<String>, bool), NodeError> {
+async fn scan_node(
+    node: &Node,
+    pattern: &str,
+    limit: usize,
+) -> Result<(Vec<String>, bool), NodeError> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
     // Bounded: a page per round trip, stopping at `limit` keys.
     loop {
-        let (next, page): (u64, Vec<String>) =
-            node.query(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT)).await?;
+        let (next, page): (u64, Vec<String>) = node
+            .query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT),
+            )
+            .await?;
         found.extend(page);
         if found.len() > limit {
             found.truncate(limit);
@@ -208,7 +232,9 @@ async fn fetch_node(node: &Node, keys: &[String]) -> Result<Vec<NodeLockState>, 
         for k in chunk {
             pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
         }
-        let values: Vec<Value> = node.run(|mut c| async move { pipe.query_async(&mut c).await }).await?;
+        let values: Vec<Value> = node
+            .run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
         out.extend(values.chunks(3).map(node_lock_state));
     }
     Ok(out)
@@ -223,10 +249,17 @@ fn node_lock_state(answers: &[Value]) -> NodeLockState {
     match (redis_type, value) {
         ("string", Value::BulkString(v)) => {
             let value = String::from_utf8_lossy(v).into_owned();
-            NodeLockState::Held { holder: LockHolder::from_value(&value), value, pttl_ms: pttl }
+            NodeLockState::Held {
+                holder: LockHolder::from_value(&value),
+                value,
+                pttl_ms: pttl,
+            }
         }
         ("string" | "none", _) => NodeLockState::Absent,
-        (other, _) => NodeLockState::Other { redis_type: other.to_string(), pttl_ms: pttl },
+        (other, _) => NodeLockState::Other {
+            redis_type: other.to_string(),
+            pttl_ms: pttl,
+        },
     }
 }
 
@@ -236,7 +269,12 @@ impl Locks {
     /// are still listed.
     pub async fn scan_locks(&self, limit: usize) -> LockScan {
         let nodes = &self.inner.nodes;
-        let scans = join_all(nodes.iter().map(|n| scan_node(n, keys::LOCK_PATTERN, limit))).await;
+        let scans = join_all(
+            nodes
+                .iter()
+                .map(|n| scan_node(n, keys::LOCK_PATTERN, limit)),
+        )
+        .await;
         let mut all: BTreeSet<String> = BTreeSet::new();
         let mut truncated = false;
         let mut node_rows = Vec::new();
@@ -245,19 +283,32 @@ impl Locks {
                 Ok((found, more)) => {
                     truncated |= *more;
                     all.extend(found.iter().cloned());
-                    node_rows.push(NodeScan { node: n.addr.clone(), error: None });
+                    node_rows.push(NodeScan {
+                        node: n.addr.clone(),
+                        error: None,
+                    });
                 }
-                Err(e) => node_rows.push(NodeScan { node: n.addr.clone(), error: Some(e.to_string()) }),
+                Err(e) => node_rows.push(NodeScan {
+                    node: n.addr.clone(),
+                    error: Some(e.to_string()),
+                }),
             }
         }
         let keys: Vec<String> = all.into_iter().collect();
         let locks = self.fetch(&keys).await;
-        LockScan { locks, nodes: node_rows, truncated }
+        LockScan {
+            locks,
+            nodes: node_rows,
+            truncated,
+        }
     }
 
     /// One lock key as every node sees it (the console's trace view of an order).
     pub async fn inspect(&self, key: &str) -> LockView {
-        self.fetch(&[key.to_string()]).await.pop().expect("one view per key")
+        self.fetch(&[key.to_string()])
+            .await
+            .pop()
+            .expect("one view per key")
     }
 
     async fn fetch(&self, keys: &[String]) -> Vec<LockView> {
@@ -274,7 +325,9 @@ impl Locks {
                         node: n.addr.clone(),
                         state: match f {
                             Ok(states) => states[i].clone(),
-                            Err(e) => NodeLockState::Unreachable { error: e.to_string() },
+                            Err(e) => NodeLockState::Unreachable {
+                                error: e.to_string(),
+                            },
                         },
                     })
                     .collect(),
@@ -286,7 +339,11 @@ impl Locks {
     /// anything else (the holder renewed into a new acquisition, or a new holder took over)
     /// keeps it. Under RedLock the nodes' values differ in their fence numbers: call this once
     /// per value of [`LockView::values`]. Emits `lock_released` / `lock_release_refused`.
-    pub async fn release_if_value(&self, key: &str, exact_value: &str) -> Result<ReleaseReport, LockError> {
+    pub async fn release_if_value(
+        &self,
+        key: &str,
+        exact_value: &str,
+    ) -> Result<ReleaseReport, LockError> {
         let started = Instant::now();
         let nodes = &self.inner.nodes;
         let (key_arc, value): (Arc<str>, Arc<str>) = (key.into(), exact_value.into());
@@ -296,7 +353,12 @@ impl Locks {
             nodes: nodes
                 .iter()
                 .zip(answers)
-                .map(|(n, a)| (n.addr.clone(), a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e })))
+                .map(|(n, a)| {
+                    (
+                        n.addr.clone(),
+                        a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e }),
+                    )
+                })
                 .collect(),
         };
         let fence = LockHolder::from_value(exact_value).map(|h| h.fence);
@@ -314,16 +376,31 @@ impl Locks {
         // Kept as long as an acquisition's counter: a holder that comes back within its TTL
         // still meets the raised counter.
         let life = FenceLife::now(self.inner.config.ttl + self.inner.config.fence_ttl);
-        let counted = join_all(nodes.iter().map(|n| scripts::bump_fence(n, &fence_key, life))).await;
+        let counted = join_all(
+            nodes
+                .iter()
+                .map(|n| scripts::bump_fence(n, &fence_key, life)),
+        )
+        .await;
         let (ok, failures) = split(nodes, counted);
         if ok.len() < needed {
             return Err(self.no_quorum(key, ok.len(), failures));
         }
         let max = ok.iter().map(|(_, v)| *v).max().unwrap_or(0);
-        let raised = join_all(ok.iter().filter(|(_, v)| *v < max).map(|(n, _)| scripts::raise_fence(n, &fence_key, max, life.keep_ms))).await;
-        let settled = ok.iter().filter(|(_, v)| *v == max).count() + raised.iter().filter(|r| r.is_ok()).count();
+        let raised = join_all(
+            ok.iter()
+                .filter(|(_, v)| *v < max)
+                .map(|(n, _)| scripts::raise_fence(n, &fence_key, max, life.keep_ms)),
+        )
+        .await;
+        let settled = ok.iter().filter(|(_, v)| *v == max).count()
+            + raised.iter().filter(|r| r.is_ok()).count();
         if settled < needed {
-            return Err(self.no_quorum(key, settled, raised.into_iter().filter_map(Result::err).collect()));
+            return Err(self.no_quorum(
+                key,
+                settled,
+                raised.into_iter().filter_map(Result::err).collect(),
+            ));
         }
         Ok(FenceToken(max))
     }
@@ -357,11 +434,20 @@ impl Locks {
         if self.inner.mode == LockMode::Single && failures.len() == 1 {
             return LockError::Node(failures.into_iter().next().expect("one failure"));
         }
-        LockError::NoQuorum { key: key.to_string(), granted, quorum: self.quorum(), nodes: self.inner.nodes.len(), failures }
+        LockError::NoQuorum {
+            key: key.to_string(),
+            granted,
+            quorum: self.quorum(),
+            nodes: self.inner.nodes.len(),
+            failures,
+        }
     }
 }
 
-fn split<T>(nodes: &[Arc<Node>], answers: Vec<Result<T, NodeError>>) -> (Vec<(&Arc<Node>, T)>, Vec<NodeError>) {
+fn split<T>(
+    nodes: &[Arc<Node>],
+    answers: Vec<Result<T, NodeError>>,
+) -> (Vec<(&Arc<Node>, T)>, Vec<NodeError>) {
     let mut ok = Vec::new();
     let mut failures = Vec::new();
     for (n, a) in nodes.iter().zip(answers) {

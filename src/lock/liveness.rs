@@ -37,7 +37,10 @@ impl Liveness {
 
     /// Liveness on its own (the console needs no lock service to ask it).
     pub fn from_config(config: &crate::config::Config) -> Result<Liveness, LockError> {
-        Ok(Liveness::new(Arc::new(Node::open(&config.redis.url, config.redis.command_timeout)?), config.instance.heartbeat_ttl))
+        Ok(Liveness::new(
+            Arc::new(Node::open(&config.redis.url, config.redis.command_timeout)?),
+            config.instance.heartbeat_ttl,
+        ))
     }
 
     pub fn heartbeat_ttl(&self) -> Duration {
@@ -48,7 +51,16 @@ impl Liveness {
     pub async fn beat(&self, beat: &InstanceBeat) -> Result<(), LockError> {
         let value = serde_json::to_string(beat).expect("an InstanceBeat always serializes");
         let ttl_ms = self.ttl.as_millis().max(1) as u64;
-        let _: () = self.node.query(redis::cmd("SET").arg(keys::instance(&beat.instance.id)).arg(value).arg("PX").arg(ttl_ms)).await?;
+        let _: () = self
+            .node
+            .query(
+                redis::cmd("SET")
+                    .arg(keys::instance(&beat.instance.id))
+                    .arg(value)
+                    .arg("PX")
+                    .arg(ttl_ms),
+            )
+            .await?;
         Ok(())
     }
 
@@ -56,7 +68,10 @@ impl Liveness {
     /// Redis is an error at start), then one every third of the TTL until the [`Heartbeat`] is
     /// stopped or dropped.
     pub async fn start(&self, instance: &Instance) -> Result<Heartbeat, LockError> {
-        let beat = InstanceBeat { instance: instance.clone(), started_at: now_ms() };
+        let beat = InstanceBeat {
+            instance: instance.clone(),
+            started_at: now_ms(),
+        };
         self.beat(&beat).await?;
         let stop = CancellationToken::new();
         let task = {
@@ -80,12 +95,20 @@ impl Liveness {
                 }
             })
         };
-        Ok(Heartbeat { liveness: self.clone(), instance_id: instance.id.clone(), stop, task: Some(task) })
+        Ok(Heartbeat {
+            liveness: self.clone(),
+            instance_id: instance.id.clone(),
+            stop,
+            task: Some(task),
+        })
     }
 
     /// True while `instance:{instance_id}` exists (its owner beat within one heartbeat TTL).
     pub async fn is_alive(&self, instance_id: &str) -> Result<bool, LockError> {
-        let n: i64 = self.node.query(redis::cmd("EXISTS").arg(keys::instance(instance_id))).await?;
+        let n: i64 = self
+            .node
+            .query(redis::cmd("EXISTS").arg(keys::instance(instance_id)))
+            .await?;
         Ok(n == 1)
     }
 
@@ -98,13 +121,19 @@ impl Liveness {
         for id in instance_ids {
             pipe.cmd("EXISTS").arg(keys::instance(id));
         }
-        let found: Vec<i64> = self.node.run(|mut c| async move { pipe.query_async(&mut c).await }).await?;
+        let found: Vec<i64> = self
+            .node
+            .run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
         Ok(found.into_iter().map(|n| n == 1).collect())
     }
 
     /// The heartbeat of an instance, if it is alive.
     pub async fn beat_of(&self, instance_id: &str) -> Result<Option<InstanceBeat>, LockError> {
-        let raw: Option<String> = self.node.query(redis::cmd("GET").arg(keys::instance(instance_id))).await?;
+        let raw: Option<String> = self
+            .node
+            .query(redis::cmd("GET").arg(keys::instance(instance_id)))
+            .await?;
         Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
     }
 }
@@ -129,7 +158,11 @@ impl Heartbeat {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        let _: i64 = self.liveness.node.query(redis::cmd("DEL").arg(keys::instance(&self.instance_id))).await?;
+        let _: i64 = self
+            .liveness
+            .node
+            .query(redis::cmd("DEL").arg(keys::instance(&self.instance_id)))
+            .await?;
         Ok(())
     }
 }

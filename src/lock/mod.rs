@@ -76,9 +76,19 @@ pub enum LockError {
     Node(NodeError),
     /// RedLock: too few nodes answered for a quorum to be possible. Nothing is held: whatever
     /// was taken on the nodes that answered was released again.
-    NoQuorum { key: String, granted: usize, quorum: usize, nodes: usize, failures: Vec<NodeError> },
+    NoQuorum {
+        key: String,
+        granted: usize,
+        quorum: usize,
+        nodes: usize,
+        failures: Vec<NodeError>,
+    },
     /// The nodes answered so slowly that no validity was left; released again.
-    NoValidity { key: String, elapsed_ms: u64, ttl_ms: u64 },
+    NoValidity {
+        key: String,
+        elapsed_ms: u64,
+        ttl_ms: u64,
+    },
     /// The configuration cannot make a lock service.
     Config(String),
 }
@@ -128,7 +138,12 @@ pub struct AcquireOptions {
 
 impl AcquireOptions {
     pub fn from_config(lock: &LockConfig) -> AcquireOptions {
-        AcquireOptions { ttl: lock.ttl, attempts: lock.acquire_attempts.max(1), retry_delay: lock.retry_delay, watchdog: true }
+        AcquireOptions {
+            ttl: lock.ttl,
+            attempts: lock.acquire_attempts.max(1),
+            retry_delay: lock.retry_delay,
+            watchdog: true,
+        }
     }
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -194,7 +209,11 @@ impl ReleaseReport {
     /// True when nothing was deleted and the nodes that answered did not hold our value: we were
     /// no longer the holder (a node that did not answer keeps its copy until its TTL).
     pub fn refused(&self) -> bool {
-        !self.released() && self.nodes.iter().any(|(_, r)| matches!(r, NodeRelease::NotHeld { .. }))
+        !self.released()
+            && self
+                .nodes
+                .iter()
+                .any(|(_, r)| matches!(r, NodeRelease::NotHeld { .. }))
     }
     /// The value someone else holds now, if a node reported one.
     pub fn current(&self) -> Option<&str> {
@@ -204,16 +223,26 @@ impl ReleaseReport {
         })
     }
     fn summary(&self) -> String {
-        let deleted = self.nodes.iter().filter(|(_, r)| *r == NodeRelease::Deleted).count();
-        let unreachable: Vec<&str> =
-            self.nodes.iter().filter(|(_, r)| matches!(r, NodeRelease::Unreachable { .. })).map(|(n, _)| n.as_str()).collect();
+        let deleted = self
+            .nodes
+            .iter()
+            .filter(|(_, r)| *r == NodeRelease::Deleted)
+            .count();
+        let unreachable: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|(_, r)| matches!(r, NodeRelease::Unreachable { .. }))
+            .map(|(n, _)| n.as_str())
+            .collect();
         let mut s = format!("deleted on {deleted} of {} node(s)", self.nodes.len());
         if !unreachable.is_empty() {
             s.push_str(&format!(", unreachable: {}", unreachable.join(", ")));
         }
         if !self.released() {
             match self.current().map(|c| (c, LockHolder::from_value(c))) {
-                Some((_, Some(h))) => s.push_str(&format!("; now held by {} (fence {})", h.instance, h.fence)),
+                Some((_, Some(h))) => {
+                    s.push_str(&format!("; now held by {} (fence {})", h.instance, h.fence))
+                }
                 Some((raw, None)) => s.push_str(&format!("; now holds {raw:?}")),
                 None => s.push_str("; the lock had expired"),
             }
@@ -254,8 +283,14 @@ pub(crate) enum Claim {
 }
 
 pub(crate) enum Attempt {
-    Granted { claims: Vec<Claim>, fence: i64 },
-    Contended { current: Option<String>, pttl_ms: Option<i64> },
+    Granted {
+        claims: Vec<Claim>,
+        fence: i64,
+    },
+    Contended {
+        current: Option<String>,
+        pttl_ms: Option<i64>,
+    },
 }
 
 pub(crate) enum Renewal {
@@ -269,7 +304,11 @@ pub(crate) enum Renewal {
 impl Locks {
     /// The lock layer described by `config` (`lock.*`, `redis.*`, `instance.heartbeat_ttl`).
     /// Connects lazily: it succeeds with nodes down, and each operation then names the node.
-    pub fn from_config(config: &Config, instance: &Instance, tracer: Tracer) -> Result<Locks, LockError> {
+    pub fn from_config(
+        config: &Config,
+        instance: &Instance,
+        tracer: Tracer,
+    ) -> Result<Locks, LockError> {
         let timeout = config.redis.command_timeout;
         let main = Arc::new(Node::open(&config.redis.url, timeout)?);
         let nodes = match config.lock.mode {
@@ -342,7 +381,11 @@ impl Locks {
 
     /// Acquire `key`: `Held` with a guard, or `Contended` when someone else holds it after
     /// `options.attempts` tries. An error means the nodes could not be asked (nothing is held).
-    pub async fn acquire_with(&self, key: &str, options: &AcquireOptions) -> Result<Acquisition, LockError> {
+    pub async fn acquire_with(
+        &self,
+        key: &str,
+        options: &AcquireOptions,
+    ) -> Result<Acquisition, LockError> {
         let started = Instant::now();
         let key_name = key;
         let key: Arc<str> = Arc::from(key);
@@ -369,7 +412,10 @@ impl Locks {
                     match self.validity(ttl, elapsed) {
                         Some(validity) => {
                             let holder = LockHolder { fence, ..holder };
-                            let granted = claims.iter().filter(|c| matches!(c, Claim::Known(_))).count();
+                            let granted = claims
+                                .iter()
+                                .filter(|c| matches!(c, Claim::Known(_)))
+                                .count();
                             self.emit(
                                 Outcome::LockAcquired,
                                 key_name,
@@ -380,12 +426,25 @@ impl Locks {
                                 ),
                                 started,
                             );
-                            return Ok(Acquisition::Held(LockGuard::new(self.clone(), key, holder, parts, claims, ttl, t0 + validity, options.watchdog)));
+                            return Ok(Acquisition::Held(LockGuard::new(
+                                self.clone(),
+                                key,
+                                holder,
+                                parts,
+                                claims,
+                                ttl,
+                                t0 + validity,
+                                options.watchdog,
+                            )));
                         }
                         None => {
                             self.release_claims(&key, &claims, &parts).await;
                             if attempt == attempts {
-                                return Err(LockError::NoValidity { key: key_name.into(), elapsed_ms: elapsed.as_millis() as u64, ttl_ms });
+                                return Err(LockError::NoValidity {
+                                    key: key_name.into(),
+                                    elapsed_ms: elapsed.as_millis() as u64,
+                                    ttl_ms,
+                                });
                             }
                         }
                     }
@@ -394,7 +453,11 @@ impl Locks {
             }
             if attempt < attempts {
                 let cap = options.retry_delay.as_micros() as u64;
-                let pause = if cap == 0 { 0 } else { rand::random_range(0..=cap) };
+                let pause = if cap == 0 {
+                    0
+                } else {
+                    rand::random_range(0..=cap)
+                };
                 tokio::time::sleep(Duration::from_micros(pause)).await;
             }
         }
@@ -408,10 +471,19 @@ impl Locks {
         self.emit(
             Outcome::LockContended,
             key_name,
-            format!("key={key} {who} pttl_ms={} attempts={attempts}", pttl_ms.map_or("?".into(), |p| p.to_string())),
+            format!(
+                "key={key} {who} pttl_ms={} attempts={attempts}",
+                pttl_ms.map_or("?".into(), |p| p.to_string())
+            ),
             started,
         );
-        Ok(Acquisition::Contended(Contention { key: key_name.to_string(), value, holder, pttl_ms, attempts }))
+        Ok(Acquisition::Contended(Contention {
+            key: key_name.to_string(),
+            value,
+            holder,
+            pttl_ms,
+            attempts,
+        }))
     }
 
     /// Validity left after an acquire or renewal that took `elapsed`:
@@ -421,10 +493,36 @@ impl Locks {
         ttl.checked_sub(elapsed + drift).filter(|v| !v.is_zero())
     }
 
-    async fn attempt(&self, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64) -> Result<Attempt, LockError> {
+    async fn attempt(
+        &self,
+        key: &Arc<str>,
+        fence_key: &Arc<str>,
+        parts: &ValueParts,
+        ttl_ms: u64,
+    ) -> Result<Attempt, LockError> {
         match self.inner.mode {
-            LockMode::Single => single::attempt(&self.inner.nodes[0], key, fence_key, parts, ttl_ms, self.fence_life()).await,
-            LockMode::Redlock => redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms, self.fence_life()).await,
+            LockMode::Single => {
+                single::attempt(
+                    &self.inner.nodes[0],
+                    key,
+                    fence_key,
+                    parts,
+                    ttl_ms,
+                    self.fence_life(),
+                )
+                .await
+            }
+            LockMode::Redlock => {
+                redlock::attempt(
+                    &self.inner.nodes,
+                    key,
+                    fence_key,
+                    parts,
+                    ttl_ms,
+                    self.fence_life(),
+                )
+                .await
+            }
         }
     }
 
@@ -435,24 +533,49 @@ impl Locks {
 
     async fn renew_claims(&self, key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
         match self.inner.mode {
-            LockMode::Single => single::renew(&self.inner.nodes[0], key, claims, ttl_ms, self.fence_life()).await,
-            LockMode::Redlock => redlock::renew(&self.inner.nodes, key, claims, ttl_ms, self.fence_life()).await,
+            LockMode::Single => {
+                single::renew(&self.inner.nodes[0], key, claims, ttl_ms, self.fence_life()).await
+            }
+            LockMode::Redlock => {
+                redlock::renew(&self.inner.nodes, key, claims, ttl_ms, self.fence_life()).await
+            }
         }
     }
 
-    async fn release_claims(&self, key: &Arc<str>, claims: &[Claim], parts: &ValueParts) -> ReleaseReport {
+    async fn release_claims(
+        &self,
+        key: &Arc<str>,
+        claims: &[Claim],
+        parts: &ValueParts,
+    ) -> ReleaseReport {
         let nodes = match self.inner.mode {
-            LockMode::Single => vec![single::release(&self.inner.nodes[0], key, claims, parts).await],
+            LockMode::Single => {
+                vec![single::release(&self.inner.nodes[0], key, claims, parts).await]
+            }
             LockMode::Redlock => redlock::release(&self.inner.nodes, key, claims, parts).await,
         };
-        ReleaseReport { key: key.to_string(), nodes }
+        ReleaseReport {
+            key: key.to_string(),
+            nodes,
+        }
     }
 
     /// Emit the trace event of a release and turn "no node answered" into an error.
-    fn conclude_release(&self, report: ReleaseReport, fence: Option<i64>, who: &str, started: Instant) -> Result<ReleaseReport, LockError> {
+    fn conclude_release(
+        &self,
+        report: ReleaseReport,
+        fence: Option<i64>,
+        who: &str,
+        started: Instant,
+    ) -> Result<ReleaseReport, LockError> {
         let key = report.key.clone();
         let fence = fence.map_or(String::new(), |f| format!(" fence={f}"));
-        if !report.nodes.is_empty() && report.nodes.iter().all(|(_, r)| matches!(r, NodeRelease::Unreachable { .. })) {
+        if !report.nodes.is_empty()
+            && report
+                .nodes
+                .iter()
+                .all(|(_, r)| matches!(r, NodeRelease::Unreachable { .. }))
+        {
             let failures = report
                 .nodes
                 .iter()
@@ -462,18 +585,37 @@ impl Locks {
                 })
                 .collect::<Vec<_>>();
             return Err(match (self.inner.mode, failures.len()) {
-                (LockMode::Single, 1) => LockError::Node(failures.into_iter().next().expect("one failure")),
-                _ => LockError::NoQuorum { key, granted: 0, quorum: self.quorum(), nodes: self.inner.nodes.len(), failures },
+                (LockMode::Single, 1) => {
+                    LockError::Node(failures.into_iter().next().expect("one failure"))
+                }
+                _ => LockError::NoQuorum {
+                    key,
+                    granted: 0,
+                    quorum: self.quorum(),
+                    nodes: self.inner.nodes.len(),
+                    failures,
+                },
             });
         }
-        let outcome = if report.released() { Outcome::LockReleased } else { Outcome::LockReleaseRefused };
-        self.emit(outcome, &key, format!("key={key}{fence} by={who} {}", report.summary()), started);
+        let outcome = if report.released() {
+            Outcome::LockReleased
+        } else {
+            Outcome::LockReleaseRefused
+        };
+        self.emit(
+            outcome,
+            &key,
+            format!("key={key}{fence} by={who} {}", report.summary()),
+            started,
+        );
         Ok(report)
     }
 
     fn emit(&self, outcome: Outcome, key: &str, detail: String, started: Instant) {
         let (order_no, request_id) = keys::ids_of_lock(key);
-        let mut event = TraceEvent::new(Layer::Lock, outcome).detail(detail).since(started);
+        let mut event = TraceEvent::new(Layer::Lock, outcome)
+            .detail(detail)
+            .since(started);
         event.order_no = order_no;
         event.request_id = request_id;
         self.inner.tracer.emit(event);
@@ -519,13 +661,25 @@ pub struct LockGuard {
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard").field("key", &self.held.key).field("fence", &self.held.holder.fence).finish()
+        f.debug_struct("LockGuard")
+            .field("key", &self.held.key)
+            .field("fence", &self.held.holder.fence)
+            .finish()
     }
 }
 
 impl LockGuard {
     #[allow(clippy::too_many_arguments)]
-    fn new(locks: Locks, key: Arc<str>, holder: LockHolder, parts: ValueParts, claims: Vec<Claim>, ttl: Duration, valid_until: Instant, watchdog: bool) -> LockGuard {
+    fn new(
+        locks: Locks,
+        key: Arc<str>,
+        holder: LockHolder,
+        parts: ValueParts,
+        claims: Vec<Claim>,
+        ttl: Duration,
+        valid_until: Instant,
+        watchdog: bool,
+    ) -> LockGuard {
         let held = Arc::new(Held {
             key,
             holder,
@@ -539,7 +693,12 @@ impl LockGuard {
         });
         let stop_watchdog = CancellationToken::new();
         watchdog::spawn(locks.clone(), held.clone(), stop_watchdog.clone(), watchdog);
-        LockGuard { locks, held, stop_watchdog, released: false }
+        LockGuard {
+            locks,
+            held,
+            stop_watchdog,
+            released: false,
+        }
     }
 
     pub fn key(&self) -> &str {
@@ -589,7 +748,9 @@ impl LockGuard {
         if self.is_lost() {
             return Duration::ZERO;
         }
-        self.held.valid_until().saturating_duration_since(Instant::now())
+        self.held
+            .valid_until()
+            .saturating_duration_since(Instant::now())
     }
 
     /// Successful watchdog renewals so far.
@@ -609,7 +770,9 @@ impl LockGuard {
 
 async fn release_held(locks: &Locks, held: &Held) -> Result<ReleaseReport, LockError> {
     let started = Instant::now();
-    let report = locks.release_claims(&held.key, &held.claims, &held.parts).await;
+    let report = locks
+        .release_claims(&held.key, &held.claims, &held.parts)
+        .await;
     locks.conclude_release(report, Some(held.holder.fence), "holder", started)
 }
 

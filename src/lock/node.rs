@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use tokio::sync::mpsc;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, Value};
+use tokio::sync::mpsc;
 
 use super::batch::{self, Pending};
 use crate::config::{host_port, redact_url};
@@ -83,12 +83,18 @@ impl Node {
             connecting: tokio::sync::Mutex::new(None),
             delex: OnceLock::new(),
         };
-        Ok(Node { addr, conn: Arc::new(conn), ops: Mutex::new(None) })
+        Ok(Node {
+            addr,
+            conn: Arc::new(conn),
+            ops: Mutex::new(None),
+        })
     }
 
     /// One command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, NodeError> {
-        self.conn.run(|mut c| async move { cmd.query_async(&mut c).await }).await
+        self.conn
+            .run(|mut c| async move { cmd.query_async(&mut c).await })
+            .await
     }
 
     /// Anything on the connection, bounded by the command timeout.
@@ -108,12 +114,16 @@ impl Node {
         for _ in 0..2 {
             let queue = {
                 let mut ops = self.ops.lock().expect("node queue");
-                ops.get_or_insert_with(|| batch::start(self.conn.clone())).clone()
+                ops.get_or_insert_with(|| batch::start(self.conn.clone()))
+                    .clone()
             };
             match queue.try_send(pending) {
                 Ok(()) => break,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    return Err(self.conn.error(format!("has {} lock operations queued already", batch::QUEUE)));
+                    return Err(self.conn.error(format!(
+                        "has {} lock operations queued already",
+                        batch::QUEUE
+                    )));
                 }
                 Err(mpsc::error::TrySendError::Closed(p)) => {
                     // The runtime that ran the driver is gone: start a new one here.
@@ -125,7 +135,10 @@ impl Node {
         match tokio::time::timeout(self.conn.timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.conn.error("lost its batch driver")),
-            Err(_) => Err(self.conn.error(format!("did not answer within {}ms", self.conn.timeout.as_millis()))),
+            Err(_) => Err(self.conn.error(format!(
+                "did not answer within {}ms",
+                self.conn.timeout.as_millis()
+            ))),
         }
     }
 }
@@ -138,19 +151,30 @@ impl Conn {
 
     /// An error reaching this node.
     pub fn error(&self, problem: impl Into<String>) -> NodeError {
-        NodeError { node: self.addr.clone(), problem: problem.into(), unreachable: true }
+        NodeError {
+            node: self.addr.clone(),
+            problem: problem.into(),
+            unreachable: true,
+        }
     }
 
     /// An error this node answered with.
     pub fn refused(&self, problem: impl Into<String>) -> NodeError {
-        NodeError { node: self.addr.clone(), problem: problem.into(), unreachable: false }
+        NodeError {
+            node: self.addr.clone(),
+            problem: problem.into(),
+            unreachable: false,
+        }
     }
 
     fn describe(&self, e: &RedisError) -> (String, bool) {
         if e.is_connection_refusal() {
             ("refused the connection".into(), true)
         } else if e.is_timeout() {
-            (format!("did not answer within {}ms", self.timeout.as_millis()), true)
+            (
+                format!("did not answer within {}ms", self.timeout.as_millis()),
+                true,
+            )
         } else if e.is_connection_dropped() || e.is_io_error() {
             (format!("dropped the connection ({e})"), true)
         } else {
@@ -183,10 +207,17 @@ impl Conn {
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
         let connected = async {
-            let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
             if self.delex.get().is_none() {
                 // COMMAND INFO answers [nil] for a command the server does not have.
-                let info: Value = redis::cmd("COMMAND").arg("INFO").arg("DELEX").query_async(&mut conn).await?;
+                let info: Value = redis::cmd("COMMAND")
+                    .arg("INFO")
+                    .arg("DELEX")
+                    .query_async(&mut conn)
+                    .await?;
                 let known = matches!(&info, Value::Array(items) if items.first().is_some_and(|v| !matches!(v, Value::Nil)));
                 let _ = self.delex.set(known);
             }
@@ -204,7 +235,10 @@ impl Conn {
                 Err(self.error(problem))
             }
             Err(_) => {
-                let problem = format!("did not accept a connection within {}ms", self.timeout.as_millis());
+                let problem = format!(
+                    "did not accept a connection within {}ms",
+                    self.timeout.as_millis()
+                );
                 *last_failure = Some((Instant::now(), problem.clone()));
                 Err(self.error(problem))
             }
@@ -230,14 +264,21 @@ impl Conn {
                 if unreachable || e.is_unrecoverable_error() {
                     self.forget();
                 }
-                NodeError { node: self.addr.clone(), problem, unreachable }
+                NodeError {
+                    node: self.addr.clone(),
+                    problem,
+                    unreachable,
+                }
             })
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(r) => r,
             Err(_) => {
                 self.forget();
-                Err(self.error(format!("did not answer within {}ms", self.timeout.as_millis())))
+                Err(self.error(format!(
+                    "did not answer within {}ms",
+                    self.timeout.as_millis()
+                )))
             }
         }
     }

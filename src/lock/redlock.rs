@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 
-use super::node::{Node, NodeError};
 use super::batch::FenceLife;
+use super::node::{Node, NodeError};
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
 use super::{Attempt, Claim, LockError, Renewal};
 
@@ -31,10 +31,22 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<Attempt, LockError> {
+pub(crate) async fn attempt(
+    nodes: &[Arc<Node>],
+    key: &Arc<str>,
+    fence_key: &Arc<str>,
+    parts: &ValueParts,
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Result<Attempt, LockError> {
     let needed = quorum(nodes.len());
     // One seed for every node: nodes that start a counter for this acquisition agree on its token.
-    let answers = join_all(nodes.iter().map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms, fence))).await;
+    let answers = join_all(
+        nodes
+            .iter()
+            .map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms, fence)),
+    )
+    .await;
     let mut claims = Vec::with_capacity(nodes.len());
     let mut fences: Vec<(usize, i64)> = Vec::new();
     // Nodes usually agree on the fence: one value string for all of them.
@@ -69,11 +81,19 @@ pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc
 
     if fences.len() >= needed {
         let max = fences.iter().map(|(_, f)| *f).max().unwrap_or(0);
-        let lower: Vec<usize> = fences.iter().filter(|(_, f)| *f < max).map(|(i, _)| *i).collect();
+        let lower: Vec<usize> = fences
+            .iter()
+            .filter(|(_, f)| *f < max)
+            .map(|(i, _)| *i)
+            .collect();
         let mut settled = fences.len() - lower.len();
         let mut raise_failures = Vec::new();
         if !lower.is_empty() {
-            let raised = join_all(lower.iter().map(|&i| scripts::raise_fence(&nodes[i], fence_key, max, ttl_ms + fence.keep_ms))).await;
+            let raised =
+                join_all(lower.iter().map(|&i| {
+                    scripts::raise_fence(&nodes[i], fence_key, max, ttl_ms + fence.keep_ms)
+                }))
+                .await;
             for r in raised {
                 match r {
                     Ok(_) => settled += 1,
@@ -85,19 +105,37 @@ pub(crate) async fn attempt(nodes: &[Arc<Node>], key: &Arc<str>, fence_key: &Arc
             return Ok(Attempt::Granted { claims, fence: max });
         }
         release(nodes, key, &claims, parts).await;
-        return Err(LockError::NoQuorum { key: key.to_string(), granted: settled, quorum: needed, nodes: nodes.len(), failures: raise_failures });
+        return Err(LockError::NoQuorum {
+            key: key.to_string(),
+            granted: settled,
+            quorum: needed,
+            nodes: nodes.len(),
+            failures: raise_failures,
+        });
     }
 
     // No quorum: take back whatever we got, on every node that may hold our value.
     release(nodes, key, &claims, parts).await;
     if failures.len() > nodes.len() - needed {
-        return Err(LockError::NoQuorum { key: key.to_string(), granted: fences.len(), quorum: needed, nodes: nodes.len(), failures });
+        return Err(LockError::NoQuorum {
+            key: key.to_string(),
+            granted: fences.len(),
+            quorum: needed,
+            nodes: nodes.len(),
+            failures,
+        });
     }
     let (current, pttl_ms) = held.map_or((None, None), |(c, p)| (Some(c), Some(p)));
     Ok(Attempt::Contended { current, pttl_ms })
 }
 
-pub(crate) async fn renew(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], ttl_ms: u64, fence: FenceLife) -> Renewal {
+pub(crate) async fn renew(
+    nodes: &[Arc<Node>],
+    key: &Arc<str>,
+    claims: &[Claim],
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Renewal {
     let needed = quorum(nodes.len());
     let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
         match c {
@@ -120,20 +158,34 @@ pub(crate) async fn renew(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim],
     } else if failures.is_empty() || not_held > nodes.len() - needed {
         Renewal::NotHeld
     } else {
-        Renewal::Failed(LockError::NoQuorum { key: key.to_string(), granted: renewed, quorum: needed, nodes: nodes.len(), failures })
+        Renewal::Failed(LockError::NoQuorum {
+            key: key.to_string(),
+            granted: renewed,
+            quorum: needed,
+            nodes: nodes.len(),
+            failures,
+        })
     }
 }
 
 /// Compare-and-delete on every node that may hold our value: the exact value where the node
 /// told us its fence, by holder where it did not answer.
-pub(crate) async fn release(nodes: &[Arc<Node>], key: &Arc<str>, claims: &[Claim], parts: &ValueParts) -> Vec<(String, NodeRelease)> {
+pub(crate) async fn release(
+    nodes: &[Arc<Node>],
+    key: &Arc<str>,
+    claims: &[Claim],
+    parts: &ValueParts,
+) -> Vec<(String, NodeRelease)> {
     let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
         let outcome = match c {
             Claim::Known(value) => scripts::release(n, key, value).await,
             Claim::Unknown => scripts::release_by_holder(n, key, parts).await,
             Claim::None => return None,
         };
-        Some((n.addr.clone(), outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e })))
+        Some((
+            n.addr.clone(),
+            outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e }),
+        ))
     }))
     .await;
     answers.into_iter().flatten().collect()

@@ -26,9 +26,14 @@ impl ValueParts {
         let json = h.to_value();
         // Strings in the JSON have their quotes escaped, so this marker can only be the field.
         const MARKER: &str = "\"fence\":0,\"nonce\":";
-        let at = json.find(MARKER).expect("a LockHolder's JSON has its fence before its nonce");
+        let at = json
+            .find(MARKER)
+            .expect("a LockHolder's JSON has its fence before its nonce");
         let digit = at + "\"fence\":".len();
-        ValueParts { head: Arc::from(&json[..digit]), tail: Arc::from(&json[digit + 1..]) }
+        ValueParts {
+            head: Arc::from(&json[..digit]),
+            tail: Arc::from(&json[digit + 1..]),
+        }
     }
 
     pub fn value(&self, fence: i64) -> String {
@@ -79,28 +84,48 @@ async fn submit(node: &Node, what: &str, op: Op) -> Result<Value, NodeError> {
     if let Value::Array(items) = &reply {
         if items.first().and_then(int) == Some(-1) {
             let message = items.get(1).and_then(text).unwrap_or_default();
-            return Err(node.conn.refused(format!("refused the {what} operation: {message}")));
+            return Err(node
+                .conn
+                .refused(format!("refused the {what} operation: {message}")));
         }
     }
     Ok(reply)
 }
 
 fn unexpected(node: &Node, what: &str, v: &Value) -> NodeError {
-    node.conn.refused(format!("answered the {what} operation with an unexpected reply {v:?}"))
+    node.conn.refused(format!(
+        "answered the {what} operation with an unexpected reply {v:?}"
+    ))
 }
 
-pub(crate) async fn acquire(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<NodeAcquire, NodeError> {
-    let op = Op::Acquire { key: key.clone(), fence_key: fence_key.clone(), head: parts.head.clone(), tail: parts.tail.clone(), ttl_ms, fence };
+pub(crate) async fn acquire(
+    node: &Node,
+    key: &Arc<str>,
+    fence_key: &Arc<str>,
+    parts: &ValueParts,
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Result<NodeAcquire, NodeError> {
+    let op = Op::Acquire {
+        key: key.clone(),
+        fence_key: fence_key.clone(),
+        head: parts.head.clone(),
+        tail: parts.tail.clone(),
+        ttl_ms,
+        fence,
+    };
     let reply = submit(node, "acquire", op).await?;
     match &reply {
         Value::Array(items) if items.len() >= 2 && int(&items[0]) == Some(1) => {
             let fence = int(&items[1]).ok_or_else(|| unexpected(node, "acquire", &reply))?;
             Ok(NodeAcquire::Granted { fence })
         }
-        Value::Array(items) if !items.is_empty() && int(&items[0]) == Some(0) => Ok(NodeAcquire::Held {
-            current: items.get(1).and_then(text).unwrap_or_default(),
-            pttl_ms: items.get(2).and_then(int).unwrap_or(-2),
-        }),
+        Value::Array(items) if !items.is_empty() && int(&items[0]) == Some(0) => {
+            Ok(NodeAcquire::Held {
+                current: items.get(1).and_then(text).unwrap_or_default(),
+                pttl_ms: items.get(2).and_then(int).unwrap_or(-2),
+            })
+        }
         _ => Err(unexpected(node, "acquire", &reply)),
     }
 }
@@ -108,41 +133,108 @@ pub(crate) async fn acquire(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, p
 fn release_reply(node: &Node, reply: &Value) -> Result<NodeRelease, NodeError> {
     match reply {
         Value::Array(items) if items.first().and_then(int) == Some(1) => Ok(NodeRelease::Deleted),
-        Value::Array(items) if items.first().and_then(int) == Some(0) => Ok(NodeRelease::NotHeld { current: items.get(1).and_then(text) }),
+        Value::Array(items) if items.first().and_then(int) == Some(0) => Ok(NodeRelease::NotHeld {
+            current: items.get(1).and_then(text),
+        }),
         _ => Err(unexpected(node, "release", reply)),
     }
 }
 
 /// Compare-and-delete of an exact value (`DELEX key IFEQ value` where the server has it).
-pub(crate) async fn release(node: &Node, key: &Arc<str>, value: &Arc<str>) -> Result<NodeRelease, NodeError> {
-    let reply = submit(node, "release", Op::Release { key: key.clone(), value: value.clone() }).await?;
+pub(crate) async fn release(
+    node: &Node,
+    key: &Arc<str>,
+    value: &Arc<str>,
+) -> Result<NodeRelease, NodeError> {
+    let reply = submit(
+        node,
+        "release",
+        Op::Release {
+            key: key.clone(),
+            value: value.clone(),
+        },
+    )
+    .await?;
     release_reply(node, &reply)
 }
 
 /// Compare-and-delete of our value whatever fence number the node wrote into it.
-pub(crate) async fn release_by_holder(node: &Node, key: &Arc<str>, parts: &ValueParts) -> Result<NodeRelease, NodeError> {
-    let op = Op::ReleaseByHolder { key: key.clone(), head: parts.head.clone(), tail: parts.tail.clone() };
+pub(crate) async fn release_by_holder(
+    node: &Node,
+    key: &Arc<str>,
+    parts: &ValueParts,
+) -> Result<NodeRelease, NodeError> {
+    let op = Op::ReleaseByHolder {
+        key: key.clone(),
+        head: parts.head.clone(),
+        tail: parts.tail.clone(),
+    };
     let reply = submit(node, "release", op).await?;
     release_reply(node, &reply)
 }
 
 /// Compare-and-PEXPIRE (the fence counter is kept alive with the lock). True when renewed.
-pub(crate) async fn renew(node: &Node, key: &Arc<str>, value: &Arc<str>, ttl_ms: u64, fence: FenceLife) -> Result<bool, NodeError> {
+pub(crate) async fn renew(
+    node: &Node,
+    key: &Arc<str>,
+    value: &Arc<str>,
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Result<bool, NodeError> {
     let fence_key: Arc<str> = crate::contracts::keys::fence(key).into();
-    let reply = submit(node, "renew", Op::Renew { key: key.clone(), fence_key, value: value.clone(), ttl_ms, fence }).await?;
-    int(&reply).map(|n| n == 1).ok_or_else(|| unexpected(node, "renew", &reply))
+    let reply = submit(
+        node,
+        "renew",
+        Op::Renew {
+            key: key.clone(),
+            fence_key,
+            value: value.clone(),
+            ttl_ms,
+            fence,
+        },
+    )
+    .await?;
+    int(&reply)
+        .map(|n| n == 1)
+        .ok_or_else(|| unexpected(node, "renew", &reply))
 }
 
 /// Raise `fence:{key}` to at least `at_least`, kept `keep_ms` more; returns the counter
 /// afterwards.
-pub(crate) async fn raise_fence(node: &Node, fence_key: &Arc<str>, at_least: i64, keep_ms: u64) -> Result<i64, NodeError> {
-    let reply = submit(node, "raise_fence", Op::RaiseFence { fence_key: fence_key.clone(), at_least, keep_ms }).await?;
+pub(crate) async fn raise_fence(
+    node: &Node,
+    fence_key: &Arc<str>,
+    at_least: i64,
+    keep_ms: u64,
+) -> Result<i64, NodeError> {
+    let reply = submit(
+        node,
+        "raise_fence",
+        Op::RaiseFence {
+            fence_key: fence_key.clone(),
+            at_least,
+            keep_ms,
+        },
+    )
+    .await?;
     int(&reply).ok_or_else(|| unexpected(node, "raise_fence", &reply))
 }
 
 /// The next token of `fence:{key}`, seeded like an acquisition's when the counter is gone.
-pub(crate) async fn bump_fence(node: &Node, fence_key: &Arc<str>, fence: FenceLife) -> Result<i64, NodeError> {
-    let reply = submit(node, "bump_fence", Op::BumpFence { fence_key: fence_key.clone(), fence }).await?;
+pub(crate) async fn bump_fence(
+    node: &Node,
+    fence_key: &Arc<str>,
+    fence: FenceLife,
+) -> Result<i64, NodeError> {
+    let reply = submit(
+        node,
+        "bump_fence",
+        Op::BumpFence {
+            fence_key: fence_key.clone(),
+            fence,
+        },
+    )
+    .await?;
     int(&reply).ok_or_else(|| unexpected(node, "bump_fence", &reply))
 }
 
@@ -164,7 +256,10 @@ mod tests {
         };
         let parts = ValueParts::of(&holder);
         for fence in [1_i64, 42, 9_007_199_254_740_993] {
-            let want = LockHolder { fence, ..holder.clone() };
+            let want = LockHolder {
+                fence,
+                ..holder.clone()
+            };
             assert_eq!(parts.value(fence), want.to_value());
             assert_eq!(LockHolder::from_value(&parts.value(fence)), Some(want));
         }

@@ -4,20 +4,41 @@
 
 use std::sync::Arc;
 
-use super::node::Node;
 use super::batch::FenceLife;
+use super::node::Node;
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
 use super::{Attempt, Claim, LockError, Renewal};
 
-pub(crate) async fn attempt(node: &Node, key: &Arc<str>, fence_key: &Arc<str>, parts: &ValueParts, ttl_ms: u64, fence: FenceLife) -> Result<Attempt, LockError> {
+pub(crate) async fn attempt(
+    node: &Node,
+    key: &Arc<str>,
+    fence_key: &Arc<str>,
+    parts: &ValueParts,
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Result<Attempt, LockError> {
     match scripts::acquire(node, key, fence_key, parts, ttl_ms, fence).await? {
-        NodeAcquire::Granted { fence } => Ok(Attempt::Granted { claims: vec![Claim::Known(parts.value(fence).into())], fence }),
-        NodeAcquire::Held { current, pttl_ms } => Ok(Attempt::Contended { current: Some(current), pttl_ms: Some(pttl_ms) }),
+        NodeAcquire::Granted { fence } => Ok(Attempt::Granted {
+            claims: vec![Claim::Known(parts.value(fence).into())],
+            fence,
+        }),
+        NodeAcquire::Held { current, pttl_ms } => Ok(Attempt::Contended {
+            current: Some(current),
+            pttl_ms: Some(pttl_ms),
+        }),
     }
 }
 
-pub(crate) async fn renew(node: &Node, key: &Arc<str>, claims: &[Claim], ttl_ms: u64, fence: FenceLife) -> Renewal {
-    let Some(Claim::Known(value)) = claims.first() else { return Renewal::NotHeld };
+pub(crate) async fn renew(
+    node: &Node,
+    key: &Arc<str>,
+    claims: &[Claim],
+    ttl_ms: u64,
+    fence: FenceLife,
+) -> Renewal {
+    let Some(Claim::Known(value)) = claims.first() else {
+        return Renewal::NotHeld;
+    };
     match scripts::renew(node, key, value, ttl_ms, fence).await {
         Ok(true) => Renewal::Renewed,
         Ok(false) => Renewal::NotHeld,
@@ -25,11 +46,19 @@ pub(crate) async fn renew(node: &Node, key: &Arc<str>, claims: &[Claim], ttl_ms:
     }
 }
 
-pub(crate) async fn release(node: &Node, key: &Arc<str>, claims: &[Claim], parts: &ValueParts) -> (String, NodeRelease) {
+pub(crate) async fn release(
+    node: &Node,
+    key: &Arc<str>,
+    claims: &[Claim],
+    parts: &ValueParts,
+) -> (String, NodeRelease) {
     let outcome = match claims.first() {
         Some(Claim::Known(value)) => scripts::release(node, key, value).await,
         Some(Claim::Unknown) => scripts::release_by_holder(node, key, parts).await,
         _ => Ok(NodeRelease::NotHeld { current: None }),
     };
-    (node.addr.clone(), outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e }))
+    (
+        node.addr.clone(),
+        outcome.unwrap_or_else(|e| NodeRelease::Unreachable { error: e }),
+    )
 }

@@ -27,7 +27,10 @@ pub(crate) fn spawn(locks: Locks, held: Arc<Held>, stop: CancellationToken, rene
         tokio::spawn(run(locks, held, stop));
     } else {
         tokio::spawn(async move {
-            let deadline = held.valid_until().checked_sub(margin(held.ttl)).unwrap_or_else(Instant::now);
+            let deadline = held
+                .valid_until()
+                .checked_sub(margin(held.ttl))
+                .unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = stop.cancelled() => {}
                 _ = sleep_until(deadline.into()) => {
@@ -46,7 +49,10 @@ async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
     let max_renewals = locks.inner.config.max_renewals;
     let mut last_failure: Option<String> = None;
     loop {
-        let deadline = held.valid_until().checked_sub(margin).unwrap_or_else(Instant::now);
+        let deadline = held
+            .valid_until()
+            .checked_sub(margin)
+            .unwrap_or_else(Instant::now);
         if held.renewals.load(Ordering::Relaxed) >= max_renewals {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -56,15 +62,29 @@ async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
             }
         }
         // After a failed renewal try again sooner, while validity is left.
-        let pause = if last_failure.is_some() { (every / 4).max(Duration::from_millis(5)) } else { every };
+        let pause = if last_failure.is_some() {
+            (every / 4).max(Duration::from_millis(5))
+        } else {
+            every
+        };
         let next = (Instant::now() + pause).min(deadline);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = sleep_until(next.into()) => {}
         }
         if Instant::now() >= deadline {
-            let why = last_failure.take().unwrap_or_else(|| "renewal came too late".into());
-            return fire(&locks, &held, &stop, format!("remaining validity fell below {}ms: {why}", margin.as_millis()));
+            let why = last_failure
+                .take()
+                .unwrap_or_else(|| "renewal came too late".into());
+            return fire(
+                &locks,
+                &held,
+                &stop,
+                format!(
+                    "remaining validity fell below {}ms: {why}",
+                    margin.as_millis()
+                ),
+            );
         }
         let started = Instant::now();
         let outcome = tokio::select! {
@@ -74,14 +94,19 @@ async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
         };
         match outcome {
             Some(Renewal::Renewed) => {
-                let valid_for = locks.validity(ttl, started.elapsed()).unwrap_or(Duration::ZERO);
+                let valid_for = locks
+                    .validity(ttl, started.elapsed())
+                    .unwrap_or(Duration::ZERO);
                 *held.valid_until.lock().expect("valid_until") = started + valid_for;
                 let n = held.renewals.fetch_add(1, Ordering::Relaxed) + 1;
                 last_failure = None;
                 locks.emit(
                     Outcome::LockRenewed,
                     &held.key,
-                    format!("key={} fence={} renewal={n}/{max_renewals} ttl_ms={ttl_ms}", held.key, held.holder.fence),
+                    format!(
+                        "key={} fence={} renewal={n}/{max_renewals} ttl_ms={ttl_ms}",
+                        held.key, held.holder.fence
+                    ),
                     started,
                 );
             }
@@ -93,8 +118,18 @@ async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
                 last_failure = Some(e.to_string());
             }
             None => {
-                let why = last_failure.take().unwrap_or_else(|| "the renewal did not answer".into());
-                return fire(&locks, &held, &stop, format!("remaining validity fell below {}ms: {why}", margin.as_millis()));
+                let why = last_failure
+                    .take()
+                    .unwrap_or_else(|| "the renewal did not answer".into());
+                return fire(
+                    &locks,
+                    &held,
+                    &stop,
+                    format!(
+                        "remaining validity fell below {}ms: {why}",
+                        margin.as_millis()
+                    ),
+                );
             }
         }
     }
@@ -110,7 +145,12 @@ fn fire(locks: &Locks, held: &Held, stop: &CancellationToken, reason: String) {
     locks.emit(
         Outcome::LockLost,
         &held.key,
-        format!("key={} fence={} renewals={} {reason}", held.key, held.holder.fence, held.renewals.load(Ordering::Relaxed)),
+        format!(
+            "key={} fence={} renewals={} {reason}",
+            held.key,
+            held.holder.fence,
+            held.renewals.load(Ordering::Relaxed)
+        ),
         Instant::now(),
     );
 }

@@ -37,7 +37,10 @@ pub enum ReplyKind {
 
 impl ReplyKind {
     pub fn is_error(self) -> bool {
-        matches!(self, ReplyKind::ClientError | ReplyKind::ServerError | ReplyKind::Transport)
+        matches!(
+            self,
+            ReplyKind::ClientError | ReplyKind::ServerError | ReplyKind::Transport
+        )
     }
 }
 
@@ -78,7 +81,12 @@ impl StormClient {
             .timeout(Duration::from_secs(60))
             .no_proxy()
             .build()?;
-        Ok(StormClient { http, base, log: Arc::new(Mutex::new(HttpLog::default())), progress })
+        Ok(StormClient {
+            http,
+            base,
+            log: Arc::new(Mutex::new(HttpLog::default())),
+            progress,
+        })
     }
 
     pub fn progress(&self) -> &ProgressBar {
@@ -86,12 +94,22 @@ impl StormClient {
     }
 
     /// POST /orders with `key`; `timeout` is the gateway's patience (None: the client default).
-    pub async fn order(&self, key: &str, user_id: i64, sku_id: i64, quantity: i64, timeout: Option<Duration>) -> Reply {
+    pub async fn order(
+        &self,
+        key: &str,
+        user_id: i64,
+        sku_id: i64,
+        quantity: i64,
+        timeout: Option<Duration>,
+    ) -> Reply {
         let body = serde_json::json!({"userId": user_id, "skuId": sku_id, "quantity": quantity, "amount": 1999 * quantity});
         let reply = self.post("/orders", key, &body, timeout).await;
         let mut log = self.log.lock().expect("http log");
         if let (true, Some(o)) = (reply.status / 100 == 2, &reply.order_no) {
-            log.orders_named.entry(key.to_string()).or_default().insert(o.clone());
+            log.orders_named
+                .entry(key.to_string())
+                .or_default()
+                .insert(o.clone());
         }
         if reply.kind == ReplyKind::Created {
             log.created.insert(key.to_string());
@@ -106,9 +124,19 @@ impl StormClient {
         self.post("/payments/callback", key, &body, None).await
     }
 
-    async fn post(&self, path: &str, key: &str, body: &serde_json::Value, timeout: Option<Duration>) -> Reply {
+    async fn post(
+        &self,
+        path: &str,
+        key: &str,
+        body: &serde_json::Value,
+        timeout: Option<Duration>,
+    ) -> Reply {
         let started = Instant::now();
-        let mut req = self.http.post(format!("{}{path}", self.base)).header("Idempotency-Key", key).json(body);
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("Idempotency-Key", key)
+            .json(body);
         if let Some(t) = timeout {
             req = req.timeout(t);
         }
@@ -116,9 +144,14 @@ impl StormClient {
             Ok(res) => {
                 let status = res.status().as_u16();
                 let replayed = res.headers().get("idempotent-replayed").is_some();
-                let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+                let retry_after = res
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok());
                 let text = res.text().await.unwrap_or_default();
-                let json: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
                 let problem = json.get("type").and_then(|t| t.as_str()).unwrap_or("");
                 let kind = match status {
                     _ if replayed => ReplyKind::Replayed,
@@ -131,15 +164,36 @@ impl StormClient {
                     _ => ReplyKind::ServerError,
                 };
                 if kind.is_error() {
-                    self.sample(format!("{path} {key}: {status} {}", text.chars().take(200).collect::<String>()));
+                    self.sample(format!(
+                        "{path} {key}: {status} {}",
+                        text.chars().take(200).collect::<String>()
+                    ));
                 }
-                let order_no = json.get("orderNo").and_then(|o| o.as_str()).map(str::to_string);
-                Reply { kind, status, order_no, retry_after }
+                let order_no = json
+                    .get("orderNo")
+                    .and_then(|o| o.as_str())
+                    .map(str::to_string);
+                Reply {
+                    kind,
+                    status,
+                    order_no,
+                    retry_after,
+                }
             }
-            Err(e) if e.is_timeout() => Reply { kind: ReplyKind::Timeout, status: 0, order_no: None, retry_after: None },
+            Err(e) if e.is_timeout() => Reply {
+                kind: ReplyKind::Timeout,
+                status: 0,
+                order_no: None,
+                retry_after: None,
+            },
             Err(e) => {
                 self.sample(format!("{path} {key}: {e}"));
-                Reply { kind: ReplyKind::Transport, status: 0, order_no: None, retry_after: None }
+                Reply {
+                    kind: ReplyKind::Transport,
+                    status: 0,
+                    order_no: None,
+                    retry_after: None,
+                }
             }
         };
         {

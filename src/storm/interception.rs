@@ -41,58 +41,106 @@ pub struct InterceptionTable {
 impl InterceptionTable {
     /// `http`: replies the storm's client saw; `consumed`: the in-process consumers' own
     /// counters (dedup hits, sink duplicates) — each cross-checks the trace where it can.
-    pub fn build(events: &[TraceEvent], http: &BTreeMap<ReplyKind, u64>, consumed: &super::rig::ConsumerCounts) -> InterceptionTable {
+    pub fn build(
+        events: &[TraceEvent],
+        http: &BTreeMap<ReplyKind, u64>,
+        consumed: &super::rig::ConsumerCounts,
+    ) -> InterceptionTable {
         let mut counts: BTreeMap<(Layer, Outcome), u64> = BTreeMap::new();
         let mut all = BTreeMap::new();
         for e in events {
             *counts.entry((e.layer, e.outcome)).or_insert(0) += 1;
-            *all.entry(format!("{}/{}", e.layer.as_str(), e.outcome.as_str())).or_insert(0) += 1;
+            *all.entry(format!("{}/{}", e.layer.as_str(), e.outcome.as_str()))
+                .or_insert(0) += 1;
         }
         // Every duplicate-stopping decision, in the order of the request path.
         let stops = [
-            (Layer::Api, Outcome::Replayed, Some(http.get(&ReplyKind::Replayed).copied().unwrap_or(0))),
-            (Layer::Api, Outcome::InFlightRejected, Some(http.get(&ReplyKind::InFlight).copied().unwrap_or(0))),
-            (Layer::Api, Outcome::PayloadMismatch, Some(http.get(&ReplyKind::KeyReused).copied().unwrap_or(0))),
+            (
+                Layer::Api,
+                Outcome::Replayed,
+                Some(http.get(&ReplyKind::Replayed).copied().unwrap_or(0)),
+            ),
+            (
+                Layer::Api,
+                Outcome::InFlightRejected,
+                Some(http.get(&ReplyKind::InFlight).copied().unwrap_or(0)),
+            ),
+            (
+                Layer::Api,
+                Outcome::PayloadMismatch,
+                Some(http.get(&ReplyKind::KeyReused).copied().unwrap_or(0)),
+            ),
             (Layer::Api, Outcome::AnsweredFromOrders, None),
             (Layer::Lock, Outcome::LockContended, None),
             (Layer::Db, Outcome::UniqueViolationReplayed, None),
             (Layer::Db, Outcome::TransitionAlreadyApplied, None),
             (Layer::Db, Outcome::FenceRejected, None),
             (Layer::Stream, Outcome::DedupHit, Some(consumed.dedup_hits)),
-            (Layer::Stream, Outcome::SinkDuplicate, Some(consumed.sink_duplicates)),
+            (
+                Layer::Stream,
+                Outcome::SinkDuplicate,
+                Some(consumed.sink_duplicates),
+            ),
         ];
-        let mut table = InterceptionTable { all_decisions: all, events_read: events.len() as u64, ..Default::default() };
+        let mut table = InterceptionTable {
+            all_decisions: all,
+            events_read: events.len() as u64,
+            ..Default::default()
+        };
         for (layer, outcome, seen) in stops {
             debug_assert!(outcome.stops_duplicate());
             let stopped = counts.get(&(layer, outcome)).copied().unwrap_or(0);
             let http_seen = seen;
             if let Some(h) = http_seen {
                 if h != stopped {
-                    table.mismatches.push(format!("{}/{}: {stopped} in the trace, {h} counted by the client / consumer", layer.as_str(), outcome.as_str()));
+                    table.mismatches.push(format!(
+                        "{}/{}: {stopped} in the trace, {h} counted by the client / consumer",
+                        layer.as_str(),
+                        outcome.as_str()
+                    ));
                 }
             }
             *table.by_layer.entry(layer).or_insert(0) += stopped;
-            table.rows.push(Interception { layer, outcome, stopped, http_seen });
+            table.rows.push(Interception {
+                layer,
+                outcome,
+                stopped,
+                http_seen,
+            });
         }
         table
     }
 
     /// The layer that stopped the most duplicates (None when nothing was stopped).
     pub fn main_stopper(&self) -> Option<Layer> {
-        self.by_layer.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(l, _)| *l)
+        self.by_layer
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .max_by_key(|(_, n)| **n)
+            .map(|(l, _)| *l)
     }
 
     pub fn stopped(&self, layer: Layer, outcome: Outcome) -> u64 {
-        self.rows.iter().find(|r| r.layer == layer && r.outcome == outcome).map_or(0, |r| r.stopped)
+        self.rows
+            .iter()
+            .find(|r| r.layer == layer && r.outcome == outcome)
+            .map_or(0, |r| r.stopped)
     }
 }
 
 /// Reads every event on `topic` from the beginning up to the high watermarks, then until the
 /// topic is quiet (bounded by `within`). Blocking: call from `spawn_blocking`.
-pub fn read_trace(bootstrap_servers: &str, topic: &str, within: Duration) -> anyhow::Result<Vec<TraceEvent>> {
+pub fn read_trace(
+    bootstrap_servers: &str,
+    topic: &str,
+    within: Duration,
+) -> anyhow::Result<Vec<TraceEvent>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap_servers)
-        .set("group.id", format!("idemguard-storm-reader-{}", uuid::Uuid::now_v7()))
+        .set(
+            "group.id",
+            format!("idemguard-storm-reader-{}", uuid::Uuid::now_v7()),
+        )
         .set("enable.auto.commit", "false")
         .set("log_level", "3")
         .create()
@@ -100,7 +148,11 @@ pub fn read_trace(bootstrap_servers: &str, topic: &str, within: Duration) -> any
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| anyhow::anyhow!("kafka {bootstrap_servers}: metadata of {topic}: {e} (is the broker running? scripts/stack status)"))?;
-    let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
     let mut tpl = TopicPartitionList::new();
     let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
     for p in partitions {

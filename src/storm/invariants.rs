@@ -24,7 +24,12 @@ pub struct Check {
 
 impl Check {
     pub fn new(name: &'static str, rule: &'static str, offenders: Vec<String>) -> Check {
-        Check { name, rule, passed: offenders.is_empty(), offenders }
+        Check {
+            name,
+            rule,
+            passed: offenders.is_empty(),
+            offenders,
+        }
     }
 }
 
@@ -47,7 +52,10 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     let pattern = scope.order_pattern.as_str();
 
-    let rows = sqlx::query(db.sql("storm_orders_of_run")).bind(pattern).fetch_all(&db.pool).await?;
+    let rows = sqlx::query(db.sql("storm_orders_of_run"))
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
     let mut in_db: HashMap<String, String> = HashMap::new();
     for r in &rows {
         in_db.insert(r.get::<String, _>("req_id"), r.get::<String, _>("order_no"));
@@ -55,10 +63,32 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
 
     // A GROUP BY of the orders only sees requestIds that have one: the ones answered 201 with
     // none are found from the client's side.
-    let rows = sqlx::query(db.sql("storm_check_orders_per_request")).bind(pattern).fetch_all(&db.pool).await?;
-    let mut offenders: Vec<String> = rows.iter().map(|r| format!("requestId {}: {} orders", r.get::<String, _>(0), r.get::<i64, _>(1))).collect();
-    offenders.extend(scope.created.iter().filter(|rid| !in_db.contains_key(*rid)).map(|rid| format!("requestId {rid}: answered 201, 0 orders")));
-    checks.push(Check::new("one_order_per_request", "exactly one order per requestId answered 201 (and never more than one)", offenders));
+    let rows = sqlx::query(db.sql("storm_check_orders_per_request"))
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
+    let mut offenders: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "requestId {}: {} orders",
+                r.get::<String, _>(0),
+                r.get::<i64, _>(1)
+            )
+        })
+        .collect();
+    offenders.extend(
+        scope
+            .created
+            .iter()
+            .filter(|rid| !in_db.contains_key(*rid))
+            .map(|rid| format!("requestId {rid}: answered 201, 0 orders")),
+    );
+    checks.push(Check::new(
+        "one_order_per_request",
+        "exactly one order per requestId answered 201 (and never more than one)",
+        offenders,
+    ));
 
     // Every response that named an order named THE order of its requestId.
     let mut offenders = Vec::new();
@@ -73,18 +103,41 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
             Some(_) => {}
         }
     }
-    checks.push(Check::new("responses_name_the_order", "every response for a requestId names the one order the database holds for it", offenders));
+    checks.push(Check::new(
+        "responses_name_the_order",
+        "every response for a requestId names the one order the database holds for it",
+        offenders,
+    ));
 
-    let rows = sqlx::query(db.sql("storm_check_stock_movements")).bind(pattern).fetch_all(&db.pool).await?;
+    let rows = sqlx::query(db.sql("storm_check_stock_movements"))
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
     let offenders = rows
         .iter()
-        .map(|r| format!("order {}: {} stock movements totalling {}", r.get::<String, _>(0), r.get::<i64, _>(1), r.get::<i64, _>(2)))
+        .map(|r| {
+            format!(
+                "order {}: {} stock movements totalling {}",
+                r.get::<String, _>(0),
+                r.get::<i64, _>(1),
+                r.get::<i64, _>(2)
+            )
+        })
         .collect();
-    checks.push(Check::new("one_stock_movement_per_order", "stock decremented once per order (one stock_movement of -quantity)", offenders));
+    checks.push(Check::new(
+        "one_stock_movement_per_order",
+        "stock decremented once per order (one stock_movement of -quantity)",
+        offenders,
+    ));
 
     let mut offenders = Vec::new();
     for (sku, initial) in &scope.skus {
-        let row = sqlx::query(db.sql("storm_stock_balance")).bind(*sku).bind(*sku).bind(*sku).fetch_optional(&db.pool).await?;
+        let row = sqlx::query(db.sql("storm_stock_balance"))
+            .bind(*sku)
+            .bind(*sku)
+            .bind(*sku)
+            .fetch_optional(&db.pool)
+            .await?;
         let Some(row) = row else {
             offenders.push(format!("sku {sku}: missing from the inventory table"));
             continue;
@@ -97,16 +150,38 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
             offenders.push(format!("sku {sku}: stock {initial} -> {stock} (-{}), orders want {ordered}, movements took {taken}", initial - stock));
         }
     }
-    checks.push(Check::new("stock_balances", "stock never negative; initial - final stock = sum of order quantities = sum of movements", offenders));
+    checks.push(Check::new(
+        "stock_balances",
+        "stock never negative; initial - final stock = sum of order quantities = sum of movements",
+        offenders,
+    ));
 
-    let rows = sqlx::query(db.sql("storm_check_payment_flows")).bind(pattern).fetch_all(&db.pool).await?;
+    let rows = sqlx::query(db.sql("storm_check_payment_flows"))
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
     let offenders = rows
         .iter()
-        .map(|r| format!("order {}: {} payment flows (payNo {})", r.get::<String, _>(0), r.get::<i64, _>(1), r.get::<String, _>(2)))
+        .map(|r| {
+            format!(
+                "order {}: {} payment flows (payNo {})",
+                r.get::<String, _>(0),
+                r.get::<i64, _>(1),
+                r.get::<String, _>(2)
+            )
+        })
         .collect();
-    checks.push(Check::new("one_payment_flow_per_pay_no", "one payment_flow per payNo (and per order: the storm pays each once)", offenders));
+    checks.push(Check::new(
+        "one_payment_flow_per_pay_no",
+        "one payment_flow per payNo (and per order: the storm pays each once)",
+        offenders,
+    ));
 
-    let rows = sqlx::query(db.sql("storm_check_paid_transitions")).bind(scope.group.as_str()).bind(pattern).fetch_all(&db.pool).await?;
+    let rows = sqlx::query(db.sql("storm_check_paid_transitions"))
+        .bind(scope.group.as_str())
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
     let offenders = rows
         .iter()
         .map(|r| {
@@ -120,13 +195,30 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
             )
         })
         .collect();
-    checks.push(Check::new("one_paid_transition_per_order", "a PAID order was moved there once, by one of its own payment events", offenders));
+    checks.push(Check::new(
+        "one_paid_transition_per_order",
+        "a PAID order was moved there once, by one of its own payment events",
+        offenders,
+    ));
 
     for (name, rule, sql, what) in [
-        ("one_points_row_per_event_and_order", "one points_ledger row per payment event and per paid order", "storm_check_points", "points rows"),
-        ("one_notification_per_event_and_order", "one notification per payment event and per paid order", "storm_check_notification", "notifications"),
+        (
+            "one_points_row_per_event_and_order",
+            "one points_ledger row per payment event and per paid order",
+            "storm_check_points",
+            "points rows",
+        ),
+        (
+            "one_notification_per_event_and_order",
+            "one notification per payment event and per paid order",
+            "storm_check_notification",
+            "notifications",
+        ),
     ] {
-        let rows = sqlx::query(db.sql(sql)).bind(pattern).fetch_all(&db.pool).await?;
+        let rows = sqlx::query(db.sql(sql))
+            .bind(pattern)
+            .fetch_all(&db.pool)
+            .await?;
         let offenders = rows
             .iter()
             .map(|r| {
@@ -146,7 +238,16 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
 }
 
 /// The run's orders as the database holds them: (requestId, orderNo, status).
-pub async fn orders_of_run(db: &Database, pattern: &str) -> anyhow::Result<Vec<(String, String, String)>> {
-    let rows = sqlx::query(db.sql("storm_orders_of_run")).bind(pattern).fetch_all(&db.pool).await?;
-    Ok(rows.iter().map(|r| (r.get("req_id"), r.get("order_no"), r.get("status"))).collect())
+pub async fn orders_of_run(
+    db: &Database,
+    pattern: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let rows = sqlx::query(db.sql("storm_orders_of_run"))
+        .bind(pattern)
+        .fetch_all(&db.pool)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("req_id"), r.get("order_no"), r.get("status")))
+        .collect())
 }

@@ -160,11 +160,16 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         rig.start_consumer().await?;
     }
     let progress = if opts.progress {
-        let bar = ProgressBar::with_draw_target(Some(scenario.planned_requests(size, opts.stock)), ProgressDrawTarget::stderr());
+        let bar = ProgressBar::with_draw_target(
+            Some(scenario.planned_requests(size, opts.stock)),
+            ProgressDrawTarget::stderr(),
+        );
         bar.set_style(
-            ProgressStyle::with_template("{spinner} storm {msg} [{bar:40}] {pos}/{len} requests {per_sec} {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{spinner} storm {msg} [{bar:40}] {pos}/{len} requests {per_sec} {elapsed}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         bar.set_message(scenario.name());
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -176,18 +181,26 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
 
     let played = match scenario {
         Scenario::DoubleClick => scenarios::double_click(&rig, &client, size).await,
-        Scenario::GatewayRetry => scenarios::gateway_retry(&rig, &client, size, concurrency, opts.gateway_timeout).await,
+        Scenario::GatewayRetry => {
+            scenarios::gateway_retry(&rig, &client, size, concurrency, opts.gateway_timeout).await
+        }
         Scenario::MqReplay => scenarios::mq_replay(&mut rig, &client, size, concurrency).await,
         Scenario::ConsumerCrash => match &opts.binary {
             Some(b) => scenarios::consumer_crash(&mut rig, &client, size, concurrency, b).await,
-            None => Err(anyhow::anyhow!("consumer-crash needs the idemguard binary (StormOptions::binary)")),
+            None => Err(anyhow::anyhow!(
+                "consumer-crash needs the idemguard binary (StormOptions::binary)"
+            )),
         },
-        Scenario::LockExpiry => scenarios::lock_expiry(&rig, &client, size, concurrency, opts.lock_ttl).await,
+        Scenario::LockExpiry => {
+            scenarios::lock_expiry(&rig, &client, size, concurrency, opts.lock_ttl).await
+        }
         Scenario::RedisDown => match redis.as_mut() {
             Some(r) => scenarios::redis_down(&rig, &client, size, concurrency, r).await,
             None => Err(anyhow::anyhow!("redis-down without its private Redis")),
         },
-        Scenario::FlashSale => scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await,
+        Scenario::FlashSale => {
+            scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await
+        }
     };
     progress.finish_and_clear();
     // Settle and stop whatever happened, so a failed storm leaves nothing running.
@@ -201,8 +214,15 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     // The trace is the last reader of the run's topics; they go whatever happened, so a failed
     // storm leaves none behind either.
     let traced = if played.is_ok() && settled.is_ok() && stopped.is_ok() {
-        let (servers, topic) = (rig.config.kafka.bootstrap_servers.clone(), rig.config.kafka.trace_topic.clone());
-        match tokio::task::spawn_blocking(move || interception::read_trace(&servers, &topic, Duration::from_secs(60))).await {
+        let (servers, topic) = (
+            rig.config.kafka.bootstrap_servers.clone(),
+            rig.config.kafka.trace_topic.clone(),
+        );
+        match tokio::task::spawn_blocking(move || {
+            interception::read_trace(&servers, &topic, Duration::from_secs(60))
+        })
+        .await
+        {
             Ok(read) => read,
             Err(e) => Err(e.into()),
         }
@@ -217,7 +237,13 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     let events = traced?;
 
     let log = client.take_log();
-    let scope = Scope { order_pattern: run.order_pattern(), group: run.group(), skus: played.skus.clone(), orders_named: log.orders_named.clone(), created: log.created.clone() };
+    let scope = Scope {
+        order_pattern: run.order_pattern(),
+        group: run.group(),
+        skus: played.skus.clone(),
+        orders_named: log.orders_named.clone(),
+        created: log.created.clone(),
+    };
     let mut checks = invariants::check(&rig.db, &scope).await?;
     checks.extend(played.checks);
     let (own, consumer) = rig.trace_counts();

@@ -19,7 +19,10 @@ impl PrivateRedis {
         let mut last = String::new();
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            let dir = std::env::temp_dir().join(format!("idemguard-storm-redis-{port}-{}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!(
+                "idemguard-storm-redis-{port}-{}",
+                std::process::id()
+            ));
             std::fs::create_dir_all(&dir)?;
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -30,7 +33,11 @@ impl PrivateRedis {
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|e| anyhow::anyhow!("cannot start redis-server ({e}); the redis-down scenario needs it on PATH (scripts/stack up installs it)"))?;
-            let mut server = PrivateRedis { port, child: Some(child), dir };
+            let mut server = PrivateRedis {
+                port,
+                child: Some(child),
+                dir,
+            };
             match server.wait_ready(Duration::from_secs(5)) {
                 Ok(()) => return Ok(server),
                 Err(e) => last = e,
@@ -43,8 +50,15 @@ impl PrivateRedis {
         let deadline = Instant::now() + within;
         let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                return Err(format!("redis-server on port {} exited: {status}", self.port));
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Err(format!(
+                    "redis-server on port {} exited: {status}",
+                    self.port
+                ));
             }
             if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
@@ -52,7 +66,10 @@ impl PrivateRedis {
                 }
             }
             if Instant::now() > deadline {
-                return Err(format!("redis-server on port {} did not answer PING within {within:?}", self.port));
+                return Err(format!(
+                    "redis-server on port {} did not answer PING within {within:?}",
+                    self.port
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -29,7 +29,12 @@ impl Latency {
             let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
             v[i] as f64 / 1000.0
         };
-        Latency { p50_ms: at(0.50), p95_ms: at(0.95), p99_ms: at(0.99), max_ms: v.last().map_or(0.0, |m| *m as f64 / 1000.0) }
+        Latency {
+            p50_ms: at(0.50),
+            p95_ms: at(0.95),
+            p99_ms: at(0.99),
+            max_ms: v.last().map_or(0.0, |m| *m as f64 / 1000.0),
+        }
     }
 }
 
@@ -51,10 +56,19 @@ impl HttpSummary {
         HttpSummary {
             requests,
             seconds,
-            requests_per_second: if seconds > 0.0 { requests as f64 / seconds } else { 0.0 },
+            requests_per_second: if seconds > 0.0 {
+                requests as f64 / seconds
+            } else {
+                0.0
+            },
             latency: Latency::of(&log.latencies_us),
             replies: log.by_kind.clone(),
-            errors: log.by_kind.iter().filter(|(k, _)| k.is_error()).map(|(k, v)| (*k, *v)).collect(),
+            errors: log
+                .by_kind
+                .iter()
+                .filter(|(k, _)| k.is_error())
+                .map(|(k, v)| (*k, *v))
+                .collect(),
             error_samples: log.error_samples.clone(),
         }
     }
@@ -90,14 +104,45 @@ impl StormReport {
     pub fn render(&self) -> String {
         let mut s = String::new();
         let h = &self.http;
-        let _ = writeln!(s, "storm {} — run {} on {}{}", self.scenario, self.run_id, self.database, if self.broken { " — BROKEN CONFIGURATION (API record, fast path, request lock off)" } else { "" });
+        let _ = writeln!(
+            s,
+            "storm {} — run {} on {}{}",
+            self.scenario,
+            self.run_id,
+            self.database,
+            if self.broken {
+                " — BROKEN CONFIGURATION (API record, fast path, request lock off)"
+            } else {
+                ""
+            }
+        );
         for n in &self.notes {
             let _ = writeln!(s, "  {n}");
         }
-        let _ = writeln!(s, "\nrequests  {} in {:.2}s = {:.0} req/s", h.requests, h.seconds, h.requests_per_second);
+        let _ = writeln!(
+            s,
+            "\nrequests  {} in {:.2}s = {:.0} req/s",
+            h.requests, h.seconds, h.requests_per_second
+        );
         let l = &h.latency;
-        let _ = writeln!(s, "latency   p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms  max {:.1} ms", l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms);
-        let replies: Vec<String> = h.replies.iter().map(|(k, v)| format!("{} {v}", serde_json::to_value(k).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default())).collect();
+        let _ = writeln!(
+            s,
+            "latency   p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+            l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+        );
+        let replies: Vec<String> = h
+            .replies
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{} {v}",
+                    serde_json::to_value(k)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
         let _ = writeln!(s, "replies   {}", replies.join(", "));
         if h.errors.is_empty() {
             let _ = writeln!(s, "errors    none");
@@ -108,33 +153,75 @@ impl StormReport {
                 let _ = writeln!(s, "          {e}");
             }
         }
-        let _ = writeln!(s, "\nduplicates stopped, per layer (from {} trace events of this run)", self.interception.events_read);
-        let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", "layer", "decision", "stopped", "counted by");
+        let _ = writeln!(
+            s,
+            "\nduplicates stopped, per layer (from {} trace events of this run)",
+            self.interception.events_read
+        );
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<28} {:>9} {:>12}",
+            "layer", "decision", "stopped", "counted by"
+        );
         for r in &self.interception.rows {
             let seen = r.http_seen.map_or("-".to_string(), |v| v.to_string());
-            let _ = writeln!(s, "  {:<8} {:<28} {:>9} {:>12}", r.layer.as_str(), r.outcome.as_str(), r.stopped, seen);
+            let _ = writeln!(
+                s,
+                "  {:<8} {:<28} {:>9} {:>12}",
+                r.layer.as_str(),
+                r.outcome.as_str(),
+                r.stopped,
+                seen
+            );
         }
         let c = &self.consumer;
         let _ = writeln!(s, "  consumer: {} received, {} applied, {} dedup hits, {} sink duplicates, {} to the DLQ, {} batches retried after a database error", c.received, c.applied, c.dedup_hits, c.sink_duplicates, c.dlq, c.db_retries);
-        let per_layer: Vec<String> = self.interception.by_layer.iter().map(|(l, n)| format!("{} {n}", l.as_str())).collect();
+        let per_layer: Vec<String> = self
+            .interception
+            .by_layer
+            .iter()
+            .map(|(l, n)| format!("{} {n}", l.as_str()))
+            .collect();
         let _ = writeln!(s, "  total by layer: {}", per_layer.join(", "));
         for m in &self.interception.mismatches {
             let _ = writeln!(s, "  note: {m}");
         }
         if self.trace_dropped > 0 {
-            let _ = writeln!(s, "  note: {} trace events dropped by the storm's producers", self.trace_dropped);
+            let _ = writeln!(
+                s,
+                "  note: {} trace events dropped by the storm's producers",
+                self.trace_dropped
+            );
         }
         let _ = writeln!(s, "\ninvariants (read from the database)");
         for c in &self.invariants {
-            let _ = writeln!(s, "  {} {:<40} {}", if c.passed { "ok  " } else { "FAIL" }, c.name, c.rule);
+            let _ = writeln!(
+                s,
+                "  {} {:<40} {}",
+                if c.passed { "ok  " } else { "FAIL" },
+                c.name,
+                c.rule
+            );
             for o in c.offenders.iter().take(20) {
                 let _ = writeln!(s, "         {o}");
             }
             if c.offenders.len() > 20 {
-                let _ = writeln!(s, "         … and {} more (--json lists all)", c.offenders.len() - 20);
+                let _ = writeln!(
+                    s,
+                    "         … and {} more (--json lists all)",
+                    c.offenders.len() - 20
+                );
             }
         }
-        let _ = writeln!(s, "\n{}", if self.passed { "PASSED: nothing was processed twice" } else { "FAILED: an invariant does not hold (offending IDs above)" });
+        let _ = writeln!(
+            s,
+            "\n{}",
+            if self.passed {
+                "PASSED: nothing was processed twice"
+            } else {
+                "FAILED: an invariant does not hold (offending IDs above)"
+            }
+        );
         s
     }
 }

@@ -35,7 +35,10 @@ pub struct Run {
 impl Run {
     pub fn new() -> Run {
         let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-        Run { id, date: format_ms(now_ms())[..10].replace('-', "") }
+        Run {
+            id,
+            date: format_ms(now_ms())[..10].replace('-', ""),
+        }
     }
     /// The Idempotency-Key of order request `n`: `STORM:ORDER:{yyyymmdd}:{run}-{n}`.
     pub fn order_key(&self, n: usize) -> String {
@@ -123,7 +126,17 @@ impl Rig {
         let db = Database::connect(&small_pool(&config)).await?;
         let server = server::start(config.clone(), "127.0.0.1:0").await?;
         let base = format!("http://{}", server.addr);
-        Ok(Rig { run, config, db, tracer, server: Some(server), base, consumer: None, consumer_tracer, consumed: ConsumerCounts::default() })
+        Ok(Rig {
+            run,
+            config,
+            db,
+            tracer,
+            server: Some(server),
+            base,
+            consumer: None,
+            consumer_tracer,
+            consumed: ConsumerCounts::default(),
+        })
     }
 
     /// Starts the in-process consumer on the run's group.
@@ -132,18 +145,28 @@ impl Rig {
             return Ok(());
         }
         let db = Database::connect(&small_pool(&self.config)).await?;
-        let options = ConsumeOptions { group: Some(self.run.group()), crash_after_db_commit: None };
-        let consumer = PaymentConsumer::new(&self.config, db, self.consumer_tracer.clone(), options)?;
+        let options = ConsumeOptions {
+            group: Some(self.run.group()),
+            crash_after_db_commit: None,
+        };
+        let consumer =
+            PaymentConsumer::new(&self.config, db, self.consumer_tracer.clone(), options)?;
         let stats = consumer.stats();
         let stop = CancellationToken::new();
         let handle = tokio::spawn(consumer.run(stop.clone()));
-        self.consumer = Some(RunningConsumer { stop, stats, handle });
+        self.consumer = Some(RunningConsumer {
+            stop,
+            stats,
+            handle,
+        });
         Ok(())
     }
 
     /// Stops the in-process consumer after its current batch (offsets committed).
     pub async fn stop_consumer(&mut self) -> anyhow::Result<Option<Arc<ConsumeStats>>> {
-        let Some(c) = self.consumer.take() else { return Ok(None) };
+        let Some(c) = self.consumer.take() else {
+            return Ok(None);
+        };
         c.stop.cancel();
         tokio::time::timeout(Duration::from_secs(30), c.handle)
             .await
@@ -200,15 +223,26 @@ impl Rig {
 
     /// Messages on the payment topic the run's group has not committed.
     pub async fn lag(&self) -> anyhow::Result<i64> {
-        let (servers, group, topic) = (self.config.kafka.bootstrap_servers.clone(), self.run.group(), self.config.kafka.payment_topic.clone());
-        let lags = tokio::task::spawn_blocking(move || consumer_lag(&servers, &group, &topic, Duration::from_secs(10))).await??;
+        let (servers, group, topic) = (
+            self.config.kafka.bootstrap_servers.clone(),
+            self.run.group(),
+            self.config.kafka.payment_topic.clone(),
+        );
+        let lags = tokio::task::spawn_blocking(move || {
+            consumer_lag(&servers, &group, &topic, Duration::from_secs(10))
+        })
+        .await??;
         Ok(lags.iter().map(|p| p.lag).sum())
     }
 
     /// Moves the run's group back to the start of every partition (an operator's rewind). The
     /// group must have no live member: stop the consumer first.
     pub async fn rewind_group(&self) -> anyhow::Result<()> {
-        let (servers, group, topic) = (self.config.kafka.bootstrap_servers.clone(), self.run.group(), self.config.kafka.payment_topic.clone());
+        let (servers, group, topic) = (
+            self.config.kafka.bootstrap_servers.clone(),
+            self.run.group(),
+            self.config.kafka.payment_topic.clone(),
+        );
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             let c: BaseConsumer = ClientConfig::new()
                 .set("bootstrap.servers", &servers)
@@ -220,7 +254,8 @@ impl Rig {
             for p in 0..PARTITIONS {
                 tpl.add_partition_offset(&topic, p, Offset::Offset(0))?;
             }
-            c.commit(&tpl, CommitMode::Sync).map_err(|e| anyhow::anyhow!("kafka {servers}: cannot rewind group {group}: {e}"))
+            c.commit(&tpl, CommitMode::Sync)
+                .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot rewind group {group}: {e}"))
         })
         .await?
     }
@@ -236,8 +271,10 @@ impl Rig {
             headers: String,
             payload: String,
         }
-        let rows: Vec<Row> =
-            sqlx::query_as(self.db.sql("storm_outbox_events")).bind(self.config.kafka.payment_topic.as_str()).fetch_all(&self.db.pool).await?;
+        let rows: Vec<Row> = sqlx::query_as(self.db.sql("storm_outbox_events"))
+            .bind(self.config.kafka.payment_topic.as_str())
+            .fetch_all(&self.db.pool)
+            .await?;
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
             .set("acks", "all")
@@ -246,25 +283,42 @@ impl Rig {
         let topic = self.config.kafka.payment_topic.as_str();
         let sends = rows.iter().map(|row| {
             let mut hs = OwnedHeaders::new();
-            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(&row.headers) {
+            if let Ok(serde_json::Value::Object(map)) =
+                serde_json::from_str::<serde_json::Value>(&row.headers)
+            {
                 for (k, v) in map {
                     if let serde_json::Value::String(v) = v {
-                        hs = hs.insert(Header { key: &k, value: Some(v.as_bytes()) });
+                        hs = hs.insert(Header {
+                            key: &k,
+                            value: Some(v.as_bytes()),
+                        });
                     }
                 }
             }
-            let record = FutureRecord::to(topic).key(&row.msg_key).payload(&row.payload).headers(hs);
+            let record = FutureRecord::to(topic)
+                .key(&row.msg_key)
+                .payload(&row.payload)
+                .headers(hs);
             producer.send(record, Duration::from_secs(30))
         });
         for r in futures::future::join_all(sends).await {
-            r.map_err(|(e, _)| anyhow::anyhow!("kafka {}: cannot re-produce a payment event: {e}", self.config.kafka.bootstrap_servers))?;
+            r.map_err(|(e, _)| {
+                anyhow::anyhow!(
+                    "kafka {}: cannot re-produce a payment event: {e}",
+                    self.config.kafka.bootstrap_servers
+                )
+            })?;
         }
         Ok(rows.len())
     }
 
     /// Runs the real `idemguard consume` binary on the run's group with
     /// `--crash-after-db-commit 1` and waits (bounded) for it to abort.
-    pub async fn crash_real_consumer(&self, binary: &PathBuf, within: Duration) -> anyhow::Result<String> {
+    pub async fn crash_real_consumer(
+        &self,
+        binary: &PathBuf,
+        within: Duration,
+    ) -> anyhow::Result<String> {
         // The child reads the run's exact configuration from a private file, removed afterwards.
         let path = std::env::temp_dir().join(format!("idemguard-storm-{}.toml", self.run.id));
         std::fs::write(&path, toml::to_string(&self.config)?)?;
@@ -276,7 +330,13 @@ impl Rig {
         let child = tokio::process::Command::new(binary)
             .arg("--config")
             .arg(&path)
-            .args(["consume", "--group", &self.run.group(), "--crash-after-db-commit", "1"])
+            .args([
+                "consume",
+                "--group",
+                &self.run.group(),
+                "--crash-after-db-commit",
+                "1",
+            ])
             .env_remove("IDEMGUARD_CONFIG")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -285,12 +345,24 @@ impl Rig {
             .output();
         let out = tokio::time::timeout(within, child).await;
         let _ = std::fs::remove_file(&path);
-        let out = out.map_err(|_| anyhow::anyhow!("{} consume did not crash within {within:?} (no batch arrived?)", binary.display()))??;
+        let out = out.map_err(|_| {
+            anyhow::anyhow!(
+                "{} consume did not crash within {within:?} (no batch arrived?)",
+                binary.display()
+            )
+        })??;
         if out.status.success() {
-            anyhow::bail!("{} consume exited cleanly; it was meant to abort after its first database commit", binary.display());
+            anyhow::bail!(
+                "{} consume exited cleanly; it was meant to abort after its first database commit",
+                binary.display()
+            );
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
-        Ok(stderr.lines().rfind(|l| l.contains("crashing")).unwrap_or("aborted").to_string())
+        Ok(stderr
+            .lines()
+            .rfind(|l| l.contains("crashing"))
+            .unwrap_or("aborted")
+            .to_string())
     }
 
     /// Stops everything the run started and flushes the trace producers. Returns the consumer's
@@ -328,7 +400,11 @@ impl Rig {
         };
         let k = &self.config.kafka;
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(5)));
-        let _ = tokio::time::timeout(Duration::from_secs(10), admin.delete_topics(&[&k.payment_topic, &k.dlq_topic, &k.trace_topic], &opts)).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            admin.delete_topics(&[&k.payment_topic, &k.dlq_topic, &k.trace_topic], &opts),
+        )
+        .await;
     }
 
     /// Deletes the run's Redis keys on the main Redis and every RedLock node (best effort): the
@@ -336,17 +412,29 @@ impl Rig {
     pub async fn delete_keys(&self) {
         let r = &self.config.redis;
         for url in std::iter::once(&r.url).chain(&r.redlock_nodes) {
-            let _ = tokio::time::timeout(Duration::from_secs(10), delete_matching(url, &self.run.key_pattern())).await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                delete_matching(url, &self.run.key_pattern()),
+            )
+            .await;
         }
     }
 }
 
 async fn delete_matching(url: &str, pattern: &str) -> redis::RedisResult<()> {
-    let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
     let mut cursor: u64 = 0;
     loop {
-        let (next, found): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query_async(&mut conn).await?;
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
         if !found.is_empty() {
             let _: i64 = redis::cmd("DEL").arg(&found).query_async(&mut conn).await?;
         }
@@ -359,11 +447,15 @@ async fn delete_matching(url: &str, pattern: &str) -> redis::RedisResult<()> {
 
 async fn create_topics(config: &Config) -> anyhow::Result<()> {
     let servers = &config.kafka.bootstrap_servers;
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", servers).set("log_level", "3").create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("log_level", "3")
+        .create()?;
     let k = &config.kafka;
-    let topics: Vec<NewTopic> =
-        [&k.payment_topic, &k.dlq_topic, &k.trace_topic].iter().map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1))).collect();
+    let topics: Vec<NewTopic> = [&k.payment_topic, &k.dlq_topic, &k.trace_topic]
+        .iter()
+        .map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1)))
+        .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = tokio::time::timeout(Duration::from_secs(20), admin.create_topics(&topics, &opts))
         .await

@@ -41,7 +41,10 @@ fn new_sku() -> i64 {
 
 async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
     let sku = new_sku();
-    Orders::new(rig.db.clone(), rig.tracer.clone()).set_stock(sku, stock).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Orders::new(rig.db.clone(), rig.tracer.clone())
+        .set_stock(sku, stock)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((sku, stock))
 }
 
@@ -52,7 +55,13 @@ fn settled(r: &Reply) -> bool {
 
 /// Sends order `i` until it has an answer that settles it: 409s wait (Retry-After, capped at
 /// 100 ms in a storm), timeouts retry. Bounded to `attempts`.
-async fn order_until_settled(c: &StormClient, key: &str, user: i64, sku: i64, attempts: usize) -> Reply {
+async fn order_until_settled(
+    c: &StormClient,
+    key: &str,
+    user: i64,
+    sku: i64,
+    attempts: usize,
+) -> Reply {
     let mut last = c.order(key, user, sku, 1, None).await;
     for _ in 1..attempts {
         if settled(&last) {
@@ -67,17 +76,33 @@ async fn order_until_settled(c: &StormClient, key: &str, user: i64, sku: i64, at
 
 /// Orders `0..n` (one key each) and one payment callback each; returns (i, orderNo) of those
 /// that got an order.
-async fn orders_and_payments(rig: &Rig, c: &StormClient, n: usize, sku: i64, concurrency: usize) -> Vec<(usize, String)> {
+async fn orders_and_payments(
+    rig: &Rig,
+    c: &StormClient,
+    n: usize,
+    sku: i64,
+    concurrency: usize,
+) -> Vec<(usize, String)> {
     let run = rig.run.clone();
     let placed: Vec<(usize, Option<String>)> = futures::stream::iter(0..n)
         .map(|i| {
             let (c, key) = (c.clone(), run.order_key(i));
-            async move { (i, order_until_settled(&c, &key, i as i64, sku, 20).await.order_no) }
+            async move {
+                (
+                    i,
+                    order_until_settled(&c, &key, i as i64, sku, 20)
+                        .await
+                        .order_no,
+                )
+            }
         })
         .buffer_unordered(concurrency)
         .collect()
         .await;
-    let placed: Vec<(usize, String)> = placed.into_iter().filter_map(|(i, o)| o.map(|o| (i, o))).collect();
+    let placed: Vec<(usize, String)> = placed
+        .into_iter()
+        .filter_map(|(i, o)| o.map(|o| (i, o)))
+        .collect();
     futures::stream::iter(placed.clone())
         .map(|(i, o)| {
             let (c, run) = (c.clone(), run.clone());
@@ -106,7 +131,10 @@ pub async fn double_click(rig: &Rig, c: &StormClient, n: usize) -> anyhow::Resul
         .collect();
     let replies = futures::future::join_all(tasks).await;
     let seconds = started.elapsed().as_secs_f64();
-    let created = replies.iter().filter(|r| matches!(r, Ok(r) if r.kind == ReplyKind::Created)).count();
+    let created = replies
+        .iter()
+        .filter(|r| matches!(r, Ok(r) if r.kind == ReplyKind::Created))
+        .count();
     Ok(Played {
         skus: vec![(sku, stock)],
         notes: vec![format!("{n} identical POST /orders (one body, Idempotency-Key {key}) released together; {created} answered 201 Created")],
@@ -117,7 +145,13 @@ pub async fn double_click(rig: &Rig, c: &StormClient, n: usize) -> anyhow::Resul
 
 /// The gateway gives up waiting for the first attempt (its timeout is shorter than the
 /// service's latency) and retries with the same key while the first is still running.
-pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: usize, gateway_timeout: Duration) -> anyhow::Result<Played> {
+pub async fn gateway_retry(
+    rig: &Rig,
+    c: &StormClient,
+    n: usize,
+    concurrency: usize,
+    gateway_timeout: Duration,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64 + 10).await?;
     let run = rig.run.clone();
     let started = Instant::now();
@@ -131,7 +165,10 @@ pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: us
                     let (c, key) = (c.clone(), key.clone());
                     tokio::spawn(async move { c.order(&key, i as i64, sku, 1, None).await })
                 };
-                if tokio::time::timeout(gateway_timeout, &mut first).await.is_ok() {
+                if tokio::time::timeout(gateway_timeout, &mut first)
+                    .await
+                    .is_ok()
+                {
                     return (false, true); // answered within the gateway's patience
                 }
                 let last = order_until_settled(&c, &key, i as i64, sku, 50).await;
@@ -149,14 +186,26 @@ pub async fn gateway_retry(rig: &Rig, c: &StormClient, n: usize, concurrency: us
         "{n} keys; the gateway's patience is {gateway_timeout:?}: {retried} first attempts were still running at the timeout and were retried with the same key"
     )];
     if unsettled > 0 {
-        notes.push(format!("{unsettled} keys still had no answer after 50 attempts (see errors)"));
+        notes.push(format!(
+            "{unsettled} keys still had no answer after 50 attempts (see errors)"
+        ));
     }
-    Ok(Played { skus: vec![(sku, stock)], notes, checks: vec![], seconds })
+    Ok(Played {
+        skus: vec![(sku, stock)],
+        notes,
+        checks: vec![],
+        seconds,
+    })
 }
 
 /// Orders paid once each, then every payment event produced a second time AND the consumer
 /// group rewound to the start: each event arrives three times in all.
-pub async fn mq_replay(rig: &mut Rig, c: &StormClient, n: usize, concurrency: usize) -> anyhow::Result<Played> {
+pub async fn mq_replay(
+    rig: &mut Rig,
+    c: &StormClient,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64).await?;
     let started = Instant::now();
     let paid = orders_and_payments(rig, c, n, sku, concurrency).await;
@@ -182,13 +231,21 @@ pub async fn mq_replay(rig: &mut Rig, c: &StormClient, n: usize, concurrency: us
 
 /// The real consumer binary aborts right after its first database commit, before the offset
 /// commit; a fresh consumer on the same group gets that batch again.
-pub async fn consumer_crash(rig: &mut Rig, c: &StormClient, n: usize, concurrency: usize, binary: &PathBuf) -> anyhow::Result<Played> {
+pub async fn consumer_crash(
+    rig: &mut Rig,
+    c: &StormClient,
+    n: usize,
+    concurrency: usize,
+    binary: &PathBuf,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64).await?;
     let started = Instant::now();
     let paid = orders_and_payments(rig, c, n, sku, concurrency).await;
     let seconds = started.elapsed().as_secs_f64();
     rig.wait_published(SETTLE).await?;
-    let said = rig.crash_real_consumer(binary, Duration::from_secs(90)).await?;
+    let said = rig
+        .crash_real_consumer(binary, Duration::from_secs(90))
+        .await?;
     rig.start_consumer().await?;
     rig.drain(SETTLE).await?;
     Ok(Played {
@@ -205,27 +262,46 @@ pub async fn consumer_crash(rig: &mut Rig, c: &StormClient, n: usize, concurrenc
 /// A holder slower than its lock TTL, watchdog off: its lock expires during its "GC pause",
 /// a successor takes the lock (a higher fence token) and writes; the stale holder then writes
 /// with its old token and the database must refuse it.
-pub async fn lock_expiry(rig: &Rig, c: &StormClient, n: usize, concurrency: usize, ttl: Duration) -> anyhow::Result<Played> {
+pub async fn lock_expiry(
+    rig: &Rig,
+    c: &StormClient,
+    n: usize,
+    concurrency: usize,
+    ttl: Duration,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64).await?;
     let run = rig.run.clone();
     let started = Instant::now();
     let placed: Vec<Option<String>> = futures::stream::iter(0..n)
         .map(|i| {
             let (c, key) = (c.clone(), run.order_key(i));
-            async move { order_until_settled(&c, &key, i as i64, sku, 20).await.order_no }
+            async move {
+                order_until_settled(&c, &key, i as i64, sku, 20)
+                    .await
+                    .order_no
+            }
         })
         .buffer_unordered(concurrency)
         .collect()
         .await;
     let orders: Vec<String> = placed.into_iter().flatten().collect();
-    let locks = Locks::from_config(&rig.config, &crate::contracts::Instance::current(), rig.tracer.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let locks = Locks::from_config(
+        &rig.config,
+        &crate::contracts::Instance::current(),
+        rig.tracer.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let db_orders = Orders::new(rig.db.clone(), rig.tracer.clone());
-    let options = AcquireOptions::from_config(&rig.config.lock).without_watchdog().ttl(ttl).attempts(1);
+    let options = AcquireOptions::from_config(&rig.config.lock)
+        .without_watchdog()
+        .ttl(ttl)
+        .attempts(1);
     let duels = orders.iter().map(|order_no| {
         let (locks, db_orders, options) = (locks.clone(), db_orders.clone(), options.clone());
         async move { duel(&locks, &db_orders, &options, order_no, ttl).await }
     });
-    let outcomes: Vec<anyhow::Result<(String, i64, i64, &'static str)>> = futures::future::join_all(duels).await;
+    let outcomes: Vec<anyhow::Result<(String, i64, i64, &'static str)>> =
+        futures::future::join_all(duels).await;
     let seconds = started.elapsed().as_secs_f64();
     let mut offenders = Vec::new();
     let mut refused = 0;
@@ -256,30 +332,54 @@ pub async fn lock_expiry(rig: &Rig, c: &StormClient, n: usize, concurrency: usiz
 }
 
 /// One order's duel: returns (orderNo, stale fence, successor fence, what the stale write got).
-async fn duel(locks: &Locks, orders: &Orders, options: &AcquireOptions, order_no: &str, ttl: Duration) -> anyhow::Result<(String, i64, i64, &'static str)> {
+async fn duel(
+    locks: &Locks,
+    orders: &Orders,
+    options: &AcquireOptions,
+    order_no: &str,
+    ttl: Duration,
+) -> anyhow::Result<(String, i64, i64, &'static str)> {
     let key = keys::order_lock(order_no);
-    let stale = match locks.acquire_with(&key, options).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+    let stale = match locks
+        .acquire_with(&key, options)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    {
         Acquisition::Held(g) => g,
-        Acquisition::Contended(_) => anyhow::bail!("{key} was already held at the start of the lock-expiry storm"),
+        Acquisition::Contended(_) => {
+            anyhow::bail!("{key} was already held at the start of the lock-expiry storm")
+        }
     };
     // The "GC pause": longer than the TTL, and the watchdog is off.
     tokio::time::sleep(ttl + ttl / 2).await;
     let mut successor = None;
     for _ in 0..40 {
-        if let Acquisition::Held(g) = locks.acquire_with(&key, options).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+        if let Acquisition::Held(g) = locks
+            .acquire_with(&key, options)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
             successor = Some(g);
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let successor = successor.ok_or_else(|| anyhow::anyhow!("{key} never expired for the successor (TTL {ttl:?})"))?;
+    let successor = successor
+        .ok_or_else(|| anyhow::anyhow!("{key} never expired for the successor (TTL {ttl:?})"))?;
     let (stale_fence, successor_fence) = (stale.fence().0, successor.fence().0);
     let cancel = Transition::to(order_no, OrderStatus::Cancelled).with_fence(successor_fence);
-    orders.transition(&cancel).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    orders
+        .transition(&cancel)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let _ = successor.release().await;
     // The stale holder wakes up and writes what it had decided before its pause.
     let late = Transition::paid(order_no, new_event_id()).with_fence(stale_fence);
-    let result = match orders.transition(&late).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+    let result = match orders
+        .transition(&late)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    {
         TransitionOutcome::FenceRejected { .. } => "fence_rejected",
         TransitionOutcome::Applied(_) => "applied",
         TransitionOutcome::AlreadyApplied(_) => "already_applied",
@@ -291,7 +391,13 @@ async fn duel(locks: &Locks, orders: &Orders, options: &AcquireOptions, order_no
 
 /// Copies of each request (10 per key) while the service's Redis — a private redis-server,
 /// never the shared one — is SIGKILLed a third of the way through.
-pub async fn redis_down(rig: &Rig, c: &StormClient, n: usize, concurrency: usize, redis: &mut PrivateRedis) -> anyhow::Result<Played> {
+pub async fn redis_down(
+    rig: &Rig,
+    c: &StormClient,
+    n: usize,
+    concurrency: usize,
+    redis: &mut PrivateRedis,
+) -> anyhow::Result<Played> {
     let keys_count = (n / 10).max(1);
     let (sku, stock) = stocked_sku(rig, keys_count as i64).await?;
     let mut plan: Vec<usize> = (0..n).map(|i| i % keys_count).collect();
@@ -329,7 +435,13 @@ pub async fn redis_down(rig: &Rig, c: &StormClient, n: usize, concurrency: usize
     let unsettled: Vec<String> = (0..keys_count)
         .zip(&settle)
         .filter(|(_, r)| !settled(r))
-        .map(|(k, r)| format!("requestId {}: last answer {} after 20 attempts", run.order_key(k), r.status))
+        .map(|(k, r)| {
+            format!(
+                "requestId {}: last answer {} after 20 attempts",
+                run.order_key(k),
+                r.status
+            )
+        })
         .collect();
     let mut notes = vec![format!(
         "{n} requests over {keys_count} keys (10 copies each, shuffled); private Redis {} SIGKILLed after {kill_at} replies ({:?} in); then one more request per key",
@@ -337,16 +449,34 @@ pub async fn redis_down(rig: &Rig, c: &StormClient, n: usize, concurrency: usize
         killed_at.unwrap_or_default()
     )];
     if !unsettled.is_empty() {
-        notes.push(format!("{} keys had no order answer after Redis died (see errors)", unsettled.len()));
+        notes.push(format!(
+            "{} keys had no order answer after Redis died (see errors)",
+            unsettled.len()
+        ));
     }
-    let checks = vec![Check::new("every_key_settled_after_redis_died", "every key gets its order (or a refusal) once Redis is gone", unsettled)];
-    Ok(Played { skus: vec![(sku, stock)], notes, checks, seconds })
+    let checks = vec![Check::new(
+        "every_key_settled_after_redis_died",
+        "every key gets its order (or a refusal) once Redis is gone",
+        unsettled,
+    )];
+    Ok(Played {
+        skus: vec![(sku, stock)],
+        notes,
+        checks,
+        seconds,
+    })
 }
 
 /// Seed §1.1 compressed: one SKU with `stock` units, `users` users each double-clicking with a
 /// gateway retry on top (and coming back after a 409); every order paid with a replayed
 /// callback and a second notification; then every payment event produced again.
-pub async fn flash_sale(rig: &Rig, c: &StormClient, users: usize, stock: i64, concurrency: usize) -> anyhow::Result<Played> {
+pub async fn flash_sale(
+    rig: &Rig,
+    c: &StormClient,
+    users: usize,
+    stock: i64,
+    concurrency: usize,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, stock).await?;
     let run = rig.run.clone();
     let started = Instant::now();
@@ -357,10 +487,14 @@ pub async fn flash_sale(rig: &Rig, c: &StormClient, users: usize, stock: i64, co
                 let key = run.order_key(u);
                 let user = u as i64;
                 // Two clicks at once, and the gateway's retry a moment later.
-                let (a, b, r) = tokio::join!(c.order(&key, user, sku, 1, None), c.order(&key, user, sku, 1, None), async {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    c.order(&key, user, sku, 1, None).await
-                });
+                let (a, b, r) = tokio::join!(
+                    c.order(&key, user, sku, 1, None),
+                    c.order(&key, user, sku, 1, None),
+                    async {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        c.order(&key, user, sku, 1, None).await
+                    }
+                );
                 let mut order_no = [&a, &b, &r].iter().find_map(|x| x.order_no.clone());
                 let sold_out = [&a, &b, &r].iter().any(|x| x.kind == ReplyKind::OutOfStock);
                 if order_no.is_none() && !sold_out {
@@ -373,7 +507,9 @@ pub async fn flash_sale(rig: &Rig, c: &StormClient, users: usize, stock: i64, co
                     let again = order_until_settled(&c, &key, user, sku, 30).await;
                     order_no = order_no.or(again.order_no);
                 }
-                let Some(order_no) = order_no else { return (false, true) };
+                let Some(order_no) = order_no else {
+                    return (false, true);
+                };
                 // The provider notifies twice with one key, and once more with another.
                 let (k0, k1, pay_no) = (run.pay_key(u, 0), run.pay_key(u, 1), run.pay_no(u));
                 let (p, q, s) = tokio::join!(
@@ -399,7 +535,14 @@ pub async fn flash_sale(rig: &Rig, c: &StormClient, users: usize, stock: i64, co
         format!("each order paid 3× (a replayed callback, and a second notification under its own key); then {again} payment events produced again"),
     ];
     if unbooked > 0 {
-        notes.push(format!("{unbooked} orders got no 2xx to any of their payment callbacks (see errors)"));
+        notes.push(format!(
+            "{unbooked} orders got no 2xx to any of their payment callbacks (see errors)"
+        ));
     }
-    Ok(Played { skus: vec![(sku, stock)], notes, checks: vec![], seconds })
+    Ok(Played {
+        skus: vec![(sku, stock)],
+        notes,
+        checks: vec![],
+        seconds,
+    })
 }

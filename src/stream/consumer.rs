@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
@@ -71,13 +73,20 @@ impl ClientContext for RebalanceLog {}
 impl ConsumerContext for RebalanceLog {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            tracing::info!(partitions = tpl.count(), "partitions revoked (offsets of finished batches are already committed)");
+            tracing::info!(
+                partitions = tpl.count(),
+                "partitions revoked (offsets of finished batches are already committed)"
+            );
         }
     }
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
-                let parts: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                let parts: Vec<String> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                    .collect();
                 tracing::info!(partitions = %parts.join(","), "partitions assigned");
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
@@ -110,13 +119,24 @@ struct Poison {
 
 impl PaymentConsumer {
     /// Joins the group and subscribes. Fails with the broker's address when it cannot.
-    pub fn new(config: &Config, db: Database, tracer: Tracer, options: ConsumeOptions) -> anyhow::Result<PaymentConsumer> {
-        let group = options.group.clone().unwrap_or_else(|| config.kafka.consumer_group.clone());
+    pub fn new(
+        config: &Config,
+        db: Database,
+        tracer: Tracer,
+        options: ConsumeOptions,
+    ) -> anyhow::Result<PaymentConsumer> {
+        let group = options
+            .group
+            .clone()
+            .unwrap_or_else(|| config.kafka.consumer_group.clone());
         let servers = &config.kafka.bootstrap_servers;
         let consumer: StreamConsumer<RebalanceLog> = ClientConfig::new()
             .set("bootstrap.servers", servers)
             .set("group.id", &group)
-            .set("client.id", format!("idemguard-consume-{}", tracer.instance_id()))
+            .set(
+                "client.id",
+                format!("idemguard-consume-{}", tracer.instance_id()),
+            )
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", "10000")
@@ -126,10 +146,18 @@ impl PaymentConsumer {
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
-            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot subscribe to {}: {e}", config.kafka.payment_topic))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "kafka {servers}: cannot subscribe to {}: {e}",
+                    config.kafka.payment_topic
+                )
+            })?;
         let dlq: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", servers)
-            .set("client.id", format!("idemguard-dlq-{}", tracer.instance_id()))
+            .set(
+                "client.id",
+                format!("idemguard-dlq-{}", tracer.instance_id()),
+            )
             .set("acks", "all")
             .set("message.timeout.ms", "30000")
             .set("log_level", "3")
@@ -145,7 +173,10 @@ impl PaymentConsumer {
             group,
             topic: config.kafka.payment_topic.clone(),
             batch_size: config.consumer.batch_size,
-            dedup: DedupState::new(config.consumer.dedup_ttl, config.consumer.dedup_memory_entries),
+            dedup: DedupState::new(
+                config.consumer.dedup_ttl,
+                config.consumer.dedup_memory_entries,
+            ),
             options,
             stats: Arc::new(ConsumeStats::default()),
             retention: config.retention.clone(),
@@ -162,7 +193,12 @@ impl PaymentConsumer {
         tracing::info!(group = %self.group, topic = %self.topic, "consuming");
         // The dedup state past its TTL (issue 15, item 10), beside the loop, stopped with it.
         let stop_purge = shutdown.child_token();
-        let purge_task = crate::db::retention::spawn(self.db.clone(), crate::db::retention::Purge::CONSUME, self.retention.clone(), stop_purge.clone());
+        let purge_task = crate::db::retention::spawn(
+            self.db.clone(),
+            crate::db::retention::Purge::CONSUME,
+            self.retention.clone(),
+            stop_purge.clone(),
+        );
         let result = self.consume(&shutdown).await;
         stop_purge.cancel(); // ends after its current statement
         let _ = purge_task.await;
@@ -226,12 +262,18 @@ impl PaymentConsumer {
                 Err(_) => break,
             }
         }
-        self.stats.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.stats
+            .received
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         Ok(batch)
     }
 
     /// Retries the batch while the database fails transiently; false if shut down meanwhile.
-    async fn process_with_retry(&mut self, batch: Vec<OwnedMessage>, shutdown: &CancellationToken) -> bool {
+    async fn process_with_retry(
+        &mut self,
+        batch: Vec<OwnedMessage>,
+        shutdown: &CancellationToken,
+    ) -> bool {
         let mut backoff = Duration::from_millis(100);
         loop {
             match self.process(&batch).await {
@@ -258,15 +300,24 @@ impl PaymentConsumer {
         for m in batch {
             match parse(m) {
                 Ok(e) => parsed.push((m, e)),
-                Err(reason) => poison.push(Poison { message: m.clone(), reason }),
+                Err(reason) => poison.push(Poison {
+                    message: m.clone(),
+                    reason,
+                }),
             }
         }
         // The dedup state: memory first, then one query for the batch's misses.
-        let misses: Vec<&str> = parsed.iter().filter(|(_, e)| !self.dedup.contains(&e.event_id, now)).map(|(_, e)| e.event_id.as_str()).collect();
+        let misses: Vec<&str> = parsed
+            .iter()
+            .filter(|(_, e)| !self.dedup.contains(&e.event_id, now))
+            .map(|(_, e)| e.event_id.as_str())
+            .collect();
         let persisted = sinks::already_processed(&self.db, &self.group, &misses).await?;
         for (m, event) in parsed {
             let started = Instant::now();
-            let seen = self.dedup.contains(&event.event_id, now) || in_batch.contains(&event.event_id) || persisted.contains(&event.event_id);
+            let seen = self.dedup.contains(&event.event_id, now)
+                || in_batch.contains(&event.event_id)
+                || persisted.contains(&event.event_id);
             if seen {
                 self.stats.dedup_hits.fetch_add(1, Ordering::Relaxed);
                 self.dedup.remember(&event.event_id, now);
@@ -275,48 +326,84 @@ impl PaymentConsumer {
                         .order_no(&event.order_no)
                         .request_id(&event.request_id)
                         .event_id(&event.event_id)
-                        .detail(format!("partition {} offset {}: seen within the dedup TTL", m.partition(), m.offset()))
+                        .detail(format!(
+                            "partition {} offset {}: seen within the dedup TTL",
+                            m.partition(),
+                            m.offset()
+                        ))
                         .since(started),
                 );
                 continue;
             }
             in_batch.insert(event.event_id.clone());
-            fresh.push(Delivery { event, topic: m.topic().to_string(), partition: m.partition(), offset: m.offset() });
+            fresh.push(Delivery {
+                event,
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+            });
         }
 
         // Sink 1: order → PAID. Decides which events go on to the other sinks.
-        let decisions = if fresh.is_empty() { Vec::new() } else { sinks::mark_paid(&self.orders, &fresh).await? };
+        let decisions = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            sinks::mark_paid(&self.orders, &fresh).await?
+        };
         let mut effects: Vec<&Delivery> = Vec::new();
         let mut processed: Vec<(&Delivery, &'static str)> = Vec::new();
         for (d, decision) in fresh.iter().zip(&decisions) {
-            let ev = |o: Outcome| TraceEvent::new(Layer::Stream, o).order_no(&d.event.order_no).request_id(&d.event.request_id).event_id(&d.event.event_id);
+            let ev = |o: Outcome| {
+                TraceEvent::new(Layer::Stream, o)
+                    .order_no(&d.event.order_no)
+                    .request_id(&d.event.request_id)
+                    .event_id(&d.event.event_id)
+            };
             match decision {
                 PaidDecision::Applied => {
                     effects.push(d);
                     processed.push((d, "applied"));
                 }
                 PaidDecision::AlreadyApplied => {
-                    self.sink_duplicate(ev(Outcome::SinkDuplicate).detail("order_record: already PAID by this event"));
+                    self.sink_duplicate(
+                        ev(Outcome::SinkDuplicate)
+                            .detail("order_record: already PAID by this event"),
+                    );
                     effects.push(d);
                     processed.push((d, "applied"));
                 }
                 PaidDecision::PaidByOther(by) => {
-                    self.stats.transitions_rejected.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .transitions_rejected
+                        .fetch_add(1, Ordering::Relaxed);
                     self.tracer.emit(ev(Outcome::TransitionRejected).detail(format!("order already PAID by event {by}: no points or notification for a second payment")));
                     processed.push((d, "paid_by_other"));
                 }
                 PaidDecision::Rejected(status) => {
-                    self.stats.transitions_rejected.fetch_add(1, Ordering::Relaxed);
-                    self.tracer.emit(ev(Outcome::TransitionRejected).detail(format!("order is {status}; PAID not allowed")));
+                    self.stats
+                        .transitions_rejected
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.tracer.emit(
+                        ev(Outcome::TransitionRejected)
+                            .detail(format!("order is {status}; PAID not allowed")),
+                    );
                     processed.push((d, "rejected"));
                 }
                 PaidDecision::UnknownOrder | PaidDecision::EventUsedElsewhere(_) => {
-                    let message = batch.iter().find(|m| m.partition() == d.partition && m.offset() == d.offset).expect("delivery comes from the batch");
+                    let message = batch
+                        .iter()
+                        .find(|m| m.partition() == d.partition && m.offset() == d.offset)
+                        .expect("delivery comes from the batch");
                     let reason = match decision {
-                        PaidDecision::EventUsedElsewhere(other) => format!("event {} already paid order {other}", d.event.event_id),
+                        PaidDecision::EventUsedElsewhere(other) => {
+                            format!("event {} already paid order {other}", d.event.event_id)
+                        }
                         _ => format!("unknown order {}", d.event.order_no),
                     };
-                    poison.push(Poison { message: message.clone(), reason });
+                    poison.push(Poison {
+                        message: message.clone(),
+                        reason,
+                    });
                 }
             }
         }
@@ -327,7 +414,9 @@ impl PaymentConsumer {
             // Counted as soon as the points are committed: a retry after a later failure
             // finds them there and would count them as duplicates.
             let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
-            self.stats.applied.fetch_add(applied as u64, Ordering::Relaxed);
+            self.stats
+                .applied
+                .fetch_add(applied as u64, Ordering::Relaxed);
             self.report_sink("points_ledger", &effects, &points);
             let notes = sinks::write_notifications(&self.db, &effects).await?;
             self.report_sink("notification", &effects, &notes);
@@ -376,26 +465,48 @@ impl PaymentConsumer {
         let mut headers = OwnedHeaders::new();
         if let Some(orig) = m.headers() {
             for h in orig.iter() {
-                headers = headers.insert(Header { key: h.key, value: h.value });
+                headers = headers.insert(Header {
+                    key: h.key,
+                    value: h.value,
+                });
             }
         }
         headers = headers
-            .insert(Header { key: "dlq.reason", value: Some(p.reason.as_bytes()) })
-            .insert(Header { key: "dlq.source.topic", value: Some(m.topic().as_bytes()) })
-            .insert(Header { key: "dlq.source.partition", value: Some(partition.as_bytes()) })
-            .insert(Header { key: "dlq.source.offset", value: Some(offset.as_bytes()) });
+            .insert(Header {
+                key: "dlq.reason",
+                value: Some(p.reason.as_bytes()),
+            })
+            .insert(Header {
+                key: "dlq.source.topic",
+                value: Some(m.topic().as_bytes()),
+            })
+            .insert(Header {
+                key: "dlq.source.partition",
+                value: Some(partition.as_bytes()),
+            })
+            .insert(Header {
+                key: "dlq.source.offset",
+                value: Some(offset.as_bytes()),
+            });
         let payload = m.payload().unwrap_or_default();
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic).payload(payload).headers(headers);
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic)
+            .payload(payload)
+            .headers(headers);
         if let Some(k) = m.key() {
             record = record.key(k);
         }
         self.dlq
             .send(record, Duration::from_secs(30))
             .await
-            .map_err(|(e, _)| anyhow::anyhow!("cannot publish to the DLQ topic {}: {e}", self.dlq_topic))?;
+            .map_err(|(e, _)| {
+                anyhow::anyhow!("cannot publish to the DLQ topic {}: {e}", self.dlq_topic)
+            })?;
         self.stats.dlq.fetch_add(1, Ordering::Relaxed);
         let header = |name: &str| header_str(m, name);
-        let mut ev = TraceEvent::new(Layer::Stream, Outcome::Dlq).detail(format!("{} (partition {partition} offset {offset})", p.reason));
+        let mut ev = TraceEvent::new(Layer::Stream, Outcome::Dlq).detail(format!(
+            "{} (partition {partition} offset {offset})",
+            p.reason
+        ));
         if let Some(v) = header(headers::ORDER_NO) {
             ev = ev.order_no(v);
         }
@@ -415,7 +526,11 @@ impl PaymentConsumer {
         let consumer = self.consumer.clone();
         tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
             .await?
-            .map_err(|e| anyhow::anyhow!("offset commit failed: {e} (the batch will be redelivered and changes nothing)"))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "offset commit failed: {e} (the batch will be redelivered and changes nothing)"
+                )
+            })
     }
 }
 
@@ -423,19 +538,26 @@ impl PaymentConsumer {
 fn next_offsets(batch: &[OwnedMessage]) -> TopicPartitionList {
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for m in batch {
-        let e = next.entry((m.topic().to_string(), m.partition())).or_insert(0);
+        let e = next
+            .entry((m.topic().to_string(), m.partition()))
+            .or_insert(0);
         *e = (*e).max(m.offset() + 1);
     }
     let mut tpl = TopicPartitionList::new();
     for ((topic, partition), offset) in next {
-        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset)).expect("valid offset");
+        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
+            .expect("valid offset");
     }
     tpl
 }
 
 fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {
     let hs = m.headers()?;
-    hs.iter().find(|h| h.key == name).and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string)
+    hs.iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_string)
 }
 
 /// Why a payload is not a payment event, in words about the payload: serde_json's own text for a
@@ -444,7 +566,11 @@ fn poison_reason(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => {
-            format!("payload is not JSON (invalid at line {} column {} of the payload)", e.line(), e.column())
+            format!(
+                "payload is not JSON (invalid at line {} column {} of the payload)",
+                e.line(),
+                e.column()
+            )
         }
         Category::Data => format!("payload is JSON but not a payment event: {e}"),
     }
@@ -461,10 +587,15 @@ fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
     if event.amount < 0 {
         return Err(format!("negative amount {}", event.amount));
     }
-    for (name, value) in [(headers::EVENT_ID, &event.event_id), (headers::ORDER_NO, &event.order_no)] {
+    for (name, value) in [
+        (headers::EVENT_ID, &event.event_id),
+        (headers::ORDER_NO, &event.order_no),
+    ] {
         if let Some(h) = header_str(m, name) {
             if &h != value {
-                return Err(format!("header {name} `{h}` disagrees with the body `{value}`"));
+                return Err(format!(
+                    "header {name} `{h}` disagrees with the body `{value}`"
+                ));
             }
         }
     }
@@ -477,15 +608,32 @@ mod tests {
     use rdkafka::Timestamp;
 
     fn message(payload: &[u8]) -> OwnedMessage {
-        OwnedMessage::new(Some(payload.to_vec()), Some(b"2026112914054212300000abcdef".to_vec()), "t".into(), Timestamp::NotAvailable, 0, 0, None)
+        OwnedMessage::new(
+            Some(payload.to_vec()),
+            Some(b"2026112914054212300000abcdef".to_vec()),
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            0,
+            None,
+        )
     }
 
     #[test]
     fn the_dlq_reason_of_a_non_json_payload_says_the_payload_is_not_json() {
         let reason = parse(&message(b"{not json at all")).unwrap_err();
-        assert_eq!(reason, "payload is not JSON (invalid at line 1 column 2 of the payload)");
-        assert!(!reason.contains("key"), "an operator would read it as the Kafka key: {reason}");
+        assert_eq!(
+            reason,
+            "payload is not JSON (invalid at line 1 column 2 of the payload)"
+        );
+        assert!(
+            !reason.contains("key"),
+            "an operator would read it as the Kafka key: {reason}"
+        );
         let reason = parse(&message(b"{\"event_id\": 1}")).unwrap_err();
-        assert!(reason.starts_with("payload is JSON but not a payment event: invalid type"), "{reason}");
+        assert!(
+            reason.starts_with("payload is JSON but not a payment event: invalid type"),
+            "{reason}"
+        );
     }
 }

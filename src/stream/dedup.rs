@@ -17,7 +17,12 @@ pub struct DedupState {
 
 impl DedupState {
     pub fn new(ttl: Duration, capacity: usize) -> DedupState {
-        DedupState { ttl_ms: ttl.as_millis() as i64, capacity: capacity.max(1), expiry: HashMap::new(), order: VecDeque::new() }
+        DedupState {
+            ttl_ms: ttl.as_millis() as i64,
+            capacity: capacity.max(1),
+            expiry: HashMap::new(),
+            order: VecDeque::new(),
+        }
     }
 
     pub fn ttl_ms(&self) -> i64 {
@@ -38,7 +43,11 @@ impl DedupState {
 
     /// Remember an event applied (or found applied) at `now_ms`.
     pub fn remember(&mut self, event_id: &str, now_ms: i64) {
-        if self.expiry.insert(event_id.to_string(), now_ms + self.ttl_ms).is_none() {
+        if self
+            .expiry
+            .insert(event_id.to_string(), now_ms + self.ttl_ms)
+            .is_none()
+        {
             self.order.push_back(event_id.to_string());
         }
         while self.expiry.len() > self.capacity {

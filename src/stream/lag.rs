@@ -20,7 +20,12 @@ pub struct PartitionLag {
 
 /// Lag of `group` on every partition of `topic`. Blocking (network round trips): call it from
 /// `spawn_blocking` in async code.
-pub fn consumer_lag(bootstrap_servers: &str, group: &str, topic: &str, timeout: Duration) -> anyhow::Result<Vec<PartitionLag>> {
+pub fn consumer_lag(
+    bootstrap_servers: &str,
+    group: &str,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PartitionLag>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap_servers)
         .set("group.id", group)
@@ -31,28 +36,42 @@ pub fn consumer_lag(bootstrap_servers: &str, group: &str, topic: &str, timeout: 
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
         .map_err(|e| anyhow::anyhow!("kafka {bootstrap_servers}: metadata of {topic}: {e} (is the broker running? scripts/stack status)"))?;
-    let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
     if partitions.is_empty() {
-        anyhow::bail!("topic {topic} does not exist on {bootstrap_servers} (scripts/stack up creates it)");
+        anyhow::bail!(
+            "topic {topic} does not exist on {bootstrap_servers} (scripts/stack up creates it)"
+        );
     }
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
         tpl.add_partition(topic, *p);
     }
-    let committed = consumer
-        .committed_offsets(tpl, timeout)
-        .map_err(|e| anyhow::anyhow!("kafka {bootstrap_servers}: committed offsets of group {group}: {e}"))?;
+    let committed = consumer.committed_offsets(tpl, timeout).map_err(|e| {
+        anyhow::anyhow!("kafka {bootstrap_servers}: committed offsets of group {group}: {e}")
+    })?;
     let mut out = Vec::new();
     for p in partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, timeout)
-            .map_err(|e| anyhow::anyhow!("kafka {bootstrap_servers}: watermarks of {topic}/{p}: {e}"))?;
-        let committed = committed.find_partition(topic, p).and_then(|e| match e.offset() {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        });
+        let (low, high) = consumer.fetch_watermarks(topic, p, timeout).map_err(|e| {
+            anyhow::anyhow!("kafka {bootstrap_servers}: watermarks of {topic}/{p}: {e}")
+        })?;
+        let committed = committed
+            .find_partition(topic, p)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            });
         let lag = (high - committed.unwrap_or(low)).max(0);
-        out.push(PartitionLag { topic: topic.to_string(), partition: p, committed, high_watermark: high, lag });
+        out.push(PartitionLag {
+            topic: topic.to_string(),
+            partition: p,
+            committed,
+            high_watermark: high,
+            lag,
+        });
     }
     Ok(out)
 }

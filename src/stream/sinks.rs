@@ -56,11 +56,20 @@ pub enum PaidDecision {
 /// database layer's state machine ([`Orders::transition_batch_in`]: the batch's orders locked
 /// at once, each move judged by the one table of transitions, one versioned UPDATE;
 /// `payment_event_id` unique).
-pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDecision>, OrderError> {
+pub async fn mark_paid(
+    orders: &Orders,
+    batch: &[Delivery],
+) -> Result<Vec<PaidDecision>, OrderError> {
     let db = orders.database();
-    let transitions: Vec<Transition> =
-        batch.iter().map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str())).collect();
-    let mut tx = db.pool.begin().await.map_err(|e| db_error(db, "begin the order sink", e))?;
+    let transitions: Vec<Transition> = batch
+        .iter()
+        .map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str()))
+        .collect();
+    let mut tx = db
+        .pool
+        .begin()
+        .await
+        .map_err(|e| db_error(db, "begin the order sink", e))?;
     let results = orders.transition_batch_in(&mut tx, &transitions).await?;
     let mut out = Vec::with_capacity(batch.len());
     for (d, result) in batch.iter().zip(results) {
@@ -72,16 +81,24 @@ pub async fn mark_paid(orders: &Orders, batch: &[Delivery]) -> Result<Vec<PaidDe
                 Some(by) => PaidDecision::PaidByOther(by),
                 None => PaidDecision::Rejected(o.status.as_str().to_string()),
             },
-            Ok(TransitionOutcome::Rejected(o)) => PaidDecision::Rejected(o.status.as_str().to_string()),
-            Ok(TransitionOutcome::FenceRejected { current, .. }) => PaidDecision::Rejected(current.status.as_str().to_string()),
+            Ok(TransitionOutcome::Rejected(o)) => {
+                PaidDecision::Rejected(o.status.as_str().to_string())
+            }
+            Ok(TransitionOutcome::FenceRejected { current, .. }) => {
+                PaidDecision::Rejected(current.status.as_str().to_string())
+            }
             Err(OrderError::NotFound { .. }) => PaidDecision::UnknownOrder,
             // This event already paid ANOTHER order: the message is inconsistent, not a retry.
-            Err(OrderError::PaymentEventTaken { order_no, .. }) => PaidDecision::EventUsedElsewhere(order_no),
+            Err(OrderError::PaymentEventTaken { order_no, .. }) => {
+                PaidDecision::EventUsedElsewhere(order_no)
+            }
             Err(other) => return Err(other),
         };
         out.push(decision);
     }
-    tx.commit().await.map_err(|e| db_error(db, "commit the order sink", e))?;
+    tx.commit()
+        .await
+        .map_err(|e| db_error(db, "commit the order sink", e))?;
     Ok(out)
 }
 
@@ -104,12 +121,19 @@ async fn write_batch(
 ) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let ids_json = serde_json::to_string(ids).expect("ids serialize");
     let mut tx = db.pool.begin().await?;
-    let mut existing = sqlx::query_scalar::<_, String>(db.sql(&format!("{name}_existing"))).persistent(db.keep_batch_plans());
+    let mut existing = sqlx::query_scalar::<_, String>(db.sql(&format!("{name}_existing")))
+        .persistent(db.keep_batch_plans());
     for b in existing_binds {
         existing = existing.bind(*b);
     }
-    let already: std::collections::HashSet<String> = existing.bind(ids_json).fetch_all(&mut *tx).await?.into_iter().collect();
-    let mut insert = sqlx::query(db.sql(&format!("{name}_insert"))).persistent(db.keep_batch_plans());
+    let already: std::collections::HashSet<String> = existing
+        .bind(ids_json)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+    let mut insert =
+        sqlx::query(db.sql(&format!("{name}_insert"))).persistent(db.keep_batch_plans());
     for b in existing_binds {
         insert = insert.bind(*b);
     }
@@ -118,10 +142,22 @@ async fn write_batch(
     }
     insert.bind(rows.to_string()).execute(&mut *tx).await?;
     tx.commit().await?;
-    Ok(ids.iter().map(|id| if already.contains(*id) { SinkWrite::Duplicate } else { SinkWrite::Applied }).collect())
+    Ok(ids
+        .iter()
+        .map(|id| {
+            if already.contains(*id) {
+                SinkWrite::Duplicate
+            } else {
+                SinkWrite::Applied
+            }
+        })
+        .collect())
 }
 
-pub async fn write_points(db: &Database, batch: &[&Delivery]) -> Result<Vec<SinkWrite>, sqlx::Error> {
+pub async fn write_points(
+    db: &Database,
+    batch: &[&Delivery],
+) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let ids: Vec<&str> = batch.iter().map(|d| d.event.event_id.as_str()).collect();
     let rows = batch
         .iter()
@@ -132,7 +168,10 @@ pub async fn write_points(db: &Database, batch: &[&Delivery]) -> Result<Vec<Sink
     write_batch(db, "stream_points", &[], &[now_ms()], &ids, rows).await
 }
 
-pub async fn write_notifications(db: &Database, batch: &[&Delivery]) -> Result<Vec<SinkWrite>, sqlx::Error> {
+pub async fn write_notifications(
+    db: &Database,
+    batch: &[&Delivery],
+) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let ids: Vec<&str> = batch.iter().map(|d| d.event.event_id.as_str()).collect();
     let rows = batch
         .iter()
@@ -153,7 +192,10 @@ pub async fn record_processed(
     batch: &[(&Delivery, &'static str)],
 ) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let now = now_ms();
-    let ids: Vec<&str> = batch.iter().map(|(d, _)| d.event.event_id.as_str()).collect();
+    let ids: Vec<&str> = batch
+        .iter()
+        .map(|(d, _)| d.event.event_id.as_str())
+        .collect();
     let rows = batch
         .iter()
         .map(|(d, outcome)| {
@@ -161,11 +203,23 @@ pub async fn record_processed(
                 "kafka_partition": d.partition, "kafka_offset": d.offset, "outcome": outcome})
         })
         .collect();
-    write_batch(db, "stream_processed", &[group], &[now, now + ttl_ms], &ids, rows).await
+    write_batch(
+        db,
+        "stream_processed",
+        &[group],
+        &[now, now + ttl_ms],
+        &ids,
+        rows,
+    )
+    .await
 }
 
 /// The eventIds of `ids` this group processed within the dedup TTL: one query per batch.
-pub async fn already_processed(db: &Database, group: &str, ids: &[&str]) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+pub async fn already_processed(
+    db: &Database,
+    group: &str,
+    ids: &[&str],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(Default::default());
     }

@@ -17,8 +17,10 @@ use rdkafka::ClientConfig;
 /// IDEMGUARD_TEST_MYSQL_URL (a URL of the server; the path is replaced).
 pub fn server_url(dialect: Dialect) -> String {
     match dialect {
-        Dialect::Postgres => std::env::var("IDEMGUARD_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into()),
-        Dialect::Mysql => std::env::var("IDEMGUARD_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/mysql".into()),
+        Dialect::Postgres => std::env::var("IDEMGUARD_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/postgres".into()),
+        Dialect::Mysql => std::env::var("IDEMGUARD_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/mysql".into()),
     }
 }
 
@@ -26,11 +28,18 @@ pub fn server_url(dialect: Dialect) -> String {
 /// developer's IDEMGUARD_* variables cannot change what a test means.
 pub fn local_config() -> Config {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local.toml");
-    Config::load(&ConfigSource { file: Some(file), env: vec![] }).expect("config/local.toml loads")
+    Config::load(&ConfigSource {
+        file: Some(file),
+        env: vec![],
+    })
+    .expect("config/local.toml loads")
 }
 
 pub fn unique_suffix() -> String {
-    format!("{:x}", uuid::Uuid::now_v7().as_u128() & 0xffff_ffff_ffff_ffff)
+    format!(
+        "{:x}",
+        uuid::Uuid::now_v7().as_u128() & 0xffff_ffff_ffff_ffff
+    )
 }
 
 fn with_path(url: &str, db: &str) -> String {
@@ -46,7 +55,9 @@ pub async fn fresh_database_config(dialect: Dialect) -> Config {
     let admin = Database::connect_url(&local_config(), &server).await.unwrap_or_else(|e| {
         panic!("the {dialect} test server is not reachable: {e:#}. Start the stack: scripts/stack up")
     });
-    sqlx::Executor::execute(&admin.pool, format!("CREATE DATABASE {name}").as_str()).await.expect("create test database");
+    sqlx::Executor::execute(&admin.pool, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create test database");
     remove_at_end(|l| l.databases.push((dialect, name.clone())));
     admin.pool.close().await;
     let mut config = local_config();
@@ -58,8 +69,12 @@ pub async fn fresh_database_config(dialect: Dialect) -> Config {
 /// A fresh database with the schema applied.
 pub async fn migrated_database(dialect: Dialect) -> (Config, Database) {
     let config = fresh_database_config(dialect).await;
-    let db = Database::connect(&config).await.expect("connect to the test database");
-    migrate::migrate(&db).await.expect("migrate the test database");
+    let db = Database::connect(&config)
+        .await
+        .expect("connect to the test database");
+    migrate::migrate(&db)
+        .await
+        .expect("migrate the test database");
     (config, db)
 }
 
@@ -71,12 +86,24 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
         .expect("kafka admin client");
     let suffix = unique_suffix();
     let names: Vec<String> = base.iter().map(|b| format!("{b}.t{suffix}")).collect();
-    let topics: Vec<NewTopic> = names.iter().map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1))).collect();
+    let topics: Vec<NewTopic> = names
+        .iter()
+        .map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1)))
+        .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = admin.create_topics(&topics, &opts).await.unwrap_or_else(|e| {
-        panic!("the Kafka broker at {} is not reachable: {e}. Start the stack: scripts/stack up", config.kafka.bootstrap_servers)
+    let results = admin
+        .create_topics(&topics, &opts)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the Kafka broker at {} is not reachable: {e}. Start the stack: scripts/stack up",
+                config.kafka.bootstrap_servers
+            )
+        });
+    remove_at_end(|l| {
+        l.topics
+            .push((config.kafka.bootstrap_servers.clone(), names.clone()))
     });
-    remove_at_end(|l| l.topics.push((config.kafka.bootstrap_servers.clone(), names.clone())));
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
@@ -109,20 +136,32 @@ fn remove_at_end(record: impl FnOnce(&mut Created)) {
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        if self.0.databases.is_empty() && self.0.topics.is_empty() && self.0.mysql_users.is_empty() {
+        if self.0.databases.is_empty() && self.0.topics.is_empty() && self.0.mysql_users.is_empty()
+        {
             return;
         }
         let created = std::mem::take(&mut self.0);
         // A thread with a runtime of its own: Drop cannot await, and the test's runtime is gone.
         // Bounded, so a server that hangs cannot hold the test binary forever. The stack is that
         // of a test thread: the unoptimized connect futures overflow a plain thread's 2 MiB.
-        let cleaner = std::thread::Builder::new().name("test-cleanup".into()).stack_size(16 << 20);
+        let cleaner = std::thread::Builder::new()
+            .name("test-cleanup".into())
+            .stack_size(16 << 20);
         let _ = cleaner
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async {
-                    if tokio::time::timeout(Duration::from_secs(60), created.remove()).await.is_err() {
-                        eprintln!("test cleanup timed out: {:?} / {:?} may be left", created.databases, created.topics);
+                    if tokio::time::timeout(Duration::from_secs(60), created.remove())
+                        .await
+                        .is_err()
+                    {
+                        eprintln!(
+                            "test cleanup timed out: {:?} / {:?} may be left",
+                            created.databases, created.topics
+                        );
                     }
                 });
             })
@@ -143,11 +182,19 @@ impl Created {
             }
         }
         for (bootstrap, topics) in &self.topics {
-            let admin: Result<AdminClient<DefaultClientContext>, _> =
-                ClientConfig::new().set("bootstrap.servers", bootstrap).set("log_level", "3").create();
+            let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("log_level", "3")
+                .create();
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
             let deleted = match admin {
-                Ok(admin) => admin.delete_topics(&names, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await.map(|_| ()),
+                Ok(admin) => admin
+                    .delete_topics(
+                        &names,
+                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+                    )
+                    .await
+                    .map(|_| ()),
                 Err(e) => Err(e),
             };
             if let Err(e) = deleted {
@@ -164,7 +211,11 @@ pub fn remove_mysql_user_at_end(user: &str) {
 
 async fn drop_mysql_user(user: &str) -> anyhow::Result<()> {
     let admin = Database::connect_url(&local_config(), &server_url(Dialect::Mysql)).await?;
-    sqlx::Executor::execute(&admin.pool, format!("DROP USER IF EXISTS '{user}'@'%'").as_str()).await?;
+    sqlx::Executor::execute(
+        &admin.pool,
+        format!("DROP USER IF EXISTS '{user}'@'%'").as_str(),
+    )
+    .await?;
     admin.pool.close().await;
     Ok(())
 }
@@ -178,16 +229,29 @@ async fn drop_database(dialect: Dialect, name: &str) -> anyhow::Result<()> {
     match dialect {
         Dialect::Postgres => {
             sqlx::Executor::execute(&mut *conn, "SET lock_timeout = '10s'").await?;
-            sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
+            sqlx::Executor::execute(
+                &mut *conn,
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
+            )
+            .await?;
         }
         Dialect::Mysql => {
             sqlx::Executor::execute(&mut *conn, "SET SESSION lock_wait_timeout = 10").await?;
             let sessions = "SELECT CAST(id AS SIGNED) FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()";
-            let ids: Vec<i64> = sqlx::query_scalar(sessions).bind(name).fetch_all(&mut *conn).await?;
+            let ids: Vec<i64> = sqlx::query_scalar(sessions)
+                .bind(name)
+                .fetch_all(&mut *conn)
+                .await?;
             for id in ids {
-                let _ = sqlx::Executor::execute(&mut *conn, format!("KILL CONNECTION {id}").as_str()).await;
+                let _ =
+                    sqlx::Executor::execute(&mut *conn, format!("KILL CONNECTION {id}").as_str())
+                        .await;
             }
-            sqlx::Executor::execute(&mut *conn, format!("DROP DATABASE IF EXISTS {name}").as_str()).await?;
+            sqlx::Executor::execute(
+                &mut *conn,
+                format!("DROP DATABASE IF EXISTS {name}").as_str(),
+            )
+            .await?;
         }
     }
     drop(conn);
@@ -200,11 +264,27 @@ pub const DIALECTS: [Dialect; 2] = [Dialect::Postgres, Dialect::Mysql];
 
 /// `n` bind placeholders of the dialect: `$1, $2` or `?, ?`.
 pub fn placeholders(dialect: Dialect, n: usize) -> String {
-    (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+    (1..=n)
+        .map(|i| {
+            if dialect == Dialect::Postgres {
+                format!("${i}")
+            } else {
+                "?".into()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `SELECT COUNT(*) FROM {tail}` as an i64 in either dialect, e.g. `count(&db, "order_record WHERE status = 'PAID'")`.
 pub async fn count(db: &Database, tail: &str) -> i64 {
-    let cast = if db.dialect() == Dialect::Postgres { "BIGINT" } else { "SIGNED" };
-    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {tail}")).fetch_one(&db.pool).await.unwrap()
+    let cast = if db.dialect() == Dialect::Postgres {
+        "BIGINT"
+    } else {
+        "SIGNED"
+    };
+    sqlx::query_scalar::<_, i64>(&format!("SELECT CAST(COUNT(*) AS {cast}) FROM {tail}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }

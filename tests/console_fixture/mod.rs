@@ -12,10 +12,13 @@
 use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{format_ms, headers, keys, new_event_id, now_ms, Instance, Layer, LockHolder, OrderNo, Outcome, PaymentSucceeded, RequestId, TraceEvent};
+use idemguard::contracts::{
+    format_ms, headers, keys, new_event_id, now_ms, Instance, Layer, LockHolder, OrderNo, Outcome,
+    PaymentSucceeded, RequestId, TraceEvent,
+};
 use idemguard::db::Database;
 use idemguard::trace::Tracer;
-use rdkafka::consumer::{BaseConsumer, Consumer, CommitMode};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -52,7 +55,13 @@ pub async fn world(dialect: Dialect, redlock_nodes: usize) -> World {
     config.kafka.trace_topic = topics[1].clone();
     config.kafka.consumer_group = format!("igt-group-{}", common::unique_suffix());
     config.console.refresh = Duration::from_millis(250);
-    World { config, db, redis, redlock, dialect }
+    World {
+        config,
+        db,
+        redis,
+        redlock,
+        dialect,
+    }
 }
 
 /// The IDs of the incident, for the tests to look things up by.
@@ -82,7 +91,16 @@ pub const AMOUNT: i64 = 1999;
 pub const POINTS: i64 = 20;
 
 fn ph(dialect: Dialect, n: usize) -> String {
-    (1..=n).map(|i| if dialect == Dialect::Postgres { format!("${i}") } else { "?".into() }).collect::<Vec<_>>().join(", ")
+    (1..=n)
+        .map(|i| {
+            if dialect == Dialect::Postgres {
+                format!("${i}")
+            } else {
+                "?".into()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 enum V {
@@ -95,7 +113,11 @@ enum V {
 }
 
 async fn insert(w: &World, table: &str, cols: &[&str], vals: Vec<V>) {
-    let sql = format!("INSERT INTO {table} ({}) VALUES ({})", cols.join(", "), ph(w.dialect, cols.len()));
+    let sql = format!(
+        "INSERT INTO {table} ({}) VALUES ({})",
+        cols.join(", "),
+        ph(w.dialect, cols.len())
+    );
     let mut q = sqlx::query(&sql);
     for v in vals {
         q = match v {
@@ -105,7 +127,9 @@ async fn insert(w: &World, table: &str, cols: &[&str], vals: Vec<V>) {
             V::NI => q.bind(Option::<i64>::None),
         };
     }
-    q.execute(&w.db.pool).await.unwrap_or_else(|e| panic!("{}: insert into {table}: {e}", w.dialect));
+    q.execute(&w.db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{}: insert into {table}: {e}", w.dialect));
 }
 
 impl Incident {
@@ -131,21 +155,140 @@ impl Incident {
         };
         let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_string();
         use V::*;
-        let idem_cols = ["request_id", "biz_type", "request_hash", "status", "response_code", "response_body", "order_no", "owner", "fence", "lease_until", "replay_count", "created_at", "updated_at", "expire_at", "version"];
-        insert(w, "idempotency_record", &idem_cols, vec![
-            S(i.request_id.clone()), S("ORDER".into()), S(hash.clone()), S("SUCCEEDED".into()), I(201), S("{\"orderNo\":\"…\"}".into()),
-            S(i.order_no.clone()), S(i.live_instance.clone()), I(3), I(t0 + 30_000), I(2), I(t0), I(t0 + 40), I(t0 + 7 * 86_400_000), I(1),
-        ]).await;
-        let order_cols = ["req_id", "order_no", "user_id", "sku_id", "quantity", "amount", "status", "version", "fence", "payment_event_id", "created_at", "updated_at"];
-        insert(w, "order_record", &order_cols, vec![
-            S(i.request_id.clone()), S(i.order_no.clone()), I(USER), I(SKU), I(1), I(AMOUNT), S("PAID".into()), I(1), I(3), S(i.event_id.clone()), I(t0 + 10), I(t0 + 3_000),
-        ]).await;
-        insert(w, "stock_movement", &["order_no", "req_id", "sku_id", "delta", "created_at"], vec![S(i.order_no.clone()), S(i.request_id.clone()), I(SKU), I(-1), I(t0 + 11)]).await;
-        insert(w, "payment_flow", &["pay_no", "order_no", "amount", "status", "event_id", "created_at"], vec![S(i.pay_no.clone()), S(i.order_no.clone()), I(AMOUNT), S("SUCCEEDED".into()), S(i.event_id.clone()), I(t0 + 1_000)]).await;
+        let idem_cols = [
+            "request_id",
+            "biz_type",
+            "request_hash",
+            "status",
+            "response_code",
+            "response_body",
+            "order_no",
+            "owner",
+            "fence",
+            "lease_until",
+            "replay_count",
+            "created_at",
+            "updated_at",
+            "expire_at",
+            "version",
+        ];
+        insert(
+            w,
+            "idempotency_record",
+            &idem_cols,
+            vec![
+                S(i.request_id.clone()),
+                S("ORDER".into()),
+                S(hash.clone()),
+                S("SUCCEEDED".into()),
+                I(201),
+                S("{\"orderNo\":\"…\"}".into()),
+                S(i.order_no.clone()),
+                S(i.live_instance.clone()),
+                I(3),
+                I(t0 + 30_000),
+                I(2),
+                I(t0),
+                I(t0 + 40),
+                I(t0 + 7 * 86_400_000),
+                I(1),
+            ],
+        )
+        .await;
+        let order_cols = [
+            "req_id",
+            "order_no",
+            "user_id",
+            "sku_id",
+            "quantity",
+            "amount",
+            "status",
+            "version",
+            "fence",
+            "payment_event_id",
+            "created_at",
+            "updated_at",
+        ];
+        insert(
+            w,
+            "order_record",
+            &order_cols,
+            vec![
+                S(i.request_id.clone()),
+                S(i.order_no.clone()),
+                I(USER),
+                I(SKU),
+                I(1),
+                I(AMOUNT),
+                S("PAID".into()),
+                I(1),
+                I(3),
+                S(i.event_id.clone()),
+                I(t0 + 10),
+                I(t0 + 3_000),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "stock_movement",
+            &["order_no", "req_id", "sku_id", "delta", "created_at"],
+            vec![
+                S(i.order_no.clone()),
+                S(i.request_id.clone()),
+                I(SKU),
+                I(-1),
+                I(t0 + 11),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "payment_flow",
+            &[
+                "pay_no",
+                "order_no",
+                "amount",
+                "status",
+                "event_id",
+                "created_at",
+            ],
+            vec![
+                S(i.pay_no.clone()),
+                S(i.order_no.clone()),
+                I(AMOUNT),
+                S("SUCCEEDED".into()),
+                S(i.event_id.clone()),
+                I(t0 + 1_000),
+            ],
+        )
+        .await;
         let hdrs = serde_json::json!({ "eventId": i.event_id, "requestId": i.request_id, "orderNo": i.order_no }).to_string();
-        insert(w, "outbox", &["event_id", "topic", "msg_key", "headers", "payload", "status", "created_at", "sent_at"], vec![
-            S(i.event_id.clone()), S(w.config.kafka.payment_topic.clone()), S(i.order_no.clone()), S(hdrs), S("{}".into()), S("SENT".into()), I(t0 + 1_001), I(t0 + 1_050),
-        ]).await;
+        insert(
+            w,
+            "outbox",
+            &[
+                "event_id",
+                "topic",
+                "msg_key",
+                "headers",
+                "payload",
+                "status",
+                "created_at",
+                "sent_at",
+            ],
+            vec![
+                S(i.event_id.clone()),
+                S(w.config.kafka.payment_topic.clone()),
+                S(i.order_no.clone()),
+                S(hdrs),
+                S("{}".into()),
+                S("SENT".into()),
+                I(t0 + 1_001),
+                I(t0 + 1_050),
+            ],
+        )
+        .await;
 
         // Kafka: the same payment event three times (the relay retried, the broker redelivered).
         let payment = PaymentSucceeded {
@@ -157,77 +300,333 @@ impl Incident {
             amount: AMOUNT,
             paid_at: t0 + 1_000,
         };
-        let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &w.config.kafka.bootstrap_servers).create().unwrap();
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &w.config.kafka.bootstrap_servers)
+            .create()
+            .unwrap();
         let body = serde_json::to_string(&payment).unwrap();
         let mut i = i;
         for n in 0..3 {
             let h = OwnedHeaders::new()
-                .insert(Header { key: headers::EVENT_ID, value: Some(&i.event_id) })
-                .insert(Header { key: headers::REQUEST_ID, value: Some(&i.request_id) })
-                .insert(Header { key: headers::ORDER_NO, value: Some(&i.order_no) });
-            let rec = FutureRecord::to(&w.config.kafka.payment_topic).key(&i.order_no).payload(&body).headers(h).partition(0).timestamp(t0 + 2_000 + n * 100);
-            let d = producer.send(rec, Duration::from_secs(10)).await.unwrap_or_else(|(e, _)| panic!("produce payment: {e}"));
+                .insert(Header {
+                    key: headers::EVENT_ID,
+                    value: Some(&i.event_id),
+                })
+                .insert(Header {
+                    key: headers::REQUEST_ID,
+                    value: Some(&i.request_id),
+                })
+                .insert(Header {
+                    key: headers::ORDER_NO,
+                    value: Some(&i.order_no),
+                });
+            let rec = FutureRecord::to(&w.config.kafka.payment_topic)
+                .key(&i.order_no)
+                .payload(&body)
+                .headers(h)
+                .partition(0)
+                .timestamp(t0 + 2_000 + n * 100);
+            let d = producer
+                .send(rec, Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|(e, _)| panic!("produce payment: {e}"));
             let (p, o) = (d.partition, d.offset);
             i.partition = p;
             i.offsets.push(o);
         }
         // The consumer's decisions: applied once, then two dedup hits; one sink row each.
-        insert(w, "processed_event", &["consumer_group", "event_id", "order_no", "topic", "kafka_partition", "kafka_offset", "outcome", "processed_at", "expire_at"], vec![
-            S(w.config.kafka.consumer_group.clone()), S(i.event_id.clone()), S(i.order_no.clone()), S(w.config.kafka.payment_topic.clone()), I(i.partition as i64), I(i.offsets[0]), S("applied".into()), I(t0 + 3_000), I(t0 + 7 * 86_400_000),
-        ]).await;
-        insert(w, "points_ledger", &["source_event_no", "order_no", "user_id", "points", "created_at"], vec![S(i.event_id.clone()), S(i.order_no.clone()), I(USER), I(POINTS), I(t0 + 3_001)]).await;
-        insert(w, "notification", &["event_id", "order_no", "user_id", "channel", "body", "created_at"], vec![S(i.event_id.clone()), S(i.order_no.clone()), I(USER), S("sms".into()), S("Your order is paid".into()), I(t0 + 3_002)]).await;
+        insert(
+            w,
+            "processed_event",
+            &[
+                "consumer_group",
+                "event_id",
+                "order_no",
+                "topic",
+                "kafka_partition",
+                "kafka_offset",
+                "outcome",
+                "processed_at",
+                "expire_at",
+            ],
+            vec![
+                S(w.config.kafka.consumer_group.clone()),
+                S(i.event_id.clone()),
+                S(i.order_no.clone()),
+                S(w.config.kafka.payment_topic.clone()),
+                I(i.partition as i64),
+                I(i.offsets[0]),
+                S("applied".into()),
+                I(t0 + 3_000),
+                I(t0 + 7 * 86_400_000),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "points_ledger",
+            &[
+                "source_event_no",
+                "order_no",
+                "user_id",
+                "points",
+                "created_at",
+            ],
+            vec![
+                S(i.event_id.clone()),
+                S(i.order_no.clone()),
+                I(USER),
+                I(POINTS),
+                I(t0 + 3_001),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "notification",
+            &[
+                "event_id",
+                "order_no",
+                "user_id",
+                "channel",
+                "body",
+                "created_at",
+            ],
+            vec![
+                S(i.event_id.clone()),
+                S(i.order_no.clone()),
+                I(USER),
+                S("sms".into()),
+                S("Your order is paid".into()),
+                I(t0 + 3_002),
+            ],
+        )
+        .await;
         // The consumer group has committed past the first copy only: lag 2 on that partition.
-        commit_offset(&w.config, &w.config.kafka.payment_topic, i.partition, i.offsets[0] + 1);
+        commit_offset(
+            &w.config,
+            &w.config.kafka.payment_topic,
+            i.partition,
+            i.offsets[0] + 1,
+        );
 
         // Stuck: PROCESSING for 5 minutes, owner dead, no order; and one whose order exists.
         let created = now_ms() - 5 * 60_000;
-        insert(w, "idempotency_record", &idem_cols, vec![
-            S(i.stuck_dead.clone()), S("ORDER".into()), S(hash.clone()), S("PROCESSING".into()), NI, N, N, S(i.dead_instance.clone()), I(4), I(created + 30_000), I(0), I(created), I(created), I(created + 7 * 86_400_000), I(0),
-        ]).await;
-        insert(w, "idempotency_record", &idem_cols, vec![
-            S(i.stuck_with_order.clone()), S("ORDER".into()), S(hash), S("PROCESSING".into()), NI, N, N, S(i.live_instance.clone()), I(5), I(created + 60_000), I(1), I(created + 1), I(created + 1), I(created + 7 * 86_400_000), I(0),
-        ]).await;
-        insert(w, "order_record", &order_cols, vec![
-            S(i.stuck_with_order.clone()), S(i.stuck_order_no.clone()), I(USER), I(SKU), I(1), I(AMOUNT), S("CREATED".into()), I(0), I(5), N, I(created + 2), I(created + 2),
-        ]).await;
+        insert(
+            w,
+            "idempotency_record",
+            &idem_cols,
+            vec![
+                S(i.stuck_dead.clone()),
+                S("ORDER".into()),
+                S(hash.clone()),
+                S("PROCESSING".into()),
+                NI,
+                N,
+                N,
+                S(i.dead_instance.clone()),
+                I(4),
+                I(created + 30_000),
+                I(0),
+                I(created),
+                I(created),
+                I(created + 7 * 86_400_000),
+                I(0),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "idempotency_record",
+            &idem_cols,
+            vec![
+                S(i.stuck_with_order.clone()),
+                S("ORDER".into()),
+                S(hash),
+                S("PROCESSING".into()),
+                NI,
+                N,
+                N,
+                S(i.live_instance.clone()),
+                I(5),
+                I(created + 60_000),
+                I(1),
+                I(created + 1),
+                I(created + 1),
+                I(created + 7 * 86_400_000),
+                I(0),
+            ],
+        )
+        .await;
+        insert(
+            w,
+            "order_record",
+            &order_cols,
+            vec![
+                S(i.stuck_with_order.clone()),
+                S(i.stuck_order_no.clone()),
+                I(USER),
+                I(SKU),
+                I(1),
+                I(AMOUNT),
+                S("CREATED".into()),
+                I(0),
+                I(5),
+                N,
+                I(created + 2),
+                I(created + 2),
+            ],
+        )
+        .await;
 
         // Redis: the live instance's heartbeat, its lock on the order, the fence counter, the
         // fast-path key; a lock of the dead instance with no TTL.
         let mut r = w.redis.conn().await;
-        let holder = LockHolder { instance: i.live_instance.clone(), host: "api-host".into(), pid: 4242, acquired_at: t0 + 5, ttl_ms: 30_000, fence: 3, nonce: "n-live".into() };
-        let dead = LockHolder { instance: i.dead_instance.clone(), host: "old-host".into(), pid: 999, acquired_at: created, ttl_ms: 30_000, fence: 4, nonce: "n-dead".into() };
+        let holder = LockHolder {
+            instance: i.live_instance.clone(),
+            host: "api-host".into(),
+            pid: 4242,
+            acquired_at: t0 + 5,
+            ttl_ms: 30_000,
+            fence: 3,
+            nonce: "n-live".into(),
+        };
+        let dead = LockHolder {
+            instance: i.dead_instance.clone(),
+            host: "old-host".into(),
+            pid: 999,
+            acquired_at: created,
+            ttl_ms: 30_000,
+            fence: 4,
+            nonce: "n-dead".into(),
+        };
         let _: () = redis::pipe()
-            .cmd("SET").arg(keys::instance(&i.live_instance)).arg("alive").arg("PX").arg(600_000).ignore()
-            .cmd("SET").arg(keys::order_lock(&i.order_no)).arg(holder.to_value()).arg("PX").arg(600_000).ignore()
-            .cmd("SET").arg(keys::fence(&keys::order_lock(&i.order_no))).arg(3).ignore()
-            .cmd("SET").arg(keys::idempotency_fast_path(&i.request_id)).arg("{\"status\":\"SUCCEEDED\",\"code\":201}").arg("PX").arg(600_000).ignore()
-            .cmd("SET").arg(keys::request_lock(&i.stuck_dead)).arg(dead.to_value()).ignore()
-            .cmd("SET").arg(keys::fence(&keys::request_lock(&i.stuck_dead))).arg(4).ignore()
+            .cmd("SET")
+            .arg(keys::instance(&i.live_instance))
+            .arg("alive")
+            .arg("PX")
+            .arg(600_000)
+            .ignore()
+            .cmd("SET")
+            .arg(keys::order_lock(&i.order_no))
+            .arg(holder.to_value())
+            .arg("PX")
+            .arg(600_000)
+            .ignore()
+            .cmd("SET")
+            .arg(keys::fence(&keys::order_lock(&i.order_no)))
+            .arg(3)
+            .ignore()
+            .cmd("SET")
+            .arg(keys::idempotency_fast_path(&i.request_id))
+            .arg("{\"status\":\"SUCCEEDED\",\"code\":201}")
+            .arg("PX")
+            .arg(600_000)
+            .ignore()
+            .cmd("SET")
+            .arg(keys::request_lock(&i.stuck_dead))
+            .arg(dead.to_value())
+            .ignore()
+            .cmd("SET")
+            .arg(keys::fence(&keys::request_lock(&i.stuck_dead)))
+            .arg(4)
+            .ignore()
             .query_async(&mut r)
             .await
             .unwrap();
 
         // Trace events through the real emitter, stamped with the incident's times.
-        let tracer = Tracer::from_config(&w.config, &Instance { id: i.live_instance.clone(), host: "api-host".into(), pid: 4242 }).unwrap();
+        let tracer = Tracer::from_config(
+            &w.config,
+            &Instance {
+                id: i.live_instance.clone(),
+                host: "api-host".into(),
+                pid: 4242,
+            },
+        )
+        .unwrap();
         let at = |ms: i64, e: TraceEvent| {
             let mut e = e;
             e.ts = format_ms(ms);
             e
         };
         let (o, r_, e) = (i.order_no.clone(), i.request_id.clone(), i.event_id.clone());
-        tracer.emit(at(t0, TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(&r_).detail("first request")));
-        tracer.emit(at(t0 + 5, TraceEvent::new(Layer::Lock, Outcome::LockAcquired).order_no(&o).request_id(&r_).detail("fence 3")));
-        tracer.emit(at(t0 + 6, TraceEvent::new(Layer::Lock, Outcome::LockContended).order_no(&o).request_id(&r_).detail("held by api-live-0a1b2c")));
-        tracer.emit(at(t0 + 10, TraceEvent::new(Layer::Db, Outcome::OrderCreated).order_no(&o).request_id(&r_)));
-        tracer.emit(at(t0 + 40, TraceEvent::new(Layer::Api, Outcome::Finalized).order_no(&o).request_id(&r_).detail("SUCCEEDED 201")));
-        tracer.emit(at(t0 + 500, TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(&o).request_id(&r_).detail("retry 1: 201 replayed")));
-        tracer.emit(at(t0 + 900, TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(&o).request_id(&r_).detail("retry 2: 201 replayed")));
-        tracer.emit(at(t0 + 3_000, TraceEvent::new(Layer::Stream, Outcome::SinkApplied).order_no(&o).request_id(&r_).event_id(&e).detail("order PAID, points, notification")));
-        tracer.emit(at(t0 + 3_100, TraceEvent::new(Layer::Stream, Outcome::DedupHit).order_no(&o).event_id(&e).detail("copy 2")));
-        tracer.emit(at(t0 + 3_200, TraceEvent::new(Layer::Stream, Outcome::DedupHit).order_no(&o).event_id(&e).detail("copy 3")));
+        tracer.emit(at(
+            t0,
+            TraceEvent::new(Layer::Api, Outcome::Claimed)
+                .request_id(&r_)
+                .detail("first request"),
+        ));
+        tracer.emit(at(
+            t0 + 5,
+            TraceEvent::new(Layer::Lock, Outcome::LockAcquired)
+                .order_no(&o)
+                .request_id(&r_)
+                .detail("fence 3"),
+        ));
+        tracer.emit(at(
+            t0 + 6,
+            TraceEvent::new(Layer::Lock, Outcome::LockContended)
+                .order_no(&o)
+                .request_id(&r_)
+                .detail("held by api-live-0a1b2c"),
+        ));
+        tracer.emit(at(
+            t0 + 10,
+            TraceEvent::new(Layer::Db, Outcome::OrderCreated)
+                .order_no(&o)
+                .request_id(&r_),
+        ));
+        tracer.emit(at(
+            t0 + 40,
+            TraceEvent::new(Layer::Api, Outcome::Finalized)
+                .order_no(&o)
+                .request_id(&r_)
+                .detail("SUCCEEDED 201"),
+        ));
+        tracer.emit(at(
+            t0 + 500,
+            TraceEvent::new(Layer::Api, Outcome::Replayed)
+                .order_no(&o)
+                .request_id(&r_)
+                .detail("retry 1: 201 replayed"),
+        ));
+        tracer.emit(at(
+            t0 + 900,
+            TraceEvent::new(Layer::Api, Outcome::Replayed)
+                .order_no(&o)
+                .request_id(&r_)
+                .detail("retry 2: 201 replayed"),
+        ));
+        tracer.emit(at(
+            t0 + 3_000,
+            TraceEvent::new(Layer::Stream, Outcome::SinkApplied)
+                .order_no(&o)
+                .request_id(&r_)
+                .event_id(&e)
+                .detail("order PAID, points, notification"),
+        ));
+        tracer.emit(at(
+            t0 + 3_100,
+            TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+                .order_no(&o)
+                .event_id(&e)
+                .detail("copy 2"),
+        ));
+        tracer.emit(at(
+            t0 + 3_200,
+            TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+                .order_no(&o)
+                .event_id(&e)
+                .detail("copy 3"),
+        ));
         tracer.flush(Duration::from_secs(10));
-        assert_eq!(tracer.stats().delivered, 10, "trace events delivered: {:?}", tracer.stats());
+        assert_eq!(
+            tracer.stats().delivered,
+            10,
+            "trace events delivered: {:?}",
+            tracer.stats()
+        );
         i
     }
 }
@@ -241,8 +640,10 @@ pub fn commit_offset(config: &Config, topic: &str, partition: i32, next: i64) {
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(next)).unwrap();
-    c.commit(&tpl, CommitMode::Sync).expect("commit the consumer group's offset");
+    tpl.add_partition_offset(topic, partition, Offset::Offset(next))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync)
+        .expect("commit the consumer group's offset");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,12 +661,29 @@ pub fn type_str(app: &mut App, s: &str) {
 }
 
 /// Apply updates until `cond` holds (bounded).
-pub async fn pump_until(app: &mut App, rx: &mut mpsc::Receiver<Update>, what: &str, cond: impl Fn(&App) -> bool) {
+pub async fn pump_until(
+    app: &mut App,
+    rx: &mut mpsc::Receiver<Update>,
+    what: &str,
+    cond: impl Fn(&App) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(40);
     while !cond(app) {
         if Instant::now() > deadline {
-            let sources: Vec<String> = app.timeline().map(|t| t.entries.iter().map(|e| format!("{} {}", e.layer, e.source)).collect()).unwrap_or_default();
-            let health: Vec<String> = app.backends.iter().map(|(b, s)| format!("{}: {:?}", b.name(), s.health)).collect();
+            let sources: Vec<String> = app
+                .timeline()
+                .map(|t| {
+                    t.entries
+                        .iter()
+                        .map(|e| format!("{} {}", e.layer, e.source))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let health: Vec<String> = app
+                .backends
+                .iter()
+                .map(|(b, s)| format!("{}: {:?}", b.name(), s.health))
+                .collect();
             panic!(
                 "timed out waiting for: {what}\nmessage: {:?}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}",
                 app.message, app.trace_log.events_seen
@@ -286,7 +704,9 @@ pub fn screen(app: &mut App, width: u16, height: u16) -> String {
     let buf = t.backend().buffer().clone();
     let mut out = String::new();
     for y in 0..buf.area.height {
-        let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        let line: String = (0..buf.area.width)
+            .map(|x| buf[(x, y)].symbol().to_string())
+            .collect();
         out.push_str(line.trim_end());
         out.push('\n');
     }
@@ -298,13 +718,19 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
     vec![
         (r"[A-Z]+:ORDER:\d{8}:[0-9a-f-]*…?", "[request_id]"),
         (r"\b\d{17}[0-9a-f]{0,12}…?", "[order_no]"),
-        (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "[uuid]"),
+        (
+            r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+            "[uuid]",
+        ),
         (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
         (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
         (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
         (r"\b1\d{12}\b", "[ms]"),
         // A duration and its padding: "9m59s " and "10m00s" are the same cell.
-        (r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *", "[dur] "),
+        (
+            r"(\b\d+m\d\ds\b|\b\d+h\d\dm\b|\b\d+d\d\dh\b|\b\d+(\.\d)?s\b|\b\d+ms\b) *",
+            "[dur] ",
+        ),
         // Owner liveness at the end of a truncated cell: a one-character-longer duration
         // before it leaves "owner ali" instead of "owner aliv".
         (r"· owner a[a-z]* *", "· owner [liveness] "),
