@@ -146,7 +146,7 @@ fn is_yyyymmdd(s: &str) -> bool {
     let y: u32 = s[0..4].parse().unwrap_or(0);
     let m: u32 = s[4..6].parse().unwrap_or(0);
     let d: u32 = s[6..8].parse().unwrap_or(0);
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
     let days = match m {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,

@@ -46,7 +46,7 @@ impl TraceStats {
         let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
         // Say it the first time and then every 1000th, so a dead broker is visible in the log
         // without flooding it.
-        if n == 1 || n % 1000 == 0 {
+        if n == 1 || n.is_multiple_of(1000) {
             tracing::warn!(
                 dropped_total = n,
                 reason = why,

@@ -866,10 +866,10 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
         "{dialect}"
     );
     // The rows, as written: the same in both sets.
-    for s in 0..2 {
+    for (s, set) in sets.iter().enumerate() {
         let rows: Vec<(OrderStatus, i64, i64, Option<String>)> = {
             let mut v = Vec::new();
-            for o in &sets[s] {
+            for o in set {
                 let r = orders.find_by_order_no(&o.order_no).await.unwrap().unwrap();
                 v.push((
                     r.status,

@@ -79,7 +79,7 @@ pub enum Claim {
     /// We inserted the PROCESSING record: ours to process.
     New,
     /// The key already had a record.
-    Existing(IdempotencyRecord),
+    Existing(Box<IdempotencyRecord>),
 }
 
 pub struct ClaimRequest<'a> {
@@ -115,7 +115,7 @@ pub async fn claim(db: &Database, r: &ClaimRequest<'_>) -> Result<Claim, sqlx::E
         return Ok(Claim::New);
     }
     match get(db, r.request_id).await? {
-        Some(rec) => Ok(Claim::Existing(rec)),
+        Some(rec) => Ok(Claim::Existing(Box::new(rec))),
         // Purged between our insert and our read: the next attempt will insert.
         None => Err(sqlx::Error::RowNotFound),
     }

@@ -926,9 +926,7 @@ mod tests {
         assert_eq!(own.value(), h.to_value());
         // The same holder written with other spacing or field order, and a foreign value: kept raw.
         let spaced = h.to_value().replace(",\"host\"", ", \"host\"");
-        let other_order = format!(
-            r#"{{"host":"h","instance":"vm-1","pid":7,"acquired_at":1,"ttl_ms":30000,"fence":3,"nonce":"n1"}}"#
-        );
+        let other_order = r#"{{"host":"h","instance":"vm-1","pid":7,"acquired_at":1,"ttl_ms":30000,"fence":3,"nonce":"n1"}}"#.to_string();
         for v in [spaced, other_order, "locked-by-cron".to_string()] {
             let row = LockRow::new(
                 "lock:order:1".into(),
