@@ -19,12 +19,12 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, ConfigSource};
-use idemguard::console::app::App;
-use idemguard::console::backend::Update;
-use idemguard::console::keymap::View;
-use idemguard::console::locks::{self, LockRow, LockScan, NodeScan, RedisNode};
-use idemguard::console::records::{self, StuckRecord, TraceIds};
-use idemguard::console::ui;
+use idemguard::console::read::locks::{self, LockRow, LockScan, NodeScan, RedisNode};
+use idemguard::console::read::records::{self, StuckRecord, TraceIds};
+use idemguard::console::tui::app::App;
+use idemguard::console::tui::backend::Update;
+use idemguard::console::tui::keymap::View;
+use idemguard::console::tui::ui;
 use idemguard::contracts::{format_ms, keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
 use idemguard::db::{migrate, Database};
 use rand::Rng;
@@ -457,12 +457,12 @@ async fn run() {
     if want("render") {
         let mut app = App::new(&config, None);
         app.apply(Update::Locks(synthetic_scan(10_000)));
-        app.act(idemguard::console::keymap::UiAction::Show(View::Locks));
+        app.act(idemguard::console::tui::keymap::UiAction::Show(View::Locks));
         let locks_p99 = render_rounds(&mut app, "locks view, 10,000 rows");
-        app.act(idemguard::console::keymap::UiAction::Bottom);
+        app.act(idemguard::console::tui::keymap::UiAction::Bottom);
         let bottom_p99 = render_rounds(&mut app, "locks view, 10,000 rows, last row selected");
         app.apply(Update::Stuck(Ok(synthetic_stuck(10_000))));
-        app.act(idemguard::console::keymap::UiAction::Show(View::Stuck));
+        app.act(idemguard::console::tui::keymap::UiAction::Show(View::Stuck));
         let stuck_p99 = render_rounds(&mut app, "stuck view, 10,000 rows");
         results.push(row(
             "frame render p99, locks view, 10,000 rows",
@@ -747,7 +747,7 @@ struct FullTopics {
 /// the console keeps ([`store::TRACE_EVENTS_KEPT`], [`store::PAYMENT_MESSAGES_KEPT`]), shaped like
 /// the real ones (the service's trace events, the relay's payment events with their headers).
 async fn fill_topics(config: &Config) -> FullTopics {
-    use idemguard::console::store;
+    use idemguard::console::read::store;
     use idemguard::contracts::{headers, PaymentSucceeded};
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;

@@ -300,7 +300,7 @@ pub async fn run(
 
     let result = if tui {
         eprintln!("idemguard demo: opening the console (actions enabled). Quit with q; everything the demo started stops with it.");
-        crate::console::terminal::run_with(config, true)
+        crate::console::tui::terminal::run_with(config, true)
             .await
             .map(|_| state)
     } else {
@@ -356,8 +356,8 @@ async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
 async fn wait_until_visible(config: &Config, state: &DemoState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let stuck = serde_json::to_value(crate::console::headless::stuck(config).await)?;
-        let locks = serde_json::to_value(crate::console::headless::locks(config).await)?;
+        let stuck = serde_json::to_value(crate::console::cli::headless::stuck(config).await)?;
+        let locks = serde_json::to_value(crate::console::cli::headless::locks(config).await)?;
         let stuck_seen = stuck["data"]["records"].as_array().is_some_and(|rs| {
             rs.iter().any(|r| {
                 r["request_id"] == state.stuck_request_id.as_str() && r["owner_alive"] == false

@@ -19,6 +19,7 @@ pub mod demo;
 pub mod doctor;
 pub mod lock;
 pub mod logging;
+pub mod ops;
 pub mod storm;
 pub mod stream;
 pub mod trace;

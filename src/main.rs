@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use idemguard::config::{Config, ConfigSource};
-use idemguard::console::actions::{self, Action, Actions};
-use idemguard::console::{self, headless};
+use idemguard::console::{self, cli::headless};
 use idemguard::contracts::Instance;
 use idemguard::db::{migrate, Database};
 use idemguard::doctor;
+use idemguard::ops::{self, Action, Actions};
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
 use tokio_util::sync::CancellationToken;
@@ -263,7 +263,7 @@ fn main() -> ExitCode {
     };
     idemguard::logging::hide_secrets_of(&config);
     if matches!(cli.command, Command::Console { .. } | Command::Demo { .. }) {
-        console::terminal::limit_malloc_arenas();
+        console::tui::terminal::limit_malloc_arenas();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -424,7 +424,7 @@ async fn run(
             hold,
         } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
         Command::Console { allow_actions } => {
-            console::terminal::run_with(config, allow_actions).await?;
+            console::tui::terminal::run_with(config, allow_actions).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Trace { id, json } => {
@@ -468,7 +468,7 @@ async fn run(
             json,
             output,
         } => {
-            use idemguard::console::report;
+            use idemguard::console::cli::report;
             let scope = match (id, since, until) {
                 (Some(id), _, _) => report::Scope::Id(id),
                 (None, Some(s), Some(u)) => report::Scope::Window {
@@ -566,7 +566,7 @@ async fn run_action(
             None => println!("  NOT audited — and therefore not performed"),
         }
     }
-    Ok(ExitCode::from(actions::exit_code(result.outcome)))
+    Ok(ExitCode::from(ops::exit_code(result.outcome)))
 }
 
 /// Prints one JSON line when the lock is held (`{"held":true,"instance":…,"fence":…,"value":…}`)

@@ -16,10 +16,10 @@ use console_fixture::{
 };
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use idemguard::config::Dialect;
-use idemguard::console::app::{App, Health, Input};
-use idemguard::console::backend::{BackendId, Backends};
-use idemguard::console::headless;
-use idemguard::console::keymap::View;
+use idemguard::console::cli::headless;
+use idemguard::console::tui::app::{App, Health, Input};
+use idemguard::console::tui::backend::{BackendId, Backends};
+use idemguard::console::tui::keymap::View;
 use idemguard::contracts::keys;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -614,7 +614,7 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     let mut copied = Vec::new();
     tokio::time::timeout(
         Duration::from_secs(20),
-        idemguard::console::terminal::run_loop(
+        idemguard::console::tui::terminal::run_loop(
             &mut terminal,
             &mut app,
             events,
@@ -871,8 +871,8 @@ async fn headless_trace_json_mysql() {
 /// names the order's IDs, not the newest N messages.
 #[tokio::test]
 async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep() {
-    use idemguard::console::report::{self, Scope};
-    use idemguard::console::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
+    use idemguard::console::cli::report::{self, Scope};
+    use idemguard::console::read::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
     use idemguard::contracts::{headers, Layer, Outcome, TraceEvent};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

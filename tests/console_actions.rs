@@ -11,11 +11,11 @@ use idemguard::api::fast_path::FastPathValue;
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect, LockMode};
-use idemguard::console::actions::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::contracts::{keys, Instance, OrderNo, RequestId};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::Database;
 use idemguard::lock::{Acquisition, LockGuard, Locks};
+use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::trace::Tracer;
 
 fn instance(tag: &str) -> Instance {
@@ -69,7 +69,7 @@ fn order_key() -> String {
 }
 
 async fn audit(db: &Database, target: &str) -> Vec<AuditRow> {
-    actions::audit_rows(db, 0, i64::MAX, 1000)
+    ops::audit_rows(db, 0, i64::MAX, 1000)
         .await
         .expect("read ops_audit")
         .into_iter()
@@ -106,9 +106,7 @@ async fn release_of_a_dead_owners_lock_succeeds_and_is_audited() {
     let ops = actions_for(&config, &db, true).await;
     let view = ops.locks().inspect(&key).await;
     assert_eq!(view.values(), vec![value.as_str()]);
-    let r = ops
-        .run(&actions::release_of(&view, false, true, None))
-        .await;
+    let r = ops.run(&ops::release_of(&view, false, true, None)).await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
     assert!(
         ops.locks().inspect(&key).await.is_free(),
@@ -151,9 +149,7 @@ async fn a_lock_reacquired_after_it_was_displayed_is_not_deleted() {
     let second = locks_for(&config, &instance("second"));
     let now_held = hold_and_abandon(&second, &key).await; // a dead owner too: only the value differs
 
-    let r = ops
-        .run(&actions::release_of(&shown, false, false, None))
-        .await;
+    let r = ops.run(&ops::release_of(&shown, false, false, None)).await;
     assert_eq!(r.outcome, ActionOutcome::Changed, "{}", r.detail);
     assert!(r.detail.contains("changed hands"), "{}", r.detail);
     assert_eq!(
@@ -181,9 +177,7 @@ async fn a_live_owners_lock_is_refused_without_force_and_released_with_force_and
     let ops = actions_for(&config, &db, true).await;
     let view = ops.locks().inspect(&key).await;
 
-    let r = ops
-        .run(&actions::release_of(&view, false, false, None))
-        .await;
+    let r = ops.run(&ops::release_of(&view, false, false, None)).await;
     assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
     assert!(r.detail.contains("alive"), "{}", r.detail);
     assert_eq!(
@@ -192,9 +186,7 @@ async fn a_live_owners_lock_is_refused_without_force_and_released_with_force_and
         "nothing deleted"
     );
 
-    let r = ops
-        .run(&actions::release_of(&view, true, false, None))
-        .await;
+    let r = ops.run(&ops::release_of(&view, true, false, None)).await;
     assert_eq!(
         r.outcome,
         ActionOutcome::Refused,
@@ -203,7 +195,7 @@ async fn a_live_owners_lock_is_refused_without_force_and_released_with_force_and
     );
 
     let r = ops
-        .run(&actions::release_of(
+        .run(&ops::release_of(
             &view,
             true,
             false,
@@ -549,9 +541,7 @@ async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect
         .unwrap();
 
     let view = ops.locks().inspect(&key).await;
-    let r1 = ops
-        .run(&actions::release_of(&view, false, true, None))
-        .await;
+    let r1 = ops.run(&ops::release_of(&view, false, true, None)).await;
     let r2 = ops.run(&finalize(&rec)).await;
     for r in [&r1, &r2] {
         assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
@@ -631,9 +621,7 @@ async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Diale
     );
 
     let view = ops.locks().inspect(&key).await;
-    let r = ops
-        .run(&actions::release_of(&view, false, false, None))
-        .await;
+    let r = ops.run(&ops::release_of(&view, false, false, None)).await;
     assert_eq!(
         (r.outcome, r.audit_id),
         (ActionOutcome::Error, None),
@@ -769,9 +757,9 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
         .collect();
     assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
 
-    let log = idemguard::console::headless::read_trace_log(
+    let log = idemguard::console::cli::headless::read_trace_log(
         &config,
-        idemguard::console::topics::StartAt::Beginning,
+        idemguard::console::read::topics::StartAt::Beginning,
     )
     .await
     .unwrap();
@@ -811,9 +799,9 @@ mod console_fixture;
 
 use console_fixture::{press, pump_until, screen, type_str};
 use crossterm::event::KeyCode;
-use idemguard::console::app::App;
-use idemguard::console::backend::Backends;
-use idemguard::console::keymap::View;
+use idemguard::console::tui::app::App;
+use idemguard::console::tui::backend::Backends;
+use idemguard::console::tui::keymap::View;
 
 fn redactions() -> Vec<(&'static str, &'static str)> {
     vec![
@@ -1172,7 +1160,7 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
 // ---------------------------------------------------------------------------------------------
 
 async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: Dialect) {
-    use idemguard::console::report::{self, Scope};
+    use idemguard::console::cli::report::{self, Scope};
     let (mut config, db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
     config.kafka.trace_topic = topics[0].clone();

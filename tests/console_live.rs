@@ -14,9 +14,9 @@ use console_fixture::{press, pump_until, redactions, screen, type_str, world, Wo
 use crossterm::event::KeyCode;
 use idemguard::api::server;
 use idemguard::config::Dialect;
-use idemguard::console::app::{App, Health};
-use idemguard::console::backend::Backends;
-use idemguard::console::headless;
+use idemguard::console::cli::headless;
+use idemguard::console::tui::app::{App, Health};
+use idemguard::console::tui::backend::Backends;
 use idemguard::contracts::{Instance, RequestId};
 use idemguard::db::orders::Orders;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::config::{Config, Dialect, LockMode};
-use idemguard::console::actions::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::contracts::{keys, Instance, OrderNo, RequestId};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::Database;
 use idemguard::lock::{Acquisition, Locks};
+use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::trace::Tracer;
 use redis_server::RedisServer;
 
@@ -109,7 +109,7 @@ async fn hold_and_abandon(locks: &Locks, key: &str, ttl: Duration) -> String {
 }
 
 async fn audit(db: &Database, target: &str) -> Vec<AuditRow> {
-    actions::audit_rows(db, 0, i64::MAX, 1000)
+    ops::audit_rows(db, 0, i64::MAX, 1000)
         .await
         .expect("read ops_audit")
         .into_iter()
@@ -209,7 +209,7 @@ async fn record_changed_between_reconcile_and_write(dialect: Dialect) {
         let moved = record(&db, &rec.request_id).await;
         let r = run.await;
         assert_eq!(r.outcome, ActionOutcome::Changed, "{dialect}: {}", r.detail);
-        assert_eq!(actions::exit_code(r.outcome), 5);
+        assert_eq!(ops::exit_code(r.outcome), 5);
         assert_eq!(record(&db, &rec.request_id).await, moved, "{dialect}: nothing written");
         assert_eq!(moved.status, "PROCESSING");
         assert_eq!(audit(&db, &rec.request_id).await[0].outcome, "changed", "{dialect}");
@@ -266,9 +266,7 @@ async fn failed_audit_write_runs_nothing(dialect: Dialect) {
             "{dialect}: the record is untouched"
         );
 
-        let r = ops
-            .run(&actions::release_of(&view, false, true, None))
-            .await;
+        let r = ops.run(&ops::release_of(&view, false, true, None)).await;
         assert_eq!(
             (r.outcome, r.audit_id),
             (ActionOutcome::Error, None),
@@ -317,9 +315,7 @@ async fn release_of_a_lock_that_expired_after_it_was_displayed_deletes_nothing()
             assert!(Instant::now() < deadline, "the lock did not expire");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let r = ops
-            .run(&actions::release_of(&shown, false, true, None))
-            .await;
+        let r = ops.run(&ops::release_of(&shown, false, true, None)).await;
         assert_eq!(r.outcome, ActionOutcome::Changed, "{}", r.detail);
         assert!(
             r.detail.contains("the lock is gone") && r.detail.contains("nothing was deleted"),
@@ -382,9 +378,7 @@ async fn redlock_partial_release_deletes_where_the_value_matches_and_names_those
             .query_async(&mut redis(&nodes[4]).await)
             .await
             .unwrap();
-        let r = ops
-            .run(&actions::release_of(&shown, false, false, None))
-            .await;
+        let r = ops.run(&ops::release_of(&shown, false, false, None)).await;
         assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
         let addr = |url: &str| {
             url.trim_start_matches("redis://")
@@ -448,16 +442,14 @@ async fn failed_fence_bump_is_not_reported_as_success(mode: LockMode) {
                 .await
                 .unwrap();
         }
-        let r = ops
-            .run(&actions::release_of(&shown, false, true, None))
-            .await;
+        let r = ops.run(&ops::release_of(&shown, false, true, None)).await;
         assert_eq!(
             r.outcome,
             ActionOutcome::Error,
             "{mode:?}: a fence not raised is not success: {}",
             r.detail
         );
-        assert_ne!(actions::exit_code(r.outcome), 0);
+        assert_ne!(ops::exit_code(r.outcome), 0);
         assert!(
             r.detail.contains("fence bump failed") && !r.detail.contains("raised to"),
             "{mode:?}: {}",
@@ -509,9 +501,7 @@ async fn release_is_refused_when_liveness_cannot_be_read() {
         let shown = ops.locks().inspect(&key).await;
         main.kill();
 
-        let r = ops
-            .run(&actions::release_of(&shown, false, false, None))
-            .await;
+        let r = ops.run(&ops::release_of(&shown, false, false, None)).await;
         assert_eq!(r.outcome, ActionOutcome::Refused, "{}", r.detail);
         assert!(
             r.detail.contains("cannot tell whether the owner is alive"),
@@ -525,7 +515,7 @@ async fn release_is_refused_when_liveness_cannot_be_read() {
         );
 
         let r = ops
-            .run(&actions::release_of(
+            .run(&ops::release_of(
                 &shown,
                 true,
                 false,

@@ -13,10 +13,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect, LockMode};
-use idemguard::console::actions::{ActionOutcome, Actions};
-use idemguard::console::{confirm, locks as console_locks};
+use idemguard::console::{read::locks as console_locks, tui::confirm};
 use idemguard::contracts::{keys, now_ms, Instance, LockHolder, OrderNo};
 use idemguard::lock::{LockGuard, Locks, NodeLockState};
+use idemguard::ops::{ActionOutcome, Actions};
 use idemguard::trace::Tracer;
 
 fn instance(tag: &str) -> Instance {

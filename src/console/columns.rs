@@ -1,12 +1,12 @@
 //! The columns of each view, written once: the TUI's tables and the headless commands' readable
 //! tables show the same cells, and the `/` filter matches the same text.
 
-use super::format::{age, clock, pttl, short};
-use super::locks::LockRow;
-use super::records::StuckRecord;
-use super::store::RateSeries;
-use super::timeline::TimelineEntry;
-use super::topics::PartitionLag;
+use crate::console::format::{age, clock, pttl, short};
+use crate::console::read::locks::LockRow;
+use crate::console::read::records::StuckRecord;
+use crate::console::read::store::RateSeries;
+use crate::console::read::timeline::TimelineEntry;
+use crate::console::read::topics::PartitionLag;
 
 /// A column: header and the width the TUI gives it (0 = takes the rest).
 pub struct Column {
@@ -243,7 +243,7 @@ pub static AUDIT: &[Column] = &[
     col("DETAIL", 0),
 ];
 
-pub fn audit_cells(r: &super::actions::AuditRow) -> Vec<String> {
+pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
     vec![
         clock(r.created_at),
         r.operator.clone(),

@@ -71,21 +71,10 @@
 //! Exit status: 0 all answered; 1 a backend failed (the document still has what was read);
 //! 3 `trace` found no trace of the ID anywhere.
 
-pub mod actions;
-pub mod app;
-pub mod backend;
+pub mod cli;
 pub mod columns;
-pub mod confirm;
 pub mod format;
-pub mod headless;
-pub mod keymap;
-pub mod locks;
-pub mod records;
-pub mod report;
-pub mod store;
-pub mod terminal;
-pub mod timeline;
-pub mod topics;
-pub mod ui;
+pub mod read;
+pub mod tui;
 
-pub use terminal::run;
+pub use tui::terminal::run;

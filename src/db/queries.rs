@@ -70,7 +70,7 @@ builtin![
     "retention_idempotency_record",
     "retention_outbox_sent",
     "retention_processed_event",
-    // the console's read-through (src/console/records.rs)
+    // the console's read-through (src/console/read/records.rs)
     "console_trace_idempotency",
     "console_trace_order",
     "console_trace_stock",
@@ -91,14 +91,14 @@ builtin![
     "storm_check_notification",
     "storm_outbox_pending",
     "storm_outbox_events",
-    // the console's actions and their audit (src/console/actions.rs)
+    // the console's actions and their audit (src/ops/)
     "console_finalize",
     "console_finalize_lock_wait",
     "console_finalize_lock_record",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
-    // the post-incident report (src/console/report.rs)
+    // the post-incident report (src/console/cli/report.rs)
     "report_leaks",
     "report_orders",
     "report_contradictions",

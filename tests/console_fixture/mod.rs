@@ -25,9 +25,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use idemguard::console::app::App;
-use idemguard::console::backend::Update;
-use idemguard::console::ui;
+use idemguard::console::tui::app::App;
+use idemguard::console::tui::backend::Update;
+use idemguard::console::tui::ui;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use tokio::sync::mpsc;

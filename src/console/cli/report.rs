@@ -14,12 +14,14 @@ use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
-use super::actions::{self, AuditRow};
-use super::headless::{read_payments, read_topics_for, read_trace_log, EnvironmentInfo};
-use super::records::{self, TraceIds};
-use super::store::{PaymentIndex, TraceLog};
-use super::timeline::{self, Timeline, TimelineInputs};
-use super::topics::StartAt;
+use crate::console::cli::headless::{
+    read_payments, read_topics_for, read_trace_log, EnvironmentInfo,
+};
+use crate::console::read::records::{self, TraceIds};
+use crate::console::read::store::{PaymentIndex, TraceLog};
+use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::topics::StartAt;
+use crate::ops::{self, AuditRow};
 
 pub const SCHEMA: &str = "idemguard.report/v1";
 /// Orders given a full timeline in a window report (the rest are counted).
@@ -258,7 +260,7 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
 
     let mut leaks = leaks(&db, since_ms, until_ms).await?;
     let mut contradictions = contradictions(&db, since_ms, until_ms).await?;
-    let mut operator_actions = actions::audit_rows(&db, since_ms, until_ms, 10_000).await?;
+    let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
     let (rate_since, rate_until) = match scope {
         Scope::Window { .. } => (since_ms, until_ms),

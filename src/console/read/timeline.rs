@@ -12,11 +12,11 @@ use serde_json::json;
 
 use crate::contracts::{TraceEvent, TraceTarget};
 
-use super::format::{age, pttl, short};
-use super::locks::{LockRow, TraceKeys};
-use super::records::{TraceIds, TraceRows};
-use super::store::{event_ms, PaymentIndex, TraceLog};
-use super::topics::PaymentMessage;
+use crate::console::format::{age, pttl, short};
+use crate::console::read::locks::{LockRow, TraceKeys};
+use crate::console::read::records::{TraceIds, TraceRows};
+use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
+use crate::console::read::topics::PaymentMessage;
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
 #[derive(Debug, Clone, PartialEq, Serialize)]

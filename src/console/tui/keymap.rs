@@ -41,7 +41,7 @@ impl View {
 }
 
 /// What a key does. Nothing here writes anywhere: the destructive keys ([`UiAction::Release`],
-/// [`UiAction::Finalize`]) only build [`super::actions::Action`] values and open the
+/// [`UiAction::Finalize`]) only build [`crate::ops::Action`] values and open the
 /// confirmation popup; the action runs once confirmed, in the executor task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UiAction {

@@ -16,13 +16,13 @@ use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
-use super::backend::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
-use super::columns;
-use super::locks::{self, LockScan};
-use super::records::{self, StuckRecord, TraceIds, TraceRows};
-use super::store::{PaymentIndex, RateTable, TraceLog};
-use super::timeline::{self, Timeline, TimelineInputs};
-use super::topics::{self, PartitionLag, PaymentMessage, StartAt};
+use crate::console::columns;
+use crate::console::read::locks::{self, LockScan};
+use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
+use crate::console::read::store::{PaymentIndex, RateTable, TraceLog};
+use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
+use crate::console::tui::backend::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
 
 /// The `schema` field of every headless document.
 pub const SCHEMA: &str = "idemguard.console/v1";
@@ -167,8 +167,8 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
 
 /// The IDs a read of the topics for one trace keeps: a payment message or trace event is kept
 /// when it names one of them, however many other messages the topic holds. Without it a read
-/// keeps the newest [`PAYMENT_MESSAGES_KEPT`](super::store::PAYMENT_MESSAGES_KEPT) /
-/// [`TRACE_EVENTS_KEPT`](super::store::TRACE_EVENTS_KEPT), and on a busy system the trace of an
+/// keeps the newest [`PAYMENT_MESSAGES_KEPT`](crate::console::read::store::PAYMENT_MESSAGES_KEPT) /
+/// [`TRACE_EVENTS_KEPT`](crate::console::read::store::TRACE_EVENTS_KEPT), and on a busy system the trace of an
 /// order from an hour ago would have lost its Kafka side.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Keep {

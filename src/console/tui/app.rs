@@ -1,6 +1,6 @@
 //! The console's state, owned by the UI task alone: what the collectors sent (applied with
 //! [`App::apply`]), what the operator does (keys, [`App::handle_key`]), and nothing else — no
-//! locks, no shared mutable state. Drawing reads it ([`super::ui::draw`]).
+//! locks, no shared mutable state. Drawing reads it ([`crate::console::tui::ui::draw`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -11,17 +11,17 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{Config, EnvironmentConfig};
 use crate::contracts::{keys, now_ms, TraceTarget};
 
-use super::actions::{ActionResult, AuditRow};
-use super::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
-use super::columns;
-use super::confirm::{self, Confirm, RowResult};
-use super::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
-use super::locks::LockScan;
-use super::locks::TraceKeys;
-use super::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
-use super::store::{PaymentIndex, TraceLog};
-use super::timeline::{self, Timeline, TimelineInputs};
-use super::topics::PartitionLag;
+use crate::console::columns;
+use crate::console::read::locks::LockScan;
+use crate::console::read::locks::TraceKeys;
+use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
+use crate::console::read::store::{PaymentIndex, TraceLog};
+use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::topics::PartitionLag;
+use crate::console::tui::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
+use crate::console::tui::confirm::{self, Confirm, RowResult};
+use crate::console::tui::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
+use crate::ops::{ActionResult, AuditRow};
 
 /// How often the timeline's relative times (ages, PTTLs) are recomputed without new data.
 const TIMELINE_AGES: Duration = Duration::from_millis(500);
@@ -225,7 +225,7 @@ impl App {
         self.actions_enabled |= allow;
     }
 
-    /// Where confirmed batches go (see [`super::backend::Backends::spawn_executor`]).
+    /// Where confirmed batches go (see [`crate::console::tui::backend::Backends::spawn_executor`]).
     pub fn attach_executor(&mut self, tx: mpsc::Sender<ExecRequest>) {
         self.executor = Some(tx);
         self.request(ExecRequest::LoadAudit);
@@ -588,7 +588,7 @@ impl App {
         self.clipboard_out.take()
     }
 
-    pub fn selected_lock(&self) -> Option<&super::locks::LockRow> {
+    pub fn selected_lock(&self) -> Option<&crate::console::read::locks::LockRow> {
         let i = *self
             .filtered
             .get(&View::Locks)?
@@ -668,7 +668,8 @@ impl App {
         if idx.is_empty() {
             return self.say("no lock selected", Level::Error);
         }
-        let rows: Vec<&super::locks::LockRow> = idx.iter().map(|i| &scan.locks[*i]).collect();
+        let rows: Vec<&crate::console::read::locks::LockRow> =
+            idx.iter().map(|i| &scan.locks[*i]).collect();
         let c = confirm::release(&rows, self.now_ms(), &self.env.name, self.env.production);
         self.offer(c, "releasing a lock");
     }
@@ -752,7 +753,7 @@ impl App {
             Update::ActionResults(results) => {
                 let done = results
                     .iter()
-                    .filter(|r| r.outcome == super::actions::ActionOutcome::Done)
+                    .filter(|r| r.outcome == crate::ops::ActionOutcome::Done)
                     .count();
                 let level = if done == results.len() {
                     Level::Info
@@ -1017,7 +1018,7 @@ impl App {
                 .collect();
             if !missing.is_empty() {
                 events.extend(missing);
-                events.sort_by_key(|e| super::store::event_ms(e).unwrap_or(0));
+                events.sort_by_key(|e| crate::console::read::store::event_ms(e).unwrap_or(0));
             }
         }
         Some(timeline::build(TimelineInputs {

@@ -7,10 +7,10 @@ use serde::Serialize;
 use crate::config::Dialect;
 use crate::contracts::LockHolder;
 
-use super::actions::{Action, ActionOutcome};
-use super::format::age;
-use super::locks::LockRow;
-use super::records::StuckRecord;
+use crate::console::format::age;
+use crate::console::read::locks::LockRow;
+use crate::console::read::records::StuckRecord;
+use crate::ops::{Action, ActionOutcome};
 
 /// Which lock nodes an action goes to: the main Redis or the RedLock nodes (the Locks view
 /// lists both).

@@ -19,9 +19,9 @@ use tokio::sync::mpsc;
 
 use crate::config::Config;
 
-use super::app::App;
-use super::backend::{Backends, Update};
-use super::ui;
+use crate::console::tui::app::App;
+use crate::console::tui::backend::{Backends, Update};
+use crate::console::tui::ui;
 
 /// Relative times (ages, PTTLs) move on at this pace.
 pub const TICK: Duration = Duration::from_millis(500);

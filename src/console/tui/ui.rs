@@ -14,11 +14,11 @@ use ratatui::Frame;
 
 use crate::contracts::now_ms;
 
-use super::app::{App, Health, Input, Level};
-use super::backend::BackendId;
-use super::columns::{self, Column};
-use super::format::age;
-use super::keymap::{self, View, KEYMAP};
+use crate::console::columns::{self, Column};
+use crate::console::format::age;
+use crate::console::tui::app::{App, Health, Input, Level};
+use crate::console::tui::backend::BackendId;
+use crate::console::tui::keymap::{self, View, KEYMAP};
 
 pub fn env_color(name: &str) -> Color {
     match name {
@@ -425,7 +425,7 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         );
         return;
     };
-    let count = |flag: super::locks::LockFlag| {
+    let count = |flag: crate::console::read::locks::LockFlag| {
         scan.locks
             .iter()
             .filter(|l| l.flags.contains(&flag))
@@ -464,17 +464,26 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         ),
         Span::raw(" · "),
         Span::styled(
-            format!("{} no TTL", count(super::locks::LockFlag::NoTtl)),
+            format!(
+                "{} no TTL",
+                count(crate::console::read::locks::LockFlag::NoTtl)
+            ),
             Style::new().fg(Color::Yellow),
         ),
         Span::raw(" · "),
         Span::styled(
-            format!("{} dead owner", count(super::locks::LockFlag::DeadOwner)),
+            format!(
+                "{} dead owner",
+                count(crate::console::read::locks::LockFlag::DeadOwner)
+            ),
             Style::new().fg(Color::Red),
         ),
         Span::raw(" · "),
         Span::styled(
-            format!("{} no quorum", count(super::locks::LockFlag::NoQuorum)),
+            format!(
+                "{} no quorum",
+                count(crate::console::read::locks::LockFlag::NoQuorum)
+            ),
             Style::new().fg(Color::Red),
         ),
         Span::styled(
@@ -510,11 +519,12 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
 }
 
-fn lock_row(l: &super::locks::LockRow, now: i64) -> (Vec<String>, Style) {
+fn lock_row(l: &crate::console::read::locks::LockRow, now: i64) -> (Vec<String>, Style) {
     let style = if l.flags.iter().any(|f| {
         matches!(
             f,
-            super::locks::LockFlag::DeadOwner | super::locks::LockFlag::NoQuorum
+            crate::console::read::locks::LockFlag::DeadOwner
+                | crate::console::read::locks::LockFlag::NoQuorum
         )
     }) {
         Style::new().fg(Color::Red)
@@ -550,24 +560,25 @@ fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
     if app.last_batch.is_empty() {
         return area;
     }
-    let lines: Vec<Line<'_>> =
-        app.last_batch
-            .iter()
-            .map(|r| {
-                let style = match r.outcome {
-                    super::actions::ActionOutcome::Done => Style::new().fg(Color::Green),
-                    super::actions::ActionOutcome::Changed
-                    | super::actions::ActionOutcome::Refused => Style::new().fg(Color::Yellow),
-                    super::actions::ActionOutcome::Error => {
-                        Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
-                    }
-                };
-                Line::from(vec![
-                    Span::styled(format!(" {:<8}", r.outcome.as_str()), style),
-                    Span::raw(format!("{} {} — {}", r.action, r.target, r.detail)),
-                ])
-            })
-            .collect();
+    let lines: Vec<Line<'_>> = app
+        .last_batch
+        .iter()
+        .map(|r| {
+            let style = match r.outcome {
+                crate::ops::ActionOutcome::Done => Style::new().fg(Color::Green),
+                crate::ops::ActionOutcome::Changed | crate::ops::ActionOutcome::Refused => {
+                    Style::new().fg(Color::Yellow)
+                }
+                crate::ops::ActionOutcome::Error => {
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+                }
+            };
+            Line::from(vec![
+                Span::styled(format!(" {:<8}", r.outcome.as_str()), style),
+                Span::raw(format!("{} {} — {}", r.action, r.target, r.detail)),
+            ])
+        })
+        .collect();
     let inner = area.width.saturating_sub(2).max(1) as usize;
     let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
     let h = (rows as u16 + 2).min(area.height / 2).max(3);
@@ -807,7 +818,12 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
 // The confirmation popup
 // ---------------------------------------------------------------------------------------------
 
-fn draw_confirm(f: &mut Frame<'_>, app: &App, c: &super::confirm::Confirm, area: Rect) {
+fn draw_confirm(
+    f: &mut Frame<'_>,
+    app: &App,
+    c: &crate::console::tui::confirm::Confirm,
+    area: Rect,
+) {
     let mut text: Vec<Line<'_>> = c
         .lines
         .iter()

@@ -20,12 +20,12 @@ use crate::db::Database;
 use crate::lock::Locks;
 use crate::trace::Tracer;
 
-use super::actions::{self, ActionOutcome, ActionResult, Actions, AuditRow};
-use super::confirm::{Planned, Scope};
+use crate::console::tui::confirm::{Planned, Scope};
+use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
-use super::locks::{self, LockScan, TraceKeys};
-use super::records::{self, StuckRecord, TraceIds, TraceRows};
-use super::topics::{self, PartitionLag, PaymentMessage};
+use crate::console::read::locks::{self, LockScan, TraceKeys};
+use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
+use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
 /// data and never grows memory).
@@ -359,7 +359,7 @@ async fn executor_task(
                 return;
             }
         }
-        let audit = actions::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS)
+        let audit = ops::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS)
             .await
             .map_err(|e| format!("reading ops_audit: {e}"));
         if tx.send(Update::Audit(audit)).await.is_err() {
@@ -371,7 +371,11 @@ async fn executor_task(
 /// `:report`: the same report as `idemguard report --id ID`, written to
 /// `idemguard-report-{ID}.md` in the working directory.
 async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
-    let r = super::report::build(config, &super::report::Scope::Id(id.to_string())).await?;
+    let r = crate::console::cli::report::build(
+        config,
+        &crate::console::cli::report::Scope::Id(id.to_string()),
+    )
+    .await?;
     let safe: String = id
         .chars()
         .map(|c| {
@@ -383,7 +387,7 @@ async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
         })
         .collect();
     let path = format!("idemguard-report-{safe}.md");
-    std::fs::write(&path, super::report::markdown(&r))
+    std::fs::write(&path, crate::console::cli::report::markdown(&r))
         .map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
     Ok(format!(
         "{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)",
@@ -682,8 +686,8 @@ async fn topic_task(
             let query = f.query.clone().unwrap_or_default();
             let cancelled = stop.clone();
             let task = tokio::spawn(async move {
-                let keep = super::headless::Keep::of_ids(&query, &ids);
-                let result = super::headless::read_trace_log_keeping(
+                let keep = crate::console::cli::headless::Keep::of_ids(&query, &ids);
+                let result = crate::console::cli::headless::read_trace_log_keeping(
                     &config,
                     topics::StartAt::Beginning,
                     &keep,
