@@ -23,6 +23,7 @@
 //! Both modes sit behind one type, [`Locks`], chosen by `lock.mode`.
 
 mod batch;
+mod conn;
 mod inspect;
 mod liveness;
 mod node;
@@ -43,9 +44,9 @@ use crate::config::{Config, LockConfig, LockMode};
 use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, TraceEvent};
 use crate::trace::Tracer;
 
+pub use conn::NodeError;
 pub use inspect::{LockScan, LockView, NodeLock, NodeLockState, NodeScan};
 pub use liveness::{Heartbeat, InstanceBeat, Liveness};
-pub use node::NodeError;
 pub use scripts::NodeRelease;
 
 use node::Node;
