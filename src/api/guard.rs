@@ -21,10 +21,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::fast_path::{FastPath, FastPathValue};
-use super::idempotency::{self, Claim, ClaimRequest, IdempotencyRecord, Outcome};
+use super::idempotency::{self, Claim, ClaimRequest, FinalResponse, IdempotencyRecord};
 use super::problem::Problem;
 use crate::config::Config;
-use crate::contracts::{now_ms, Layer, Outcome as Decision, RequestId, TraceEvent};
+use crate::contracts::{now_ms, Layer, Outcome, RequestId, TraceEvent};
 use crate::db::Database;
 use crate::trace::Tracer;
 
@@ -32,7 +32,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// Tells whether an instance still has a heartbeat (`instance:{id}`).
-pub trait Liveness: Send + Sync {
+pub trait OwnerLiveness: Send + Sync {
     fn is_alive(&self, instance_id: &str) -> impl Future<Output = bool> + Send;
 }
 
@@ -115,7 +115,7 @@ impl ReplayCounter {
     }
 }
 
-impl<L: Liveness> Guard<L> {
+impl<L: OwnerLiveness> Guard<L> {
     /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
     /// record is past its retention from the business tables instead (seed §6.4).
     pub async fn run<P, PF, E, EF>(
@@ -129,9 +129,9 @@ impl<L: Liveness> Guard<L> {
     ) -> Response
     where
         P: FnOnce(Claimed) -> PF,
-        PF: Future<Output = anyhow::Result<Outcome>>,
+        PF: Future<Output = anyhow::Result<FinalResponse>>,
         E: FnOnce(Claimed) -> EF,
-        EF: Future<Output = anyhow::Result<Outcome>>,
+        EF: Future<Output = anyhow::Result<FinalResponse>>,
     {
         let started = Instant::now();
         let request_id = match key_of(headers) {
@@ -155,7 +155,7 @@ impl<L: Liveness> Guard<L> {
             };
         }
         let rid = request_id.as_str().to_string();
-        let ev = |d: Decision| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
+        let ev = |d: Outcome| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
         let hash = idempotency::request_hash(method, path, body);
         let owner = self.tracer.instance_id().to_string();
         let cfg = &self.config.idempotency;
@@ -172,7 +172,7 @@ impl<L: Liveness> Guard<L> {
                 Ok(None) => placed = true,
                 Ok(Some(existing)) if existing.hash() != hash => {
                     self.tracer.emit(
-                        ev(Decision::PayloadMismatch)
+                        ev(Outcome::PayloadMismatch)
                             .detail("fast path")
                             .since(started),
                     );
@@ -181,7 +181,7 @@ impl<L: Liveness> Guard<L> {
                 Ok(Some(FastPathValue::Finished { code, body, .. })) => {
                     self.replays.add(&rid);
                     self.tracer.emit(
-                        ev(Decision::Replayed)
+                        ev(Outcome::Replayed)
                             .detail(format!("fast path: {code}"))
                             .since(started),
                     );
@@ -190,7 +190,7 @@ impl<L: Liveness> Guard<L> {
                 Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
                     if self.liveness.is_alive(&first).await {
                         self.tracer.emit(
-                            ev(Decision::InFlightRejected)
+                            ev(Outcome::InFlightRejected)
                                 .detail(format!("fast path: {first} is processing"))
                                 .since(started),
                         );
@@ -234,7 +234,7 @@ impl<L: Liveness> Guard<L> {
         let mut reclaimed = false;
         match claimed {
             Claim::New => {
-                self.tracer.emit(ev(Decision::Claimed).since(started));
+                self.tracer.emit(ev(Outcome::Claimed).since(started));
                 if key_older_than(&request_id, cfg.retention, now) {
                     // A retry of a key whose record was already purged: never create anything.
                     let ctx = Claimed {
@@ -250,7 +250,7 @@ impl<L: Liveness> Guard<L> {
                             &hash,
                             answer_expired(ctx).await,
                             &drop_placeholder,
-                            Decision::AnsweredFromOrders,
+                            Outcome::AnsweredFromOrders,
                         )
                         .await;
                 }
@@ -259,7 +259,7 @@ impl<L: Liveness> Guard<L> {
                 if rec.request_hash != hash {
                     drop_placeholder().await;
                     self.tracer
-                        .emit(ev(Decision::PayloadMismatch).since(started));
+                        .emit(ev(Outcome::PayloadMismatch).since(started));
                     return Problem::key_reused().into_response();
                 }
                 if rec.is_expired(now) {
@@ -271,7 +271,7 @@ impl<L: Liveness> Guard<L> {
                     };
                     return match answer_expired(ctx).await {
                         Ok(o) => {
-                            self.tracer.emit(ev(Decision::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
+                            self.tracer.emit(ev(Outcome::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
                             respond(o.code, o.body, true, None)
                         }
                         Err(e) => Problem::internal(format!("request {rid}: its expired record could not be answered from the orders"), format!("{e:#}")).into_response(),
@@ -286,7 +286,7 @@ impl<L: Liveness> Guard<L> {
                 {
                     drop_placeholder().await;
                     self.tracer.emit(
-                        ev(Decision::InFlightRejected)
+                        ev(Outcome::InFlightRejected)
                             .detail(format!("{} is processing", rec.owner))
                             .since(started),
                     );
@@ -294,7 +294,7 @@ impl<L: Liveness> Guard<L> {
                 }
                 reclaimed = true;
                 self.tracer.emit(
-                    ev(Decision::Reclaimed)
+                    ev(Outcome::Reclaimed)
                         .detail(format!("from {} (alive: {alive})", rec.owner))
                         .since(started),
                 );
@@ -314,7 +314,7 @@ impl<L: Liveness> Guard<L> {
             &hash,
             process(ctx).await,
             &drop_placeholder,
-            Decision::Finalized,
+            Outcome::Finalized,
         )
         .await
     }
@@ -334,9 +334,9 @@ impl<L: Liveness> Guard<L> {
         rid: &str,
         owner: &str,
         hash: &str,
-        result: anyhow::Result<Outcome>,
+        result: anyhow::Result<FinalResponse>,
         drop_placeholder: &D,
-        decision: Decision,
+        decision: Outcome,
     ) -> Response
     where
         D: Fn() -> DF,
@@ -436,7 +436,7 @@ impl<L: Liveness> Guard<L> {
             }
         }
         self.replays.add(rid);
-        let mut e = TraceEvent::new(Layer::Api, Decision::Replayed)
+        let mut e = TraceEvent::new(Layer::Api, Outcome::Replayed)
             .request_id(rid)
             .detail(format!("{} {code}", rec.status));
         if let Some(o) = &rec.order_no {
@@ -449,7 +449,7 @@ impl<L: Liveness> Guard<L> {
     fn reject_key(&self, started: Instant, raw: &str, why: &str) -> Response {
         let shown: String = raw.chars().take(64).collect();
         self.tracer.emit(
-            TraceEvent::new(Layer::Api, Decision::KeyRejected)
+            TraceEvent::new(Layer::Api, Outcome::KeyRejected)
                 .detail(format!("{why}: {}", shown.escape_debug()))
                 .since(started),
         );

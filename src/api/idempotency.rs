@@ -155,7 +155,7 @@ pub async fn reclaim(
 
 /// The final response of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct FinalResponse {
     /// SUCCEEDED, or FAILED for a business refusal (a retry must get the same refusal).
     pub status: &'static str,
     pub code: u16,
@@ -164,13 +164,13 @@ pub struct Outcome {
 }
 
 /// The response a finished record holds, as an outcome to answer with (None while PROCESSING).
-pub fn stored_outcome(rec: &IdempotencyRecord) -> Option<Outcome> {
+pub fn stored_response(rec: &IdempotencyRecord) -> Option<FinalResponse> {
     let status = match rec.status.as_str() {
         SUCCEEDED => SUCCEEDED,
         FAILED => FAILED,
         _ => return None,
     };
-    Some(Outcome {
+    Some(FinalResponse {
         status,
         code: u16::try_from(rec.response_code?).ok()?,
         body: rec.response_body.clone()?,
@@ -184,7 +184,7 @@ pub async fn finalize(
     db: &Database,
     request_id: &str,
     owner: &str,
-    outcome: &Outcome,
+    outcome: &FinalResponse,
     retention_ms: i64,
 ) -> Result<bool, sqlx::Error> {
     let now = now_ms();

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::edge;
 use super::fast_path::FastPath;
-use super::guard::{Claimed, Guard, Liveness as OwnerLiveness, ReplayCounter};
-use super::idempotency::{Outcome, FAILED, SUCCEEDED};
+use super::guard::{Claimed, Guard, OwnerLiveness, ReplayCounter};
+use super::idempotency::{FinalResponse, FAILED, SUCCEEDED};
 use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback};
 use super::problem::Problem;
 use crate::config::Config;
@@ -167,8 +167,8 @@ fn outcome_json<T: Serialize>(
     code: StatusCode,
     value: &T,
     order_no: Option<String>,
-) -> Outcome {
-    Outcome {
+) -> FinalResponse {
+    FinalResponse {
         status,
         code: code.as_u16(),
         body: serde_json::to_string(value).expect("serializes"),
@@ -176,8 +176,8 @@ fn outcome_json<T: Serialize>(
     }
 }
 
-fn refusal(problem: Problem, order_no: Option<String>) -> Outcome {
-    Outcome {
+fn refusal(problem: Problem, order_no: Option<String>) -> FinalResponse {
+    FinalResponse {
         status: FAILED,
         code: problem.status,
         body: problem.body(),
@@ -238,7 +238,7 @@ async fn place_order(
     s: &AppState,
     claimed: &Claimed,
     req: &CreateOrderRequest,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<FinalResponse> {
     let key = keys::request_lock(claimed.request_id.as_str());
     // FAULT INJECTION SWITCH (lock.request_lock = false): no request lock, the database decides.
     let guard = if !s.guard.config.lock.request_lock {
@@ -309,7 +309,7 @@ async fn place_order(
         Err(e @ OrderError::RequestAbandoned { .. }) => {
             let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
             rec.as_ref()
-                .and_then(super::idempotency::stored_outcome)
+                .and_then(super::idempotency::stored_response)
                 .ok_or_else(|| anyhow::anyhow!("{e}"))
         }
         Err(e) => Err(anyhow::anyhow!("{e}")),
@@ -318,7 +318,7 @@ async fn place_order(
 
 /// A retry whose idempotency record is past its retention: answer with the order's current
 /// state rather than creating anything (seed §6.4).
-async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<Outcome> {
+async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<FinalResponse> {
     match s.orders.find_by_request_id(claimed.request_id.as_str()).await.map_err(|e| anyhow::anyhow!("{e}"))? {
         Some(o) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &OrderView::from(&o), Some(o.order_no.clone()))),
         None => Ok(refusal(
@@ -402,7 +402,7 @@ async fn payment_callback(
     .await
 }
 
-async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
+async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<FinalResponse> {
     let Some(order) = s
         .orders
         .find_by_order_no(&cb.order_no)
