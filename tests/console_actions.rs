@@ -438,7 +438,7 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
     let owner = instance("slow").id;
     let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
                                                           // The owner finishes a moment later (its own conditional finalize).
-    let outcome = idempotency::Outcome {
+    let outcome = idempotency::FinalResponse {
         status: "SUCCEEDED",
         code: 201,
         body: "{\"the\":\"owner's answer\"}".into(),
