@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use idemguard::api::fast_path::FastPathValue;
+use idemguard::api::idempotency::OrderView;
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
-use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::contracts::{keys, Instance, OrderNo, RequestId};
 use idemguard::db::orders::{NewOrder, Orders};

@@ -27,7 +27,7 @@ use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback}
 use super::problem::Problem;
 use crate::config::Config;
 use crate::contracts::{keys, Instance, OrderNo, PayNo};
-use crate::db::orders::{CreateOutcome, NewOrder, OrderError, OrderRecord, Orders};
+use crate::db::orders::{CreateOutcome, NewOrder, OrderError, Orders};
 use crate::db::Database;
 use crate::lock::{Acquisition, Liveness, Locks};
 use crate::trace::Tracer;
@@ -43,35 +43,7 @@ pub struct CreateOrderRequest {
     pub amount: i64,
 }
 
-/// An order as the API shows it. Built only from the row, so the first response and a
-/// read-back after a unique violation are the same bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OrderView {
-    pub order_no: String,
-    pub request_id: String,
-    pub user_id: i64,
-    pub sku_id: i64,
-    pub quantity: i64,
-    pub amount: i64,
-    pub status: String,
-    pub created_at: i64,
-}
-
-impl From<&OrderRecord> for OrderView {
-    fn from(o: &OrderRecord) -> OrderView {
-        OrderView {
-            order_no: o.order_no.clone(),
-            request_id: o.req_id.clone(),
-            user_id: o.user_id,
-            sku_id: o.sku_id,
-            quantity: o.quantity,
-            amount: o.amount,
-            status: o.status.as_str().to_string(),
-            created_at: o.created_at,
-        }
-    }
-}
+pub use super::idempotency::OrderView;
 
 /// Instance liveness through the lock layer's heartbeats.
 ///
@@ -276,12 +248,9 @@ async fn place_order(
         }
     }
     match result {
-        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => Ok(outcome_json(
-            SUCCEEDED,
-            StatusCode::CREATED,
-            &OrderView::from(&o),
-            Some(o.order_no.clone()),
-        )),
+        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => {
+            Ok(FinalResponse::created(&o))
+        }
         Err(OrderError::OutOfStock {
             sku_id,
             available,
