@@ -45,7 +45,10 @@ use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, Trace
 use crate::trace::Tracer;
 
 pub use conn::NodeError;
-pub use inspect::{LockScan, LockView, NodeLock, NodeLockState, NodeScan};
+pub use inspect::{
+    InspectedKeys, LockFlag, LockInspector, LockScan, LockView, NodeLock, NodeLockState, NodeScan,
+    Quorum, SCAN_COUNT,
+};
 pub use liveness::{Heartbeat, InstanceBeat, Liveness};
 pub use scripts::NodeRelease;
 
