@@ -84,6 +84,22 @@ pub enum LockMode {
     Redlock,
 }
 
+impl LockMode {
+    /// How configuration, output and JSON name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Single => "single",
+            LockMode::Redlock => "redlock",
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockConfig {

@@ -179,17 +179,41 @@ impl LockView {
     /// The view of `key` from what each node answered (state and fence counter).
     fn read(key: String, scope: LockMode, answers: Vec<(NodeLock, Option<i64>)>, at: i64) -> Self {
         let fence_counter = answers.iter().filter_map(|(_, f)| *f).max();
+        let nodes = answers.into_iter().map(|(n, _)| n).collect();
+        LockView::new(key, scope, nodes, fence_counter, at)
+    }
+
+    /// A view of what the nodes hold, its flags derived (the owner not judged yet).
+    pub fn new(
+        key: String,
+        scope: LockMode,
+        nodes: Vec<NodeLock>,
+        fence_counter: Option<i64>,
+        read_at_ms: i64,
+    ) -> LockView {
         let mut view = LockView {
             key,
             scope,
-            nodes: answers.into_iter().map(|(n, _)| n).collect(),
+            nodes,
             fence_counter,
-            read_at_ms: at,
+            read_at_ms,
             owner_alive: None,
             flags: Vec::new(),
         };
         view.flags = view.flags_seen();
         view
+    }
+
+    /// One node holding `value` with `pttl_ms` (single mode: the main Redis).
+    pub fn held_on(node: &str, value: String, pttl_ms: i64) -> NodeLock {
+        NodeLock {
+            node: node.to_string(),
+            state: NodeLockState::Held {
+                holder: LockHolder::from_value(&value),
+                value,
+                pttl_ms,
+            },
+        }
     }
 
     /// The flags the nodes' answers show by themselves (the owner's heartbeat aside).
@@ -510,7 +534,11 @@ async fn fetch_node(
         let values: Vec<Value> = node
             .run(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
-        out.extend(values.chunks(4).map(|a| (node_lock_state(&a[..3]), fence_of(&a[3]))));
+        out.extend(
+            values
+                .chunks(4)
+                .map(|a| (node_lock_state(&a[..3]), fence_of(&a[3]))),
+        );
     }
     Ok(out)
 }
@@ -558,9 +586,20 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                 .map(|(n, f)| {
                     let (state, fence) = match f {
                         Ok(states) => states[i].clone(),
-                        Err(e) => (NodeLockState::Unreachable { error: e.to_string() }, None),
+                        Err(e) => (
+                            NodeLockState::Unreachable {
+                                error: e.to_string(),
+                            },
+                            None,
+                        ),
                     };
-                    (NodeLock { node: n.addr.clone(), state }, fence)
+                    (
+                        NodeLock {
+                            node: n.addr.clone(),
+                            state,
+                        },
+                        fence,
+                    )
                 })
                 .collect();
             LockView::read(key.clone(), scope, answers, at)
@@ -843,12 +882,22 @@ impl LockInspector {
                 out.locks.push(view);
             }
         }
-        let mut owners: Vec<String> =
-            out.locks.iter().filter_map(|v| v.holder().map(|h| h.instance.clone())).collect();
+        let mut owners: Vec<String> = out
+            .locks
+            .iter()
+            .filter_map(|v| v.holder().map(|h| h.instance.clone()))
+            .collect();
         owners.sort();
         owners.dedup();
         let live: Option<BTreeSet<String>> = match self.liveness.are_alive(&owners).await {
-            Ok(alive) => Some(owners.into_iter().zip(alive).filter(|(_, a)| *a).map(|(o, _)| o).collect()),
+            Ok(alive) => Some(
+                owners
+                    .into_iter()
+                    .zip(alive)
+                    .filter(|(_, a)| *a)
+                    .map(|(o, _)| o)
+                    .collect(),
+            ),
             Err(_) => None,
         };
         for view in &mut out.locks {

@@ -144,7 +144,10 @@ impl Liveness {
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
             let (next, page): (u64, Vec<String>) = self.node.query(&scan).await?;
-            live.extend(page.into_iter().filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)));
+            live.extend(
+                page.into_iter()
+                    .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)),
+            );
             if next == 0 {
                 return Ok(live);
             }

@@ -38,6 +38,7 @@ mod release;
 
 pub use audit::{audit_rows, AuditRow};
 pub use finalize::abandoned_problem;
+pub use release::release_of;
 
 /// A destructive operation, as a value: built by a key handler or a command line, shown in a
 /// confirmation, then run. Never executed from a key handler directly.
@@ -91,6 +92,12 @@ impl Action {
 
     /// The exact effect, for the confirmation: what is compared and what is written.
     pub fn effect(&self, dialect: Option<Dialect>) -> Vec<String> {
+        self.effect_seen(dialect, None)
+    }
+
+    /// The exact effect, given the lock as the operator saw it (the popup has it; the command
+    /// line does not): a fence bump promises only what the counter seen lets it keep.
+    pub fn effect_seen(&self, dialect: Option<Dialect>, seen: Option<&LockView>) -> Vec<String> {
         match self {
             Action::ReleaseLock {
                 key,
@@ -110,7 +117,7 @@ impl Action {
                     out.push("refused unless the holder stored there has no heartbeat".to_string());
                 }
                 if *bump_fence {
-                    out.push(format!("then raise {} past every token issued, so the old holder's writes are refused", keys::fence(key)));
+                    out.push(release::fence_step(key, seen));
                 }
                 out
             }
@@ -301,22 +308,6 @@ impl Actions {
 fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v)
         .unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
-}
-
-/// The lock view's values, for an [`Action::ReleaseLock`] built from what is on screen.
-pub fn release_of(
-    view: &LockView,
-    force: bool,
-    bump_fence: bool,
-    reason: Option<String>,
-) -> Action {
-    Action::ReleaseLock {
-        key: view.key.clone(),
-        expect_values: view.values().into_iter().map(str::to_string).collect(),
-        force,
-        bump_fence,
-        reason,
-    }
 }
 
 /// Exit status of the headless twins: 0 done, 4 refused, 5 changed (nothing written), 1 error.

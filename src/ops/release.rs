@@ -27,6 +27,39 @@ struct Deletion {
     fence_failed: bool,
 }
 
+/// The lock view's values, for an [`Action::ReleaseLock`] built from what is on screen.
+pub fn release_of(
+    view: &LockView,
+    force: bool,
+    bump_fence: bool,
+    reason: Option<String>,
+) -> Action {
+    Action::ReleaseLock {
+        key: view.key.clone(),
+        expect_values: view.values().into_iter().map(str::to_string).collect(),
+        force,
+        bump_fence,
+        reason,
+    }
+}
+
+/// What the fence bump after a release does, given the lock as seen (None: not read). A counter
+/// that is missing (expired, or never taken by idemguard) is seeded anew from the clock: nothing
+/// shows that the old holder's token is below it, so the popup does not promise a refusal.
+pub fn fence_step(key: &str, seen: Option<&LockView>) -> String {
+    let fence = keys::fence(key);
+    match seen {
+        Some(view) if view.fence_counter.is_none() => format!(
+            "then restart {fence}, which is missing (expired, or never taken by idemguard), from \
+             the clock: the old holder's token cannot be compared with it, so its writes are NOT \
+             known to be refused"
+        ),
+        _ => format!(
+            "then raise {fence} past every token issued, so the old holder's writes are refused"
+        ),
+    }
+}
+
 impl Actions {
     pub(super) async fn release_lock(
         &self,

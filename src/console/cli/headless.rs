@@ -17,12 +17,13 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
 use crate::console::columns;
-use crate::console::read::locks::{self, LockScan};
+use crate::console::read::locks;
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, RateTable, TraceLog};
 use crate::console::read::timeline::{self, Timeline, TimelineInputs};
 use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
 use crate::console::tui::backend::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
+use crate::lock::{Liveness, LockInspector, LockScan};
 
 /// The `schema` field of every headless document.
 pub const SCHEMA: &str = "idemguard.console/v1";
@@ -404,10 +405,9 @@ pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
 
     let t_redis = Instant::now();
     let keys = async {
-        let (mut main, mut redlock) = locks::nodes_of(config)?;
+        let inspector = LockInspector::from_config(config)?;
         locks::trace_keys(
-            &mut main,
-            &mut redlock,
+            &inspector,
             ids.order_no.as_deref(),
             ids.request_id.as_deref(),
         )
@@ -516,20 +516,13 @@ pub fn trace_table(r: &Report<Timeline>) -> String {
 /// `idemguard locks`.
 pub async fn locks(config: &Config) -> Report<LockScan> {
     let started = Instant::now();
-    let scan = match locks::nodes_of(config) {
-        Ok((mut main, mut redlock)) => locks::scan_locks(&mut main, &mut redlock).await,
-        Err(e) => LockScan {
-            nodes: vec![locks::NodeScan {
-                node: crate::config::host_port(&config.redis.url),
-                role: "main",
-                ok: false,
-                error: Some(format!("{e:#}")),
-                keys: 0,
-                scan_ms: 0.0,
-            }],
-            read_at_ms: now_ms(),
-            ..Default::default()
-        },
+    let scan = match LockInspector::from_config(config) {
+        Ok(inspector) => inspector.scan(locks::LOCK_LIST_LIMIT).await,
+        Err(e) => LockScan::failed(
+            crate::config::host_port(&config.redis.url),
+            "main",
+            format!("{e:#}"),
+        ),
     };
     let err = (!scan.all_nodes_ok()).then(|| {
         scan.nodes
@@ -655,13 +648,7 @@ pub async fn stuck(config: &Config) -> Report<StuckData> {
         r
     };
     let t_redis = Instant::now();
-    let redis_part = async {
-        let (mut main, _) = locks::nodes_of(config)?;
-        let mut c = main.conn().await?;
-        locks::live_instances(&mut c)
-            .await
-            .map_err(|e| main.error(e))
-    };
+    let redis_part = async { anyhow::Ok(Liveness::from_config(config)?.live_instances().await?) };
     let (records, live) = tokio::join!(
         tokio::time::timeout(POLL_TIMEOUT, db_part),
         tokio::time::timeout(POLL_TIMEOUT, redis_part)

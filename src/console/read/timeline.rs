@@ -13,10 +13,11 @@ use serde_json::json;
 use crate::contracts::{TraceEvent, TraceTarget};
 
 use crate::console::format::{age, pttl, short};
-use crate::console::read::locks::{LockRow, TraceKeys};
+use crate::console::read::locks::TraceKeys;
 use crate::console::read::records::{TraceIds, TraceRows};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
 use crate::console::read::topics::PaymentMessage;
+use crate::lock::LockView;
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -444,8 +445,8 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
     }
 }
 
-fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
-    let holder = match &l.holder {
+fn lock_entry(l: &LockView, now: i64) -> TimelineEntry {
+    let holder = match l.holder() {
         Some(h) => format!(
             "held by {} (host {} pid {}) fence {} since {}",
             h.instance,
@@ -454,7 +455,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
             h.fence,
             age(now - h.acquired_at)
         ),
-        None => format!("value {}", short(&l.value(), 40)),
+        None => format!("value {}", short(l.value(), 40)),
     };
     let alive = match l.owner_alive {
         Some(true) => " · owner alive",
@@ -462,7 +463,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
         None => "",
     };
     let quorum = l
-        .quorum
+        .quorum()
         .map(|q| {
             format!(
                 " · quorum {}/{}{}",
@@ -473,7 +474,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
         })
         .unwrap_or_default();
     TimelineEntry {
-        at_ms: l.holder.as_ref().map(|h| h.acquired_at),
+        at_ms: l.holder().map(|h| h.acquired_at),
         layer: "lock",
         source: format!("{} ({})", l.key, l.scope),
         summary: format!("{holder} · PTTL {}{alive}{quorum}", pttl(l.pttl_now(now))),

@@ -20,12 +20,13 @@ use crate::db::Database;
 use crate::lock::Locks;
 use crate::trace::Tracer;
 
-use crate::console::tui::confirm::{Planned, Scope};
+use crate::console::tui::confirm::Planned;
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
-use crate::console::read::locks::{self, LockScan, TraceKeys};
+use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
+use crate::lock::{LockInspector, LockScan};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
 /// data and never grows memory).
@@ -340,8 +341,8 @@ async fn executor_task(
             let mut results = Vec::with_capacity(batch.len());
             for p in &batch {
                 let r = match (p.scope, redlock) {
-                    (Scope::Redlock, Some(r)) => r.run(&p.action).await,
-                    (Scope::Redlock, None) => ActionResult {
+                    (LockMode::Redlock, Some(r)) => r.run(&p.action).await,
+                    (LockMode::Redlock, None) => ActionResult {
                         action: p.action.name(),
                         target: p.action.target().to_string(),
                         outcome: ActionOutcome::Error,
@@ -550,21 +551,10 @@ async fn redis_task(
     mut focus: watch::Receiver<Focus>,
     cancel: CancellationToken,
 ) {
-    let (mut main, mut redlock) = match locks::nodes_of(&config) {
+    let inspector = match LockInspector::from_config(&config) {
         Ok(n) => n,
         Err(e) => {
-            let scan = LockScan {
-                nodes: vec![locks::NodeScan {
-                    node: host_port(&config.redis.url),
-                    role: "main",
-                    ok: false,
-                    error: Some(format!("{e:#}")),
-                    keys: 0,
-                    scan_ms: 0.0,
-                }],
-                read_at_ms: now_ms(),
-                ..Default::default()
-            };
+            let scan = LockScan::failed(host_port(&config.redis.url), "main", format!("{e:#}"));
             let _ = tx.send(Update::Locks(scan)).await;
             return;
         }
@@ -580,30 +570,20 @@ async fn redis_task(
                 let started = tokio::time::Instant::now();
                 let scan = match tokio::time::timeout(
                     POLL_TIMEOUT * 6,
-                    locks::scan_locks(&mut main, &mut redlock),
+                    inspector.scan(locks::LOCK_LIST_LIMIT),
                 )
                 .await
                 {
                     Ok(s) => s,
-                    Err(_) => {
-                        main.forget_connection();
-                        LockScan {
-                            nodes: vec![locks::NodeScan {
-                                node: main.name.clone(),
-                                role: "main",
-                                ok: false,
-                                error: Some(format!(
-                                    "redis node {}: the lock scan did not finish within {:?}",
-                                    main.name,
-                                    POLL_TIMEOUT * 6
-                                )),
-                                keys: 0,
-                                scan_ms: 0.0,
-                            }],
-                            read_at_ms: now_ms(),
-                            ..Default::default()
-                        }
-                    }
+                    Err(_) => LockScan::failed(
+                        inspector.main_node().to_string(),
+                        "main",
+                        format!(
+                            "redis node {}: the lock scan did not finish within {:?}",
+                            inspector.main_node(),
+                            POLL_TIMEOUT * 6
+                        ),
+                    ),
                 };
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
                 if tx.send(Update::Locks(scan)).await.is_err() {
@@ -612,11 +592,10 @@ async fn redis_task(
             }
             if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
                 let ids = f.ids.clone();
-                let name = main.name.clone();
+                let name = inspector.main_node().to_string();
                 let result = with_timeout(
                     locks::trace_keys(
-                        &mut main,
-                        &mut redlock,
+                        &inspector,
                         ids.order_no.as_deref(),
                         ids.request_id.as_deref(),
                     ),
