@@ -276,7 +276,12 @@ impl LockView {
         if self.scope != LockMode::Redlock || self.is_free() {
             return None;
         }
-        let agreeing = self.agreeing_nodes();
+        // Without an idemguard holder (a foreign value, a Redisson hash), nodes agree when they
+        // hold the same thing: the same raw value, or a key of the same type.
+        let agreeing = match self.holder() {
+            Some(_) => self.agreeing_nodes(),
+            None => self.most_common_raw(),
+        };
         Some(Quorum {
             agreeing,
             nodes: self.nodes.len(),
@@ -382,6 +387,23 @@ impl LockView {
     /// (orderNo, requestId) named by the key.
     pub fn ids(&self) -> (Option<String>, Option<String>) {
         keys::ids_of_lock(&self.key)
+    }
+
+    /// How many nodes hold the most common raw value (or key type).
+    fn most_common_raw(&self) -> usize {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for n in &self.nodes {
+            let seen = match &n.state {
+                NodeLockState::Held { value, .. } => value.as_str(),
+                NodeLockState::Other { redis_type, .. } => redis_type.as_str(),
+                _ => continue,
+            };
+            match counts.iter_mut().find(|(v, _)| *v == seen) {
+                Some(c) => c.1 += 1,
+                None => counts.push((seen, 1)),
+            }
+        }
+        counts.into_iter().map(|c| c.1).max().unwrap_or(0)
     }
 
     fn holders(&self) -> impl Iterator<Item = &LockHolder> {
