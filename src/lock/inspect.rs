@@ -247,26 +247,26 @@ impl LockView {
         }
     }
 
-    /// The holder held on most nodes (by nonce: RedLock nodes carry the same holder with their
-    /// own fence numbers). Under RedLock it holds the lock only if [`LockView::agreeing_nodes`]
-    /// reaches the quorum.
+    /// The holder held on most nodes (by instance and nonce — one acquisition: RedLock nodes
+    /// carry the same holder with their own fence numbers). Under RedLock it holds the lock only
+    /// if [`LockView::agreeing_nodes`] reaches the quorum.
     pub fn holder(&self) -> Option<&LockHolder> {
-        let mut counts: Vec<(&str, usize, &LockHolder)> = Vec::new();
+        let mut counts: Vec<(usize, &LockHolder)> = Vec::new();
         for h in self.holders() {
-            match counts.iter_mut().find(|(n, _, _)| *n == h.nonce) {
-                Some(c) => c.1 += 1,
-                None => counts.push((&h.nonce, 1, h)),
+            match counts.iter_mut().find(|(_, o)| same_acquisition(o, h)) {
+                Some(c) => c.0 += 1,
+                None => counts.push((1, h)),
             }
         }
         // First of the most common, so ties go to the first node.
-        let best = counts.iter().map(|c| c.1).max()?;
-        counts.into_iter().find(|c| c.1 == best).map(|c| c.2)
+        let best = counts.iter().map(|c| c.0).max()?;
+        counts.into_iter().find(|c| c.0 == best).map(|c| c.1)
     }
 
     /// Nodes holding the same holder as [`LockView::holder`].
     pub fn agreeing_nodes(&self) -> usize {
         match self.holder() {
-            Some(h) => self.holders().filter(|o| o.nonce == h.nonce).count(),
+            Some(h) => self.holders().filter(|o| same_acquisition(o, h)).count(),
             None => 0,
         }
     }
@@ -293,7 +293,7 @@ impl LockView {
     pub fn fence(&self) -> Option<FenceToken> {
         let h = self.holder()?;
         self.holders()
-            .filter(|o| o.nonce == h.nonce)
+            .filter(|o| same_acquisition(o, h))
             .map(|o| FenceToken(o.fence))
             .max()
     }
@@ -328,7 +328,7 @@ impl LockView {
     /// The value the view shows: the holder's (on the first node agreeing on it), else the first
     /// value held; "" when none is.
     pub fn value(&self) -> &str {
-        let holder_nonce = self.holder().map(|h| h.nonce.as_str());
+        let shown = self.holder();
         let held = || {
             self.nodes.iter().filter_map(|n| match &n.state {
                 NodeLockState::Held { value, holder, .. } => Some((value, holder)),
@@ -336,7 +336,11 @@ impl LockView {
             })
         };
         held()
-            .find(|(_, h)| h.as_ref().map(|h| h.nonce.as_str()) == holder_nonce)
+            .find(|(_, h)| match (h, shown) {
+                (Some(h), Some(s)) => same_acquisition(h, s),
+                (None, None) => true,
+                _ => false,
+            })
             .or_else(|| held().next())
             .map_or("", |(v, _)| v.as_str())
     }
@@ -453,11 +457,11 @@ struct NodeHoldingJson<'a> {
 
 impl Serialize for LockView {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let nonce = self.holder().map(|h| h.nonce.as_str());
+        let holder = self.holder();
         let shown = self.scope == LockMode::Redlock || !self.unreachable().is_empty();
         let nodes = match shown {
             false => Vec::new(),
-            true => self.nodes.iter().map(|n| node_json(n, nonce)).collect(),
+            true => self.nodes.iter().map(|n| node_json(n, holder)).collect(),
         };
         LockViewJson {
             key: &self.key,
@@ -477,14 +481,14 @@ impl Serialize for LockView {
     }
 }
 
-fn node_json<'a>(n: &'a NodeLock, nonce: Option<&str>) -> NodeHoldingJson<'a> {
+fn node_json<'a>(n: &'a NodeLock, shown: Option<&LockHolder>) -> NodeHoldingJson<'a> {
     let (value, pttl_ms, agrees, error) = match &n.state {
         NodeLockState::Held {
             value,
             holder,
             pttl_ms,
         } => {
-            let agrees = holder.as_ref().map(|h| h.nonce.as_str()) == nonce && nonce.is_some();
+            let agrees = matches!((holder, shown), (Some(h), Some(s)) if same_acquisition(h, s));
             (Some(value.as_str()), *pttl_ms, agrees, None)
         }
         NodeLockState::Other { pttl_ms, .. } => (None, *pttl_ms, false, None),
@@ -498,6 +502,11 @@ fn node_json<'a>(n: &'a NodeLock, nonce: Option<&str>) -> NodeHoldingJson<'a> {
         agrees,
         error,
     }
+}
+
+/// One acquisition seen on two nodes: the same instance and nonce (the fence may differ).
+fn same_acquisition(a: &LockHolder, b: &LockHolder) -> bool {
+    a.nonce == b.nonce && a.instance == b.instance
 }
 
 fn ms(t: Instant) -> f64 {
