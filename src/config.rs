@@ -359,7 +359,17 @@ impl Config {
             key: key.into(),
             message,
         };
+        self.validate_connections(&err)?;
+        self.validate_limits(&err)?;
+        self.validate_environment(&err)
+    }
 
+    /// The backends: the database, Redis and its RedLock nodes, Kafka and its topics, and how long
+    /// each may take to answer.
+    fn validate_connections(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         check_url(
             &self.database.url,
             &["postgres", "postgresql", "mysql", "mariadb"],
@@ -445,6 +455,14 @@ impl Config {
                 return Err(err(key, "must be longer than zero".into()));
             }
         }
+        Ok(())
+    }
+
+    /// Sizes, periods and limits that must be positive or ordered.
+    fn validate_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.lock.ttl < Duration::from_millis(30) {
             return Err(err(
                 "lock.ttl",
@@ -505,6 +523,15 @@ impl Config {
         if self.retention.batch == 0 {
             return Err(err("retention.batch", "must be at least 1".into()));
         }
+        Ok(())
+    }
+
+    /// What the environment allows (production refuses the fault switches), its colour, the
+    /// table names.
+    fn validate_environment(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         // The fault-injection switches exist to show the database as the last line; a production
         // environment must never run with a line of defense switched off.
         if self.environment.production {

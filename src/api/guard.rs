@@ -116,8 +116,65 @@ impl ReplayCounter {
 }
 
 impl<L: OwnerLiveness> Guard<L> {
+    /// Step 2, the fast path: place our placeholder (`Ok(true)`), or answer from what another
+    /// request left there (`Err(response)`: a finished answer replayed, a reused key, a live
+    /// owner in flight). `Ok(false)`: no fast path, or a dead owner's placeholder or Redis down —
+    /// the database record decides.
+    async fn fast_path_step(
+        &self,
+        started: Instant,
+        rid: &str,
+        placeholder: &FastPathValue,
+    ) -> Result<bool, Response> {
+        let ev = |d: Outcome| TraceEvent::new(Layer::Api, d).request_id(rid.to_string());
+        let cfg = &self.config.idempotency;
+        let hash = placeholder.hash();
+        if let Some(fp) = &self.fast_path {
+            match fp.claim(rid, placeholder, cfg.lease).await {
+                Ok(None) => return Ok(true),
+                Ok(Some(existing)) if existing.hash() != hash => {
+                    self.tracer.emit(
+                        ev(Outcome::PayloadMismatch)
+                            .detail("fast path")
+                            .since(started),
+                    );
+                    return Err(Problem::key_reused().into_response());
+                }
+                Ok(Some(FastPathValue::Finished { code, body, .. })) => {
+                    self.replays.add(rid);
+                    self.tracer.emit(
+                        ev(Outcome::Replayed)
+                            .detail(format!("fast path: {code}"))
+                            .since(started),
+                    );
+                    return Err(respond(code, body, true, None));
+                }
+                Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
+                    if self.liveness.is_alive(&first).await {
+                        self.tracer.emit(
+                            ev(Outcome::InFlightRejected)
+                                .detail(format!("fast path: {first} is processing"))
+                                .since(started),
+                        );
+                        return Err(Problem::in_flight(cfg.retry_after_secs).into_response());
+                    }
+                    // A dead owner's placeholder: the database record decides what happens.
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides")
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
     /// record is past its retention from the business tables instead (seed §6.4).
+    ///
+    /// Long on purpose: its numbered steps (the module's table) share the request's placeholder
+    /// and the closure that drops it, the generic `process`/`answer_expired` consumed once, and
+    /// the trace event builder; the fast path is its own step ([`Guard::fast_path_step`]), and
+    /// cutting the claim's outcomes apart would hand each part all of these.
     pub async fn run<P, PF, E, EF>(
         &self,
         headers: &HeaderMap,
@@ -166,43 +223,10 @@ impl<L: OwnerLiveness> Guard<L> {
             owner: owner.clone(),
             nonce: uuid::Uuid::new_v4().to_string(),
         };
-        let mut placed = false;
-        if let Some(fp) = &self.fast_path {
-            match fp.claim(&rid, &placeholder, cfg.lease).await {
-                Ok(None) => placed = true,
-                Ok(Some(existing)) if existing.hash() != hash => {
-                    self.tracer.emit(
-                        ev(Outcome::PayloadMismatch)
-                            .detail("fast path")
-                            .since(started),
-                    );
-                    return Problem::key_reused().into_response();
-                }
-                Ok(Some(FastPathValue::Finished { code, body, .. })) => {
-                    self.replays.add(&rid);
-                    self.tracer.emit(
-                        ev(Outcome::Replayed)
-                            .detail(format!("fast path: {code}"))
-                            .since(started),
-                    );
-                    return respond(code, body, true, None);
-                }
-                Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
-                    if self.liveness.is_alive(&first).await {
-                        self.tracer.emit(
-                            ev(Outcome::InFlightRejected)
-                                .detail(format!("fast path: {first} is processing"))
-                                .since(started),
-                        );
-                        return Problem::in_flight(cfg.retry_after_secs).into_response();
-                    }
-                    // A dead owner's placeholder: the database record decides what happens.
-                }
-                Err(e) => {
-                    tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides")
-                }
-            }
-        }
+        let placed = match self.fast_path_step(started, &rid, &placeholder).await {
+            Ok(placed) => placed,
+            Err(answered) => return answered,
+        };
         let drop_placeholder = || async {
             if let (true, Some(fp)) = (placed, &self.fast_path) {
                 let _ = fp.drop_placeholder(&rid, &placeholder).await;
