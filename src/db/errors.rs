@@ -1,5 +1,5 @@
 //! The errors of the order table and of the stock it takes: one type, below both
-//! [`super::orders`] and [`super::inventory`] so neither reaches into the other for it.
+//! `orders.rs` and `inventory.rs` so neither reaches into the other for it.
 
 use super::Database;
 

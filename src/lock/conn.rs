@@ -1,7 +1,7 @@
 //! The connection side of one Redis node, shared by the node and its batch driver: a lazily
 //! opened multiplexed connection, every command bounded by `redis.command_timeout`, and errors
-//! that name the node's host:port ([`NodeError`]). Below both [`super::node`] and
-//! [`super::batch`], so neither reaches into the other for it.
+//! that name the node's host:port ([`NodeError`]). Below both `node.rs` and
+//! `batch.rs`, so neither reaches into the other for it.
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};

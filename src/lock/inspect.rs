@@ -23,13 +23,10 @@ use super::batch::FenceLife;
 use super::liveness::Liveness;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
-use super::{redlock, FenceToken, LockError, Locks, ReleaseReport};
+use super::{redlock, FenceToken, LockError, Locks, ReleaseReport, SCAN_COUNT};
 use crate::config::{Config, LockMode};
 use crate::contracts::{keys, now_ms, LockHolder};
 
-/// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
-/// the server well under a millisecond, so other clients are never held up by a reader.
-pub const SCAN_COUNT: usize = 500;
 /// Keys read per TYPE/GET/PTTL transaction; a reader pauses a moment between two, so a scan is
 /// never a burst other clients queue behind.
 const FETCH_CHUNK: usize = 500;

@@ -11,9 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::inspect::SCAN_COUNT;
 use super::node::Node;
-use super::LockError;
+use super::{LockError, SCAN_COUNT};
 use crate::contracts::{keys, now_ms, Instance};
 
 /// The value of `instance:{id}`: who the process is and when it started (compact JSON).

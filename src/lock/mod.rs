@@ -45,9 +45,13 @@ use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, Trace
 use crate::trace::Tracer;
 
 pub use conn::NodeError;
+/// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
+/// the server well under a millisecond, so other clients are never held up by a reader.
+pub const SCAN_COUNT: usize = 500;
+
 pub use inspect::{
     InspectedKeys, LockFlag, LockInspector, LockScan, LockView, NodeLock, NodeLockState, NodeScan,
-    Quorum, SCAN_COUNT,
+    Quorum,
 };
 pub use liveness::{Heartbeat, InstanceBeat, Liveness};
 pub use scripts::NodeRelease;
