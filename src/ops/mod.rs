@@ -13,7 +13,8 @@
 //!   `WHERE request_id = ? AND status = 'PROCESSING' AND version = ?`: a record that finished a
 //!   second earlier is left alone, and the database — not timing — orders a FAILED answer and a
 //!   create still in flight (issue 15: a killed instance's statement committed after FAILED);
-//! - a FAILED answer respects the lease the API respects ([`idempotency::may_reclaim`]), and is
+//! - a FAILED answer respects the lease the API respects
+//!   ([`crate::api::idempotency::may_reclaim`]), and is
 //!   422 `request-abandoned`, never 409, which clients retry with the same key for ever;
 //! - read-only unless `--allow-actions` / `environment.allow_actions`; a refused attempt writes
 //!   nothing but its audit row;
