@@ -20,7 +20,7 @@ use idemguard::console::cli::headless;
 use idemguard::console::tui::app::{App, Health, Input};
 use idemguard::console::tui::backend::{BackendId, Backends};
 use idemguard::console::tui::keymap::View;
-use idemguard::contracts::keys;
+use idemguard::contracts::{keys, TraceTarget};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::Value;
@@ -294,8 +294,8 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     }
     press(&mut app, KeyCode::Enter);
     assert_eq!(
-        (app.view, app.trace_query.clone()),
-        (View::Trace, Some(inc.order_no.clone()))
+        (app.view, app.trace_target.clone()),
+        (View::Trace, Some(TraceTarget::OrderNo(inc.order_no.clone())))
     );
 
     // Headless twin, field by field.
@@ -627,7 +627,10 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     .unwrap();
     quitter.await.unwrap();
     assert!(app.quit);
-    assert_eq!(app.trace_query.as_deref(), Some(inc.order_no.as_str()));
+    assert_eq!(
+        app.trace_target,
+        Some(TraceTarget::OrderNo(inc.order_no.clone()))
+    );
     let shown: String = terminal
         .backend()
         .buffer()
@@ -722,7 +725,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     b.shutdown().await;
 
     // Headless: the failing backend makes the exit status non-zero, the rest is still printed.
-    let r = headless::trace(&w.config, &inc.order_no).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.order_no)).await;
     assert_eq!(r.exit_code(), headless::EXIT_BACKEND_FAILED);
     assert!(r.data.found);
     assert!(r.failures().contains("redis"), "{}", r.failures());
@@ -735,7 +738,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
 async fn headless_trace_json(dialect: Dialect) {
     let w = world(dialect, 0).await;
     let inc = Incident::write(&w).await;
-    let r = headless::trace(&w.config, &inc.event_id).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.event_id)).await;
     assert_eq!(r.exit_code(), 0, "{dialect}: {}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["schema"], "idemguard.console/v1");
@@ -871,7 +874,7 @@ async fn headless_trace_json_mysql() {
 /// names the order's IDs, not the newest N messages.
 #[tokio::test]
 async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep() {
-    use idemguard::console::cli::report::{self, Scope};
+    use idemguard::console::cli::report::{self, ReportScope};
     use idemguard::console::read::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
     use idemguard::contracts::{headers, Layer, Outcome, TraceEvent};
     use rdkafka::message::{Header, OwnedHeaders};
@@ -928,7 +931,7 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     }
     producer.flush(Duration::from_secs(60)).unwrap();
 
-    let r = headless::trace(&w.config, &inc.order_no).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.order_no)).await;
     assert_eq!(r.exit_code(), 0, "{}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(
@@ -945,9 +948,12 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
         "the payment messages of the incident were kept"
     );
 
-    let rep = report::build(&w.config, &Scope::Id(inc.order_no.clone()))
-        .await
-        .unwrap();
+    let rep = report::build(
+        &w.config,
+        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
+    )
+    .await
+    .unwrap();
     let j = serde_json::to_value(&rep).unwrap();
     let stopped: u64 = j["rates"]
         .as_array()

@@ -23,6 +23,7 @@ use crate::trace::Tracer;
 use crate::console::tui::confirm::{Planned, Scope};
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
+use crate::console::read::bounded;
 use crate::console::read::locks::{self, LockScan, TraceKeys};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
@@ -32,73 +33,16 @@ use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
 pub const UPDATE_CHANNEL: usize = 64;
 /// Trace events or payment messages sent in one update at most.
 pub const BATCH: usize = 500;
-/// One database or Redis round of a poll may take this long before its backend counts as down.
-pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`Backends::shutdown`] lets the collectors finish before aborting them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
-/// Connections the console's database pool may hold (reads only).
-pub const DB_CONNECTIONS: u32 = 4;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BackendId {
-    Database,
-    Redis,
-    TraceTopic,
-    PaymentTopic,
-}
-
-impl BackendId {
-    pub const ALL: [BackendId; 4] = [
-        BackendId::Database,
-        BackendId::Redis,
-        BackendId::TraceTopic,
-        BackendId::PaymentTopic,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendId::Database => "database",
-            BackendId::Redis => "redis",
-            BackendId::TraceTopic => "trace topic",
-            BackendId::PaymentTopic => "payment topic",
-        }
-    }
-
-    /// Where it points, passwords hidden.
-    pub fn target(self, config: &Config) -> String {
-        match self {
-            BackendId::Database => redact_url(if config.database.replica_url.is_empty() {
-                &config.database.url
-            } else {
-                &config.database.replica_url
-            }),
-            BackendId::Redis => {
-                let mut t = host_port(&config.redis.url);
-                if !config.redis.redlock_nodes.is_empty() {
-                    t.push_str(&format!(
-                        " + {} redlock nodes",
-                        config.redis.redlock_nodes.len()
-                    ));
-                }
-                t
-            }
-            BackendId::TraceTopic => format!(
-                "{} {}",
-                config.kafka.bootstrap_servers, config.kafka.trace_topic
-            ),
-            BackendId::PaymentTopic => format!(
-                "{} {}",
-                config.kafka.bootstrap_servers, config.kafka.payment_topic
-            ),
-        }
-    }
-}
+// The sources are named in `read/` (the CLI twins name them too); re-exported for the TUI.
+pub use crate::console::read::sources::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
 
 /// What the UI looks at; the collectors follow it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Focus {
-    /// The trace target as typed, when the trace view has one.
-    pub query: Option<String>,
+    /// The trace target, when the trace view has one.
+    pub target: Option<TraceTarget>,
     /// The IDs it resolved to so far (from any backend).
     pub ids: TraceIds,
     /// The Trace view is on screen: a read of the trace topic's history is wanted only then.
@@ -110,7 +54,7 @@ pub struct Focus {
 impl Focus {
     pub fn new(refresh: Duration) -> Focus {
         Focus {
-            query: None,
+            target: None,
             ids: TraceIds::default(),
             tracing: true,
             paused: false,
@@ -133,7 +77,7 @@ pub struct TopicProgress {
 pub enum Update {
     Stuck(Result<Vec<StuckRecord>, String>),
     TraceRows {
-        query: String,
+        target: TraceTarget,
         result: Result<TraceRows, String>,
     },
     Locks(LockScan),
@@ -279,8 +223,9 @@ pub enum ExecRequest {
     /// A confirmed batch: each action individually conditional, run in order.
     Run(Vec<Planned>),
     LoadAudit,
-    /// Write the post-incident report of this ID (the order on screen) to a Markdown file.
-    Report(String),
+    /// Write the post-incident report of this target (the order on screen) to a Markdown file
+    /// in `console.report_dir`.
+    Report(TraceTarget),
 }
 
 /// Rows of `ops_audit` the Audit view shows.
@@ -299,9 +244,10 @@ async fn executor_task(
             r = rx.recv() => match r { Some(r) => r, None => return },
             _ = cancel.cancelled() => return,
         };
-        if let ExecRequest::Report(id) = req {
-            let written = write_report(&config, &id)
+        if let ExecRequest::Report(target) = req {
+            let written = crate::console::cli::report::write_markdown(&config, &target)
                 .await
+                .map(|w| w.to_string())
                 .map_err(|e| format!("{e:#}"));
             if tx.send(Update::ReportWritten(written)).await.is_err() {
                 return;
@@ -366,35 +312,6 @@ async fn executor_task(
             return;
         }
     }
-}
-
-/// `:report`: the same report as `idemguard report --id ID`, written to
-/// `idemguard-report-{ID}.md` in the working directory.
-async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
-    let r = crate::console::cli::report::build(
-        config,
-        &crate::console::cli::report::Scope::Id(id.to_string()),
-    )
-    .await?;
-    let safe: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let path = format!("idemguard-report-{safe}.md");
-    std::fs::write(&path, crate::console::cli::report::markdown(&r))
-        .map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
-    Ok(format!(
-        "{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)",
-        r.duplicates_stopped(),
-        r.leaks.len(),
-        r.operator_actions.len()
-    ))
 }
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
@@ -494,13 +411,13 @@ async fn database_task(
                 if tx.send(Update::Stuck(stuck)).await.is_err() {
                     return;
                 }
-                if let Some(query) = &f.query {
-                    let mut start = TraceIds::of_target(&TraceTarget::classify(query));
+                if let Some(target) = &f.target {
+                    let mut start = TraceIds::of_target(target);
                     start.absorb(&f.ids);
                     let result = with_timeout(records::trace_rows(d, &start), &d.shown_url).await;
                     if tx
                         .send(Update::TraceRows {
-                            query: query.clone(),
+                            target: target.clone(),
                             result,
                         })
                         .await
@@ -518,10 +435,10 @@ async fn database_task(
 }
 
 async fn send_db_error(tx: &mpsc::Sender<Update>, f: &Focus, e: String) -> bool {
-    if let Some(q) = &f.query {
+    if let Some(target) = &f.target {
         if tx
             .send(Update::TraceRows {
-                query: q.clone(),
+                target: target.clone(),
                 result: Err(e.clone()),
             })
             .await
@@ -667,7 +584,7 @@ async fn topic_task(
         let f = focus.borrow_and_update().clone();
         let wanted = kind == TopicKind::Trace
             && f.tracing
-            && f.query.is_some()
+            && f.target.is_some()
             && f.ids != TraceIds::default();
         let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
         if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
@@ -683,11 +600,11 @@ async fn topic_task(
             history_of = Some(f.ids.clone());
             let stop = cancel.child_token();
             let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
-            let query = f.query.clone().unwrap_or_default();
+            let target = f.target.clone().expect("wanted only with a target");
             let cancelled = stop.clone();
             let task = tokio::spawn(async move {
-                let keep = crate::console::cli::headless::Keep::of_ids(&query, &ids);
-                let result = crate::console::cli::headless::read_trace_log_keeping(
+                let keep = bounded::Keep::of_ids(&target, &ids);
+                let result = bounded::read_trace_log_keeping(
                     &config,
                     topics::StartAt::Beginning,
                     &keep,
