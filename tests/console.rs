@@ -1164,3 +1164,54 @@ async fn binary_exit_statuses_and_a_real_terminal() {
     assert_eq!(down.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&down.stderr).contains(&format!("127.0.0.1:{}", w.redis.port)));
 }
+
+// ---------------------------------------------------------------------------------------------
+// A database without the schema: every face says to run `idemguard migrate`
+// ---------------------------------------------------------------------------------------------
+
+async fn a_database_without_the_schema_says_to_migrate(dialect: Dialect) {
+    let mut config = common::fresh_database_config(dialect).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
+    // The database as shown: config::redact_url of its URL (no password, ever).
+    let shown = BackendId::Database.target(&config);
+    let says_migrate = |e: Option<&str>| {
+        e.is_some_and(|e| e.starts_with("run `idemguard migrate`") && e.contains(&shown))
+    };
+
+    // The headless twins.
+    let stuck = headless::stuck(&config).await;
+    let db = stuck.backends.iter().find(|b| b.is(BackendId::Database));
+    let error = db.and_then(|b| b.error.as_deref());
+    assert!(says_migrate(error), "stuck: {error:?}");
+    let trace = headless::trace(&config, &TraceTarget::classify("20261130000000000abc")).await;
+    let db = trace.backends.iter().find(|b| b.is(BackendId::Database));
+    let error = db.and_then(|b| b.error.as_deref());
+    assert!(says_migrate(error), "trace: {error:?}");
+
+    // The TUI: the collector's status, and the alert line at 80 columns still says it.
+    let mut backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    pump_until(&mut app, &mut backends.updates, "the database down", |a| {
+        matches!(&a.backends[&BackendId::Database].health, Health::Down(_))
+    })
+    .await;
+    let Health::Down(e) = &app.backends[&BackendId::Database].health else {
+        unreachable!()
+    };
+    assert!(says_migrate(Some(e)), "TUI: {e}");
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("run `idemguard migrate`"), "{s}");
+    backends.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_database_without_the_schema_says_to_migrate_postgres() {
+    a_database_without_the_schema_says_to_migrate(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_database_without_the_schema_says_to_migrate_mysql() {
+    a_database_without_the_schema_says_to_migrate(Dialect::Mysql).await;
+}

@@ -14,7 +14,7 @@
 //! 5. [`assemble`] picks the messages and events of the IDs and builds the [`Timeline`].
 //!
 //! Steps 1–4 are [`read_trace`] for the one-shot faces. The TUI's collectors do them
-//! continuously (each on its own backend, following [`crate::console::tui::backend::Focus`]),
+//! continuously (each on its own backend, following the TUI's `Focus`),
 //! and the TUI calls [`assemble`] over its stores: the same step 5, the same [`TracePieces`].
 
 use std::time::Instant;
