@@ -295,7 +295,10 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     press(&mut app, KeyCode::Enter);
     assert_eq!(
         (app.view, app.trace_target.clone()),
-        (View::Trace, Some(TraceTarget::OrderNo(inc.order_no.clone())))
+        (
+            View::Trace,
+            Some(TraceTarget::OrderNo(inc.order_no.clone()))
+        )
     );
 
     // Headless twin, field by field.
@@ -1214,4 +1217,54 @@ async fn a_database_without_the_schema_says_to_migrate_postgres() {
 #[tokio::test]
 async fn a_database_without_the_schema_says_to_migrate_mysql() {
     a_database_without_the_schema_says_to_migrate(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `:report` writes into console.report_dir and says the full path
+// ---------------------------------------------------------------------------------------------
+
+async fn report_command_writes_into_the_report_dir(dialect: Dialect) {
+    let (mut config, db) = common::migrated_database(dialect).await;
+    db.pool.close().await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
+    let tmp = tempfile::tempdir().unwrap();
+    // Two levels that do not exist yet: the directory is created.
+    let dir = tmp.path().join("incidents").join("reports");
+    config.console.report_dir = dir.display().to_string();
+
+    let mut backends = Backends::spawn(&config);
+    let exec = backends.spawn_executor(&config, false);
+    let mut app = App::new(&config, None);
+    app.attach_executor(exec);
+    app.run_command("report 20261130000000000abc");
+    pump_until(&mut app, &mut backends.updates, "the report written", |a| {
+        a.message
+            .as_ref()
+            .is_some_and(|(m, _, _)| m.starts_with("report "))
+    })
+    .await;
+    let path = dir.join("idemguard-report-20261130000000000abc.md");
+    let said = &app.message.as_ref().unwrap().0;
+    assert!(
+        said.starts_with(&format!("report written to {}:", path.display())),
+        "{said}"
+    );
+    let md = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        md.starts_with("# Post-incident report — 20261130000000000abc"),
+        "{md}"
+    );
+    backends.shutdown().await;
+}
+
+#[tokio::test]
+async fn report_command_writes_into_the_report_dir_postgres() {
+    report_command_writes_into_the_report_dir(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn report_command_writes_into_the_report_dir_mysql() {
+    report_command_writes_into_the_report_dir(Dialect::Mysql).await;
 }

@@ -633,6 +633,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_report_dir_is_configured_else_the_users_data_dir_else_the_working_dir() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            report_dir_of("/srv/reports", os("/data"), os("/home/a")),
+            PathBuf::from("/srv/reports")
+        );
+        assert_eq!(
+            report_dir_of("", os("/data"), os("/home/a")),
+            PathBuf::from("/data/idemguard/reports")
+        );
+        assert_eq!(
+            report_dir_of("", os(""), os("/home/a")),
+            PathBuf::from("/home/a/.local/share/idemguard/reports")
+        );
+        assert_eq!(report_dir_of("", None, None), PathBuf::from("reports"));
+    }
+
+    #[test]
     fn the_leaks_table_header_names_its_column_and_no_placeholder() {
         let r = IncidentReport {
             schema: "idemguard.report/v1",
