@@ -481,6 +481,17 @@ pub fn markdown(r: &IncidentReport) -> String {
         },
         r.generated_at
     );
+    summary(&mut o, r);
+    leaks_section(&mut o, r);
+    contradictions_section(&mut o, r);
+    actions_section(&mut o, r);
+    rates_section(&mut o, r);
+    orders_section(&mut o, r);
+    o
+}
+
+/// The summary: what was found, counted.
+fn summary(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "## Summary\n");
     let _ = writeln!(
         o,
@@ -499,7 +510,10 @@ pub fn markdown(r: &IncidentReport) -> String {
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {e} (the report is partial)");
     }
+}
 
+/// Every duplicate that got through.
+fn leaks_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Duplicates that got through\n");
     if r.leaks.is_empty() {
         let _ = writeln!(o, "None: no requestId or order has two effects in orders, stock movements, payment flows, points or notifications.");
@@ -521,7 +535,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Records whose status contradicts the order tables.
+fn contradictions_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Records that contradict the orders\n");
     if r.contradictions.is_empty() {
         let _ = writeln!(
@@ -545,7 +562,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// The operator actions taken, oldest first.
+fn actions_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Operator actions\n");
     if r.operator_actions.is_empty() {
         let _ = writeln!(o, "None.");
@@ -565,7 +585,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Interceptions per layer and outcome.
+fn rates_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Rates\n");
     if r.rates.is_empty() {
         let _ = writeln!(o, "No trace events in the window.");
@@ -582,7 +605,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Each order's timeline and the layer that stopped each duplicate.
+fn orders_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Orders\n");
     for t in &r.timelines {
         let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), t.query);
@@ -625,7 +651,6 @@ pub fn markdown(r: &IncidentReport) -> String {
         }
         let _ = writeln!(o);
     }
-    o
 }
 
 #[cfg(test)]

@@ -147,64 +147,36 @@ pub async fn read_trace(
         },
         None => (None, None),
     };
-
     let t_kafka = Instant::now();
-    let read;
-    let (payments, log, topic_errors) = match sources.topics {
+    let read: (PaymentIndex, TraceLog);
+    let (payments, log) = match sources.topics {
         TopicsFrom::ReadForTarget => {
             let (payments, log) = bounded::read_topics_for(config, target, rows.as_ref()).await;
-            let errors = (
-                log.as_ref().err().map(|e| format!("{e:#}")),
-                payments.as_ref().err().map(|e| format!("{e:#}")),
-            );
+            let (trace_error, payment_error) = (failed(&log), failed(&payments));
             read = (payments.unwrap_or_default(), log.unwrap_or_default());
-            (&read.0, &read.1, Some(errors))
+            let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
+            statuses.push(status(BackendId::TraceTopic, trace_error));
+            statuses.push(status(BackendId::PaymentTopic, payment_error));
+            (&read.0, &read.1)
         }
-        TopicsFrom::Stores { payments, log } => (payments, log, None),
+        TopicsFrom::Stores { payments, log } => (payments, log),
     };
-
-    // An eventId only Kafka knows yet: ask the database again with the orderNo it names.
-    if let (Some(db), Some(r)) = (sources.database, &rows) {
-        let ids = resolve_ids(target, rows.as_ref(), payments, log);
-        if ids != r.ids {
-            match records::trace_rows(db, &ids).await {
-                Ok(more) => rows = Some(more),
-                Err(e) => db_error = Some(format!("{e:#}")),
-            }
+    if let Some(db) = sources.database {
+        if let Some(r) = &mut rows {
+            db_error = reread_rows(db, target, r, payments, log).await.err();
         }
-    }
-    if sources.database.is_some() {
-        statuses.push(BackendStatus::of(
-            config,
-            BackendId::Database,
-            t_db,
-            db_error,
-        ));
+        let status = BackendStatus::of(config, BackendId::Database, t_db, db_error);
+        statuses.insert(0, status);
     }
     let ids = resolve_ids(target, rows.as_ref(), payments, log);
-
     let keys = if sources.redis {
         let (keys, status) = read_keys(config, &ids).await;
-        statuses.push(status);
+        // After the database, before the topics: the order every document lists them in.
+        statuses.insert(usize::from(sources.database.is_some()), status);
         keys
     } else {
         None
     };
-    if let Some((trace_error, payment_error)) = topic_errors {
-        statuses.push(BackendStatus::of(
-            config,
-            BackendId::TraceTopic,
-            t_kafka,
-            trace_error,
-        ));
-        statuses.push(BackendStatus::of(
-            config,
-            BackendId::PaymentTopic,
-            t_kafka,
-            payment_error,
-        ));
-    }
-
     let pieces = TracePieces {
         rows: rows.as_ref(),
         keys: keys.as_ref(),
@@ -216,6 +188,28 @@ pub async fn read_trace(
         timeline: assemble(target, &pieces, now_ms()),
         statuses,
     }
+}
+
+/// Step 3: an eventId only Kafka knows yet leads to its order — the database is asked again
+/// with the IDs the topics added (on failure the rows read first stay).
+async fn reread_rows(
+    db: &Database,
+    target: &TraceTarget,
+    rows: &mut TraceRows,
+    payments: &PaymentIndex,
+    log: &TraceLog,
+) -> Result<(), String> {
+    let ids = resolve_ids(target, Some(rows), payments, log);
+    if ids != rows.ids {
+        *rows = records::trace_rows(db, &ids)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
+}
+
+fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {
+    r.as_ref().err().map(|e| format!("{e:#}"))
 }
 
 /// The lock and fast-path keys of the order and the request, bounded by [`POLL_TIMEOUT`].
