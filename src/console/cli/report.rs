@@ -1,8 +1,9 @@
 //! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown
 //! (or JSON, schema `idemguard.report/v1`). For each affected order its cross-layer timeline
-//! (the Trace view's, [`timeline::build`]) and which layer stopped each duplicate; every
+//! (the Trace view's: the same [`read_trace`]) and which layer stopped each duplicate; every
 //! duplicate that got through (two effects for one requestId or one order in any table); the
-//! operator actions taken (`ops_audit`); and the interception rates over the window.
+//! operator actions taken (`ops_audit`); and the interception rates over the window. `:report`
+//! writes it into `console.report_dir` ([`write_markdown`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

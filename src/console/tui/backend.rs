@@ -26,7 +26,7 @@ use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, LockScan, TraceKeys};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
-use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
+use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
 /// data and never grows memory).
@@ -461,6 +461,22 @@ async fn with_timeout<T>(
     }
 }
 
+/// A lock scan that could not read the main node.
+fn main_node_down(node: String, error: String) -> LockScan {
+    LockScan {
+        nodes: vec![locks::NodeScan {
+            node,
+            role: "main",
+            ok: false,
+            error: Some(error),
+            keys: 0,
+            scan_ms: 0.0,
+        }],
+        read_at_ms: now_ms(),
+        ..Default::default()
+    }
+}
+
 async fn redis_task(
     config: Config,
     tx: mpsc::Sender<Update>,
@@ -470,18 +486,7 @@ async fn redis_task(
     let (mut main, mut redlock) = match locks::nodes_of(&config) {
         Ok(n) => n,
         Err(e) => {
-            let scan = LockScan {
-                nodes: vec![locks::NodeScan {
-                    node: host_port(&config.redis.url),
-                    role: "main",
-                    ok: false,
-                    error: Some(format!("{e:#}")),
-                    keys: 0,
-                    scan_ms: 0.0,
-                }],
-                read_at_ms: now_ms(),
-                ..Default::default()
-            };
+            let scan = main_node_down(host_port(&config.redis.url), format!("{e:#}"));
             let _ = tx.send(Update::Locks(scan)).await;
             return;
         }
@@ -504,22 +509,12 @@ async fn redis_task(
                     Ok(s) => s,
                     Err(_) => {
                         main.forget_connection();
-                        LockScan {
-                            nodes: vec![locks::NodeScan {
-                                node: main.name.clone(),
-                                role: "main",
-                                ok: false,
-                                error: Some(format!(
-                                    "redis node {}: the lock scan did not finish within {:?}",
-                                    main.name,
-                                    POLL_TIMEOUT * 6
-                                )),
-                                keys: 0,
-                                scan_ms: 0.0,
-                            }],
-                            read_at_ms: now_ms(),
-                            ..Default::default()
-                        }
+                        let error = format!(
+                            "redis node {}: the lock scan did not finish within {:?}",
+                            main.name,
+                            POLL_TIMEOUT * 6
+                        );
+                        main_node_down(main.name.clone(), error)
                     }
                 };
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
@@ -557,6 +552,15 @@ enum TopicKind {
     Payments,
 }
 
+impl TopicKind {
+    fn purpose(self) -> &'static str {
+        match self {
+            TopicKind::Trace => "trace",
+            TopicKind::Payments => "payments",
+        }
+    }
+}
+
 /// Follows one topic from its beginning (every partition assigned, no group). A reader thread
 /// polls the topic and sends what it reads in batches; this task probes the broker every refresh
 /// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
@@ -575,49 +579,11 @@ async fn topic_task(
     };
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
-    let mut history_of: Option<TraceIds> = None;
-    // The read of the history in flight: cancelled as soon as nobody wants it (another trace,
-    // another view, quitting), so it never holds the console up. One that has answered is kept:
-    // coming back to the same trace does not read the topic again.
-    let mut history_read: Option<(CancellationToken, JoinHandle<()>)> = None;
+    let mut history = HistoryRead::default();
     loop {
         let f = focus.borrow_and_update().clone();
-        let wanted = kind == TopicKind::Trace
-            && f.tracing
-            && f.target.is_some()
-            && f.ids != TraceIds::default();
-        let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
-        if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
-            if let Some((stop, _)) = history_read.take() {
-                stop.cancel();
-            }
-            history_of = None;
-        }
-        // A new trace target: read its history from the whole topic, on a task of its own so the
-        // probe keeps its pace. The app keeps the answer only while the IDs are still the ones it
-        // traces.
-        if wanted && history_of.is_none() {
-            history_of = Some(f.ids.clone());
-            let stop = cancel.child_token();
-            let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
-            let target = f.target.clone().expect("wanted only with a target");
-            let cancelled = stop.clone();
-            let task = tokio::spawn(async move {
-                let keep = bounded::Keep::of_ids(&target, &ids);
-                let result = bounded::read_trace_log_keeping(
-                    &config,
-                    topics::StartAt::Beginning,
-                    &keep,
-                    &cancelled,
-                )
-                .await
-                .map(|log| log.oldest_first())
-                .map_err(|e| format!("{e:#}"));
-                if !cancelled.is_cancelled() {
-                    let _ = tx.send(Update::TraceHistory { ids, result }).await;
-                }
-            });
-            history_read = Some((stop, task));
+        if kind == TopicKind::Trace {
+            history.follow(&f, &config, &tx, &cancel);
         }
         let probe = tokio::select! {
             p = probe_topic(&config, &topic, kind) => p,
@@ -667,6 +633,57 @@ async fn topic_task(
     }
 }
 
+/// The read of the trace target's history from the whole trace topic: an order older than the
+/// newest events the trace log keeps still has them. At most one at a time, on a task of its
+/// own so the probe keeps its pace; cancelled as soon as nobody wants it (another trace, another
+/// view, quitting), so it never holds the console up. One that has answered is kept: coming
+/// back to the same trace does not read the topic again.
+#[derive(Default)]
+struct HistoryRead {
+    /// The IDs read (or being read) for.
+    of: Option<TraceIds>,
+    running: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl HistoryRead {
+    fn follow(
+        &mut self,
+        f: &Focus,
+        config: &Config,
+        tx: &mpsc::Sender<Update>,
+        cancel: &CancellationToken,
+    ) {
+        let wanted = f.tracing && f.target.is_some() && f.ids != TraceIds::default();
+        let in_flight = self.running.as_ref().is_some_and(|(_, h)| !h.is_finished());
+        if self.of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
+            if let Some((stop, _)) = self.running.take() {
+                stop.cancel();
+            }
+            self.of = None;
+        }
+        let Some(target) = f.target.clone().filter(|_| wanted && self.of.is_none()) else {
+            return;
+        };
+        self.of = Some(f.ids.clone());
+        let stop = cancel.child_token();
+        let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
+        let cancelled = stop.clone();
+        // The app keeps the answer only while the IDs are still the ones it traces.
+        let task = tokio::spawn(async move {
+            let keep = bounded::Keep::of_ids(&target, &ids);
+            let result =
+                bounded::read_trace_log_keeping(&config, StartAt::Beginning, &keep, &cancelled)
+                    .await
+                    .map(|log| log.oldest_first())
+                    .map_err(|e| format!("{e:#}"));
+            if !cancelled.is_cancelled() {
+                let _ = tx.send(Update::TraceHistory { ids, result }).await;
+            }
+        });
+        self.running = Some((stop, task));
+    }
+}
+
 fn topic_error(kind: TopicKind, e: String) -> Update {
     match kind {
         TopicKind::Trace => Update::TraceTopic(Err(e)),
@@ -690,16 +707,9 @@ fn start_reader(
     stop: CancellationToken,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
-    let consumer: BaseConsumer = topics::reader_config(
-        config,
-        if kind == TopicKind::Trace {
-            "trace"
-        } else {
-            "payments"
-        },
-    )
-    .create()
-    .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let consumer: BaseConsumer = topics::reader_config(config, kind.purpose())
+        .create()
+        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for (p, _, _) in marks {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
@@ -710,69 +720,73 @@ fn start_reader(
         .map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
     let topic = topic.to_string();
     let failure = format!("cannot start the {topic} reader thread");
-    let flush_after = Duration::from_millis(100);
     std::thread::Builder::new()
-        .name(format!(
-            "console-{}",
-            if kind == TopicKind::Trace {
-                "trace"
-            } else {
-                "payments"
-            }
-        ))
-        .spawn(move || {
-            let mut events: Vec<TraceEvent> = Vec::new();
-            let mut payments: Vec<PaymentMessage> = Vec::new();
-            let mut first: Option<std::time::Instant> = None;
-            while !stop.is_cancelled() {
-                if focus.borrow().paused {
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
-                }
-                match consumer.poll(Duration::from_millis(50)) {
-                    Some(Ok(m)) => {
-                        match kind {
-                            TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
-                            TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
-                        }
-                        first.get_or_insert_with(std::time::Instant::now);
-                    }
-                    Some(Err(e))
-                        if tx
-                            .blocking_send(topic_error(
-                                kind,
-                                format!("kafka {servers}: reading {topic}: {e}"),
-                            ))
-                            .is_err() =>
-                    {
-                        return
-                    }
-                    Some(Err(_)) => {}
-                    None => {}
-                }
-                let due = events.len() >= BATCH
-                    || payments.len() >= BATCH
-                    || first.is_some_and(|t| t.elapsed() >= flush_after);
-                if due {
-                    first = None;
-                    if !events.is_empty()
-                        && tx
-                            .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
-                            .is_err()
-                    {
-                        return;
-                    }
-                    if !payments.is_empty()
-                        && tx
-                            .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
-                            .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        })
+        .name(format!("console-{}", kind.purpose()))
+        .spawn(move || read_batches(consumer, kind, &servers, &topic, &tx, &focus, &stop))
         .map_err(|e| format!("{failure}: {e}"))
+}
+
+/// The reader thread's loop (see [`start_reader`]); ends on `stop` or when the UI is gone.
+fn read_batches(
+    consumer: BaseConsumer,
+    kind: TopicKind,
+    servers: &str,
+    topic: &str,
+    tx: &mpsc::Sender<Update>,
+    focus: &watch::Receiver<Focus>,
+    stop: &CancellationToken,
+) {
+    let flush_after = Duration::from_millis(100);
+    let mut events: Vec<TraceEvent> = Vec::new();
+    let mut payments: Vec<PaymentMessage> = Vec::new();
+    let mut first: Option<std::time::Instant> = None;
+    while !stop.is_cancelled() {
+        if focus.borrow().paused {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) => {
+                match kind {
+                    TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                    TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                }
+                first.get_or_insert_with(std::time::Instant::now);
+            }
+            Some(Err(e))
+                if tx
+                    .blocking_send(topic_error(
+                        kind,
+                        format!("kafka {servers}: reading {topic}: {e}"),
+                    ))
+                    .is_err() =>
+            {
+                return
+            }
+            Some(Err(_)) => {}
+            None => {}
+        }
+        let due = events.len() >= BATCH
+            || payments.len() >= BATCH
+            || first.is_some_and(|t| t.elapsed() >= flush_after);
+        if due {
+            first = None;
+            if !events.is_empty()
+                && tx
+                    .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
+                    .is_err()
+            {
+                return;
+            }
+            if !payments.is_empty()
+                && tx
+                    .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }
 }
 
 type Probe = (
