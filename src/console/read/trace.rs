@@ -241,3 +241,72 @@ async fn read_keys(config: &Config, ids: &TraceIds) -> (Option<TraceKeys>, Backe
         BackendStatus::of(config, BackendId::Redis, started, error),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::read::topics::PaymentMessage;
+    use crate::contracts::{format_ms, Layer, Outcome};
+
+    fn at(e: TraceEvent, ms: i64) -> TraceEvent {
+        TraceEvent {
+            ts: format_ms(ms),
+            ..e
+        }
+    }
+
+    /// An eventId only Kafka knows leads to its order; the order's events come from the log and
+    /// from the history the log no longer keeps, oldest first; another order's events stay out.
+    #[test]
+    fn an_event_id_is_assembled_from_the_stores_and_the_history() {
+        let (event, order) = (
+            "0193a1c2-7f3e-7c1a-9d2b-5e8f6a7b8c9d",
+            "20261130000000000abc",
+        );
+        let target = TraceTarget::classify(event);
+        let mut payments = PaymentIndex::default();
+        payments.ingest(PaymentMessage {
+            topic: "payment.succeeded".into(),
+            partition: 1,
+            offset: 17,
+            timestamp_ms: Some(2_000),
+            order_no: Some(order.into()),
+            request_id: None,
+            event_id: Some(event.into()),
+            pay_no: Some("P1".into()),
+            payload_ok: true,
+        });
+        let mut log = TraceLog::default();
+        let hit = TraceEvent::new(Layer::Stream, Outcome::DedupHit).event_id(event);
+        log.ingest(at(hit.order_no(order), 3_000));
+        log.ingest(at(
+            TraceEvent::new(Layer::Api, Outcome::Replayed).order_no("other"),
+            3_500,
+        ));
+        let older = at(
+            TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(order),
+            1_000,
+        );
+        let history = vec![older];
+        let pieces = TracePieces {
+            rows: None,
+            keys: None,
+            payments: &payments,
+            log: &log,
+            history: Some(&history),
+        };
+        let t = assemble(&target, &pieces, 10_000);
+        assert_eq!((t.kind, t.query.as_str()), ("event_id", event));
+        assert_eq!(t.order_no.as_deref(), Some(order));
+        let times: Vec<_> = t.entries.iter().map(|e| (e.layer, e.at_ms)).collect();
+        assert_eq!(
+            times,
+            [
+                ("api", Some(1_000)),
+                ("kafka", Some(2_000)),
+                ("stream", Some(3_000))
+            ]
+        );
+        assert_eq!(t.stopped_count(), 2);
+    }
+}
