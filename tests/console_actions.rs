@@ -1127,7 +1127,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     })
     .await;
     let msg = app.message.clone().unwrap().0;
-    let path = msg.split_whitespace().next().unwrap().to_string();
+    // "report written to /full/path/idemguard-report-….md: …" (into console.report_dir).
+    let path = msg
+        .strip_prefix("report written to ")
+        .and_then(|m| m.split(".md: ").next())
+        .map(|p| format!("{p}.md"))
+        .unwrap_or_else(|| panic!("{msg}"));
     let md = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     assert!(
