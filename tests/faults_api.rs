@@ -6,7 +6,9 @@
 //!   the give-up path after an unknown error releases the record for a retry;
 //! - Ctrl-C on `serve` and on `consume` with requests and events in flight;
 //! - guard branches: a dead owner's fast-path placeholder lets the database decide; two retries
-//!   reclaiming one dead owner's record at once, exactly one wins (the trace shows the race run).
+//!   reclaiming one dead owner's record at once, exactly one wins (the trace shows the race run);
+//!   a record gone between the claim's insert and its read answers 500 and drops the placeholder,
+//!   so the retry creates the order; replays counted while the database fails are kept.
 
 mod common;
 #[path = "support/redis_server.rs"]
@@ -1232,4 +1234,114 @@ async fn two_retries_reclaim_a_dead_owners_record_once_postgres() {
 #[tokio::test]
 async fn two_retries_reclaim_a_dead_owners_record_once_mysql() {
     two_retries_reclaim_once(Dialect::Mysql).await;
+}
+
+/// The claim's insert meets a record that is gone when it reads it back (purged by retention
+/// in between). Produced by a trigger that makes the insert of this one key report a
+/// conflict (MariaDB) or do nothing (PostgreSQL) with no row there. The request answers 500,
+/// creates nothing and drops its fast-path placeholder; the retry, the fault gone, creates the
+/// order at once — not 409 from the placeholder of an owner that gave up.
+async fn a_record_purged_between_insert_and_read(dialect: Dialect) {
+    let (_redis, _config, db, service, base) = guarded_service(dialect).await;
+    let http = reqwest::Client::new();
+    let k = key();
+    let install = match dialect {
+        Dialect::Postgres => vec![
+            format!("CREATE FUNCTION igt_purged() RETURNS trigger AS $$ BEGIN IF NEW.request_id = '{k}' THEN RETURN NULL; END IF; RETURN NEW; END $$ LANGUAGE plpgsql"),
+            "CREATE TRIGGER igt_purged BEFORE INSERT ON idempotency_record FOR EACH ROW EXECUTE FUNCTION igt_purged()".to_string(),
+        ],
+        Dialect::Mysql => vec![format!(
+            "CREATE TRIGGER igt_purged BEFORE INSERT ON idempotency_record FOR EACH ROW BEGIN IF NEW.request_id = '{k}' THEN SIGNAL SQLSTATE '23000' SET MYSQL_ERRNO = 1062, MESSAGE_TEXT = 'Duplicate entry (test: purged before the read)'; END IF; END"
+        )],
+    };
+    for sql in &install {
+        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
+    }
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{dialect}: {body}"
+    );
+    let of_k = format!("WHERE req_id = '{k}'");
+    assert_eq!(
+        count(&db, &format!("order_record {of_k}")).await,
+        0,
+        "{dialect}"
+    );
+    sqlx::raw_sql("DROP TRIGGER igt_purged ON idempotency_record")
+        .execute(&db.pool)
+        .await
+        .or(sqlx::raw_sql("DROP TRIGGER igt_purged")
+            .execute(&db.pool)
+            .await)
+        .unwrap();
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {body}");
+    assert_eq!(
+        count(&db, &format!("order_record {of_k}")).await,
+        1,
+        "{dialect}"
+    );
+    assert_eq!(record_status(&db, &k).await, "SUCCEEDED", "{dialect}");
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_record_purged_between_insert_and_read_is_retried_cleanly_postgres() {
+    a_record_purged_between_insert_and_read(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_record_purged_between_insert_and_read_is_retried_cleanly_mysql() {
+    a_record_purged_between_insert_and_read(Dialect::Mysql).await;
+}
+
+/// Replays counted while the database fails are kept for the next flush, not lost.
+async fn replay_counts_survive_a_failed_flush(dialect: Dialect) {
+    let (_config, db) = rig(dialect).await;
+    let k = key();
+    processing_record(&db, &k, "host-1-000001", now_ms() + 60_000).await;
+    let counter = idemguard::api::guard::ReplayCounter::default();
+    for _ in 0..3 {
+        counter.add(&k);
+    }
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    let run = |sql: String| {
+        let db = db.clone();
+        async move { sqlx::query(&sql).execute(&db.pool).await.unwrap() }
+    };
+    run(rename("idempotency_record", "idempotency_record_away")).await;
+    counter.flush(&db).await; // fails: the table is away
+    run(rename("idempotency_record_away", "idempotency_record")).await;
+    let replays = |n: i64| {
+        let (db, k) = (db.clone(), k.clone());
+        async move {
+            let with_n =
+                format!("idempotency_record WHERE request_id = '{k}' AND replay_count = {n}");
+            count(&db, &with_n).await == 1
+        }
+    };
+    assert!(
+        replays(0).await,
+        "{dialect}: the failed flush wrote nothing"
+    );
+    counter.flush(&db).await;
+    assert!(
+        replays(3).await,
+        "{dialect}: the failed flush's counts were kept"
+    );
+    counter.flush(&db).await;
+    assert!(replays(3).await, "{dialect}: and written once");
+}
+
+#[tokio::test]
+async fn replay_counts_survive_a_failed_flush_postgres() {
+    replay_counts_survive_a_failed_flush(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn replay_counts_survive_a_failed_flush_mysql() {
+    replay_counts_survive_a_failed_flush(Dialect::Mysql).await;
 }
