@@ -8,7 +8,8 @@
 //! - terminate every other session of the run's database: the service's and the consumer's
 //!   pools lose their connections mid-statement;
 //! - restart the consumer (stop, then a new member of the same group) — between rounds, as the
-//!   nemesis runs beside the traffic, which borrows the rig.
+//!   nemesis runs beside the traffic, which borrows the rig; the restarts due during a round
+//!   make one.
 //!
 //! The invariants are the storm's, read from the database afterwards: one order per requestId
 //! answered 201, stock exact, one payment flow per payNo, one PAID per order, one points row and
@@ -96,6 +97,7 @@ pub async fn chaos(
         seconds: 0.0,
     };
     let mut round = 0;
+    let mut restarts_due = 0;
     while started.elapsed() < duration {
         let users = round * ROUND_USERS..(round + 1) * ROUND_USERS;
         let stop = CancellationToken::new();
@@ -111,15 +113,18 @@ pub async fn chaos(
         applied.freezes += got.freezes;
         applied.kills += got.kills;
         applied.sessions += got.sessions;
-        // Restarts due during the round (the nemesis left them: the traffic borrowed the rig).
+        // Restarts due during the round (the nemesis left them: the traffic borrowed the rig),
+        // coalesced into one: a member stopped again while it is still joining the group left
+        // tansu's group without an assignment for minutes (seen in a 180 s run).
         let due = plan[..next]
             .iter()
             .filter(|f| f.kind == FaultKind::RestartConsumer)
             .count();
-        for _ in applied.restarts..due {
+        if due > restarts_due {
             rig.stop_consumer().await?;
             rig.start_consumer().await?;
             applied.restarts += 1;
+            restarts_due = due;
         }
         all.skus.extend(played.skus);
         all.checks.extend(played.checks);
@@ -127,7 +132,7 @@ pub async fn chaos(
         round += 1;
     }
     all.notes.push(format!(
-        "chaos seed {seed}, {:.0} s: {round} rounds of {ROUND_USERS} users (stock {ROUND_STOCK} each); faults: {} Redis freezes, {} session kills ({} sessions ended), {} consumer restarts (of {} scheduled)",
+        "chaos seed {seed}, {:.0} s: {round} rounds of {ROUND_USERS} users (stock {ROUND_STOCK} each); faults: {} Redis freezes, {} session kills ({} sessions ended), {} consumer restarts (for {restarts_due} due); {} faults scheduled",
         duration.as_secs_f64(),
         applied.freezes,
         applied.kills,
