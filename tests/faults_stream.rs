@@ -6,7 +6,9 @@
 //!   amount, an empty payload) goes to the DLQ with its reason and applies nothing;
 //! - the DLQ is published once per source message: across a crash before the offset commit, and
 //!   across a batch retried after a failed DLQ publish;
-//! - a Kafka receive error (the topic deleted under the consumer) is counted and survived.
+//! - a Kafka receive error (the topic not there yet) is counted and survived;
+//! - a failed offset commit (the member evicted while frozen between its database commit and its
+//!   offset commit) ends `consume` with the error; the member that took over applies nothing twice.
 //!
 //! Every test has its own database, topics and group, removed when it ends, pass or fail.
 
@@ -616,4 +618,112 @@ async fn a_kafka_receive_error_is_counted_and_survived() {
     let st = run.stop().await;
     assert_eq!((get(&st.applied), get(&st.dlq)), (1, 0), "{st:?}");
     assert_eq!(count(&s.db, "points_ledger").await, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A failed offset commit: the member was evicted from the group while stopped between its
+// database commit and its offset commit.
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// The real binary M1 is held inside its batch (its `processed_event` insert waits on a row the
+/// test holds uncommitted), then frozen (SIGSTOP); the test lets the row go and waits until
+/// member M2 has taken the partitions over (M1 evicted: no heartbeat). Thawed, M1 finishes its
+/// database work and its offset commit fails: `consume` exits with the error, and M2 — which
+/// received the same batch — applies nothing twice.
+async fn a_failed_offset_commit(s: &Setup) {
+    let d = s.dialect;
+    let (o, r) = create_order(&s.db).await;
+    let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r)).collect();
+    for e in &events {
+        send_event(s, &o, e).await;
+    }
+    let mut hold = s.db.pool.begin().await.unwrap();
+    let sql = format!(
+        "INSERT INTO processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at) VALUES ({}, 'x', 0, 0, 'held', 0, 0)",
+        placeholders(s.dialect, 3)
+    );
+    sqlx::query(&sql)
+        .bind(&s.group)
+        .bind(&events[0].event_id)
+        .bind(&o)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let m1 = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+            "--group",
+            &s.group,
+        ])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .env("IDEMGUARD_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = m1.id().unwrap();
+    // M1 is inside its batch: the sinks before processed_event have committed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&s.db, "notification").await < 1 {
+        assert!(Instant::now() < deadline, "{d}: M1 never reached its sinks");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(pid, "-STOP");
+    hold.rollback().await.unwrap(); // M1's insert goes through, uncommitted: M1 is frozen
+    let m2 = start(s).await;
+    m2.until("M2 took the partitions over", 120, |st| {
+        get(&st.received) >= 3
+    })
+    .await;
+    signal(pid, "-CONT");
+    let out = tokio::time::timeout(Duration::from_secs(60), m1.wait_with_output())
+        .await
+        .expect("M1 ends within 60 s of its thaw")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{d}: M1 exits with the failed commit"
+    );
+    assert!(stderr.contains("offset commit failed"), "{d}: {stderr}");
+    m2.until("M2 handled the batch", 60, |st| {
+        get(&st.dedup_hits) + get(&st.sink_duplicates) + get(&st.applied) >= 3
+    })
+    .await;
+    let st = m2.stop().await;
+    assert_eq!(get(&st.applied), 0, "{d}: M1 had applied the batch: {st:?}");
+    assert_eq!(committed_total(s).await, 3, "{d}: M2 committed");
+    assert_eq!(
+        count(&s.db, "points_ledger").await,
+        1,
+        "{d}: one order, one payment"
+    );
+    assert_eq!(count(&s.db, "processed_event").await, 3, "{d}");
+}
+
+#[tokio::test]
+async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres() {
+    a_failed_offset_commit(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql() {
+    a_failed_offset_commit(&setup(Dialect::Mysql).await).await;
 }
