@@ -160,6 +160,9 @@ pub struct ConsoleConfig {
     pub refresh: Duration,
     pub operator: String,
     pub log_file: String,
+    /// Where `:report` writes; empty: the user's data directory (see
+    /// `console::cli::report::report_dir`).
+    pub report_dir: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

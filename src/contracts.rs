@@ -311,6 +311,13 @@ impl TraceTarget {
             TraceTarget::OrderNo(raw.to_string())
         }
     }
+
+    /// The ID as typed (trimmed). (Added for the console, whose trace target travels typed.)
+    pub fn id(&self) -> &str {
+        match self {
+            TraceTarget::RequestId(s) | TraceTarget::EventId(s) | TraceTarget::OrderNo(s) => s,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

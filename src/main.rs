@@ -438,7 +438,8 @@ async fn run(
             Ok(ExitCode::SUCCESS)
         }
         Command::Trace { id, json } => {
-            let r = headless::trace(&config, &id).await;
+            let r =
+                headless::trace(&config, &idemguard::contracts::TraceTarget::classify(&id)).await;
             Ok(print_report(&r, json, headless::trace_table))
         }
         Command::Locks { json } => {
@@ -480,8 +481,10 @@ async fn run(
         } => {
             use idemguard::console::cli::report;
             let scope = match (id, since, until) {
-                (Some(id), _, _) => report::Scope::Id(id),
-                (None, Some(s), Some(u)) => report::Scope::Window {
+                (Some(id), _, _) => {
+                    report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
+                }
+                (None, Some(s), Some(u)) => report::ReportScope::Window {
                     since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
                     until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
                 },
@@ -642,9 +645,9 @@ async fn lock_hold(
 /// Prints a headless report (JSON or table), backend failures on stderr; the exit status says
 /// whether every backend answered and the ID was known.
 fn print_report<T: serde::Serialize>(
-    r: &headless::Report<T>,
+    r: &headless::Document<T>,
     json: bool,
-    table: fn(&headless::Report<T>) -> String,
+    table: fn(&headless::Document<T>) -> String,
 ) -> ExitCode {
     if json {
         match serde_json::to_string_pretty(r) {

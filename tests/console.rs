@@ -20,7 +20,7 @@ use idemguard::console::cli::headless;
 use idemguard::console::tui::app::{App, Health, Input};
 use idemguard::console::tui::backend::{BackendId, Backends};
 use idemguard::console::tui::keymap::View;
-use idemguard::contracts::keys;
+use idemguard::contracts::{keys, TraceTarget};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde_json::Value;
@@ -294,8 +294,11 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     }
     press(&mut app, KeyCode::Enter);
     assert_eq!(
-        (app.view, app.trace_query.clone()),
-        (View::Trace, Some(inc.order_no.clone()))
+        (app.view, app.trace_target.clone()),
+        (
+            View::Trace,
+            Some(TraceTarget::OrderNo(inc.order_no.clone()))
+        )
     );
 
     // Headless twin, field by field.
@@ -627,7 +630,10 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     .unwrap();
     quitter.await.unwrap();
     assert!(app.quit);
-    assert_eq!(app.trace_query.as_deref(), Some(inc.order_no.as_str()));
+    assert_eq!(
+        app.trace_target,
+        Some(TraceTarget::OrderNo(inc.order_no.clone()))
+    );
     let shown: String = terminal
         .backend()
         .buffer()
@@ -722,7 +728,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     b.shutdown().await;
 
     // Headless: the failing backend makes the exit status non-zero, the rest is still printed.
-    let r = headless::trace(&w.config, &inc.order_no).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.order_no)).await;
     assert_eq!(r.exit_code(), headless::EXIT_BACKEND_FAILED);
     assert!(r.data.found);
     assert!(r.failures().contains("redis"), "{}", r.failures());
@@ -735,7 +741,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
 async fn headless_trace_json(dialect: Dialect) {
     let w = world(dialect, 0).await;
     let inc = Incident::write(&w).await;
-    let r = headless::trace(&w.config, &inc.event_id).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.event_id)).await;
     assert_eq!(r.exit_code(), 0, "{dialect}: {}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["schema"], "idemguard.console/v1");
@@ -871,7 +877,7 @@ async fn headless_trace_json_mysql() {
 /// names the order's IDs, not the newest N messages.
 #[tokio::test]
 async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep() {
-    use idemguard::console::cli::report::{self, Scope};
+    use idemguard::console::cli::report::{self, ReportScope};
     use idemguard::console::read::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
     use idemguard::contracts::{headers, Layer, Outcome, TraceEvent};
     use rdkafka::message::{Header, OwnedHeaders};
@@ -928,7 +934,7 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     }
     producer.flush(Duration::from_secs(60)).unwrap();
 
-    let r = headless::trace(&w.config, &inc.order_no).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&inc.order_no)).await;
     assert_eq!(r.exit_code(), 0, "{}", r.failures());
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(
@@ -945,9 +951,12 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
         "the payment messages of the incident were kept"
     );
 
-    let rep = report::build(&w.config, &Scope::Id(inc.order_no.clone()))
-        .await
-        .unwrap();
+    let rep = report::build(
+        &w.config,
+        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
+    )
+    .await
+    .unwrap();
     let j = serde_json::to_value(&rep).unwrap();
     let stopped: u64 = j["rates"]
         .as_array()
@@ -1157,4 +1166,105 @@ async fn binary_exit_statuses_and_a_real_terminal() {
     let down = idemguard(&w, &["locks"]);
     assert_eq!(down.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&down.stderr).contains(&format!("127.0.0.1:{}", w.redis.port)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A database without the schema: every face says to run `idemguard migrate`
+// ---------------------------------------------------------------------------------------------
+
+async fn a_database_without_the_schema_says_to_migrate(dialect: Dialect) {
+    let mut config = common::fresh_database_config(dialect).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
+    // The database as shown: config::redact_url of its URL (no password, ever).
+    let shown = BackendId::Database.target(&config);
+    let says_migrate = |e: Option<&str>| {
+        e.is_some_and(|e| e.starts_with("run `idemguard migrate`") && e.contains(&shown))
+    };
+
+    // The headless twins.
+    let stuck = headless::stuck(&config).await;
+    let db = stuck.backends.iter().find(|b| b.is(BackendId::Database));
+    let error = db.and_then(|b| b.error.as_deref());
+    assert!(says_migrate(error), "stuck: {error:?}");
+    let trace = headless::trace(&config, &TraceTarget::classify("20261130000000000abc")).await;
+    let db = trace.backends.iter().find(|b| b.is(BackendId::Database));
+    let error = db.and_then(|b| b.error.as_deref());
+    assert!(says_migrate(error), "trace: {error:?}");
+
+    // The TUI: the collector's status, and the alert line at 80 columns still says it.
+    let mut backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    pump_until(&mut app, &mut backends.updates, "the database down", |a| {
+        matches!(&a.backends[&BackendId::Database].health, Health::Down(_))
+    })
+    .await;
+    let Health::Down(e) = &app.backends[&BackendId::Database].health else {
+        unreachable!()
+    };
+    assert!(says_migrate(Some(e)), "TUI: {e}");
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("run `idemguard migrate`"), "{s}");
+    backends.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_database_without_the_schema_says_to_migrate_postgres() {
+    a_database_without_the_schema_says_to_migrate(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_database_without_the_schema_says_to_migrate_mysql() {
+    a_database_without_the_schema_says_to_migrate(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `:report` writes into console.report_dir and says the full path
+// ---------------------------------------------------------------------------------------------
+
+async fn report_command_writes_into_the_report_dir(dialect: Dialect) {
+    let (mut config, db) = common::migrated_database(dialect).await;
+    db.pool.close().await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    config.kafka.payment_topic = topics[1].clone();
+    let tmp = tempfile::tempdir().unwrap();
+    // Two levels that do not exist yet: the directory is created.
+    let dir = tmp.path().join("incidents").join("reports");
+    config.console.report_dir = dir.display().to_string();
+
+    let mut backends = Backends::spawn(&config);
+    let exec = backends.spawn_executor(&config, false);
+    let mut app = App::new(&config, None);
+    app.attach_executor(exec);
+    app.run_command("report 20261130000000000abc");
+    pump_until(&mut app, &mut backends.updates, "the report written", |a| {
+        a.message
+            .as_ref()
+            .is_some_and(|(m, _, _)| m.starts_with("report "))
+    })
+    .await;
+    let path = dir.join("idemguard-report-20261130000000000abc.md");
+    let said = &app.message.as_ref().unwrap().0;
+    assert!(
+        said.starts_with(&format!("report written to {}:", path.display())),
+        "{said}"
+    );
+    let md = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        md.starts_with("# Post-incident report — 20261130000000000abc"),
+        "{md}"
+    );
+    backends.shutdown().await;
+}
+
+#[tokio::test]
+async fn report_command_writes_into_the_report_dir_postgres() {
+    report_command_writes_into_the_report_dir(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn report_command_writes_into_the_report_dir_mysql() {
+    report_command_writes_into_the_report_dir(Dialect::Mysql).await;
 }

@@ -11,7 +11,7 @@ use idemguard::api::fast_path::FastPathValue;
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect, LockMode};
-use idemguard::contracts::{keys, Instance, OrderNo, RequestId};
+use idemguard::contracts::{keys, Instance, OrderNo, RequestId, TraceTarget};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::Database;
 use idemguard::lock::{Acquisition, LockGuard, Locks};
@@ -757,7 +757,7 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
         .collect();
     assert_eq!(outcomes, vec!["changed", "done"], "{dialect}");
 
-    let log = idemguard::console::cli::headless::read_trace_log(
+    let log = idemguard::console::read::bounded::read_trace_log(
         &config,
         idemguard::console::read::topics::StartAt::Beginning,
     )
@@ -1127,7 +1127,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     })
     .await;
     let msg = app.message.clone().unwrap().0;
-    let path = msg.split_whitespace().next().unwrap().to_string();
+    // "report written to /full/path/idemguard-report-….md: …" (into console.report_dir).
+    let path = msg
+        .strip_prefix("report written to ")
+        .and_then(|m| m.split(".md: ").next())
+        .map(|p| format!("{p}.md"))
+        .unwrap_or_else(|| panic!("{msg}"));
     let md = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     assert!(
@@ -1160,7 +1165,7 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
 // ---------------------------------------------------------------------------------------------
 
 async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: Dialect) {
-    use idemguard::console::cli::report::{self, Scope};
+    use idemguard::console::cli::report::{self, ReportScope};
     let (mut config, db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
     config.kafka.trace_topic = topics[0].clone();
@@ -1228,7 +1233,7 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
 
     let r = report::build(
         &config,
-        &Scope::Window {
+        &ReportScope::Window {
             since_ms: since,
             until_ms: until,
         },
@@ -1270,9 +1275,12 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
     );
     assert_eq!(r.operator_actions.len(), 1);
 
-    let r = report::build(&config, &Scope::Id(order.order_no.clone()))
-        .await
-        .unwrap();
+    let r = report::build(
+        &config,
+        &ReportScope::Id(TraceTarget::classify(&order.order_no)),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.leaks.len(), 1, "{dialect}");
     assert_eq!(r.timelines.len(), 1);
     let t = &r.timelines[0];
@@ -1297,9 +1305,12 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
         md.contains("by **db**") && md.contains("evt-leaked-0002") && md.contains("release_lock"),
         "{md}"
     );
-    let r = report::build(&config, &Scope::Id(clean.order_no.clone()))
-        .await
-        .unwrap();
+    let r = report::build(
+        &config,
+        &ReportScope::Id(TraceTarget::classify(&clean.order_no)),
+    )
+    .await
+    .unwrap();
     assert!(
         r.leaks.is_empty() && r.operator_actions.is_empty(),
         "{dialect}: a clean order's report names no leak"

@@ -14,7 +14,6 @@ use console_fixture::{press, type_str, world, World};
 use crossterm::event::KeyCode;
 use idemguard::api::idempotency::{self, Claim, ClaimRequest};
 use idemguard::config::Dialect;
-use idemguard::console::cli::headless;
 use idemguard::console::read::topics::StartAt;
 use idemguard::console::tui::app::App;
 use idemguard::console::tui::backend::{Backends, Update};
@@ -275,7 +274,7 @@ async fn world_with_a_large_trace_topic(dialect: Dialect) -> (World, Duration) {
     let w = world(dialect, 0).await;
     fill(&w.config, &w.config.kafka.trace_topic, TOPIC_MESSAGES).await;
     let started = Instant::now();
-    let log = headless::read_trace_log(&w.config, StartAt::Beginning)
+    let log = idemguard::console::read::bounded::read_trace_log(&w.config, StartAt::Beginning)
         .await
         .unwrap();
     let full_read = started.elapsed();

@@ -17,7 +17,7 @@ use idemguard::config::Dialect;
 use idemguard::console::cli::headless;
 use idemguard::console::tui::app::{App, Health};
 use idemguard::console::tui::backend::Backends;
-use idemguard::contracts::{Instance, RequestId};
+use idemguard::contracts::{Instance, RequestId, TraceTarget};
 use idemguard::db::orders::Orders;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
@@ -168,7 +168,7 @@ async fn console_over_a_real_incident(dialect: Dialect) {
     let (order_no, request_id) = incident(&w).await;
 
     // The headless twin: which layer stopped each duplicate, and one effect per sink.
-    let r = headless::trace(&w.config, &order_no).await;
+    let r = headless::trace(&w.config, &TraceTarget::classify(&order_no)).await;
     assert!(r.ok, "{dialect}: {}", r.failures());
     let t = serde_json::to_value(&r).unwrap()["data"].clone();
     assert_eq!(t["found"], true);

@@ -7,26 +7,34 @@
 //! the threshold and what the business tables say). `idemguard trace ID`, `locks`, `rates` and
 //! `stuck` print the same data once, as a table or as JSON.
 //!
-//! How it is built (collection → store → widget, one direction):
-//! - readers, shared by the TUI and the headless commands: [`records`] (SQL files under
-//!   `queries/*/console_*.sql`, configured table names), [`locks`] (`SCAN`, never `KEYS`),
-//!   [`topics`] (assigned partitions, never a group join or a commit); [`timeline`] merges them;
-//! - [`backend`]: one tokio task per backend sending typed updates over a bounded channel;
-//! - [`app`]: the state, owned by the UI task alone; [`keymap`]: every key and command;
-//! - [`ui`]: drawing, pure; [`terminal`]: the `select!` loop and the terminal's restoration.
+//! How it is built (collection → store → widget, one direction), in three parts; the faces
+//! depend on [`read`], [`read`] on no face, and [`cli`] never on [`tui`]:
+//! - [`read`]: the readers every face shares — the sources ([`read::sources`]), database
+//!   records ([`read::records`], SQL under `queries/*/console_*.sql`), locks ([`read::locks`],
+//!   `SCAN`, never `KEYS`), topics ([`read::topics`], assigned partitions, never a group join or
+//!   a commit) and their bounded reads ([`read::bounded`]), the stores ([`read::store`]), the
+//!   timeline ([`read::timeline`]) and the one assembly of a trace ([`read::trace`]: the target
+//!   is parsed once where it is typed and travels as a [`crate::contracts::TraceTarget`]);
+//! - [`tui`]: the collectors ([`tui::backend`], one tokio task per source sending typed updates
+//!   over a bounded channel), the state owned by the UI task alone ([`tui::app`]), every key and
+//!   command ([`tui::keymap`]), drawing, pure ([`tui::ui`]), and the `select!` loop that restores
+//!   the terminal ([`tui::terminal`]);
+//! - [`cli`]: the one-shot twins ([`cli::headless`], each printing a [`cli::headless::Document`])
+//!   and the post-incident report ([`cli::report`], an [`cli::report::IncidentReport`]).
 //!
-//! Actions ([`actions`]): releasing a stale lock (`x` in Locks) and finalizing a stuck record
-//! (`f` in Stuck) are values of [`actions::Action`] shown in a confirmation popup
-//! ([`confirm`]) with their exact effect, never run from a key handler; the executor task
-//! ([`backend::Backends::spawn_executor`]) runs them. They are off unless `--allow-actions` or
-//! `environment.allow_actions`; every attempt is audited in `ops_audit` (the **Audit** view,
+//! Actions ([`crate::ops`]): releasing a stale lock (`x` in Locks) and finalizing a stuck record
+//! (`f` in Stuck) are values shown in a confirmation popup ([`tui::confirm`]) with their exact
+//! effect, never run from a key handler; the executor task
+//! ([`tui::backend::Backends::spawn_executor`]) runs them. They are off unless `--allow-actions`
+//! or `environment.allow_actions`; every attempt is audited in `ops_audit` (the **Audit** view,
 //! `:audit`) and traced as `operator_action`. Headless twins: `idemguard release-lock`,
-//! `idemguard finalize` (JSON: an [`actions::ActionResult`]). The post-incident report
-//! ([`report`]): `idemguard report`, or `:report` for the order on screen.
+//! `idemguard finalize`. The post-incident report: `idemguard report`, or `:report` for the
+//! order on screen, written into `console.report_dir`.
 //!
 //! # JSON of the headless commands (`--json`)
 //!
-//! Every command prints one document of schema `idemguard.console/v1`:
+//! Every command prints one [`cli::headless::Document`] of schema `idemguard.console/v1` (the
+//! envelope; `backends` are [`read::sources::BackendStatus`]es):
 //!
 //! ```text
 //! {
@@ -42,7 +50,7 @@
 //! }
 //! ```
 //!
-//! `trace` — `data` is a [`timeline::Timeline`]:
+//! `trace` — `data` is a [`read::timeline::Timeline`]:
 //! `{ query, kind: "order_no"|"request_id"|"event_id", order_no, request_id, event_ids: [..],
 //! found, entries: [ { at_ms (null = current state), layer: "api"|"lock"|"db"|"kafka"|"stream"|
 //! "sink", source (table, Redis key, "payment.succeeded p1@17" or "trace"), summary,
@@ -51,7 +59,7 @@
 //! events: [ { event_id, kafka_copies, processed_rows, dedup_hits, points_rows,
 //! notification_rows } ] }`.
 //!
-//! `locks` — `data` is a [`locks::LockScan`]: `{ locks: [ { key, scope: "single"|"redlock",
+//! `locks` — `data` is a [`read::locks::LockScan`]: `{ locks: [ { key, scope: "single"|"redlock",
 //! type: "string" (every lock value) | "hash" (a Redisson lock) | …, value ("" unless a string),
 //! holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
 //! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",

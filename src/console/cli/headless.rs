@@ -6,28 +6,27 @@
 //! backend failed (what could be read is still printed); 3 when `trace` finds no trace of the ID
 //! anywhere while every backend answered.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
-use crate::db::Database;
 
 use crate::console::columns;
+use crate::console::read::bounded::read_trace_log;
 use crate::console::read::locks::{self, LockScan};
-use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
-use crate::console::read::store::{PaymentIndex, RateTable, TraceLog};
-use crate::console::read::timeline::{self, Timeline, TimelineInputs};
-use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
-use crate::console::tui::backend::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
+use crate::console::read::records::{self, StuckRecord};
+use crate::console::read::sources::{
+    blocking, connect_database, BackendId, BackendStatus, POLL_TIMEOUT,
+};
+use crate::console::read::store::RateTable;
+use crate::console::read::timeline::Timeline;
+use crate::console::read::topics::{self, PartitionLag, StartAt};
+use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 
 /// The `schema` field of every headless document.
 pub const SCHEMA: &str = "idemguard.console/v1";
-/// How long reading a topic to its end may take.
-pub const TOPIC_READ_DEADLINE: Duration = Duration::from_secs(30);
 
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_BACKEND_FAILED: u8 = 1;
@@ -40,19 +39,20 @@ pub struct EnvironmentInfo {
     pub production: bool,
 }
 
-/// How one backend answered.
-#[derive(Debug, Clone, Serialize)]
-pub struct BackendReport {
-    pub name: &'static str,
-    pub target: String,
-    pub ok: bool,
-    pub error: Option<String>,
-    pub latency_ms: f64,
+impl EnvironmentInfo {
+    pub fn of(config: &Config) -> EnvironmentInfo {
+        EnvironmentInfo {
+            name: config.environment.name.clone(),
+            color: config.environment.color.clone(),
+            production: config.environment.production,
+        }
+    }
 }
 
-/// The one document every headless command prints with `--json`.
+/// The one document every headless command prints with `--json`: the envelope (schema,
+/// environment, when, how each source answered) around one view's `data`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report<T: Serialize> {
+pub struct Document<T: Serialize> {
     pub schema: &'static str,
     /// `trace`, `locks`, `rates` or `stuck`.
     pub command: &'static str,
@@ -61,26 +61,22 @@ pub struct Report<T: Serialize> {
     pub generated_at_ms: i64,
     /// True when every backend answered (and, for `trace`, the ID was found).
     pub ok: bool,
-    pub backends: Vec<BackendReport>,
+    pub backends: Vec<BackendStatus>,
     pub data: T,
 }
 
-impl<T: Serialize> Report<T> {
+impl<T: Serialize> Document<T> {
     fn new(
         config: &Config,
         command: &'static str,
-        backends: Vec<BackendReport>,
+        backends: Vec<BackendStatus>,
         data: T,
-    ) -> Report<T> {
+    ) -> Document<T> {
         let now = now_ms();
-        Report {
+        Document {
             schema: SCHEMA,
             command,
-            environment: EnvironmentInfo {
-                name: config.environment.name.clone(),
-                color: config.environment.color.clone(),
-                production: config.environment.production,
-            },
+            environment: EnvironmentInfo::of(config),
             generated_at: format_ms(now),
             generated_at_ms: now,
             ok: backends.iter().all(|b| b.ok),
@@ -117,356 +113,38 @@ impl<T: Serialize> Report<T> {
     }
 }
 
-fn report(config: &Config, b: BackendId, started: Instant, error: Option<String>) -> BackendReport {
-    BackendReport {
-        name: b.name(),
-        target: b.target(config),
-        ok: error.is_none(),
-        error,
-        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
-    }
-}
-
-async fn connect_db(config: &Config) -> anyhow::Result<Database> {
-    let mut c = config.clone();
-    c.database.max_connections = c.database.max_connections.min(DB_CONNECTIONS);
-    match tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_reads(&c)).await {
-        Ok(r) => r,
-        Err(_) => anyhow::bail!(
-            "database {} did not answer within {POLL_TIMEOUT:?}",
-            BackendId::Database.target(config)
-        ),
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| anyhow::anyhow!("reader thread failed: {e}"))?
-}
-
-/// Every payment message of the payment topic, indexed (bounded read to the current end).
-pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
-    let c = config.clone();
-    blocking(move || {
-        let mut index = PaymentIndex::default();
-        topics::read_to_end(
-            &c,
-            &c.kafka.payment_topic,
-            StartAt::Beginning,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| index.ingest(PaymentMessage::from_kafka(m)),
-        )?;
-        Ok(index)
-    })
-    .await
-}
-
-/// The IDs a read of the topics for one trace keeps: a payment message or trace event is kept
-/// when it names one of them, however many other messages the topic holds. Without it a read
-/// keeps the newest [`PAYMENT_MESSAGES_KEPT`](crate::console::read::store::PAYMENT_MESSAGES_KEPT) /
-/// [`TRACE_EVENTS_KEPT`](crate::console::read::store::TRACE_EVENTS_KEPT), and on a busy system the trace of an
-/// order from an hour ago would have lost its Kafka side.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Keep {
-    ids: BTreeSet<String>,
-}
-
-impl Keep {
-    /// The query itself and every ID the database rows link it to.
-    pub fn of(query: &str, rows: Option<&TraceRows>) -> Keep {
-        let mut ids = BTreeSet::from([query.to_string()]);
-        if let Some(r) = rows {
-            ids.extend(
-                [
-                    r.ids.order_no.clone(),
-                    r.ids.request_id.clone(),
-                    r.ids.event_id.clone(),
-                ]
-                .into_iter()
-                .flatten(),
-            );
-            ids.extend(timeline::event_ids_of(
-                &TraceTarget::classify(query),
-                Some(r),
-                &[],
-            ));
-        }
-        Keep { ids }
-    }
-
-    /// The query and the IDs it resolved to (the live console's trace target).
-    pub fn of_ids(query: &str, ids: &TraceIds) -> Keep {
-        let mut keep = BTreeSet::from([query.to_string()]);
-        keep.extend(
-            [
-                ids.order_no.clone(),
-                ids.request_id.clone(),
-                ids.event_id.clone(),
-            ]
-            .into_iter()
-            .flatten(),
-        );
-        Keep { ids: keep }
-    }
-
-    fn names(&self, id: Option<&str>) -> bool {
-        id.is_some_and(|i| self.ids.contains(i))
-    }
-
-    /// Keeps a message that names a kept ID, and from then on every ID it names (an eventId the
-    /// database does not know yet leads to its order).
-    fn message(&mut self, m: &PaymentMessage) -> bool {
-        let hit = self.names(m.order_no.as_deref())
-            || self.names(m.request_id.as_deref())
-            || self.names(m.event_id.as_deref());
-        if hit {
-            self.ids.extend(
-                [m.order_no.clone(), m.request_id.clone(), m.event_id.clone()]
-                    .into_iter()
-                    .flatten(),
-            );
-        }
-        hit
-    }
-
-    /// True when the event names one of the kept IDs.
-    pub fn keeps(&self, e: &crate::contracts::TraceEvent) -> bool {
-        self.names(e.order_no.as_deref())
-            || self.names(e.request_id.as_deref())
-            || self.names(e.event_id.as_deref())
-    }
-}
-
-/// The payment messages that name what `keep` keeps (growing it), read to the current end.
-pub async fn read_payments_keeping(
-    config: &Config,
-    keep: Keep,
-) -> anyhow::Result<(PaymentIndex, Keep)> {
-    let c = config.clone();
-    blocking(move || {
-        let mut keep = keep;
-        let mut index = PaymentIndex::default();
-        topics::read_to_end(
-            &c,
-            &c.kafka.payment_topic,
-            StartAt::Beginning,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| {
-                let m = PaymentMessage::from_kafka(m);
-                if keep.message(&m) {
-                    index.ingest(m);
-                }
-            },
-        )?;
-        Ok((index, keep))
-    })
-    .await
-}
-
-/// The trace events of the trace topic from `start` that name what `keep` keeps; ends early,
-/// with an error, when `cancel` is cancelled.
-pub async fn read_trace_log_keeping(
-    config: &Config,
-    start: StartAt,
-    keep: &Keep,
-    cancel: &CancellationToken,
-) -> anyhow::Result<TraceLog> {
-    let c = config.clone();
-    let keep = keep.clone();
-    let cancel = cancel.clone();
-    blocking(move || {
-        let mut log = TraceLog::default();
-        topics::read_to_end(
-            &c,
-            &c.kafka.trace_topic,
-            start,
-            TOPIC_READ_DEADLINE,
-            &cancel,
-            |m| match topics::trace_event_of(m) {
-                Some(e) if keep.keeps(&e) => log.ingest(e),
-                Some(_) => {}
-                None => log.undecodable += 1,
-            },
-        )?;
-        Ok(log)
-    })
-    .await
-}
-
-/// Both topics, read for one trace: the payment messages first (they can lead an eventId to
-/// its order), then the trace events that name any ID found so far.
-pub async fn read_topics_for(
-    config: &Config,
-    query: &str,
-    rows: Option<&TraceRows>,
-) -> (anyhow::Result<PaymentIndex>, anyhow::Result<TraceLog>) {
-    let keep = Keep::of(query, rows);
-    let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
-        Ok((p, k)) => (Ok(p), k),
-        Err(e) => (Err(e), keep),
-    };
-    (
-        payments,
-        read_trace_log_keeping(config, StartAt::Beginning, &keep, &CancellationToken::new()).await,
-    )
-}
-
-/// The trace events of the trace topic from `start` (bounded read to the current end).
-pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<TraceLog> {
-    let c = config.clone();
-    blocking(move || {
-        let mut log = TraceLog::default();
-        topics::read_to_end(
-            &c,
-            &c.kafka.trace_topic,
-            start,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| match topics::trace_event_of(m) {
-                Some(e) => log.ingest(e),
-                None => log.undecodable += 1,
-            },
-        )?;
-        Ok(log)
-    })
-    .await
-}
-
 // ---------------------------------------------------------------------------------------------
 // trace
 // ---------------------------------------------------------------------------------------------
 
-/// `idemguard trace ID`.
-pub async fn trace(config: &Config, query: &str) -> Report<Timeline> {
-    let target = TraceTarget::classify(query);
-    let mut backends = Vec::new();
-
-    // The database first: its rows link the IDs, and the topics are read for those IDs only
-    // (a topic holds far more than one trace). Redis once the IDs are known.
-    let t_db = Instant::now();
-    let db_part = async {
-        let db = connect_db(config).await?;
-        let rows = records::trace_rows(&db, &TraceIds::of_target(&target)).await?;
-        anyhow::Ok((db, rows))
-    }
-    .await;
-    let (mut db, mut rows): (Option<Database>, Option<TraceRows>) = (None, None);
-    match db_part {
-        Ok((d, r)) => {
-            db = Some(d);
-            rows = Some(r);
-        }
-        Err(e) => backends.push(report(
-            config,
-            BackendId::Database,
-            t_db,
-            Some(format!("{e:#}")),
-        )),
-    }
-    let t_kafka = Instant::now();
-    let (payments, log) = read_topics_for(config, query, rows.as_ref()).await;
-    let trace_error = log.as_ref().err().map(|e| format!("{e:#}"));
-    let payment_error = payments.as_ref().err().map(|e| format!("{e:#}"));
-    let payments = payments.unwrap_or_default();
-    let log = log.unwrap_or_default();
-
-    // An eventId only Kafka knows yet: ask the database again with the orderNo it names.
-    let ids = timeline::resolve_ids(query, rows.as_ref(), &payments, &log);
-    if let (Some(d), Some(r)) = (&db, &rows) {
-        if ids != r.ids {
-            match records::trace_rows(d, &ids).await {
-                Ok(more) => rows = Some(more),
-                Err(e) => backends.push(report(
-                    config,
-                    BackendId::Database,
-                    t_db,
-                    Some(format!("{e:#}")),
-                )),
-            }
-        }
-    }
-    if db.is_some()
-        && !backends
-            .iter()
-            .any(|b| b.name == BackendId::Database.name())
-    {
-        backends.push(report(config, BackendId::Database, t_db, None));
-    }
-    if let Some(d) = db {
-        d.pool.close().await;
-    }
-    let ids = timeline::resolve_ids(query, rows.as_ref(), &payments, &log);
-
-    let t_redis = Instant::now();
-    let keys = async {
-        let (mut main, mut redlock) = locks::nodes_of(config)?;
-        locks::trace_keys(
-            &mut main,
-            &mut redlock,
-            ids.order_no.as_deref(),
-            ids.request_id.as_deref(),
-        )
-        .await
-    };
-    let keys = match tokio::time::timeout(POLL_TIMEOUT, keys).await {
-        Ok(Ok(k)) => {
-            let err = (!k.node_errors.is_empty()).then(|| k.node_errors.join("; "));
-            backends.push(report(config, BackendId::Redis, t_redis, err));
-            Some(k)
-        }
-        Ok(Err(e)) => {
-            backends.push(report(
-                config,
-                BackendId::Redis,
-                t_redis,
-                Some(format!("{e:#}")),
-            ));
-            None
-        }
-        Err(_) => {
-            backends.push(report(
-                config,
-                BackendId::Redis,
-                t_redis,
-                Some(format!("redis did not answer within {POLL_TIMEOUT:?}")),
-            ));
-            None
+/// `idemguard trace ID`: the database first (its rows link the IDs, and the topics are read for
+/// those IDs only: a topic holds far more than one trace), then the topics, then Redis.
+pub async fn trace(config: &Config, target: &TraceTarget) -> Document<Timeline> {
+    let started = Instant::now();
+    let (db, mut statuses) = match connect_database(config).await {
+        Ok(db) => (Some(db), Vec::new()),
+        Err(e) => {
+            let failed =
+                BackendStatus::of(config, BackendId::Database, started, Some(format!("{e:#}")));
+            (None, vec![failed])
         }
     };
-    backends.push(report(config, BackendId::TraceTopic, t_kafka, trace_error));
-    backends.push(report(
-        config,
-        BackendId::PaymentTopic,
-        t_kafka,
-        payment_error,
-    ));
-
-    let messages = payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
-    let event_ids = timeline::event_ids_of(&target, rows.as_ref(), &messages);
-    let events = log.matching(
-        ids.order_no.as_deref(),
-        ids.request_id.as_deref(),
-        &event_ids,
-    );
-    let t = timeline::build(TimelineInputs {
-        query,
-        rows: rows.as_ref(),
-        keys: keys.as_ref(),
-        messages: &messages,
-        events: &events,
-        now_ms: now_ms(),
-    });
-    let mut r = Report::new(config, "trace", backends, t);
-    r.ok = r.ok && r.data.found;
-    r
+    let sources = TraceSources {
+        database: db.as_ref(),
+        topics: TopicsFrom::ReadForTarget,
+        redis: true,
+    };
+    let read = read_trace(config, target, sources).await;
+    if let Some(db) = db {
+        db.pool.close().await;
+    }
+    statuses.extend(read.statuses);
+    let mut d = Document::new(config, "trace", statuses, read.timeline);
+    d.ok = d.ok && d.data.found;
+    d
 }
 
-pub fn trace_table(r: &Report<Timeline>) -> String {
+pub fn trace_table(r: &Document<Timeline>) -> String {
     let t = &r.data;
     let mut out = format!(
         "{} {}  ({})\n",
@@ -514,7 +192,7 @@ pub fn trace_table(r: &Report<Timeline>) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// `idemguard locks`.
-pub async fn locks(config: &Config) -> Report<LockScan> {
+pub async fn locks(config: &Config) -> Document<LockScan> {
     let started = Instant::now();
     let scan = match locks::nodes_of(config) {
         Ok((mut main, mut redlock)) => locks::scan_locks(&mut main, &mut redlock).await,
@@ -538,15 +216,15 @@ pub async fn locks(config: &Config) -> Report<LockScan> {
             .collect::<Vec<_>>()
             .join("; ")
     });
-    Report::new(
+    Document::new(
         config,
         "locks",
-        vec![report(config, BackendId::Redis, started, err)],
+        vec![BackendStatus::of(config, BackendId::Redis, started, err)],
         scan,
     )
 }
 
-pub fn locks_table(r: &Report<LockScan>) -> String {
+pub fn locks_table(r: &Document<LockScan>) -> String {
     let now = r.data.read_at_ms;
     let mut out = String::new();
     for n in &r.data.nodes {
@@ -586,7 +264,7 @@ pub struct RatesData {
 }
 
 /// `idemguard rates`: the trace topic's last hour, and the consumer group's lag.
-pub async fn rates(config: &Config) -> Report<RatesData> {
+pub async fn rates(config: &Config) -> Document<RatesData> {
     let started = Instant::now();
     let now = now_ms();
     let c = config.clone();
@@ -597,13 +275,13 @@ pub async fn rates(config: &Config) -> Report<RatesData> {
         blocking(move || topics::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
     );
     let backends = vec![
-        report(
+        BackendStatus::of(
             config,
             BackendId::TraceTopic,
             started,
             log.as_ref().err().map(|e| format!("{e:#}")),
         ),
-        report(
+        BackendStatus::of(
             config,
             BackendId::PaymentTopic,
             started,
@@ -615,10 +293,10 @@ pub async fn rates(config: &Config) -> Report<RatesData> {
         lag: lag.unwrap_or_default(),
         consumer_group: config.kafka.consumer_group.clone(),
     };
-    Report::new(config, "rates", backends, data)
+    Document::new(config, "rates", backends, data)
 }
 
-pub fn rates_table(r: &Report<RatesData>) -> String {
+pub fn rates_table(r: &Document<RatesData>) -> String {
     let d = &r.data;
     let mut out = format!(
         "interceptions per minute, last {} minutes (from {}), {} trace events read\n\n",
@@ -645,11 +323,11 @@ pub struct StuckData {
 }
 
 /// `idemguard stuck`.
-pub async fn stuck(config: &Config) -> Report<StuckData> {
+pub async fn stuck(config: &Config) -> Document<StuckData> {
     let now = now_ms();
     let t_db = Instant::now();
     let db_part = async {
-        let db = connect_db(config).await?;
+        let db = connect_database(config).await?;
         let r = records::stuck_records(&db, now, config.console.stuck_threshold).await;
         db.pool.close().await;
         r
@@ -677,13 +355,13 @@ pub async fn stuck(config: &Config) -> Report<StuckData> {
         ))
     });
     let backends = vec![
-        report(
+        BackendStatus::of(
             config,
             BackendId::Database,
             t_db,
             records.as_ref().err().map(|e| format!("{e:#}")),
         ),
-        report(
+        BackendStatus::of(
             config,
             BackendId::Redis,
             t_redis,
@@ -692,7 +370,7 @@ pub async fn stuck(config: &Config) -> Report<StuckData> {
     ];
     let mut records = records.unwrap_or_default();
     records::annotate_stuck(&mut records, live.as_ref().ok());
-    Report::new(
+    Document::new(
         config,
         "stuck",
         backends,
@@ -703,7 +381,7 @@ pub async fn stuck(config: &Config) -> Report<StuckData> {
     )
 }
 
-pub fn stuck_table(r: &Report<StuckData>) -> String {
+pub fn stuck_table(r: &Document<StuckData>) -> String {
     let now = r.generated_at_ms;
     let mut out = format!(
         "{} PROCESSING record(s) older than {}, oldest first\n\n",

@@ -1,11 +1,14 @@
 //! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown
 //! (or JSON, schema `idemguard.report/v1`). For each affected order its cross-layer timeline
-//! (the Trace view's, [`timeline::build`]) and which layer stopped each duplicate; every
+//! (the Trace view's: the same [`read_trace`]) and which layer stopped each duplicate; every
 //! duplicate that got through (two effects for one requestId or one order in any table); the
-//! operator actions taken (`ops_audit`); and the interception rates over the window.
+//! operator actions taken (`ops_audit`); and the interception rates over the window. `:report`
+//! writes it into `console.report_dir` ([`write_markdown`]).
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use serde::Serialize;
 use sqlx::Row;
@@ -14,24 +17,25 @@ use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
-use crate::console::cli::headless::{
-    read_payments, read_topics_for, read_trace_log, EnvironmentInfo,
-};
-use crate::console::read::records::{self, TraceIds};
+use crate::console::cli::headless::EnvironmentInfo;
+use crate::console::read::bounded::{read_payments, read_trace_log};
+use crate::console::read::records;
+use crate::console::read::sources::BackendId;
 use crate::console::read::store::{PaymentIndex, TraceLog};
-use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::timeline::Timeline;
 use crate::console::read::topics::StartAt;
+use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 use crate::ops::{self, AuditRow};
 
 pub const SCHEMA: &str = "idemguard.report/v1";
 /// Orders given a full timeline in a window report (the rest are counted).
 pub const MAX_ORDERS: i64 = 50;
 
-/// What the report is about.
+/// What a post-incident report is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
-    /// One orderNo, requestId or eventId.
-    Id(String),
+pub enum ReportScope {
+    /// One orderNo, requestId or eventId, parsed where it was typed.
+    Id(TraceTarget),
     /// Everything created in `[since_ms, until_ms)`.
     Window { since_ms: i64, until_ms: i64 },
 }
@@ -158,58 +162,14 @@ pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Le
         .collect()
 }
 
-/// The timeline of one ID from the database rows and the topics already read (no Redis: a
-/// report is about what happened, and the keys of then are gone).
-async fn timeline_of(
-    db: &Database,
-    query: &str,
-    payments: &PaymentIndex,
-    log: &TraceLog,
-) -> anyhow::Result<Timeline> {
-    let target = TraceTarget::classify(query);
-    let mut rows = records::trace_rows(db, &TraceIds::of_target(&target)).await?;
-    let ids = timeline::resolve_ids(query, Some(&rows), payments, log);
-    if ids != rows.ids {
-        rows = records::trace_rows(db, &ids).await?;
-    }
-    let ids = timeline::resolve_ids(query, Some(&rows), payments, log);
-    let messages = payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
-    let event_ids = timeline::event_ids_of(&target, Some(&rows), &messages);
-    let events = log.matching(
-        ids.order_no.as_deref(),
-        ids.request_id.as_deref(),
-        &event_ids,
+/// The topics a report reads: for one ID, the messages and events that name its IDs (see
+/// [`Keep`](crate::console::read::bounded::Keep)), read while tracing it; for a window, both
+/// topics whole, bounded by the stores.
+async fn read_topics(config: &Config, errors: &mut Vec<String>) -> (PaymentIndex, TraceLog) {
+    let (payments, log) = tokio::join!(
+        read_payments(config),
+        read_trace_log(config, StartAt::Beginning)
     );
-    Ok(timeline::build(TimelineInputs {
-        query,
-        rows: Some(&rows),
-        keys: None,
-        messages: &messages,
-        events: &events,
-        now_ms: now_ms(),
-    }))
-}
-
-/// Build the report (reads the database and both topics; bounded).
-pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentReport> {
-    let mut c = config.clone();
-    c.database.max_connections = c.database.max_connections.min(4);
-    let db = Database::connect_for_reads(&c).await?;
-    let mut errors = Vec::new();
-    // A report on one ID reads the topics for that ID's IDs only (see `Keep`); a window report
-    // reads them whole, bounded by the stores.
-    let (payments, log) = match scope {
-        Scope::Id(id) => {
-            let rows = records::trace_rows(&db, &TraceIds::of_target(&TraceTarget::classify(id)))
-                .await
-                .ok();
-            read_topics_for(config, id, rows.as_ref()).await
-        }
-        Scope::Window { .. } => tokio::join!(
-            read_payments(config),
-            read_trace_log(config, StartAt::Beginning)
-        ),
-    };
     let payments = payments.unwrap_or_else(|e| {
         errors.push(format!(
             "payment topic {}: {e:#}",
@@ -221,68 +181,133 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
         errors.push(format!("trace topic {}: {e:#}", config.kafka.trace_topic));
         TraceLog::default()
     });
-    let now = now_ms();
+    (payments, log)
+}
 
-    let (queries, since_ms, until_ms, orders_in_window) = match scope {
-        Scope::Id(id) => (vec![id.clone()], 0, now + 1, 0),
-        Scope::Window { since_ms, until_ms } => {
-            let all: Vec<String> = sqlx::query(db.sql("report_orders"))
-                .bind(*since_ms)
-                .bind(*until_ms)
-                .bind(i64::MAX / 2)
-                .fetch_all(&db.pool)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<String, _>("order_no"))
-                .collect::<Result<_, _>>()?;
-            (
-                all.iter().take(MAX_ORDERS as usize).cloned().collect(),
-                *since_ms,
-                *until_ms,
-                all.len(),
-            )
-        }
+/// The timeline of one target (no Redis: a report is about what happened, and the keys of then
+/// are gone); a source that failed is named in `errors`.
+async fn timeline_of(
+    config: &Config,
+    db: &Database,
+    target: &TraceTarget,
+    topics: TopicsFrom<'_>,
+    errors: &mut Vec<String>,
+) -> Timeline {
+    let sources = TraceSources {
+        database: Some(db),
+        topics,
+        redis: false,
     };
-    let mut timelines = Vec::new();
-    for q in &queries {
-        match timeline_of(&db, q, &payments, &log).await {
-            Ok(t) => timelines.push(t),
-            Err(e) => errors.push(format!("timeline of {q}: {e:#}")),
+    let read = read_trace(config, target, sources).await;
+    for s in read.statuses.iter().filter(|s| !s.ok) {
+        let e = s.error.as_deref().unwrap_or("?");
+        errors.push(if s.is(BackendId::Database) {
+            format!("timeline of {}: {e}", target.id())
+        } else if s.is(BackendId::PaymentTopic) {
+            format!("payment topic {}: {e}", config.kafka.payment_topic)
+        } else {
+            format!("trace topic {}: {e}", config.kafka.trace_topic)
+        });
+    }
+    read.timeline
+}
+
+/// The orders a window report is about: every order created in it (counted), the first
+/// [`MAX_ORDERS`] traced.
+async fn orders_in(db: &Database, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<String>> {
+    let rows = sqlx::query(db.sql("report_orders"))
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(i64::MAX / 2)
+        .fetch_all(&db.pool)
+        .await
+        .map_err(|e| records::query_error(db, "report_orders", e))?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get::<String, _>("order_no"))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The timelines of the scope: one for an ID, up to [`MAX_ORDERS`] for a window, with the
+/// window itself and how many orders it holds.
+struct Traced {
+    timelines: Vec<Timeline>,
+    since_ms: i64,
+    until_ms: i64,
+    orders_in_window: usize,
+    /// The trace topic, read whole (a window report's rates); empty for an ID.
+    log: TraceLog,
+}
+
+async fn trace_scope(
+    config: &Config,
+    db: &Database,
+    scope: &ReportScope,
+    now: i64,
+    errors: &mut Vec<String>,
+) -> anyhow::Result<Traced> {
+    match scope {
+        ReportScope::Id(target) => {
+            let t = timeline_of(config, db, target, TopicsFrom::ReadForTarget, errors).await;
+            Ok(Traced {
+                timelines: vec![t],
+                since_ms: 0,
+                until_ms: now + 1,
+                orders_in_window: 1,
+                log: TraceLog::default(),
+            })
+        }
+        ReportScope::Window { since_ms, until_ms } => {
+            let (payments, log) = read_topics(config, errors).await;
+            let all = orders_in(db, *since_ms, *until_ms).await?;
+            let mut timelines = Vec::new();
+            for order_no in all.iter().take(MAX_ORDERS as usize) {
+                let target = TraceTarget::OrderNo(order_no.clone());
+                let topics = TopicsFrom::Stores {
+                    payments: &payments,
+                    log: &log,
+                };
+                timelines.push(timeline_of(config, db, &target, topics, errors).await);
+            }
+            Ok(Traced {
+                timelines,
+                since_ms: *since_ms,
+                until_ms: *until_ms,
+                orders_in_window: all.len(),
+                log,
+            })
         }
     }
-    // The IDs an --id report is about: its leaks, actions and rates only.
-    let named: Vec<String> = timelines
-        .iter()
-        .flat_map(|t| [t.order_no.clone(), t.request_id.clone()])
-        .flatten()
-        .collect();
-    let mine = |s: &str| named.iter().any(|n| s.contains(n.as_str()));
+}
 
-    let mut leaks = leaks(&db, since_ms, until_ms).await?;
-    let mut contradictions = contradictions(&db, since_ms, until_ms).await?;
-    let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
-    operator_actions.reverse(); // oldest first, as a timeline
-    let (rate_since, rate_until) = match scope {
-        Scope::Window { .. } => (since_ms, until_ms),
-        Scope::Id(_) => {
-            let times: Vec<i64> = timelines
+/// Interceptions per layer and outcome: for an ID those of its timeline, for a window every
+/// event of the trace topic in it.
+fn rates_of(scope: &ReportScope, traced: &Traced, now: i64) -> Vec<RateLine> {
+    let (since, until, counts) = match scope {
+        ReportScope::Window { .. } => (
+            traced.since_ms,
+            traced.until_ms,
+            traced.log.counts_between(traced.since_ms, traced.until_ms),
+        ),
+        ReportScope::Id(_) => {
+            let times: Vec<i64> = traced
+                .timelines
                 .iter()
                 .flat_map(|t| t.entries.iter().filter_map(|e| e.at_ms))
                 .collect();
+            let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
+            for i in traced.timelines.iter().flat_map(|t| &t.interceptions) {
+                *by.entry((i.layer.clone(), i.outcome.clone())).or_default() += 1;
+            }
             (
                 times.iter().copied().min().unwrap_or(now),
                 times.iter().copied().max().unwrap_or(now) + 1,
+                by,
             )
         }
     };
-    if let Scope::Id(_) = scope {
-        leaks.retain(|l| mine(&l.key));
-        contradictions.retain(|c| mine(&c.request_id));
-        operator_actions.retain(|a| mine(&a.target));
-    }
-    let minutes = ((rate_until - rate_since) as f64 / 60_000.0).max(1.0 / 60.0);
-    let mut rates: Vec<RateLine> = log
-        .counts_between(rate_since, rate_until)
+    let minutes = ((until - since) as f64 / 60_000.0).max(1.0 / 60.0);
+    counts
         .into_iter()
         .map(|((layer, outcome), count)| RateLine {
             layer,
@@ -290,51 +315,143 @@ pub async fn build(config: &Config, scope: &Scope) -> anyhow::Result<IncidentRep
             count,
             per_minute: count as f64 / minutes,
         })
-        .collect();
-    if let Scope::Id(_) = scope {
-        // Only the events of this order: counted from its timeline's interceptions.
-        let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for t in &timelines {
-            for i in &t.interceptions {
-                *by.entry((i.layer.clone(), i.outcome.clone())).or_default() += 1;
-            }
-        }
-        rates = by
-            .into_iter()
-            .map(|((layer, outcome), count)| RateLine {
-                layer,
-                outcome,
-                count,
-                per_minute: count as f64 / minutes,
-            })
-            .collect();
-    }
+        .collect()
+}
+
+/// Build the report (reads the database and both topics; bounded).
+pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<IncidentReport> {
+    let mut c = config.clone();
+    c.database.max_connections = c.database.max_connections.min(4);
+    let db = Database::connect_for_reads(&c).await?;
+    let now = now_ms();
+    let mut errors = Vec::new();
+    let traced = trace_scope(config, &db, scope, now, &mut errors).await?;
+    let (since_ms, until_ms) = (traced.since_ms, traced.until_ms);
+    let mut leaks = leaks(&db, since_ms, until_ms)
+        .await
+        .map_err(|e| records::query_error(&db, "report_leaks", e))?;
+    let mut contradictions = contradictions(&db, since_ms, until_ms)
+        .await
+        .map_err(|e| records::query_error(&db, "report_contradictions", e))?;
+    let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
+    operator_actions.reverse(); // oldest first, as a timeline
     db.pool.close().await;
+    if let ReportScope::Id(_) = scope {
+        // The IDs an --id report is about: its leaks, actions and rates only.
+        let named: Vec<String> = traced
+            .timelines
+            .iter()
+            .flat_map(|t| [t.order_no.clone(), t.request_id.clone()])
+            .flatten()
+            .collect();
+        let mine = |s: &str| named.iter().any(|n| s.contains(n.as_str()));
+        leaks.retain(|l| mine(&l.key));
+        contradictions.retain(|c| mine(&c.request_id));
+        operator_actions.retain(|a| mine(&a.target));
+    }
     Ok(IncidentReport {
         schema: SCHEMA,
-        environment: EnvironmentInfo {
-            name: config.environment.name.clone(),
-            color: config.environment.color.clone(),
-            production: config.environment.production,
-        },
+        environment: EnvironmentInfo::of(config),
         generated_at: format_ms(now),
         id: match scope {
-            Scope::Id(id) => Some(id.clone()),
-            Scope::Window { .. } => None,
+            ReportScope::Id(target) => Some(target.id().to_string()),
+            ReportScope::Window { .. } => None,
         },
         since_ms,
         until_ms,
-        orders_in_window: if orders_in_window == 0 {
-            timelines.len()
-        } else {
-            orders_in_window
-        },
-        timelines,
+        orders_in_window: traced.orders_in_window,
+        rates: rates_of(scope, &traced, now),
+        timelines: traced.timelines,
         leaks,
         contradictions,
         operator_actions,
-        rates,
         errors,
+    })
+}
+
+/// Where `:report` writes: `console.report_dir`, else `$XDG_DATA_HOME/idemguard/reports`
+/// (`~/.local/share/idemguard/reports`), else `reports` in the working directory.
+pub fn report_dir(config: &Config) -> PathBuf {
+    report_dir_of(
+        &config.console.report_dir,
+        std::env::var_os("XDG_DATA_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// [`report_dir`] from its inputs (the environment passed in, so it is testable).
+pub fn report_dir_of(
+    configured: &str,
+    xdg_data_home: Option<OsString>,
+    home: Option<OsString>,
+) -> PathBuf {
+    if !configured.is_empty() {
+        return PathBuf::from(configured);
+    }
+    let data = xdg_data_home
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            home.filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/share"))
+        });
+    match data {
+        Some(dir) => dir.join("idemguard").join("reports"),
+        None => PathBuf::from("reports"),
+    }
+}
+
+/// A report `:report` wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// Absolute.
+    pub path: PathBuf,
+    pub duplicates_stopped: usize,
+    pub leaks: usize,
+    pub operator_actions: usize,
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "report written to {}: {} duplicate(s) stopped, {} got through, {} operator action(s)",
+            self.path.display(),
+            self.duplicates_stopped,
+            self.leaks,
+            self.operator_actions
+        )
+    }
+}
+
+/// `:report`: the same report as `idemguard report --id ID`, as Markdown in [`report_dir`]
+/// (created if missing), named `idemguard-report-{ID}.md`.
+pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Result<Written> {
+    let r = build(config, &ReportScope::Id(target.clone())).await?;
+    let safe: String = target
+        .id()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let dir = report_dir(config);
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        anyhow::anyhow!("cannot create {} (console.report_dir): {e}", dir.display())
+    })?;
+    let path = dir.join(format!("idemguard-report-{safe}.md"));
+    std::fs::write(&path, markdown(&r))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(Written {
+        path,
+        duplicates_stopped: r.duplicates_stopped(),
+        leaks: r.leaks.len(),
+        operator_actions: r.operator_actions.len(),
     })
 }
 
@@ -365,6 +482,17 @@ pub fn markdown(r: &IncidentReport) -> String {
         },
         r.generated_at
     );
+    summary(&mut o, r);
+    leaks_section(&mut o, r);
+    contradictions_section(&mut o, r);
+    actions_section(&mut o, r);
+    rates_section(&mut o, r);
+    orders_section(&mut o, r);
+    o
+}
+
+/// The summary: what was found, counted.
+fn summary(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "## Summary\n");
     let _ = writeln!(
         o,
@@ -383,7 +511,10 @@ pub fn markdown(r: &IncidentReport) -> String {
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {e} (the report is partial)");
     }
+}
 
+/// Every duplicate that got through.
+fn leaks_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Duplicates that got through\n");
     if r.leaks.is_empty() {
         let _ = writeln!(o, "None: no requestId or order has two effects in orders, stock movements, payment flows, points or notifications.");
@@ -405,7 +536,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Records whose status contradicts the order tables.
+fn contradictions_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Records that contradict the orders\n");
     if r.contradictions.is_empty() {
         let _ = writeln!(
@@ -429,7 +563,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// The operator actions taken, oldest first.
+fn actions_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Operator actions\n");
     if r.operator_actions.is_empty() {
         let _ = writeln!(o, "None.");
@@ -449,7 +586,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Interceptions per layer and outcome.
+fn rates_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Rates\n");
     if r.rates.is_empty() {
         let _ = writeln!(o, "No trace events in the window.");
@@ -466,7 +606,10 @@ pub fn markdown(r: &IncidentReport) -> String {
             );
         }
     }
+}
 
+/// Each order's timeline and the layer that stopped each duplicate.
+fn orders_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Orders\n");
     for t in &r.timelines {
         let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), t.query);
@@ -509,12 +652,29 @@ pub fn markdown(r: &IncidentReport) -> String {
         }
         let _ = writeln!(o);
     }
-    o
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_dir_is_configured_else_the_users_data_dir_else_the_working_dir() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            report_dir_of("/srv/reports", os("/data"), os("/home/a")),
+            PathBuf::from("/srv/reports")
+        );
+        assert_eq!(
+            report_dir_of("", os("/data"), os("/home/a")),
+            PathBuf::from("/data/idemguard/reports")
+        );
+        assert_eq!(
+            report_dir_of("", os(""), os("/home/a")),
+            PathBuf::from("/home/a/.local/share/idemguard/reports")
+        );
+        assert_eq!(report_dir_of("", None, None), PathBuf::from("reports"));
+    }
 
     #[test]
     fn the_leaks_table_header_names_its_column_and_no_placeholder() {

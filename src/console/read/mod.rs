@@ -1,9 +1,25 @@
 //! The readers every face of the console shares — the TUI, the one-shot CLI twins and the
-//! post-incident report: database records, topic reads, locks, the logs they are kept in, and
-//! the timeline that merges them.
+//! post-incident report. Nothing here draws, prints or knows a face: `read/` depends on the
+//! lower layers only, and every face depends on it.
+//!
+//! From the bottom up:
+//! - [`sources`]: the four sources (database, Redis, trace topic, payment topic), where they
+//!   point, how long a round may take, how each answered ([`sources::BackendStatus`]);
+//! - [`records`]: the database rows of a trace and the stuck records (SQL under
+//!   `queries/*/console_*.sql`); [`locks`]: the `lock:*` keys (`SCAN`, never `KEYS`);
+//!   [`topics`]: the Kafka client that reads by assignment, never joining a group;
+//! - [`store`]: what is kept of the topics, bounded (the trace log, the payment index);
+//!   [`bounded`]: one-shot reads of a topic to its current end into the stores, keeping what a
+//!   trace names ([`bounded::Keep`]);
+//! - [`timeline`]: the pure merge of one trace's pieces; [`trace`]: the one assembly of a trace
+//!   from a target parsed once — [`trace::read_trace`] for the one-shot faces,
+//!   [`trace::assemble`] over the TUI's stores.
 
+pub mod bounded;
 pub mod locks;
 pub mod records;
+pub mod sources;
 pub mod store;
 pub mod timeline;
 pub mod topics;
+pub mod trace;

@@ -9,6 +9,32 @@ use sqlx::Row;
 
 use crate::db::Database;
 
+/// True when the database says a table does not exist: PostgreSQL SQLSTATE 42P01, MySQL error
+/// 1146 (SQLSTATE 42S02) — the schema was never created there.
+pub fn is_undefined_table(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    matches!(d.code().as_deref(), Some("42P01") | Some("42S02"))
+        || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| m.number() == 1146)
+}
+
+/// The error of console query `name`, naming the database (password hidden). On a database
+/// without the schema it says what to do first, so a status line cut to its width still says
+/// it; any other error keeps the database's own text.
+pub fn query_error(db: &Database, name: &str, e: sqlx::Error) -> anyhow::Error {
+    if is_undefined_table(&e) {
+        anyhow::anyhow!(
+            "run `idemguard migrate`: the database {} has no idemguard schema ({name}: table \
+             missing)",
+            db.shown_url
+        )
+    } else {
+        anyhow::anyhow!("{name} ({}): {e}", db.shown_url)
+    }
+}
+
 /// The IDs a trace is about. Any one resolves to the others through the tables.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct TraceIds {
@@ -249,9 +275,7 @@ async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> 
         ids.event_id.clone(),
     );
     let q = |name: &'static str| sqlx::query(db.sql(name));
-    let named = |name: &'static str| {
-        move |err: sqlx::Error| anyhow::anyhow!("{name} ({}): {err}", db.shown_url)
-    };
+    let named = |name: &'static str| move |err: sqlx::Error| query_error(db, name, err);
 
     let idempotency = q("console_trace_idempotency")
         .bind(r.clone())
@@ -486,7 +510,7 @@ pub async fn stuck_records(
         .bind(STUCK_LIMIT)
         .fetch_all(&db.pool)
         .await
-        .map_err(|e| anyhow::anyhow!("console_stuck ({}): {e}", db.shown_url))?;
+        .map_err(|e| query_error(db, "console_stuck", e))?;
     decode_all(&rows, stuck_row)
 }
 

@@ -10,12 +10,12 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::contracts::{TraceEvent, TraceTarget};
+use crate::contracts::{Outcome, TraceEvent, TraceTarget};
 
 use crate::console::format::{age, pttl, short};
 use crate::console::read::locks::{LockRow, TraceKeys};
-use crate::console::read::records::{TraceIds, TraceRows};
-use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
+use crate::console::read::records::{IdempotencyRow, OrderRow, OutboxRow, TraceRows};
+use crate::console::read::store::event_ms;
 use crate::console::read::topics::PaymentMessage;
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
@@ -80,7 +80,8 @@ impl Timeline {
 
 /// The pieces a timeline is built from; any may be missing (its backend is down).
 pub struct TimelineInputs<'a> {
-    pub query: &'a str,
+    /// What is traced, parsed where it was typed.
+    pub target: &'a TraceTarget,
     pub rows: Option<&'a TraceRows>,
     pub keys: Option<&'a TraceKeys>,
     pub messages: &'a [PaymentMessage],
@@ -118,241 +119,227 @@ pub fn event_ids_of(
     ids
 }
 
-/// The IDs a trace target resolves to, from every source: the database rows first (they link
-/// requestId ↔ orderNo ↔ eventId), then the payment messages and the trace events for an eventId
-/// the database does not know yet.
-pub fn resolve_ids(
-    query: &str,
-    rows: Option<&TraceRows>,
-    payments: &PaymentIndex,
-    log: &TraceLog,
-) -> TraceIds {
-    let mut ids = TraceIds::of_target(&TraceTarget::classify(query));
-    if let Some(rows) = rows {
-        ids.absorb(&rows.ids);
+/// The timeline of the pieces, oldest first, each duplicate with the layer that stopped it.
+pub fn build(input: TimelineInputs<'_>) -> Timeline {
+    let (order_no, request_id) = ids_named(&input);
+    let event_ids = event_ids_of(input.target, input.rows, input.messages);
+    let mut entries = input
+        .rows
+        .map_or_else(Vec::new, |r| row_entries(r, input.now_ms));
+    entries.extend(message_entries(input.messages));
+    let (decisions, interceptions) = decision_entries(input.events);
+    entries.extend(decisions);
+    if let Some(keys) = input.keys {
+        entries.extend(key_entries(keys, input.now_ms));
     }
-    if let Some(e) = ids.event_id.clone() {
-        if ids.order_no.is_none() {
-            ids.order_no = payments.order_of_event(&e).map(str::to_string);
-        }
-        if ids.order_no.is_none() || ids.request_id.is_none() {
-            if let Some((o, r)) = log.order_of_event(&e) {
-                ids.absorb(&TraceIds {
-                    order_no: o,
-                    request_id: r,
-                    event_id: None,
-                });
-            }
-        }
+    // Oldest first; state without a time ("now") last; stable within a time.
+    entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
+    let events = event_ids.iter().map(|id| effects_of(id, &input)).collect();
+    Timeline {
+        query: input.target.id().to_string(),
+        kind: kind_of(input.target),
+        found: !entries.is_empty(),
+        order_no,
+        request_id,
+        event_ids: event_ids.into_iter().collect(),
+        entries,
+        interceptions,
+        events,
     }
-    ids
 }
 
-pub fn build(input: TimelineInputs<'_>) -> Timeline {
-    let target = TraceTarget::classify(input.query);
-    let now = input.now_ms;
-    let mut entries: Vec<TimelineEntry> = Vec::new();
+/// The orderNo and requestId the trace is about: the database's, else the target itself, else
+/// the first message or event that names one.
+fn ids_named(input: &TimelineInputs<'_>) -> (Option<String>, Option<String>) {
     let ids = input.rows.map(|r| r.ids.clone()).unwrap_or_default();
-    let mut order_no = ids.order_no.clone();
-    let mut request_id = ids.request_id.clone();
-    match &target {
+    let mut order_no = ids.order_no;
+    let mut request_id = ids.request_id;
+    match input.target {
         TraceTarget::OrderNo(o) => order_no = order_no.or(Some(o.clone())),
         TraceTarget::RequestId(r) => request_id = request_id.or(Some(r.clone())),
         TraceTarget::EventId(_) => {}
     }
-    if order_no.is_none() {
-        order_no = input
+    let order_no = order_no.or_else(|| {
+        input
             .messages
             .iter()
             .find_map(|m| m.order_no.clone())
-            .or_else(|| input.events.iter().find_map(|e| e.order_no.clone()));
-    }
-    if request_id.is_none() {
-        request_id = input
+            .or_else(|| input.events.iter().find_map(|e| e.order_no.clone()))
+    });
+    let request_id = request_id.or_else(|| {
+        input
             .messages
             .iter()
             .find_map(|m| m.request_id.clone())
-            .or_else(|| input.events.iter().find_map(|e| e.request_id.clone()));
-    }
-    let event_ids = event_ids_of(&target, input.rows, input.messages);
+            .or_else(|| input.events.iter().find_map(|e| e.request_id.clone()))
+    });
+    (order_no, request_id)
+}
 
-    if let Some(rows) = input.rows {
-        for r in &rows.idempotency {
-            let lease = if r.status == "PROCESSING" {
-                let left = r.lease_until - now;
-                if left >= 0 {
-                    format!("lease {} left", age(left))
-                } else {
-                    format!("lease expired {} ago", age(-left))
-                }
-            } else {
-                format!(
-                    "response {}",
-                    r.response_code.map_or("-".into(), |c| c.to_string())
-                )
-            };
-            entries.push(TimelineEntry {
-                at_ms: Some(r.created_at),
-                layer: "api",
-                source: "idempotency_record".into(),
-                summary: format!(
-                    "{} owner {} {} · replays {} · hash {} · age {}",
-                    r.status,
-                    r.owner,
-                    lease,
-                    r.replay_count,
-                    short(&r.request_hash, 8),
-                    age(now - r.created_at)
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(r).unwrap_or_default(),
-            });
-        }
-        for o in &rows.orders {
-            entries.push(TimelineEntry {
-                at_ms: Some(o.created_at),
-                layer: "db",
-                source: "order_record".into(),
-                summary: format!(
-                    "{} v{} fence {} · user {} sku {} ×{} amount {}{}",
-                    o.status,
-                    o.version,
-                    o.fence,
-                    o.user_id,
-                    o.sku_id,
-                    o.quantity,
-                    o.amount,
-                    o.payment_event_id
-                        .as_ref()
-                        .map(|e| format!(" · paid by event {e}"))
-                        .unwrap_or_default()
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(o).unwrap_or_default(),
-            });
-        }
-        for s in &rows.stock_movements {
-            entries.push(TimelineEntry {
-                at_ms: Some(s.created_at),
-                layer: "db",
-                source: "stock_movement".into(),
-                summary: format!("sku {} delta {}", s.sku_id, s.delta),
-                stopped_by: None,
-                fields: serde_json::to_value(s).unwrap_or_default(),
-            });
-        }
-        for p in &rows.payments {
-            entries.push(TimelineEntry {
-                at_ms: Some(p.created_at),
-                layer: "db",
-                source: "payment_flow".into(),
-                summary: format!(
-                    "pay_no {} {} amount {} · event {}",
-                    p.pay_no, p.status, p.amount, p.event_id
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(p).unwrap_or_default(),
-            });
-        }
-        for o in &rows.outbox {
-            entries.push(TimelineEntry {
-                at_ms: Some(o.created_at),
-                layer: "db",
-                source: "outbox".into(),
-                summary: format!(
-                    "{} → {} · event {}{}",
-                    o.status,
-                    o.topic,
-                    o.event_id,
-                    o.sent_at
-                        .map(|s| format!(" · sent after {}", age(s - o.created_at)))
-                        .unwrap_or_default()
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(o).unwrap_or_default(),
-            });
-        }
-        for p in &rows.processed {
-            entries.push(TimelineEntry {
-                at_ms: Some(p.processed_at),
-                layer: "stream",
-                source: "processed_event".into(),
-                summary: format!(
-                    "{} by {} · event {} from p{}@{}",
-                    p.outcome, p.consumer_group, p.event_id, p.kafka_partition, p.kafka_offset
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(p).unwrap_or_default(),
-            });
-        }
-        for p in &rows.points {
-            entries.push(TimelineEntry {
-                at_ms: Some(p.created_at),
-                layer: "sink",
-                source: "points_ledger".into(),
-                summary: format!(
-                    "+{} points to user {} · event {}",
-                    p.points, p.user_id, p.source_event_no
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(p).unwrap_or_default(),
-            });
-        }
-        for n in &rows.notifications {
-            entries.push(TimelineEntry {
-                at_ms: Some(n.created_at),
-                layer: "sink",
-                source: "notification".into(),
-                summary: format!(
-                    "{} to user {}: {} · event {}",
-                    n.channel,
-                    n.user_id,
-                    short(&n.body, 40),
-                    n.event_id
-                ),
-                stopped_by: None,
-                fields: serde_json::to_value(n).unwrap_or_default(),
-            });
-        }
+fn entry(
+    at_ms: i64,
+    layer: &'static str,
+    source: &str,
+    summary: String,
+    row: impl Serialize,
+) -> TimelineEntry {
+    TimelineEntry {
+        at_ms: Some(at_ms),
+        layer,
+        source: source.into(),
+        summary,
+        stopped_by: None,
+        fields: serde_json::to_value(row).unwrap_or_default(),
     }
+}
 
-    // Kafka: each copy of each payment message, numbered per eventId.
-    for m in input.messages {
-        let copies = input
-            .messages
-            .iter()
-            .filter(|x| x.event_id == m.event_id)
-            .count();
-        let nth = input
-            .messages
-            .iter()
-            .filter(|x| {
-                x.event_id == m.event_id
-                    && (x.timestamp_ms, x.partition, x.offset)
-                        <= (m.timestamp_ms, m.partition, m.offset)
-            })
-            .count();
-        entries.push(TimelineEntry {
-            at_ms: m.timestamp_ms,
-            layer: "kafka",
-            source: format!("{} p{}@{}", m.topic, m.partition, m.offset),
-            summary: format!(
-                "event {} copy {nth} of {copies}{}",
-                m.event_id.as_deref().unwrap_or("?"),
-                if m.payload_ok {
-                    String::new()
-                } else {
-                    " · payload is not a PaymentSucceeded".into()
-                }
-            ),
-            stopped_by: None,
-            fields: serde_json::to_value(m).unwrap_or_default(),
-        });
+/// One entry per database row, every table of the trace.
+fn row_entries(rows: &TraceRows, now: i64) -> Vec<TimelineEntry> {
+    let mut entries: Vec<TimelineEntry> = Vec::new();
+    entries.extend(rows.idempotency.iter().map(|r| idempotency_entry(r, now)));
+    entries.extend(rows.orders.iter().map(order_entry));
+    for s in &rows.stock_movements {
+        let summary = format!("sku {} delta {}", s.sku_id, s.delta);
+        entries.push(entry(s.created_at, "db", "stock_movement", summary, s));
     }
+    for p in &rows.payments {
+        let summary = format!(
+            "pay_no {} {} amount {} · event {}",
+            p.pay_no, p.status, p.amount, p.event_id
+        );
+        entries.push(entry(p.created_at, "db", "payment_flow", summary, p));
+    }
+    entries.extend(rows.outbox.iter().map(outbox_entry));
+    for p in &rows.processed {
+        let summary = format!(
+            "{} by {} · event {} from p{}@{}",
+            p.outcome, p.consumer_group, p.event_id, p.kafka_partition, p.kafka_offset
+        );
+        entries.push(entry(
+            p.processed_at,
+            "stream",
+            "processed_event",
+            summary,
+            p,
+        ));
+    }
+    for p in &rows.points {
+        let summary = format!(
+            "+{} points to user {} · event {}",
+            p.points, p.user_id, p.source_event_no
+        );
+        entries.push(entry(p.created_at, "sink", "points_ledger", summary, p));
+    }
+    for n in &rows.notifications {
+        let summary = format!(
+            "{} to user {}: {} · event {}",
+            n.channel,
+            n.user_id,
+            short(&n.body, 40),
+            n.event_id
+        );
+        entries.push(entry(n.created_at, "sink", "notification", summary, n));
+    }
+    entries
+}
 
-    // Decisions of every layer; the ones that stopped a duplicate name their layer.
+fn idempotency_entry(r: &IdempotencyRow, now: i64) -> TimelineEntry {
+    let lease = if r.status == "PROCESSING" {
+        let left = r.lease_until - now;
+        if left >= 0 {
+            format!("lease {} left", age(left))
+        } else {
+            format!("lease expired {} ago", age(-left))
+        }
+    } else {
+        format!(
+            "response {}",
+            r.response_code.map_or("-".into(), |c| c.to_string())
+        )
+    };
+    let summary = format!(
+        "{} owner {} {} · replays {} · hash {} · age {}",
+        r.status,
+        r.owner,
+        lease,
+        r.replay_count,
+        short(&r.request_hash, 8),
+        age(now - r.created_at)
+    );
+    entry(r.created_at, "api", "idempotency_record", summary, r)
+}
+
+fn order_entry(o: &OrderRow) -> TimelineEntry {
+    let summary = format!(
+        "{} v{} fence {} · user {} sku {} ×{} amount {}{}",
+        o.status,
+        o.version,
+        o.fence,
+        o.user_id,
+        o.sku_id,
+        o.quantity,
+        o.amount,
+        o.payment_event_id
+            .as_ref()
+            .map(|e| format!(" · paid by event {e}"))
+            .unwrap_or_default()
+    );
+    entry(o.created_at, "db", "order_record", summary, o)
+}
+
+fn outbox_entry(o: &OutboxRow) -> TimelineEntry {
+    let summary = format!(
+        "{} → {} · event {}{}",
+        o.status,
+        o.topic,
+        o.event_id,
+        o.sent_at
+            .map(|s| format!(" · sent after {}", age(s - o.created_at)))
+            .unwrap_or_default()
+    );
+    entry(o.created_at, "db", "outbox", summary, o)
+}
+
+/// Kafka: each copy of each payment message, numbered per eventId.
+fn message_entries(messages: &[PaymentMessage]) -> Vec<TimelineEntry> {
+    messages
+        .iter()
+        .map(|m| {
+            let copies = messages.iter().filter(|x| x.event_id == m.event_id).count();
+            let nth = messages
+                .iter()
+                .filter(|x| {
+                    x.event_id == m.event_id
+                        && (x.timestamp_ms, x.partition, x.offset)
+                            <= (m.timestamp_ms, m.partition, m.offset)
+                })
+                .count();
+            TimelineEntry {
+                at_ms: m.timestamp_ms,
+                layer: "kafka",
+                source: format!("{} p{}@{}", m.topic, m.partition, m.offset),
+                summary: format!(
+                    "event {} copy {nth} of {copies}{}",
+                    m.event_id.as_deref().unwrap_or("?"),
+                    if m.payload_ok {
+                        ""
+                    } else {
+                        " · payload is not a PaymentSucceeded"
+                    }
+                ),
+                stopped_by: None,
+                fields: serde_json::to_value(m).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Decisions of every layer; the ones that stopped a duplicate name their layer and are
+/// counted as interceptions.
+fn decision_entries(events: &[TraceEvent]) -> (Vec<TimelineEntry>, Vec<Interception>) {
+    let mut entries = Vec::new();
     let mut interceptions = Vec::new();
-    for e in input.events {
+    for e in events {
         let at = event_ms(e);
         let stopped = e
             .outcome
@@ -381,66 +368,53 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
             fields: serde_json::to_value(e).unwrap_or_default(),
         });
     }
+    (entries, interceptions)
+}
 
-    // Redis: the locks and the fast-path key as they are now.
-    if let Some(keys) = input.keys {
-        for l in &keys.locks {
-            entries.push(lock_entry(l, now));
-        }
-        if let Some(f) = &keys.fast_path {
-            entries.push(TimelineEntry {
-                at_ms: None,
-                layer: "api",
-                source: f.key.clone(),
-                summary: format!("fast path {} · PTTL {}", short(&f.value, 48), pttl(if f.pttl_ms >= 0 { (f.pttl_ms - (now - f.read_at_ms)).max(0) } else { f.pttl_ms })),
-                stopped_by: None,
-                fields: json!({ "key": f.key, "node": f.node, "value": f.value, "pttl_ms": f.pttl_ms }),
-            });
-        }
+/// Redis: the locks and the fast-path key as they are now.
+fn key_entries(keys: &TraceKeys, now: i64) -> Vec<TimelineEntry> {
+    let mut entries: Vec<TimelineEntry> = keys.locks.iter().map(|l| lock_entry(l, now)).collect();
+    if let Some(f) = &keys.fast_path {
+        let left = if f.pttl_ms >= 0 {
+            (f.pttl_ms - (now - f.read_at_ms)).max(0)
+        } else {
+            f.pttl_ms
+        };
+        entries.push(TimelineEntry {
+            at_ms: None,
+            layer: "api",
+            source: f.key.clone(),
+            summary: format!("fast path {} · PTTL {}", short(&f.value, 48), pttl(left)),
+            stopped_by: None,
+            fields: json!({ "key": f.key, "node": f.node, "value": f.value, "pttl_ms": f.pttl_ms }),
+        });
     }
+    entries
+}
 
-    // Oldest first; state without a time ("now") last; stable within a time.
-    entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
-
-    let events = event_ids
-        .iter()
-        .map(|id| EventEffects {
-            event_id: id.clone(),
-            kafka_copies: input
-                .messages
-                .iter()
-                .filter(|m| m.event_id.as_deref() == Some(id))
-                .count(),
-            processed_rows: input.rows.map_or(0, |r| {
-                r.processed.iter().filter(|p| &p.event_id == id).count()
-            }),
-            dedup_hits: input
-                .events
-                .iter()
-                .filter(|e| {
-                    e.event_id.as_deref() == Some(id)
-                        && e.outcome == crate::contracts::Outcome::DedupHit
-                })
-                .count(),
-            points_rows: input.rows.map_or(0, |r| {
-                r.points.iter().filter(|p| &p.source_event_no == id).count()
-            }),
-            notification_rows: input.rows.map_or(0, |r| {
-                r.notifications.iter().filter(|n| &n.event_id == id).count()
-            }),
-        })
-        .collect();
-
-    Timeline {
-        query: input.query.trim().to_string(),
-        kind: kind_of(&target),
-        found: !entries.is_empty(),
-        order_no,
-        request_id,
-        event_ids: event_ids.into_iter().collect(),
-        entries,
-        interceptions,
-        events,
+/// What became of one payment event: copies delivered against effects written.
+fn effects_of(id: &String, input: &TimelineInputs<'_>) -> EventEffects {
+    EventEffects {
+        event_id: id.clone(),
+        kafka_copies: input
+            .messages
+            .iter()
+            .filter(|m| m.event_id.as_deref() == Some(id))
+            .count(),
+        processed_rows: input.rows.map_or(0, |r| {
+            r.processed.iter().filter(|p| &p.event_id == id).count()
+        }),
+        dedup_hits: input
+            .events
+            .iter()
+            .filter(|e| e.event_id.as_deref() == Some(id) && e.outcome == Outcome::DedupHit)
+            .count(),
+        points_rows: input.rows.map_or(0, |r| {
+            r.points.iter().filter(|p| &p.source_event_no == id).count()
+        }),
+        notification_rows: input.rows.map_or(0, |r| {
+            r.notifications.iter().filter(|n| &n.event_id == id).count()
+        }),
     }
 }
 

@@ -163,6 +163,38 @@ pub enum StartAt {
     Since(i64),
 }
 
+/// Where each partition of a read starts: its beginning, or for [`StartAt::Since`] the first
+/// offset at or after the time (`Offset::End` when there is none; the beginning when the broker
+/// cannot look offsets up by time).
+fn start_offsets(
+    consumer: &BaseConsumer,
+    topic: &str,
+    marks: &[(i32, i64, i64)],
+    start: StartAt,
+) -> anyhow::Result<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    for (p, _, _) in marks {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)?;
+    }
+    if let StartAt::Since(ms) = start {
+        let mut by_time = TopicPartitionList::new();
+        for (p, _, _) in marks {
+            by_time.add_partition_offset(topic, *p, Offset::Offset(ms))?;
+        }
+        if let Ok(found) = consumer.offsets_for_times(by_time, KAFKA_TIMEOUT) {
+            for e in found.elements() {
+                let off = match e.offset() {
+                    Offset::Offset(o) => Offset::Offset(o),
+                    Offset::End => Offset::End,
+                    _ => continue,
+                };
+                tpl.set_partition_offset(topic, e.partition(), off)?;
+            }
+        }
+    }
+    Ok(tpl)
+}
+
 /// Reads `topic` from `start` up to the high watermarks seen when the read began (blocking: run
 /// it on a blocking thread). `each` gets every message. Bounded by `deadline`, and ends within
 /// one poll (≤ 300 ms) of `cancel`: a read of a large topic takes seconds, and the console must
@@ -178,26 +210,7 @@ pub fn read_to_end(
     let servers = &config.kafka.bootstrap_servers;
     let consumer = reader(config, "read")?;
     let marks = watermarks(&consumer, servers, topic)?;
-    let mut tpl = TopicPartitionList::new();
-    for (p, _, _) in &marks {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)?;
-    }
-    if let StartAt::Since(ms) = start {
-        let mut by_time = TopicPartitionList::new();
-        for (p, _, _) in &marks {
-            by_time.add_partition_offset(topic, *p, Offset::Offset(ms))?;
-        }
-        if let Ok(found) = consumer.offsets_for_times(by_time, KAFKA_TIMEOUT) {
-            for e in found.elements() {
-                let off = match e.offset() {
-                    Offset::Offset(o) => Offset::Offset(o),
-                    Offset::End => Offset::End,
-                    _ => continue,
-                };
-                tpl.set_partition_offset(topic, e.partition(), off)?;
-            }
-        }
-    }
+    let tpl = start_offsets(&consumer, topic, &marks, start)?;
     consumer
         .assign(&tpl)
         .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;

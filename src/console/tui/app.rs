@@ -16,8 +16,9 @@ use crate::console::read::locks::LockScan;
 use crate::console::read::locks::TraceKeys;
 use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, TraceLog};
-use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::timeline::{self, Timeline};
 use crate::console::read::topics::PartitionLag;
+use crate::console::read::trace::{self, TracePieces};
 use crate::console::tui::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
 use crate::console::tui::confirm::{self, Confirm, RowResult};
 use crate::console::tui::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
@@ -107,7 +108,8 @@ pub struct App {
     pub stuck_threshold: Duration,
 
     // What the collectors sent.
-    pub trace_query: Option<String>,
+    /// What the Trace view traces, parsed where it was typed.
+    pub trace_target: Option<TraceTarget>,
     pub trace_rows: Option<TraceRows>,
     pub trace_keys: Option<TraceKeys>,
     pub trace_log: TraceLog,
@@ -189,7 +191,7 @@ impl App {
             backends,
             backend_targets,
             stuck_threshold: config.console.stuck_threshold,
-            trace_query: None,
+            trace_target: None,
             trace_rows: None,
             trace_keys: None,
             trace_log: TraceLog::default(),
@@ -445,14 +447,19 @@ impl App {
             Ok(Command::Refresh(d)) => self.set_refresh(d),
             Ok(Command::Report(id)) => {
                 let ids = self.resolved_ids();
+                // The typed ID is parsed here, at the edge; the resolved IDs are typed already.
                 match id
-                    .or(ids.order_no)
-                    .or(ids.request_id)
-                    .or_else(|| self.trace_query.clone())
+                    .map(|id| TraceTarget::classify(&id))
+                    .or(ids.order_no.map(TraceTarget::OrderNo))
+                    .or(ids.request_id.map(TraceTarget::RequestId))
+                    .or_else(|| self.trace_target.clone())
                 {
-                    Some(id) if self.executor.is_some() => {
-                        self.request(ExecRequest::Report(id.clone()));
-                        self.say(format!("writing the report of {id}…"), Level::Info);
+                    Some(target) if self.executor.is_some() => {
+                        self.say(
+                            format!("writing the report of {}…", target.id()),
+                            Level::Info,
+                        );
+                        self.request(ExecRequest::Report(target));
                     }
                     Some(_) => self.say(
                         "no executor: reports are written by `idemguard report --id ID`",
@@ -470,20 +477,24 @@ impl App {
         }
     }
 
-    /// Trace an orderNo, requestId or eventId.
+    /// Trace an orderNo, requestId or eventId as typed: parsed here, once.
     pub fn trace(&mut self, id: &str) {
-        let id = id.trim().to_string();
+        self.trace_target(TraceTarget::classify(id));
+    }
+
+    /// Trace a parsed target.
+    pub fn trace_target(&mut self, target: TraceTarget) {
         self.view = View::Trace;
-        if self.trace_query.as_deref() != Some(id.as_str()) {
-            self.trace_query = Some(id.clone());
+        if self.trace_target.as_ref() != Some(&target) {
+            self.trace_target = Some(target.clone());
             self.trace_rows = None;
             self.trace_keys = None;
             self.trace_history = None;
             self.selected.insert(View::Trace, 0);
         }
         self.trace_stale = true;
-        let kind = timeline::kind_of(&TraceTarget::classify(&id)).replace('_', " ");
-        self.say(format!("tracing {kind} {id}"), Level::Info);
+        let kind = timeline::kind_of(&target).replace('_', " ");
+        self.say(format!("tracing {kind} {}", target.id()), Level::Info);
         self.publish_focus();
     }
 
@@ -549,7 +560,7 @@ impl App {
                     self.trace(&id);
                 }
             }
-            View::Trace if self.trace_query.is_none() => {
+            View::Trace if self.trace_target.is_none() => {
                 self.input = Input::Command("trace ".into())
             }
             _ => {}
@@ -563,7 +574,7 @@ impl App {
                 ids.order_no
                     .or(ids.request_id)
                     .or(ids.event_id)
-                    .or_else(|| self.trace_query.clone())
+                    .or_else(|| self.trace_target.as_ref().map(|t| t.id().to_string()))
             }
             View::Locks => self.selected_lock().map(|l| l.key.clone()),
             View::Stuck => self.selected_stuck().map(|s| s.request_id.clone()),
@@ -787,10 +798,10 @@ impl App {
             Update::ReportWritten(Err(e)) => {
                 self.say(format!("report not written: {e}"), Level::Error)
             }
-            Update::TraceRows { query, result } => match result {
+            Update::TraceRows { target, result } => match result {
                 Ok(rows) => {
                     self.ok(backend);
-                    if self.trace_query.as_deref() == Some(query.as_str()) {
+                    if self.trace_target.as_ref() == Some(&target) {
                         self.trace_rows = Some(rows);
                         self.trace_stale = true;
                         self.publish_focus();
@@ -967,9 +978,9 @@ impl App {
 
     /// The IDs the trace target resolved to, from every source that answered.
     pub fn resolved_ids(&self) -> TraceIds {
-        match &self.trace_query {
-            Some(q) => {
-                timeline::resolve_ids(q, self.trace_rows.as_ref(), &self.payments, &self.trace_log)
+        match &self.trace_target {
+            Some(t) => {
+                trace::resolve_ids(t, self.trace_rows.as_ref(), &self.payments, &self.trace_log)
             }
             None => TraceIds::default(),
         }
@@ -979,7 +990,7 @@ impl App {
     fn publish_focus(&mut self) {
         let Some(tx) = &self.focus else { return };
         let next = Focus {
-            query: self.trace_query.clone(),
+            target: self.trace_target.clone(),
             ids: self.resolved_ids(),
             tracing: self.view == View::Trace,
             paused: self.paused,
@@ -995,47 +1006,25 @@ impl App {
         });
     }
 
-    /// The timeline of the current trace target, from whatever the collectors have sent.
+    /// The timeline of the current trace target, from whatever the collectors have sent: the
+    /// one assembly of a trace ([`trace::assemble`]) over the TUI's stores.
     pub fn timeline(&self) -> Option<Timeline> {
-        let query = self.trace_query.as_ref()?;
-        let target = TraceTarget::classify(query);
-        let ids = self.resolved_ids();
-        let messages = self
-            .payments
-            .messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
-        let event_ids = timeline::event_ids_of(&target, self.trace_rows.as_ref(), &messages);
-        let mut events = self.trace_log.matching(
-            ids.order_no.as_deref(),
-            ids.request_id.as_deref(),
-            &event_ids,
-        );
-        // Older events of the target that the trace log no longer keeps (read once per target).
-        if let Some(history) = &self.trace_history {
-            let missing: Vec<crate::contracts::TraceEvent> = history
-                .iter()
-                .filter(|e| !events.contains(e))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                events.extend(missing);
-                events.sort_by_key(|e| crate::console::read::store::event_ms(e).unwrap_or(0));
-            }
-        }
-        Some(timeline::build(TimelineInputs {
-            query,
+        let target = self.trace_target.as_ref()?;
+        let pieces = TracePieces {
             rows: self.trace_rows.as_ref(),
             keys: self.trace_keys.as_ref(),
-            messages: &messages,
-            events: &events,
-            now_ms: self.now_ms(),
-        }))
+            payments: &self.payments,
+            log: &self.trace_log,
+            history: self.trace_history.as_deref(),
+        };
+        Some(trace::assemble(target, &pieces, self.now_ms()))
     }
 
     /// Rebuild what the views show from the stores, when it changed or aged: called before each
     /// frame, so the (linear) search of the trace log runs at most once per frame and not at all
     /// when nothing changed.
     pub fn refresh_views(&mut self) {
-        if self.trace_query.is_none() {
+        if self.trace_target.is_none() {
             self.trace_view = None;
             return;
         }

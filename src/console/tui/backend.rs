@@ -23,82 +23,26 @@ use crate::trace::Tracer;
 use crate::console::tui::confirm::{Planned, Scope};
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
+use crate::console::read::bounded;
 use crate::console::read::locks::{self, LockScan, TraceKeys};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
-use crate::console::read::topics::{self, PartitionLag, PaymentMessage};
+use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
 /// data and never grows memory).
 pub const UPDATE_CHANNEL: usize = 64;
 /// Trace events or payment messages sent in one update at most.
 pub const BATCH: usize = 500;
-/// One database or Redis round of a poll may take this long before its backend counts as down.
-pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`Backends::shutdown`] lets the collectors finish before aborting them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
-/// Connections the console's database pool may hold (reads only).
-pub const DB_CONNECTIONS: u32 = 4;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BackendId {
-    Database,
-    Redis,
-    TraceTopic,
-    PaymentTopic,
-}
-
-impl BackendId {
-    pub const ALL: [BackendId; 4] = [
-        BackendId::Database,
-        BackendId::Redis,
-        BackendId::TraceTopic,
-        BackendId::PaymentTopic,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendId::Database => "database",
-            BackendId::Redis => "redis",
-            BackendId::TraceTopic => "trace topic",
-            BackendId::PaymentTopic => "payment topic",
-        }
-    }
-
-    /// Where it points, passwords hidden.
-    pub fn target(self, config: &Config) -> String {
-        match self {
-            BackendId::Database => redact_url(if config.database.replica_url.is_empty() {
-                &config.database.url
-            } else {
-                &config.database.replica_url
-            }),
-            BackendId::Redis => {
-                let mut t = host_port(&config.redis.url);
-                if !config.redis.redlock_nodes.is_empty() {
-                    t.push_str(&format!(
-                        " + {} redlock nodes",
-                        config.redis.redlock_nodes.len()
-                    ));
-                }
-                t
-            }
-            BackendId::TraceTopic => format!(
-                "{} {}",
-                config.kafka.bootstrap_servers, config.kafka.trace_topic
-            ),
-            BackendId::PaymentTopic => format!(
-                "{} {}",
-                config.kafka.bootstrap_servers, config.kafka.payment_topic
-            ),
-        }
-    }
-}
+// The sources are named in `read/` (the CLI twins name them too); re-exported for the TUI.
+pub use crate::console::read::sources::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT};
 
 /// What the UI looks at; the collectors follow it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Focus {
-    /// The trace target as typed, when the trace view has one.
-    pub query: Option<String>,
+    /// The trace target, when the trace view has one.
+    pub target: Option<TraceTarget>,
     /// The IDs it resolved to so far (from any backend).
     pub ids: TraceIds,
     /// The Trace view is on screen: a read of the trace topic's history is wanted only then.
@@ -110,7 +54,7 @@ pub struct Focus {
 impl Focus {
     pub fn new(refresh: Duration) -> Focus {
         Focus {
-            query: None,
+            target: None,
             ids: TraceIds::default(),
             tracing: true,
             paused: false,
@@ -133,7 +77,7 @@ pub struct TopicProgress {
 pub enum Update {
     Stuck(Result<Vec<StuckRecord>, String>),
     TraceRows {
-        query: String,
+        target: TraceTarget,
         result: Result<TraceRows, String>,
     },
     Locks(LockScan),
@@ -279,8 +223,9 @@ pub enum ExecRequest {
     /// A confirmed batch: each action individually conditional, run in order.
     Run(Vec<Planned>),
     LoadAudit,
-    /// Write the post-incident report of this ID (the order on screen) to a Markdown file.
-    Report(String),
+    /// Write the post-incident report of this target (the order on screen) to a Markdown file
+    /// in `console.report_dir`.
+    Report(TraceTarget),
 }
 
 /// Rows of `ops_audit` the Audit view shows.
@@ -299,9 +244,10 @@ async fn executor_task(
             r = rx.recv() => match r { Some(r) => r, None => return },
             _ = cancel.cancelled() => return,
         };
-        if let ExecRequest::Report(id) = req {
-            let written = write_report(&config, &id)
+        if let ExecRequest::Report(target) = req {
+            let written = crate::console::cli::report::write_markdown(&config, &target)
                 .await
+                .map(|w| w.to_string())
                 .map_err(|e| format!("{e:#}"));
             if tx.send(Update::ReportWritten(written)).await.is_err() {
                 return;
@@ -366,35 +312,6 @@ async fn executor_task(
             return;
         }
     }
-}
-
-/// `:report`: the same report as `idemguard report --id ID`, written to
-/// `idemguard-report-{ID}.md` in the working directory.
-async fn write_report(config: &Config, id: &str) -> anyhow::Result<String> {
-    let r = crate::console::cli::report::build(
-        config,
-        &crate::console::cli::report::Scope::Id(id.to_string()),
-    )
-    .await?;
-    let safe: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let path = format!("idemguard-report-{safe}.md");
-    std::fs::write(&path, crate::console::cli::report::markdown(&r))
-        .map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
-    Ok(format!(
-        "{path} written: {} duplicate(s) stopped, {} got through, {} operator action(s)",
-        r.duplicates_stopped(),
-        r.leaks.len(),
-        r.operator_actions.len()
-    ))
 }
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
@@ -494,13 +411,13 @@ async fn database_task(
                 if tx.send(Update::Stuck(stuck)).await.is_err() {
                     return;
                 }
-                if let Some(query) = &f.query {
-                    let mut start = TraceIds::of_target(&TraceTarget::classify(query));
+                if let Some(target) = &f.target {
+                    let mut start = TraceIds::of_target(target);
                     start.absorb(&f.ids);
                     let result = with_timeout(records::trace_rows(d, &start), &d.shown_url).await;
                     if tx
                         .send(Update::TraceRows {
-                            query: query.clone(),
+                            target: target.clone(),
                             result,
                         })
                         .await
@@ -518,10 +435,10 @@ async fn database_task(
 }
 
 async fn send_db_error(tx: &mpsc::Sender<Update>, f: &Focus, e: String) -> bool {
-    if let Some(q) = &f.query {
+    if let Some(target) = &f.target {
         if tx
             .send(Update::TraceRows {
-                query: q.clone(),
+                target: target.clone(),
                 result: Err(e.clone()),
             })
             .await
@@ -544,6 +461,22 @@ async fn with_timeout<T>(
     }
 }
 
+/// A lock scan that could not read the main node.
+fn main_node_down(node: String, error: String) -> LockScan {
+    LockScan {
+        nodes: vec![locks::NodeScan {
+            node,
+            role: "main",
+            ok: false,
+            error: Some(error),
+            keys: 0,
+            scan_ms: 0.0,
+        }],
+        read_at_ms: now_ms(),
+        ..Default::default()
+    }
+}
+
 async fn redis_task(
     config: Config,
     tx: mpsc::Sender<Update>,
@@ -553,18 +486,7 @@ async fn redis_task(
     let (mut main, mut redlock) = match locks::nodes_of(&config) {
         Ok(n) => n,
         Err(e) => {
-            let scan = LockScan {
-                nodes: vec![locks::NodeScan {
-                    node: host_port(&config.redis.url),
-                    role: "main",
-                    ok: false,
-                    error: Some(format!("{e:#}")),
-                    keys: 0,
-                    scan_ms: 0.0,
-                }],
-                read_at_ms: now_ms(),
-                ..Default::default()
-            };
+            let scan = main_node_down(host_port(&config.redis.url), format!("{e:#}"));
             let _ = tx.send(Update::Locks(scan)).await;
             return;
         }
@@ -587,22 +509,12 @@ async fn redis_task(
                     Ok(s) => s,
                     Err(_) => {
                         main.forget_connection();
-                        LockScan {
-                            nodes: vec![locks::NodeScan {
-                                node: main.name.clone(),
-                                role: "main",
-                                ok: false,
-                                error: Some(format!(
-                                    "redis node {}: the lock scan did not finish within {:?}",
-                                    main.name,
-                                    POLL_TIMEOUT * 6
-                                )),
-                                keys: 0,
-                                scan_ms: 0.0,
-                            }],
-                            read_at_ms: now_ms(),
-                            ..Default::default()
-                        }
+                        let error = format!(
+                            "redis node {}: the lock scan did not finish within {:?}",
+                            main.name,
+                            POLL_TIMEOUT * 6
+                        );
+                        main_node_down(main.name.clone(), error)
                     }
                 };
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
@@ -640,6 +552,15 @@ enum TopicKind {
     Payments,
 }
 
+impl TopicKind {
+    fn purpose(self) -> &'static str {
+        match self {
+            TopicKind::Trace => "trace",
+            TopicKind::Payments => "payments",
+        }
+    }
+}
+
 /// Follows one topic from its beginning (every partition assigned, no group). A reader thread
 /// polls the topic and sends what it reads in batches; this task probes the broker every refresh
 /// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
@@ -658,49 +579,11 @@ async fn topic_task(
     };
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
-    let mut history_of: Option<TraceIds> = None;
-    // The read of the history in flight: cancelled as soon as nobody wants it (another trace,
-    // another view, quitting), so it never holds the console up. One that has answered is kept:
-    // coming back to the same trace does not read the topic again.
-    let mut history_read: Option<(CancellationToken, JoinHandle<()>)> = None;
+    let mut history = HistoryRead::default();
     loop {
         let f = focus.borrow_and_update().clone();
-        let wanted = kind == TopicKind::Trace
-            && f.tracing
-            && f.query.is_some()
-            && f.ids != TraceIds::default();
-        let in_flight = history_read.as_ref().is_some_and(|(_, h)| !h.is_finished());
-        if history_of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
-            if let Some((stop, _)) = history_read.take() {
-                stop.cancel();
-            }
-            history_of = None;
-        }
-        // A new trace target: read its history from the whole topic, on a task of its own so the
-        // probe keeps its pace. The app keeps the answer only while the IDs are still the ones it
-        // traces.
-        if wanted && history_of.is_none() {
-            history_of = Some(f.ids.clone());
-            let stop = cancel.child_token();
-            let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
-            let query = f.query.clone().unwrap_or_default();
-            let cancelled = stop.clone();
-            let task = tokio::spawn(async move {
-                let keep = crate::console::cli::headless::Keep::of_ids(&query, &ids);
-                let result = crate::console::cli::headless::read_trace_log_keeping(
-                    &config,
-                    topics::StartAt::Beginning,
-                    &keep,
-                    &cancelled,
-                )
-                .await
-                .map(|log| log.oldest_first())
-                .map_err(|e| format!("{e:#}"));
-                if !cancelled.is_cancelled() {
-                    let _ = tx.send(Update::TraceHistory { ids, result }).await;
-                }
-            });
-            history_read = Some((stop, task));
+        if kind == TopicKind::Trace {
+            history.follow(&f, &config, &tx, &cancel);
         }
         let probe = tokio::select! {
             p = probe_topic(&config, &topic, kind) => p,
@@ -750,6 +633,57 @@ async fn topic_task(
     }
 }
 
+/// The read of the trace target's history from the whole trace topic: an order older than the
+/// newest events the trace log keeps still has them. At most one at a time, on a task of its
+/// own so the probe keeps its pace; cancelled as soon as nobody wants it (another trace, another
+/// view, quitting), so it never holds the console up. One that has answered is kept: coming
+/// back to the same trace does not read the topic again.
+#[derive(Default)]
+struct HistoryRead {
+    /// The IDs read (or being read) for.
+    of: Option<TraceIds>,
+    running: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl HistoryRead {
+    fn follow(
+        &mut self,
+        f: &Focus,
+        config: &Config,
+        tx: &mpsc::Sender<Update>,
+        cancel: &CancellationToken,
+    ) {
+        let wanted = f.tracing && f.target.is_some() && f.ids != TraceIds::default();
+        let in_flight = self.running.as_ref().is_some_and(|(_, h)| !h.is_finished());
+        if self.of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
+            if let Some((stop, _)) = self.running.take() {
+                stop.cancel();
+            }
+            self.of = None;
+        }
+        let Some(target) = f.target.clone().filter(|_| wanted && self.of.is_none()) else {
+            return;
+        };
+        self.of = Some(f.ids.clone());
+        let stop = cancel.child_token();
+        let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
+        let cancelled = stop.clone();
+        // The app keeps the answer only while the IDs are still the ones it traces.
+        let task = tokio::spawn(async move {
+            let keep = bounded::Keep::of_ids(&target, &ids);
+            let result =
+                bounded::read_trace_log_keeping(&config, StartAt::Beginning, &keep, &cancelled)
+                    .await
+                    .map(|log| log.oldest_first())
+                    .map_err(|e| format!("{e:#}"));
+            if !cancelled.is_cancelled() {
+                let _ = tx.send(Update::TraceHistory { ids, result }).await;
+            }
+        });
+        self.running = Some((stop, task));
+    }
+}
+
 fn topic_error(kind: TopicKind, e: String) -> Update {
     match kind {
         TopicKind::Trace => Update::TraceTopic(Err(e)),
@@ -773,16 +707,9 @@ fn start_reader(
     stop: CancellationToken,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
-    let consumer: BaseConsumer = topics::reader_config(
-        config,
-        if kind == TopicKind::Trace {
-            "trace"
-        } else {
-            "payments"
-        },
-    )
-    .create()
-    .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let consumer: BaseConsumer = topics::reader_config(config, kind.purpose())
+        .create()
+        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for (p, _, _) in marks {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
@@ -793,69 +720,73 @@ fn start_reader(
         .map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
     let topic = topic.to_string();
     let failure = format!("cannot start the {topic} reader thread");
-    let flush_after = Duration::from_millis(100);
     std::thread::Builder::new()
-        .name(format!(
-            "console-{}",
-            if kind == TopicKind::Trace {
-                "trace"
-            } else {
-                "payments"
-            }
-        ))
-        .spawn(move || {
-            let mut events: Vec<TraceEvent> = Vec::new();
-            let mut payments: Vec<PaymentMessage> = Vec::new();
-            let mut first: Option<std::time::Instant> = None;
-            while !stop.is_cancelled() {
-                if focus.borrow().paused {
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
-                }
-                match consumer.poll(Duration::from_millis(50)) {
-                    Some(Ok(m)) => {
-                        match kind {
-                            TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
-                            TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
-                        }
-                        first.get_or_insert_with(std::time::Instant::now);
-                    }
-                    Some(Err(e))
-                        if tx
-                            .blocking_send(topic_error(
-                                kind,
-                                format!("kafka {servers}: reading {topic}: {e}"),
-                            ))
-                            .is_err() =>
-                    {
-                        return
-                    }
-                    Some(Err(_)) => {}
-                    None => {}
-                }
-                let due = events.len() >= BATCH
-                    || payments.len() >= BATCH
-                    || first.is_some_and(|t| t.elapsed() >= flush_after);
-                if due {
-                    first = None;
-                    if !events.is_empty()
-                        && tx
-                            .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
-                            .is_err()
-                    {
-                        return;
-                    }
-                    if !payments.is_empty()
-                        && tx
-                            .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
-                            .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        })
+        .name(format!("console-{}", kind.purpose()))
+        .spawn(move || read_batches(consumer, kind, &servers, &topic, &tx, &focus, &stop))
         .map_err(|e| format!("{failure}: {e}"))
+}
+
+/// The reader thread's loop (see [`start_reader`]); ends on `stop` or when the UI is gone.
+fn read_batches(
+    consumer: BaseConsumer,
+    kind: TopicKind,
+    servers: &str,
+    topic: &str,
+    tx: &mpsc::Sender<Update>,
+    focus: &watch::Receiver<Focus>,
+    stop: &CancellationToken,
+) {
+    let flush_after = Duration::from_millis(100);
+    let mut events: Vec<TraceEvent> = Vec::new();
+    let mut payments: Vec<PaymentMessage> = Vec::new();
+    let mut first: Option<std::time::Instant> = None;
+    while !stop.is_cancelled() {
+        if focus.borrow().paused {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) => {
+                match kind {
+                    TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                    TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                }
+                first.get_or_insert_with(std::time::Instant::now);
+            }
+            Some(Err(e))
+                if tx
+                    .blocking_send(topic_error(
+                        kind,
+                        format!("kafka {servers}: reading {topic}: {e}"),
+                    ))
+                    .is_err() =>
+            {
+                return
+            }
+            Some(Err(_)) => {}
+            None => {}
+        }
+        let due = events.len() >= BATCH
+            || payments.len() >= BATCH
+            || first.is_some_and(|t| t.elapsed() >= flush_after);
+        if due {
+            first = None;
+            if !events.is_empty()
+                && tx
+                    .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
+                    .is_err()
+            {
+                return;
+            }
+            if !payments.is_empty()
+                && tx
+                    .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }
 }
 
 type Probe = (

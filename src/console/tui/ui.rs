@@ -185,8 +185,15 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
                         .fg(Color::White)
                         .add_modifier(Modifier::BOLD),
                 ),
+                // An error that says what to do first (a database without the schema: "run
+                // `idemguard migrate`: the database … has no schema") is shown first — it names
+                // the database itself — so a narrow terminal cuts the rest, not the remedy.
                 Span::styled(
-                    format!(" {last} · {} · {}", app.backend_targets[b], err),
+                    if err.starts_with("run `") {
+                        format!(" {err} · {last}")
+                    } else {
+                        format!(" {last} · {} · {}", app.backend_targets[b], err)
+                    },
                     Style::new().fg(Color::Red),
                 ),
             ])

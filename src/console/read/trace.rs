@@ -1,0 +1,312 @@
+//! One trace, assembled in one place for every face: the TUI's Trace view, `idemguard trace ID`
+//! and the post-incident report.
+//!
+//! A trace target is parsed once where it enters ([`TraceTarget::classify`] on the command line,
+//! the `:trace` command, the report's scope) and travels typed. From it:
+//!
+//! 1. the database rows link requestId ↔ orderNo ↔ eventId ([`records::trace_rows`]);
+//! 2. the topics are read for those IDs ([`bounded::read_topics_for`]) — or, in the TUI, its
+//!    stores are what the collectors have read so far;
+//! 3. an eventId only Kafka knows yet leads to its order: the database is asked again
+//!    ([`resolve_ids`]);
+//! 4. the Redis keys of the order and request are read (not for a report: the keys of then are
+//!    gone);
+//! 5. [`assemble`] picks the messages and events of the IDs and builds the [`Timeline`].
+//!
+//! Steps 1–4 are [`read_trace`] for the one-shot faces. The TUI's collectors do them
+//! continuously (each on its own backend, following the TUI's `Focus`),
+//! and the TUI calls [`assemble`] over its stores: the same step 5, the same [`TracePieces`].
+
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::contracts::{now_ms, TraceEvent, TraceTarget};
+use crate::db::Database;
+
+use crate::console::read::bounded;
+use crate::console::read::locks::{self, TraceKeys};
+use crate::console::read::records::{self, TraceIds, TraceRows};
+use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
+use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
+use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+
+/// What a trace is assembled from; any piece may be missing (its source is down or not read).
+pub struct TracePieces<'a> {
+    pub rows: Option<&'a TraceRows>,
+    pub keys: Option<&'a TraceKeys>,
+    pub payments: &'a PaymentIndex,
+    pub log: &'a TraceLog,
+    /// Older events of the target that `log` no longer keeps (the TUI's read of the trace
+    /// topic's history); `None` for a one-shot read, whose `log` was read for the target.
+    pub history: Option<&'a [TraceEvent]>,
+}
+
+/// The IDs a trace target resolves to, from every source: the database rows first (they link
+/// requestId ↔ orderNo ↔ eventId), then the payment messages and the trace events for an eventId
+/// the database does not know yet.
+pub fn resolve_ids(
+    target: &TraceTarget,
+    rows: Option<&TraceRows>,
+    payments: &PaymentIndex,
+    log: &TraceLog,
+) -> TraceIds {
+    let mut ids = TraceIds::of_target(target);
+    if let Some(rows) = rows {
+        ids.absorb(&rows.ids);
+    }
+    if let Some(e) = ids.event_id.clone() {
+        if ids.order_no.is_none() {
+            ids.order_no = payments.order_of_event(&e).map(str::to_string);
+        }
+        if ids.order_no.is_none() || ids.request_id.is_none() {
+            if let Some((o, r)) = log.order_of_event(&e) {
+                ids.absorb(&TraceIds {
+                    order_no: o,
+                    request_id: r,
+                    event_id: None,
+                });
+            }
+        }
+    }
+    ids
+}
+
+/// The timeline of `target` from `pieces`: the payment messages and trace events that name its
+/// IDs, merged with its rows and keys (pure).
+pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> Timeline {
+    let ids = resolve_ids(target, pieces.rows, pieces.payments, pieces.log);
+    let messages = pieces
+        .payments
+        .messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
+    let event_ids = timeline::event_ids_of(target, pieces.rows, &messages);
+    let mut events = pieces.log.matching(
+        ids.order_no.as_deref(),
+        ids.request_id.as_deref(),
+        &event_ids,
+    );
+    if let Some(history) = pieces.history {
+        let missing: Vec<TraceEvent> = history
+            .iter()
+            .filter(|e| !events.contains(e))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            events.extend(missing);
+            events.sort_by_key(|e| event_ms(e).unwrap_or(0));
+        }
+    }
+    timeline::build(TimelineInputs {
+        target,
+        rows: pieces.rows,
+        keys: pieces.keys,
+        messages: &messages,
+        events: &events,
+        now_ms,
+    })
+}
+
+/// Where [`read_trace`] takes the topics from.
+pub enum TopicsFrom<'a> {
+    /// Read both topics for this trace's IDs (bounded; see [`bounded::Keep`]).
+    ReadForTarget,
+    /// Stores already read, whole (a window report traces many orders from one read).
+    Stores {
+        payments: &'a PaymentIndex,
+        log: &'a TraceLog,
+    },
+}
+
+/// The sources a one-shot trace reads.
+pub struct TraceSources<'a> {
+    /// `None`: the database could not be reached (its status is the caller's).
+    pub database: Option<&'a Database>,
+    pub topics: TopicsFrom<'a>,
+    /// Read the Redis keys of the order and the request (the headless twin; not a report).
+    pub redis: bool,
+}
+
+/// A one-shot trace and how each source it read answered (database, Redis, trace topic,
+/// payment topic, in that order; a source not read has no status).
+pub struct TraceRead {
+    pub timeline: Timeline,
+    pub statuses: Vec<BackendStatus>,
+}
+
+/// Steps 1–5 of the module docs, once.
+pub async fn read_trace(
+    config: &Config,
+    target: &TraceTarget,
+    sources: TraceSources<'_>,
+) -> TraceRead {
+    let mut statuses = Vec::new();
+    let t_db = Instant::now();
+    let (mut rows, mut db_error) = match sources.database {
+        Some(db) => match records::trace_rows(db, &TraceIds::of_target(target)).await {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        },
+        None => (None, None),
+    };
+    let t_kafka = Instant::now();
+    let read: (PaymentIndex, TraceLog);
+    let (payments, log) = match sources.topics {
+        TopicsFrom::ReadForTarget => {
+            let (payments, log) = bounded::read_topics_for(config, target, rows.as_ref()).await;
+            let (trace_error, payment_error) = (failed(&log), failed(&payments));
+            read = (payments.unwrap_or_default(), log.unwrap_or_default());
+            let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
+            statuses.push(status(BackendId::TraceTopic, trace_error));
+            statuses.push(status(BackendId::PaymentTopic, payment_error));
+            (&read.0, &read.1)
+        }
+        TopicsFrom::Stores { payments, log } => (payments, log),
+    };
+    if let Some(db) = sources.database {
+        if let Some(r) = &mut rows {
+            db_error = reread_rows(db, target, r, payments, log).await.err();
+        }
+        let status = BackendStatus::of(config, BackendId::Database, t_db, db_error);
+        statuses.insert(0, status);
+    }
+    let ids = resolve_ids(target, rows.as_ref(), payments, log);
+    let keys = if sources.redis {
+        let (keys, status) = read_keys(config, &ids).await;
+        // After the database, before the topics: the order every document lists them in.
+        statuses.insert(usize::from(sources.database.is_some()), status);
+        keys
+    } else {
+        None
+    };
+    let pieces = TracePieces {
+        rows: rows.as_ref(),
+        keys: keys.as_ref(),
+        payments,
+        log,
+        history: None,
+    };
+    TraceRead {
+        timeline: assemble(target, &pieces, now_ms()),
+        statuses,
+    }
+}
+
+/// Step 3: an eventId only Kafka knows yet leads to its order — the database is asked again
+/// with the IDs the topics added (on failure the rows read first stay).
+async fn reread_rows(
+    db: &Database,
+    target: &TraceTarget,
+    rows: &mut TraceRows,
+    payments: &PaymentIndex,
+    log: &TraceLog,
+) -> Result<(), String> {
+    let ids = resolve_ids(target, Some(rows), payments, log);
+    if ids != rows.ids {
+        *rows = records::trace_rows(db, &ids)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
+}
+
+fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {
+    r.as_ref().err().map(|e| format!("{e:#}"))
+}
+
+/// The lock and fast-path keys of the order and the request, bounded by [`POLL_TIMEOUT`].
+async fn read_keys(config: &Config, ids: &TraceIds) -> (Option<TraceKeys>, BackendStatus) {
+    let started = Instant::now();
+    let keys = async {
+        let (mut main, mut redlock) = locks::nodes_of(config)?;
+        locks::trace_keys(
+            &mut main,
+            &mut redlock,
+            ids.order_no.as_deref(),
+            ids.request_id.as_deref(),
+        )
+        .await
+    };
+    let (keys, error) = match tokio::time::timeout(POLL_TIMEOUT, keys).await {
+        Ok(Ok(k)) => {
+            let err = (!k.node_errors.is_empty()).then(|| k.node_errors.join("; "));
+            (Some(k), err)
+        }
+        Ok(Err(e)) => (None, Some(format!("{e:#}"))),
+        Err(_) => (
+            None,
+            Some(format!("redis did not answer within {POLL_TIMEOUT:?}")),
+        ),
+    };
+    (
+        keys,
+        BackendStatus::of(config, BackendId::Redis, started, error),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::read::topics::PaymentMessage;
+    use crate::contracts::{format_ms, Layer, Outcome};
+
+    fn at(e: TraceEvent, ms: i64) -> TraceEvent {
+        TraceEvent {
+            ts: format_ms(ms),
+            ..e
+        }
+    }
+
+    /// An eventId only Kafka knows leads to its order; the order's events come from the log and
+    /// from the history the log no longer keeps, oldest first; another order's events stay out.
+    #[test]
+    fn an_event_id_is_assembled_from_the_stores_and_the_history() {
+        let (event, order) = (
+            "0193a1c2-7f3e-7c1a-9d2b-5e8f6a7b8c9d",
+            "20261130000000000abc",
+        );
+        let target = TraceTarget::classify(event);
+        let mut payments = PaymentIndex::default();
+        payments.ingest(PaymentMessage {
+            topic: "payment.succeeded".into(),
+            partition: 1,
+            offset: 17,
+            timestamp_ms: Some(2_000),
+            order_no: Some(order.into()),
+            request_id: None,
+            event_id: Some(event.into()),
+            pay_no: Some("P1".into()),
+            payload_ok: true,
+        });
+        let mut log = TraceLog::default();
+        let hit = TraceEvent::new(Layer::Stream, Outcome::DedupHit).event_id(event);
+        log.ingest(at(hit.order_no(order), 3_000));
+        log.ingest(at(
+            TraceEvent::new(Layer::Api, Outcome::Replayed).order_no("other"),
+            3_500,
+        ));
+        let older = at(
+            TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(order),
+            1_000,
+        );
+        let history = vec![older];
+        let pieces = TracePieces {
+            rows: None,
+            keys: None,
+            payments: &payments,
+            log: &log,
+            history: Some(&history),
+        };
+        let t = assemble(&target, &pieces, 10_000);
+        assert_eq!((t.kind, t.query.as_str()), ("event_id", event));
+        assert_eq!(t.order_no.as_deref(), Some(order));
+        let times: Vec<_> = t.entries.iter().map(|e| (e.layer, e.at_ms)).collect();
+        assert_eq!(
+            times,
+            [
+                ("api", Some(1_000)),
+                ("kafka", Some(2_000)),
+                ("stream", Some(3_000))
+            ]
+        );
+        assert_eq!(t.stopped_count(), 2);
+    }
+}
