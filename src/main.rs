@@ -130,6 +130,12 @@ enum Command {
         /// Print the report as JSON on stdout (no progress bar)
         #[arg(long)]
         json: bool,
+        /// chaos: how long the storm runs
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+        duration: std::time::Duration,
+        /// chaos: the seed of the nemesis's schedule (printed in the report; default: random)
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Hold one lock in this process until killed or `--hold` passes (tests and the storm
     /// tester use it to have a real, separate holder they can kill)
@@ -342,8 +348,12 @@ async fn run(
             stock,
             broken,
             json,
+            duration,
+            seed,
         } => {
             let mut options = idemguard::storm::StormOptions::new(scenario);
+            options.duration = duration;
+            options.seed = seed.unwrap_or_else(rand::random);
             options.size = requests;
             options.concurrency = concurrency;
             options.stock = stock;

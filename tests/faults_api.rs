@@ -4,7 +4,11 @@
 //!   and the mark, loses no event and applies none twice;
 //! - Redis down while a record's owner is dead: the record's lease decides, a retry resolves;
 //!   the give-up path after an unknown error releases the record for a retry;
-//! - Ctrl-C on `serve` and on `consume` with requests and events in flight.
+//! - Ctrl-C on `serve` and on `consume` with requests and events in flight;
+//! - guard branches: a dead owner's fast-path placeholder lets the database decide; two retries
+//!   reclaiming one dead owner's record at once, exactly one wins (the trace shows the race run);
+//!   a record gone between the claim's insert and its read answers 500 and drops the placeholder,
+//!   so the retry creates the order; replays counted while the database fails are kept.
 
 mod common;
 #[path = "support/redis_server.rs"]
@@ -1043,4 +1047,301 @@ async fn sigint_on_consume_commits_what_it_applied_postgres() {
 #[tokio::test]
 async fn sigint_on_consume_commits_what_it_applied_mysql() {
     sigint_on_consume_commits_what_it_applied(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guard branches under their faults (issue 20), produced from outside through Redis and the
+// database.
+
+/// The service on a private Redis, with its trace on the test's topic.
+async fn guarded_service(
+    dialect: Dialect,
+) -> (RedisServer, Config, Database, server::Server, String) {
+    let redis = RedisServer::start();
+    let (mut config, db) = rig(dialect).await;
+    config.redis.url = redis.url();
+    config.redis.redlock_nodes = vec![];
+    config.trace.enabled = true;
+    orders(&db, 0).await; // the SKU's stock
+    let service = server::start(config.clone(), "127.0.0.1:0")
+        .await
+        .expect("service starts");
+    let base = format!("http://{}", service.addr);
+    (redis, config, db, service, base)
+}
+
+async fn trace_of(config: &Config) -> Vec<idemguard::contracts::TraceEvent> {
+    let (servers, topic) = (
+        config.kafka.bootstrap_servers.clone(),
+        config.kafka.trace_topic.clone(),
+    );
+    tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A placeholder on the fast path whose owner has no heartbeat (it died mid-request): the fast
+/// path does not answer 409 for it; the database decides — a new claim when the owner died
+/// before its record, a reclaim when its record's lease is over. One order each.
+async fn a_dead_owners_placeholder_lets_the_database_decide(dialect: Dialect) {
+    let (redis, _config, db, service, base) = guarded_service(dialect).await;
+    let http = reqwest::Client::new();
+    let mut r = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let hash = idemguard::api::idempotency::request_hash("POST", "/orders", &order_body());
+    let placeholder = |owner: &str| {
+        serde_json::json!({"state": "PROCESSING", "hash": hash, "owner": owner, "nonce": "n"})
+            .to_string()
+    };
+    let before_record = key();
+    let with_record = key();
+    for (k, owner) in [
+        (&before_record, "dead-host-7-000007"),
+        (&with_record, "dead-host-8-000008"),
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("idem:{k}"))
+            .arg(placeholder(owner))
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+    processing_record(&db, &with_record, "dead-host-8-000008", now_ms() - 1000).await;
+    for k in [&before_record, &with_record] {
+        let (status, body) = post_order(&http, &base, k).await;
+        assert_eq!(status, StatusCode::CREATED, "{dialect}: {body}");
+        assert_eq!(
+            count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+            1,
+            "{dialect}"
+        );
+        assert_eq!(record_status(&db, k).await, "SUCCEEDED", "{dialect}");
+    }
+    // A live owner's placeholder still answers 409.
+    let live = key();
+    let owner = "live-host-9-000009";
+    let _: () = redis::cmd("SET")
+        .arg(format!("instance:{owner}"))
+        .arg("1")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("idem:{live}"))
+        .arg(placeholder(owner))
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let (status, _) = post_order(&http, &base, &live).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "{dialect}: a live owner's placeholder"
+    );
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_owners_fast_path_placeholder_lets_the_database_decide_postgres() {
+    a_dead_owners_placeholder_lets_the_database_decide(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_dead_owners_fast_path_placeholder_lets_the_database_decide_mysql() {
+    a_dead_owners_placeholder_lets_the_database_decide(Dialect::Mysql).await;
+}
+
+/// Two retries of each of 30 keys at once, each key's record left PROCESSING by a dead owner
+/// whose lease is over, Redis down (no fast path to serialise them): exactly one retry reclaims
+/// and creates the order, the other gets 409 or the replay. The trace proves the race was run:
+/// some loser had read the dead owner's record and still lost the reclaim.
+async fn two_retries_reclaim_once(dialect: Dialect) {
+    const KEYS: usize = 30;
+    let (mut redis, config, db, service, base) = guarded_service(dialect).await;
+    redis.kill();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let keys: Vec<String> = (0..KEYS).map(|_| key()).collect();
+    let dead = "dead-host-5-000005";
+    for k in &keys {
+        processing_record(&db, k, dead, now_ms() - 1000).await;
+    }
+    let send = |k: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/orders"))
+                .header("Idempotency-Key", &k)
+                .json(&order_body())
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.headers().contains_key("idempotent-replayed"))
+        }
+    };
+    for k in &keys {
+        let (a, b) = tokio::join!(send(k.clone()), send(k.clone()));
+        let created_fresh = [a, b]
+            .iter()
+            .filter(|(s, replayed)| *s == StatusCode::CREATED && !replayed)
+            .count();
+        assert_eq!(created_fresh, 1, "{dialect}: {k}: {a:?} {b:?}");
+        for (s, _) in [a, b] {
+            assert!(
+                s == StatusCode::CREATED || s == StatusCode::CONFLICT,
+                "{dialect}: {s}"
+            );
+        }
+        assert_eq!(
+            count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+            1,
+            "{dialect}: {k}"
+        );
+    }
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+    let lost_the_race = trace_of(&config)
+        .await
+        .iter()
+        .filter(|e| {
+            e.outcome == Decision::InFlightRejected && e.detail == format!("{dead} is processing")
+        })
+        .count();
+    assert!(
+        lost_the_race >= 1,
+        "{dialect}: no retry lost the reclaim of a record it had read: the race was not run"
+    );
+}
+
+#[tokio::test]
+async fn two_retries_reclaim_a_dead_owners_record_once_postgres() {
+    two_retries_reclaim_once(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn two_retries_reclaim_a_dead_owners_record_once_mysql() {
+    two_retries_reclaim_once(Dialect::Mysql).await;
+}
+
+/// The claim's insert meets a record that is gone when it reads it back (purged by retention
+/// in between). Produced by a trigger that makes the insert of this one key report a
+/// conflict (MariaDB) or do nothing (PostgreSQL) with no row there. The request answers 500,
+/// creates nothing and drops its fast-path placeholder; the retry, the fault gone, creates the
+/// order at once — not 409 from the placeholder of an owner that gave up.
+async fn a_record_purged_between_insert_and_read(dialect: Dialect) {
+    let (_redis, _config, db, service, base) = guarded_service(dialect).await;
+    let http = reqwest::Client::new();
+    let k = key();
+    let install = match dialect {
+        Dialect::Postgres => vec![
+            format!("CREATE FUNCTION igt_purged() RETURNS trigger AS $$ BEGIN IF NEW.request_id = '{k}' THEN RETURN NULL; END IF; RETURN NEW; END $$ LANGUAGE plpgsql"),
+            "CREATE TRIGGER igt_purged BEFORE INSERT ON idempotency_record FOR EACH ROW EXECUTE FUNCTION igt_purged()".to_string(),
+        ],
+        Dialect::Mysql => vec![format!(
+            "CREATE TRIGGER igt_purged BEFORE INSERT ON idempotency_record FOR EACH ROW BEGIN IF NEW.request_id = '{k}' THEN SIGNAL SQLSTATE '23000' SET MYSQL_ERRNO = 1062, MESSAGE_TEXT = 'Duplicate entry (test: purged before the read)'; END IF; END"
+        )],
+    };
+    for sql in &install {
+        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
+    }
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{dialect}: {body}"
+    );
+    let of_k = format!("WHERE req_id = '{k}'");
+    assert_eq!(
+        count(&db, &format!("order_record {of_k}")).await,
+        0,
+        "{dialect}"
+    );
+    sqlx::raw_sql("DROP TRIGGER igt_purged ON idempotency_record")
+        .execute(&db.pool)
+        .await
+        .or(sqlx::raw_sql("DROP TRIGGER igt_purged")
+            .execute(&db.pool)
+            .await)
+        .unwrap();
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {body}");
+    assert_eq!(
+        count(&db, &format!("order_record {of_k}")).await,
+        1,
+        "{dialect}"
+    );
+    assert_eq!(record_status(&db, &k).await, "SUCCEEDED", "{dialect}");
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_record_purged_between_insert_and_read_is_retried_cleanly_postgres() {
+    a_record_purged_between_insert_and_read(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_record_purged_between_insert_and_read_is_retried_cleanly_mysql() {
+    a_record_purged_between_insert_and_read(Dialect::Mysql).await;
+}
+
+/// Replays counted while the database fails are kept for the next flush, not lost.
+async fn replay_counts_survive_a_failed_flush(dialect: Dialect) {
+    let (_config, db) = rig(dialect).await;
+    let k = key();
+    processing_record(&db, &k, "host-1-000001", now_ms() + 60_000).await;
+    let counter = idemguard::api::guard::ReplayCounter::default();
+    for _ in 0..3 {
+        counter.add(&k);
+    }
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    let run = |sql: String| {
+        let db = db.clone();
+        async move { sqlx::query(&sql).execute(&db.pool).await.unwrap() }
+    };
+    run(rename("idempotency_record", "idempotency_record_away")).await;
+    counter.flush(&db).await; // fails: the table is away
+    run(rename("idempotency_record_away", "idempotency_record")).await;
+    let replays = |n: i64| {
+        let (db, k) = (db.clone(), k.clone());
+        async move {
+            let with_n =
+                format!("idempotency_record WHERE request_id = '{k}' AND replay_count = {n}");
+            count(&db, &with_n).await == 1
+        }
+    };
+    assert!(
+        replays(0).await,
+        "{dialect}: the failed flush wrote nothing"
+    );
+    counter.flush(&db).await;
+    assert!(
+        replays(3).await,
+        "{dialect}: the failed flush's counts were kept"
+    );
+    counter.flush(&db).await;
+    assert!(replays(3).await, "{dialect}: and written once");
+}
+
+#[tokio::test]
+async fn replay_counts_survive_a_failed_flush_postgres() {
+    replay_counts_survive_a_failed_flush(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn replay_counts_survive_a_failed_flush_mysql() {
+    replay_counts_survive_a_failed_flush(Dialect::Mysql).await;
 }

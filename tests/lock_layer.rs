@@ -761,7 +761,15 @@ async fn contended_acquire_names_the_holder_and_waits_a_bounded_time() {
         "bounded waiting took {:?}",
         started.elapsed()
     );
-    // Waiting long enough gets it once A is done.
+    // Waiting long enough gets it once A is done. The release waits until B has really tried
+    // the busy lock: its attempt is seen on the node itself (MONITOR, filtered by the key; A's
+    // renewals carry A's nonce), not assumed after a sleep.
+    let mut attempts_on_node = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
     let b_wait = tokio::spawn({
         let (b_locks, key) = (b_locks.clone(), key.clone());
         async move {
@@ -776,7 +784,18 @@ async fn contended_acquire_names_the_holder_and_waits_a_bounded_time() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let a_nonce = a.holder().nonce.clone();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        use futures::StreamExt;
+        while let Some(line) = attempts_on_node.next().await {
+            if line.contains(&key) && !line.contains(&a_nonce) {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("B tried the busy lock within 10 s");
+    assert!(!b_wait.is_finished(), "B waits while A holds");
     assert!(a.release().await.unwrap().released());
     let b = b_wait
         .await

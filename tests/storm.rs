@@ -347,3 +347,43 @@ async fn a_created_answer_without_an_order_fails_the_check() {
         vec![format!("requestId {lost}: answered 201, 0 orders")]
     );
 }
+
+/// The chaos storm at CI size (about a minute): the flash sale in rounds while the seeded
+/// nemesis freezes Redis, ends database sessions and restarts the consumer. The faults make
+/// 5xx answers (not asserted away); the invariants from the database must all hold.
+async fn chaos(dialect: Dialect) {
+    let (_, r) = storm_on(dialect, Scenario::Chaos, 1, |o| {
+        o.duration = Duration::from_secs(40);
+        o.seed = 20261130;
+    })
+    .await;
+    assert!(r.passed, "{}", r.render());
+    assert!(r.invariants.len() >= 8, "{}", r.render());
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.starts_with("chaos seed 20261130"))
+        .unwrap_or_else(|| panic!("the seed is reported: {}", r.render()));
+    assert!(
+        !note.contains(" 0 Redis freezes") && !note.contains(" 0 session kills"),
+        "the nemesis acted: {note}"
+    );
+    assert!(
+        r.consumer.applied > 0
+            && r.http
+                .replies
+                .contains_key(&storm::client::ReplyKind::Created),
+        "{}",
+        r.render()
+    );
+}
+
+#[tokio::test]
+async fn chaos_postgres() {
+    chaos(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn chaos_mysql() {
+    chaos(Dialect::Mysql).await;
+}

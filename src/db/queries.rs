@@ -85,6 +85,7 @@ builtin![
     "storm_check_orders_per_request",
     "storm_check_stock_movements",
     "storm_stock_balance",
+    "storm_chaos_sessions",
     "storm_check_payment_flows",
     "storm_check_paid_transitions",
     "storm_check_points",

@@ -4,6 +4,7 @@
 //! same request body concurrently").
 //!
 //! - [`scenarios`] — the seven storms;
+//! - [`chaos`] — the flash sale under a seeded nemesis (`storm chaos --duration --seed`);
 //! - [`rig`] — what a run stands on: fresh topics, the in-process service and consumer;
 //! - [`client`] — the HTTP client that records every reply;
 //! - [`invariants`] — the checks, read from the database (SQL under `queries/*/storm_*.sql`);
@@ -11,6 +12,7 @@
 //! - [`report`] — the summary, as text or JSON;
 //! - [`redis_server`] — the private Redis the `redis-down` storm kills.
 
+pub mod chaos;
 pub mod client;
 pub mod interception;
 pub mod invariants;
@@ -51,6 +53,9 @@ pub enum Scenario {
     RedisDown,
     /// One SKU with stock 500, thousands of users double-clicking and retrying, payments replayed
     FlashSale,
+    /// The flash sale in rounds for --duration while a nemesis seeded by --seed freezes Redis,
+    /// ends database sessions and restarts the consumer
+    Chaos,
 }
 
 impl Scenario {
@@ -63,6 +68,7 @@ impl Scenario {
             Scenario::LockExpiry => "lock-expiry",
             Scenario::RedisDown => "redis-down",
             Scenario::FlashSale => "flash-sale",
+            Scenario::Chaos => "chaos",
         }
     }
 
@@ -77,6 +83,7 @@ impl Scenario {
             Scenario::LockExpiry => 20,
             Scenario::RedisDown => 400,
             Scenario::FlashSale => 2000,
+            Scenario::Chaos => 0, // sized by its duration
         }
     }
 
@@ -88,6 +95,7 @@ impl Scenario {
             Scenario::RedisDown => n + n / 10,
             Scenario::GatewayRetry | Scenario::MqReplay | Scenario::ConsumerCrash => 2 * n,
             Scenario::FlashSale => 3 * n + 3 * (stock.max(0) as u64).min(n),
+            Scenario::Chaos => 0,
         }
     }
 }
@@ -113,6 +121,9 @@ pub struct StormOptions {
     pub gateway_timeout: Duration,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// The chaos storm's length and the seed of its nemesis's schedule.
+    pub duration: Duration,
+    pub seed: u64,
 }
 
 impl StormOptions {
@@ -127,6 +138,8 @@ impl StormOptions {
             lock_ttl: Duration::from_millis(200),
             gateway_timeout: Duration::from_millis(2),
             progress: false,
+            duration: Duration::from_secs(60),
+            seed: 1,
         }
     }
 }
@@ -144,7 +157,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         config.lock.request_lock = false;
     }
     let mut redis = None;
-    if scenario == Scenario::RedisDown {
+    if matches!(scenario, Scenario::RedisDown | Scenario::Chaos) {
         let r = PrivateRedis::start()?;
         config.redis.url = r.url();
         config.lock.mode = LockMode::Single; // the locks must live on the Redis that dies
@@ -201,6 +214,12 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         Scenario::FlashSale => {
             scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await
         }
+        Scenario::Chaos => match redis.as_ref() {
+            Some(r) => {
+                chaos::chaos(&mut rig, &client, r, opts.duration, opts.seed, concurrency).await
+            }
+            None => Err(anyhow::anyhow!("chaos without its private Redis")),
+        },
     };
     progress.finish_and_clear();
     // Settle and stop whatever happened, so a failed storm leaves nothing running.

@@ -477,10 +477,23 @@ pub async fn flash_sale(
     stock: i64,
     concurrency: usize,
 ) -> anyhow::Result<Played> {
+    flash_sale_of(rig, c, 0..users, stock, concurrency).await
+}
+
+/// The flash sale for the users numbered `users` (their keys are the run's `order_key(u)`): the
+/// chaos storm plays it in rounds of fresh users, each round on a SKU of its own.
+pub async fn flash_sale_of(
+    rig: &Rig,
+    c: &StormClient,
+    users: std::ops::Range<usize>,
+    stock: i64,
+    concurrency: usize,
+) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, stock).await?;
     let run = rig.run.clone();
     let started = Instant::now();
-    let outcomes: Vec<(bool, bool)> = futures::stream::iter(0..users)
+    let users_n = users.len();
+    let outcomes: Vec<(bool, bool)> = futures::stream::iter(users)
         .map(|u| {
             let (c, run) = (c.clone(), run.clone());
             async move {
@@ -531,7 +544,7 @@ pub async fn flash_sale(
     let again = rig.reproduce_events().await?;
     rig.drain(SETTLE).await?;
     let mut notes = vec![
-        format!("sku {sku} with stock {stock}; {users} users × (2 clicks + 1 gateway retry) with one key each: {bought} got an order"),
+        format!("sku {sku} with stock {stock}; {users_n} users × (2 clicks + 1 gateway retry) with one key each: {bought} got an order"),
         format!("each order paid 3× (a replayed callback, and a second notification under its own key); then {again} payment events produced again"),
     ];
     if unbooked > 0 {

@@ -3,7 +3,9 @@
 //!
 //! The loop, per batch of up to `consumer.batch_size` messages:
 //! 1. parse; a poison message (not JSON, missing fields, IDs that disagree with the headers,
-//!    unknown order) goes to the DLQ with its reason and original partition/offset;
+//!    unknown order) goes to the DLQ with its reason and original partition/offset — once per
+//!    group and source position (`processed_event`, outcome `dlq`), so a retried or redelivered
+//!    batch does not publish it again;
 //! 2. drop events the dedup state has seen within the TTL — memory first, then
 //!    `processed_event` — before any sink work (`dedup_hit`);
 //! 3. run each sink in its own transaction (order → PAID, points, notification, then
@@ -28,7 +30,7 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::dedup::DedupState;
-use super::sinks::{self, Delivery, PaidDecision, SinkWrite};
+use super::sinks::{self, DeadLetter, Delivery, PaidDecision, SinkWrite};
 use crate::config::Config;
 use crate::contracts::{headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent};
 use crate::db::orders::Orders;
@@ -46,6 +48,12 @@ pub struct ConsumeStats {
     pub dlq: AtomicU64,
     pub batches: AtomicU64,
     pub db_retries: AtomicU64,
+    /// Poison not published again: this group's `processed_event` already records it sent.
+    pub dlq_duplicates: AtomicU64,
+    /// DLQ publications the broker refused or did not acknowledge (the batch is retried).
+    pub dlq_failures: AtomicU64,
+    /// Errors from the broker while receiving (the loop logs them and goes on).
+    pub receive_errors: AtomicU64,
 }
 
 impl ConsumeStats {
@@ -141,6 +149,9 @@ impl PaymentConsumer {
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
+            // A topic created (or partitions added) after the consumer started is seen within
+            // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
+            .set("topic.metadata.refresh.interval.ms", "10000")
             .set("log_level", "3")
             .create_with_context(RebalanceLog)
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
@@ -246,6 +257,7 @@ impl PaymentConsumer {
         match first {
             Ok(m) => batch.push(m.detach()),
             Err(e) => {
+                self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "kafka receive error; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 return Ok(batch);
@@ -256,6 +268,7 @@ impl PaymentConsumer {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => batch.push(m.detach()),
                 Ok(Err(e)) => {
+                    self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(error = %e, "kafka receive error");
                     break;
                 }
@@ -395,9 +408,11 @@ impl PaymentConsumer {
                         .find(|m| m.partition() == d.partition && m.offset() == d.offset)
                         .expect("delivery comes from the batch");
                     let reason = match decision {
-                        PaidDecision::EventUsedElsewhere(other) => {
-                            format!("event {} already paid order {other}", d.event.event_id)
-                        }
+                        // The order named by the sink is the one this event cannot pay.
+                        PaidDecision::EventUsedElsewhere(refused) => format!(
+                            "event {} already paid another order, so it cannot pay order {refused}",
+                            d.event.event_id
+                        ),
                         _ => format!("unknown order {}", d.event.order_no),
                     };
                     poison.push(Poison {
@@ -429,12 +444,50 @@ impl PaymentConsumer {
                 self.dedup.remember(&d.event.event_id, now);
             }
         }
-        // Poison last: after every database write succeeded, so a retried batch does not
-        // publish its poison twice.
-        for p in poison {
-            self.send_to_dlq(p).await?;
+        // Poison last: after every database write succeeded.
+        self.dead_letter(&poison).await
+    }
+
+    /// Publishes each poison message once per group: a message whose source position this
+    /// group's `processed_event` already records as dead-lettered (a batch retried after a
+    /// failed publish or a failed offset commit, a redelivery after a crash) is not published
+    /// again. Each publication is recorded once the broker has acknowledged it, also when a later
+    /// one of the batch fails. One window is left: a crash or a database failure between the
+    /// acknowledgement and that record's commit publishes the message again on redelivery — with
+    /// the same `dlq.id` header, by which a DLQ reader drops it.
+    async fn dead_letter(&self, poison: &[Poison]) -> anyhow::Result<()> {
+        if poison.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let ids: Vec<String> = poison.iter().map(|p| dead_letter_id(&p.message)).collect();
+        let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let published = sinks::already_processed(&self.db, &self.group, &id_refs).await?;
+        let mut sent: Vec<DeadLetter<'_>> = Vec::new();
+        let mut failure = None;
+        for (p, id) in poison.iter().zip(&ids) {
+            if published.contains(id) {
+                self.stats.dlq_duplicates.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            match self.send_to_dlq(p, id).await {
+                Ok(()) => sent.push(DeadLetter {
+                    id,
+                    order_no: header_str(&p.message, headers::ORDER_NO)
+                        .filter(|o| crate::contracts::OrderNo::parse(o).is_ok()),
+                    topic: p.message.topic(),
+                    partition: p.message.partition(),
+                    offset: p.message.offset(),
+                }),
+                Err(e) => {
+                    self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let ttl = self.dedup.ttl_ms();
+        sinks::record_dead_letters(&self.db, &self.group, ttl, &sent).await?;
+        failure.map_or(Ok(()), Err)
     }
 
     fn report_sink(&self, sink: &str, batch: &[&Delivery], writes: &[SinkWrite]) {
@@ -458,7 +511,7 @@ impl PaymentConsumer {
 
     /// Publishes the original message to the DLQ with the reason and where it came from, and
     /// waits for the broker to acknowledge it: only then may its offset be committed.
-    async fn send_to_dlq(&self, p: Poison) -> anyhow::Result<()> {
+    async fn send_to_dlq(&self, p: &Poison, id: &str) -> anyhow::Result<()> {
         let m = &p.message;
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
@@ -472,6 +525,10 @@ impl PaymentConsumer {
             }
         }
         headers = headers
+            .insert(Header {
+                key: "dlq.id",
+                value: Some(id.as_bytes()),
+            })
             .insert(Header {
                 key: "dlq.reason",
                 value: Some(p.reason.as_bytes()),
@@ -549,6 +606,16 @@ fn next_offsets(batch: &[OwnedMessage]) -> TopicPartitionList {
             .expect("valid offset");
     }
     tpl
+}
+
+/// The dedup key of a dead-lettered message: its source position, which a redelivery keeps.
+/// The topic is hashed (FNV-1a, stable across builds) to fit `processed_event.event_id`; it
+/// cannot collide with a real eventId, which is a UUID.
+fn dead_letter_id(m: &OwnedMessage) -> String {
+    let topic = m.topic().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("dlq:{topic:016x}:{}:{}", m.partition(), m.offset())
 }
 
 fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {

@@ -48,7 +48,8 @@ pub enum PaidDecision {
     Rejected(String),
     /// No such order: a poison message.
     UnknownOrder,
-    /// The eventId already paid another order: a poison message.
+    /// The eventId already paid another order, so it cannot pay this one (named): a poison
+    /// message.
     EventUsedElsewhere(String),
 }
 
@@ -212,6 +213,47 @@ pub async fn record_processed(
         rows,
     )
     .await
+}
+
+/// A poison message published to the DLQ, recorded in `processed_event` under its source
+/// position (outcome `dlq`), so that a retried or redelivered batch does not publish it again.
+#[derive(Debug, Clone)]
+pub struct DeadLetter<'a> {
+    pub id: &'a str,
+    pub order_no: Option<String>,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+pub async fn record_dead_letters(
+    db: &Database,
+    group: &str,
+    ttl_ms: i64,
+    sent: &[DeadLetter<'_>],
+) -> Result<(), sqlx::Error> {
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let ids: Vec<&str> = sent.iter().map(|d| d.id).collect();
+    let rows = sent
+        .iter()
+        .map(|d| {
+            serde_json::json!({"event_id": d.id, "order_no": d.order_no, "topic": d.topic,
+                "kafka_partition": d.partition, "kafka_offset": d.offset, "outcome": "dlq"})
+        })
+        .collect();
+    write_batch(
+        db,
+        "stream_processed",
+        &[group],
+        &[now, now + ttl_ms],
+        &ids,
+        rows,
+    )
+    .await?;
+    Ok(())
 }
 
 /// The eventIds of `ids` this group processed within the dedup TTL: one query per batch.

@@ -288,3 +288,12 @@ pub async fn count(db: &Database, tail: &str) -> i64 {
         .await
         .unwrap()
 }
+
+/// Records topics the test created itself (not through [`fresh_topics`]), to be deleted when the
+/// test ends.
+pub fn remove_topics_at_end(config: &Config, names: &[String]) {
+    remove_at_end(|l| {
+        l.topics
+            .push((config.kafka.bootstrap_servers.clone(), names.to_vec()))
+    });
+}

@@ -1,0 +1,729 @@
+//! Line of defense 3's fault branches, each reached through the real consumer against the real
+//! broker and both databases (issue 20):
+//! - the order sink's refusals: a second payment (`paid_by_other`), a CANCELLED order
+//!   (`rejected`), an eventId that already paid another order (DLQ) — no points, no notification;
+//! - each parse rejection (non-UUID eventId, headers that disagree with the body, a negative
+//!   amount, an empty payload) goes to the DLQ with its reason and applies nothing;
+//! - the DLQ is published once per source message: across a crash before the offset commit, and
+//!   across a batch retried after a failed DLQ publish;
+//! - a Kafka receive error (the topic not there yet) is counted and survived;
+//! - a failed offset commit (the member evicted while frozen between its database commit and its
+//!   offset commit) ends `consume` with the error; the member that took over applies nothing twice.
+//!
+//! Every test has its own database, topics and group, removed when it ends, pass or fail.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use idemguard::config::{Config, Dialect};
+use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
+use idemguard::db::Database;
+use idemguard::stream::lag::consumer_lag;
+use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
+use idemguard::trace::Tracer;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+struct Setup {
+    dialect: Dialect,
+    config: Config,
+    db: Database,
+    group: String,
+}
+
+async fn setup(dialect: Dialect) -> Setup {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("warn,idemguard=info")
+        .try_init();
+    let (mut config, db) = migrated_database(dialect).await;
+    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.dlq_topic = topics[1].clone();
+    config.consumer.batch_size = 50;
+    config.trace.enabled = false;
+    Setup {
+        dialect,
+        config,
+        db,
+        group: format!("igt-group-{}", unique_suffix()),
+    }
+}
+
+/// A CREATED order written straight into the schema: (orderNo, requestId).
+async fn create_order(db: &Database) -> (String, String) {
+    let order_no = OrderNo::generate().to_string();
+    let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+    let sql = format!(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 42, 1, 1, 1999, 'CREATED', 0, 0)",
+        placeholders(db.dialect(), 2)
+    );
+    sqlx::query(&sql)
+        .bind(&req)
+        .bind(&order_no)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    (order_no, req)
+}
+
+async fn exec(db: &Database, sql: &str) {
+    sqlx::query(sql)
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn payment(order_no: &str, request_id: &str) -> PaymentSucceeded {
+    PaymentSucceeded {
+        event_id: new_event_id(),
+        order_no: order_no.into(),
+        request_id: request_id.into(),
+        pay_no: format!("PAY{}", unique_suffix()),
+        user_id: 42,
+        amount: 1999,
+        paid_at: 0,
+    }
+}
+
+fn producer(config: &Config) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("acks", "all")
+        // The failed-DLQ-publish test sends a message the DLQ producer (1 MB limit) cannot copy.
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap()
+}
+
+fn event_headers(e: &PaymentSucceeded) -> OwnedHeaders {
+    OwnedHeaders::new()
+        .insert(Header {
+            key: headers::EVENT_ID,
+            value: Some(e.event_id.as_bytes()),
+        })
+        .insert(Header {
+            key: headers::ORDER_NO,
+            value: Some(e.order_no.as_bytes()),
+        })
+}
+
+/// Sends one message keyed `key` (one key → one partition, in order).
+async fn send(s: &Setup, key: &str, payload: Option<&[u8]>, h: Option<OwnedHeaders>) {
+    let mut record: FutureRecord<'_, str, [u8]> =
+        FutureRecord::to(&s.config.kafka.payment_topic).key(key);
+    if let Some(p) = payload {
+        record = record.payload(p);
+    }
+    if let Some(h) = h {
+        record = record.headers(h);
+    }
+    producer(&s.config)
+        .send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+async fn send_event(s: &Setup, key: &str, e: &PaymentSucceeded) {
+    let body = serde_json::to_vec(e).unwrap();
+    send(s, key, Some(&body), Some(event_headers(e))).await;
+}
+
+struct Running {
+    stop: CancellationToken,
+    stats: Arc<ConsumeStats>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start(s: &Setup) -> Running {
+    let db = Database::connect(&s.config).await.unwrap();
+    let options = ConsumeOptions {
+        group: Some(s.group.clone()),
+        ..Default::default()
+    };
+    let consumer = PaymentConsumer::new(
+        &s.config,
+        db,
+        Tracer::log_only(&Instance::current()),
+        options,
+    )
+    .unwrap();
+    let stats = consumer.stats();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(consumer.run(stop.clone()));
+    Running {
+        stop,
+        stats,
+        handle,
+    }
+}
+
+fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
+    ConsumeStats::get(c)
+}
+
+impl Running {
+    /// Waits (bounded) until `done`; fails at once if the consumer stopped on its own.
+    async fn until(&self, what: &str, secs: u64, done: impl Fn(&ConsumeStats) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !done(&self.stats) {
+            assert!(
+                !self.handle.is_finished(),
+                "the consumer stopped on its own before {what}: {:?}",
+                self.stats
+            );
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {secs}s waiting for {what}: {:?}",
+                self.stats
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(self) -> Arc<ConsumeStats> {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the consumer stops within 30s")
+            .unwrap()
+            .unwrap();
+        self.stats
+    }
+}
+
+/// The group's committed offsets on the payment topic, summed over partitions.
+async fn committed_total(s: &Setup) -> i64 {
+    let (servers, topic, group) = (
+        s.config.kafka.bootstrap_servers.clone(),
+        s.config.kafka.payment_topic.clone(),
+        s.group.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap()
+    })
+    .await
+    .unwrap()
+    .iter()
+    .map(|p| p.committed.unwrap_or(0))
+    .sum()
+}
+
+/// Every message the DLQ topic holds, read from the beginning of each partition up to its high
+/// watermark: exact, no waiting for "nothing more arrives". (dlq.id, dlq.reason) each.
+async fn dlq_messages(s: &Setup) -> Vec<(String, String)> {
+    let (servers, topic) = (
+        s.config.kafka.bootstrap_servers.clone(),
+        s.config.kafka.dlq_topic.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("group.id", format!("dlq-reader-{}", unique_suffix()))
+            .set("enable.auto.commit", "false")
+            .set("log_level", "3")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        let mut total = 0;
+        for p in 0..3 {
+            let (_, high) = c
+                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                .unwrap();
+            total += high;
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        c.assign(&tpl).unwrap();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (out.len() as i64) < total {
+            assert!(Instant::now() < deadline, "DLQ not read back: {out:?}");
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+                let h = m.headers().expect("a DLQ message has headers");
+                let header = |k: &str| {
+                    h.iter()
+                        .find(|x| x.key == k)
+                        .and_then(|x| x.value)
+                        .map(|v| String::from_utf8_lossy(v).to_string())
+                        .unwrap_or_default()
+                };
+                out.push((header("dlq.id"), header("dlq.reason")));
+            }
+        }
+        out
+    })
+    .await
+    .unwrap()
+}
+
+/// Rows of `processed_event` with this outcome.
+async fn processed(s: &Setup, outcome: &str) -> i64 {
+    count(
+        &s.db,
+        &format!("processed_event WHERE outcome = '{outcome}'"),
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// The order sink's refusals, through the consumer.
+
+async fn refusals_apply_nothing_further(s: &Setup) {
+    let d = s.dialect;
+    let (a, a_req) = create_order(&s.db).await;
+    let (b, b_req) = create_order(&s.db).await;
+    let (c, _) = create_order(&s.db).await;
+    let (dd, d_req) = create_order(&s.db).await;
+    exec(
+        &s.db,
+        &format!("UPDATE order_record SET status = 'CANCELLED' WHERE order_no = '{b}'"),
+    )
+    .await;
+    // Order C was paid by event `used` elsewhere (another group, another path).
+    let used = new_event_id();
+    exec(&s.db, &format!("UPDATE order_record SET status = 'PAID', payment_event_id = '{used}' WHERE order_no = '{c}'")).await;
+
+    let first = payment(&a, &a_req);
+    let second = payment(&a, &a_req); // a second payment for A: another eventId
+    let cancelled = payment(&b, &b_req);
+    let elsewhere = PaymentSucceeded {
+        event_id: used.clone(),
+        ..payment(&dd, &d_req)
+    };
+    // One key: one partition, in this order.
+    for e in [&first, &second, &cancelled, &elsewhere] {
+        send_event(s, "refusals", e).await;
+    }
+    let run = start(s).await;
+    run.until("4 messages handled", 60, |st| {
+        get(&st.applied) + get(&st.transitions_rejected) + get(&st.dlq) >= 4
+    })
+    .await;
+    let st = run.stop().await;
+    assert_eq!(get(&st.applied), 1, "{d}: only the first payment of A");
+    assert_eq!(
+        get(&st.transitions_rejected),
+        2,
+        "{d}: paid by other + cancelled"
+    );
+    assert_eq!(get(&st.dlq), 1, "{d}: the eventId that paid C");
+    assert_eq!(processed(s, "applied").await, 1, "{d}");
+    assert_eq!(processed(s, "paid_by_other").await, 1, "{d}");
+    assert_eq!(processed(s, "rejected").await, 1, "{d}");
+    assert_eq!(processed(s, "dlq").await, 1, "{d}");
+    for (table, column) in [
+        ("points_ledger", "source_event_no"),
+        ("notification", "event_id"),
+    ] {
+        let first_id = &first.event_id;
+        let of_first = format!("{table} WHERE {column} = '{first_id}'");
+        assert_eq!(count(&s.db, &of_first).await, 1, "{d}: {table}");
+        assert_eq!(count(&s.db, table).await, 1, "{d}: {table} of refusals");
+    }
+    let status = |o: String| {
+        let db = s.db.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(&format!(
+                "SELECT status FROM order_record WHERE order_no = '{o}'"
+            ))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(status(b).await, "CANCELLED", "{d}");
+    assert_eq!(
+        status(dd.clone()).await,
+        "CREATED",
+        "{d}: not paid by a used eventId"
+    );
+    assert_eq!(
+        count(
+            &s.db,
+            &format!(
+                "order_record WHERE order_no = '{a}' AND payment_event_id = '{}'",
+                first.event_id
+            )
+        )
+        .await,
+        1,
+        "{d}: A stays paid by its first event"
+    );
+    let dlq = dlq_messages(s).await;
+    assert_eq!(dlq.len(), 1, "{d}: {dlq:?}");
+    let reason = format!("event {used} already paid another order, so it cannot pay order {dd}");
+    assert_eq!(
+        dlq[0].1, reason,
+        "{d}: the order named is the one refused, not {c}"
+    );
+    assert!(dlq[0].0.starts_with("dlq:"), "{d}: {dlq:?}");
+}
+
+#[tokio::test]
+async fn refusals_through_the_consumer_apply_nothing_further_postgres() {
+    refusals_apply_nothing_further(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn refusals_through_the_consumer_apply_nothing_further_mysql() {
+    refusals_apply_nothing_further(&setup(Dialect::Mysql).await).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Each parse rejection: to the DLQ with its reason, nothing applied, the partition goes on.
+
+async fn parse_rejections_are_dead_lettered(s: &Setup) {
+    let d = s.dialect;
+    let (o, r) = create_order(&s.db).await;
+    let base = payment(&o, &r);
+    let body = |e: &PaymentSucceeded| serde_json::to_vec(e).unwrap();
+    let not_uuid = PaymentSucceeded {
+        event_id: "not-a-uuid".into(),
+        ..base.clone()
+    };
+    send(s, &o, Some(&body(&not_uuid)), None).await;
+    let disagreeing = payment(&o, &r);
+    let other_id = new_event_id();
+    let h = OwnedHeaders::new().insert(Header {
+        key: headers::EVENT_ID,
+        value: Some(other_id.as_bytes()),
+    });
+    send(s, &o, Some(&body(&disagreeing)), Some(h)).await;
+    let negative = PaymentSucceeded {
+        amount: -5,
+        ..payment(&o, &r)
+    };
+    send(
+        s,
+        &o,
+        Some(&body(&negative)),
+        Some(event_headers(&negative)),
+    )
+    .await;
+    send(s, &o, None, None).await; // no payload at all
+    send(s, &o, Some(b""), None).await; // a payload of zero bytes
+    let good = payment(&o, &r);
+    send_event(s, &o, &good).await;
+
+    let run = start(s).await;
+    run.until("5 dead-lettered and 1 applied", 60, |st| {
+        get(&st.dlq) >= 5 && get(&st.applied) >= 1
+    })
+    .await;
+    let st = run.stop().await;
+    assert_eq!((get(&st.dlq), get(&st.applied)), (5, 1), "{d}: {st:?}");
+    assert_eq!(committed_total(s).await, 6, "{d}: the partition went on");
+    // Nothing of the rejected messages applied: the one PAID is the good event's.
+    assert_eq!(
+        count(
+            &s.db,
+            &format!(
+                "order_record WHERE order_no = '{o}' AND payment_event_id = '{}'",
+                good.event_id
+            )
+        )
+        .await,
+        1,
+        "{d}"
+    );
+    for table in ["points_ledger", "notification"] {
+        assert_eq!(count(&s.db, table).await, 1, "{d}: {table}");
+    }
+    let mut reasons: Vec<String> = dlq_messages(s).await.into_iter().map(|m| m.1).collect();
+    reasons.sort();
+    let expected = [
+        "event_id `not-a-uuid` is not a UUID".to_string(),
+        format!(
+            "header eventId `{other_id}` disagrees with the body `{}`",
+            disagreeing.event_id
+        ),
+        "negative amount -5".to_string(),
+        "empty message".to_string(),
+    ];
+    for e in &expected {
+        assert!(reasons.contains(e), "{d}: no `{e}` in {reasons:?}");
+    }
+    // A zero-byte payload: librdkafka may hand it over as no payload or as zero bytes.
+    assert!(
+        reasons.iter().filter(|r| *r == "empty message").count() == 2
+            || reasons.iter().any(|r| r.starts_with("payload is not JSON")),
+        "{d}: {reasons:?}"
+    );
+    assert_eq!(reasons.len(), 5, "{d}: {reasons:?}");
+}
+
+#[tokio::test]
+async fn each_parse_rejection_is_dead_lettered_with_its_reason_postgres() {
+    parse_rejections_are_dead_lettered(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn each_parse_rejection_is_dead_lettered_with_its_reason_mysql() {
+    parse_rejections_are_dead_lettered(&setup(Dialect::Mysql).await).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DLQ, once per source message.
+
+/// The real binary, aborting right after its first batch (database writes and DLQ publications
+/// done) and before its offset commit.
+async fn run_crashing_member(s: &Setup) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+            "--group",
+            &s.group,
+            "--crash-after-db-commit",
+            "1",
+        ])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the consumer crashed within 60s")
+        .unwrap();
+    assert!(!status.success(), "the consumer was meant to abort");
+}
+
+async fn dlq_once_across_a_crash(s: &Setup) {
+    let d = s.dialect;
+    let (o, r) = create_order(&s.db).await;
+    send(s, &o, Some(b"{not json"), None).await;
+    send(s, &o, Some(b"[1, 2]"), None).await;
+    send_event(s, &o, &payment(&o, &r)).await;
+    run_crashing_member(s).await;
+    assert_eq!(
+        committed_total(s).await,
+        0,
+        "{d}: crashed before the commit"
+    );
+    let before = dlq_messages(s).await.len();
+    assert!(before >= 1, "{d}: the crashed batch had dead-lettered");
+
+    let run = start(s).await;
+    run.until("the batch redelivered", 60, |st| get(&st.received) >= 3)
+        .await;
+    let st = run.stop().await;
+    assert_eq!(committed_total(s).await, 3, "{d}");
+    let dlq = dlq_messages(s).await;
+    assert_eq!(dlq.len(), 2, "{d}: each poison published once: {dlq:?}");
+    assert_ne!(dlq[0].0, dlq[1].0, "{d}: {dlq:?}");
+    assert_eq!(get(&st.dlq_duplicates) as usize, before, "{d}: {st:?}");
+    assert_eq!(processed(s, "dlq").await, 2, "{d}");
+}
+
+#[tokio::test]
+async fn the_dlq_gets_each_poison_once_across_a_crash_postgres() {
+    dlq_once_across_a_crash(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn the_dlq_gets_each_poison_once_across_a_crash_mysql() {
+    dlq_once_across_a_crash(&setup(Dialect::Mysql).await).await;
+}
+
+/// A poison message the DLQ cannot take (the copy, with its `dlq.*` headers, passes the DLQ
+/// producer's 1 MB limit) fails its publication every time: the batch is retried with backoff and
+/// the partition waits — and the poison before it in the same batch is not published again.
+async fn a_failed_dlq_publish_publishes_nothing_twice(s: &Setup) {
+    let d = s.dialect;
+    send(s, "k", Some(b"{not json"), None).await;
+    let huge = vec![b'x'; 1_000_000];
+    send(s, "k", Some(&huge), None).await;
+    let run = start(s).await;
+    run.until("the batch retried twice", 60, |st| {
+        get(&st.dlq_failures) >= 3
+    })
+    .await;
+    assert_eq!(committed_total(s).await, 0, "{d}: one batch, not committed");
+    let st = run.stop().await; // shut down while retrying: ends
+    let dlq = dlq_messages(s).await;
+    assert_eq!(dlq.len(), 1, "{d}: the first poison once: {dlq:?}");
+    assert!(get(&st.dlq_duplicates) >= 2, "{d}: {st:?}");
+    assert!(get(&st.db_retries) >= 3, "{d}: {st:?}");
+    assert_eq!(processed(s, "dlq").await, 1, "{d}");
+}
+
+#[tokio::test]
+async fn a_failed_dlq_publish_publishes_nothing_twice_postgres() {
+    a_failed_dlq_publish_publishes_nothing_twice(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn a_failed_dlq_publish_publishes_nothing_twice_mysql() {
+    a_failed_dlq_publish_publishes_nothing_twice(&setup(Dialect::Mysql).await).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Kafka receive error: the consumer subscribed to a topic that does not exist yet. (Deleting
+// the topic under a running consumer is not the fault used: against tansu it crashes
+// librdkafka's metadata cache — a SIGSEGV in rd_kafka_metadata_cache_find — in any client.)
+
+#[tokio::test]
+async fn a_kafka_receive_error_is_counted_and_survived() {
+    let mut s = setup(Dialect::Postgres).await;
+    let topic = format!("payment.succeeded.t{}", unique_suffix());
+    remove_topics_at_end(&s.config, std::slice::from_ref(&topic));
+    s.config.kafka.payment_topic = topic.clone();
+    let run = start(&s).await;
+    run.until("a receive error", 60, |st| get(&st.receive_errors) >= 1)
+        .await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &s.config.kafka.bootstrap_servers)
+        .set("log_level", "3")
+        .create()
+        .unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    admin
+        .create_topics(
+            &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
+            &opts,
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    let (o, r) = create_order(&s.db).await;
+    send_event(&s, &o, &payment(&o, &r)).await;
+    run.until("the event applied once the topic exists", 90, |st| {
+        get(&st.applied) >= 1
+    })
+    .await;
+    let st = run.stop().await;
+    assert_eq!((get(&st.applied), get(&st.dlq)), (1, 0), "{st:?}");
+    assert_eq!(count(&s.db, "points_ledger").await, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A failed offset commit: the member was evicted from the group while stopped between its
+// database commit and its offset commit.
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// The real binary M1 is held inside its batch (its `processed_event` insert waits on a row the
+/// test holds uncommitted), then frozen (SIGSTOP); the test lets the row go and waits until
+/// member M2 has taken the partitions over (M1 evicted: no heartbeat). Thawed, M1 finishes its
+/// database work and its offset commit fails: `consume` exits with the error, and M2 — which
+/// received the same batch — applies nothing twice.
+async fn a_failed_offset_commit(s: &Setup) {
+    let d = s.dialect;
+    let (o, r) = create_order(&s.db).await;
+    let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r)).collect();
+    for e in &events {
+        send_event(s, &o, e).await;
+    }
+    let mut hold = s.db.pool.begin().await.unwrap();
+    let sql = format!(
+        "INSERT INTO processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at) VALUES ({}, 'x', 0, 0, 'held', 0, 0)",
+        placeholders(s.dialect, 3)
+    );
+    sqlx::query(&sql)
+        .bind(&s.group)
+        .bind(&events[0].event_id)
+        .bind(&o)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let m1 = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+            "--group",
+            &s.group,
+        ])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .env("IDEMGUARD_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = m1.id().unwrap();
+    // M1 is inside its batch: the sinks before processed_event have committed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&s.db, "notification").await < 1 {
+        assert!(Instant::now() < deadline, "{d}: M1 never reached its sinks");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(pid, "-STOP");
+    hold.rollback().await.unwrap(); // M1's insert goes through, uncommitted: M1 is frozen
+    let m2 = start(s).await;
+    m2.until("M2 took the partitions over", 120, |st| {
+        get(&st.received) >= 3
+    })
+    .await;
+    signal(pid, "-CONT");
+    let out = tokio::time::timeout(Duration::from_secs(60), m1.wait_with_output())
+        .await
+        .expect("M1 ends within 60 s of its thaw")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{d}: M1 exits with the failed commit"
+    );
+    assert!(stderr.contains("offset commit failed"), "{d}: {stderr}");
+    m2.until("M2 handled the batch", 60, |st| {
+        get(&st.dedup_hits) + get(&st.sink_duplicates) + get(&st.applied) >= 3
+    })
+    .await;
+    let st = m2.stop().await;
+    assert_eq!(get(&st.applied), 0, "{d}: M1 had applied the batch: {st:?}");
+    assert_eq!(committed_total(s).await, 3, "{d}: M2 committed");
+    assert_eq!(
+        count(&s.db, "points_ledger").await,
+        1,
+        "{d}: one order, one payment"
+    );
+    assert_eq!(count(&s.db, "processed_event").await, 3, "{d}");
+}
+
+#[tokio::test]
+async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres() {
+    a_failed_offset_commit(&setup(Dialect::Postgres).await).await;
+}
+
+#[tokio::test]
+async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql() {
+    a_failed_offset_commit(&setup(Dialect::Mysql).await).await;
+}
