@@ -18,8 +18,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use idemguard::config::{Config, ConfigSource};
-use idemguard::console::read::locks::{self, LockRow, LockScan, NodeScan, RedisNode};
+use idemguard::config::{Config, ConfigSource, LockMode};
+use idemguard::console::read::locks;
 use idemguard::console::read::records::{self, StuckRecord, TraceIds};
 use idemguard::console::tui::app::App;
 use idemguard::console::tui::backend::Update;
@@ -27,6 +27,7 @@ use idemguard::console::tui::keymap::View;
 use idemguard::console::tui::ui;
 use idemguard::contracts::{format_ms, keys, now_ms, Layer, LockHolder, Outcome, TraceEvent};
 use idemguard::db::{migrate, Database};
+use idemguard::lock::{LockInspector, LockScan, LockView, NodeScan};
 use rand::Rng;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -148,7 +149,7 @@ async fn run() {
     config.redis.redlock_nodes = vec![];
 
     // ---- trace lookup ------------------------------------------------------------------------
-    let mut main_node = RedisNode::new(&config.redis.url, Duration::from_secs(2)).unwrap();
+    let inspector = LockInspector::from_config(&config).unwrap();
     if want("lookup") {
         let mut p99s = Vec::new();
         let mut p50s = Vec::new();
@@ -175,8 +176,7 @@ async fn run() {
                 let t = Instant::now();
                 let rows = records::trace_rows(&db, &ids).await.unwrap();
                 let keys = locks::trace_keys(
-                    &mut main_node,
-                    &mut [],
+                    &inspector,
                     rows.ids.order_no.as_deref(),
                     rows.ids.request_id.as_deref(),
                 )
@@ -260,7 +260,7 @@ async fn run() {
             ));
             tokio::time::sleep(Duration::from_millis(100)).await;
             let t = Instant::now();
-            let s = locks::scan_locks(&mut main_node, &mut []).await;
+            let s = inspector.scan(locks::LOCK_LIST_LIMIT).await;
             let took = t.elapsed().as_secs_f64() * 1000.0;
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let during = probe.await.unwrap();
@@ -1036,17 +1036,16 @@ fn synthetic_scan(n: usize) -> LockScan {
                 fence: i as i64,
                 nonce: "n".into(),
             };
-            LockRow::new(
+            let node = LockView::held_on("127.0.0.1:6379", h.to_value(), 29_000);
+            let mut view = LockView::new(
                 keys::order_lock(&order_no(i as i64)),
-                "single",
-                h.to_value(),
-                29_000,
-                now,
-                Some(&live),
+                LockMode::Single,
+                vec![node],
                 Some(i as i64),
-                vec![],
-                None,
-            )
+                now,
+            );
+            view.judge_owner(Some(&live));
+            view
         })
         .collect();
     LockScan {
@@ -1062,6 +1061,7 @@ fn synthetic_scan(n: usize) -> LockScan {
         live_instances: Some(live),
         scan_ms: 1.0,
         read_at_ms: now,
+        truncated: false,
     }
 }
 

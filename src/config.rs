@@ -84,6 +84,22 @@ pub enum LockMode {
     Redlock,
 }
 
+impl LockMode {
+    /// How configuration, output and JSON name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Single => "single",
+            LockMode::Redlock => "redlock",
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockConfig {
@@ -346,7 +362,17 @@ impl Config {
             key: key.into(),
             message,
         };
+        self.validate_connections(&err)?;
+        self.validate_limits(&err)?;
+        self.validate_environment(&err)
+    }
 
+    /// The backends: the database, Redis and its RedLock nodes, Kafka and its topics, and how long
+    /// each may take to answer.
+    fn validate_connections(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         check_url(
             &self.database.url,
             &["postgres", "postgresql", "mysql", "mariadb"],
@@ -432,6 +458,14 @@ impl Config {
                 return Err(err(key, "must be longer than zero".into()));
             }
         }
+        Ok(())
+    }
+
+    /// Sizes, periods and limits that must be positive or ordered.
+    fn validate_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.lock.ttl < Duration::from_millis(30) {
             return Err(err(
                 "lock.ttl",
@@ -492,6 +526,15 @@ impl Config {
         if self.retention.batch == 0 {
             return Err(err("retention.batch", "must be at least 1".into()));
         }
+        Ok(())
+    }
+
+    /// What the environment allows (production refuses the fault switches), its colour, the
+    /// table names.
+    fn validate_environment(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         // The fault-injection switches exist to show the database as the last line; a production
         // environment must never run with a line of defense switched off.
         if self.environment.production {

@@ -132,6 +132,9 @@ async fn start_service(
 
 /// Runs the demo. `config_file` is passed on to the child processes; `env` are extra
 /// IDEMGUARD_* settings for them (the demo's environment name, the stuck threshold).
+///
+/// The story in order: steps 1–4 are [`sale`] and [`pay_orders`]; steps 5–7 stay here because
+/// they start and kill the children this function owns and must clean up.
 pub async fn run(
     mut config: Config,
     config_file: Option<std::path::PathBuf>,
@@ -173,85 +176,8 @@ pub async fn run(
     }
 
     let client = StormClient::new(base.clone(), bar.clone())?;
-    // 1. 23:07 — a customer clicks "pay" five times at once: one order.
-    step(&bar, "a customer clicks five times");
-    let clicked = RequestId::generate("APP", "ORDER").to_string();
-    let clicks = (0..5).map(|_| client.order(&clicked, 2307, DEMO_SKU, 1, None));
-    let replies = futures::future::join_all(clicks).await;
-    let clicked_order = replies.iter().find_map(|r| r.order_no.clone());
-    // Anyone who got a 409 comes back, as the app would, and gets the replay.
-    let clicked_order = match clicked_order {
-        Some(o) => o,
-        None => client
-            .order(&clicked, 2307, DEMO_SKU, 1, None)
-            .await
-            .order_no
-            .ok_or_else(|| anyhow::anyhow!("the clicked order was not created"))?,
-    };
-    let _ = client.order(&clicked, 2307, DEMO_SKU, 1, None).await;
-
-    // 2. Gateway retries: the first attempt times out at the gateway, the retry reuses the key.
-    step(&bar, "gateway retries");
-    let mut paid: Vec<(String, String)> = vec![(clicked_order.clone(), clicked.clone())];
-    for user in 0..20_i64 {
-        let key = RequestId::generate("GW", "ORDER").to_string();
-        let _ = client
-            .order(
-                &key,
-                5000 + user,
-                DEMO_SKU,
-                1,
-                Some(Duration::from_millis(2)),
-            )
-            .await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let r = client.order(&key, 5000 + user, DEMO_SKU, 1, None).await;
-            if let Some(o) = r.order_no {
-                paid.push((o, key.clone()));
-                break;
-            }
-            // 409: the first attempt is still running; anything else is the service failing.
-            anyhow::ensure!(
-                r.status == 409 && Instant::now() < deadline,
-                "the order service answered {} to a retry; see `idemguard doctor`",
-                r.status
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    // 3. The rest of the sale.
-    step(&bar, "ordinary orders");
-    for user in 0..40_i64 {
-        let key = RequestId::generate("WEB", "ORDER").to_string();
-        if let Some(o) = client
-            .order(&key, 7000 + user, DEMO_SKU, 1, None)
-            .await
-            .order_no
-        {
-            paid.push((o, key));
-        }
-    }
-
-    // 4. Payments: the provider notifies every order; the clicked order's notice comes three
-    //    times (twice with one key, once with a new one).
-    step(&bar, "payment callbacks, some repeated by the provider");
-    for (i, (order_no, _)) in paid.iter().enumerate() {
-        let pay_no = format!("PAY-{order_no}");
-        let key = RequestId::generate("PSP", "PAY").to_string();
-        let _ = client.pay(&key, &pay_no, order_no, 1999).await;
-        if i == 0 {
-            let _ = client.pay(&key, &pay_no, order_no, 1999).await;
-            let _ = client
-                .pay(
-                    &RequestId::generate("PSP", "PAY").to_string(),
-                    &pay_no,
-                    order_no,
-                    1999,
-                )
-                .await;
-        }
-    }
+    let (clicked, clicked_order, paid) = sale(&bar, &client).await?;
+    pay_orders(&bar, &client, &paid).await;
 
     // 5. The broker redelivers: copies of the first payment events.
     step(&bar, "the broker redelivers payment events");
@@ -308,6 +234,98 @@ pub async fn run(
     };
     children.stop().await;
     result
+}
+
+/// Steps 1–3 of the story: the customer's five clicks, the gateway's retries, the rest of the
+/// sale. Returns the clicked request, its order and every order to pay (order, request).
+async fn sale(
+    bar: &ProgressBar,
+    client: &StormClient,
+) -> anyhow::Result<(String, String, Vec<(String, String)>)> {
+    // 1. 23:07 — a customer clicks "pay" five times at once: one order.
+    step(bar, "a customer clicks five times");
+    let clicked = RequestId::generate("APP", "ORDER").to_string();
+    let clicks = (0..5).map(|_| client.order(&clicked, 2307, DEMO_SKU, 1, None));
+    let replies = futures::future::join_all(clicks).await;
+    let clicked_order = replies.iter().find_map(|r| r.order_no.clone());
+    // Anyone who got a 409 comes back, as the app would, and gets the replay.
+    let clicked_order = match clicked_order {
+        Some(o) => o,
+        None => client
+            .order(&clicked, 2307, DEMO_SKU, 1, None)
+            .await
+            .order_no
+            .ok_or_else(|| anyhow::anyhow!("the clicked order was not created"))?,
+    };
+    let _ = client.order(&clicked, 2307, DEMO_SKU, 1, None).await;
+
+    // 2. Gateway retries: the first attempt times out at the gateway, the retry reuses the key.
+    step(bar, "gateway retries");
+    let mut paid: Vec<(String, String)> = vec![(clicked_order.clone(), clicked.clone())];
+    for user in 0..20_i64 {
+        let key = RequestId::generate("GW", "ORDER").to_string();
+        let _ = client
+            .order(
+                &key,
+                5000 + user,
+                DEMO_SKU,
+                1,
+                Some(Duration::from_millis(2)),
+            )
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = client.order(&key, 5000 + user, DEMO_SKU, 1, None).await;
+            if let Some(o) = r.order_no {
+                paid.push((o, key.clone()));
+                break;
+            }
+            // 409: the first attempt is still running; anything else is the service failing.
+            anyhow::ensure!(
+                r.status == 409 && Instant::now() < deadline,
+                "the order service answered {} to a retry; see `idemguard doctor`",
+                r.status
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // 3. The rest of the sale.
+    step(bar, "ordinary orders");
+    for user in 0..40_i64 {
+        let key = RequestId::generate("WEB", "ORDER").to_string();
+        if let Some(o) = client
+            .order(&key, 7000 + user, DEMO_SKU, 1, None)
+            .await
+            .order_no
+        {
+            paid.push((o, key));
+        }
+    }
+    Ok((clicked, clicked_order, paid))
+}
+
+/// Step 4: the provider notifies every order; the clicked order's notice comes three times
+/// (twice with one key, once with a new one).
+async fn pay_orders(bar: &ProgressBar, client: &StormClient, paid: &[(String, String)]) {
+    // 4. Payments: the provider notifies every order; the clicked order's notice comes three
+    //    times (twice with one key, once with a new one).
+    step(bar, "payment callbacks, some repeated by the provider");
+    for (i, (order_no, _)) in paid.iter().enumerate() {
+        let pay_no = format!("PAY-{order_no}");
+        let key = RequestId::generate("PSP", "PAY").to_string();
+        let _ = client.pay(&key, &pay_no, order_no, 1999).await;
+        if i == 0 {
+            let _ = client.pay(&key, &pay_no, order_no, 1999).await;
+            let _ = client
+                .pay(
+                    &RequestId::generate("PSP", "PAY").to_string(),
+                    &pay_no,
+                    order_no,
+                    1999,
+                )
+                .await;
+        }
+    }
 }
 
 /// Re-produces the first `n` payment events (an MQ replay).

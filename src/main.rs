@@ -291,31 +291,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// One arm per subcommand, each parsing its flags into one call (the longer ones are functions
+/// of their own below): long because the command list is, not because any arm is.
 async fn run(
     command: Command,
     config: Config,
     config_file: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Migrate => {
-            let db = Database::connect(&config).await?;
-            let report = migrate::migrate(&db).await?;
-            if report.version_before >= migrate::SCHEMA_VERSION {
-                println!(
-                    "{}: schema v{} already applied; nothing to do",
-                    db.shown_url, report.version_after
-                );
-            } else {
-                println!(
-                    "{}: schema v{} applied ({} statements, {} dialect)",
-                    db.shown_url,
-                    report.version_after,
-                    report.statements,
-                    db.dialect()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Migrate => apply_migrations(&config).await,
         Command::Doctor { json } => {
             let rows = doctor::run(&config).await;
             if json {
@@ -334,49 +318,19 @@ async fn run(
         Command::Consume {
             crash_after_db_commit,
             group,
-        } => {
-            // FAULT INJECTION: never in production.
-            if crash_after_db_commit.is_some() && config.environment.production {
-                anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
-            }
-            let instance = Instance::current();
-            let db = Database::connect(&config).await?;
-            let tracer = Tracer::from_config(&config, &instance)?;
-            let options = ConsumeOptions {
-                crash_after_db_commit,
-                group,
-            };
-            let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
-            let shutdown = CancellationToken::new();
-            let on_signal = shutdown.clone();
-            tokio::spawn(async move {
-                let _ = tokio::signal::ctrl_c().await;
-                eprintln!("idemguard consume: stopping after the current batch");
-                on_signal.cancel();
-            });
-            consumer.run(shutdown).await?;
-            tracer.flush(std::time::Duration::from_secs(5));
-            Ok(ExitCode::SUCCESS)
-        }
+        } => consume(config, crash_after_db_commit, group).await,
         Command::Serve {
             listen,
             crash_after_request_lock,
             crash_before_publish,
             crash_after_publish,
         } => {
-            let listen = listen.unwrap_or_else(|| config.api.listen.clone());
             let faults = idemguard::api::server::Faults {
                 crash_after_request_lock,
                 crash_before_publish,
                 crash_after_publish,
             };
-            let server = idemguard::api::server::start_with(config, &listen, faults).await?;
-            println!("idemguard serve: listening on http://{}", server.addr);
-            let _ = tokio::signal::ctrl_c().await;
-            eprintln!("idemguard serve: finishing requests in flight");
-            server.shutdown.cancel();
-            server.done.await??;
-            Ok(ExitCode::SUCCESS)
+            serve(config, listen, faults).await
         }
         Command::Demo { no_tui } => {
             let file = ConfigSource::from_process(config_file).file;
@@ -397,7 +351,6 @@ async fn run(
             duration,
             seed,
         } => {
-            use std::io::IsTerminal;
             let mut options = idemguard::storm::StormOptions::new(scenario);
             options.duration = duration;
             options.seed = seed.unwrap_or_else(rand::random);
@@ -405,27 +358,7 @@ async fn run(
             options.concurrency = concurrency;
             options.stock = stock;
             options.broken = broken;
-            options.binary = Some(std::env::current_exe()?);
-            options.progress = !json && std::io::stderr().is_terminal();
-            let report = idemguard::storm::run(config, &options).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render());
-            }
-            if report.passed {
-                Ok(ExitCode::SUCCESS)
-            } else {
-                for c in report.violations() {
-                    eprintln!(
-                        "idemguard storm: invariant {} violated by {} record(s), e.g. {}",
-                        c.name,
-                        c.offenders.len(),
-                        c.offenders.first().map_or("", String::as_str)
-                    );
-                }
-                Ok(ExitCode::FAILURE)
-            }
+            storm(config, options, json).await
         }
         Command::LockHold {
             key,
@@ -512,26 +445,7 @@ async fn run(
                 },
             ))
         }
-        Command::Purge { json } => {
-            use idemguard::db::retention::{self, Purge};
-            let db = Database::connect(&config).await?;
-            let counts = retention::pass(
-                &db,
-                Purge::ALL,
-                &config.retention,
-                &CancellationToken::new(),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&counts)?);
-            } else {
-                for p in &counts {
-                    println!("{}: {} row(s) deleted", p.table, p.deleted);
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Purge { json } => purge(&config, json).await,
         Command::Finalize {
             request_id,
             expect_version,
@@ -551,6 +465,125 @@ async fn run(
 
 /// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
 /// its audit.
+/// `idemguard purge`: one retention pass over every table, now.
+async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
+    use idemguard::db::retention::{self, Purge};
+    let db = Database::connect(config).await?;
+    let counts = retention::pass(
+        &db,
+        Purge::ALL,
+        &config.retention,
+        &CancellationToken::new(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&counts)?);
+    } else {
+        for p in &counts {
+            println!("{}: {} row(s) deleted", p.table, p.deleted);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemguard migrate`: apply the schema, saying whether anything was to do.
+async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
+    let db = Database::connect(config).await?;
+    let report = migrate::migrate(&db).await?;
+    if report.version_before >= migrate::SCHEMA_VERSION {
+        println!(
+            "{}: schema v{} already applied; nothing to do",
+            db.shown_url, report.version_after
+        );
+    } else {
+        println!(
+            "{}: schema v{} applied ({} statements, {} dialect)",
+            db.shown_url,
+            report.version_after,
+            report.statements,
+            db.dialect()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemguard consume`: the payment consumer until Ctrl-C.
+async fn consume(
+    config: Config,
+    crash_after_db_commit: Option<u64>,
+    group: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    // FAULT INJECTION: never in production.
+    if crash_after_db_commit.is_some() && config.environment.production {
+        anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
+    }
+    let instance = Instance::current();
+    let db = Database::connect(&config).await?;
+    let tracer = Tracer::from_config(&config, &instance)?;
+    let options = ConsumeOptions {
+        crash_after_db_commit,
+        group,
+    };
+    let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("idemguard consume: stopping after the current batch");
+        on_signal.cancel();
+    });
+    consumer.run(shutdown).await?;
+    tracer.flush(std::time::Duration::from_secs(5));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemguard serve`: the API until Ctrl-C, then the requests in flight finish.
+async fn serve(
+    config: Config,
+    listen: Option<String>,
+    faults: idemguard::api::server::Faults,
+) -> anyhow::Result<ExitCode> {
+    let listen = listen.unwrap_or_else(|| config.api.listen.clone());
+    let server = idemguard::api::server::start_with(config, &listen, faults).await?;
+    println!("idemguard serve: listening on http://{}", server.addr);
+    let _ = tokio::signal::ctrl_c().await;
+    eprintln!("idemguard serve: finishing requests in flight");
+    server.shutdown.cancel();
+    server.done.await??;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idemguard storm`: a scenario against a fresh stack; exit 1 when an invariant is violated.
+async fn storm(
+    config: Config,
+    mut options: idemguard::storm::StormOptions,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    options.binary = Some(std::env::current_exe()?);
+    options.progress = !json && std::io::stderr().is_terminal();
+    let report = idemguard::storm::run(config, &options).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    if report.passed {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for c in report.violations() {
+            eprintln!(
+                "idemguard storm: invariant {} violated by {} record(s), e.g. {}",
+                c.name,
+                c.offenders.len(),
+                c.offenders.first().map_or("", String::as_str)
+            );
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
 async fn run_action(
     config: &Config,
     action: Action,

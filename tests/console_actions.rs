@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use idemguard::api::fast_path::FastPathValue;
+use idemguard::api::idempotency::OrderView;
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
-use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::contracts::{keys, Instance, OrderNo, RequestId, TraceTarget};
 use idemguard::db::orders::{NewOrder, Orders};
@@ -438,7 +438,7 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
     let owner = instance("slow").id;
     let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
                                                           // The owner finishes a moment later (its own conditional finalize).
-    let outcome = idempotency::Outcome {
+    let outcome = idempotency::FinalResponse {
         status: "SUCCEEDED",
         code: 201,
         body: "{\"the\":\"owner's answer\"}".into(),

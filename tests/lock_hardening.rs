@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::console::{read::locks as console_locks, tui::confirm};
 use idemguard::contracts::{keys, now_ms, Instance, LockHolder, OrderNo};
-use idemguard::lock::{LockGuard, Locks, NodeLockState};
+use idemguard::lock::{LockGuard, LockInspector, LockView, Locks, NodeLockState};
 use idemguard::ops::{ActionOutcome, Actions};
 use idemguard::trace::Tracer;
 
@@ -212,38 +212,15 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
 
         // The console: a row showing the forged value as a dead owner's goes through the confirm
         // popup (which then does not force) and the executor.
-        let scope = if mode == LockMode::Redlock {
-            "redlock"
-        } else {
-            "single"
-        };
         let nodes = lock_urls(&config)
             .iter()
             .zip(&forged)
-            .map(|(url, v)| console_locks::NodeHolding {
-                node: url.clone(),
-                value: Some(v.clone()),
-                pttl_ms: 30_000,
-                agrees: true,
+            .map(|(url, v)| {
+                LockView::held_on(&idemguard::config::host_port(url), v.clone(), 30_000)
             })
             .collect::<Vec<_>>();
-        let nodes = if mode == LockMode::Redlock {
-            nodes
-        } else {
-            vec![]
-        };
-        let no_heartbeats = BTreeSet::new();
-        let row = console_locks::LockRow::new(
-            key.clone(),
-            scope,
-            forged[0].clone(),
-            30_000,
-            now_ms(),
-            Some(&no_heartbeats),
-            None,
-            nodes,
-            None,
-        );
+        let mut row = LockView::new(key.clone(), mode, nodes, None, now_ms());
+        row.judge_owner(Some(&BTreeSet::new()));
         let popup = confirm::release(&[&row], now_ms(), "local", false);
         assert_eq!(
             popup.missing(),
@@ -475,8 +452,10 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
     }
 
     // The console's scan (the Locks view's collector).
-    let (mut main, mut nodes) = console_locks::nodes_of(&config).unwrap();
-    let scan = console_locks::scan_locks(&mut main, &mut nodes).await;
+    let scan = LockInspector::from_config(&config)
+        .unwrap()
+        .scan(console_locks::LOCK_LIST_LIMIT)
+        .await;
     assert!(scan.all_nodes_ok(), "{:?}", scan.first_error());
     assert!(
         scan.live_instances.is_some(),
@@ -486,11 +465,11 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
         let row = |key: &str| {
             scan.locks
                 .iter()
-                .find(|r| r.key == key && r.scope == scope)
+                .find(|r| r.key == key && r.scope.as_str() == scope)
                 .unwrap_or_else(|| panic!("{key} [{scope}] not in the console's scan"))
         };
-        assert_eq!(row(&redisson).redis_type.as_deref(), Some("hash"));
-        assert!(row(&own).holder.is_some());
+        assert_eq!(row(&redisson).other_type(), Some("hash"));
+        assert!(row(&own).holder().is_some());
     }
 
     // The lock layer's reader (what release-lock inspects).

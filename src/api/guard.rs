@@ -21,10 +21,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::fast_path::{FastPath, FastPathValue};
-use super::idempotency::{self, Claim, ClaimRequest, IdempotencyRecord, Outcome};
+use super::idempotency::{self, Claim, ClaimRequest, FinalResponse, IdempotencyRecord};
 use super::problem::Problem;
 use crate::config::Config;
-use crate::contracts::{now_ms, Layer, Outcome as Decision, RequestId, TraceEvent};
+use crate::contracts::{now_ms, Layer, Outcome, RequestId, TraceEvent};
 use crate::db::Database;
 use crate::trace::Tracer;
 
@@ -32,7 +32,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// Tells whether an instance still has a heartbeat (`instance:{id}`).
-pub trait Liveness: Send + Sync {
+pub trait OwnerLiveness: Send + Sync {
     fn is_alive(&self, instance_id: &str) -> impl Future<Output = bool> + Send;
 }
 
@@ -115,9 +115,66 @@ impl ReplayCounter {
     }
 }
 
-impl<L: Liveness> Guard<L> {
+impl<L: OwnerLiveness> Guard<L> {
+    /// Step 2, the fast path: place our placeholder (`Ok(true)`), or answer from what another
+    /// request left there (`Err(response)`: a finished answer replayed, a reused key, a live
+    /// owner in flight). `Ok(false)`: no fast path, or a dead owner's placeholder or Redis down —
+    /// the database record decides.
+    async fn fast_path_step(
+        &self,
+        started: Instant,
+        rid: &str,
+        placeholder: &FastPathValue,
+    ) -> Result<bool, Response> {
+        let ev = |d: Outcome| TraceEvent::new(Layer::Api, d).request_id(rid.to_string());
+        let cfg = &self.config.idempotency;
+        let hash = placeholder.hash();
+        if let Some(fp) = &self.fast_path {
+            match fp.claim(rid, placeholder, cfg.lease).await {
+                Ok(None) => return Ok(true),
+                Ok(Some(existing)) if existing.hash() != hash => {
+                    self.tracer.emit(
+                        ev(Outcome::PayloadMismatch)
+                            .detail("fast path")
+                            .since(started),
+                    );
+                    return Err(Problem::key_reused().into_response());
+                }
+                Ok(Some(FastPathValue::Finished { code, body, .. })) => {
+                    self.replays.add(rid);
+                    self.tracer.emit(
+                        ev(Outcome::Replayed)
+                            .detail(format!("fast path: {code}"))
+                            .since(started),
+                    );
+                    return Err(respond(code, body, true, None));
+                }
+                Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
+                    if self.liveness.is_alive(&first).await {
+                        self.tracer.emit(
+                            ev(Outcome::InFlightRejected)
+                                .detail(format!("fast path: {first} is processing"))
+                                .since(started),
+                        );
+                        return Err(Problem::in_flight(cfg.retry_after_secs).into_response());
+                    }
+                    // A dead owner's placeholder: the database record decides what happens.
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides")
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
     /// record is past its retention from the business tables instead (seed §6.4).
+    ///
+    /// Long on purpose: its numbered steps (the module's table) share the request's placeholder
+    /// and the closure that drops it, the generic `process`/`answer_expired` consumed once, and
+    /// the trace event builder; the fast path is its own step ([`Guard::fast_path_step`]), and
+    /// cutting the claim's outcomes apart would hand each part all of these.
     pub async fn run<P, PF, E, EF>(
         &self,
         headers: &HeaderMap,
@@ -129,9 +186,9 @@ impl<L: Liveness> Guard<L> {
     ) -> Response
     where
         P: FnOnce(Claimed) -> PF,
-        PF: Future<Output = anyhow::Result<Outcome>>,
+        PF: Future<Output = anyhow::Result<FinalResponse>>,
         E: FnOnce(Claimed) -> EF,
-        EF: Future<Output = anyhow::Result<Outcome>>,
+        EF: Future<Output = anyhow::Result<FinalResponse>>,
     {
         let started = Instant::now();
         let request_id = match key_of(headers) {
@@ -155,7 +212,7 @@ impl<L: Liveness> Guard<L> {
             };
         }
         let rid = request_id.as_str().to_string();
-        let ev = |d: Decision| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
+        let ev = |d: Outcome| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
         let hash = idempotency::request_hash(method, path, body);
         let owner = self.tracer.instance_id().to_string();
         let cfg = &self.config.idempotency;
@@ -166,43 +223,10 @@ impl<L: Liveness> Guard<L> {
             owner: owner.clone(),
             nonce: uuid::Uuid::new_v4().to_string(),
         };
-        let mut placed = false;
-        if let Some(fp) = &self.fast_path {
-            match fp.claim(&rid, &placeholder, cfg.lease).await {
-                Ok(None) => placed = true,
-                Ok(Some(existing)) if existing.hash() != hash => {
-                    self.tracer.emit(
-                        ev(Decision::PayloadMismatch)
-                            .detail("fast path")
-                            .since(started),
-                    );
-                    return Problem::key_reused().into_response();
-                }
-                Ok(Some(FastPathValue::Finished { code, body, .. })) => {
-                    self.replays.add(&rid);
-                    self.tracer.emit(
-                        ev(Decision::Replayed)
-                            .detail(format!("fast path: {code}"))
-                            .since(started),
-                    );
-                    return respond(code, body, true, None);
-                }
-                Ok(Some(FastPathValue::Processing { owner: first, .. })) => {
-                    if self.liveness.is_alive(&first).await {
-                        self.tracer.emit(
-                            ev(Decision::InFlightRejected)
-                                .detail(format!("fast path: {first} is processing"))
-                                .since(started),
-                        );
-                        return Problem::in_flight(cfg.retry_after_secs).into_response();
-                    }
-                    // A dead owner's placeholder: the database record decides what happens.
-                }
-                Err(e) => {
-                    tracing::warn!(request_id = %rid, error = %e, "fast path unavailable; the database decides")
-                }
-            }
-        }
+        let placed = match self.fast_path_step(started, &rid, &placeholder).await {
+            Ok(placed) => placed,
+            Err(answered) => return answered,
+        };
         let drop_placeholder = || async {
             if let (true, Some(fp)) = (placed, &self.fast_path) {
                 let _ = fp.drop_placeholder(&rid, &placeholder).await;
@@ -234,7 +258,7 @@ impl<L: Liveness> Guard<L> {
         let mut reclaimed = false;
         match claimed {
             Claim::New => {
-                self.tracer.emit(ev(Decision::Claimed).since(started));
+                self.tracer.emit(ev(Outcome::Claimed).since(started));
                 if key_older_than(&request_id, cfg.retention, now) {
                     // A retry of a key whose record was already purged: never create anything.
                     let ctx = Claimed {
@@ -250,7 +274,7 @@ impl<L: Liveness> Guard<L> {
                             &hash,
                             answer_expired(ctx).await,
                             &drop_placeholder,
-                            Decision::AnsweredFromOrders,
+                            Outcome::AnsweredFromOrders,
                         )
                         .await;
                 }
@@ -259,7 +283,7 @@ impl<L: Liveness> Guard<L> {
                 if rec.request_hash != hash {
                     drop_placeholder().await;
                     self.tracer
-                        .emit(ev(Decision::PayloadMismatch).since(started));
+                        .emit(ev(Outcome::PayloadMismatch).since(started));
                     return Problem::key_reused().into_response();
                 }
                 if rec.is_expired(now) {
@@ -271,7 +295,7 @@ impl<L: Liveness> Guard<L> {
                     };
                     return match answer_expired(ctx).await {
                         Ok(o) => {
-                            self.tracer.emit(ev(Decision::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
+                            self.tracer.emit(ev(Outcome::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
                             respond(o.code, o.body, true, None)
                         }
                         Err(e) => Problem::internal(format!("request {rid}: its expired record could not be answered from the orders"), format!("{e:#}")).into_response(),
@@ -286,7 +310,7 @@ impl<L: Liveness> Guard<L> {
                 {
                     drop_placeholder().await;
                     self.tracer.emit(
-                        ev(Decision::InFlightRejected)
+                        ev(Outcome::InFlightRejected)
                             .detail(format!("{} is processing", rec.owner))
                             .since(started),
                     );
@@ -294,7 +318,7 @@ impl<L: Liveness> Guard<L> {
                 }
                 reclaimed = true;
                 self.tracer.emit(
-                    ev(Decision::Reclaimed)
+                    ev(Outcome::Reclaimed)
                         .detail(format!("from {} (alive: {alive})", rec.owner))
                         .since(started),
                 );
@@ -314,7 +338,7 @@ impl<L: Liveness> Guard<L> {
             &hash,
             process(ctx).await,
             &drop_placeholder,
-            Decision::Finalized,
+            Outcome::Finalized,
         )
         .await
     }
@@ -334,9 +358,9 @@ impl<L: Liveness> Guard<L> {
         rid: &str,
         owner: &str,
         hash: &str,
-        result: anyhow::Result<Outcome>,
+        result: anyhow::Result<FinalResponse>,
         drop_placeholder: &D,
-        decision: Decision,
+        decision: Outcome,
     ) -> Response
     where
         D: Fn() -> DF,
@@ -436,7 +460,7 @@ impl<L: Liveness> Guard<L> {
             }
         }
         self.replays.add(rid);
-        let mut e = TraceEvent::new(Layer::Api, Decision::Replayed)
+        let mut e = TraceEvent::new(Layer::Api, Outcome::Replayed)
             .request_id(rid)
             .detail(format!("{} {code}", rec.status));
         if let Some(o) = &rec.order_no {
@@ -449,7 +473,7 @@ impl<L: Liveness> Guard<L> {
     fn reject_key(&self, started: Instant, raw: &str, why: &str) -> Response {
         let shown: String = raw.chars().take(64).collect();
         self.tracer.emit(
-            TraceEvent::new(Layer::Api, Decision::KeyRejected)
+            TraceEvent::new(Layer::Api, Outcome::KeyRejected)
                 .detail(format!("{why}: {}", shown.escape_debug()))
                 .since(started),
         );

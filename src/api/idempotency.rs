@@ -4,10 +4,11 @@
 //! The claim is atomic — never check-then-insert: the unique `request_id` insert decides who
 //! processes a key; everyone else reads the record that won.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::contracts::now_ms;
+use crate::db::orders::OrderRecord;
 use crate::db::{is_unique_violation, Database};
 
 pub const PROCESSING: &str = "PROCESSING";
@@ -155,7 +156,7 @@ pub async fn reclaim(
 
 /// The final response of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct FinalResponse {
     /// SUCCEEDED, or FAILED for a business refusal (a retry must get the same refusal).
     pub status: &'static str,
     pub code: u16,
@@ -163,14 +164,57 @@ pub struct Outcome {
     pub order_no: Option<String>,
 }
 
+/// An order as the API shows it. Built only from the row, so the first response and a
+/// read-back after a unique violation are the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderView {
+    pub order_no: String,
+    pub request_id: String,
+    pub user_id: i64,
+    pub sku_id: i64,
+    pub quantity: i64,
+    pub amount: i64,
+    pub status: String,
+    pub created_at: i64,
+}
+
+impl From<&OrderRecord> for OrderView {
+    fn from(o: &OrderRecord) -> OrderView {
+        OrderView {
+            order_no: o.order_no.clone(),
+            request_id: o.req_id.clone(),
+            user_id: o.user_id,
+            sku_id: o.sku_id,
+            quantity: o.quantity,
+            amount: o.amount,
+            status: o.status.as_str().to_string(),
+            created_at: o.created_at,
+        }
+    }
+}
+
+impl FinalResponse {
+    /// The response of a created order: 201 with the order as the API shows it. The API answers
+    /// it and an operator's finalize stores it, so a replay gives the same bytes either way.
+    pub fn created(order: &OrderRecord) -> FinalResponse {
+        FinalResponse {
+            status: SUCCEEDED,
+            code: 201,
+            body: serde_json::to_string(&OrderView::from(order)).expect("an OrderView serializes"),
+            order_no: Some(order.order_no.clone()),
+        }
+    }
+}
+
 /// The response a finished record holds, as an outcome to answer with (None while PROCESSING).
-pub fn stored_outcome(rec: &IdempotencyRecord) -> Option<Outcome> {
+pub fn stored_response(rec: &IdempotencyRecord) -> Option<FinalResponse> {
     let status = match rec.status.as_str() {
         SUCCEEDED => SUCCEEDED,
         FAILED => FAILED,
         _ => return None,
     };
-    Some(Outcome {
+    Some(FinalResponse {
         status,
         code: u16::try_from(rec.response_code?).ok()?,
         body: rec.response_body.clone()?,
@@ -184,7 +228,7 @@ pub async fn finalize(
     db: &Database,
     request_id: &str,
     owner: &str,
-    outcome: &Outcome,
+    outcome: &FinalResponse,
     retention_ms: i64,
 ) -> Result<bool, sqlx::Error> {
     let now = now_ms();

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::contracts::{
-    headers, new_event_id, now_ms, Layer, Outcome as Decision, PaymentSucceeded, TraceEvent,
+    headers, new_event_id, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent,
 };
 use crate::db::{is_unique_violation, Database};
 use crate::trace::Tracer;
@@ -102,7 +102,7 @@ pub async fn book_payment(
         return Ok(if first.pay_no == pay_no {
             traced(
                 tracer,
-                Decision::UniqueViolationReplayed,
+                Outcome::UniqueViolationReplayed,
                 order,
                 &first,
                 format!("payment_flow: pay_no {pay_no} already booked"),
@@ -116,7 +116,7 @@ pub async fn book_payment(
             );
             traced(
                 tracer,
-                Decision::DuplicatePayment,
+                Outcome::DuplicatePayment,
                 order,
                 &first,
                 why,
@@ -159,7 +159,7 @@ pub async fn book_payment(
             "pay_no {pay_no} refused for order {}: it is booked for order {}",
             order.order_no, first.order_no
         );
-        traced(tracer, Decision::PayNoConflict, order, &first, why, started);
+        traced(tracer, Outcome::PayNoConflict, order, &first, why, started);
         return Ok(Booking::PayNoConflict(first));
     }
     let headers = serde_json::json!({
@@ -178,7 +178,7 @@ pub async fn book_payment(
         .await?;
     tx.commit().await?;
     tracer.emit(
-        TraceEvent::new(Layer::Db, Decision::PaymentRecorded)
+        TraceEvent::new(Layer::Db, Outcome::PaymentRecorded)
             .order_no(event.order_no.clone())
             .request_id(event.request_id.clone())
             .event_id(event.event_id.clone())
@@ -198,7 +198,7 @@ pub async fn book_payment(
 /// A booking that wrote nothing, traced with the payment that was there first.
 fn traced(
     tracer: &Tracer,
-    decision: Decision,
+    decision: Outcome,
     order: &PayableOrder,
     first: &PaymentFlow,
     detail: String,
@@ -377,7 +377,7 @@ impl OutboxRelay {
                         .await?;
                     sent += 1;
                     self.tracer.emit(
-                        TraceEvent::new(Layer::Db, Decision::EventPublished)
+                        TraceEvent::new(Layer::Db, Outcome::EventPublished)
                             .order_no(row.msg_key.clone())
                             .event_id(row.event_id.clone())
                             .detail(format!("outbox {} -> {}", row.id, row.topic))

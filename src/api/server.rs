@@ -21,13 +21,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::edge;
 use super::fast_path::FastPath;
-use super::guard::{Claimed, Guard, Liveness as OwnerLiveness, ReplayCounter};
-use super::idempotency::{Outcome, FAILED, SUCCEEDED};
+use super::guard::{Claimed, Guard, OwnerLiveness, ReplayCounter};
+use super::idempotency::{FinalResponse, FAILED, SUCCEEDED};
 use super::payments::{self, Booking, OutboxRelay, PayableOrder, PaymentCallback};
 use super::problem::Problem;
 use crate::config::Config;
 use crate::contracts::{keys, Instance, OrderNo, PayNo};
-use crate::db::orders::{CreateOutcome, NewOrder, OrderError, OrderRecord, Orders};
+use crate::db::orders::{CreateOutcome, NewOrder, OrderError, Orders};
 use crate::db::Database;
 use crate::lock::{Acquisition, Liveness, Locks};
 use crate::trace::Tracer;
@@ -43,35 +43,7 @@ pub struct CreateOrderRequest {
     pub amount: i64,
 }
 
-/// An order as the API shows it. Built only from the row, so the first response and a
-/// read-back after a unique violation are the same bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OrderView {
-    pub order_no: String,
-    pub request_id: String,
-    pub user_id: i64,
-    pub sku_id: i64,
-    pub quantity: i64,
-    pub amount: i64,
-    pub status: String,
-    pub created_at: i64,
-}
-
-impl From<&OrderRecord> for OrderView {
-    fn from(o: &OrderRecord) -> OrderView {
-        OrderView {
-            order_no: o.order_no.clone(),
-            request_id: o.req_id.clone(),
-            user_id: o.user_id,
-            sku_id: o.sku_id,
-            quantity: o.quantity,
-            amount: o.amount,
-            status: o.status.as_str().to_string(),
-            created_at: o.created_at,
-        }
-    }
-}
+pub use super::idempotency::OrderView;
 
 /// Instance liveness through the lock layer's heartbeats.
 ///
@@ -167,8 +139,8 @@ fn outcome_json<T: Serialize>(
     code: StatusCode,
     value: &T,
     order_no: Option<String>,
-) -> Outcome {
-    Outcome {
+) -> FinalResponse {
+    FinalResponse {
         status,
         code: code.as_u16(),
         body: serde_json::to_string(value).expect("serializes"),
@@ -176,8 +148,8 @@ fn outcome_json<T: Serialize>(
     }
 }
 
-fn refusal(problem: Problem, order_no: Option<String>) -> Outcome {
-    Outcome {
+fn refusal(problem: Problem, order_no: Option<String>) -> FinalResponse {
+    FinalResponse {
         status: FAILED,
         code: problem.status,
         body: problem.body(),
@@ -238,7 +210,7 @@ async fn place_order(
     s: &AppState,
     claimed: &Claimed,
     req: &CreateOrderRequest,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<FinalResponse> {
     let key = keys::request_lock(claimed.request_id.as_str());
     // FAULT INJECTION SWITCH (lock.request_lock = false): no request lock, the database decides.
     let guard = if !s.guard.config.lock.request_lock {
@@ -276,12 +248,9 @@ async fn place_order(
         }
     }
     match result {
-        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => Ok(outcome_json(
-            SUCCEEDED,
-            StatusCode::CREATED,
-            &OrderView::from(&o),
-            Some(o.order_no.clone()),
-        )),
+        Ok(CreateOutcome::Created(o)) | Ok(CreateOutcome::Replayed(o)) => {
+            Ok(FinalResponse::created(&o))
+        }
         Err(OrderError::OutOfStock {
             sku_id,
             available,
@@ -309,7 +278,7 @@ async fn place_order(
         Err(e @ OrderError::RequestAbandoned { .. }) => {
             let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
             rec.as_ref()
-                .and_then(super::idempotency::stored_outcome)
+                .and_then(super::idempotency::stored_response)
                 .ok_or_else(|| anyhow::anyhow!("{e}"))
         }
         Err(e) => Err(anyhow::anyhow!("{e}")),
@@ -318,7 +287,7 @@ async fn place_order(
 
 /// A retry whose idempotency record is past its retention: answer with the order's current
 /// state rather than creating anything (seed §6.4).
-async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<Outcome> {
+async fn answer_from_orders(s: &AppState, claimed: &Claimed) -> anyhow::Result<FinalResponse> {
     match s.orders.find_by_request_id(claimed.request_id.as_str()).await.map_err(|e| anyhow::anyhow!("{e}"))? {
         Some(o) => Ok(outcome_json(SUCCEEDED, StatusCode::OK, &OrderView::from(&o), Some(o.order_no.clone()))),
         None => Ok(refusal(
@@ -402,7 +371,7 @@ async fn payment_callback(
     .await
 }
 
-async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<Outcome> {
+async fn book(s: &AppState, cb: &PaymentCallback) -> anyhow::Result<FinalResponse> {
     let Some(order) = s
         .orders
         .find_by_order_no(&cb.order_no)

@@ -2,11 +2,11 @@
 //! tables show the same cells, and the `/` filter matches the same text.
 
 use crate::console::format::{age, clock, pttl, short};
-use crate::console::read::locks::LockRow;
 use crate::console::read::records::StuckRecord;
 use crate::console::read::store::RateSeries;
 use crate::console::read::timeline::TimelineEntry;
 use crate::console::read::topics::PartitionLag;
+use crate::lock::LockView;
 
 /// A column: header and the width the TUI gives it (0 = takes the rest).
 pub struct Column {
@@ -50,26 +50,26 @@ pub static LOCKS: &[Column] = &[
     col("FLAGS", 22),
 ];
 
-pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
-    let (holder, pid, held, fence) = match &l.holder {
+pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
+    let (holder, pid, held, fence) = match l.holder() {
         Some(h) => (
             h.instance.clone(),
             h.pid.to_string(),
             age(now_ms - h.acquired_at),
             h.fence.to_string(),
         ),
-        None => match &l.redis_type {
+        None => match l.other_type() {
             Some(t) => (
                 format!("({t}, not a lock value)"),
                 "-".into(),
                 "-".into(),
                 "-".into(),
             ),
-            None => (short(&l.value(), 24), "-".into(), "-".into(), "-".into()),
+            None => (short(l.value(), 24), "-".into(), "-".into(), "-".into()),
         },
     };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
-    let fence = match (l.fence_counter, &l.holder) {
+    let fence = match (l.fence_counter, l.holder()) {
         (Some(c), Some(h)) if c != h.fence => format!("{fence}{:+}", c - h.fence),
         _ => fence,
     };
@@ -86,7 +86,7 @@ pub fn lock_cells(l: &LockRow, now_ms: i64) -> Vec<String> {
             Some(false) => "DEAD".into(),
             None => "?".into(),
         },
-        l.quorum.map_or_else(
+        l.quorum().map_or_else(
             || "-".into(),
             |q| {
                 format!(

@@ -59,14 +59,17 @@
 //! events: [ { event_id, kafka_copies, processed_rows, dedup_hits, points_rows,
 //! notification_rows } ] }`.
 //!
-//! `locks` — `data` is a [`read::locks::LockScan`]: `{ locks: [ { key, scope: "single"|"redlock",
+//! `locks` — `data` is a [`crate::lock::LockScan`] (each lock a [`crate::lock::LockView`], the
+//! one lock model: the same JSON is an audited release's before/after): `{ locks: [ { key,
+//! scope: "single"|"redlock",
 //! type: "string" (every lock value) | "hash" (a Redisson lock) | …, value ("" unless a string),
 //! holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
 //! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",
-//! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms, agrees } ]
-//! (redlock), quorum: { agreeing, nodes, reached } (redlock) } ], nodes: [ { node, role:
+//! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms,
+//! agrees, error? } ] (redlock, or a node that could not be read; `agrees`: same holder nonce as
+//! the majority), quorum: { agreeing, nodes, reached } (redlock) } ], nodes: [ { node, role:
 //! "main"|"redlock", ok, error, keys, scan_ms } ], live_instances: [..] | null, scan_ms,
-//! read_at_ms }`.
+//! read_at_ms, truncated (more than 1,000,000 keys on a node: the list is a prefix) }`.
 //!
 //! `rates` — `{ rates: { window_minutes: 60, first_minute_ms, events_seen, series: [ { layer,
 //! outcome, label, per_minute: [60 counts, oldest first], total, last_minute } ] },

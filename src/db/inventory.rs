@@ -5,7 +5,7 @@
 //! stock twice; the table's `CHECK (stock >= 0)` refuses a negative stock whatever the code
 //! does. Nothing remote happens while the lock is held: the routine runs on the server.
 
-use super::orders::{db_error, OrderError};
+use super::errors::{db_error, OrderError};
 use super::Database;
 use crate::contracts::now_ms;
 

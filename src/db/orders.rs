@@ -24,6 +24,8 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+pub(crate) use super::errors::db_error;
+pub use super::errors::OrderError;
 use super::inventory;
 use super::state_machine::OrderStatus;
 use super::{is_transient_conflict, is_unique_violation, Database};
@@ -218,41 +220,6 @@ impl TransitionOutcome {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum OrderError {
-    #[error(
-        "SKU {sku_id} has {available} in stock and the order wants {wanted}; nothing was written"
-    )]
-    OutOfStock {
-        sku_id: i64,
-        available: i64,
-        wanted: i64,
-    },
-    #[error("SKU {sku_id} is not in the inventory table; nothing was written (seed it with db::inventory::set_stock)")]
-    UnknownSku { sku_id: i64 },
-    /// The request's idempotency record says FAILED (an operator closed it: the client was told
-    /// to send a new key), so the create routine refused to create an order for it.
-    #[error("request {request_id} was closed as FAILED (the client was told to send a new key); no order is created for it")]
-    RequestAbandoned { request_id: String },
-    #[error("order number {order_no} already belongs to another request; generate a new orderNo and create again")]
-    OrderNoTaken { order_no: String },
-    #[error("no order {order_no} in the order database")]
-    NotFound { order_no: String },
-    #[error("payment event {event_id} already paid another order, so it cannot pay order {order_no}; check the payment flow of both orders")]
-    PaymentEventTaken { event_id: String, order_no: String },
-    #[error("order {order_no} has status `{status}`, which the state machine does not know (known: CREATED, PAID, CANCELLED, REFUNDED)")]
-    UnknownStatus { order_no: String, status: String },
-    #[error("{0}")]
-    InvalidRequest(String),
-    #[error("database {url}: cannot {what}: {source}")]
-    Database {
-        what: &'static str,
-        url: String,
-        #[source]
-        source: sqlx::Error,
-    },
-}
-
 /// The PostgreSQL routine refuses an unknown SKU (SQLSTATE IGS01) or a short stock (IGS02, the
 /// stock there is in DETAIL) by raising, which undoes its order insert; MySQL's procedure
 /// answers with a row instead.
@@ -274,15 +241,6 @@ fn stock_refusal(order: &NewOrder, e: &sqlx::Error) -> Option<OrderError> {
             })
         }
         _ => None,
-    }
-}
-
-/// A database failure, naming the database and the step.
-pub(crate) fn db_error(db: &Database, what: &'static str, source: sqlx::Error) -> OrderError {
-    OrderError::Database {
-        what,
-        url: db.shown_url.clone(),
-        source,
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock};
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::node::{Conn, NodeError};
+use super::conn::{Conn, NodeError};
 
 static LOCK_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../queries/redis/lock.lua")));

@@ -1,52 +1,144 @@
 //! The read side and the operator's actions, for the console and `idemguard locks`: every lock
-//! with its raw value, decoded holder and PTTL, node by node (RedLock nodes can disagree); a
-//! compare-and-delete of the exact value an operator saw; a fence bump.
+//! with its raw value, decoded holder, PTTL and fence counter, node by node (RedLock nodes can
+//! disagree); a compare-and-delete of the exact value an operator saw; a fence bump.
+//!
+//! One model of a lock for every reader: [`LockView`] is what `idemguard locks` lists, what the
+//! console's Locks view and confirmation popup show, what a release compares and what the audit
+//! records before and after. [`Locks::scan_locks`] / [`Locks::inspect`] read the nodes of one
+//! lock mode; [`LockInspector`] reads both (the main Redis and the RedLock nodes) and judges
+//! each holder against the heartbeats, read-only.
 //!
 //! Listing uses SCAN, never KEYS: KEYS blocks a production Redis for as long as it walks the
 //! whole keyspace.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use redis::Value;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use super::batch::FenceLife;
+use super::liveness::Liveness;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
-use super::{FenceToken, LockError, Locks, ReleaseReport};
-use crate::config::LockMode;
-use crate::contracts::{keys, LockHolder};
+use super::{redlock, FenceToken, LockError, Locks, ReleaseReport, SCAN_COUNT};
+use crate::config::{Config, LockMode};
+use crate::contracts::{keys, now_ms, LockHolder};
 
-/// SCAN page size hint.
-const SCAN_COUNT: usize = 500;
-/// Keys read per GET/PTTL transaction.
+/// Keys read per TYPE/GET/PTTL transaction; a reader pauses a moment between two, so a scan is
+/// never a burst other clients queue behind.
 const FETCH_CHUNK: usize = 500;
 
-/// Every lock found, node by node.
-#[derive(Debug, Clone, Serialize)]
+/// Every lock found, node by node (`idemguard locks --json`: its `data`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LockScan {
     pub locks: Vec<LockView>,
     pub nodes: Vec<NodeScan>,
-    /// True when more than `limit` keys exist: the list is a prefix of the SCAN order.
+    /// Instances with a heartbeat (`instance:*` on the main Redis); `None` when it was not asked
+    /// or did not answer.
+    pub live_instances: Option<BTreeSet<String>>,
+    pub scan_ms: f64,
+    pub read_at_ms: i64,
+    /// True when some node has more keys than the scan's limit: the list is a prefix of the
+    /// SCAN order.
     pub truncated: bool,
 }
 
-/// How one node answered the scan.
-#[derive(Debug, Clone, Serialize)]
-pub struct NodeScan {
-    pub node: String,
-    /// None when it answered; the error (naming host:port) otherwise.
-    pub error: Option<String>,
+impl LockScan {
+    /// A scan that could not start: one node row saying why.
+    pub fn failed(node: String, role: &'static str, error: String) -> LockScan {
+        LockScan {
+            nodes: vec![NodeScan {
+                node,
+                role,
+                ok: false,
+                error: Some(error),
+                keys: 0,
+                scan_ms: 0.0,
+            }],
+            read_at_ms: now_ms(),
+            ..LockScan::default()
+        }
+    }
+
+    pub fn all_nodes_ok(&self) -> bool {
+        self.nodes.iter().all(|n| n.ok)
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.nodes.iter().find_map(|n| n.error.clone())
+    }
 }
 
-/// One lock key as each node sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// How one node answered the scan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeScan {
+    /// host:port.
+    pub node: String,
+    /// `main` (the main Redis: single-mode locks) or `redlock`.
+    pub role: &'static str,
+    pub ok: bool,
+    /// The error (naming host:port) when it did not answer.
+    pub error: Option<String>,
+    pub keys: usize,
+    pub scan_ms: f64,
+}
+
+/// What is wrong with a lock, at a glance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockFlag {
+    /// The key never expires: a crashed holder keeps it forever.
+    NoTtl,
+    /// `instance:{holder}` has no heartbeat: the holder is gone and the lock is stale.
+    DeadOwner,
+    /// The value is not a [`LockHolder`]: some other tool wrote it.
+    Undecodable,
+    /// RedLock nodes disagree and no holder has a majority.
+    NoQuorum,
+    /// The key is not a string (a Redisson lock is a hash): another tool's lock, listed with its
+    /// type and TTL, never read as a value.
+    OtherType,
+}
+
+impl LockFlag {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockFlag::NoTtl => "no_ttl",
+            LockFlag::DeadOwner => "dead_owner",
+            LockFlag::Undecodable => "undecodable",
+            LockFlag::NoQuorum => "no_quorum",
+            LockFlag::OtherType => "other_type",
+        }
+    }
+}
+
+/// RedLock agreement over the nodes: how many hold the same holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Quorum {
+    pub agreeing: usize,
+    pub nodes: usize,
+    /// `agreeing >= nodes / 2 + 1`.
+    pub reached: bool,
+}
+
+/// One lock key as each node of one lock mode sees it, when it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockView {
     pub key: String,
+    /// Whose nodes were read: the main Redis (`single`) or the RedLock nodes (`redlock`).
+    pub scope: LockMode,
     pub nodes: Vec<NodeLock>,
+    /// `fence:{key}`: the largest counter over the nodes that answered; None when never taken.
+    pub fence_counter: Option<i64>,
+    /// When it was read (epoch ms), so a view can count the PTTL down.
+    pub read_at_ms: i64,
+    /// The holder's heartbeat; None when not asked, not known, or the value names no holder.
+    pub owner_alive: Option<bool>,
+    /// Sorted; [`LockFlag::DeadOwner`] once the owner was judged ([`LockView::judge_owner`]).
+    pub flags: Vec<LockFlag>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -81,35 +173,124 @@ pub enum NodeLockState {
 }
 
 impl LockView {
-    /// The holder held on most nodes (by nonce: RedLock nodes carry the same holder with their
-    /// own fence numbers). Under RedLock it holds the lock only if [`LockView::agreeing_nodes`]
-    /// reaches the quorum.
+    /// The view of `key` from what each node answered (state and fence counter).
+    fn read(key: String, scope: LockMode, answers: Vec<(NodeLock, Option<i64>)>, at: i64) -> Self {
+        let fence_counter = answers.iter().filter_map(|(_, f)| *f).max();
+        let nodes = answers.into_iter().map(|(n, _)| n).collect();
+        LockView::new(key, scope, nodes, fence_counter, at)
+    }
+
+    /// A view of what the nodes hold, its flags derived (the owner not judged yet).
+    pub fn new(
+        key: String,
+        scope: LockMode,
+        nodes: Vec<NodeLock>,
+        fence_counter: Option<i64>,
+        read_at_ms: i64,
+    ) -> LockView {
+        let mut view = LockView {
+            key,
+            scope,
+            nodes,
+            fence_counter,
+            read_at_ms,
+            owner_alive: None,
+            flags: Vec::new(),
+        };
+        view.flags = view.flags_seen();
+        view
+    }
+
+    /// One node holding `value` with `pttl_ms` (single mode: the main Redis).
+    pub fn held_on(node: &str, value: String, pttl_ms: i64) -> NodeLock {
+        NodeLock {
+            node: node.to_string(),
+            state: NodeLockState::Held {
+                holder: LockHolder::from_value(&value),
+                value,
+                pttl_ms,
+            },
+        }
+    }
+
+    /// The flags the nodes' answers show by themselves (the owner's heartbeat aside).
+    fn flags_seen(&self) -> Vec<LockFlag> {
+        let mut flags = Vec::new();
+        if self.pttl_ms() == Some(-1) {
+            flags.push(LockFlag::NoTtl);
+        }
+        if self.other_type().is_some() {
+            flags.push(LockFlag::OtherType);
+        } else if !self.values().is_empty() && self.holder().is_none() {
+            flags.push(LockFlag::Undecodable);
+        }
+        if self.quorum().is_some_and(|q| !q.reached) {
+            flags.push(LockFlag::NoQuorum);
+        }
+        flags.sort();
+        flags
+    }
+
+    /// Judge the holder against the instances with a heartbeat (None: they could not be read).
+    pub fn judge_owner(&mut self, live: Option<&BTreeSet<String>>) {
+        self.owner_alive = match (self.holder(), live) {
+            (Some(h), Some(live)) => Some(live.contains(&h.instance)),
+            _ => None,
+        };
+        self.flags.retain(|f| *f != LockFlag::DeadOwner);
+        if self.owner_alive == Some(false) {
+            self.flags.push(LockFlag::DeadOwner);
+            self.flags.sort();
+        }
+    }
+
+    /// The holder held on most nodes (by instance and nonce — one acquisition: RedLock nodes
+    /// carry the same holder with their own fence numbers). Under RedLock it holds the lock only
+    /// if [`LockView::agreeing_nodes`] reaches the quorum.
     pub fn holder(&self) -> Option<&LockHolder> {
-        let mut counts: Vec<(&str, usize, &LockHolder)> = Vec::new();
+        let mut counts: Vec<(usize, &LockHolder)> = Vec::new();
         for h in self.holders() {
-            match counts.iter_mut().find(|(n, _, _)| *n == h.nonce) {
-                Some(c) => c.1 += 1,
-                None => counts.push((&h.nonce, 1, h)),
+            match counts.iter_mut().find(|(_, o)| same_acquisition(o, h)) {
+                Some(c) => c.0 += 1,
+                None => counts.push((1, h)),
             }
         }
         // First of the most common, so ties go to the first node.
-        let best = counts.iter().map(|c| c.1).max()?;
-        counts.into_iter().find(|c| c.1 == best).map(|c| c.2)
+        let best = counts.iter().map(|c| c.0).max()?;
+        counts.into_iter().find(|c| c.0 == best).map(|c| c.1)
     }
 
     /// Nodes holding the same holder as [`LockView::holder`].
     pub fn agreeing_nodes(&self) -> usize {
         match self.holder() {
-            Some(h) => self.holders().filter(|o| o.nonce == h.nonce).count(),
+            Some(h) => self.holders().filter(|o| same_acquisition(o, h)).count(),
             None => 0,
         }
+    }
+
+    /// RedLock only: how many nodes agree on the holder, and whether that is a majority.
+    pub fn quorum(&self) -> Option<Quorum> {
+        if self.scope != LockMode::Redlock || self.is_free() {
+            return None;
+        }
+        // Without an idemguard holder (a foreign value, a Redisson hash), nodes agree when they
+        // hold the same thing: the same raw value, or a key of the same type.
+        let agreeing = match self.holder() {
+            Some(_) => self.agreeing_nodes(),
+            None => self.most_common_raw(),
+        };
+        Some(Quorum {
+            agreeing,
+            nodes: self.nodes.len(),
+            reached: agreeing >= redlock::quorum(self.nodes.len()),
+        })
     }
 
     /// The holder's fence token: the largest over the nodes that agree on it.
     pub fn fence(&self) -> Option<FenceToken> {
         let h = self.holder()?;
         self.holders()
-            .filter(|o| o.nonce == h.nonce)
+            .filter(|o| same_acquisition(o, h))
             .map(|o| FenceToken(o.fence))
             .max()
     }
@@ -130,6 +311,35 @@ impl LockView {
             return Some(-1);
         }
         ttls.into_iter().min()
+    }
+
+    /// The PTTL counted down from when it was read (never below 0; -1 stays -1, -2: not held).
+    pub fn pttl_now(&self, now_ms: i64) -> i64 {
+        match self.pttl_ms() {
+            None => -2,
+            Some(p) if p < 0 => p,
+            Some(p) => (p - (now_ms - self.read_at_ms)).max(0),
+        }
+    }
+
+    /// The value the view shows: the holder's (on the first node agreeing on it), else the first
+    /// value held; "" when none is.
+    pub fn value(&self) -> &str {
+        let shown = self.holder();
+        let held = || {
+            self.nodes.iter().filter_map(|n| match &n.state {
+                NodeLockState::Held { value, holder, .. } => Some((value, holder)),
+                _ => None,
+            })
+        };
+        held()
+            .find(|(_, h)| match (h, shown) {
+                (Some(h), Some(s)) => same_acquisition(h, s),
+                (None, None) => true,
+                _ => false,
+            })
+            .or_else(|| held().next())
+            .map_or("", |(v, _)| v.as_str())
     }
 
     /// Distinct raw values, in node order: pass each to `release_if_value` to clear the lock
@@ -180,6 +390,23 @@ impl LockView {
         keys::ids_of_lock(&self.key)
     }
 
+    /// How many nodes hold the most common raw value (or key type).
+    fn most_common_raw(&self) -> usize {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for n in &self.nodes {
+            let seen = match &n.state {
+                NodeLockState::Held { value, .. } => value.as_str(),
+                NodeLockState::Other { redis_type, .. } => redis_type.as_str(),
+                _ => continue,
+            };
+            match counts.iter_mut().find(|(v, _)| *v == seen) {
+                Some(c) => c.1 += 1,
+                None => counts.push((seen, 1)),
+            }
+        }
+        counts.into_iter().map(|c| c.1).max().unwrap_or(0)
+    }
+
     fn holders(&self) -> impl Iterator<Item = &LockHolder> {
         self.nodes.iter().filter_map(|n| match &n.state {
             NodeLockState::Held {
@@ -188,6 +415,99 @@ impl LockView {
             _ => None,
         })
     }
+}
+
+/// The JSON form of a [`LockView`]: a row of `idemguard locks --json` and the `before`/`after`
+/// of an audited release (documented in `console/mod.rs`).
+#[derive(Serialize)]
+struct LockViewJson<'a> {
+    key: &'a str,
+    scope: LockMode,
+    #[serde(rename = "type")]
+    redis_type: &'a str,
+    value: &'a str,
+    holder: Option<&'a LockHolder>,
+    pttl_ms: i64,
+    read_at_ms: i64,
+    owner_alive: Option<bool>,
+    fence_counter: Option<i64>,
+    flags: &'a [LockFlag],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<NodeHoldingJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quorum: Option<Quorum>,
+}
+
+/// What one node holds under the key (RedLock, or a node that could not be read).
+#[derive(Serialize)]
+struct NodeHoldingJson<'a> {
+    node: &'a str,
+    /// None when this node does not have the key (or could not be read).
+    value: Option<&'a str>,
+    /// -1 = no TTL; -2 = not on this node.
+    pttl_ms: i64,
+    /// This node holds the holder the quorum is counted for.
+    agrees: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+impl Serialize for LockView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let holder = self.holder();
+        let shown = self.scope == LockMode::Redlock || !self.unreachable().is_empty();
+        let nodes = match shown {
+            false => Vec::new(),
+            true => self.nodes.iter().map(|n| node_json(n, holder)).collect(),
+        };
+        LockViewJson {
+            key: &self.key,
+            scope: self.scope,
+            redis_type: self.other_type().unwrap_or("string"),
+            value: self.value(),
+            holder: self.holder(),
+            pttl_ms: self.pttl_ms().unwrap_or(-2),
+            read_at_ms: self.read_at_ms,
+            owner_alive: self.owner_alive,
+            fence_counter: self.fence_counter,
+            flags: &self.flags,
+            nodes,
+            quorum: self.quorum(),
+        }
+        .serialize(s)
+    }
+}
+
+fn node_json<'a>(n: &'a NodeLock, shown: Option<&LockHolder>) -> NodeHoldingJson<'a> {
+    let (value, pttl_ms, agrees, error) = match &n.state {
+        NodeLockState::Held {
+            value,
+            holder,
+            pttl_ms,
+        } => {
+            let agrees = matches!((holder, shown), (Some(h), Some(s)) if same_acquisition(h, s));
+            (Some(value.as_str()), *pttl_ms, agrees, None)
+        }
+        NodeLockState::Other { pttl_ms, .. } => (None, *pttl_ms, false, None),
+        NodeLockState::Absent => (None, -2, false, None),
+        NodeLockState::Unreachable { error } => (None, -2, false, Some(error.as_str())),
+    };
+    NodeHoldingJson {
+        node: &n.node,
+        value,
+        pttl_ms,
+        agrees,
+        error,
+    }
+}
+
+/// One acquisition seen on two nodes: the same instance and nonce (the fence may differ).
+fn same_acquisition(a: &LockHolder, b: &LockHolder) -> bool {
+    a.nonce == b.nonce && a.instance == b.instance
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
 }
 
 async fn scan_node(
@@ -221,23 +541,41 @@ async fn scan_node(
     }
 }
 
-/// TYPE, GET and PTTL of `keys` on `node`, in MULTI so a key cannot expire between them. The
-/// GET of a key of another type fails alone (`ignore_errors`): one such key — a Redisson lock is
-/// a hash — must not hide every other lock (issue 15).
-async fn fetch_node(node: &Node, keys: &[String]) -> Result<Vec<NodeLockState>, NodeError> {
+/// TYPE, GET and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI so a key
+/// cannot expire between them. The GET of a key of another type fails alone (`ignore_errors`):
+/// one such key — a Redisson lock is a hash — must not hide every other lock (issue 15).
+async fn fetch_node(
+    node: &Node,
+    keys: &[String],
+) -> Result<Vec<(NodeLockState, Option<i64>)>, NodeError> {
     let mut out = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(FETCH_CHUNK) {
+    for (i, chunk) in keys.chunks(FETCH_CHUNK).enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
         let mut pipe = redis::pipe();
         pipe.atomic().ignore_errors();
         for k in chunk {
             pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
+            pipe.cmd("GET").arg(keys::fence(k));
         }
         let values: Vec<Value> = node
             .run(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
-        out.extend(values.chunks(3).map(node_lock_state));
+        out.extend(
+            values
+                .chunks(4)
+                .map(|a| (node_lock_state(&a[..3]), fence_of(&a[3]))),
+        );
     }
     Ok(out)
+}
+
+fn fence_of(answer: &Value) -> Option<i64> {
+    match answer {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
 }
 
 /// One key's TYPE, GET and PTTL answers.
@@ -263,76 +601,98 @@ fn node_lock_state(answers: &[Value]) -> NodeLockState {
     }
 }
 
+/// `keys` as every node of `scope` sees them.
+async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<LockView> {
+    let at = now_ms();
+    let fetched = join_all(nodes.iter().map(|n| fetch_node(n, keys))).await;
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let answers = nodes
+                .iter()
+                .zip(&fetched)
+                .map(|(n, f)| {
+                    let (state, fence) = match f {
+                        Ok(states) => states[i].clone(),
+                        Err(e) => (
+                            NodeLockState::Unreachable {
+                                error: e.to_string(),
+                            },
+                            None,
+                        ),
+                    };
+                    (
+                        NodeLock {
+                            node: n.addr.clone(),
+                            state,
+                        },
+                        fence,
+                    )
+                })
+                .collect();
+            LockView::read(key.clone(), scope, answers, at)
+        })
+        .collect()
+}
+
+/// Every `lock:*` key on `nodes` (up to `limit` per node), each as every node sees it. A node
+/// that is down shows as unreachable; the others are still listed.
+async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize) -> LockScan {
+    let started = Instant::now();
+    let read_at_ms = now_ms();
+    let role = match scope {
+        LockMode::Single => "main",
+        LockMode::Redlock => "redlock",
+    };
+    let scans = join_all(nodes.iter().map(|n| async move {
+        let t = Instant::now();
+        (scan_node(n, keys::LOCK_PATTERN, limit).await, ms(t))
+    }))
+    .await;
+    let mut all: BTreeSet<String> = BTreeSet::new();
+    let mut out = LockScan {
+        read_at_ms,
+        ..LockScan::default()
+    };
+    for (n, (s, scan_ms)) in nodes.iter().zip(scans) {
+        let (ok, error, keys) = match s {
+            Ok((found, more)) => {
+                out.truncated |= more;
+                let n = found.len();
+                all.extend(found);
+                (true, None, n)
+            }
+            Err(e) => (false, Some(e.to_string()), 0),
+        };
+        out.nodes.push(NodeScan {
+            node: n.addr.clone(),
+            role,
+            ok,
+            error,
+            keys,
+            scan_ms,
+        });
+    }
+    let keys: Vec<String> = all.into_iter().collect();
+    out.locks = fetch(nodes, scope, &keys).await;
+    out.scan_ms = ms(started);
+    out
+}
+
 impl Locks {
     /// Every `lock:*` key on every lock node (up to `limit` keys per node), each with its value,
-    /// decoded holder and PTTL per node. A node that is down shows as unreachable; the others
-    /// are still listed.
+    /// decoded holder, PTTL and fence counter per node. A node that is down shows as
+    /// unreachable; the others are still listed. Owners are not judged (see [`LockInspector`]).
     pub async fn scan_locks(&self, limit: usize) -> LockScan {
-        let nodes = &self.inner.nodes;
-        let scans = join_all(
-            nodes
-                .iter()
-                .map(|n| scan_node(n, keys::LOCK_PATTERN, limit)),
-        )
-        .await;
-        let mut all: BTreeSet<String> = BTreeSet::new();
-        let mut truncated = false;
-        let mut node_rows = Vec::new();
-        for (n, s) in nodes.iter().zip(&scans) {
-            match s {
-                Ok((found, more)) => {
-                    truncated |= *more;
-                    all.extend(found.iter().cloned());
-                    node_rows.push(NodeScan {
-                        node: n.addr.clone(),
-                        error: None,
-                    });
-                }
-                Err(e) => node_rows.push(NodeScan {
-                    node: n.addr.clone(),
-                    error: Some(e.to_string()),
-                }),
-            }
-        }
-        let keys: Vec<String> = all.into_iter().collect();
-        let locks = self.fetch(&keys).await;
-        LockScan {
-            locks,
-            nodes: node_rows,
-            truncated,
-        }
+        scan(&self.inner.nodes, self.inner.mode, limit).await
     }
 
-    /// One lock key as every node sees it (the console's trace view of an order).
+    /// One lock key as every node sees it: what a release compares and audits.
     pub async fn inspect(&self, key: &str) -> LockView {
-        self.fetch(&[key.to_string()])
+        fetch(&self.inner.nodes, self.inner.mode, &[key.to_string()])
             .await
             .pop()
             .expect("one view per key")
-    }
-
-    async fn fetch(&self, keys: &[String]) -> Vec<LockView> {
-        let nodes = &self.inner.nodes;
-        let fetched = join_all(nodes.iter().map(|n| fetch_node(n, keys))).await;
-        keys.iter()
-            .enumerate()
-            .map(|(i, key)| LockView {
-                key: key.clone(),
-                nodes: nodes
-                    .iter()
-                    .zip(&fetched)
-                    .map(|(n, f)| NodeLock {
-                        node: n.addr.clone(),
-                        state: match f {
-                            Ok(states) => states[i].clone(),
-                            Err(e) => NodeLockState::Unreachable {
-                                error: e.to_string(),
-                            },
-                        },
-                    })
-                    .collect(),
-            })
-            .collect()
     }
 
     /// Compare-and-delete of the exact value an operator saw, on every node: a node holding
@@ -457,4 +817,131 @@ fn split<T>(
         }
     }
     (ok, failures)
+}
+
+/// Read-only: every lock the configuration names, on the main Redis (single-mode locks) and on
+/// the RedLock nodes, each holder judged against the heartbeats — what the console and
+/// `idemguard locks` show. Nothing here writes; it needs no lock service (no instance, no
+/// tracer), and a node that is down is reported, never waited for.
+pub struct LockInspector {
+    main: Vec<Arc<Node>>,
+    redlock: Vec<Arc<Node>>,
+    liveness: Liveness,
+}
+
+/// The locks of one trace: the keys found on some node, and the nodes that could not be read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InspectedKeys {
+    pub locks: Vec<LockView>,
+    pub node_errors: Vec<String>,
+}
+
+impl LockInspector {
+    pub fn from_config(config: &Config) -> Result<LockInspector, LockError> {
+        let timeout = config.redis.command_timeout;
+        let main = Arc::new(Node::open(&config.redis.url, timeout)?);
+        let redlock = config
+            .redis
+            .redlock_nodes
+            .iter()
+            .map(|u| Node::open(u, timeout).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LockInspector {
+            liveness: Liveness::new(main.clone(), config.instance.heartbeat_ttl),
+            main: vec![main],
+            redlock,
+        })
+    }
+
+    /// host:port of the main Redis.
+    pub fn main_node(&self) -> &str {
+        &self.main[0].addr
+    }
+
+    /// Every lock on the main Redis and on each RedLock node (up to `limit` keys per node), and
+    /// the heartbeats its owners are judged against.
+    pub async fn scan(&self, limit: usize) -> LockScan {
+        let started = Instant::now();
+        let (mut out, redlock, live) = tokio::join!(
+            scan(&self.main, LockMode::Single, limit),
+            scan(&self.redlock, LockMode::Redlock, limit),
+            self.liveness.live_instances(),
+        );
+        out.locks.extend(redlock.locks);
+        out.nodes.extend(redlock.nodes);
+        out.truncated |= redlock.truncated;
+        out.live_instances = live.ok();
+        for view in &mut out.locks {
+            view.judge_owner(out.live_instances.as_ref());
+        }
+        out.locks.sort_by(|a, b| {
+            a.key
+                .cmp(&b.key)
+                .then((a.scope as u8).cmp(&(b.scope as u8)))
+        });
+        out.scan_ms = ms(started);
+        out
+    }
+
+    /// `lock_keys` on the main Redis and the RedLock nodes, those found on some node judged by
+    /// their holders' heartbeats (EXISTS of each holder, never a SCAN of every heartbeat: a
+    /// trace stays fast whatever the size of the keyspace). Err when the main Redis is down.
+    pub async fn inspect(&self, lock_keys: &[String]) -> Result<InspectedKeys, NodeError> {
+        let (main, redlock) = tokio::join!(
+            fetch(&self.main, LockMode::Single, lock_keys),
+            fetch(&self.redlock, LockMode::Redlock, lock_keys),
+        );
+        if let Some(NodeLockState::Unreachable { error }) = main.first().map(|v| &v.nodes[0].state)
+        {
+            return Err(NodeError {
+                node: self.main_node().to_string(),
+                problem: error.clone(),
+                unreachable: true,
+            });
+        }
+        let mut out = InspectedKeys::default();
+        for view in main.into_iter().chain(redlock) {
+            for e in view.unreachable() {
+                if !out.node_errors.contains(&e) {
+                    out.node_errors.push(e);
+                }
+            }
+            if !view.is_free() {
+                out.locks.push(view);
+            }
+        }
+        let mut owners: Vec<String> = out
+            .locks
+            .iter()
+            .filter_map(|v| v.holder().map(|h| h.instance.clone()))
+            .collect();
+        owners.sort();
+        owners.dedup();
+        let live: Option<BTreeSet<String>> = match self.liveness.are_alive(&owners).await {
+            Ok(alive) => Some(
+                owners
+                    .into_iter()
+                    .zip(alive)
+                    .filter(|(_, a)| *a)
+                    .map(|(o, _)| o)
+                    .collect(),
+            ),
+            Err(_) => None,
+        };
+        for view in &mut out.locks {
+            view.judge_owner(live.as_ref());
+        }
+        Ok(out)
+    }
+
+    /// GET and PTTL of one key on the main Redis (a trace's fast-path key `idem:{requestId}`);
+    /// None when it is not there.
+    pub async fn main_value(&self, key: &str) -> Result<Option<(String, i64)>, NodeError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        let (value, pttl): (Option<String>, i64) = self.main[0]
+            .run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
+        Ok(value.map(|v| (v, pttl)))
+    }
 }

@@ -3,6 +3,7 @@
 //! PROCESSING record whose owner has no heartbeat is provably stale: the API layer may reclaim
 //! it and the console flags it — instead of guessing from a TTL alone.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::node::Node;
-use super::LockError;
+use super::{LockError, SCAN_COUNT};
 use crate::contracts::{keys, now_ms, Instance};
 
 /// The value of `instance:{id}`: who the process is and when it started (compact JSON).
@@ -126,6 +127,31 @@ impl Liveness {
             .run(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
         Ok(found.into_iter().map(|n| n == 1).collect())
+    }
+
+    /// Every instance with a heartbeat (`instance:*`), by SCAN (never KEYS) with the lock
+    /// layer's one page size: the console's lock list judges every owner against this set.
+    pub async fn live_instances(&self) -> Result<BTreeSet<String>, LockError> {
+        let prefix = keys::instance("");
+        let mut live = BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, page): (u64, Vec<String>) = self.node.query(&scan).await?;
+            live.extend(
+                page.into_iter()
+                    .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)),
+            );
+            if next == 0 {
+                return Ok(live);
+            }
+            cursor = next;
+        }
     }
 
     /// The heartbeat of an instance, if it is alive.

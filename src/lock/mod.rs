@@ -23,6 +23,7 @@
 //! Both modes sit behind one type, [`Locks`], chosen by `lock.mode`.
 
 mod batch;
+mod conn;
 mod inspect;
 mod liveness;
 mod node;
@@ -43,9 +44,16 @@ use crate::config::{Config, LockConfig, LockMode};
 use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, TraceEvent};
 use crate::trace::Tracer;
 
-pub use inspect::{LockScan, LockView, NodeLock, NodeLockState, NodeScan};
+pub use conn::NodeError;
+/// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
+/// the server well under a millisecond, so other clients are never held up by a reader.
+pub const SCAN_COUNT: usize = 500;
+
+pub use inspect::{
+    InspectedKeys, LockFlag, LockInspector, LockScan, LockView, NodeLock, NodeLockState, NodeScan,
+    Quorum,
+};
 pub use liveness::{Heartbeat, InstanceBeat, Liveness};
-pub use node::NodeError;
 pub use scripts::NodeRelease;
 
 use node::Node;
@@ -273,7 +281,7 @@ struct Inner {
 
 /// What one node said it holds for us after an acquire.
 #[derive(Debug, Clone)]
-pub(crate) enum Claim {
+pub(crate) enum NodeHold {
     /// The node took our SET; this is the exact value (with its fence).
     Known(Arc<str>),
     /// The node did not answer: it may hold our value with a fence we do not know.
@@ -284,7 +292,7 @@ pub(crate) enum Claim {
 
 pub(crate) enum Attempt {
     Granted {
-        claims: Vec<Claim>,
+        holds: Vec<NodeHold>,
         fence: i64,
     },
     Contended {
@@ -407,14 +415,14 @@ impl Locks {
             let parts = ValueParts::of(&holder);
             let t0 = Instant::now();
             match self.attempt(&key, &fence_key, &parts, ttl_ms).await? {
-                Attempt::Granted { claims, fence } => {
+                Attempt::Granted { holds, fence } => {
                     let elapsed = t0.elapsed();
                     match self.validity(ttl, elapsed) {
                         Some(validity) => {
                             let holder = LockHolder { fence, ..holder };
-                            let granted = claims
+                            let granted = holds
                                 .iter()
-                                .filter(|c| matches!(c, Claim::Known(_)))
+                                .filter(|c| matches!(c, NodeHold::Known(_)))
                                 .count();
                             self.emit(
                                 Outcome::LockAcquired,
@@ -431,14 +439,14 @@ impl Locks {
                                 key,
                                 holder,
                                 parts,
-                                claims,
+                                holds,
                                 ttl,
                                 t0 + validity,
                                 options.watchdog,
                             )));
                         }
                         None => {
-                            self.release_claims(&key, &claims, &parts).await;
+                            self.release_claims(&key, &holds, &parts).await;
                             if attempt == attempts {
                                 return Err(LockError::NoValidity {
                                     key: key_name.into(),
@@ -531,13 +539,13 @@ impl Locks {
         batch::FenceLife::now(self.inner.config.fence_ttl)
     }
 
-    async fn renew_claims(&self, key: &Arc<str>, claims: &[Claim], ttl_ms: u64) -> Renewal {
+    async fn renew_claims(&self, key: &Arc<str>, holds: &[NodeHold], ttl_ms: u64) -> Renewal {
         match self.inner.mode {
             LockMode::Single => {
-                single::renew(&self.inner.nodes[0], key, claims, ttl_ms, self.fence_life()).await
+                single::renew(&self.inner.nodes[0], key, holds, ttl_ms, self.fence_life()).await
             }
             LockMode::Redlock => {
-                redlock::renew(&self.inner.nodes, key, claims, ttl_ms, self.fence_life()).await
+                redlock::renew(&self.inner.nodes, key, holds, ttl_ms, self.fence_life()).await
             }
         }
     }
@@ -545,14 +553,14 @@ impl Locks {
     async fn release_claims(
         &self,
         key: &Arc<str>,
-        claims: &[Claim],
+        holds: &[NodeHold],
         parts: &ValueParts,
     ) -> ReleaseReport {
         let nodes = match self.inner.mode {
             LockMode::Single => {
-                vec![single::release(&self.inner.nodes[0], key, claims, parts).await]
+                vec![single::release(&self.inner.nodes[0], key, holds, parts).await]
             }
-            LockMode::Redlock => redlock::release(&self.inner.nodes, key, claims, parts).await,
+            LockMode::Redlock => redlock::release(&self.inner.nodes, key, holds, parts).await,
         };
         ReleaseReport {
             key: key.to_string(),
@@ -631,7 +639,7 @@ pub(crate) struct Held {
     key: Arc<str>,
     holder: LockHolder,
     parts: ValueParts,
-    claims: Vec<Claim>,
+    holds: Vec<NodeHold>,
     ttl: Duration,
     lost: CancellationToken,
     lost_reason: Mutex<Option<String>>,
@@ -675,7 +683,7 @@ impl LockGuard {
         key: Arc<str>,
         holder: LockHolder,
         parts: ValueParts,
-        claims: Vec<Claim>,
+        holds: Vec<NodeHold>,
         ttl: Duration,
         valid_until: Instant,
         watchdog: bool,
@@ -684,7 +692,7 @@ impl LockGuard {
             key,
             holder,
             parts,
-            claims,
+            holds,
             ttl,
             lost: CancellationToken::new(),
             lost_reason: Mutex::new(None),
@@ -771,7 +779,7 @@ impl LockGuard {
 async fn release_held(locks: &Locks, held: &Held) -> Result<ReleaseReport, LockError> {
     let started = Instant::now();
     let report = locks
-        .release_claims(&held.key, &held.claims, &held.parts)
+        .release_claims(&held.key, &held.holds, &held.parts)
         .await;
     locks.conclude_release(report, Some(held.holder.fence), "holder", started)
 }

@@ -25,7 +25,7 @@ use futures::future::join_all;
 use super::batch::FenceLife;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
-use super::{Attempt, Claim, LockError, Renewal};
+use super::{Attempt, LockError, NodeHold, Renewal};
 
 pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
@@ -47,7 +47,7 @@ pub(crate) async fn attempt(
             .map(|n| scripts::acquire(n, key, fence_key, parts, ttl_ms, fence)),
     )
     .await;
-    let mut claims = Vec::with_capacity(nodes.len());
+    let mut holds = Vec::with_capacity(nodes.len());
     let mut fences: Vec<(usize, i64)> = Vec::new();
     // Nodes usually agree on the fence: one value string for all of them.
     let mut values: Vec<(i64, Arc<str>)> = Vec::new();
@@ -65,16 +65,16 @@ pub(crate) async fn attempt(
                         v
                     }
                 };
-                claims.push(Claim::Known(value));
+                holds.push(NodeHold::Known(value));
             }
             Ok(NodeAcquire::Held { current, pttl_ms }) => {
                 held.get_or_insert((current, pttl_ms));
-                claims.push(Claim::None);
+                holds.push(NodeHold::None);
             }
             Err(e) => {
                 // It may have taken our SET and only the reply was lost: released by holder.
                 failures.push(e);
-                claims.push(Claim::Unknown);
+                holds.push(NodeHold::Unknown);
             }
         }
     }
@@ -102,9 +102,9 @@ pub(crate) async fn attempt(
             }
         }
         if settled >= needed {
-            return Ok(Attempt::Granted { claims, fence: max });
+            return Ok(Attempt::Granted { holds, fence: max });
         }
-        release(nodes, key, &claims, parts).await;
+        release(nodes, key, &holds, parts).await;
         return Err(LockError::NoQuorum {
             key: key.to_string(),
             granted: settled,
@@ -115,7 +115,7 @@ pub(crate) async fn attempt(
     }
 
     // No quorum: take back whatever we got, on every node that may hold our value.
-    release(nodes, key, &claims, parts).await;
+    release(nodes, key, &holds, parts).await;
     if failures.len() > nodes.len() - needed {
         return Err(LockError::NoQuorum {
             key: key.to_string(),
@@ -132,14 +132,14 @@ pub(crate) async fn attempt(
 pub(crate) async fn renew(
     nodes: &[Arc<Node>],
     key: &Arc<str>,
-    claims: &[Claim],
+    holds: &[NodeHold],
     ttl_ms: u64,
     fence: FenceLife,
 ) -> Renewal {
     let needed = quorum(nodes.len());
-    let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
+    let answers = join_all(nodes.iter().zip(holds).map(|(n, c)| async move {
         match c {
-            Claim::Known(value) => Some(scripts::renew(n, key, value, ttl_ms, fence).await),
+            NodeHold::Known(value) => Some(scripts::renew(n, key, value, ttl_ms, fence).await),
             _ => None,
         }
     }))
@@ -173,14 +173,14 @@ pub(crate) async fn renew(
 pub(crate) async fn release(
     nodes: &[Arc<Node>],
     key: &Arc<str>,
-    claims: &[Claim],
+    holds: &[NodeHold],
     parts: &ValueParts,
 ) -> Vec<(String, NodeRelease)> {
-    let answers = join_all(nodes.iter().zip(claims).map(|(n, c)| async move {
+    let answers = join_all(nodes.iter().zip(holds).map(|(n, c)| async move {
         let outcome = match c {
-            Claim::Known(value) => scripts::release(n, key, value).await,
-            Claim::Unknown => scripts::release_by_holder(n, key, parts).await,
-            Claim::None => return None,
+            NodeHold::Known(value) => scripts::release(n, key, value).await,
+            NodeHold::Unknown => scripts::release_by_holder(n, key, parts).await,
+            NodeHold::None => return None,
         };
         Some((
             n.addr.clone(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::batch::FenceLife;
 use super::node::Node;
 use super::scripts::{self, NodeAcquire, NodeRelease, ValueParts};
-use super::{Attempt, Claim, LockError, Renewal};
+use super::{Attempt, LockError, NodeHold, Renewal};
 
 pub(crate) async fn attempt(
     node: &Node,
@@ -19,7 +19,7 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt, LockError> {
     match scripts::acquire(node, key, fence_key, parts, ttl_ms, fence).await? {
         NodeAcquire::Granted { fence } => Ok(Attempt::Granted {
-            claims: vec![Claim::Known(parts.value(fence).into())],
+            holds: vec![NodeHold::Known(parts.value(fence).into())],
             fence,
         }),
         NodeAcquire::Held { current, pttl_ms } => Ok(Attempt::Contended {
@@ -32,11 +32,11 @@ pub(crate) async fn attempt(
 pub(crate) async fn renew(
     node: &Node,
     key: &Arc<str>,
-    claims: &[Claim],
+    holds: &[NodeHold],
     ttl_ms: u64,
     fence: FenceLife,
 ) -> Renewal {
-    let Some(Claim::Known(value)) = claims.first() else {
+    let Some(NodeHold::Known(value)) = holds.first() else {
         return Renewal::NotHeld;
     };
     match scripts::renew(node, key, value, ttl_ms, fence).await {
@@ -49,12 +49,12 @@ pub(crate) async fn renew(
 pub(crate) async fn release(
     node: &Node,
     key: &Arc<str>,
-    claims: &[Claim],
+    holds: &[NodeHold],
     parts: &ValueParts,
 ) -> (String, NodeRelease) {
-    let outcome = match claims.first() {
-        Some(Claim::Known(value)) => scripts::release(node, key, value).await,
-        Some(Claim::Unknown) => scripts::release_by_holder(node, key, parts).await,
+    let outcome = match holds.first() {
+        Some(NodeHold::Known(value)) => scripts::release(node, key, value).await,
+        Some(NodeHold::Unknown) => scripts::release_by_holder(node, key, parts).await,
         _ => Ok(NodeRelease::NotHeld { current: None }),
     };
     (

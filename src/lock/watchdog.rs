@@ -89,7 +89,7 @@ async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = locks.renew_claims(&held.key, &held.claims, ttl_ms) => Some(r),
+            r = locks.renew_claims(&held.key, &held.holds, ttl_ms) => Some(r),
             _ = sleep_until(deadline.into()) => None,
         };
         match outcome {

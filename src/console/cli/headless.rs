@@ -15,7 +15,7 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 
 use crate::console::columns;
 use crate::console::read::bounded::read_trace_log;
-use crate::console::read::locks::{self, LockScan};
+use crate::console::read::locks;
 use crate::console::read::records::{self, StuckRecord};
 use crate::console::read::sources::{
     blocking, connect_database, BackendId, BackendStatus, POLL_TIMEOUT,
@@ -24,6 +24,7 @@ use crate::console::read::store::RateTable;
 use crate::console::read::timeline::Timeline;
 use crate::console::read::topics::{self, PartitionLag, StartAt};
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
+use crate::lock::{Liveness, LockInspector, LockScan};
 
 /// The `schema` field of every headless document.
 pub const SCHEMA: &str = "idemguard.console/v1";
@@ -194,20 +195,13 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
 /// `idemguard locks`.
 pub async fn locks(config: &Config) -> Document<LockScan> {
     let started = Instant::now();
-    let scan = match locks::nodes_of(config) {
-        Ok((mut main, mut redlock)) => locks::scan_locks(&mut main, &mut redlock).await,
-        Err(e) => LockScan {
-            nodes: vec![locks::NodeScan {
-                node: crate::config::host_port(&config.redis.url),
-                role: "main",
-                ok: false,
-                error: Some(format!("{e:#}")),
-                keys: 0,
-                scan_ms: 0.0,
-            }],
-            read_at_ms: now_ms(),
-            ..Default::default()
-        },
+    let scan = match LockInspector::from_config(config) {
+        Ok(inspector) => inspector.scan(locks::LOCK_LIST_LIMIT).await,
+        Err(e) => LockScan::failed(
+            crate::config::host_port(&config.redis.url),
+            "main",
+            format!("{e:#}"),
+        ),
     };
     let err = (!scan.all_nodes_ok()).then(|| {
         scan.nodes
@@ -333,13 +327,7 @@ pub async fn stuck(config: &Config) -> Document<StuckData> {
         r
     };
     let t_redis = Instant::now();
-    let redis_part = async {
-        let (mut main, _) = locks::nodes_of(config)?;
-        let mut c = main.conn().await?;
-        locks::live_instances(&mut c)
-            .await
-            .map_err(|e| main.error(e))
-    };
+    let redis_part = async { anyhow::Ok(Liveness::from_config(config)?.live_instances().await?) };
     let (records, live) = tokio::join!(
         tokio::time::timeout(POLL_TIMEOUT, db_part),
         tokio::time::timeout(POLL_TIMEOUT, redis_part)

@@ -13,10 +13,11 @@ use serde_json::json;
 use crate::contracts::{Outcome, TraceEvent, TraceTarget};
 
 use crate::console::format::{age, pttl, short};
-use crate::console::read::locks::{LockRow, TraceKeys};
+use crate::console::read::locks::TraceKeys;
 use crate::console::read::records::{IdempotencyRow, OrderRow, OutboxRow, TraceRows};
 use crate::console::read::store::event_ms;
 use crate::console::read::topics::PaymentMessage;
+use crate::lock::LockView;
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -418,8 +419,8 @@ fn effects_of(id: &String, input: &TimelineInputs<'_>) -> EventEffects {
     }
 }
 
-fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
-    let holder = match &l.holder {
+fn lock_entry(l: &LockView, now: i64) -> TimelineEntry {
+    let holder = match l.holder() {
         Some(h) => format!(
             "held by {} (host {} pid {}) fence {} since {}",
             h.instance,
@@ -428,7 +429,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
             h.fence,
             age(now - h.acquired_at)
         ),
-        None => format!("value {}", short(&l.value(), 40)),
+        None => format!("value {}", short(l.value(), 40)),
     };
     let alive = match l.owner_alive {
         Some(true) => " · owner alive",
@@ -436,7 +437,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
         None => "",
     };
     let quorum = l
-        .quorum
+        .quorum()
         .map(|q| {
             format!(
                 " · quorum {}/{}{}",
@@ -447,7 +448,7 @@ fn lock_entry(l: &LockRow, now: i64) -> TimelineEntry {
         })
         .unwrap_or_default();
     TimelineEntry {
-        at_ms: l.holder.as_ref().map(|h| h.acquired_at),
+        at_ms: l.holder().map(|h| h.acquired_at),
         layer: "lock",
         source: format!("{} ({})", l.key, l.scope),
         summary: format!("{holder} · PTTL {}{alive}{quorum}", pttl(l.pttl_now(now))),

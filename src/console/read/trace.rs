@@ -29,6 +29,7 @@ use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
 use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::lock::LockInspector;
 
 /// What a trace is assembled from; any piece may be missing (its source is down or not read).
 pub struct TracePieces<'a> {
@@ -216,10 +217,9 @@ fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {
 async fn read_keys(config: &Config, ids: &TraceIds) -> (Option<TraceKeys>, BackendStatus) {
     let started = Instant::now();
     let keys = async {
-        let (mut main, mut redlock) = locks::nodes_of(config)?;
+        let inspector = LockInspector::from_config(config)?;
         locks::trace_keys(
-            &mut main,
-            &mut redlock,
+            &inspector,
             ids.order_no.as_deref(),
             ids.request_id.as_deref(),
         )

@@ -12,7 +12,6 @@ use crate::config::{Config, EnvironmentConfig};
 use crate::contracts::{keys, now_ms, TraceTarget};
 
 use crate::console::columns;
-use crate::console::read::locks::LockScan;
 use crate::console::read::locks::TraceKeys;
 use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, TraceLog};
@@ -22,6 +21,7 @@ use crate::console::read::trace::{self, TracePieces};
 use crate::console::tui::backend::{BackendId, ExecRequest, Focus, TopicProgress, Update};
 use crate::console::tui::confirm::{self, Confirm, RowResult};
 use crate::console::tui::keymap::{self, Command, UiAction, View, REFRESH_STEPS};
+use crate::lock::LockScan;
 use crate::ops::{ActionResult, AuditRow};
 
 /// How often the timeline's relative times (ages, PTTLs) are recomputed without new data.
@@ -599,7 +599,7 @@ impl App {
         self.clipboard_out.take()
     }
 
-    pub fn selected_lock(&self) -> Option<&crate::console::read::locks::LockRow> {
+    pub fn selected_lock(&self) -> Option<&crate::lock::LockView> {
         let i = *self
             .filtered
             .get(&View::Locks)?
@@ -679,8 +679,7 @@ impl App {
         if idx.is_empty() {
             return self.say("no lock selected", Level::Error);
         }
-        let rows: Vec<&crate::console::read::locks::LockRow> =
-            idx.iter().map(|i| &scan.locks[*i]).collect();
+        let rows: Vec<&crate::lock::LockView> = idx.iter().map(|i| &scan.locks[*i]).collect();
         let c = confirm::release(&rows, self.now_ms(), &self.env.name, self.env.production);
         self.offer(c, "releasing a lock");
     }

@@ -20,13 +20,14 @@ use crate::db::Database;
 use crate::lock::Locks;
 use crate::trace::Tracer;
 
-use crate::console::tui::confirm::{Planned, Scope};
+use crate::console::tui::confirm::Planned;
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
-use crate::console::read::locks::{self, LockScan, TraceKeys};
+use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
+use crate::lock::{LockInspector, LockScan};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
 /// data and never grows memory).
@@ -286,8 +287,8 @@ async fn executor_task(
             let mut results = Vec::with_capacity(batch.len());
             for p in &batch {
                 let r = match (p.scope, redlock) {
-                    (Scope::Redlock, Some(r)) => r.run(&p.action).await,
-                    (Scope::Redlock, None) => ActionResult {
+                    (LockMode::Redlock, Some(r)) => r.run(&p.action).await,
+                    (LockMode::Redlock, None) => ActionResult {
                         action: p.action.name(),
                         target: p.action.target().to_string(),
                         outcome: ActionOutcome::Error,
@@ -463,18 +464,7 @@ async fn with_timeout<T>(
 
 /// A lock scan that could not read the main node.
 fn main_node_down(node: String, error: String) -> LockScan {
-    LockScan {
-        nodes: vec![locks::NodeScan {
-            node,
-            role: "main",
-            ok: false,
-            error: Some(error),
-            keys: 0,
-            scan_ms: 0.0,
-        }],
-        read_at_ms: now_ms(),
-        ..Default::default()
-    }
+    LockScan::failed(node, "main", error)
 }
 
 async fn redis_task(
@@ -483,7 +473,7 @@ async fn redis_task(
     mut focus: watch::Receiver<Focus>,
     cancel: CancellationToken,
 ) {
-    let (mut main, mut redlock) = match locks::nodes_of(&config) {
+    let inspector = match LockInspector::from_config(&config) {
         Ok(n) => n,
         Err(e) => {
             let scan = main_node_down(host_port(&config.redis.url), format!("{e:#}"));
@@ -502,19 +492,18 @@ async fn redis_task(
                 let started = tokio::time::Instant::now();
                 let scan = match tokio::time::timeout(
                     POLL_TIMEOUT * 6,
-                    locks::scan_locks(&mut main, &mut redlock),
+                    inspector.scan(locks::LOCK_LIST_LIMIT),
                 )
                 .await
                 {
                     Ok(s) => s,
                     Err(_) => {
-                        main.forget_connection();
+                        let main = inspector.main_node().to_string();
                         let error = format!(
-                            "redis node {}: the lock scan did not finish within {:?}",
-                            main.name,
+                            "redis node {main}: the lock scan did not finish within {:?}",
                             POLL_TIMEOUT * 6
                         );
-                        main_node_down(main.name.clone(), error)
+                        main_node_down(main, error)
                     }
                 };
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
@@ -524,11 +513,10 @@ async fn redis_task(
             }
             if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
                 let ids = f.ids.clone();
-                let name = main.name.clone();
+                let name = inspector.main_node().to_string();
                 let result = with_timeout(
                     locks::trace_keys(
-                        &mut main,
-                        &mut redlock,
+                        &inspector,
                         ids.order_no.as_deref(),
                         ids.request_id.as_deref(),
                     ),

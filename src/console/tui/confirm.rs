@@ -1,29 +1,21 @@
 //! The confirmation popup of the console's actions: what exactly will run (key, the holder value
 //! seen, PTTL, the SQL `WHERE`), and — for bulk actions and production environments — the phrase
-//! the operator must type. Built from the rows on screen, so what is confirmed is what was seen.
+//! the operator must type. Built from the rows on screen — the lock layer's [`LockView`], the
+//! same value the executor re-reads and compares — so what is confirmed is what was seen.
 
-use serde::Serialize;
-
-use crate::config::Dialect;
-use crate::contracts::LockHolder;
+use crate::config::{Dialect, LockMode};
 
 use crate::console::format::age;
-use crate::console::read::locks::LockRow;
 use crate::console::read::records::StuckRecord;
-use crate::ops::{Action, ActionOutcome};
-
-/// Which lock nodes an action goes to: the main Redis or the RedLock nodes (the Locks view
-/// lists both).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Scope {
-    Single,
-    Redlock,
-}
+use crate::lock::LockView;
+use crate::ops::{self, Action, ActionOutcome};
 
 /// One action of a confirmed batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
-    pub scope: Scope,
+    /// Which lock nodes it goes to: the main Redis or the RedLock nodes (the Locks view lists
+    /// both).
+    pub scope: LockMode,
     pub action: Action,
 }
 
@@ -93,22 +85,8 @@ fn phrase(verb: &str, n: usize, env: &str, production: bool) -> Option<String> {
     (n > 1 || production).then(|| format!("{verb} {n} in {env}"))
 }
 
-/// The values a lock row shows (every node's, under RedLock): what the release compares.
-pub fn values_of(row: &LockRow) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    if row.nodes.is_empty() {
-        out.push(row.value().into_owned());
-    }
-    for v in row.nodes.iter().filter_map(|n| n.value.clone()) {
-        if !out.contains(&v) {
-            out.push(v);
-        }
-    }
-    out
-}
-
 /// Release the given lock rows (the selection or the tagged rows).
-pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> Confirm {
+pub fn release(rows: &[&LockView], now_ms: i64, env: &str, production: bool) -> Confirm {
     let mut lines = Vec::new();
     let mut planned = Vec::new();
     let mut needs_reason = false;
@@ -117,22 +95,16 @@ pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> C
         let live = row.owner_alive != Some(false);
         needs_reason |= live;
         let pttl = row.pttl_now(now_ms);
-        let owner = match (&row.holder, row.owner_alive) {
+        let owner = match (row.holder(), row.owner_alive) {
             (Some(h), Some(true)) => format!("{} ALIVE (heartbeat) — forced", h.instance),
             (Some(h), Some(false)) => format!("{} dead (no heartbeat)", h.instance),
             (Some(h), None) => format!("{} liveness unknown — forced", h.instance),
-            (None, _) => match &row.redis_type {
+            (None, _) => match row.other_type() {
                 Some(t) => format!("none: a {t} key, not an idemguard lock — will be refused"),
                 None => "undecodable value, owner unknown — forced".into(),
             },
         };
-        let action = Action::ReleaseLock {
-            key: row.key.clone(),
-            expect_values: values_of(row),
-            force: live,
-            bump_fence: true,
-            reason: None,
-        };
+        let action = ops::release_of(row, live, true, None);
         lines.push(format!(
             "{} [{}] owner {owner} · PTTL {} · fence {}",
             row.key,
@@ -142,18 +114,14 @@ pub fn release(rows: &[&LockRow], now_ms: i64, env: &str, production: bool) -> C
             } else {
                 age(pttl)
             },
-            row.holder
-                .as_ref()
-                .map(|h: &LockHolder| h.fence.to_string())
+            row.holder()
+                .map(|h| h.fence.to_string())
                 .unwrap_or_else(|| "?".into())
         ));
-        lines.extend(action.effect(None).into_iter().map(|l| format!("  {l}")));
+        let effect = action.effect_seen(None, Some(row));
+        lines.extend(effect.into_iter().map(|l| format!("  {l}")));
         planned.push(Planned {
-            scope: if row.scope == "redlock" {
-                Scope::Redlock
-            } else {
-                Scope::Single
-            },
+            scope: row.scope,
             action,
         });
     }
@@ -201,7 +169,7 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
                 .map(|l| format!("  {l}")),
         );
         planned.push(Planned {
-            scope: Scope::Single,
+            scope: LockMode::Single,
             action,
         });
     }
@@ -225,9 +193,10 @@ pub struct RowResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contracts::LockHolder;
 
-    fn row(key: &str, alive: Option<bool>) -> LockRow {
-        let holder = LockHolder {
+    fn holder() -> LockHolder {
+        LockHolder {
             instance: "i1".into(),
             host: "h".into(),
             pid: 1,
@@ -235,23 +204,48 @@ mod tests {
             ttl_ms: 30_000,
             fence: 4,
             nonce: "n".into(),
-        };
+        }
+    }
+
+    fn row_with_fence(key: &str, alive: Option<bool>, fence_counter: Option<i64>) -> LockView {
+        let node = LockView::held_on("127.0.0.1:6379", holder().to_value(), 12_000);
+        let mut view = LockView::new(key.into(), LockMode::Single, vec![node], fence_counter, 0);
         let live: std::collections::BTreeSet<String> = if alive == Some(true) {
             ["i1".to_string()].into()
         } else {
             Default::default()
         };
-        LockRow::new(
-            key.into(),
-            "single",
-            holder.to_value(),
-            12_000,
-            0,
-            alive.map(|_| &live),
-            Some(4),
-            vec![],
-            None,
-        )
+        view.judge_owner(alive.map(|_| &live));
+        view
+    }
+
+    fn row(key: &str, alive: Option<bool>) -> LockView {
+        row_with_fence(key, alive, Some(4))
+    }
+
+    #[test]
+    fn without_a_fence_counter_the_popup_does_not_promise_the_old_holder_is_refused() {
+        let promise = "so the old holder's writes are refused";
+        let counted = release(&[&row("lock:order:1", Some(false))], 0, "local", false);
+        assert!(
+            counted.lines.iter().any(|l| l.contains(promise)),
+            "{:?}",
+            counted.lines
+        );
+        let missing = row_with_fence("lock:order:1", Some(false), None);
+        let c = release(&[&missing], 0, "local", false);
+        assert!(
+            !c.lines.iter().any(|l| l.contains(promise)),
+            "{:?}",
+            c.lines
+        );
+        assert!(
+            c.lines
+                .iter()
+                .any(|l| l.contains("missing") && l.contains("NOT known to be refused")),
+            "says what the bump does: {:?}",
+            c.lines
+        );
     }
 
     #[test]
@@ -263,7 +257,7 @@ mod tests {
             (None, false, None)
         );
         assert!(
-            c.lines.iter().any(|l| l.contains(r.value().as_ref())),
+            c.lines.iter().any(|l| l.contains(r.value())),
             "the exact value is shown: {:?}",
             c.lines
         );

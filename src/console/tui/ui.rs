@@ -432,7 +432,7 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         );
         return;
     };
-    let count = |flag: crate::console::read::locks::LockFlag| {
+    let count = |flag: crate::lock::LockFlag| {
         scan.locks
             .iter()
             .filter(|l| l.flags.contains(&flag))
@@ -471,26 +471,17 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         ),
         Span::raw(" · "),
         Span::styled(
-            format!(
-                "{} no TTL",
-                count(crate::console::read::locks::LockFlag::NoTtl)
-            ),
+            format!("{} no TTL", count(crate::lock::LockFlag::NoTtl)),
             Style::new().fg(Color::Yellow),
         ),
         Span::raw(" · "),
         Span::styled(
-            format!(
-                "{} dead owner",
-                count(crate::console::read::locks::LockFlag::DeadOwner)
-            ),
+            format!("{} dead owner", count(crate::lock::LockFlag::DeadOwner)),
             Style::new().fg(Color::Red),
         ),
         Span::raw(" · "),
         Span::styled(
-            format!(
-                "{} no quorum",
-                count(crate::console::read::locks::LockFlag::NoQuorum)
-            ),
+            format!("{} no quorum", count(crate::lock::LockFlag::NoQuorum)),
             Style::new().fg(Color::Red),
         ),
         Span::styled(
@@ -526,12 +517,11 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
 }
 
-fn lock_row(l: &crate::console::read::locks::LockRow, now: i64) -> (Vec<String>, Style) {
+fn lock_row(l: &crate::lock::LockView, now: i64) -> (Vec<String>, Style) {
     let style = if l.flags.iter().any(|f| {
         matches!(
             f,
-            crate::console::read::locks::LockFlag::DeadOwner
-                | crate::console::read::locks::LockFlag::NoQuorum
+            crate::lock::LockFlag::DeadOwner | crate::lock::LockFlag::NoQuorum
         )
     }) {
         Style::new().fg(Color::Red)
