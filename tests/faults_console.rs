@@ -750,7 +750,7 @@ async fn terminal_is_restored_after(
         );
         if fault == "panic" {
             assert!(
-                s.contains("panicked at src/console/terminal.rs"),
+                s.contains("panicked at src/console/tui/terminal.rs"),
                 "{fault}: the panic's first line, not written over:\n{s}"
             );
         }
