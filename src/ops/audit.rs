@@ -111,23 +111,23 @@ impl Actions {
         before: Option<String>,
         detail: String,
     ) -> ActionResult {
+        self.audit_only(action, before, ActionOutcome::Refused, detail)
+            .await
+    }
+    /// An outcome that wrote nothing but its audit row (a refusal, a change seen before the
+    /// write); when the audit row itself fails, the result is an error that says so.
+    async fn audit_only(
+        &self,
+        action: &Action,
+        before: Option<String>,
+        outcome: ActionOutcome,
+        detail: String,
+    ) -> ActionResult {
         match self
-            .audit_attempt(
-                action,
-                before.as_deref(),
-                ActionOutcome::Refused.as_str(),
-                &detail,
-            )
+            .audit_attempt(action, before.as_deref(), outcome.as_str(), &detail)
             .await
         {
-            Ok(id) => Self::result(
-                action,
-                ActionOutcome::Refused,
-                before,
-                None,
-                detail,
-                Some(id),
-            ),
+            Ok(id) => Self::result(action, outcome, before, None, detail, Some(id)),
             Err(e) => Self::result(
                 action,
                 ActionOutcome::Error,
@@ -213,31 +213,7 @@ impl Actions {
         before: Option<String>,
         detail: String,
     ) -> ActionResult {
-        match self
-            .audit_attempt(
-                action,
-                before.as_deref(),
-                ActionOutcome::Changed.as_str(),
-                &detail,
-            )
+        self.audit_only(action, before, ActionOutcome::Changed, detail)
             .await
-        {
-            Ok(id) => Self::result(
-                action,
-                ActionOutcome::Changed,
-                before,
-                None,
-                detail,
-                Some(id),
-            ),
-            Err(e) => Self::result(
-                action,
-                ActionOutcome::Error,
-                before,
-                None,
-                format!("{detail}; and the audit row could not be written: {e}"),
-                None,
-            ),
-        }
     }
 }
