@@ -7,10 +7,9 @@ use std::fmt;
 use sqlx::AnyConnection;
 
 use super::{json, Action, ActionOutcome, ActionResult, Actions};
-use crate::api::fast_path::{FastPath, FastPathValue};
+use crate::api::fast_path::FastPathValue;
 use crate::api::idempotency::{self, FinalResponse, IdempotencyRecord, FAILED, PROCESSING};
 use crate::api::problem::Problem;
-use crate::config::Config;
 use crate::contracts::{keys, now_ms};
 use crate::db::is_lock_timeout;
 use crate::db::orders::{find_order, find_order_locked, OrderKey, OrderRecord};
@@ -338,27 +337,6 @@ impl Finalization {
             body: problem.body(),
             order_no: None,
             why: format!("no order exists and owner {} gave up or has no heartbeat past its lease; the client must send a new key", rec.owner),
-        }
-    }
-}
-
-pub(super) async fn fast_path(config: &Config) -> Option<Result<FastPath, String>> {
-    let client = match redis::Client::open(config.redis.url.as_str()) {
-        Ok(c) => c,
-        Err(e) => return Some(Err(format!("the main Redis URL is invalid: {e}"))),
-    };
-    let cm = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.redis.command_timeout))
-        .set_response_timeout(Some(config.redis.command_timeout))
-        .set_number_of_retries(1);
-    match redis::aio::ConnectionManager::new_with_config(client, cm).await {
-        Ok(c) => Some(Ok(FastPath::new(c))),
-        Err(e) => {
-            tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
-            // Kept, so every finalize says its key was not updated (issue 20).
-            Some(Err(format!(
-                "the main Redis was unreachable when the console started: {e}"
-            )))
         }
     }
 }

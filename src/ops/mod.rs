@@ -220,7 +220,7 @@ impl Actions {
         allow_actions: bool,
     ) -> Actions {
         let fast_path = if config.idempotency.fast_path {
-            finalize::fast_path(config).await
+            open_fast_path(config).await
         } else {
             None
         };
@@ -318,5 +318,28 @@ pub fn exit_code(outcome: ActionOutcome) -> u8 {
         ActionOutcome::Error => 1,
         ActionOutcome::Refused => 4,
         ActionOutcome::Changed => 5,
+    }
+}
+
+/// The fast-path store the actions keep in step; opened in this module so its warning names
+/// the actions, not one of them.
+async fn open_fast_path(config: &Config) -> Option<Result<FastPath, String>> {
+    let client = match redis::Client::open(config.redis.url.as_str()) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(format!("the main Redis URL is invalid: {e}"))),
+    };
+    let cm = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.redis.command_timeout))
+        .set_response_timeout(Some(config.redis.command_timeout))
+        .set_number_of_retries(1);
+    match redis::aio::ConnectionManager::new_with_config(client, cm).await {
+        Ok(c) => Some(Ok(FastPath::new(c))),
+        Err(e) => {
+            tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
+            // Kept, so every finalize says its key was not updated (issue 20).
+            Some(Err(format!(
+                "the main Redis was unreachable when the console started: {e}"
+            )))
+        }
     }
 }
