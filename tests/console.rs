@@ -32,7 +32,8 @@ use tokio::sync::mpsc;
 
 /// Every backend up (but `except`): the header reads the same on every run.
 fn all_up_but(app: &App, except: Option<BackendId>) -> bool {
-    app.backends
+    app.stores
+        .backends
         .iter()
         .all(|(b, s)| Some(*b) == except || s.health == Health::Up)
 }
@@ -65,9 +66,12 @@ async fn trace_view(dialect: Dialect) {
     // Typed as an operator would: the command line, the ID, Enter.
     press(&mut app, KeyCode::Char(':'));
     type_str(&mut app, &format!("trace {}", inc.order_no));
-    assert_eq!(app.input, Input::Command(format!("trace {}", inc.order_no)));
+    assert_eq!(
+        app.ui.input,
+        Input::Command(format!("trace {}", inc.order_no))
+    );
     press(&mut app, KeyCode::Enter);
-    assert_eq!(app.view, View::Trace);
+    assert_eq!(app.ui.view, View::Trace);
     pump_until(
         &mut app,
         &mut b.updates,
@@ -239,12 +243,12 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     let (mut app, mut b) = console(&w);
     type_str(&mut app, ":lk");
     press(&mut app, KeyCode::Enter);
-    assert_eq!(app.view, View::Locks);
+    assert_eq!(app.ui.view, View::Locks);
     pump_until(&mut app, &mut b.updates, "four locks", |a| {
-        a.locks.as_ref().is_some_and(|l| l.locks.len() == 4)
+        a.stores.locks.as_ref().is_some_and(|l| l.locks.len() == 4)
     })
     .await;
-    let scan = app.locks.clone().unwrap();
+    let scan = app.stores.locks.clone().unwrap();
     let by_key = |k: &str| {
         scan.locks
             .iter()
@@ -295,7 +299,7 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     snapshot!("locks_view", screen(&mut app, 170, 20));
 
     // Enter on the order's lock traces the order.
-    let row = app.filtered[&View::Locks]
+    let row = app.stores.filtered[&View::Locks]
         .iter()
         .position(|i| scan.locks[*i].key == live.key)
         .unwrap();
@@ -305,7 +309,7 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     }
     press(&mut app, KeyCode::Enter);
     assert_eq!(
-        (app.view, app.trace_target.clone()),
+        (app.ui.view, app.stores.trace_target.clone()),
         (
             View::Trace,
             Some(TraceTarget::OrderNo(inc.order_no.clone()))
@@ -373,7 +377,7 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
         },
     )
     .await;
-    let s = app.stuck.clone().unwrap();
+    let s = app.stores.stuck.clone().unwrap();
     assert_eq!(s[0].request_id, inc.stuck_dead, "oldest first");
     assert_eq!((s[0].owner_alive, s[0].order_exists), (Some(false), false));
     assert_eq!(
@@ -395,7 +399,10 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
         &mut app,
         &mut b.updates,
         "the trace topic read and the lag",
-        |a| a.trace_log.events_seen == 10 && matches!(&a.lag, Some(Ok(l)) if !l.is_empty()),
+        |a| {
+            a.stores.trace_log.events_seen == 10
+                && matches!(&a.stores.lag, Some(Ok(l)) if !l.is_empty())
+        },
     )
     .await;
     snapshot!("rates_view", screen(&mut app, 170, 28));
@@ -479,11 +486,11 @@ async fn scripted_keys_trace_filter_switch_views() {
 
     // Filter the trace to the Kafka copies; then invert it.
     type_str(&mut app, "/kafka");
-    assert_eq!(app.input, Input::Filter("kafka".into()));
+    assert_eq!(app.ui.input, Input::Filter("kafka".into()));
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.row_count(View::Trace), 3);
     type_str(&mut app, "/");
-    assert_eq!(app.input, Input::Filter(String::new()));
+    assert_eq!(app.ui.input, Input::Filter(String::new()));
     assert!(
         screen(&mut app, 170, 46).contains("now /kafka"),
         "the filter line says what the view's filter is"
@@ -501,9 +508,9 @@ async fn scripted_keys_trace_filter_switch_views() {
 
     // Switch views: the filter stays with the Trace view.
     press(&mut app, KeyCode::Tab);
-    assert_eq!(app.view, View::Locks);
+    assert_eq!(app.ui.view, View::Locks);
     pump_until(&mut app, &mut b.updates, "the locks", |a| {
-        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+        a.stores.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
     })
     .await;
     assert_eq!(app.row_count(View::Locks), 2);
@@ -512,15 +519,15 @@ async fn scripted_keys_trace_filter_switch_views() {
     assert_eq!(app.row_count(View::Locks), 1);
     press(&mut app, KeyCode::Char('y'));
     assert_eq!(
-        app.copied.as_deref(),
+        app.ui.copied.as_deref(),
         Some(keys::request_lock(&inc.stuck_dead).as_str())
     );
     assert_eq!(
         app.take_clipboard().as_deref(),
         Some(keys::request_lock(&inc.stuck_dead).as_str())
     );
-    press(&mut app, KeyCode::Char('1'));
-    assert_eq!(app.view, View::Trace);
+    press(&mut app, KeyCode::Char('2'));
+    assert_eq!(app.ui.view, View::Trace);
     assert_eq!(app.filter(View::Trace).typed(), "!kafka");
     assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
     press(&mut app, KeyCode::Esc);
@@ -531,7 +538,7 @@ async fn scripted_keys_trace_filter_switch_views() {
     assert_eq!(app.filter(View::Locks).typed(), "dead_owner");
     press(&mut app, KeyCode::Char('y'));
     assert_eq!(
-        app.copied.as_deref(),
+        app.ui.copied.as_deref(),
         Some(inc.order_no.as_str()),
         "y on the trace copies the orderNo"
     );
@@ -545,11 +552,11 @@ async fn scripted_keys_trace_filter_switch_views() {
     ] {
         type_str(&mut app, &format!(":{cmd}"));
         press(&mut app, KeyCode::Enter);
-        assert_eq!(app.view, view, ":{cmd}");
+        assert_eq!(app.ui.view, view, ":{cmd}");
     }
     press(&mut app, KeyCode::BackTab);
     assert_eq!(
-        app.view,
+        app.ui.view,
         View::Audit,
         "shift-tab from the first view wraps to the last, Audit"
     );
@@ -565,7 +572,7 @@ async fn scripted_keys_trace_filter_switch_views() {
         "{help}"
     );
     press(&mut app, KeyCode::Char('x'));
-    assert!(!app.show_help);
+    assert!(!app.ui.help.is_some());
 
     // Unknown command: said, nothing else changes.
     type_str(&mut app, ":pods");
@@ -575,7 +582,7 @@ async fn scripted_keys_trace_filter_switch_views() {
     // Pause (`p` everywhere; Space too, outside the views where Space tags rows): the
     // collectors are told and the header says so; +/- step the refresh period.
     press(&mut app, KeyCode::Char('p'));
-    assert!(app.paused && b.focus.borrow().paused);
+    assert!(app.ui.paused && b.focus.borrow().paused);
     assert!(screen(&mut app, 170, 46).contains("PAUSED"));
     press(&mut app, KeyCode::Char('p'));
     assert!(!b.focus.borrow().paused);
@@ -588,7 +595,7 @@ async fn scripted_keys_trace_filter_switch_views() {
 
     // q quits.
     press(&mut app, KeyCode::Char('q'));
-    assert!(app.quit);
+    assert!(app.ui.quit);
     b.shutdown().await;
 }
 
@@ -640,9 +647,9 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     .expect("the loop returns after ctrl-c")
     .unwrap();
     quitter.await.unwrap();
-    assert!(app.quit);
+    assert!(app.ui.quit);
     assert_eq!(
-        app.trace_target,
+        app.stores.trace_target,
         Some(TraceTarget::OrderNo(inc.order_no.clone()))
     );
     let shown: String = terminal
@@ -676,26 +683,26 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     let (mut app, mut b) = console(&w);
     app.run_command("locks");
     pump_until(&mut app, &mut b.updates, "the locks", |a| {
-        a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
-            && a.backends[&BackendId::Redis].health == Health::Up
+        a.stores.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+            && a.stores.backends[&BackendId::Redis].health == Health::Up
     })
     .await;
 
     w.redis.kill();
     pump_until(&mut app, &mut b.updates, "redis shown as down", |a| {
-        matches!(a.backends[&BackendId::Redis].health, Health::Down(_))
+        matches!(a.stores.backends[&BackendId::Redis].health, Health::Down(_))
     })
     .await;
-    let Health::Down(err) = app.backends[&BackendId::Redis].health.clone() else {
+    let Health::Down(err) = app.stores.backends[&BackendId::Redis].health.clone() else {
         unreachable!()
     };
     assert!(
         err.contains(&format!("127.0.0.1:{}", w.redis.port)),
         "the error names the node: {err}"
     );
-    assert!(app.backends[&BackendId::Redis].last_ok_ms.is_some());
+    assert!(app.stores.backends[&BackendId::Redis].last_ok_ms.is_some());
     // The last good data stays on screen, with its age.
-    assert_eq!(app.locks.as_ref().unwrap().locks.len(), 2);
+    assert_eq!(app.stores.locks.as_ref().unwrap().locks.len(), 2);
     pump_until(&mut app, &mut b.updates, "every other backend up", |a| {
         all_up_but(a, Some(BackendId::Redis))
     })
@@ -711,17 +718,17 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     let before = Instant::now();
     type_str(&mut app, ":stuck");
     press(&mut app, KeyCode::Enter);
-    assert_eq!(app.view, View::Stuck);
+    assert_eq!(app.ui.view, View::Stuck);
     assert!(before.elapsed() < Duration::from_millis(100));
-    app.stuck = None;
+    app.stores.stuck = None;
     pump_until(
         &mut app,
         &mut b.updates,
         "fresh stuck rows from the database",
-        |a| a.stuck.as_ref().is_some_and(|s| s.len() == 2),
+        |a| a.stores.stuck.as_ref().is_some_and(|s| s.len() == 2),
     )
     .await;
-    assert_eq!(app.backends[&BackendId::Database].health, Health::Up);
+    assert_eq!(app.stores.backends[&BackendId::Database].health, Health::Up);
     // With Redis down the owner's liveness is unknown, never guessed.
     assert!(app
         .stuck
@@ -987,7 +994,7 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     let filler = 3 * (TRACE_EVENTS_KEPT + 10) as u64;
     // 300,000 events for a debug build next to other tests: a longer wait than pump_until's.
     let deadline = Instant::now() + Duration::from_secs(240);
-    while !(app.trace_log.events_seen >= filler
+    while !(app.stores.trace_log.events_seen >= filler
         && app
             .trace_log
             .matching(
@@ -1000,7 +1007,7 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
         assert!(
             Instant::now() < deadline,
             "the console read {} of {filler} trace events in 240 s",
-            app.trace_log.events_seen
+            app.stores.trace_log.events_seen
         );
         if let Ok(Some(u)) =
             tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await
@@ -1208,10 +1215,13 @@ async fn a_database_without_the_schema_says_to_migrate(dialect: Dialect) {
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
     pump_until(&mut app, &mut backends.updates, "the database down", |a| {
-        matches!(&a.backends[&BackendId::Database].health, Health::Down(_))
+        matches!(
+            &a.stores.backends[&BackendId::Database].health,
+            Health::Down(_)
+        )
     })
     .await;
-    let Health::Down(e) = &app.backends[&BackendId::Database].health else {
+    let Health::Down(e) = &app.stores.backends[&BackendId::Database].health else {
         unreachable!()
     };
     assert!(says_migrate(Some(e)), "TUI: {e}");
@@ -1251,13 +1261,13 @@ async fn report_command_writes_into_the_report_dir(dialect: Dialect) {
     app.attach_executor(exec);
     app.run_command("report 20261130000000000abc");
     pump_until(&mut app, &mut backends.updates, "the report written", |a| {
-        a.message
+        a.ui.message
             .as_ref()
             .is_some_and(|(m, _, _)| m.starts_with("report "))
     })
     .await;
     let path = dir.join("idemguard-report-20261130000000000abc.md");
-    let said = &app.message.as_ref().unwrap().0;
+    let said = &app.ui.message.as_ref().unwrap().0;
     assert!(
         said.starts_with(&format!("report written to {}:", path.display())),
         "{said}"

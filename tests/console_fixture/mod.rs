@@ -686,7 +686,7 @@ pub async fn pump_until(
                 .collect();
             panic!(
                 "timed out waiting for: {what}\nmessage: {:?}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}",
-                app.message, app.trace_log.events_seen
+                app.ui.message, app.stores.trace_log.events_seen
             );
         }
         if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
