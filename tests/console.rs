@@ -371,7 +371,8 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
         &mut b.updates,
         "two stuck records with liveness",
         |a| {
-            a.stuck
+            a.stores
+                .stuck
                 .as_ref()
                 .is_some_and(|s| s.len() == 2 && s.iter().all(|r| r.owner_alive.is_some()))
         },
@@ -469,6 +470,111 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The Overview, the first screen: real data on both dialects; snapshots at 80×24 and 160×45
+// ---------------------------------------------------------------------------------------------
+
+/// The Overview has read every source: the leak, both stuck records with their owner's
+/// liveness, the locks, the lag and the incident's interceptions.
+fn overview_complete(a: &App, order_no: &str) -> bool {
+    let f = a.findings();
+    let has = |t: &str| f.iter().any(|l| l.text.contains(t));
+    has(order_no)
+        && has("2 stuck PROCESSING record(s), 1 with a dead owner")
+        && has("1 lock(s) with a dead owner")
+        && has("consumer lag 2 on p0")
+        && has("replays: 0 in the last 5 min · 2 in the hour")
+        && all_up_but(a, None)
+}
+
+async fn overview(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    let leaked_event = inc.leak_points(&w).await;
+    let (mut app, mut b) = console(&w);
+    assert_eq!(
+        app.ui.view,
+        View::Overview,
+        "the console opens on the Overview"
+    );
+    pump_until(&mut app, &mut b.updates, "the whole Overview", |a| {
+        overview_complete(a, &inc.order_no)
+    })
+    .await;
+    let f = app.findings();
+    let line = |t: &str| f.iter().position(|l| l.text.contains(t)).unwrap();
+    let leak = &f[line(&inc.order_no)];
+    assert!(
+        leak.text.contains("2 rows in points_ledger") && leak.text.contains(&leaked_event[..8]),
+        "{dialect}: {leak:?}"
+    );
+    let dead = &f[line(&inc.stuck_dead)];
+    assert!(dead.text.contains("DEAD"), "{dialect}: {dead:?}");
+    if dialect == Dialect::Postgres {
+        snapshot!("overview_80x24", screen(&mut app, 80, 24));
+        snapshot!("overview_160x45", screen(&mut app, 160, 45));
+    }
+
+    // Enter on the leak traces its order; on a stuck record, its request; on the locks, Locks.
+    app.ui.selected.insert(View::Overview, line(&inc.order_no));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(
+        (app.ui.view, app.stores.trace_target.clone()),
+        (
+            View::Trace,
+            Some(TraceTarget::OrderNo(inc.order_no.clone()))
+        )
+    );
+    press(&mut app, KeyCode::Char('1'));
+    app.ui
+        .selected
+        .insert(View::Overview, line(&inc.stuck_dead));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(
+        app.stores.trace_target,
+        Some(TraceTarget::RequestId(inc.stuck_dead.clone()))
+    );
+    press(&mut app, KeyCode::Char('1'));
+    app.ui
+        .selected
+        .insert(View::Overview, line("1 lock(s) with a dead owner"));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.ui.view, View::Locks);
+
+    if dialect == Dialect::Postgres {
+        // Every view at 80×24 keeps its identifying column whole.
+        let s = screen(&mut app, 80, 24);
+        assert!(s.contains(&keys::request_lock(&inc.stuck_dead)), "{s}");
+        snapshot!("locks_view_80x24", s);
+        press(&mut app, KeyCode::Char('5'));
+        let s = screen(&mut app, 80, 24);
+        assert!(
+            s.contains(&inc.stuck_dead) && s.contains(&inc.stuck_with_order),
+            "{s}"
+        );
+        snapshot!("stuck_view_80x24", s);
+        app.run_command(&format!("trace {}", inc.order_no));
+        pump_until(&mut app, &mut b.updates, "the timeline", timeline_complete).await;
+        let s = screen(&mut app, 80, 24);
+        assert!(
+            s.contains(&inc.order_no) && s.contains(&inc.request_id),
+            "{s}"
+        );
+        snapshot!("trace_view_80x24", s);
+    }
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn overview_postgres() {
+    overview(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn overview_mysql() {
+    overview(Dialect::Mysql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Scripted keys
 // ---------------------------------------------------------------------------------------------
 
@@ -557,22 +663,30 @@ async fn scripted_keys_trace_filter_switch_views() {
     press(&mut app, KeyCode::BackTab);
     assert_eq!(
         app.ui.view,
+        View::Overview,
+        "shift-tab from Trace: the Overview"
+    );
+    press(&mut app, KeyCode::BackTab);
+    assert_eq!(
+        app.ui.view,
         View::Audit,
         "shift-tab from the first view wraps to the last, Audit"
     );
 
-    // Help generated from the keymap; any key closes it.
+    // Help generated from the keymap; it scrolls (G: its end); any other key closes it.
     press(&mut app, KeyCode::Char('?'));
     let help = screen(&mut app, 170, 46);
     assert!(
         help.contains("Help")
             && help.contains(":trace ID")
-            && help.contains("aliases :t :tr")
             && help.contains("copy the selected ID"),
         "{help}"
     );
+    press(&mut app, KeyCode::Char('G'));
+    let help = screen(&mut app, 170, 46);
+    assert!(help.contains("aliases :t :tr"), "{help}");
     press(&mut app, KeyCode::Char('x'));
-    assert!(!app.ui.help.is_some());
+    assert!(app.ui.help.is_none());
 
     // Unknown command: said, nothing else changes.
     type_str(&mut app, ":pods");
@@ -731,6 +845,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     assert_eq!(app.stores.backends[&BackendId::Database].health, Health::Up);
     // With Redis down the owner's liveness is unknown, never guessed.
     assert!(app
+        .stores
         .stuck
         .as_ref()
         .unwrap()
@@ -996,6 +1111,7 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     let deadline = Instant::now() + Duration::from_secs(240);
     while !(app.stores.trace_log.events_seen >= filler
         && app
+            .stores
             .trace_log
             .matching(
                 Some(&inc.order_no),
@@ -1157,7 +1273,9 @@ async fn binary_exit_statuses_and_a_real_terminal() {
         s.contains("idemguard console") && s.contains("database ok")
     });
     assert!(
-        drawn.contains("LOCAL") && drawn.contains("1:Trace"),
+        drawn.contains("LOCAL")
+            && drawn.contains("1:Overview")
+            && drawn.contains("what is wrong now"),
         "{drawn}"
     );
     tmux(&[

@@ -195,10 +195,11 @@ pub fn lag_cells(l: &PartitionLag) -> Vec<String> {
 }
 
 /// The widths of a table's columns in `total` cells (between the borders), column spacing 1:
-/// the identifying column `keep` gets `keep_len` (its widest cell on screen) whole, the other
-/// fixed columns their width left to right while room lasts (then truncated, then hidden), and
-/// the `width == 0` columns share what is left — the identifying one too when it is one of them.
-/// At 80 columns a lock's key or a stuck record's request ID stays whole; the rest is cut.
+/// the identifying column `keep` gets `keep_len` (its widest cell on screen) whole; then, left
+/// to right while room lasts, each fixed column its width and each `width == 0` column at least
+/// [`FILL_MIN`] (then truncated, then hidden); what is left goes to the `width == 0` columns —
+/// the identifying one too when it is one of them. At 80 columns a lock's key or a stuck
+/// record's request ID stays whole; the rest is cut.
 pub fn fit(cols: &[Column], total: u16, keep: usize, keep_len: u16) -> Vec<u16> {
     let n = cols.len();
     let mut avail = total.saturating_sub(n.saturating_sub(1) as u16);
@@ -206,8 +207,9 @@ pub fn fit(cols: &[Column], total: u16, keep: usize, keep_len: u16) -> Vec<u16> 
     widths[keep] = keep_len.max(cols[keep].width).min(avail);
     avail -= widths[keep];
     for (i, c) in cols.iter().enumerate() {
-        if i != keep && c.width > 0 {
-            widths[i] = c.width.min(avail);
+        if i != keep {
+            let want = if c.width > 0 { c.width } else { FILL_MIN };
+            widths[i] = want.min(avail);
             avail -= widths[i];
         }
     }
@@ -220,7 +222,10 @@ pub fn fit(cols: &[Column], total: u16, keep: usize, keep_len: u16) -> Vec<u16> 
     widths
 }
 
-pub static OVERVIEW: &[Column] = &[col("LAYER", 6), col("STATE", 7), col("WHAT", 0)];
+/// The least a `width == 0` column gets before the fixed columns right of it.
+pub const FILL_MIN: u16 = 16;
+
+pub static OVERVIEW: &[Column] = &[col("LAYER", 6), col("STATE", 5), col("WHAT", 0)];
 
 /// A plain text table: headers, then rows, columns padded to their widest cell.
 pub fn text_table(columns: &[Column], rows: &[Vec<String>]) -> String {
@@ -308,6 +313,8 @@ mod tests {
         // A fixed identifying column grows to its cell; a fill column shares the rest.
         let w = fit(TIMELINE, 168, TIMELINE_ID, 49);
         assert_eq!((w[2], w[3]), (49, 168 - 4 - 12 - 6 - 49 - 10));
+        // At 80 columns the timeline's WHAT keeps what is left before STOPPED BY.
+        assert_eq!(fit(TIMELINE, 78, TIMELINE_ID, 49), [12, 6, 49, 7, 0]);
         // Narrower than the ID itself: the ID takes everything.
         assert_eq!(fit(STUCK, 40, STUCK_ID, 55)[0], 33);
     }

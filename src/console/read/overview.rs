@@ -136,6 +136,8 @@ pub struct Finding {
     pub severity: Severity,
     pub text: String,
     pub jump: Option<Jump>,
+    /// One of the items under the finding above it (a record, a lock, a leak), drawn under it.
+    pub item: bool,
 }
 
 fn finding(layer: &'static str, severity: Severity, text: String, jump: Option<Jump>) -> Finding {
@@ -144,6 +146,15 @@ fn finding(layer: &'static str, severity: Severity, text: String, jump: Option<J
         severity,
         text,
         jump,
+        item: false,
+    }
+}
+
+/// An item under a finding: its ID first, so a narrow screen cuts the rest, not the ID.
+fn item(layer: &'static str, severity: Severity, text: String, jump: Jump) -> Finding {
+    Finding {
+        item: true,
+        ..finding(layer, severity, text, Some(jump))
     }
 }
 
@@ -199,15 +210,10 @@ fn leak_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
             ));
             for leak in l {
                 let text = format!(
-                    "  {} rows in {} for one {} {} ({} … {})",
-                    leak.rows, leak.table, leak.by, leak.key, leak.first, leak.last
+                    "{} — {} rows in {} by {} ({} … {})",
+                    leak.key, leak.rows, leak.table, leak.by, leak.first, leak.last
                 );
-                out.push(finding(
-                    "db",
-                    Severity::Bad,
-                    text,
-                    Some(Jump::Trace(leak.target())),
-                ));
+                out.push(item("db", Severity::Bad, text, Jump::Trace(leak.target())));
             }
         }
     }
@@ -245,10 +251,10 @@ fn stuck_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         let owner = match s.owner_alive {
             Some(true) => "alive",
             Some(false) => "DEAD",
-            None => "unknown",
+            None => "owner?",
         };
         let text = format!(
-            "  {} for {} · owner {} {owner}{}",
+            "{owner} {} · {} · held by {}{}",
             s.request_id,
             age(s.age_ms(i.now_ms)),
             short(&s.owner, 24),
@@ -263,12 +269,8 @@ fn stuck_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         } else {
             Severity::Warn
         };
-        out.push(finding(
-            "api",
-            severity,
-            text,
-            Some(Jump::Trace(TraceTarget::RequestId(s.request_id.clone()))),
-        ));
+        let jump = Jump::Trace(TraceTarget::RequestId(s.request_id.clone()));
+        out.push(item("api", severity, text, jump));
     }
     more(out, "api", stuck.len(), Jump::Stuck);
 }
@@ -278,7 +280,7 @@ fn more(out: &mut Vec<Finding>, layer: &'static str, n: usize, jump: Jump) {
         out.push(finding(
             layer,
             Severity::Warn,
-            format!("  … {} more", n - ITEMS_LISTED),
+            format!("… {} more", n - ITEMS_LISTED),
             Some(jump),
         ));
     }
@@ -325,12 +327,8 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
             (_, Some(r)) => Jump::Trace(TraceTarget::RequestId(r)),
             _ => Jump::Locks,
         };
-        out.push(finding(
-            "lock",
-            Severity::Bad,
-            format!("  {} {}", l.key, flags.join(",")),
-            Some(jump),
-        ));
+        let text = format!("{} {}", l.key, flags.join(","));
+        out.push(item("lock", Severity::Bad, text, jump));
     }
     more(out, "lock", bad.len(), Jump::Locks);
 }
@@ -376,8 +374,7 @@ fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         let rising = last >= 3 && last as f64 > 2.0 * usual;
         any = true;
         let text = format!(
-            "{} {}: {last} in the last {RECENT_MINUTES} min · {} in the hour{}",
-            s.layer.as_str(),
+            "{}: {last} in the last {RECENT_MINUTES} min · {} in the hour{}",
             s.label,
             s.total,
             if rising { " · RISING" } else { "" }
@@ -398,9 +395,9 @@ fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     }
 }
 
-/// Lag per partition that has any. The broker's committed offsets are what lag is computed
-/// from: where it gives none, the lag is said to be unknown, never guessed (tansu's committed
-/// offsets are not reliable either, so the line says where the figure comes from).
+/// Lag per partition that has any, computed from the broker's committed offsets: where it gives
+/// none (tansu often does not), the lag is said to be unknown, never guessed from the low
+/// watermark.
 fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     match i.lag {
         None => out.push(finding(
@@ -425,22 +422,16 @@ fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
                 out.push(finding(
                     "kafka",
                     Severity::Ok,
-                    format!(
-                        "consumer lag 0 on {} partition(s) (as the broker reports it)",
-                        parts.len()
-                    ),
+                    format!("consumer lag 0 on {} partition(s)", parts.len()),
                     Some(Jump::Rates),
                 ));
             }
             for p in &behind {
-                let text = format!(
-                    "consumer lag {} on {} p{} (as the broker reports it)",
-                    p.lag, p.topic, p.partition
-                );
+                let text = format!("consumer lag {} on p{} of {}", p.lag, p.partition, p.topic);
                 out.push(finding("kafka", Severity::Warn, text, Some(Jump::Rates)));
             }
             if unknown > 0 {
-                let text = format!("consumer lag unknown on {unknown} partition(s): the broker gives no committed offset");
+                let text = format!("consumer lag unknown on {unknown} partition(s): no committed offset from the broker");
                 out.push(finding("kafka", Severity::Unknown, text, Some(Jump::Rates)));
             }
         }

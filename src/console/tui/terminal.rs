@@ -187,6 +187,10 @@ where
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    if let Ok(size) = terminal.size() {
+        // How far the help scrolls; kept current by the resize events.
+        app.ui.size = (size.width, size.height);
+    }
     app.refresh_views();
     terminal.draw(|f| ui::draw(f, app))?;
     loop {

@@ -182,7 +182,12 @@ fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
                 Severity::Unknown => ("?", Style::new().fg(Color::Magenta)),
                 Severity::Ok => ("ok", Style::new().fg(Color::Green)),
             };
-            let cells = vec![l.layer.to_string(), state.to_string(), l.text.clone()];
+            // An item is drawn under its finding: no layer, no state of its own.
+            let cells = if l.item {
+                vec![String::new(), "  ·".to_string(), l.text.clone()]
+            } else {
+                vec![l.layer.to_string(), state.to_string(), l.text.clone()]
+            };
             (cells, style)
         },
     );
@@ -348,7 +353,8 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             6
         }),
         Constraint::Fill(1),
-        Constraint::Length(7),
+        // A short terminal gives the timeline the rows: the selected entry's first lines only.
+        Constraint::Length(if area.height < 30 { 4 } else { 7 }),
     ])
     .areas(area);
 
