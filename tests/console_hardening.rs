@@ -194,9 +194,13 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
         "{dialect}: a log line was drawn over the console:\n{after}"
     );
 
-    // The help screen says where the logs went.
+    // The help screen says where the logs went, at its end (it scrolls: G goes there).
     t.keys(&["?"]);
-    let help = t.wait_for("the help", Duration::from_secs(10), |s| s.contains("Help"));
+    t.wait_for("the help", Duration::from_secs(10), |s| s.contains("Help"));
+    t.keys(&["G"]);
+    let help = t.wait_for("the help's end", Duration::from_secs(10), |s| {
+        s.contains("LOGS")
+    });
     assert!(
         help.contains("LOGS") && help.contains(&log_file.display().to_string()),
         "{dialect}: {help}"

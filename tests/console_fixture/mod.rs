@@ -754,6 +754,8 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
             "[uuid]",
         ),
         (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
+        // A UUID cut by its column right after its second group.
+        (r"\b[0-9a-f]{8}-[0-9a-f]{1,4}\b", "[uuid]"),
         (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
         (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
         (r"\b1\d{12}\b", "[ms]"),

@@ -331,6 +331,7 @@ fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
 // Trace
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary, the timeline and the selected entry: one view drawn top to bottom, long because each part is a few spans.
 fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     let Some(t) = &app.stores.trace_view else {
         let text = vec![
@@ -511,6 +512,7 @@ fn ids_on_two_lines(t: &crate::console::read::timeline::Timeline, width: u16) ->
 // Locks
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary line, the nodes and the table, top to bottom; long because each span is styled.
 fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     let now = app.now_ms();
     let [summary, table] =
@@ -689,6 +691,7 @@ fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
 // Rates
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary, the rates table and the lag table, top to bottom; long because each span is styled.
 fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
     let [summary, table, lag] = Layout::vertical([
         Constraint::Length(1),
@@ -990,6 +993,7 @@ fn draw_confirm(
 // Footer and help
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the bottom line in its three states (command, filter, normal); long because each span is styled.
 fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     let line = match &app.ui.input {
         Input::Command(s) => {

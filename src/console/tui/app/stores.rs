@@ -118,8 +118,9 @@ impl Stores {
         }
     }
 
-    /// Take in what a collector read. The executor's updates are not data: they go to the
-    /// actions pane ([`crate::console::tui::app::actions::ActionsPane::apply`]).
+    /// Take in what a collector read — one arm per kind of update, each the whole story of its
+    /// data (hence the length). The executor's updates are not data: they go to the
+    /// actions pane ([`crate::console::tui::app::actions::ActionsPane::apply_results`]).
     pub fn apply(&mut self, update: Update, filters: &BTreeMap<View, Filter>, now: i64) -> Applied {
         let backend = update.backend();
         let mut applied = Applied::default();
