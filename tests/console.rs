@@ -553,7 +553,17 @@ async fn overview(dialect: Dialect) {
         );
         snapshot!("stuck_view_80x24", s);
         app.run_command(&format!("trace {}", inc.order_no));
-        pump_until(&mut app, &mut b.updates, "the timeline", timeline_complete).await;
+        // The incident's entries and the leaked duplicate's points row.
+        pump_until(
+            &mut app,
+            &mut b.updates,
+            "the timeline with the leak",
+            |a| {
+                a.timeline()
+                    .is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES + 1)
+            },
+        )
+        .await;
         let s = screen(&mut app, 80, 24);
         assert!(
             s.contains(&inc.order_no) && s.contains(&inc.request_id),
