@@ -2,7 +2,6 @@
 //! mix), the real order service in-process on a loopback port, the payment consumer (in-process
 //! or the real binary), and the waits that tell when everything has settled.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::processes::ChildConfig;
 use crate::api::server::{self, Server};
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, Instance};
@@ -54,6 +54,10 @@ impl Run {
     /// LIKE pattern of the run's order requestIds.
     pub fn order_pattern(&self) -> String {
         format!("STORM:ORDER:%:{}-%", self.id)
+    }
+    /// LIKE pattern of every requestId of the run: orders and payment callbacks.
+    pub fn record_pattern(&self) -> String {
+        format!("STORM:%:%:{}-%", self.id)
     }
     pub fn group(&self) -> String {
         format!("idemguard-storm-{}", self.id)
@@ -316,35 +320,27 @@ impl Rig {
     /// `--crash-after-db-commit 1` and waits (bounded) for it to abort.
     pub async fn crash_real_consumer(
         &self,
-        binary: &PathBuf,
+        binary: &std::path::Path,
         within: Duration,
     ) -> anyhow::Result<String> {
         // The child reads the run's exact configuration from a private file, removed afterwards.
-        let path = std::env::temp_dir().join(format!("idemguard-storm-{}.toml", self.run.id));
-        std::fs::write(&path, toml::to_string(&self.config)?)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        }
-        let child = tokio::process::Command::new(binary)
-            .arg("--config")
-            .arg(&path)
-            .args([
-                "consume",
-                "--group",
-                &self.run.group(),
-                "--crash-after-db-commit",
-                "1",
-            ])
-            .env_remove("IDEMGUARD_CONFIG")
-            .stdin(std::process::Stdio::null())
+        let file = ChildConfig::write(&self.config, &self.run.id)?;
+        let child = file
+            .command(
+                binary,
+                &[
+                    "consume",
+                    "--group",
+                    &self.run.group(),
+                    "--crash-after-db-commit",
+                    "1",
+                ],
+            )
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
             .output();
         let out = tokio::time::timeout(within, child).await;
-        let _ = std::fs::remove_file(&path);
+        drop(file);
         let out = out.map_err(|_| {
             anyhow::anyhow!(
                 "{} consume did not crash within {within:?} (no batch arrived?)",
@@ -369,12 +365,7 @@ impl Rig {
     /// counters when it was running.
     pub async fn shutdown(&mut self) -> anyhow::Result<Option<Arc<ConsumeStats>>> {
         let stats = self.stop_consumer().await?;
-        if let Some(s) = self.server.take() {
-            s.shutdown.cancel();
-            tokio::time::timeout(Duration::from_secs(30), s.done)
-                .await
-                .map_err(|_| anyhow::anyhow!("the service did not stop within 30s"))???;
-        }
+        self.stop_server().await?;
         let (a, b) = (self.tracer.clone(), self.consumer_tracer.clone());
         tokio::task::spawn_blocking(move || {
             a.flush(Duration::from_secs(5));
@@ -382,6 +373,18 @@ impl Rig {
         })
         .await?;
         Ok(stats)
+    }
+
+    /// Stops the in-process service (the requests in flight finish; the outbox is published):
+    /// at the end, or when the chaos storm runs the real `serve` on its address instead.
+    pub async fn stop_server(&mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.server.take() {
+            s.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(30), s.done)
+                .await
+                .map_err(|_| anyhow::anyhow!("the service did not stop within 30s"))???;
+        }
+        Ok(())
     }
 
     /// Trace events emitted/delivered/dropped by the storm's own tracers.

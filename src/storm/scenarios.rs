@@ -2,7 +2,6 @@
 //! says what it did; the invariants are checked afterwards by [`super::invariants`], from the
 //! database. Every loop is bounded; everything targets loopback.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ fn new_sku() -> i64 {
     rand::random_range(1_000_000_000..9_000_000_000_i64)
 }
 
-async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
+pub(super) async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
     let sku = new_sku();
     Orders::new(rig.db.clone(), rig.tracer.clone())
         .set_stock(sku, stock)
@@ -236,7 +235,7 @@ pub async fn consumer_crash(
     c: &StormClient,
     n: usize,
     concurrency: usize,
-    binary: &PathBuf,
+    binary: &std::path::Path,
 ) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64).await?;
     let started = Instant::now();
