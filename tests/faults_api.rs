@@ -749,7 +749,8 @@ async fn hold_rows(db: &Database, order_nos: &[String]) -> sqlx::Transaction<'st
 }
 
 /// SIGINT on `idemguard serve` while orders and payment callbacks wait on row locks: each gets
-/// its answer, each record is final, each booked payment is published, the trace is flushed.
+/// its answer, each record is final, each booked payment is published, the heartbeat is
+/// stopped, the trace is flushed.
 async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     const ORDERS: usize = 4;
     const CALLBACKS: usize = 3;
@@ -800,6 +801,33 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
         panic!("request {i} was answered before the held rows were released: {answer:?}");
     }
 
+    // The instance's heartbeat, to see it stopped (deleted, not left to expire) at exit.
+    let health: serde_json::Value = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let heartbeat = idemguard::contracts::keys::instance(health["instance"].as_str().unwrap());
+    let mut redis = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let beating = |r: &mut redis::aio::MultiplexedConnection| {
+        let (mut r, key) = (r.clone(), heartbeat.clone());
+        async move {
+            redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async::<i64>(&mut r)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(beating(&mut redis).await, 1, "{heartbeat} while serving");
+
     serve.interrupt();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(serve.running(), "serve exited with requests in flight");
@@ -815,6 +843,11 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     assert!(
         serve.exit(Duration::from_secs(30)).await.success(),
         "serve exits 0 after Ctrl-C"
+    );
+    assert_eq!(
+        beating(&mut redis).await,
+        0,
+        "{heartbeat} stopped at exit, not left to expire"
     );
 
     for k in &keys {
@@ -1344,4 +1377,60 @@ async fn replay_counts_survive_a_failed_flush_postgres() {
 #[tokio::test]
 async fn replay_counts_survive_a_failed_flush_mysql() {
     replay_counts_survive_a_failed_flush(Dialect::Mysql).await;
+}
+
+/// An owner alive but late: its lease is over and its liveness cannot be read (Redis down), so a
+/// retry reclaims its record and gets an order. The late owner's finalize, arriving after, writes
+/// nothing: the record keeps the retry's answer (the finalize is conditional on the owner).
+async fn a_late_owners_finalize_writes_nothing(dialect: Dialect) {
+    use idemguard::api::idempotency::{self, FinalResponse};
+    let (mut redis, _config, db, service, base) = guarded_service(dialect).await;
+    redis.kill();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let k = key();
+    let late = "late-host-7-000007";
+    processing_record(&db, &k, late, now_ms() - 1000).await;
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {body}");
+    let order_no = body["orderNo"].as_str().expect("an orderNo").to_string();
+    let late_answer = FinalResponse {
+        status: "FAILED",
+        code: 422,
+        body: r#"{"late":true}"#.into(),
+        order_no: None,
+    };
+    let wrote = idempotency::finalize(&db, &k, late, &late_answer, 86_400_000)
+        .await
+        .unwrap();
+    assert!(!wrote, "{dialect}: the late owner's finalize wrote");
+    let rec = idempotency::get(&db, &k)
+        .await
+        .unwrap()
+        .expect("the record");
+    assert_eq!(
+        (rec.status.as_str(), rec.order_no.as_deref()),
+        ("SUCCEEDED", Some(order_no.as_str())),
+        "{dialect}: {rec:?}"
+    );
+    assert_ne!(rec.owner, late, "{dialect}");
+    let (again, replay) = post_order(&http, &base, &k).await;
+    assert_eq!(
+        (again, &replay["orderNo"]),
+        (StatusCode::CREATED, &body["orderNo"])
+    );
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_late_owners_finalize_writes_nothing_postgres() {
+    a_late_owners_finalize_writes_nothing(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_late_owners_finalize_writes_nothing_mysql() {
+    a_late_owners_finalize_writes_nothing(Dialect::Mysql).await;
 }

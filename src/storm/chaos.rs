@@ -35,7 +35,7 @@ use super::client::StormClient;
 use super::invariants::Check;
 use super::processes::{hold_lock, signal, ChildConfig, ServiceProcess};
 use super::redis_server::PrivateRedis;
-use super::rig::Rig;
+use super::rig::{with_retries, Rig};
 use super::scenarios::{self, Played, PRICE};
 use crate::config::Dialect;
 use crate::contracts::{keys, new_event_id, Instance, OrderNo, RequestId};
@@ -333,10 +333,14 @@ async fn kill_lock_holder(
         amount: PRICE,
         fence: None,
     };
-    orders
-        .create(&new)
-        .await
-        .map_err(|e| anyhow::anyhow!("chaos: lock holder {n}'s order: {e}"))?;
+    // Created, or replayed after a retry: the one order of its requestId.
+    with_retries("placing a lock holder's order", || async {
+        orders
+            .create(&new)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
     let key = keys::order_lock(order_no.as_str());
     let (mut holder, held) = hold_lock(stage.binary, stage.file, &key, HOLDER_TTL).await?;
     tokio::time::sleep(hold).await; // the watchdog renews meanwhile
@@ -382,22 +386,46 @@ async fn kill_lock_holder(
         ));
     }
     let cancel = Transition::to(order_no.as_str(), OrderStatus::Cancelled).with_fence(fence);
-    let cancelled = orders
-        .transition(&cancel)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cancelled = with_retries("the successor's cancel", || async {
+        orders
+            .transition(&cancel)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
     let _ = successor.release().await;
-    if !matches!(cancelled, TransitionOutcome::Applied(_)) {
+    // Already applied: a retried cancel whose first commit's answer was lost with its session.
+    if !matches!(
+        cancelled,
+        TransitionOutcome::Applied(_) | TransitionOutcome::AlreadyApplied(_)
+    ) {
+        let got = outcome_name(&cancelled);
         wrong.push(format!(
-            "order {order_no}: the successor's cancel was not applied: {cancelled:?}"
+            "order {order_no}: the successor's cancel was {got}"
         ));
     }
     let late = Transition::paid(order_no.as_str(), new_event_id()).with_fence(stale);
-    match orders.transition(&late).await.map_err(|e| anyhow::anyhow!("{e}"))? {
-        TransitionOutcome::FenceRejected { .. } => {}
-        other => wrong.push(format!("order {order_no}: the dead holder's write under fence {stale} (successor {fence}) was not refused: {other:?}")),
+    let written = with_retries("the dead holder's late write", || async {
+        orders
+            .transition(&late)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
+    if !matches!(written, TransitionOutcome::FenceRejected { .. }) {
+        let got = outcome_name(&written);
+        wrong.push(format!("order {order_no}: the dead holder's write under fence {stale} (successor {fence}) was {got}, not refused by its fence"));
     }
     Ok(wrong)
+}
+
+fn outcome_name(o: &TransitionOutcome) -> &'static str {
+    match o {
+        TransitionOutcome::Applied(_) => "applied",
+        TransitionOutcome::AlreadyApplied(_) => "already applied",
+        TransitionOutcome::Rejected(_) => "rejected by the state machine",
+        TransitionOutcome::FenceRejected { .. } => "refused by its fence",
+    }
 }
 
 /// The key's remaining TTL on the service's Redis; None when it does not exist.

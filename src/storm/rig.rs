@@ -185,15 +185,23 @@ impl Rig {
         Ok(Some(c.stats))
     }
 
+    /// Payment events of the run the outbox relay has not published yet.
+    async fn pending(&self) -> anyhow::Result<i64> {
+        with_retries("counting the run's unpublished events", || async {
+            Ok(sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_one(&self.db.pool)
+                .await?)
+        })
+        .await
+    }
+
     /// Waits (bounded) until the outbox has published every payment event of the run and the
     /// consumer group has committed everything on the payment topic.
     pub async fn drain(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
-            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
-                .bind(self.config.kafka.payment_topic.as_str())
-                .fetch_one(&self.db.pool)
-                .await?;
+            let pending = self.pending().await?;
             let lag = if pending == 0 { self.lag().await? } else { -1 };
             if pending == 0 && lag == 0 {
                 return Ok(());
@@ -211,10 +219,7 @@ impl Rig {
     pub async fn wait_published(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
-            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
-                .bind(self.config.kafka.payment_topic.as_str())
-                .fetch_one(&self.db.pool)
-                .await?;
+            let pending = self.pending().await?;
             if pending == 0 {
                 return Ok(());
             }
@@ -275,10 +280,13 @@ impl Rig {
             headers: String,
             payload: String,
         }
-        let rows: Vec<Row> = sqlx::query_as(self.db.sql("storm_outbox_events"))
-            .bind(self.config.kafka.payment_topic.as_str())
-            .fetch_all(&self.db.pool)
-            .await?;
+        let rows: Vec<Row> = with_retries("reading the run's outbox", || async {
+            Ok(sqlx::query_as(self.db.sql("storm_outbox_events"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_all(&self.db.pool)
+                .await?)
+        })
+        .await?;
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
             .set("acks", "all")
@@ -420,6 +428,27 @@ impl Rig {
                 delete_matching(url, &self.run.key_pattern()),
             )
             .await;
+        }
+    }
+}
+
+/// The storm's own database work, retried (5 attempts, bounded): the chaos storm ends every
+/// session of the run's database, the storm's own too, and the tester is not what is under test.
+pub async fn with_retries<T, F, Fut>(what: &str, mut work: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match work().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt >= 5 => return Err(e.context(format!("{what} ({attempt} attempts)"))),
+            Err(e) => {
+                tracing::debug!(error = %e, attempt, "storm: {what} failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                attempt += 1;
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use super::client::{Reply, ReplyKind, StormClient};
 use super::invariants::Check;
 use super::redis_server::PrivateRedis;
-use super::rig::Rig;
+use super::rig::{with_retries, Rig};
 use crate::contracts::{keys, new_event_id};
 use crate::db::orders::{Orders, Transition, TransitionOutcome};
 use crate::db::state_machine::OrderStatus;
@@ -40,10 +40,14 @@ fn new_sku() -> i64 {
 
 pub(super) async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
     let sku = new_sku();
-    Orders::new(rig.db.clone(), rig.tracer.clone())
-        .set_stock(sku, stock)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let orders = Orders::new(rig.db.clone(), rig.tracer.clone());
+    with_retries("setting the stock", || async {
+        orders
+            .set_stock(sku, stock)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
     Ok((sku, stock))
 }
 
