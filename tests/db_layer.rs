@@ -132,15 +132,7 @@ async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_request_storm_postgres() {
-    five_hundred_creates_of_one_request_make_one_order(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_request_storm_mysql() {
-    five_hundred_creates_of_one_request_make_one_order(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] five_hundred_creates_of_one_request_make_one_order => one_request_storm_postgres, one_request_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -203,15 +195,7 @@ async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stock_storm_postgres() {
-    three_hundred_orders_on_a_hundred_units(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stock_storm_mysql() {
-    three_hundred_orders_on_a_hundred_units(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] three_hundred_orders_on_a_hundred_units => stock_storm_postgres, stock_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -344,15 +328,7 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payment_storm_postgres() {
-    two_hundred_payments_of_one_order_apply_once(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payment_storm_mysql() {
-    two_hundred_payments_of_one_order_apply_once(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] two_hundred_payments_of_one_order_apply_once => payment_storm_postgres, payment_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -440,15 +416,7 @@ async fn a_stale_fence_token_changes_nothing(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_postgres() {
-    a_stale_fence_token_changes_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_mysql() {
-    a_stale_fence_token_changes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_stale_fence_token_changes_nothing => fencing_postgres, fencing_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -535,15 +503,7 @@ async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn affected_rows_postgres() {
-    affected_rows_tell_new_from_duplicate(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn affected_rows_mysql() {
-    affected_rows_tell_new_from_duplicate(Dialect::Mysql).await;
-}
+per_dialect!(affected_rows_tell_new_from_duplicate => affected_rows_postgres, affected_rows_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -630,15 +590,7 @@ async fn refusals_write_nothing(dialect: Dialect) {
         .is_none());
 }
 
-#[tokio::test]
-async fn refusals_postgres() {
-    refusals_write_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn refusals_mysql() {
-    refusals_write_nothing(Dialect::Mysql).await;
-}
+per_dialect!(refusals_write_nothing => refusals_postgres, refusals_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -726,15 +678,7 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_in_postgres() {
-    transition_inside_a_callers_transaction(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_in_mysql() {
-    transition_inside_a_callers_transaction(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] transition_inside_a_callers_transaction => transition_in_postgres, transition_in_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -894,12 +838,4 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_batch_postgres() {
-    a_batch_of_transitions_decides_as_one_by_one(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_batch_mysql() {
-    a_batch_of_transitions_decides_as_one_by_one(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_batch_of_transitions_decides_as_one_by_one => transition_batch_postgres, transition_batch_mysql);

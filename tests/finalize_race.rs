@@ -307,15 +307,7 @@ async fn finalize_against_an_in_flight_create(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn finalize_against_an_in_flight_create_postgres() {
-    finalize_against_an_in_flight_create(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn finalize_against_an_in_flight_create_mysql() {
-    finalize_against_an_in_flight_create(Dialect::Mysql).await;
-}
+per_dialect!(finalize_against_an_in_flight_create => finalize_against_an_in_flight_create_postgres, finalize_against_an_in_flight_create_mysql);
 
 /// The other order of the race: finalize answered FAILED first (422 request-abandoned), then a
 /// create of that request id arrives (a paused instance waking up): the routine — installed by
@@ -455,15 +447,7 @@ async fn a_create_after_failed_writes_nothing(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn a_create_after_failed_writes_nothing_postgres() {
-    a_create_after_failed_writes_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_create_after_failed_writes_nothing_mysql() {
-    a_create_after_failed_writes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(a_create_after_failed_writes_nothing => a_create_after_failed_writes_nothing_postgres, a_create_after_failed_writes_nothing_mysql);
 
 /// The report names a record whose status contradicts the order tables.
 async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
@@ -511,15 +495,7 @@ async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn the_report_lists_a_failed_record_with_an_order_postgres() {
-    the_report_lists_a_failed_record_with_an_order(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn the_report_lists_a_failed_record_with_an_order_mysql() {
-    the_report_lists_a_failed_record_with_an_order(Dialect::Mysql).await;
-}
+per_dialect!(the_report_lists_a_failed_record_with_an_order => the_report_lists_a_failed_record_with_an_order_postgres, the_report_lists_a_failed_record_with_an_order_mysql);
 
 /// Finalize's wait for the record row is bounded: while a create transaction holds it, finalize
 /// gives up after 5 s, says why, and writes nothing.
@@ -583,12 +559,4 @@ async fn finalize_waits_at_most_five_seconds(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn finalize_waits_at_most_five_seconds_postgres() {
-    finalize_waits_at_most_five_seconds(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn finalize_waits_at_most_five_seconds_mysql() {
-    finalize_waits_at_most_five_seconds(Dialect::Mysql).await;
-}
+per_dialect!(finalize_waits_at_most_five_seconds => finalize_waits_at_most_five_seconds_postgres, finalize_waits_at_most_five_seconds_mysql);
