@@ -390,28 +390,11 @@ struct CrashingMember {
 }
 
 fn spawn_crashing_member(s: &Setup) -> CrashingMember {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+    let mut child = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .env("IDEMGUARD_CONSUMER__BATCH_SIZE", "50")
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
         .env("IDEMGUARD_LOG", "warn,idemguard=info")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -423,25 +423,16 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     assert!(restarted.exit(Duration::from_secs(30)).await.success());
 }
 
-#[tokio::test]
-async fn relay_crash_before_publish_loses_no_event_postgres() {
-    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::BeforePublish).await;
+async fn relay_crash_before_publish(dialect: Dialect) {
+    relay_crash_loses_no_event(dialect, RelayCrash::BeforePublish).await;
 }
 
-#[tokio::test]
-async fn relay_crash_before_publish_loses_no_event_mysql() {
-    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::BeforePublish).await;
+async fn relay_crash_after_publish(dialect: Dialect) {
+    relay_crash_loses_no_event(dialect, RelayCrash::AfterPublish).await;
 }
 
-#[tokio::test]
-async fn relay_crash_after_publish_applies_no_event_twice_postgres() {
-    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::AfterPublish).await;
-}
-
-#[tokio::test]
-async fn relay_crash_after_publish_applies_no_event_twice_mysql() {
-    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::AfterPublish).await;
-}
+per_dialect!(relay_crash_before_publish => relay_crash_before_publish_loses_no_event_postgres, relay_crash_before_publish_loses_no_event_mysql);
+per_dialect!(relay_crash_after_publish => relay_crash_after_publish_applies_no_event_twice_postgres, relay_crash_after_publish_applies_no_event_twice_mysql);
 
 #[tokio::test]
 async fn crash_switches_are_refused_in_production() {

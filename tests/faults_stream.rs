@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use common::consumer::*;
 use common::*;
 use idemguard::config::Dialect;
-use idemguard::contracts::{headers, new_event_id, OrderNo, PaymentSucceeded};
-use idemguard::db::Database;
+use idemguard::contracts::{headers, new_event_id, PaymentSucceeded};
 use idemguard::stream::lag::consumer_lag;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -31,23 +30,6 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 // ---------------------------------------------------------------------------------------------
 // Harness
-
-/// A CREATED order written straight into the schema: (orderNo, requestId).
-async fn create_order(db: &Database) -> (String, String) {
-    let order_no = OrderNo::generate().to_string();
-    let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
-    let sql = format!(
-        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 42, 1, 1, 1999, 'CREATED', 0, 0)",
-        placeholders(db.dialect(), 2)
-    );
-    sqlx::query(&sql)
-        .bind(&req)
-        .bind(&order_no)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    (order_no, req)
-}
 
 fn event_headers(e: &PaymentSucceeded) -> OwnedHeaders {
     OwnedHeaders::new()
@@ -162,10 +144,10 @@ async fn processed(s: &ConsumerSetup, outcome: &str) -> i64 {
 
 async fn refusals_apply_nothing_further(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (a, a_req) = create_order(&s.db).await;
-    let (b, b_req) = create_order(&s.db).await;
-    let (c, _) = create_order(&s.db).await;
-    let (dd, d_req) = create_order(&s.db).await;
+    let (a, a_req) = create_order(&s.db, 42).await;
+    let (b, b_req) = create_order(&s.db, 42).await;
+    let (c, _) = create_order(&s.db, 42).await;
+    let (dd, d_req) = create_order(&s.db, 42).await;
     exec(
         &s.db,
         &format!("UPDATE order_record SET status = 'CANCELLED' WHERE order_no = '{b}'"),
@@ -258,7 +240,7 @@ per_dialect!(refusals_apply_nothing_further(&consumer_setup) => refusals_through
 
 async fn parse_rejections_are_dead_lettered(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
+    let (o, r) = create_order(&s.db, 42).await;
     let base = payment(&o, &r, 42);
     let body = |e: &PaymentSucceeded| serde_json::to_vec(e).unwrap();
     let not_uuid = PaymentSucceeded {
@@ -344,26 +326,9 @@ per_dialect!(parse_rejections_are_dead_lettered(&consumer_setup) => each_parse_r
 /// The real binary, aborting right after its first batch (database writes and DLQ publications
 /// done) and before its offset commit.
 async fn run_crashing_member(s: &ConsumerSetup) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
-        .stdout(std::process::Stdio::null())
+    let out = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .status();
     let status = tokio::time::timeout(Duration::from_secs(60), out)
         .await
@@ -374,7 +339,7 @@ async fn run_crashing_member(s: &ConsumerSetup) {
 
 async fn dlq_once_across_a_crash(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
+    let (o, r) = create_order(&s.db, 42).await;
     send(s, &o, Some(b"{not json"), None).await;
     send(s, &o, Some(b"[1, 2]"), None).await;
     send_event(s, &o, &payment(&o, &r, 42)).await;
@@ -456,7 +421,7 @@ async fn a_kafka_receive_error_is_counted_and_survived() {
         .for_each(|r| {
             r.unwrap();
         });
-    let (o, r) = create_order(&s.db).await;
+    let (o, r) = create_order(&s.db, 42).await;
     send_event(&s, &o, &payment(&o, &r, 42)).await;
     run.until("the event applied once the topic exists", 90, |st| {
         get(&st.applied) >= 1
@@ -487,7 +452,7 @@ fn signal(pid: u32, sig: &str) {
 /// received the same batch — applies nothing twice.
 async fn a_failed_offset_commit(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
+    let (o, r) = create_order(&s.db, 42).await;
     let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r, 42)).collect();
     for e in &events {
         send_event(s, &o, e).await;
@@ -504,25 +469,10 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
         .execute(&mut *hold)
         .await
         .unwrap();
-    let m1 = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
+    let m1 = s
+        .consume_command(&[])
         .env("IDEMGUARD_LOG", "warn")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let pid = m1.id().unwrap();

@@ -221,18 +221,7 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
         "{dialect}: the killed instance's statement committed its order"
     );
     let (code, result) = finalize_cli(config, &key).await;
-    assert_eq!(
-        (code, result["outcome"].as_str()),
-        (Some(0), Some("done")),
-        "{dialect}: {result}"
-    );
-    assert!(
-        result["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("SUCCEEDED 201"),
-        "{dialect}: {result}"
-    );
+    assert_finalized_with_the_order(code, &result, dialect);
     assert_never_failed_with_order(db, &key, dialect).await;
     assert_eq!(
         common::count(db, "order_record").await,
@@ -240,6 +229,21 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
         "{dialect}: one order, no second one anywhere"
     );
     db.pool.close().await;
+}
+
+/// `idemguard finalize` answered done, SUCCEEDED with the API's 201: it found the order.
+fn assert_finalized_with_the_order(
+    code: Option<i32>,
+    result: &serde_json::Value,
+    dialect: Dialect,
+) {
+    assert_eq!(
+        (code, result["outcome"].as_str()),
+        (Some(0), Some("done")),
+        "{dialect}: {result}"
+    );
+    let detail = result["detail"].as_str().unwrap_or_default();
+    assert!(detail.starts_with("SUCCEEDED 201"), "{dialect}: {result}");
 }
 
 /// The same with a lease of 2 s, so finalize gets past the lease and liveness checks while the
@@ -269,18 +273,7 @@ async fn race_past_the_lease(dialect: Dialect) {
         order.is_some(),
         "{dialect}: the killed instance's statement committed its order"
     );
-    assert_eq!(
-        (code, result["outcome"].as_str()),
-        (Some(0), Some("done")),
-        "{dialect}: {result}"
-    );
-    assert!(
-        result["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("SUCCEEDED 201"),
-        "{dialect}: {result}"
-    );
+    assert_finalized_with_the_order(code, &result, dialect);
     assert_eq!(
         common::count(db, "order_record").await,
         1,

@@ -10,37 +10,12 @@ use common::consumer::*;
 use common::*;
 use idemguard::config::{Config, Dialect};
 use idemguard::contracts::{new_event_id, OrderNo, PaymentSucceeded};
-use idemguard::db::Database;
 use idemguard::stream::lag::consumer_lag;
 use idemguard::stream::ConsumeStats;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-
-/// A CREATED order to pay (test fixture written straight into the schema).
-async fn create_order(db: &Database, user_id: i64) -> (String, String) {
-    let order_no = OrderNo::generate().to_string();
-    let req = format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7());
-    let sql = format!(
-        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({})",
-        placeholders(db.dialect(), 9)
-    );
-    sqlx::query(&sql)
-        .bind(&req)
-        .bind(&order_no)
-        .bind(user_id)
-        .bind(1_i64)
-        .bind(1_i64)
-        .bind(1999_i64)
-        .bind("CREATED")
-        .bind(0_i64)
-        .bind(0_i64)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    (order_no, req)
-}
 
 async fn produce_raw(p: &FutureProducer, topic: &str, key: &str, body: &[u8]) {
     p.send(
@@ -230,24 +205,8 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     }
     // The real binary, killed by its own fault injection right after the first batch's
     // database commit and before its offset commit.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
-        .kill_on_drop(true)
+    let out = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), out)
         .await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{headers, new_event_id, Instance, PaymentSucceeded};
+use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
 use idemguard::db::Database;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
@@ -16,7 +16,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
-use super::{fresh_topics, migrated_database, unique_suffix};
+use super::{fresh_topics, migrated_database, placeholders, unique_suffix};
 
 /// A consumer test's world: its database, its payment and DLQ topics (batches of 50, no trace
 /// topic) and a consumer group of its own.
@@ -48,10 +48,48 @@ pub async fn consumer_setup(dialect: Dialect) -> ConsumerSetup {
 }
 
 impl ConsumerSetup {
+    /// The real `idemguard consume --group G` on the test's database and topics, followed by
+    /// `extra` (e.g. `--crash-after-db-commit 1`); no trace topic, stdout closed, killed when
+    /// dropped.
+    pub fn consume_command(&self, extra: &[&str]) -> tokio::process::Command {
+        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+        c.args(["--config", config, "consume", "--group", &self.group])
+            .args(extra)
+            .env("IDEMGUARD_DATABASE__URL", &self.config.database.url)
+            .env(
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                &self.config.kafka.payment_topic,
+            )
+            .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &self.config.kafka.dlq_topic)
+            .env("IDEMGUARD_TRACE__ENABLED", "false")
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true);
+        c
+    }
+
     /// A member of the test's group, connected as `self.config` says.
     pub async fn start_member(&self) -> Member {
         Member::start(&self.config, &self.group).await
     }
+}
+
+/// A CREATED order of `user_id`, written straight into the schema: (orderNo, requestId).
+pub async fn create_order(db: &Database, user_id: i64) -> (String, String) {
+    let order_no = OrderNo::generate().to_string();
+    let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+    let sql = format!(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 1, 1, 1999, 'CREATED', 0, 0)",
+        placeholders(db.dialect(), 3)
+    );
+    sqlx::query(&sql)
+        .bind(&req)
+        .bind(&order_no)
+        .bind(user_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    (order_no, req)
 }
 
 /// A payment event for `order_no` with a fresh eventId and payNo.

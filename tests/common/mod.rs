@@ -70,7 +70,16 @@ pub async fn fresh_database_config(dialect: Dialect) -> Config {
 
 /// A fresh database with the schema applied.
 pub async fn migrated_database(dialect: Dialect) -> (Config, Database) {
-    let config = fresh_database_config(dialect).await;
+    migrated_database_with(dialect, |_| {}).await
+}
+
+/// [`migrated_database`], its configuration changed by `tweak` before connecting.
+pub async fn migrated_database_with(
+    dialect: Dialect,
+    tweak: impl FnOnce(&mut Config),
+) -> (Config, Database) {
+    let mut config = fresh_database_config(dialect).await;
+    tweak(&mut config);
     let db = Database::connect(&config)
         .await
         .expect("connect to the test database");
