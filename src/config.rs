@@ -75,6 +75,9 @@ pub struct KafkaConfig {
     pub dlq_topic: String,
     pub trace_topic: String,
     pub consumer_group: String,
+    /// How the producers of the payment and trace topics pick a partition for a key, so the
+    /// console reads only the partition of an order (`none`: read every partition).
+    pub partitioner: crate::stream::partitioner::Partitioner,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +175,10 @@ pub struct ConsumerConfig {
 pub struct ConsoleConfig {
     #[serde(with = "humantime_serde")]
     pub stuck_threshold: Duration,
+    /// A trace reads each topic only in `[t − margin, t + margin]` around the times its
+    /// database rows carry (`console/read/window.rs`).
+    #[serde(with = "humantime_serde")]
+    pub trace_margin: Duration,
     #[serde(with = "humantime_serde")]
     pub refresh: Duration,
     pub operator: String,
@@ -509,6 +516,16 @@ impl Config {
             return Err(err(
                 "api.max_connections",
                 "must be between 1 and 536870911".into(),
+            ));
+        }
+        if self.console.trace_margin < Duration::from_secs(1)
+            || self.console.trace_margin > Duration::from_secs(24 * 3600)
+        {
+            return Err(err(
+                "console.trace_margin",
+                "must be between 1s and 24h (a trace reads [t - margin, t + margin] around each \
+                 time its database rows carry)"
+                    .into(),
             ));
         }
         if self.trace.buffer == 0 {
