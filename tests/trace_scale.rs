@@ -373,3 +373,219 @@ async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
     assert_eq!(j["order_no"], order.order_no.as_str());
     assert!(r.data.read_cost.unwrap().messages_scanned() <= 200);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The database side stays index-only at scale (issue 18 item 5)
+// ---------------------------------------------------------------------------------------------
+
+/// Rows per order-sized table: enough that a planner with statistics prefers an index wherever
+/// one serves, few enough to insert in a second or two.
+const ROWS: i64 = 40_000;
+
+/// Tables that grow with the orders (everything but the stock of a few SKUs and the schema
+/// version): a full scan of one is a trace that slows down as the business grows.
+const ORDER_SIZED: &[&str] = &[
+    "idempotency_record",
+    "order_record",
+    "stock_movement",
+    "payment_flow",
+    "outbox",
+    "points_ledger",
+    "notification",
+    "processed_event",
+    "ops_audit",
+];
+
+/// `INSERT … SELECT` of [`ROWS`] rows per table, row `g` of every table belonging to order `g`
+/// (`O{g}`, request `R{g}`, event `E{g}`), created one second apart.
+fn bulk_inserts(dialect: Dialect) -> Vec<String> {
+    let series = match dialect {
+        Dialect::Postgres => format!("generate_series(1, {ROWS}) AS s(g)"),
+        Dialect::Mysql => format!("(SELECT seq AS g FROM seq_1_to_{ROWS}) s"),
+    };
+    let t = "1700000000000 + g * 1000";
+    let rows = [
+        ("idempotency_record (request_id, biz_type, request_hash, status, order_no, owner, lease_until, created_at, updated_at, expire_at)",
+         format!("CONCAT('R', g), 'ORDER', 'h', CASE WHEN g % 100 = 0 THEN 'PROCESSING' ELSE 'SUCCEEDED' END, CONCAT('O', g), 'api-1', {t}, {t}, {t}, {t} + 86400000")),
+        ("order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, payment_event_id, created_at, updated_at)",
+         format!("CONCAT('R', g), CONCAT('O', g), g, g % 50, 1, 1999, 'PAID', CONCAT('E', g), {t}, {t}")),
+        ("stock_movement (order_no, req_id, sku_id, delta, created_at)",
+         format!("CONCAT('O', g), CONCAT('R', g), g % 50, -1, {t}")),
+        ("payment_flow (pay_no, order_no, amount, status, event_id, created_at)",
+         format!("CONCAT('P', g), CONCAT('O', g), 1999, 'SUCCEEDED', CONCAT('E', g), {t}")),
+        ("outbox (event_id, topic, msg_key, headers, payload, status, created_at, sent_at)",
+         format!("CONCAT('E', g), 'payment.succeeded', CONCAT('O', g), '{{}}', '{{}}', 'SENT', {t}, {t}")),
+        ("points_ledger (source_event_no, order_no, user_id, points, created_at)",
+         format!("CONCAT('E', g), CONCAT('O', g), g, 19, {t}")),
+        ("notification (event_id, order_no, user_id, channel, body, created_at)",
+         format!("CONCAT('E', g), CONCAT('O', g), g, 'sms', 'paid', {t}")),
+        ("processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at)",
+         format!("'idemguard-payments', CONCAT('E', g), CONCAT('O', g), 'payment.succeeded', g % 3, g, 'applied', {t}, {t} + 86400000")),
+        ("ops_audit (operator, environment, action, target, outcome, created_at)",
+         format!("'ops', 'local', 'release_lock', CONCAT('lock:order:O', g), 'done', {t}")),
+    ];
+    rows.iter()
+        .map(|(table, values)| format!("INSERT INTO {table} SELECT {values} FROM {series}"))
+        .collect()
+}
+
+/// A value bound to a query under EXPLAIN.
+#[derive(Clone, Copy)]
+enum Bind {
+    Text(&'static str),
+    Int(i64),
+}
+
+/// The binds of each console and trace query, as the code binds them (IDs of row 20,000, times
+/// inside the data). A query not listed here (the report's) binds integers only: times and a
+/// limit, as many as its SQL names.
+fn binds_of(name: &str) -> Option<Vec<Bind>> {
+    use Bind::*;
+    let (o, r, e) = (Text("O20000"), Text("R20000"), Text("E20000"));
+    let t = Int(1_700_000_000_000 + 20_000_000);
+    Some(match name {
+        "console_trace_idempotency" | "console_trace_stock" => match name {
+            "console_trace_stock" => vec![o, r],
+            _ => vec![r, o],
+        },
+        "console_trace_order" => vec![r, o, e],
+        "console_trace_payment"
+        | "console_trace_outbox"
+        | "console_trace_processed"
+        | "console_trace_points"
+        | "console_trace_notification" => vec![o, e],
+        "console_stuck" => vec![Int(1_700_000_000_000 + 1_000_000), Int(1000)],
+        "console_audit_list" => vec![t, Int(1_700_000_000_000 + 20_060_000), Int(200)],
+        "console_finalize_lock_record" => vec![r],
+        "console_finalize" => vec![
+            Text("FAILED"),
+            Int(422),
+            Text("{}"),
+            Text("O20000"),
+            t,
+            t,
+            Text("R20000"),
+            Int(0),
+        ],
+        "console_audit_outcome" => vec![Text("{}"), Text("done"), Text(""), Int(20_000)],
+        _ => return None,
+    })
+}
+
+/// How many parameters a statement takes: `$n` (PostgreSQL) or `?` (MySQL).
+fn parameter_count(sql: &str, dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Postgres => (1..=40)
+            .take_while(|n| sql.contains(&format!("${n}")))
+            .count(),
+        Dialect::Mysql => sql.matches('?').count(),
+    }
+}
+
+/// The plan's full scans of order-sized tables, one line each.
+async fn full_scans(db: &Database, dialect: Dialect, sql: &str, binds: Vec<Bind>) -> Vec<String> {
+    use sqlx::Row;
+    let explain = format!("EXPLAIN {sql}");
+    let mut q = sqlx::query(&explain);
+    for b in binds {
+        q = match b {
+            Bind::Text(s) => q.bind(s),
+            Bind::Int(i) => q.bind(i),
+        };
+    }
+    let rows = q
+        .fetch_all(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
+    let mut scans = Vec::new();
+    for row in rows {
+        match dialect {
+            Dialect::Postgres => {
+                let line: String = row.try_get(0).unwrap();
+                let seq = line.contains("Seq Scan on ");
+                if seq
+                    && ORDER_SIZED
+                        .iter()
+                        .any(|t| line.contains(&format!("Seq Scan on {t}")))
+                {
+                    scans.push(line.trim().to_string());
+                }
+            }
+            Dialect::Mysql => {
+                let table: Option<String> = row.try_get("table").unwrap();
+                let access: Option<String> = row.try_get("type").unwrap();
+                let table = table.unwrap_or_default();
+                // `ALL` reads every row, `index` every index entry: both grow with the table.
+                // Derived and union results (`<union1,2>`) are not tables.
+                let full = matches!(access.as_deref(), Some("ALL") | Some("index"));
+                if full && !table.starts_with('<') {
+                    let rows: Option<i64> = row.try_get("rows").ok().flatten();
+                    scans.push(format!("{table}: type {access:?}, rows {rows:?}"));
+                }
+            }
+        }
+    }
+    scans
+}
+
+/// EXPLAIN of every console, trace and report query over [`ROWS`] rows per table: none reads
+/// an order-sized table whole.
+async fn console_queries_are_index_only(dialect: Dialect) {
+    let (_config, db) = common::migrated_database(dialect).await;
+    let started = std::time::Instant::now();
+    for sql in bulk_inserts(dialect) {
+        sqlx::query(&sql)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    for t in ORDER_SIZED {
+        let analyze = match dialect {
+            Dialect::Postgres => format!("ANALYZE {t}"),
+            Dialect::Mysql => format!("ANALYZE TABLE {t}"),
+        };
+        sqlx::query(&analyze).execute(&db.pool).await.unwrap();
+    }
+    eprintln!(
+        "{dialect}: {ROWS} rows × {} tables in {:?}",
+        ORDER_SIZED.len(),
+        started.elapsed()
+    );
+    let names = idemguard::db::queries::BUILTIN
+        .iter()
+        .map(|(name, _, _)| *name)
+        .filter(|n| n.starts_with("console_") || n.starts_with("report_"))
+        // A session setting and an INSERT: nothing to scan.
+        .filter(|n| *n != "console_finalize_lock_wait" && *n != "console_audit_attempt");
+    let mut failures = Vec::new();
+    let mut explained = 0;
+    for name in names {
+        let sql = db.sql(name).to_string();
+        let binds = binds_of(name).unwrap_or_else(|| {
+            let n = parameter_count(&sql, dialect);
+            (0..n)
+                .map(|i| Bind::Int(1_700_000_000_000 + 20_000_000 + i as i64))
+                .collect()
+        });
+        explained += 1;
+        for scan in full_scans(&db, dialect, &sql, binds).await {
+            failures.push(format!("{name}: {scan}"));
+        }
+    }
+    assert!(explained >= 14, "{explained} queries explained");
+    assert!(
+        failures.is_empty(),
+        "{dialect}: full scans of order-sized tables:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn console_queries_are_index_only_postgres() {
+    console_queries_are_index_only(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn console_queries_are_index_only_mysql() {
+    console_queries_are_index_only(Dialect::Mysql).await;
+}
