@@ -1038,6 +1038,30 @@ mod tests {
         assert!(e.origin.ends_with("test.toml"));
     }
 
+    /// The trace's window margin and the producers' partitioner: defaults, bounds, names.
+    #[test]
+    fn trace_reading_settings_are_validated() {
+        let c = load_with(None, &[]).unwrap();
+        assert_eq!(c.console.trace_margin, Duration::from_secs(600));
+        assert_eq!(
+            c.kafka.partitioner,
+            crate::stream::partitioner::Partitioner::ConsistentRandom
+        );
+        for bad in ["0s", "500ms", "2days"] {
+            let toml = format!("[console]\ntrace_margin = \"{bad}\"\n");
+            let e = load_with(Some(&toml), &[]).unwrap_err();
+            assert_eq!(e.key, "console.trace_margin", "{bad}");
+            assert!(e.message.contains("between 1s and 24h"), "{e}");
+        }
+        let c = load_with(None, &[("IDEMGUARD_KAFKA__PARTITIONER", "murmur2_random")]).unwrap();
+        assert_eq!(
+            c.kafka.partitioner,
+            crate::stream::partitioner::Partitioner::Murmur2Random
+        );
+        let e = load_with(Some("[kafka]\npartitioner = \"murmur2\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.partitioner");
+    }
+
     #[test]
     fn environment_overrides_file_and_is_named_in_errors() {
         let c = load_with(
