@@ -562,6 +562,11 @@ fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
         // A probe or a window that reaches the end of a partition learns it at once.
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
+        // A probe re-assigns the partition at another offset; with the default queue backoff
+        // (1 s after a fetch filled the local queue) one probe in three waited a second
+        // (measured on tansu: 7-20 s for a trace of 66 probes; 10 ms a probe without it).
+        .set("fetch.queue.backoff.ms", "0")
+        .set("fetch.error.backoff.ms", "20")
         .set("fetch.message.max.bytes", "65536")
         .set("queued.min.messages", "500")
         .create()
