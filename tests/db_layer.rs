@@ -13,25 +13,21 @@ use common::*;
 use idemguard::config::Dialect;
 use idemguard::contracts::{new_event_id, Instance, OrderNo, RequestId};
 use idemguard::db::orders::{
-    find_order, CreateOutcome, NewOrder, OrderError, OrderKey, Orders, Transition,
+    find_order, CreateOutcome, NewOrder, OrderError, OrderKey, OrderRecord, Orders, Transition,
     TransitionOutcome,
 };
 use idemguard::db::state_machine::OrderStatus;
-use idemguard::db::{migrate, Database};
+use idemguard::db::Database;
 use idemguard::trace::Tracer;
 
 /// A fresh migrated database and the order table on it. The pool waits up to a minute for a
 /// connection: the storms below queue hundreds of tasks on 16 connections on purpose.
 async fn orders_on(dialect: Dialect) -> Orders {
-    let mut config = fresh_database_config(dialect).await;
-    config.database.max_connections = 16;
-    config.database.connect_timeout = Duration::from_secs(60);
-    let db = Database::connect(&config)
-        .await
-        .expect("connect to the test database");
-    migrate::migrate(&db)
-        .await
-        .expect("migrate the test database");
+    let (_, db) = migrated_database_with(dialect, |c| {
+        c.database.max_connections = 16;
+        c.database.connect_timeout = Duration::from_secs(60);
+    })
+    .await;
     Orders::new(db, Tracer::log_only(&Instance::current()))
 }
 
@@ -45,6 +41,34 @@ fn new_order(request_id: &RequestId, sku_id: i64, fence: Option<i64>) -> NewOrde
         amount: 1999,
         fence,
     }
+}
+
+/// The order as the database holds it now.
+async fn row(orders: &Orders, order_no: &str) -> OrderRecord {
+    orders
+        .find_by_order_no(order_no)
+        .await
+        .unwrap()
+        .expect("the order exists")
+}
+
+/// A new order of `sku_id`, created without a lock or under fence token `fence`.
+async fn placed(orders: &Orders, sku_id: i64, fence: Option<i64>) -> OrderRecord {
+    let request = RequestId::generate("APP", "ORDER");
+    orders
+        .create(&new_order(&request, sku_id, fence))
+        .await
+        .unwrap()
+        .into_order()
+}
+
+/// Applies `t` and asserts its outcome matches the pattern; the outcome.
+macro_rules! assert_moves {
+    ($orders:expr, $t:expr, $dialect:expr, $($outcome:tt)+) => {{
+        let out = $orders.transition(&$t).await.unwrap();
+        assert!(matches!(&out, $($outcome)+), "{}: {out:?}", $dialect);
+        out
+    }};
 }
 
 /// `SELECT CAST(COUNT(*) AS <bigint>) FROM table WHERE where_` — test-only inspection of the
@@ -112,35 +136,24 @@ async fn five_hundred_creates_of_one_request_make_one_order(dialect: Dialect) {
         Some(999),
         "{dialect}: stock taken once"
     );
-    let row = orders
+    let by_request = orders
         .find_by_request_id(request_id.as_str())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(row.order_no, order_no);
+    assert_eq!(by_request.order_no, order_no);
     assert_eq!(
-        row.replay_count, 499,
+        by_request.replay_count, 499,
         "{dialect}: each duplicate was told apart from a new order and counted"
     );
-    assert_eq!(
-        orders.find_by_order_no(&order_no).await.unwrap().unwrap(),
-        row
-    );
+    assert_eq!(row(&orders, &order_no).await, by_request);
     assert_eq!(
         find_order(db, OrderKey::OrderNo(&order_no)).await.unwrap(),
-        Some(row)
+        Some(by_request)
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_request_storm_postgres() {
-    five_hundred_creates_of_one_request_make_one_order(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_request_storm_mysql() {
-    five_hundred_creates_of_one_request_make_one_order(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] five_hundred_creates_of_one_request_make_one_order => one_request_storm_postgres, one_request_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -203,26 +216,14 @@ async fn three_hundred_orders_on_a_hundred_units(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stock_storm_postgres() {
-    three_hundred_orders_on_a_hundred_units(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stock_storm_mysql() {
-    three_hundred_orders_on_a_hundred_units(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] three_hundred_orders_on_a_hundred_units => stock_storm_postgres, stock_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
 async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(3, 10).await.unwrap();
-    let order = orders
-        .create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None))
-        .await
-        .unwrap()
-        .into_order();
+    let order = placed(&orders, 3, None).await;
     let event_id = new_event_id();
     let tasks: Vec<_> = (0..200)
         .map(|_| {
@@ -263,53 +264,17 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
     );
 
     // A late or replayed event never moves the order back, nor sideways out of PAID.
-    let back = orders
-        .transition(&Transition::to(
-            order.order_no.clone(),
-            OrderStatus::Created,
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&back, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid),
-        "{dialect}: {back:?}"
-    );
-    let cancel = orders
-        .transition(&Transition::to(
-            order.order_no.clone(),
-            OrderStatus::Cancelled,
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&cancel, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid),
-        "{dialect}: {cancel:?}"
-    );
+    for status in [OrderStatus::Created, OrderStatus::Cancelled] {
+        let t = Transition::to(order.order_no.clone(), status);
+        assert_moves!(orders, t, dialect, TransitionOutcome::Rejected(o) if o.status == OrderStatus::Paid);
+    }
     // A second, different payment event for a paid order changes nothing; the record says
     // which event paid it.
-    let second = orders
-        .transition(&Transition::paid(order.order_no.clone(), new_event_id()))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&second, TransitionOutcome::AlreadyApplied(o) if o.payment_event_id.as_deref() == Some(event_id.as_str()))
-    );
-    let refund = orders
-        .transition(&Transition::to(
-            order.order_no.clone(),
-            OrderStatus::Refunded,
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&refund, TransitionOutcome::Applied(o) if o.status == OrderStatus::Refunded && o.version == 2),
-        "{dialect}: {refund:?}"
-    );
-    let after = orders
-        .find_by_order_no(&order.order_no)
-        .await
-        .unwrap()
-        .unwrap();
+    let t = Transition::paid(order.order_no.clone(), new_event_id());
+    assert_moves!(orders, t, dialect, TransitionOutcome::AlreadyApplied(o) if o.payment_event_id.as_deref() == Some(event_id.as_str()));
+    let t = Transition::to(order.order_no.clone(), OrderStatus::Refunded);
+    assert_moves!(orders, t, dialect, TransitionOutcome::Applied(o) if o.status == OrderStatus::Refunded && o.version == 2);
+    let after = row(&orders, &order.order_no).await;
     assert_eq!(
         (
             after.status,
@@ -320,11 +285,7 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
     );
 
     // The same event cannot pay a second order (payment_event_id is unique).
-    let other = orders
-        .create(&new_order(&RequestId::generate("APP", "ORDER"), 3, None))
-        .await
-        .unwrap()
-        .into_order();
+    let other = placed(&orders, 3, None).await;
     let err = orders
         .transition(&Transition::paid(other.order_no.clone(), event_id.clone()))
         .await
@@ -334,25 +295,12 @@ async fn two_hundred_payments_of_one_order_apply_once(dialect: Dialect) {
         "{dialect}: {err}"
     );
     assert_eq!(
-        orders
-            .find_by_order_no(&other.order_no)
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
+        row(&orders, &other.order_no).await.status,
         OrderStatus::Created
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payment_storm_postgres() {
-    two_hundred_payments_of_one_order_apply_once(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payment_storm_mysql() {
-    two_hundred_payments_of_one_order_apply_once(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] two_hundred_payments_of_one_order_apply_once => payment_storm_postgres, payment_storm_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -360,95 +308,51 @@ async fn a_stale_fence_token_changes_nothing(dialect: Dialect) {
     let orders = orders_on(dialect).await;
     orders.set_stock(5, 10).await.unwrap();
     // Created under the lock's token 7.
-    let order = orders
-        .create(&new_order(&RequestId::generate("APP", "ORDER"), 5, Some(7)))
-        .await
-        .unwrap()
-        .into_order();
+    let order = placed(&orders, 5, Some(7)).await;
     assert_eq!(order.fence, 7);
-    let before = orders
-        .find_by_order_no(&order.order_no)
-        .await
-        .unwrap()
-        .unwrap();
+    let before = row(&orders, &order.order_no).await;
 
     // Token 5: its holder's lock expired long ago. Refused whether the layer reads first...
     let stale = Transition::paid(order.order_no.clone(), new_event_id()).with_fence(5);
-    let out = orders.transition(&stale).await.unwrap();
-    assert!(
-        matches!(&out, TransitionOutcome::FenceRejected { offered: 5, current } if current.fence == 7),
-        "{dialect}: {out:?}"
-    );
+    assert_moves!(orders, stale, dialect, TransitionOutcome::FenceRejected { offered: 5, current } if current.fence == 7);
     // ...or goes straight to the conditional UPDATE (known version): the SQL refuses it itself.
-    let out = orders
-        .transition(&stale.clone().with_expected_version(0))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&out, TransitionOutcome::FenceRejected { offered: 5, .. }),
-        "{dialect}: {out:?}"
+    let t = stale.clone().with_expected_version(0);
+    assert_moves!(
+        orders,
+        t,
+        dialect,
+        TransitionOutcome::FenceRejected { offered: 5, .. }
     );
     assert_eq!(
-        orders
-            .find_by_order_no(&order.order_no)
-            .await
-            .unwrap()
-            .unwrap(),
+        row(&orders, &order.order_no).await,
         before,
         "{dialect}: the stale writes changed the row"
     );
 
     // The successor's token 9 applies and raises the stored fence; the old token stays out.
-    let out = orders
-        .transition(&Transition::paid(order.order_no.clone(), new_event_id()).with_fence(9))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Paid),
-        "{dialect}: {out:?}"
-    );
+    let t = Transition::paid(order.order_no.clone(), new_event_id()).with_fence(9);
+    let out = assert_moves!(orders, t, dialect, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Paid);
     let paid = out.order().clone();
-    let out = orders
-        .transition(
-            &Transition::to(order.order_no.clone(), OrderStatus::Refunded)
-                .with_fence(7)
-                .with_expected_version(1),
-        )
-        .await
-        .unwrap();
-    assert!(
-        matches!(&out, TransitionOutcome::FenceRejected { offered: 7, .. }),
-        "{dialect}: {out:?}"
+    let t = Transition::to(order.order_no.clone(), OrderStatus::Refunded)
+        .with_fence(7)
+        .with_expected_version(1);
+    assert_moves!(
+        orders,
+        t,
+        dialect,
+        TransitionOutcome::FenceRejected { offered: 7, .. }
     );
     assert_eq!(
-        orders
-            .find_by_order_no(&order.order_no)
-            .await
-            .unwrap()
-            .unwrap(),
+        row(&orders, &order.order_no).await,
         paid,
         "{dialect}: the stale refund changed the row"
     );
     // An equal token is the same holder: allowed.
-    let out = orders
-        .transition(&Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(9))
-        .await
-        .unwrap();
-    assert!(
-        matches!(&out, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Refunded),
-        "{dialect}: {out:?}"
-    );
+    let t = Transition::to(order.order_no.clone(), OrderStatus::Refunded).with_fence(9);
+    assert_moves!(orders, t, dialect, TransitionOutcome::Applied(o) if o.fence == 9 && o.status == OrderStatus::Refunded);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_postgres() {
-    a_stale_fence_token_changes_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_mysql() {
-    a_stale_fence_token_changes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_stale_fence_token_changes_nothing => fencing_postgres, fencing_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -535,15 +439,7 @@ async fn affected_rows_tell_new_from_duplicate(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn affected_rows_postgres() {
-    affected_rows_tell_new_from_duplicate(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn affected_rows_mysql() {
-    affected_rows_tell_new_from_duplicate(Dialect::Mysql).await;
-}
+per_dialect!(affected_rows_tell_new_from_duplicate => affected_rows_postgres, affected_rows_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -630,15 +526,7 @@ async fn refusals_write_nothing(dialect: Dialect) {
         .is_none());
 }
 
-#[tokio::test]
-async fn refusals_postgres() {
-    refusals_write_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn refusals_mysql() {
-    refusals_write_nothing(Dialect::Mysql).await;
-}
+per_dialect!(refusals_write_nothing => refusals_postgres, refusals_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -671,12 +559,7 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
     .unwrap();
     assert!(matches!(rolled_back, TransitionOutcome::Applied(_)));
     assert_eq!(
-        orders
-            .find_by_order_no(&order.order_no)
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
+        row(&orders, &order.order_no).await.status,
         OrderStatus::Created,
         "{dialect}"
     );
@@ -726,15 +609,7 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_in_postgres() {
-    transition_inside_a_callers_transaction(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_in_mysql() {
-    transition_inside_a_callers_transaction(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] transition_inside_a_callers_transaction => transition_in_postgres, transition_in_mysql);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -742,7 +617,6 @@ async fn transition_in_mysql() {
 /// by one, in batch order: two identical sets of orders, the same moves, one set batched and
 /// the other one by one — the same decisions and the same rows.
 async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
-    use idemguard::db::orders::OrderRecord;
     let orders = orders_on(dialect).await;
     orders.set_stock(11, 100).await.unwrap();
     let mut sets: Vec<Vec<OrderRecord>> = Vec::new();
@@ -870,7 +744,7 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
         let rows: Vec<(OrderStatus, i64, i64, Option<String>)> = {
             let mut v = Vec::new();
             for o in set {
-                let r = orders.find_by_order_no(&o.order_no).await.unwrap().unwrap();
+                let r = row(&orders, &o.order_no).await;
                 v.push((
                     r.status,
                     r.version,
@@ -894,12 +768,4 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_batch_postgres() {
-    a_batch_of_transitions_decides_as_one_by_one(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_batch_mysql() {
-    a_batch_of_transitions_decides_as_one_by_one(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_batch_of_transitions_decides_as_one_by_one => transition_batch_postgres, transition_batch_mysql);

@@ -15,73 +15,60 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::consumer::*;
 use common::*;
-use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
+use idemguard::config::Dialect;
+use idemguard::contracts::{Instance, OrderNo, PaymentSucceeded};
 use idemguard::db::orders::Orders;
 use idemguard::db::Database;
 use idemguard::stream::sinks::{self, Delivery, PaidDecision};
-use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
+use idemguard::stream::ConsumeStats;
 use idemguard::trace::Tracer;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use tokio::io::AsyncBufReadExt;
-use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------------------------
 // Harness: a private database, topics and group; what the test created is removed at the end
 // (tests/common), pass or fail.
 
+/// The consumer tests' world, and what the database faults need besides.
 struct Setup {
-    dialect: Dialect,
-    config: Config,
-    /// The test's own view of its database (as root), for fixtures and the final counts.
-    db: Database,
+    world: ConsumerSetup,
     db_name: String,
-    group: String,
     /// MariaDB: the private user the consumer connects as (so only it can be locked out).
     user: Option<String>,
 }
 
+impl std::ops::Deref for Setup {
+    type Target = ConsumerSetup;
+    fn deref(&self) -> &ConsumerSetup {
+        &self.world
+    }
+}
+
+impl std::ops::DerefMut for Setup {
+    fn deref_mut(&mut self) -> &mut ConsumerSetup {
+        &mut self.world
+    }
+}
+
 async fn setup(dialect: Dialect) -> Setup {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn,idemguard=info")
-        .try_init();
-    let (mut config, db) = migrated_database(dialect).await;
-    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
-    config.kafka.payment_topic = topics[0].clone();
-    config.kafka.dlq_topic = topics[1].clone();
-    config.consumer.batch_size = 50;
-    config.trace.enabled = false;
-    let db_name = url::Url::parse(&config.database.url)
+    let world = consumer_setup(dialect).await;
+    let db_name = url::Url::parse(&world.config.database.url)
         .unwrap()
         .path()
         .trim_start_matches('/')
         .to_string();
     Setup {
-        dialect,
-        config,
-        db,
+        world,
         db_name,
-        group: format!("igt-group-{}", unique_suffix()),
         user: None,
     }
 }
 
-/// A connection to the dialect's server (not the test database), for the faults.
 async fn admin(dialect: Dialect) -> Database {
     Database::connect_url(&local_config(), &server_url(dialect))
         .await
         .expect("the test server is reachable")
-}
-
-async fn exec(db: &Database, sql: &str) {
-    sqlx::query(sql)
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 impl Setup {
@@ -145,60 +132,13 @@ async fn create_orders(db: &Database, n: usize) -> Vec<(String, String)> {
     orders
 }
 
-fn payment(order_no: &str, request_id: &str) -> PaymentSucceeded {
-    PaymentSucceeded {
-        event_id: new_event_id(),
-        order_no: order_no.into(),
-        request_id: request_id.into(),
-        pay_no: format!("PAY{}", unique_suffix()),
-        user_id: 42,
-        amount: 1999,
-        paid_at: 0,
-    }
-}
-
 /// A payment event for each of `n` new orders.
 async fn paid_events(db: &Database, n: usize) -> Vec<PaymentSucceeded> {
     create_orders(db, n)
         .await
         .iter()
-        .map(|(o, r)| payment(o, r))
+        .map(|(o, r)| payment(o, r, 42))
         .collect()
-}
-
-fn producer(config: &Config) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("acks", "all")
-        .create()
-        .unwrap()
-}
-
-async fn produce(p: &FutureProducer, topic: &str, e: &PaymentSucceeded) {
-    let body = serde_json::to_vec(e).unwrap();
-    let h = OwnedHeaders::new()
-        .insert(Header {
-            key: headers::EVENT_ID,
-            value: Some(e.event_id.as_bytes()),
-        })
-        .insert(Header {
-            key: headers::REQUEST_ID,
-            value: Some(e.request_id.as_bytes()),
-        })
-        .insert(Header {
-            key: headers::ORDER_NO,
-            value: Some(e.order_no.as_bytes()),
-        });
-    p.send(
-        FutureRecord::to(topic)
-            .key(&e.order_no)
-            .payload(&body)
-            .headers(h),
-        Duration::from_secs(10),
-    )
-    .await
-    .map_err(|(e, _)| e)
-    .unwrap();
 }
 
 async fn produce_all(s: &Setup, events: &[PaymentSucceeded]) {
@@ -223,79 +163,6 @@ fn feed(s: &Setup, events: Vec<PaymentSucceeded>, gap: Duration) -> tokio::task:
     })
 }
 
-struct Running {
-    stop: CancellationToken,
-    stats: Arc<ConsumeStats>,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-/// An in-process member of the test's group with its own pool, connected as `s.config` says.
-async fn start(s: &Setup) -> Running {
-    let db = Database::connect(&s.config)
-        .await
-        .expect("the consumer connects");
-    let options = ConsumeOptions {
-        group: Some(s.group.clone()),
-        ..Default::default()
-    };
-    let consumer = PaymentConsumer::new(
-        &s.config,
-        db,
-        Tracer::log_only(&Instance::current()),
-        options,
-    )
-    .unwrap();
-    let stats = consumer.stats();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(consumer.run(stop.clone()));
-    Running {
-        stop,
-        stats,
-        handle,
-    }
-}
-
-impl Running {
-    fn get(&self, pick: fn(&ConsumeStats) -> &std::sync::atomic::AtomicU64) -> u64 {
-        ConsumeStats::get(pick(&self.stats))
-    }
-
-    /// Waits (bounded) until the member has applied `n` events; fails at once if it died.
-    async fn until_applied(&self, n: u64, secs: u64) {
-        self.until(&format!("{n} events applied"), secs, |s| {
-            ConsumeStats::get(&s.applied) >= n
-        })
-        .await;
-    }
-
-    async fn until(&self, what: &str, secs: u64, done: impl Fn(&ConsumeStats) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while !done(&self.stats) {
-            assert!(
-                !self.handle.is_finished(),
-                "the consumer stopped on its own before {what}: {:?}",
-                self.stats
-            );
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {secs}s waiting for {what}: {:?}",
-                self.stats
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(self) -> Arc<ConsumeStats> {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
-            .await
-            .expect("the consumer stops within 30s")
-            .unwrap()
-            .unwrap();
-        self.stats
-    }
-}
-
 /// Exactly `n` events took effect, once each: one PAID order, points row, notification and
 /// processed_event row per event.
 async fn assert_applied_once(s: &Setup, n: i64) {
@@ -315,7 +182,7 @@ async fn assert_applied_once(s: &Setup, n: i64) {
 }
 
 /// Waits (bounded) until the database holds `n` processed events — the last sink of a batch.
-async fn until_processed(s: &Setup, run: &Running, n: i64, secs: u64) {
+async fn until_processed(s: &Setup, run: &Member, n: i64, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let done = count(&s.db, "processed_event").await;
@@ -446,7 +313,7 @@ async fn database_faults_are_retried_never_dead_lettered(s: &Setup) {
     let mut events = paid_events(&s.db, 500).await;
     let after = events.split_off(300);
     let during_refusal = events.split_off(250);
-    let run = start(s).await;
+    let run = s.start_member().await;
 
     // 1. Once the member consumes, sessions terminated again and again while 240 events
     //    arrive one by one.
@@ -523,28 +390,11 @@ struct CrashingMember {
 }
 
 fn spawn_crashing_member(s: &Setup) -> CrashingMember {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+    let mut child = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .env("IDEMGUARD_CONSUMER__BATCH_SIZE", "50")
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
         .env("IDEMGUARD_LOG", "warn,idemguard=info")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -590,7 +440,7 @@ async fn a_member_dies_with_uncommitted_work(s: &Setup) {
     let warm_up = paid_events(&s.db, 1).await;
     let events = paid_events(&s.db, 300).await;
     // Member B joins first and proves it is consuming.
-    let b = start(s).await;
+    let b = s.start_member().await;
     produce(&p, &s.config.kafka.payment_topic, &warm_up[0]).await;
     b.until_applied(1, 60).await;
     // Member A joins: the group rebalances and A owns some partitions.
@@ -630,17 +480,7 @@ async fn a_member_dies_with_uncommitted_work(s: &Setup) {
     assert_applied_once(s, 301).await;
 }
 
-#[tokio::test]
-async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_postgres() {
-    let s = setup(Dialect::Postgres).await;
-    a_member_dies_with_uncommitted_work(&s).await;
-}
-
-#[tokio::test]
-async fn a_member_dies_with_uncommitted_work_and_the_other_takes_over_mysql() {
-    let s = setup(Dialect::Mysql).await;
-    a_member_dies_with_uncommitted_work(&s).await;
-}
+per_dialect!(a_member_dies_with_uncommitted_work(&setup) => a_member_dies_with_uncommitted_work_and_the_other_takes_over_postgres, a_member_dies_with_uncommitted_work_and_the_other_takes_over_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Claim: the order sink locks the batch's orders in orderNo order, "so two consumers cannot
@@ -671,8 +511,8 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
     for round in 0..ROUNDS {
         let orders = create_orders(&s.db, ORDERS).await;
         // The same orders, each with a different payment per member, one member in reverse.
-        let forward = deliveries(orders.iter().map(|(o, r)| payment(o, r)));
-        let reverse = deliveries(orders.iter().rev().map(|(o, r)| payment(o, r)));
+        let forward = deliveries(orders.iter().map(|(o, r)| payment(o, r, 42)));
+        let reverse = deliveries(orders.iter().rev().map(|(o, r)| payment(o, r, 42)));
         let start_line = Arc::new(tokio::sync::Barrier::new(2));
         let run = |orders: Orders, batch: Vec<Delivery>| {
             let start_line = start_line.clone();
@@ -721,17 +561,7 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
     );
 }
 
-#[tokio::test]
-async fn reverse_order_batches_never_deadlock_postgres() {
-    let s = setup(Dialect::Postgres).await;
-    reverse_order_batches_never_deadlock(&s).await;
-}
-
-#[tokio::test]
-async fn reverse_order_batches_never_deadlock_mysql() {
-    let s = setup(Dialect::Mysql).await;
-    reverse_order_batches_never_deadlock(&s).await;
-}
+per_dialect!(reverse_order_batches_never_deadlock(&setup) => reverse_order_batches_never_deadlock_postgres, reverse_order_batches_never_deadlock_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Claim: "Business refusals (out of stock, unknown SKU) are stored as FAILED, so a retry gets
@@ -825,14 +655,4 @@ async fn a_refusal_is_replayed(s: &Setup) {
     server.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn a_refusal_is_replayed_byte_for_byte_postgres() {
-    let s = setup(Dialect::Postgres).await;
-    a_refusal_is_replayed(&s).await;
-}
-
-#[tokio::test]
-async fn a_refusal_is_replayed_byte_for_byte_mysql() {
-    let s = setup(Dialect::Mysql).await;
-    a_refusal_is_replayed(&s).await;
-}
+per_dialect!(a_refusal_is_replayed(&setup) => a_refusal_is_replayed_byte_for_byte_postgres, a_refusal_is_replayed_byte_for_byte_mysql);

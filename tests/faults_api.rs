@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::consumer::Member;
 use common::*;
 use idemguard::api::payments::{self, OutboxRelay, PayableOrder};
 use idemguard::api::server;
@@ -28,7 +29,6 @@ use idemguard::contracts::{
 use idemguard::db::orders::{NewOrder, OrderRecord, Orders};
 use idemguard::db::Database;
 use idemguard::storm::interception::read_trace;
-use idemguard::stream::consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -265,45 +265,6 @@ impl Drop for Child {
     }
 }
 
-/// The in-process consumer on the test's group.
-struct RunningConsumer {
-    stop: CancellationToken,
-    stats: std::sync::Arc<ConsumeStats>,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-async fn start_consumer(config: &Config) -> RunningConsumer {
-    let db = Database::connect(config).await.unwrap();
-    let options = ConsumeOptions {
-        group: Some(config.kafka.consumer_group.clone()),
-        crash_after_db_commit: None,
-    };
-    let consumer = PaymentConsumer::new(config, db, tracer(), options).unwrap();
-    let stats = consumer.stats();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(consumer.run(stop.clone()));
-    RunningConsumer {
-        stop,
-        stats,
-        handle,
-    }
-}
-
-impl RunningConsumer {
-    fn get(&self, f: fn(&ConsumeStats) -> &std::sync::atomic::AtomicU64) -> u64 {
-        ConsumeStats::get(f(&self.stats))
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
-            .await
-            .expect("the consumer stops within 30s")
-            .unwrap()
-            .unwrap();
-    }
-}
-
 /// The consumer's effects, one per payment: a processed_event row for the group, a points row and
 /// a notification per booked event, and every order PAID.
 async fn assert_one_effect_per_payment(config: &Config, db: &Database, n: i64) {
@@ -428,7 +389,7 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     assert_eq!(distinct, events, "every booked event reached the topic");
 
     // The consumer applies each payment once, whatever reached the topic twice.
-    let consumer = start_consumer(&config).await;
+    let consumer = Member::start(&config, &config.kafka.consumer_group).await;
     wait_until(
         Duration::from_secs(60),
         "the consumer receives every message",
@@ -462,25 +423,16 @@ async fn relay_crash_loses_no_event(dialect: Dialect, crash: RelayCrash) {
     assert!(restarted.exit(Duration::from_secs(30)).await.success());
 }
 
-#[tokio::test]
-async fn relay_crash_before_publish_loses_no_event_postgres() {
-    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::BeforePublish).await;
+async fn relay_crash_before_publish(dialect: Dialect) {
+    relay_crash_loses_no_event(dialect, RelayCrash::BeforePublish).await;
 }
 
-#[tokio::test]
-async fn relay_crash_before_publish_loses_no_event_mysql() {
-    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::BeforePublish).await;
+async fn relay_crash_after_publish(dialect: Dialect) {
+    relay_crash_loses_no_event(dialect, RelayCrash::AfterPublish).await;
 }
 
-#[tokio::test]
-async fn relay_crash_after_publish_applies_no_event_twice_postgres() {
-    relay_crash_loses_no_event(Dialect::Postgres, RelayCrash::AfterPublish).await;
-}
-
-#[tokio::test]
-async fn relay_crash_after_publish_applies_no_event_twice_mysql() {
-    relay_crash_loses_no_event(Dialect::Mysql, RelayCrash::AfterPublish).await;
-}
+per_dialect!(relay_crash_before_publish => relay_crash_before_publish_loses_no_event_postgres, relay_crash_before_publish_loses_no_event_mysql);
+per_dialect!(relay_crash_after_publish => relay_crash_after_publish_applies_no_event_twice_postgres, relay_crash_after_publish_applies_no_event_twice_mysql);
 
 #[tokio::test]
 async fn crash_switches_are_refused_in_production() {
@@ -662,15 +614,7 @@ async fn redis_down_the_lease_decides(dialect: Dialect) {
     service.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn redis_down_the_lease_decides_postgres() {
-    redis_down_the_lease_decides(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn redis_down_the_lease_decides_mysql() {
-    redis_down_the_lease_decides(Dialect::Mysql).await;
-}
+per_dialect!(redis_down_the_lease_decides => redis_down_the_lease_decides_postgres, redis_down_the_lease_decides_mysql);
 
 /// The endpoint fails with an error whose outcome is unknown (the order table is missing): the
 /// owner answers 500 and releases the record, and the retry — once the fault is gone —
@@ -714,15 +658,7 @@ async fn unknown_error_releases_the_record(dialect: Dialect) {
     service.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn unknown_error_releases_the_record_postgres() {
-    unknown_error_releases_the_record(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn unknown_error_releases_the_record_mysql() {
-    unknown_error_releases_the_record(Dialect::Mysql).await;
-}
+per_dialect!(unknown_error_releases_the_record => unknown_error_releases_the_record_postgres, unknown_error_releases_the_record_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Claim 5: Ctrl-C finishes what is in flight.
@@ -749,7 +685,8 @@ async fn hold_rows(db: &Database, order_nos: &[String]) -> sqlx::Transaction<'st
 }
 
 /// SIGINT on `idemguard serve` while orders and payment callbacks wait on row locks: each gets
-/// its answer, each record is final, each booked payment is published, the trace is flushed.
+/// its answer, each record is final, each booked payment is published, the heartbeat is
+/// stopped, the trace is flushed.
 async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     const ORDERS: usize = 4;
     const CALLBACKS: usize = 3;
@@ -800,6 +737,33 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
         panic!("request {i} was answered before the held rows were released: {answer:?}");
     }
 
+    // The instance's heartbeat, to see it stopped (deleted, not left to expire) at exit.
+    let health: serde_json::Value = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let heartbeat = idemguard::contracts::keys::instance(health["instance"].as_str().unwrap());
+    let mut redis = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let beating = |r: &mut redis::aio::MultiplexedConnection| {
+        let (mut r, key) = (r.clone(), heartbeat.clone());
+        async move {
+            redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async::<i64>(&mut r)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(beating(&mut redis).await, 1, "{heartbeat} while serving");
+
     serve.interrupt();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(serve.running(), "serve exited with requests in flight");
@@ -815,6 +779,11 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     assert!(
         serve.exit(Duration::from_secs(30)).await.success(),
         "serve exits 0 after Ctrl-C"
+    );
+    assert_eq!(
+        beating(&mut redis).await,
+        0,
+        "{heartbeat} stopped at exit, not left to expire"
     );
 
     for k in &keys {
@@ -871,15 +840,7 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn sigint_on_serve_finishes_in_flight_postgres() {
-    sigint_on_serve_finishes_in_flight(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn sigint_on_serve_finishes_in_flight_mysql() {
-    sigint_on_serve_finishes_in_flight(Dialect::Mysql).await;
-}
+per_dialect!(sigint_on_serve_finishes_in_flight => sigint_on_serve_finishes_in_flight_postgres, sigint_on_serve_finishes_in_flight_mysql);
 
 /// Payments booked while the relay sleeps, more than one batch of them, then shutdown: the
 /// relay's last rounds publish them all before it returns.
@@ -904,15 +865,7 @@ async fn relay_drains_the_outbox_on_shutdown(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn relay_drains_the_outbox_on_shutdown_postgres() {
-    relay_drains_the_outbox_on_shutdown(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn relay_drains_the_outbox_on_shutdown_mysql() {
-    relay_drains_the_outbox_on_shutdown(Dialect::Mysql).await;
-}
+per_dialect!(relay_drains_the_outbox_on_shutdown => relay_drains_the_outbox_on_shutdown_postgres, relay_drains_the_outbox_on_shutdown_mysql);
 
 /// The group's committed offset on each partition of the payment topic.
 fn committed_offsets(config: &Config) -> Vec<(i32, i64)> {
@@ -1007,7 +960,7 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     }
 
     // A restarted member: it applies the rest and new events, nothing twice.
-    let consumer = start_consumer(&config).await;
+    let consumer = Member::start(&config, &config.kafka.consumer_group).await;
     book(&config, &db, later).await;
     assert_eq!(relay.publish_pending().await.unwrap(), later.len());
     let all = (N + later.len()) as i64;
@@ -1039,15 +992,7 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
     assert_one_effect_per_payment(&config, &db, all).await;
 }
 
-#[tokio::test]
-async fn sigint_on_consume_commits_what_it_applied_postgres() {
-    sigint_on_consume_commits_what_it_applied(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn sigint_on_consume_commits_what_it_applied_mysql() {
-    sigint_on_consume_commits_what_it_applied(Dialect::Mysql).await;
-}
+per_dialect!(sigint_on_consume_commits_what_it_applied => sigint_on_consume_commits_what_it_applied_postgres, sigint_on_consume_commits_what_it_applied_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Guard branches under their faults (issue 20), produced from outside through Redis and the
@@ -1152,15 +1097,7 @@ async fn a_dead_owners_placeholder_lets_the_database_decide(dialect: Dialect) {
     service.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn a_dead_owners_fast_path_placeholder_lets_the_database_decide_postgres() {
-    a_dead_owners_placeholder_lets_the_database_decide(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_dead_owners_fast_path_placeholder_lets_the_database_decide_mysql() {
-    a_dead_owners_placeholder_lets_the_database_decide(Dialect::Mysql).await;
-}
+per_dialect!(a_dead_owners_placeholder_lets_the_database_decide => a_dead_owners_fast_path_placeholder_lets_the_database_decide_postgres, a_dead_owners_fast_path_placeholder_lets_the_database_decide_mysql);
 
 /// Two retries of each of 30 keys at once, each key's record left PROCESSING by a dead owner
 /// whose lease is over, Redis down (no fast path to serialise them): exactly one retry reclaims
@@ -1226,15 +1163,7 @@ async fn two_retries_reclaim_once(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn two_retries_reclaim_a_dead_owners_record_once_postgres() {
-    two_retries_reclaim_once(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn two_retries_reclaim_a_dead_owners_record_once_mysql() {
-    two_retries_reclaim_once(Dialect::Mysql).await;
-}
+per_dialect!(two_retries_reclaim_once => two_retries_reclaim_a_dead_owners_record_once_postgres, two_retries_reclaim_a_dead_owners_record_once_mysql);
 
 /// The claim's insert meets a record that is gone when it reads it back (purged by retention
 /// in between). Produced by a trigger that makes the insert of this one key report a
@@ -1288,15 +1217,7 @@ async fn a_record_purged_between_insert_and_read(dialect: Dialect) {
     service.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn a_record_purged_between_insert_and_read_is_retried_cleanly_postgres() {
-    a_record_purged_between_insert_and_read(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_record_purged_between_insert_and_read_is_retried_cleanly_mysql() {
-    a_record_purged_between_insert_and_read(Dialect::Mysql).await;
-}
+per_dialect!(a_record_purged_between_insert_and_read => a_record_purged_between_insert_and_read_is_retried_cleanly_postgres, a_record_purged_between_insert_and_read_is_retried_cleanly_mysql);
 
 /// Replays counted while the database fails are kept for the next flush, not lost.
 async fn replay_counts_survive_a_failed_flush(dialect: Dialect) {
@@ -1336,12 +1257,52 @@ async fn replay_counts_survive_a_failed_flush(dialect: Dialect) {
     assert!(replays(3).await, "{dialect}: and written once");
 }
 
-#[tokio::test]
-async fn replay_counts_survive_a_failed_flush_postgres() {
-    replay_counts_survive_a_failed_flush(Dialect::Postgres).await;
+per_dialect!(replay_counts_survive_a_failed_flush => replay_counts_survive_a_failed_flush_postgres, replay_counts_survive_a_failed_flush_mysql);
+
+/// An owner alive but late: its lease is over and its liveness cannot be read (Redis down), so a
+/// retry reclaims its record and gets an order. The late owner's finalize, arriving after, writes
+/// nothing: the record keeps the retry's answer (the finalize is conditional on the owner).
+async fn a_late_owners_finalize_writes_nothing(dialect: Dialect) {
+    use idemguard::api::idempotency::{self, FinalResponse};
+    let (mut redis, _config, db, service, base) = guarded_service(dialect).await;
+    redis.kill();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let k = key();
+    let late = "late-host-7-000007";
+    processing_record(&db, &k, late, now_ms() - 1000).await;
+    let (status, body) = post_order(&http, &base, &k).await;
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {body}");
+    let order_no = body["orderNo"].as_str().expect("an orderNo").to_string();
+    let late_answer = FinalResponse {
+        status: "FAILED",
+        code: 422,
+        body: r#"{"late":true}"#.into(),
+        order_no: None,
+    };
+    let wrote = idempotency::finalize(&db, &k, late, &late_answer, 86_400_000)
+        .await
+        .unwrap();
+    assert!(!wrote, "{dialect}: the late owner's finalize wrote");
+    let rec = idempotency::get(&db, &k)
+        .await
+        .unwrap()
+        .expect("the record");
+    assert_eq!(
+        (rec.status.as_str(), rec.order_no.as_deref()),
+        ("SUCCEEDED", Some(order_no.as_str())),
+        "{dialect}: {rec:?}"
+    );
+    assert_ne!(rec.owner, late, "{dialect}");
+    let (again, replay) = post_order(&http, &base, &k).await;
+    assert_eq!(
+        (again, &replay["orderNo"]),
+        (StatusCode::CREATED, &body["orderNo"])
+    );
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn replay_counts_survive_a_failed_flush_mysql() {
-    replay_counts_survive_a_failed_flush(Dialect::Mysql).await;
-}
+per_dialect!(a_late_owners_finalize_writes_nothing => a_late_owners_finalize_writes_nothing_postgres, a_late_owners_finalize_writes_nothing_mysql);

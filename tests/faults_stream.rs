@@ -14,98 +14,22 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::consumer::*;
 use common::*;
-use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
-use idemguard::db::Database;
+use idemguard::config::Dialect;
+use idemguard::contracts::{headers, new_event_id, PaymentSucceeded};
 use idemguard::stream::lag::consumer_lag;
-use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
-use idemguard::trace::Tracer;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------------------------
 // Harness
-
-struct Setup {
-    dialect: Dialect,
-    config: Config,
-    db: Database,
-    group: String,
-}
-
-async fn setup(dialect: Dialect) -> Setup {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn,idemguard=info")
-        .try_init();
-    let (mut config, db) = migrated_database(dialect).await;
-    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
-    config.kafka.payment_topic = topics[0].clone();
-    config.kafka.dlq_topic = topics[1].clone();
-    config.consumer.batch_size = 50;
-    config.trace.enabled = false;
-    Setup {
-        dialect,
-        config,
-        db,
-        group: format!("igt-group-{}", unique_suffix()),
-    }
-}
-
-/// A CREATED order written straight into the schema: (orderNo, requestId).
-async fn create_order(db: &Database) -> (String, String) {
-    let order_no = OrderNo::generate().to_string();
-    let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
-    let sql = format!(
-        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 42, 1, 1, 1999, 'CREATED', 0, 0)",
-        placeholders(db.dialect(), 2)
-    );
-    sqlx::query(&sql)
-        .bind(&req)
-        .bind(&order_no)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    (order_no, req)
-}
-
-async fn exec(db: &Database, sql: &str) {
-    sqlx::query(sql)
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-fn payment(order_no: &str, request_id: &str) -> PaymentSucceeded {
-    PaymentSucceeded {
-        event_id: new_event_id(),
-        order_no: order_no.into(),
-        request_id: request_id.into(),
-        pay_no: format!("PAY{}", unique_suffix()),
-        user_id: 42,
-        amount: 1999,
-        paid_at: 0,
-    }
-}
-
-fn producer(config: &Config) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("acks", "all")
-        // The failed-DLQ-publish test sends a message the DLQ producer (1 MB limit) cannot copy.
-        .set("message.max.bytes", "2000000")
-        .create()
-        .unwrap()
-}
 
 fn event_headers(e: &PaymentSucceeded) -> OwnedHeaders {
     OwnedHeaders::new()
@@ -120,7 +44,7 @@ fn event_headers(e: &PaymentSucceeded) -> OwnedHeaders {
 }
 
 /// Sends one message keyed `key` (one key → one partition, in order).
-async fn send(s: &Setup, key: &str, payload: Option<&[u8]>, h: Option<OwnedHeaders>) {
+async fn send(s: &ConsumerSetup, key: &str, payload: Option<&[u8]>, h: Option<OwnedHeaders>) {
     let mut record: FutureRecord<'_, str, [u8]> =
         FutureRecord::to(&s.config.kafka.payment_topic).key(key);
     if let Some(p) = payload {
@@ -136,76 +60,13 @@ async fn send(s: &Setup, key: &str, payload: Option<&[u8]>, h: Option<OwnedHeade
         .unwrap();
 }
 
-async fn send_event(s: &Setup, key: &str, e: &PaymentSucceeded) {
+async fn send_event(s: &ConsumerSetup, key: &str, e: &PaymentSucceeded) {
     let body = serde_json::to_vec(e).unwrap();
     send(s, key, Some(&body), Some(event_headers(e))).await;
 }
 
-struct Running {
-    stop: CancellationToken,
-    stats: Arc<ConsumeStats>,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-async fn start(s: &Setup) -> Running {
-    let db = Database::connect(&s.config).await.unwrap();
-    let options = ConsumeOptions {
-        group: Some(s.group.clone()),
-        ..Default::default()
-    };
-    let consumer = PaymentConsumer::new(
-        &s.config,
-        db,
-        Tracer::log_only(&Instance::current()),
-        options,
-    )
-    .unwrap();
-    let stats = consumer.stats();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(consumer.run(stop.clone()));
-    Running {
-        stop,
-        stats,
-        handle,
-    }
-}
-
-fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
-    ConsumeStats::get(c)
-}
-
-impl Running {
-    /// Waits (bounded) until `done`; fails at once if the consumer stopped on its own.
-    async fn until(&self, what: &str, secs: u64, done: impl Fn(&ConsumeStats) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while !done(&self.stats) {
-            assert!(
-                !self.handle.is_finished(),
-                "the consumer stopped on its own before {what}: {:?}",
-                self.stats
-            );
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {secs}s waiting for {what}: {:?}",
-                self.stats
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(self) -> Arc<ConsumeStats> {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
-            .await
-            .expect("the consumer stops within 30s")
-            .unwrap()
-            .unwrap();
-        self.stats
-    }
-}
-
 /// The group's committed offsets on the payment topic, summed over partitions.
-async fn committed_total(s: &Setup) -> i64 {
+async fn committed_total(s: &ConsumerSetup) -> i64 {
     let (servers, topic, group) = (
         s.config.kafka.bootstrap_servers.clone(),
         s.config.kafka.payment_topic.clone(),
@@ -223,7 +84,7 @@ async fn committed_total(s: &Setup) -> i64 {
 
 /// Every message the DLQ topic holds, read from the beginning of each partition up to its high
 /// watermark: exact, no waiting for "nothing more arrives". (dlq.id, dlq.reason) each.
-async fn dlq_messages(s: &Setup) -> Vec<(String, String)> {
+async fn dlq_messages(s: &ConsumerSetup) -> Vec<(String, String)> {
     let (servers, topic) = (
         s.config.kafka.bootstrap_servers.clone(),
         s.config.kafka.dlq_topic.clone(),
@@ -270,7 +131,7 @@ async fn dlq_messages(s: &Setup) -> Vec<(String, String)> {
 }
 
 /// Rows of `processed_event` with this outcome.
-async fn processed(s: &Setup, outcome: &str) -> i64 {
+async fn processed(s: &ConsumerSetup, outcome: &str) -> i64 {
     count(
         &s.db,
         &format!("processed_event WHERE outcome = '{outcome}'"),
@@ -281,12 +142,12 @@ async fn processed(s: &Setup, outcome: &str) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // The order sink's refusals, through the consumer.
 
-async fn refusals_apply_nothing_further(s: &Setup) {
+async fn refusals_apply_nothing_further(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (a, a_req) = create_order(&s.db).await;
-    let (b, b_req) = create_order(&s.db).await;
-    let (c, _) = create_order(&s.db).await;
-    let (dd, d_req) = create_order(&s.db).await;
+    let (a, a_req) = create_order(&s.db, 42).await;
+    let (b, b_req) = create_order(&s.db, 42).await;
+    let (c, _) = create_order(&s.db, 42).await;
+    let (dd, d_req) = create_order(&s.db, 42).await;
     exec(
         &s.db,
         &format!("UPDATE order_record SET status = 'CANCELLED' WHERE order_no = '{b}'"),
@@ -296,18 +157,18 @@ async fn refusals_apply_nothing_further(s: &Setup) {
     let used = new_event_id();
     exec(&s.db, &format!("UPDATE order_record SET status = 'PAID', payment_event_id = '{used}' WHERE order_no = '{c}'")).await;
 
-    let first = payment(&a, &a_req);
-    let second = payment(&a, &a_req); // a second payment for A: another eventId
-    let cancelled = payment(&b, &b_req);
+    let first = payment(&a, &a_req, 42);
+    let second = payment(&a, &a_req, 42); // a second payment for A: another eventId
+    let cancelled = payment(&b, &b_req, 42);
     let elsewhere = PaymentSucceeded {
         event_id: used.clone(),
-        ..payment(&dd, &d_req)
+        ..payment(&dd, &d_req, 42)
     };
     // One key: one partition, in this order.
     for e in [&first, &second, &cancelled, &elsewhere] {
         send_event(s, "refusals", e).await;
     }
-    let run = start(s).await;
+    let run = s.start_member().await;
     run.until("4 messages handled", 60, |st| {
         get(&st.applied) + get(&st.transitions_rejected) + get(&st.dlq) >= 4
     })
@@ -372,30 +233,22 @@ async fn refusals_apply_nothing_further(s: &Setup) {
     assert!(dlq[0].0.starts_with("dlq:"), "{d}: {dlq:?}");
 }
 
-#[tokio::test]
-async fn refusals_through_the_consumer_apply_nothing_further_postgres() {
-    refusals_apply_nothing_further(&setup(Dialect::Postgres).await).await;
-}
-
-#[tokio::test]
-async fn refusals_through_the_consumer_apply_nothing_further_mysql() {
-    refusals_apply_nothing_further(&setup(Dialect::Mysql).await).await;
-}
+per_dialect!(refusals_apply_nothing_further(&consumer_setup) => refusals_through_the_consumer_apply_nothing_further_postgres, refusals_through_the_consumer_apply_nothing_further_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Each parse rejection: to the DLQ with its reason, nothing applied, the partition goes on.
 
-async fn parse_rejections_are_dead_lettered(s: &Setup) {
+async fn parse_rejections_are_dead_lettered(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
-    let base = payment(&o, &r);
+    let (o, r) = create_order(&s.db, 42).await;
+    let base = payment(&o, &r, 42);
     let body = |e: &PaymentSucceeded| serde_json::to_vec(e).unwrap();
     let not_uuid = PaymentSucceeded {
         event_id: "not-a-uuid".into(),
         ..base.clone()
     };
     send(s, &o, Some(&body(&not_uuid)), None).await;
-    let disagreeing = payment(&o, &r);
+    let disagreeing = payment(&o, &r, 42);
     let other_id = new_event_id();
     let h = OwnedHeaders::new().insert(Header {
         key: headers::EVENT_ID,
@@ -404,7 +257,7 @@ async fn parse_rejections_are_dead_lettered(s: &Setup) {
     send(s, &o, Some(&body(&disagreeing)), Some(h)).await;
     let negative = PaymentSucceeded {
         amount: -5,
-        ..payment(&o, &r)
+        ..payment(&o, &r, 42)
     };
     send(
         s,
@@ -415,10 +268,10 @@ async fn parse_rejections_are_dead_lettered(s: &Setup) {
     .await;
     send(s, &o, None, None).await; // no payload at all
     send(s, &o, Some(b""), None).await; // a payload of zero bytes
-    let good = payment(&o, &r);
+    let good = payment(&o, &r, 42);
     send_event(s, &o, &good).await;
 
-    let run = start(s).await;
+    let run = s.start_member().await;
     run.until("5 dead-lettered and 1 applied", 60, |st| {
         get(&st.dlq) >= 5 && get(&st.applied) >= 1
     })
@@ -465,42 +318,17 @@ async fn parse_rejections_are_dead_lettered(s: &Setup) {
     assert_eq!(reasons.len(), 5, "{d}: {reasons:?}");
 }
 
-#[tokio::test]
-async fn each_parse_rejection_is_dead_lettered_with_its_reason_postgres() {
-    parse_rejections_are_dead_lettered(&setup(Dialect::Postgres).await).await;
-}
-
-#[tokio::test]
-async fn each_parse_rejection_is_dead_lettered_with_its_reason_mysql() {
-    parse_rejections_are_dead_lettered(&setup(Dialect::Mysql).await).await;
-}
+per_dialect!(parse_rejections_are_dead_lettered(&consumer_setup) => each_parse_rejection_is_dead_lettered_with_its_reason_postgres, each_parse_rejection_is_dead_lettered_with_its_reason_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // The DLQ, once per source message.
 
 /// The real binary, aborting right after its first batch (database writes and DLQ publications
 /// done) and before its offset commit.
-async fn run_crashing_member(s: &Setup) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
-        .stdout(std::process::Stdio::null())
+async fn run_crashing_member(s: &ConsumerSetup) {
+    let out = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .status();
     let status = tokio::time::timeout(Duration::from_secs(60), out)
         .await
@@ -509,12 +337,12 @@ async fn run_crashing_member(s: &Setup) {
     assert!(!status.success(), "the consumer was meant to abort");
 }
 
-async fn dlq_once_across_a_crash(s: &Setup) {
+async fn dlq_once_across_a_crash(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
+    let (o, r) = create_order(&s.db, 42).await;
     send(s, &o, Some(b"{not json"), None).await;
     send(s, &o, Some(b"[1, 2]"), None).await;
-    send_event(s, &o, &payment(&o, &r)).await;
+    send_event(s, &o, &payment(&o, &r, 42)).await;
     run_crashing_member(s).await;
     assert_eq!(
         committed_total(s).await,
@@ -524,7 +352,7 @@ async fn dlq_once_across_a_crash(s: &Setup) {
     let before = dlq_messages(s).await.len();
     assert!(before >= 1, "{d}: the crashed batch had dead-lettered");
 
-    let run = start(s).await;
+    let run = s.start_member().await;
     run.until("the batch redelivered", 60, |st| get(&st.received) >= 3)
         .await;
     let st = run.stop().await;
@@ -536,25 +364,17 @@ async fn dlq_once_across_a_crash(s: &Setup) {
     assert_eq!(processed(s, "dlq").await, 2, "{d}");
 }
 
-#[tokio::test]
-async fn the_dlq_gets_each_poison_once_across_a_crash_postgres() {
-    dlq_once_across_a_crash(&setup(Dialect::Postgres).await).await;
-}
-
-#[tokio::test]
-async fn the_dlq_gets_each_poison_once_across_a_crash_mysql() {
-    dlq_once_across_a_crash(&setup(Dialect::Mysql).await).await;
-}
+per_dialect!(dlq_once_across_a_crash(&consumer_setup) => the_dlq_gets_each_poison_once_across_a_crash_postgres, the_dlq_gets_each_poison_once_across_a_crash_mysql);
 
 /// A poison message the DLQ cannot take (the copy, with its `dlq.*` headers, passes the DLQ
 /// producer's 1 MB limit) fails its publication every time: the batch is retried with backoff and
 /// the partition waits — and the poison before it in the same batch is not published again.
-async fn a_failed_dlq_publish_publishes_nothing_twice(s: &Setup) {
+async fn a_failed_dlq_publish_publishes_nothing_twice(s: &ConsumerSetup) {
     let d = s.dialect;
     send(s, "k", Some(b"{not json"), None).await;
     let huge = vec![b'x'; 1_000_000];
     send(s, "k", Some(&huge), None).await;
-    let run = start(s).await;
+    let run = s.start_member().await;
     run.until("the batch retried twice", 60, |st| {
         get(&st.dlq_failures) >= 3
     })
@@ -568,15 +388,7 @@ async fn a_failed_dlq_publish_publishes_nothing_twice(s: &Setup) {
     assert_eq!(processed(s, "dlq").await, 1, "{d}");
 }
 
-#[tokio::test]
-async fn a_failed_dlq_publish_publishes_nothing_twice_postgres() {
-    a_failed_dlq_publish_publishes_nothing_twice(&setup(Dialect::Postgres).await).await;
-}
-
-#[tokio::test]
-async fn a_failed_dlq_publish_publishes_nothing_twice_mysql() {
-    a_failed_dlq_publish_publishes_nothing_twice(&setup(Dialect::Mysql).await).await;
-}
+per_dialect!(a_failed_dlq_publish_publishes_nothing_twice(&consumer_setup) => a_failed_dlq_publish_publishes_nothing_twice_postgres, a_failed_dlq_publish_publishes_nothing_twice_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // A Kafka receive error: the consumer subscribed to a topic that does not exist yet. (Deleting
@@ -585,11 +397,11 @@ async fn a_failed_dlq_publish_publishes_nothing_twice_mysql() {
 
 #[tokio::test]
 async fn a_kafka_receive_error_is_counted_and_survived() {
-    let mut s = setup(Dialect::Postgres).await;
+    let mut s = consumer_setup(Dialect::Postgres).await;
     let topic = format!("payment.succeeded.t{}", unique_suffix());
     remove_topics_at_end(&s.config, std::slice::from_ref(&topic));
     s.config.kafka.payment_topic = topic.clone();
-    let run = start(&s).await;
+    let run = s.start_member().await;
     run.until("a receive error", 60, |st| get(&st.receive_errors) >= 1)
         .await;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -609,8 +421,8 @@ async fn a_kafka_receive_error_is_counted_and_survived() {
         .for_each(|r| {
             r.unwrap();
         });
-    let (o, r) = create_order(&s.db).await;
-    send_event(&s, &o, &payment(&o, &r)).await;
+    let (o, r) = create_order(&s.db, 42).await;
+    send_event(&s, &o, &payment(&o, &r, 42)).await;
     run.until("the event applied once the topic exists", 90, |st| {
         get(&st.applied) >= 1
     })
@@ -638,10 +450,10 @@ fn signal(pid: u32, sig: &str) {
 /// member M2 has taken the partitions over (M1 evicted: no heartbeat). Thawed, M1 finishes its
 /// database work and its offset commit fails: `consume` exits with the error, and M2 — which
 /// received the same batch — applies nothing twice.
-async fn a_failed_offset_commit(s: &Setup) {
+async fn a_failed_offset_commit(s: &ConsumerSetup) {
     let d = s.dialect;
-    let (o, r) = create_order(&s.db).await;
-    let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r)).collect();
+    let (o, r) = create_order(&s.db, 42).await;
+    let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r, 42)).collect();
     for e in &events {
         send_event(s, &o, e).await;
     }
@@ -657,25 +469,10 @@ async fn a_failed_offset_commit(s: &Setup) {
         .execute(&mut *hold)
         .await
         .unwrap();
-    let m1 = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
+    let m1 = s
+        .consume_command(&[])
         .env("IDEMGUARD_LOG", "warn")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let pid = m1.id().unwrap();
@@ -687,7 +484,7 @@ async fn a_failed_offset_commit(s: &Setup) {
     }
     signal(pid, "-STOP");
     hold.rollback().await.unwrap(); // M1's insert goes through, uncommitted: M1 is frozen
-    let m2 = start(s).await;
+    let m2 = s.start_member().await;
     m2.until("M2 took the partitions over", 120, |st| {
         get(&st.received) >= 3
     })
@@ -718,12 +515,4 @@ async fn a_failed_offset_commit(s: &Setup) {
     assert_eq!(count(&s.db, "processed_event").await, 3, "{d}");
 }
 
-#[tokio::test]
-async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres() {
-    a_failed_offset_commit(&setup(Dialect::Postgres).await).await;
-}
-
-#[tokio::test]
-async fn a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql() {
-    a_failed_offset_commit(&setup(Dialect::Mysql).await).await;
-}
+per_dialect!(a_failed_offset_commit(&consumer_setup) => a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres, a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql);

@@ -221,18 +221,7 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
         "{dialect}: the killed instance's statement committed its order"
     );
     let (code, result) = finalize_cli(config, &key).await;
-    assert_eq!(
-        (code, result["outcome"].as_str()),
-        (Some(0), Some("done")),
-        "{dialect}: {result}"
-    );
-    assert!(
-        result["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("SUCCEEDED 201"),
-        "{dialect}: {result}"
-    );
+    assert_finalized_with_the_order(code, &result, dialect);
     assert_never_failed_with_order(db, &key, dialect).await;
     assert_eq!(
         common::count(db, "order_record").await,
@@ -240,6 +229,21 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
         "{dialect}: one order, no second one anywhere"
     );
     db.pool.close().await;
+}
+
+/// `idemguard finalize` answered done, SUCCEEDED with the API's 201: it found the order.
+fn assert_finalized_with_the_order(
+    code: Option<i32>,
+    result: &serde_json::Value,
+    dialect: Dialect,
+) {
+    assert_eq!(
+        (code, result["outcome"].as_str()),
+        (Some(0), Some("done")),
+        "{dialect}: {result}"
+    );
+    let detail = result["detail"].as_str().unwrap_or_default();
+    assert!(detail.starts_with("SUCCEEDED 201"), "{dialect}: {result}");
 }
 
 /// The same with a lease of 2 s, so finalize gets past the lease and liveness checks while the
@@ -269,18 +273,7 @@ async fn race_past_the_lease(dialect: Dialect) {
         order.is_some(),
         "{dialect}: the killed instance's statement committed its order"
     );
-    assert_eq!(
-        (code, result["outcome"].as_str()),
-        (Some(0), Some("done")),
-        "{dialect}: {result}"
-    );
-    assert!(
-        result["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("SUCCEEDED 201"),
-        "{dialect}: {result}"
-    );
+    assert_finalized_with_the_order(code, &result, dialect);
     assert_eq!(
         common::count(db, "order_record").await,
         1,
@@ -307,15 +300,7 @@ async fn finalize_against_an_in_flight_create(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn finalize_against_an_in_flight_create_postgres() {
-    finalize_against_an_in_flight_create(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn finalize_against_an_in_flight_create_mysql() {
-    finalize_against_an_in_flight_create(Dialect::Mysql).await;
-}
+per_dialect!(finalize_against_an_in_flight_create => finalize_against_an_in_flight_create_postgres, finalize_against_an_in_flight_create_mysql);
 
 /// The other order of the race: finalize answered FAILED first (422 request-abandoned), then a
 /// create of that request id arrives (a paused instance waking up): the routine — installed by
@@ -455,15 +440,7 @@ async fn a_create_after_failed_writes_nothing(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn a_create_after_failed_writes_nothing_postgres() {
-    a_create_after_failed_writes_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_create_after_failed_writes_nothing_mysql() {
-    a_create_after_failed_writes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(a_create_after_failed_writes_nothing => a_create_after_failed_writes_nothing_postgres, a_create_after_failed_writes_nothing_mysql);
 
 /// The report names a record whose status contradicts the order tables.
 async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
@@ -511,15 +488,7 @@ async fn the_report_lists_a_failed_record_with_an_order(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn the_report_lists_a_failed_record_with_an_order_postgres() {
-    the_report_lists_a_failed_record_with_an_order(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn the_report_lists_a_failed_record_with_an_order_mysql() {
-    the_report_lists_a_failed_record_with_an_order(Dialect::Mysql).await;
-}
+per_dialect!(the_report_lists_a_failed_record_with_an_order => the_report_lists_a_failed_record_with_an_order_postgres, the_report_lists_a_failed_record_with_an_order_mysql);
 
 /// Finalize's wait for the record row is bounded: while a create transaction holds it, finalize
 /// gives up after 5 s, says why, and writes nothing.
@@ -583,12 +552,4 @@ async fn finalize_waits_at_most_five_seconds(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn finalize_waits_at_most_five_seconds_postgres() {
-    finalize_waits_at_most_five_seconds(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn finalize_waits_at_most_five_seconds_mysql() {
-    finalize_waits_at_most_five_seconds(Dialect::Mysql).await;
-}
+per_dialect!(finalize_waits_at_most_five_seconds => finalize_waits_at_most_five_seconds_postgres, finalize_waits_at_most_five_seconds_mysql);

@@ -4,111 +4,18 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::consumer::*;
 use common::*;
 use idemguard::config::{Config, Dialect};
-use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
-use idemguard::db::Database;
+use idemguard::contracts::{new_event_id, OrderNo, PaymentSucceeded};
 use idemguard::stream::lag::consumer_lag;
-use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
-use idemguard::trace::Tracer;
+use idemguard::stream::ConsumeStats;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio_util::sync::CancellationToken;
-
-struct Setup {
-    config: Config,
-    db: Database,
-    group: String,
-}
-
-async fn setup(dialect: Dialect) -> Setup {
-    let (mut config, db) = migrated_database(dialect).await;
-    let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
-    config.kafka.payment_topic = topics[0].clone();
-    config.kafka.dlq_topic = topics[1].clone();
-    config.consumer.batch_size = 50;
-    Setup {
-        config,
-        db,
-        group: format!("igt-group-{}", unique_suffix()),
-    }
-}
-
-/// A CREATED order to pay (test fixture written straight into the schema).
-async fn create_order(db: &Database, user_id: i64) -> (String, String) {
-    let order_no = OrderNo::generate().to_string();
-    let req = format!("APP:ORDER:20261129:{}", uuid::Uuid::now_v7());
-    let sql = format!(
-        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({})",
-        placeholders(db.dialect(), 9)
-    );
-    sqlx::query(&sql)
-        .bind(&req)
-        .bind(&order_no)
-        .bind(user_id)
-        .bind(1_i64)
-        .bind(1_i64)
-        .bind(1999_i64)
-        .bind("CREATED")
-        .bind(0_i64)
-        .bind(0_i64)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    (order_no, req)
-}
-
-fn payment(order_no: &str, request_id: &str, user_id: i64) -> PaymentSucceeded {
-    PaymentSucceeded {
-        event_id: new_event_id(),
-        order_no: order_no.into(),
-        request_id: request_id.into(),
-        pay_no: format!("PAY{}", unique_suffix()),
-        user_id,
-        amount: 1999,
-        paid_at: 0,
-    }
-}
-
-fn producer(config: &Config) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("acks", "all")
-        .create()
-        .unwrap()
-}
-
-async fn produce(p: &FutureProducer, topic: &str, e: &PaymentSucceeded) {
-    let body = serde_json::to_vec(e).unwrap();
-    let h = OwnedHeaders::new()
-        .insert(Header {
-            key: headers::EVENT_ID,
-            value: Some(e.event_id.as_bytes()),
-        })
-        .insert(Header {
-            key: headers::REQUEST_ID,
-            value: Some(e.request_id.as_bytes()),
-        })
-        .insert(Header {
-            key: headers::ORDER_NO,
-            value: Some(e.order_no.as_bytes()),
-        });
-    p.send(
-        FutureRecord::to(topic)
-            .key(&e.order_no)
-            .payload(&body)
-            .headers(h),
-        Duration::from_secs(10),
-    )
-    .await
-    .map_err(|(e, _)| e)
-    .unwrap();
-}
 
 async fn produce_raw(p: &FutureProducer, topic: &str, key: &str, body: &[u8]) {
     p.send(
@@ -118,37 +25,6 @@ async fn produce_raw(p: &FutureProducer, topic: &str, key: &str, body: &[u8]) {
     .await
     .map_err(|(e, _)| e)
     .unwrap();
-}
-
-struct Running {
-    stop: CancellationToken,
-    stats: Arc<ConsumeStats>,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-fn start(s: &Setup) -> Running {
-    let tracer = Tracer::log_only(&Instance::current());
-    let options = ConsumeOptions {
-        group: Some(s.group.clone()),
-        ..Default::default()
-    };
-    let consumer = PaymentConsumer::new(&s.config, s.db.clone(), tracer, options).unwrap();
-    let stats = consumer.stats();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(consumer.run(stop.clone()));
-    Running {
-        stop,
-        stats,
-        handle,
-    }
-}
-
-impl Running {
-    async fn stop(self) -> Arc<ConsumeStats> {
-        self.stop.cancel();
-        self.handle.await.unwrap().unwrap();
-        self.stats
-    }
 }
 
 /// Waits (bounded) until `check` holds.
@@ -168,14 +44,14 @@ where
 }
 
 async fn one_event_five_times(dialect: Dialect) {
-    let s = setup(dialect).await;
+    let s = consumer_setup(dialect).await;
     let (order_no, req) = create_order(&s.db, 7).await;
     let e = payment(&order_no, &req, 7);
     let p = producer(&s.config);
     for _ in 0..5 {
         produce(&p, &s.config.kafka.payment_topic, &e).await;
     }
-    let run = start(&s);
+    let run = s.start_member().await;
     let stats = run.stats.clone();
     eventually("5 messages handled", 60, || {
         let st = stats.clone();
@@ -195,15 +71,7 @@ async fn one_event_five_times(dialect: Dialect) {
     assert_eq!(count(&s.db, "processed_event").await, 1, "{dialect}");
 }
 
-#[tokio::test]
-async fn one_event_produced_five_times_postgres() {
-    one_event_five_times(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn one_event_produced_five_times_mysql() {
-    one_event_five_times(Dialect::Mysql).await;
-}
+per_dialect!(one_event_five_times => one_event_produced_five_times_postgres, one_event_produced_five_times_mysql);
 
 /// Moves the group's committed offsets back to the start of every partition (the group must
 /// have no live member, as when an operator rewinds it).
@@ -240,7 +108,7 @@ async fn committed_total(config: &Config, group: &str) -> i64 {
 }
 
 async fn rewound_offsets_change_nothing(dialect: Dialect) {
-    let s = setup(dialect).await;
+    let s = consumer_setup(dialect).await;
     let p = producer(&s.config);
     let mut orders = Vec::new();
     for i in 0..1000 {
@@ -256,7 +124,7 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     });
     futures::future::join_all(sends).await;
 
-    let run = start(&s);
+    let run = s.start_member().await;
     let stats = run.stats.clone();
     eventually("1000 events applied", 120, || {
         let st = stats.clone();
@@ -273,7 +141,7 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
 
     rewind(&s.config, &s.group);
     assert_eq!(committed_total(&s.config, &s.group).await, 0);
-    let run = start(&s);
+    let run = s.start_member().await;
     let stats = run.stats.clone();
     eventually("1000 redelivered events handled", 120, || {
         let st = stats.clone();
@@ -306,7 +174,7 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
         .await
         .unwrap();
     rewind(&s.config, &s.group);
-    let run = start(&s);
+    let run = s.start_member().await;
     eventually("1000 replays handled by the sinks", 120, || {
         let db = s.db.clone();
         async move { count(&db, "processed_event").await >= 1000 }
@@ -326,18 +194,10 @@ async fn rewound_offsets_change_nothing(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn rewound_offsets_change_nothing_postgres() {
-    rewound_offsets_change_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn rewound_offsets_change_nothing_mysql() {
-    rewound_offsets_change_nothing(Dialect::Mysql).await;
-}
+per_dialect!(rewound_offsets_change_nothing => rewound_offsets_change_nothing_postgres, rewound_offsets_change_nothing_mysql);
 
 async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
-    let s = setup(dialect).await;
+    let s = consumer_setup(dialect).await;
     let p = producer(&s.config);
     for i in 0..20 {
         let (o, r) = create_order(&s.db, i).await;
@@ -345,24 +205,8 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     }
     // The real binary, killed by its own fault injection right after the first batch's
     // database commit and before its offset commit.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-            "consume",
-            "--group",
-            &s.group,
-            "--crash-after-db-commit",
-            "1",
-        ])
-        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
-        .env(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            &s.config.kafka.payment_topic,
-        )
-        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
-        .kill_on_drop(true)
+    let out = s
+        .consume_command(&["--crash-after-db-commit", "1"])
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), out)
         .await
@@ -384,7 +228,7 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     );
 
     // Restarted: the whole batch is redelivered; it changes nothing, the rest is applied once.
-    let run = start(&s);
+    let run = s.start_member().await;
     let stats = run.stats.clone();
     eventually("all 20 handled after restart", 60, || {
         let st = stats.clone();
@@ -406,19 +250,11 @@ async fn crash_between_db_commit_and_offset_commit(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn crash_between_db_and_offset_commit_postgres() {
-    crash_between_db_commit_and_offset_commit(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn crash_between_db_and_offset_commit_mysql() {
-    crash_between_db_commit_and_offset_commit(Dialect::Mysql).await;
-}
+per_dialect!(crash_between_db_commit_and_offset_commit => crash_between_db_and_offset_commit_postgres, crash_between_db_and_offset_commit_mysql);
 
 #[tokio::test]
 async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
-    let s = setup(Dialect::Postgres).await;
+    let s = consumer_setup(Dialect::Postgres).await;
     let p = producer(&s.config);
     let mut orders = Vec::new();
     for i in 0..600 {
@@ -428,8 +264,8 @@ async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
     for ((o, r), i) in &orders[..300] {
         produce(&p, &topic, &payment(o, r, *i)).await;
     }
-    let a = start(&s);
-    let b = start(&s);
+    let a = s.start_member().await;
+    let b = s.start_member().await;
     let (sa, sb) = (a.stats.clone(), b.stats.clone());
     eventually("consumption under way", 90, || {
         let (sa, sb) = (sa.clone(), sb.clone());
@@ -463,7 +299,7 @@ async fn two_consumers_one_stopped_mid_stream_apply_each_event_once() {
 
 #[tokio::test]
 async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
-    let s = setup(Dialect::Mysql).await;
+    let s = consumer_setup(Dialect::Mysql).await;
     let p = producer(&s.config);
     let topic = s.config.kafka.payment_topic.clone();
     // All on one key → one partition, in order: poison first, then a good event.
@@ -486,7 +322,7 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
         ..unknown
     };
     produce(&p, &topic, &ghost).await; // unknown order
-    let run = start(&s);
+    let run = s.start_member().await;
     let stats = run.stats.clone();
     eventually("3 to the DLQ and 1 applied", 60, || {
         let st = stats.clone();

@@ -89,6 +89,7 @@ builtin![
     "storm_check_payment_flows",
     "storm_check_paid_transitions",
     "storm_check_points",
+    "storm_check_processing",
     "storm_check_notification",
     "storm_outbox_pending",
     "storm_outbox_events",

@@ -1,20 +1,30 @@
 //! `idemguard storm chaos --duration D --seed S`: the flash sale, in rounds of fresh users, for
 //! `D`, while a nemesis applies faults on a schedule drawn from `S` — so a failing run is
 //! replayed with the same faults at the same moments (the traffic's own interleaving is the
-//! machine's). The faults:
+//! machine's). The service is the real `idemguard serve` binary, in a process of its own. The
+//! faults:
 //!
 //! - freeze the service's private Redis (SIGSTOP) for a while, then thaw it (SIGCONT): the fast
 //!   path, the request locks and the heartbeats hang, then come back;
 //! - terminate every other session of the run's database: the service's and the consumer's
 //!   pools lose their connections mid-statement;
+//! - SIGKILL the service and start it again on the same address after a while: requests in
+//!   flight get a reset, their records stay PROCESSING under a dead owner until a retry takes
+//!   them over, unpublished outbox rows wait for the next start. The clients retry with the same
+//!   Idempotency-Key, as a gateway does ([`StormClient::patient`]);
+//! - SIGKILL a process holding `lock:order:{orderNo}` (watchdog on) mid-hold: the next holder
+//!   must find it still held, get it once its TTL has run out, with a larger fence token, and
+//!   the dead holder's late write must be refused ([`kill_lock_holder`]);
 //! - restart the consumer (stop, then a new member of the same group) — between rounds, as the
 //!   nemesis runs beside the traffic, which borrows the rig; the restarts due during a round
 //!   make one.
 //!
 //! The invariants are the storm's, read from the database afterwards: one order per requestId
 //! answered 201, stock exact, one payment flow per payNo, one PAID per order, one points row and
-//! one notification per event.
+//! one notification per event, no record PROCESSING past its lease; and the killed lock
+//! holders' check.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -22,14 +32,27 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::client::StormClient;
+use super::invariants::Check;
+use super::processes::{hold_lock, signal, ChildConfig, ServiceProcess};
 use super::redis_server::PrivateRedis;
-use super::rig::Rig;
-use super::scenarios::{self, Played};
+use super::rig::{with_retries, Rig};
+use super::scenarios::{self, Played, PRICE};
 use crate::config::Dialect;
+use crate::contracts::{keys, new_event_id, Instance, OrderNo, RequestId};
+use crate::db::orders::{NewOrder, Orders, Transition, TransitionOutcome};
+use crate::db::state_machine::OrderStatus;
+use crate::lock::{Acquisition, Locks};
 
 /// Users per round (each: 2 clicks + a retry, then 3 payment callbacks), and the round's stock.
 const ROUND_USERS: usize = 60;
 const ROUND_STOCK: i64 = 40;
+/// How long a client (its gateway) keeps retrying one request through the faults: past a
+/// restart of the service plus the lease of a dead owner's record.
+const PATIENCE: Duration = Duration::from_secs(30);
+/// The TTL of the killed lock holders' locks (renewed every third of it while they live).
+const HOLDER_TTL: Duration = Duration::from_secs(2);
+/// The killed lock holders' orders are numbered from here (the users count from 0).
+const VICTIMS: usize = 9_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -37,9 +60,12 @@ pub enum FaultKind {
     FreezeRedis,
     KillSessions,
     RestartConsumer,
+    KillService,
+    KillLockHolder,
 }
 
-/// One fault of the schedule: `at` from the start of the storm, held for `hold` (a freeze).
+/// One fault of the schedule: `at` from the start of the storm, held for `hold` (a freeze, the
+/// service's downtime, the lock holder's time before its kill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fault {
     pub at: Duration,
@@ -57,9 +83,11 @@ pub fn schedule(seed: u64, duration: Duration) -> Vec<Fault> {
         if at >= duration {
             return out;
         }
-        let kind = match rng.random_range(0..3) {
+        let kind = match rng.random_range(0..5) {
             0 => FaultKind::FreezeRedis,
             1 => FaultKind::KillSessions,
+            2 => FaultKind::KillService,
+            3 => FaultKind::KillLockHolder,
             _ => FaultKind::RestartConsumer,
         };
         let hold = Duration::from_millis(rng.random_range(100..1500));
@@ -74,6 +102,30 @@ struct Applied {
     kills: usize,
     sessions: usize,
     restarts: usize,
+    service_kills: usize,
+    holder_kills: usize,
+}
+
+impl Applied {
+    fn add(&mut self, o: Applied) {
+        self.freezes += o.freezes;
+        self.kills += o.kills;
+        self.sessions += o.sessions;
+        self.restarts += o.restarts;
+        self.service_kills += o.service_kills;
+        self.holder_kills += o.holder_kills;
+    }
+}
+
+/// What the nemesis stands on besides the rig.
+struct Stage<'a> {
+    rig: &'a Rig,
+    redis: &'a PrivateRedis,
+    binary: &'a Path,
+    file: &'a ChildConfig,
+    locks: Locks,
+    /// The SKU the killed lock holders' orders are placed on.
+    victim_sku: i64,
 }
 
 /// Plays the chaos storm: rounds of the flash sale until `duration` has passed, the nemesis
@@ -82,37 +134,96 @@ pub async fn chaos(
     rig: &mut Rig,
     c: &StormClient,
     redis: &PrivateRedis,
+    binary: &Path,
     duration: Duration,
     seed: u64,
     concurrency: usize,
 ) -> anyhow::Result<Played> {
+    // The real service takes the in-process one's address, so the client is unchanged.
+    let listen = match &rig.server {
+        Some(s) => s.addr.to_string(),
+        None => anyhow::bail!("chaos: the rig has no service address"),
+    };
+    rig.stop_server().await?;
+    let file = ChildConfig::write(&rig.config, &rig.run.id)?;
+    let mut service = ServiceProcess::start(binary, &file, &listen).await?;
+    let played = rounds(
+        rig,
+        c,
+        redis,
+        binary,
+        &file,
+        &mut service,
+        duration,
+        seed,
+        concurrency,
+    )
+    .await;
+    // Ctrl-C: what the last incarnation holds is finished and published before the checks.
+    let stopped = service.stop().await;
+    let played = played?;
+    stopped?;
+    Ok(played)
+}
+
+/// The rounds and the nemesis beside each (see [`chaos`]).
+#[allow(clippy::too_many_arguments)] // the stage of one storm, taken apart by its owner
+async fn rounds(
+    rig: &mut Rig,
+    c: &StormClient,
+    redis: &PrivateRedis,
+    binary: &Path,
+    file: &ChildConfig,
+    service: &mut ServiceProcess,
+    duration: Duration,
+    seed: u64,
+    concurrency: usize,
+) -> anyhow::Result<Played> {
+    let c = c.patient(PATIENCE);
     let plan = schedule(seed, duration);
+    let (victim_sku, _) = scenarios::stocked_sku(rig, 1_000).await?;
+    let locks = Locks::from_config(&rig.config, &Instance::current(), rig.tracer.clone())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let started = Instant::now();
     let mut next = 0; // the first fault of `plan` not yet applied
     let mut applied = Applied::default();
     let mut all = Played {
-        skus: Vec::new(),
-        notes: Vec::new(),
-        checks: Vec::new(),
-        seconds: 0.0,
+        skus: vec![(victim_sku, 1_000)],
+        ..Played::default()
     };
+    let mut holders = Vec::new(); // what the killed lock holders' successors found wrong
     let mut round = 0;
     let mut restarts_due = 0;
     while started.elapsed() < duration {
         let users = round * ROUND_USERS..(round + 1) * ROUND_USERS;
         let stop = CancellationToken::new();
         let traffic = async {
-            let played = scenarios::flash_sale_of(rig, c, users, ROUND_STOCK, concurrency).await;
+            let played = scenarios::flash_sale_of(rig, &c, users, ROUND_STOCK, concurrency).await;
             stop.cancel();
             played
         };
-        let nemesis = nemesis(rig, redis, &plan[next..], started, &stop);
-        let (played, (done, got)) = tokio::join!(traffic, nemesis);
+        let stage = Stage {
+            rig,
+            redis,
+            binary,
+            file,
+            locks: locks.clone(),
+            victim_sku,
+        };
+        let nemesis = nemesis(
+            &stage,
+            service,
+            &plan[next..],
+            started,
+            &stop,
+            applied.holder_kills,
+        );
+        let (played, acted) = tokio::join!(traffic, nemesis);
+        let (done, got, found) = acted?;
         let played = played?;
         next += done;
-        applied.freezes += got.freezes;
-        applied.kills += got.kills;
-        applied.sessions += got.sessions;
+        applied.add(got);
+        holders.extend(found);
         // Restarts due during the round (the nemesis left them: the traffic borrowed the rig),
         // coalesced into one: a member stopped again while it is still joining the group left
         // tansu's group without an assignment for minutes (seen in a 180 s run).
@@ -131,12 +242,19 @@ pub async fn chaos(
         all.seconds += played.seconds;
         round += 1;
     }
+    all.checks.push(Check::new(
+        "killed_lock_holder_fenced",
+        "a SIGKILLed holder's lock is taken by the next holder only after its TTL, with a larger fence token, and the dead holder's late write is refused",
+        holders,
+    ));
     all.notes.push(format!(
-        "chaos seed {seed}, {:.0} s: {round} rounds of {ROUND_USERS} users (stock {ROUND_STOCK} each); faults: {} Redis freezes, {} session kills ({} sessions ended), {} consumer restarts (for {restarts_due} due); {} faults scheduled",
+        "chaos seed {seed}, {:.0} s: {round} rounds of {ROUND_USERS} users (stock {ROUND_STOCK} each); faults: {} Redis freezes, {} session kills ({} sessions ended), {} service kills, {} lock holders killed, {} consumer restarts (for {restarts_due} due); {} faults scheduled",
         duration.as_secs_f64(),
         applied.freezes,
         applied.kills,
         applied.sessions,
+        applied.service_kills,
+        applied.holder_kills,
         applied.restarts,
         plan.len()
     ));
@@ -144,24 +262,27 @@ pub async fn chaos(
 }
 
 /// Applies `plan`'s faults at their times until `stop`; returns how many it went through
-/// (restarts included, which it leaves to the caller) and what it did.
+/// (restarts included, which it leaves to the caller), what it did, and what the killed lock
+/// holders' successors found wrong. `holders` numbers the lock holders killed before.
 async fn nemesis(
-    rig: &Rig,
-    redis: &PrivateRedis,
+    stage: &Stage<'_>,
+    service: &mut ServiceProcess,
     plan: &[Fault],
     started: Instant,
     stop: &CancellationToken,
-) -> (usize, Applied) {
+    holders: usize,
+) -> anyhow::Result<(usize, Applied, Vec<String>)> {
     let mut applied = Applied::default();
+    let mut found = Vec::new();
     for (i, fault) in plan.iter().enumerate() {
         let wait = fault.at.saturating_sub(started.elapsed());
         tokio::select! {
-            _ = stop.cancelled() => return (i, applied),
+            _ = stop.cancelled() => return Ok((i, applied, found)),
             _ = tokio::time::sleep(wait) => {}
         }
         match fault.kind {
             FaultKind::FreezeRedis => {
-                if let Some(pid) = redis.pid() {
+                if let Some(pid) = stage.redis.pid() {
                     signal(pid, "-STOP");
                     tokio::time::sleep(fault.hold).await; // thawed whatever happens meanwhile
                     signal(pid, "-CONT");
@@ -170,19 +291,150 @@ async fn nemesis(
             }
             FaultKind::KillSessions => {
                 applied.kills += 1;
-                applied.sessions += kill_sessions(rig).await;
+                applied.sessions += kill_sessions(stage.rig).await;
+            }
+            FaultKind::KillService => {
+                service.kill().await;
+                tokio::time::sleep(fault.hold).await;
+                service.restart(stage.file).await?;
+                applied.service_kills += 1;
+            }
+            FaultKind::KillLockHolder => {
+                let n = holders + applied.holder_kills;
+                found.extend(kill_lock_holder(stage, n, fault.hold).await?);
+                applied.holder_kills += 1;
             }
             FaultKind::RestartConsumer => {}
         }
     }
-    (plan.len(), applied)
+    Ok((plan.len(), applied, found))
 }
 
-fn signal(pid: u32, sig: &str) {
-    let _ = std::process::Command::new("kill")
-        .arg(sig)
-        .arg(pid.to_string())
-        .status();
+/// Lock holder `n`: a separate `idemguard lock-hold` takes `lock:order:{orderNo}` of an order of
+/// its own (TTL [`HOLDER_TTL`], watchdog on) and is SIGKILLed after `hold`. The next holder must
+/// find the lock still held (a kill releases nothing), get it once the remaining TTL has run
+/// out and no later than a TTL after the kill (the dead watchdog renews nothing), with a larger
+/// fence token; it cancels the order, and the dead holder's PAID write under its own token —
+/// what a holder paused past its death would send — must be refused. Returns what was wrong.
+async fn kill_lock_holder(
+    stage: &Stage<'_>,
+    n: usize,
+    hold: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let rig = stage.rig;
+    let orders = Orders::new(rig.db.clone(), rig.tracer.clone());
+    let order_no = OrderNo::generate();
+    let new = NewOrder {
+        request_id: RequestId::parse(&rig.run.order_key(VICTIMS + n))?,
+        order_no: order_no.clone(),
+        user_id: (VICTIMS + n) as i64,
+        sku_id: stage.victim_sku,
+        quantity: 1,
+        amount: PRICE,
+        fence: None,
+    };
+    // Created, or replayed after a retry: the one order of its requestId.
+    with_retries("placing a lock holder's order", || async {
+        orders
+            .create(&new)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
+    let key = keys::order_lock(order_no.as_str());
+    let (mut holder, held) = hold_lock(stage.binary, stage.file, &key, HOLDER_TTL).await?;
+    tokio::time::sleep(hold).await; // the watchdog renews meanwhile
+    holder.kill().await?; // SIGKILL
+    let killed = Instant::now();
+    let mut wrong = Vec::new();
+    let left = remaining_ttl(&rig.config.redis.url, &key).await?;
+    if left.is_none() {
+        wrong.push(format!("{key}: gone as soon as its holder was killed"));
+    }
+    let options = stage
+        .locks
+        .options()
+        .without_watchdog()
+        .ttl(HOLDER_TTL)
+        .attempts(1);
+    let successor = loop {
+        match stage.locks.acquire_with(&key, &options).await {
+            Ok(Acquisition::Held(g)) => break Some(g),
+            Ok(Acquisition::Contended(_)) | Err(_) if killed.elapsed() < 3 * HOLDER_TTL => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            _ => break None,
+        }
+    };
+    let taken_after = killed.elapsed();
+    let Some(successor) = successor else {
+        wrong.push(format!("{key}: still held {taken_after:?} after its holder was killed (TTL {HOLDER_TTL:?}): something renews a dead holder's lock"));
+        return Ok(wrong);
+    };
+    if let Some(left) = left.filter(|l| taken_after + Duration::from_millis(50) < *l) {
+        wrong.push(format!(
+            "{key}: taken {taken_after:?} after the kill, {left:?} of its TTL were left"
+        ));
+    }
+    if taken_after > HOLDER_TTL + Duration::from_millis(500) {
+        wrong.push(format!("{key}: taken {taken_after:?} after the kill, later than its TTL {HOLDER_TTL:?}: the dead holder's watchdog renewed it"));
+    }
+    let (stale, fence) = (held.fence, successor.fence().0);
+    if fence <= stale {
+        wrong.push(format!(
+            "{key}: the successor's fence {fence} is not above the dead holder's {stale}"
+        ));
+    }
+    let cancel = Transition::to(order_no.as_str(), OrderStatus::Cancelled).with_fence(fence);
+    let cancelled = with_retries("the successor's cancel", || async {
+        orders
+            .transition(&cancel)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
+    let _ = successor.release().await;
+    // Already applied: a retried cancel whose first commit's answer was lost with its session.
+    if !matches!(
+        cancelled,
+        TransitionOutcome::Applied(_) | TransitionOutcome::AlreadyApplied(_)
+    ) {
+        let got = outcome_name(&cancelled);
+        wrong.push(format!(
+            "order {order_no}: the successor's cancel was {got}"
+        ));
+    }
+    let late = Transition::paid(order_no.as_str(), new_event_id()).with_fence(stale);
+    let written = with_retries("the dead holder's late write", || async {
+        orders
+            .transition(&late)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
+    if !matches!(written, TransitionOutcome::FenceRejected { .. }) {
+        let got = outcome_name(&written);
+        wrong.push(format!("order {order_no}: the dead holder's write under fence {stale} (successor {fence}) was {got}, not refused by its fence"));
+    }
+    Ok(wrong)
+}
+
+fn outcome_name(o: &TransitionOutcome) -> &'static str {
+    match o {
+        TransitionOutcome::Applied(_) => "applied",
+        TransitionOutcome::AlreadyApplied(_) => "already applied",
+        TransitionOutcome::Rejected(_) => "rejected by the state machine",
+        TransitionOutcome::FenceRejected { .. } => "refused by its fence",
+    }
+}
+
+/// The key's remaining TTL on the service's Redis; None when it does not exist.
+async fn remaining_ttl(url: &str, key: &str) -> anyhow::Result<Option<Duration>> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let ms: i64 = redis::cmd("PTTL").arg(key).query_async(&mut conn).await?;
+    Ok((ms > 0).then(|| Duration::from_millis(ms as u64)))
 }
 
 /// Ends every session of the run's database but the one asking; how many it ended. A failure
@@ -227,6 +479,8 @@ mod tests {
             FaultKind::FreezeRedis,
             FaultKind::KillSessions,
             FaultKind::RestartConsumer,
+            FaultKind::KillService,
+            FaultKind::KillLockHolder,
         ] {
             assert!(a.iter().any(|f| f.kind == kind), "{kind:?}");
         }

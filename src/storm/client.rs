@@ -72,6 +72,8 @@ pub struct StormClient {
     base: String,
     log: Arc<Mutex<HttpLog>>,
     progress: ProgressBar,
+    /// A gateway's retry window (see [`StormClient::patient`]); None: every answer is returned.
+    patience: Option<Duration>,
 }
 
 impl StormClient {
@@ -86,7 +88,19 @@ impl StormClient {
             base,
             log: Arc::new(Mutex::new(HttpLog::default())),
             progress,
+            patience: None,
         })
+    }
+
+    /// The same client (and log) behind a gateway that retries with the same Idempotency-Key
+    /// and body — after a connection error, a timeout, a 5xx or a 409 (its Retry-After capped
+    /// at 100 ms) — until it gets another answer or `window` has passed. What a client of a
+    /// service that is killed and restarted sees; each attempt is logged.
+    pub fn patient(&self, window: Duration) -> StormClient {
+        StormClient {
+            patience: Some(window),
+            ..self.clone()
+        }
     }
 
     pub fn progress(&self) -> &ProgressBar {
@@ -125,6 +139,42 @@ impl StormClient {
     }
 
     async fn post(
+        &self,
+        path: &str,
+        key: &str,
+        body: &serde_json::Value,
+        timeout: Option<Duration>,
+    ) -> Reply {
+        let Some(window) = self.patience else {
+            return self.attempt(path, key, body, timeout).await;
+        };
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let reply = self.attempt(path, key, body, timeout).await;
+            let again = matches!(
+                reply.kind,
+                ReplyKind::Transport
+                    | ReplyKind::Timeout
+                    | ReplyKind::ServerError
+                    | ReplyKind::InFlight
+            );
+            if !again || started.elapsed() >= window {
+                return reply;
+            }
+            let wait = match reply.retry_after {
+                Some(s) if reply.kind == ReplyKind::InFlight => {
+                    Duration::from_secs(s).min(Duration::from_millis(100))
+                }
+                _ => pause,
+            };
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// One HTTP request, logged.
+    async fn attempt(
         &self,
         path: &str,
         key: &str,

@@ -38,6 +38,8 @@ impl Check {
 pub struct Scope {
     /// LIKE pattern of the run's order requestIds.
     pub order_pattern: String,
+    /// LIKE pattern of every requestId of the run (orders and payment callbacks).
+    pub record_pattern: String,
     pub group: String,
     /// (sku_id, stock the storm set before the run).
     pub skus: Vec<(i64, i64)>,
@@ -234,6 +236,28 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
             .collect();
         checks.push(Check::new(name, rule, offenders));
     }
+
+    let rows = sqlx::query(db.sql("storm_check_processing"))
+        .bind(scope.record_pattern.as_str())
+        .bind(crate::contracts::now_ms())
+        .fetch_all(&db.pool)
+        .await?;
+    let offenders = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "requestId {}: PROCESSING under {}, lease ended at {}",
+                r.get::<String, _>(0),
+                r.get::<String, _>(1),
+                r.get::<i64, _>(2)
+            )
+        })
+        .collect();
+    checks.push(Check::new(
+        "no_record_processing_past_its_lease",
+        "every idempotency record of the run ended SUCCEEDED or FAILED: none left PROCESSING past its lease",
+        offenders,
+    ));
     Ok(checks)
 }
 

@@ -10,12 +10,14 @@
 //! - [`invariants`] — the checks, read from the database (SQL under `queries/*/storm_*.sql`);
 //! - [`interception`] — which layer stopped each duplicate, from the run's trace topic;
 //! - [`report`] — the summary, as text or JSON;
-//! - [`redis_server`] — the private Redis the `redis-down` storm kills.
+//! - [`redis_server`] — the private Redis the `redis-down` storm kills;
+//! - [`processes`] — the real `serve` and lock holders the chaos storm kills.
 
 pub mod chaos;
 pub mod client;
 pub mod interception;
 pub mod invariants;
+pub mod processes;
 pub mod redis_server;
 pub mod report;
 pub mod rig;
@@ -54,7 +56,8 @@ pub enum Scenario {
     /// One SKU with stock 500, thousands of users double-clicking and retrying, payments replayed
     FlashSale,
     /// The flash sale in rounds for --duration while a nemesis seeded by --seed freezes Redis,
-    /// ends database sessions and restarts the consumer
+    /// ends database sessions, kills and restarts the service, kills lock holders and restarts
+    /// the consumer
     Chaos,
 }
 
@@ -163,6 +166,12 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         config.lock.mode = LockMode::Single; // the locks must live on the Redis that dies
         redis = Some(r);
     }
+    if scenario == Scenario::Chaos {
+        // A killed service's records are taken over once its heartbeat and their lease are
+        // gone: seconds, so that the clients' retries settle them within the storm.
+        config.instance.heartbeat_ttl = Duration::from_secs(2);
+        config.idempotency.lease = Duration::from_secs(3);
+    }
     if scenario == Scenario::ConsumerCrash {
         config.consumer.batch_size = (size / 5).clamp(1, 100); // several batches: one crashes
     }
@@ -214,11 +223,15 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         Scenario::FlashSale => {
             scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await
         }
-        Scenario::Chaos => match redis.as_ref() {
-            Some(r) => {
-                chaos::chaos(&mut rig, &client, r, opts.duration, opts.seed, concurrency).await
+        Scenario::Chaos => match (redis.as_ref(), &opts.binary) {
+            (Some(r), Some(b)) => {
+                let (duration, seed) = (opts.duration, opts.seed);
+                chaos::chaos(&mut rig, &client, r, b, duration, seed, concurrency).await
             }
-            None => Err(anyhow::anyhow!("chaos without its private Redis")),
+            (None, _) => Err(anyhow::anyhow!("chaos without its private Redis")),
+            (_, None) => Err(anyhow::anyhow!(
+                "chaos needs the idemguard binary to kill (StormOptions::binary)"
+            )),
         },
     };
     progress.finish_and_clear();
@@ -258,6 +271,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     let log = client.take_log();
     let scope = Scope {
         order_pattern: run.order_pattern(),
+        record_pattern: run.record_pattern(),
         group: run.group(),
         skus: played.skus.clone(),
         orders_named: log.orders_named.clone(),

@@ -2,7 +2,6 @@
 //! mix), the real order service in-process on a loopback port, the payment consumer (in-process
 //! or the real binary), and the waits that tell when everything has settled.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::processes::ChildConfig;
 use crate::api::server::{self, Server};
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, Instance};
@@ -54,6 +54,10 @@ impl Run {
     /// LIKE pattern of the run's order requestIds.
     pub fn order_pattern(&self) -> String {
         format!("STORM:ORDER:%:{}-%", self.id)
+    }
+    /// LIKE pattern of every requestId of the run: orders and payment callbacks.
+    pub fn record_pattern(&self) -> String {
+        format!("STORM:%:%:{}-%", self.id)
     }
     pub fn group(&self) -> String {
         format!("idemguard-storm-{}", self.id)
@@ -181,15 +185,23 @@ impl Rig {
         Ok(Some(c.stats))
     }
 
+    /// Payment events of the run the outbox relay has not published yet.
+    async fn pending(&self) -> anyhow::Result<i64> {
+        with_retries("counting the run's unpublished events", || async {
+            Ok(sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_one(&self.db.pool)
+                .await?)
+        })
+        .await
+    }
+
     /// Waits (bounded) until the outbox has published every payment event of the run and the
     /// consumer group has committed everything on the payment topic.
     pub async fn drain(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
-            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
-                .bind(self.config.kafka.payment_topic.as_str())
-                .fetch_one(&self.db.pool)
-                .await?;
+            let pending = self.pending().await?;
             let lag = if pending == 0 { self.lag().await? } else { -1 };
             if pending == 0 && lag == 0 {
                 return Ok(());
@@ -207,10 +219,7 @@ impl Rig {
     pub async fn wait_published(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
-            let pending: i64 = sqlx::query_scalar(self.db.sql("storm_outbox_pending"))
-                .bind(self.config.kafka.payment_topic.as_str())
-                .fetch_one(&self.db.pool)
-                .await?;
+            let pending = self.pending().await?;
             if pending == 0 {
                 return Ok(());
             }
@@ -271,10 +280,13 @@ impl Rig {
             headers: String,
             payload: String,
         }
-        let rows: Vec<Row> = sqlx::query_as(self.db.sql("storm_outbox_events"))
-            .bind(self.config.kafka.payment_topic.as_str())
-            .fetch_all(&self.db.pool)
-            .await?;
+        let rows: Vec<Row> = with_retries("reading the run's outbox", || async {
+            Ok(sqlx::query_as(self.db.sql("storm_outbox_events"))
+                .bind(self.config.kafka.payment_topic.as_str())
+                .fetch_all(&self.db.pool)
+                .await?)
+        })
+        .await?;
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
             .set("acks", "all")
@@ -316,35 +328,27 @@ impl Rig {
     /// `--crash-after-db-commit 1` and waits (bounded) for it to abort.
     pub async fn crash_real_consumer(
         &self,
-        binary: &PathBuf,
+        binary: &std::path::Path,
         within: Duration,
     ) -> anyhow::Result<String> {
         // The child reads the run's exact configuration from a private file, removed afterwards.
-        let path = std::env::temp_dir().join(format!("idemguard-storm-{}.toml", self.run.id));
-        std::fs::write(&path, toml::to_string(&self.config)?)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        }
-        let child = tokio::process::Command::new(binary)
-            .arg("--config")
-            .arg(&path)
-            .args([
-                "consume",
-                "--group",
-                &self.run.group(),
-                "--crash-after-db-commit",
-                "1",
-            ])
-            .env_remove("IDEMGUARD_CONFIG")
-            .stdin(std::process::Stdio::null())
+        let file = ChildConfig::write(&self.config, &self.run.id)?;
+        let child = file
+            .command(
+                binary,
+                &[
+                    "consume",
+                    "--group",
+                    &self.run.group(),
+                    "--crash-after-db-commit",
+                    "1",
+                ],
+            )
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
             .output();
         let out = tokio::time::timeout(within, child).await;
-        let _ = std::fs::remove_file(&path);
+        drop(file);
         let out = out.map_err(|_| {
             anyhow::anyhow!(
                 "{} consume did not crash within {within:?} (no batch arrived?)",
@@ -369,12 +373,7 @@ impl Rig {
     /// counters when it was running.
     pub async fn shutdown(&mut self) -> anyhow::Result<Option<Arc<ConsumeStats>>> {
         let stats = self.stop_consumer().await?;
-        if let Some(s) = self.server.take() {
-            s.shutdown.cancel();
-            tokio::time::timeout(Duration::from_secs(30), s.done)
-                .await
-                .map_err(|_| anyhow::anyhow!("the service did not stop within 30s"))???;
-        }
+        self.stop_server().await?;
         let (a, b) = (self.tracer.clone(), self.consumer_tracer.clone());
         tokio::task::spawn_blocking(move || {
             a.flush(Duration::from_secs(5));
@@ -382,6 +381,18 @@ impl Rig {
         })
         .await?;
         Ok(stats)
+    }
+
+    /// Stops the in-process service (the requests in flight finish; the outbox is published):
+    /// at the end, or when the chaos storm runs the real `serve` on its address instead.
+    pub async fn stop_server(&mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.server.take() {
+            s.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(30), s.done)
+                .await
+                .map_err(|_| anyhow::anyhow!("the service did not stop within 30s"))???;
+        }
+        Ok(())
     }
 
     /// Trace events emitted/delivered/dropped by the storm's own tracers.
@@ -417,6 +428,27 @@ impl Rig {
                 delete_matching(url, &self.run.key_pattern()),
             )
             .await;
+        }
+    }
+}
+
+/// The storm's own database work, retried (5 attempts, bounded): the chaos storm ends every
+/// session of the run's database, the storm's own too, and the tester is not what is under test.
+pub async fn with_retries<T, F, Fut>(what: &str, mut work: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match work().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt >= 5 => return Err(e.context(format!("{what} ({attempt} attempts)"))),
+            Err(e) => {
+                tracing::debug!(error = %e, attempt, "storm: {what} failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                attempt += 1;
+            }
         }
     }
 }

@@ -2,7 +2,6 @@
 //! says what it did; the invariants are checked afterwards by [`super::invariants`], from the
 //! database. Every loop is bounded; everything targets loopback.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use rand::seq::SliceRandom;
 use super::client::{Reply, ReplyKind, StormClient};
 use super::invariants::Check;
 use super::redis_server::PrivateRedis;
-use super::rig::Rig;
+use super::rig::{with_retries, Rig};
 use crate::contracts::{keys, new_event_id};
 use crate::db::orders::{Orders, Transition, TransitionOutcome};
 use crate::db::state_machine::OrderStatus;
@@ -39,12 +38,16 @@ fn new_sku() -> i64 {
     rand::random_range(1_000_000_000..9_000_000_000_i64)
 }
 
-async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
+pub(super) async fn stocked_sku(rig: &Rig, stock: i64) -> anyhow::Result<(i64, i64)> {
     let sku = new_sku();
-    Orders::new(rig.db.clone(), rig.tracer.clone())
-        .set_stock(sku, stock)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let orders = Orders::new(rig.db.clone(), rig.tracer.clone());
+    with_retries("setting the stock", || async {
+        orders
+            .set_stock(sku, stock)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
     Ok((sku, stock))
 }
 
@@ -236,7 +239,7 @@ pub async fn consumer_crash(
     c: &StormClient,
     n: usize,
     concurrency: usize,
-    binary: &PathBuf,
+    binary: &std::path::Path,
 ) -> anyhow::Result<Played> {
     let (sku, stock) = stocked_sku(rig, n as i64).await?;
     let started = Instant::now();

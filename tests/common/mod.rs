@@ -4,6 +4,8 @@
 //! the test ends, pass or fail ([`Leftovers`]).
 #![allow(dead_code)]
 
+pub mod consumer;
+
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -68,7 +70,16 @@ pub async fn fresh_database_config(dialect: Dialect) -> Config {
 
 /// A fresh database with the schema applied.
 pub async fn migrated_database(dialect: Dialect) -> (Config, Database) {
-    let config = fresh_database_config(dialect).await;
+    migrated_database_with(dialect, |_| {}).await
+}
+
+/// [`migrated_database`], its configuration changed by `tweak` before connecting.
+pub async fn migrated_database_with(
+    dialect: Dialect,
+    tweak: impl FnOnce(&mut Config),
+) -> (Config, Database) {
+    let mut config = fresh_database_config(dialect).await;
+    tweak(&mut config);
     let db = Database::connect(&config)
         .await
         .expect("connect to the test database");
@@ -296,4 +307,45 @@ pub fn remove_topics_at_end(config: &Config, names: &[String]) {
         l.topics
             .push((config.kafka.bootstrap_servers.clone(), names.to_vec()))
     });
+}
+
+/// `SQL` on `db`, panicking with the statement when it fails (test fixtures and faults).
+pub async fn exec(db: &Database, sql: &str) {
+    sqlx::query(sql)
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// One test per dialect for `async fn $body(dialect: Dialect)`: `$pg` runs it on PostgreSQL,
+/// `$my` on MySQL/MariaDB — two tests, so a failure on one never hides the other's result.
+/// `$body(&setup)` passes `&setup(dialect).await` instead. The test attribute is
+/// `#[tokio::test]` unless one is given first.
+#[macro_export]
+macro_rules! per_dialect {
+    ($body:ident $(( & $setup:ident ))? => $pg:ident, $my:ident) => {
+        $crate::per_dialect!(#[tokio::test] $body $((&$setup))? => $pg, $my);
+    };
+    (#[$test:meta] $body:ident => $pg:ident, $my:ident) => {
+        #[$test]
+        async fn $pg() {
+            $body(idemguard::config::Dialect::Postgres).await;
+        }
+
+        #[$test]
+        async fn $my() {
+            $body(idemguard::config::Dialect::Mysql).await;
+        }
+    };
+    (#[$test:meta] $body:ident(&$setup:ident) => $pg:ident, $my:ident) => {
+        #[$test]
+        async fn $pg() {
+            $body(&$setup(idemguard::config::Dialect::Postgres).await).await;
+        }
+
+        #[$test]
+        async fn $my() {
+            $body(&$setup(idemguard::config::Dialect::Mysql).await).await;
+        }
+    };
 }
