@@ -773,6 +773,9 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
         (r"igt_[0-9a-f]+", "igt_[db]"),
         (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
         (r" +[▁▂▃▄▅▆▇█][ ▁▂▃▄▅▆▇█]*", " [spark]"),
+        // A timeline cell cut right after "· PTTL": how much of the PTTL fits depends on how long
+        // the "since" duration before it is.
+        (r"· PTTL[^│·]*│", "· PTTL [cut]│"),
     ]
 }
 
