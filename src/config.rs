@@ -75,6 +75,9 @@ pub struct KafkaConfig {
     pub dlq_topic: String,
     pub trace_topic: String,
     pub consumer_group: String,
+    /// How the producers of the payment and trace topics pick a partition for a key, so the
+    /// console reads only the partition of an order (`none`: read every partition).
+    pub partitioner: crate::stream::partitioner::Partitioner,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +175,10 @@ pub struct ConsumerConfig {
 pub struct ConsoleConfig {
     #[serde(with = "humantime_serde")]
     pub stuck_threshold: Duration,
+    /// A trace reads each topic only in `[t − margin, t + margin]` around the times its
+    /// database rows carry (`console/read/window.rs`).
+    #[serde(with = "humantime_serde")]
+    pub trace_margin: Duration,
     #[serde(with = "humantime_serde")]
     pub refresh: Duration,
     pub operator: String,
@@ -509,6 +516,16 @@ impl Config {
             return Err(err(
                 "api.max_connections",
                 "must be between 1 and 536870911".into(),
+            ));
+        }
+        if self.console.trace_margin < Duration::from_secs(1)
+            || self.console.trace_margin > Duration::from_secs(24 * 3600)
+        {
+            return Err(err(
+                "console.trace_margin",
+                "must be between 1s and 24h (a trace reads [t - margin, t + margin] around each \
+                 time its database rows carry)"
+                    .into(),
             ));
         }
         if self.trace.buffer == 0 {
@@ -1019,6 +1036,30 @@ mod tests {
         let e = load_with(Some("[lock]\nttl = \"3 fortnights\"\n"), &[]).unwrap_err();
         assert_eq!(e.key, "lock.ttl");
         assert!(e.origin.ends_with("test.toml"));
+    }
+
+    /// The trace's window margin and the producers' partitioner: defaults, bounds, names.
+    #[test]
+    fn trace_reading_settings_are_validated() {
+        let c = load_with(None, &[]).unwrap();
+        assert_eq!(c.console.trace_margin, Duration::from_secs(600));
+        assert_eq!(
+            c.kafka.partitioner,
+            crate::stream::partitioner::Partitioner::ConsistentRandom
+        );
+        for bad in ["0s", "500ms", "2days"] {
+            let toml = format!("[console]\ntrace_margin = \"{bad}\"\n");
+            let e = load_with(Some(&toml), &[]).unwrap_err();
+            assert_eq!(e.key, "console.trace_margin", "{bad}");
+            assert!(e.message.contains("between 1s and 24h"), "{e}");
+        }
+        let c = load_with(None, &[("IDEMGUARD_KAFKA__PARTITIONER", "murmur2_random")]).unwrap();
+        assert_eq!(
+            c.kafka.partitioner,
+            crate::stream::partitioner::Partitioner::Murmur2Random
+        );
+        let e = load_with(Some("[kafka]\npartitioner = \"murmur2\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.partitioner");
     }
 
     #[test]

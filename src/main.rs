@@ -167,6 +167,14 @@ enum Command {
         /// Print the `idemguard.console/v1` JSON document instead of a table
         #[arg(long)]
         json: bool,
+        /// Where an ID the database does not know is searched in the topics (a known ID is read
+        /// around its rows' times): from this time, RFC 3339 or epoch ms [default: 24 h before
+        /// --until]
+        #[arg(long)]
+        since: Option<String>,
+        /// ... up to this time [default: now]
+        #[arg(long)]
+        until: Option<String>,
     },
     /// Every lock:* key with its holder, PTTL, owner liveness and RedLock quorum (SCAN, never KEYS)
     Locks {
@@ -370,9 +378,15 @@ async fn run(
             console::tui::terminal::run_with(config, allow_actions).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Trace { id, json } => {
-            let r =
-                headless::trace(&config, &idemguard::contracts::TraceTarget::classify(&id)).await;
+        Command::Trace {
+            id,
+            json,
+            since,
+            until,
+        } => {
+            let window = trace_window(since.as_deref(), until.as_deref())?;
+            let target = idemguard::contracts::TraceTarget::classify(&id);
+            let r = headless::trace_in(&config, &target, window).await;
             Ok(print_report(&r, json, headless::trace_table))
         }
         Command::Locks { json } => {
@@ -506,6 +520,26 @@ async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `idemguard trace --since/--until`: the window an unknown ID is searched in (`None`: the last
+/// 24 h).
+fn trace_window(
+    since: Option<&str>,
+    until: Option<&str>,
+) -> anyhow::Result<Option<idemguard::console::read::window::TimeWindow>> {
+    use idemguard::console::read::window::{TimeWindow, DEFAULT_UNKNOWN_WINDOW};
+    if since.is_none() && until.is_none() {
+        return Ok(None);
+    }
+    use idemguard::console::cli::report::parse_time;
+    let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
+    let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
+    let from_ms = since.map_or(Ok(to_ms - DEFAULT_UNKNOWN_WINDOW.as_millis() as i64), parse)?;
+    if from_ms > to_ms {
+        anyhow::bail!("--since must not be after --until");
+    }
+    Ok(Some(TimeWindow { from_ms, to_ms }))
 }
 
 /// `idemguard consume`: the payment consumer until Ctrl-C.

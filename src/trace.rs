@@ -163,6 +163,15 @@ impl Tracer {
         if let Some(k) = event.key() {
             record = record.key(k);
         }
+        // The record's Kafka timestamp is the decision's own time (not when the producer got
+        // it): a trace reads the topic in windows by time (console/read/window.rs) and must
+        // find each event where its `ts` says it happened.
+        if let Some(ms) = humantime::parse_rfc3339_weak(&event.ts)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        {
+            record = record.timestamp(ms.as_millis() as i64);
+        }
         if let Err((e, _)) = producer.send(record) {
             stats.drop_one(&e.to_string());
         }

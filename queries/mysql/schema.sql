@@ -164,6 +164,16 @@ CREATE TABLE IF NOT EXISTS {{ops_audit}} (
   KEY ix_target (target)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- The post-incident report reads a window of each order-sized table by created_at (schema v4,
+-- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs). Outside
+-- CREATE TABLE so that `migrate` adds them to a database created before v4; MySQL has no
+-- CREATE INDEX IF NOT EXISTS, so `migrate` skips one that exists (error 1061).
+CREATE INDEX ix_created_at ON {{order_record}} (created_at);
+CREATE INDEX ix_created_at ON {{stock_movement}} (created_at);
+CREATE INDEX ix_created_at ON {{payment_flow}} (created_at);
+CREATE INDEX ix_created_at ON {{points_ledger}} (created_at);
+CREATE INDEX ix_created_at ON {{notification}} (created_at);
+
 CREATE TABLE IF NOT EXISTS idemguard_schema_version (
   version     BIGINT NOT NULL PRIMARY KEY,
   applied_at  BIGINT NOT NULL

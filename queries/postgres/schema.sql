@@ -161,6 +161,14 @@ CREATE TABLE IF NOT EXISTS {{ops_audit}} (
 CREATE INDEX IF NOT EXISTS {{ops_audit}}_ix_created_at ON {{ops_audit}} (created_at);
 CREATE INDEX IF NOT EXISTS {{ops_audit}}_ix_target ON {{ops_audit}} (target);
 
+-- The post-incident report reads a window of each order-sized table by created_at (schema v4,
+-- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs).
+CREATE INDEX IF NOT EXISTS {{order_record}}_ix_created_at ON {{order_record}} (created_at);
+CREATE INDEX IF NOT EXISTS {{stock_movement}}_ix_created_at ON {{stock_movement}} (created_at);
+CREATE INDEX IF NOT EXISTS {{payment_flow}}_ix_created_at ON {{payment_flow}} (created_at);
+CREATE INDEX IF NOT EXISTS {{points_ledger}}_ix_created_at ON {{points_ledger}} (created_at);
+CREATE INDEX IF NOT EXISTS {{notification}}_ix_created_at ON {{notification}} (created_at);
+
 CREATE TABLE IF NOT EXISTS idemguard_schema_version (
   version     BIGINT PRIMARY KEY,
   applied_at  BIGINT NOT NULL

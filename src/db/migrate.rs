@@ -16,9 +16,10 @@ use crate::contracts::now_ms;
 
 /// The schema version `queries/<dialect>/schema.sql` and the create routine make. 2: the
 /// create transaction became the `{order_record}_create` routine. 3: the routine locks the
-/// idempotency record row first and refuses a request finalized FAILED (issue 15, item 5). A v2
-/// database is upgraded by `migrate` itself: the routine is replaced on every run.
-pub const SCHEMA_VERSION: i64 = 3;
+/// idempotency record row first and refuses a request finalized FAILED (issue 15, item 5). 4: the
+/// report's created_at indexes (issue 18, item 5). An older database is upgraded by `migrate`
+/// itself: the routine is replaced and missing indexes are created on every run.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Statements run after the schema, each whole.
 const ROUTINES: &[&str] = &["order_create_routine_drop", "order_create_routine"];
@@ -59,6 +60,9 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
     for stmt in &script {
         // A plain &str runs unprepared (DDL), like raw_sql, but keeps the future `Send`.
         if let Err(e) = sqlx::Executor::execute(&mut *conn, stmt.as_str()).await {
+            if index_exists(&e, stmt) {
+                continue;
+            }
             let first = stmt
                 .lines()
                 .find(|l| !l.trim_start().starts_with("--"))
@@ -95,6 +99,20 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
         version_after,
         statements: script.len(),
     })
+}
+
+/// A MySQL `CREATE INDEX` of an index the table already has (error 1061, duplicate key name):
+/// MySQL has no `IF NOT EXISTS` for it, and a rerun of `migrate` must succeed.
+fn index_exists(e: &sqlx::Error, stmt: &str) -> bool {
+    let create_index = stmt
+        .lines()
+        .any(|l| l.trim_start().starts_with("CREATE INDEX "));
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    create_index
+        && d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| m.number() == 1061)
 }
 
 /// Every column the code uses exists. `CREATE TABLE IF NOT EXISTS` never alters a table that

@@ -24,6 +24,7 @@ use crate::console::read::store::RateTable;
 use crate::console::read::timeline::Timeline;
 use crate::console::read::topics::{self, PartitionLag, StartAt};
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
+use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::{Liveness, LockInspector, LockScan};
 
 /// The `schema` field of every headless document.
@@ -119,8 +120,19 @@ impl<T: Serialize> Document<T> {
 // ---------------------------------------------------------------------------------------------
 
 /// `idemguard trace ID`: the database first (its rows link the IDs, and the topics are read for
-/// those IDs only: a topic holds far more than one trace), then the topics, then Redis.
+/// those IDs only, in windows around the rows' times: a topic holds far more than one trace),
+/// then the topics, then Redis. An ID the database does not know is searched in the last 24 h.
 pub async fn trace(config: &Config, target: &TraceTarget) -> Document<Timeline> {
+    trace_in(config, target, None).await
+}
+
+/// [`trace`], an ID the database does not know searched in `unknown_id_window`
+/// (`--since/--until`) instead of the last 24 h.
+pub async fn trace_in(
+    config: &Config,
+    target: &TraceTarget,
+    unknown_id_window: Option<TimeWindow>,
+) -> Document<Timeline> {
     let started = Instant::now();
     let (db, mut statuses) = match connect_database(config).await {
         Ok(db) => (Some(db), Vec::new()),
@@ -132,7 +144,7 @@ pub async fn trace(config: &Config, target: &TraceTarget) -> Document<Timeline> 
     };
     let sources = TraceSources {
         database: db.as_ref(),
-        topics: TopicsFrom::ReadForTarget,
+        topics: unknown_id_window.map_or(TopicsFrom::ReadForTarget, TopicsFrom::ReadForTargetIn),
         redis: true,
     };
     let read = read_trace(config, target, sources).await;
@@ -160,6 +172,7 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
     ));
     if !t.found {
         out.push_str("no row, key, message or trace event names this ID\n");
+        out.push_str(&read_cost_lines(t.read_cost.as_ref()));
         return out;
     }
     out.push_str(&format!("duplicates stopped: {}", t.stopped_count()));
@@ -185,6 +198,44 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
     out.push('\n');
     let rows: Vec<Vec<String>> = t.entries.iter().map(columns::timeline_cells).collect();
     out.push_str(&columns::text_table(columns::TIMELINE, &rows));
+    out.push('\n');
+    out.push_str(&read_cost_lines(t.read_cost.as_ref()));
+    out
+}
+
+/// What reading the topics cost, one line per topic, and the window an unknown ID was searched
+/// in: a slow trace says why, a trace that found nothing says where it did not look.
+fn read_cost_lines(cost: Option<&ReadCost>) -> String {
+    let Some(cost) = cost else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if let Some(w) = cost.unknown_id_window {
+        out.push_str(&format!(
+            "the database has no row of this ID: the topics were searched from {} to {} only \
+             (--since/--until; default the last 24 h)\n",
+            format_ms(w.from_ms),
+            format_ms(w.to_ms)
+        ));
+    }
+    for t in &cost.topics {
+        let windows: Vec<String> = t
+            .windows
+            .iter()
+            .map(|w| format!("{}–{}", format_ms(w.from_ms), format_ms(w.to_ms)))
+            .collect();
+        out.push_str(&format!(
+            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s))\n",
+            t.topic,
+            t.messages_scanned,
+            t.windows.len(),
+            windows.join(", "),
+            t.partitions_read,
+            t.partitions_total,
+            t.offset_lookup.replace('_', " "),
+            t.offset_probes
+        ));
+    }
     out
 }
 

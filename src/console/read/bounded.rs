@@ -1,7 +1,8 @@
-//! Bounded reads of the two topics into the stores, for the one-shot faces (the CLI twins and
-//! the post-incident report) and for the TUI's read of a trace target's history: each reads a
-//! topic from its start to the end it had when the read began, within
-//! [`TOPIC_READ_DEADLINE`], and keeps what [`Keep`] keeps.
+//! Bounded reads of the two topics into the stores, within [`TOPIC_READ_DEADLINE`], keeping
+//! what [`Keep`] keeps. A one-shot trace ([`read_topics_for`]: `idemguard trace`, `report --id`)
+//! reads only the windows and partitions its IDs name ([`window`]); the whole-topic reads
+//! (a topic from its start to the end it had when the read began) remain for the rates, the
+//! window report and the TUI's read of a trace target's history.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::console::read::sources::blocking;
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline;
 use crate::console::read::topics::{self, PaymentMessage, StartAt};
+use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
 
 /// How long reading a topic to its end may take.
 pub const TOPIC_READ_DEADLINE: Duration = Duration::from_secs(30);
@@ -46,6 +48,11 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Keep {
     ids: BTreeSet<String>,
+    /// The order and the request, once known: the keys their messages were produced with.
+    order_no: Option<String>,
+    request_id: Option<String>,
+    /// The eventId typed (a trace event naming only it is keyed by it).
+    event_id: Option<String>,
 }
 
 impl Keep {
@@ -64,7 +71,16 @@ impl Keep {
             );
             ids.extend(timeline::event_ids_of(target, Some(r), &[]));
         }
-        Keep { ids }
+        let mut typed = TraceIds::of_target(target);
+        if let Some(r) = rows {
+            typed.absorb(&r.ids);
+        }
+        Keep {
+            ids,
+            order_no: typed.order_no,
+            request_id: typed.request_id,
+            event_id: typed.event_id,
+        }
     }
 
     /// The target and the IDs it resolved to (the live console's trace target).
@@ -79,7 +95,43 @@ impl Keep {
             .into_iter()
             .flatten(),
         );
-        Keep { ids: keep }
+        Keep {
+            ids: keep,
+            order_no: ids.order_no.clone(),
+            request_id: ids.request_id.clone(),
+            event_id: ids.event_id.clone(),
+        }
+    }
+
+    /// The keys of the trace's payment messages (key = orderNo): the orderNos kept; none (every
+    /// partition) while the order is unknown.
+    fn payment_keys(&self, rows: Option<&TraceRows>) -> Vec<String> {
+        let mut keys: Vec<String> = rows
+            .map(|r| {
+                let outbox = r.outbox.iter().map(|o| o.msg_key.clone());
+                r.ids.order_no.clone().into_iter().chain(outbox).collect()
+            })
+            .unwrap_or_default();
+        if let Some(o) = self.order_no.clone() {
+            keys.push(o);
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// The keys of the trace's events (key = orderNo, else requestId, else eventId): the order,
+    /// the request and the eventId typed, once the order or the request is known; none (every
+    /// partition) before — an event of an unknown order is keyed by an orderNo nobody named yet.
+    fn trace_keys(&self) -> Vec<String> {
+        if self.order_no.is_none() && self.request_id.is_none() {
+            return Vec::new();
+        }
+        [&self.order_no, &self.request_id, &self.event_id]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     fn names(&self, id: Option<&str>) -> bool {
@@ -93,6 +145,12 @@ impl Keep {
             || self.names(m.request_id.as_deref())
             || self.names(m.event_id.as_deref());
         if hit {
+            if self.order_no.is_none() {
+                self.order_no.clone_from(&m.order_no);
+            }
+            if self.request_id.is_none() {
+                self.request_id.clone_from(&m.request_id);
+            }
             self.ids.extend(
                 [m.order_no.clone(), m.request_id.clone(), m.event_id.clone()]
                     .into_iter()
@@ -167,22 +225,118 @@ pub async fn read_trace_log_keeping(
     .await
 }
 
-/// Both topics, read for one trace: the payment messages first (they can lead an eventId to
-/// its order), then the trace events that name any ID found so far.
+/// Both topics, read for one trace in the windows its database rows name ([`window`]): the
+/// payment messages first (they can lead an eventId to its order), then the trace events that
+/// name any ID found so far. An ID without rows is searched in `unknown_id_window`. The cost
+/// says, per topic, what was read.
 pub async fn read_topics_for(
     config: &Config,
     target: &TraceTarget,
     rows: Option<&TraceRows>,
-) -> (anyhow::Result<PaymentIndex>, anyhow::Result<TraceLog>) {
+    unknown_id_window: TimeWindow,
+) -> (
+    anyhow::Result<PaymentIndex>,
+    anyhow::Result<TraceLog>,
+    ReadCost,
+) {
     let keep = Keep::of(target, rows);
-    let (payments, keep) = match read_payments_keeping(config, keep.clone()).await {
-        Ok((p, k)) => (Ok(p), k),
+    let times = rows.map(window::row_times).unwrap_or_default();
+    let (basis, windows) = if times.is_empty() {
+        (WindowBasis::UnknownIdWindow, vec![unknown_id_window])
+    } else {
+        let w = window::windows_around(&times, config.console.trace_margin);
+        (WindowBasis::DatabaseTimes, w)
+    };
+    let mut cost = ReadCost {
+        topics: Vec::new(),
+        unknown_id_window: (basis == WindowBasis::UnknownIdWindow).then_some(unknown_id_window),
+    };
+    let plan = |topic: &str, keys: Vec<String>, known_partitions: Vec<i32>| TopicPlan {
+        topic: topic.to_string(),
+        basis,
+        windows: windows.clone(),
+        keys,
+        partitioner: config.kafka.partitioner,
+        known_partitions,
+    };
+    let consumed_from = rows.map_or_else(Vec::new, |r| {
+        let of_topic = r
+            .processed
+            .iter()
+            .filter(|p| p.topic == config.kafka.payment_topic);
+        of_topic.map(|p| p.kafka_partition as i32).collect()
+    });
+    let payment_keys = keep.payment_keys(rows);
+    let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
+    let (payments, keep) = match read_payments_in(config, payment_plan, keep.clone()).await {
+        Ok((p, k, c)) => {
+            cost.topics.push(c);
+            (Ok(p), k)
+        }
         Err(e) => (Err(e), keep),
     };
-    (
-        payments,
-        read_trace_log_keeping(config, StartAt::Beginning, &keep, &CancellationToken::new()).await,
-    )
+    let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
+    let log = match read_trace_log_in(config, trace_plan, &keep).await {
+        Ok((log, c)) => {
+            cost.topics.push(c);
+            Ok(log)
+        }
+        Err(e) => Err(e),
+    };
+    (payments, log, cost)
+}
+
+/// The payment messages of `plan`'s windows that name what `keep` keeps (growing it).
+async fn read_payments_in(
+    config: &Config,
+    plan: TopicPlan,
+    keep: Keep,
+) -> anyhow::Result<(PaymentIndex, Keep, TopicCost)> {
+    let c = config.clone();
+    blocking(move || {
+        let mut keep = keep;
+        let mut index = PaymentIndex::default();
+        let cost = topics::read_windows(
+            &c,
+            &plan,
+            TOPIC_READ_DEADLINE,
+            &CancellationToken::new(),
+            |m| {
+                let m = PaymentMessage::from_kafka(m);
+                if keep.message(&m) {
+                    index.ingest(m);
+                }
+            },
+        )?;
+        Ok((index, keep, cost))
+    })
+    .await
+}
+
+/// The trace events of `plan`'s windows that name what `keep` keeps.
+async fn read_trace_log_in(
+    config: &Config,
+    plan: TopicPlan,
+    keep: &Keep,
+) -> anyhow::Result<(TraceLog, TopicCost)> {
+    let c = config.clone();
+    let keep = keep.clone();
+    blocking(move || {
+        let mut log = TraceLog::default();
+        let cost = topics::read_windows(
+            &c,
+            &plan,
+            TOPIC_READ_DEADLINE,
+            &CancellationToken::new(),
+            |m| match topics::trace_event_of(m) {
+                Some(e) if keep.keeps(&e) => log.ingest(e),
+                Some(_) => {}
+                None => log.undecodable += 1,
+            },
+        )?;
+        Ok((log, cost))
+    })
+    .await
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end).

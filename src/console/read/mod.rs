@@ -23,3 +23,4 @@ pub mod store;
 pub mod timeline;
 pub mod topics;
 pub mod trace;
+pub mod window;

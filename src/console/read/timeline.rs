@@ -17,6 +17,7 @@ use crate::console::read::locks::TraceKeys;
 use crate::console::read::records::{IdempotencyRow, OrderRow, OutboxRow, TraceRows};
 use crate::console::read::store::event_ms;
 use crate::console::read::topics::PaymentMessage;
+use crate::console::read::window::ReadCost;
 use crate::lock::LockView;
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
@@ -71,6 +72,9 @@ pub struct Timeline {
     pub entries: Vec<TimelineEntry>,
     pub interceptions: Vec<Interception>,
     pub events: Vec<EventEffects>,
+    /// What reading the topics cost, per topic (windows, partitions, messages scanned); `null`
+    /// when the trace was assembled from stores already read (the TUI, a window report).
+    pub read_cost: Option<ReadCost>,
 }
 
 impl Timeline {
@@ -146,6 +150,7 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         entries,
         interceptions,
         events,
+        read_cost: None,
     }
 }
 

@@ -29,6 +29,7 @@ use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
 use crate::console::read::timeline::{self, Timeline, TimelineInputs};
+use crate::console::read::window::TimeWindow;
 use crate::lock::LockInspector;
 
 /// What a trace is assembled from; any piece may be missing (its source is down or not read).
@@ -108,8 +109,11 @@ pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> 
 
 /// Where [`read_trace`] takes the topics from.
 pub enum TopicsFrom<'a> {
-    /// Read both topics for this trace's IDs (bounded; see [`bounded::Keep`]).
+    /// Read both topics for this trace's IDs, in the windows its database rows name; an ID the
+    /// database does not know is searched in the last [`DEFAULT_UNKNOWN_WINDOW`](crate::console::read::window::DEFAULT_UNKNOWN_WINDOW) (24 h).
     ReadForTarget,
+    /// The same, an ID the database does not know searched in this window (`--since/--until`).
+    ReadForTargetIn(TimeWindow),
     /// Stores already read, whole (a window report traces many orders from one read).
     Stores {
         payments: &'a PaymentIndex,
@@ -133,7 +137,8 @@ pub struct TraceRead {
     pub statuses: Vec<BackendStatus>,
 }
 
-/// Steps 1–5 of the module docs, once.
+/// Steps 1–5 of the module docs, once. The timeline's `read_cost` says what the topics cost
+/// (`None` when they came from stores already read).
 pub async fn read_trace(
     config: &Config,
     target: &TraceTarget,
@@ -150,9 +155,17 @@ pub async fn read_trace(
     };
     let t_kafka = Instant::now();
     let read: (PaymentIndex, TraceLog);
+    let mut cost = None;
     let (payments, log) = match sources.topics {
-        TopicsFrom::ReadForTarget => {
-            let (payments, log) = bounded::read_topics_for(config, target, rows.as_ref()).await;
+        TopicsFrom::Stores { payments, log } => (payments, log),
+        TopicsFrom::ReadForTarget | TopicsFrom::ReadForTargetIn(_) => {
+            let window = match sources.topics {
+                TopicsFrom::ReadForTargetIn(w) => w,
+                _ => TimeWindow::last_day(now_ms()),
+            };
+            let (payments, log, c) =
+                bounded::read_topics_for(config, target, rows.as_ref(), window).await;
+            cost = Some(c);
             let (trace_error, payment_error) = (failed(&log), failed(&payments));
             read = (payments.unwrap_or_default(), log.unwrap_or_default());
             let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
@@ -160,7 +173,6 @@ pub async fn read_trace(
             statuses.push(status(BackendId::PaymentTopic, payment_error));
             (&read.0, &read.1)
         }
-        TopicsFrom::Stores { payments, log } => (payments, log),
     };
     if let Some(db) = sources.database {
         if let Some(r) = &mut rows {
@@ -185,10 +197,9 @@ pub async fn read_trace(
         log,
         history: None,
     };
-    TraceRead {
-        timeline: assemble(target, &pieces, now_ms()),
-        statuses,
-    }
+    let mut timeline = assemble(target, &pieces, now_ms());
+    timeline.read_cost = cost;
+    TraceRead { timeline, statuses }
 }
 
 /// Step 3: an eventId only Kafka knows yet leads to its order — the database is asked again

@@ -1,0 +1,591 @@
+//! Production scale (issue 18): a trace reads windows of the topics around what the database
+//! knows, in the partitions its keys hash to, and says what that cost; the database side stays
+//! index-only. Real broker and databases, the test's own topics and databases; topics of tens of
+//! thousands of messages with Kafka timestamps spread over seven days, so the assertions are on
+//! what was read (the trace's own `read_cost`), not on how long it took.
+
+mod common;
+
+use std::time::Duration;
+
+use idemguard::config::{Config, Dialect};
+use idemguard::console::cli::headless;
+use idemguard::console::read::window::{TimeWindow, WindowBasis};
+use idemguard::contracts::{
+    format_ms, headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent, TraceTarget,
+};
+use idemguard::db::Database;
+use idemguard::stream::partitioner::Partitioner;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// One message to produce: topic (payment or trace), key, payload, Kafka timestamp, headers.
+struct Out {
+    ts: i64,
+    payment: bool,
+    key: String,
+    payload: Vec<u8>,
+    headers: Vec<(&'static str, String)>,
+}
+
+/// A payment message of `order_no` at `ts`.
+fn payment_message(order_no: &str, request_id: &str, event_id: &str, ts: i64) -> Out {
+    let p = PaymentSucceeded {
+        event_id: event_id.into(),
+        order_no: order_no.into(),
+        request_id: request_id.into(),
+        pay_no: format!("P{}", &event_id[..8]),
+        user_id: 7,
+        amount: 1999,
+        paid_at: ts,
+    };
+    Out {
+        ts,
+        payment: true,
+        key: order_no.into(),
+        payload: serde_json::to_vec(&p).unwrap(),
+        headers: vec![
+            (headers::EVENT_ID, event_id.into()),
+            (headers::ORDER_NO, order_no.into()),
+            (headers::REQUEST_ID, request_id.into()),
+        ],
+    }
+}
+
+/// A trace event at `ts`, keyed as the tracer keys it (orderNo, else requestId, else eventId).
+fn trace_event(e: TraceEvent, ts: i64) -> Out {
+    let mut e = e;
+    e.ts = format_ms(ts);
+    e.instance = "api-1".into();
+    Out {
+        ts,
+        payment: false,
+        key: e.key().unwrap().to_string(),
+        payload: serde_json::to_vec(&e).unwrap(),
+        headers: vec![],
+    }
+}
+
+/// `trace_n` trace events and `payment_n` payment messages of other orders, spread evenly over
+/// the seven days before now.
+fn filler(trace_n: usize, payment_n: usize, now: i64) -> Vec<Out> {
+    let start = now - 7 * DAY_MS;
+    let mut out = Vec::with_capacity(trace_n + payment_n);
+    for i in 0..trace_n {
+        let ts = start + (7 * DAY_MS) * i as i64 / trace_n as i64;
+        let e = TraceEvent::new(Layer::Api, Outcome::Replayed)
+            .order_no(format!("F{i:019}"))
+            .request_id(format!("APP:ORDER:20261129:filler-{i}"));
+        out.push(trace_event(e, ts));
+    }
+    for i in 0..payment_n {
+        let ts = start + (7 * DAY_MS) * i as i64 / payment_n as i64;
+        let order = format!("G{i:019}");
+        let event = uuid::Uuid::new_v4().to_string();
+        out.push(payment_message(&order, "APP:ORDER:20261129:g", &event, ts));
+    }
+    out
+}
+
+/// Produces `messages` in time order (so each partition's timestamps only grow, as a live
+/// producer's do) with librdkafka's `partitioner`.
+fn produce(config: &Config, partitioner: &str, mut messages: Vec<Out>) {
+    messages.sort_by_key(|m| m.ts);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("partitioner", partitioner)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "200000")
+        .set("max.in.flight.requests.per.connection", "1")
+        .create()
+        .unwrap();
+    for m in &messages {
+        let topic = if m.payment {
+            &config.kafka.payment_topic
+        } else {
+            &config.kafka.trace_topic
+        };
+        let mut h = OwnedHeaders::new();
+        for (k, v) in &m.headers {
+            h = h.insert(Header {
+                key: k,
+                value: Some(v.as_str()),
+            });
+        }
+        let mut record = BaseRecord::<str, [u8]>::to(topic)
+            .key(m.key.as_str())
+            .payload(m.payload.as_slice())
+            .timestamp(m.ts)
+            .headers(h);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, back)) => {
+                    assert!(
+                        matches!(
+                            e.rdkafka_error_code(),
+                            Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                        ),
+                        "producing: {e}"
+                    );
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+}
+
+/// An order of the test: its IDs, and its database rows written at `t` (the record and the
+/// order, finished two seconds later).
+struct TracedOrder {
+    order_no: String,
+    request_id: String,
+    event_id: String,
+}
+
+impl TracedOrder {
+    fn new(order_no: String) -> TracedOrder {
+        TracedOrder {
+            request_id: format!("APP:ORDER:20261129:{}", uuid::Uuid::new_v4().simple()),
+            event_id: uuid::Uuid::new_v4().to_string(),
+            order_no,
+        }
+    }
+
+    async fn write_rows(&self, db: &Database, t: i64) {
+        let sql = format!(
+            "INSERT INTO idempotency_record (request_id, biz_type, request_hash, status, order_no, \
+             owner, lease_until, created_at, updated_at, expire_at) VALUES ('{r}', 'ORDER', \
+             'h', 'SUCCEEDED', '{o}', 'api-1', {t}, {t}, {f}, {e})",
+            r = self.request_id,
+            o = self.order_no,
+            f = t + 2_000,
+            e = t + DAY_MS
+        );
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+        let sql = format!(
+            "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, \
+             status, payment_event_id, created_at, updated_at) VALUES ('{r}', '{o}', 7, 7, 1, \
+             1999, 'PAID', '{ev}', {t}, {f})",
+            r = self.request_id,
+            o = self.order_no,
+            ev = self.event_id,
+            f = t + 2_000
+        );
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+
+    /// Its Kafka side at `t`: the claim (keyed by requestId), the payment message and the
+    /// consumer's two decisions (keyed by orderNo).
+    fn messages(&self, t: i64) -> Vec<Out> {
+        let (o, r, e) = (&self.order_no, &self.request_id, &self.event_id);
+        vec![
+            trace_event(
+                TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(r),
+                t,
+            ),
+            payment_message(o, r, e, t + 1_500),
+            trace_event(
+                TraceEvent::new(Layer::Stream, Outcome::SinkApplied)
+                    .order_no(o)
+                    .event_id(e),
+                t + 1_800,
+            ),
+            trace_event(
+                TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+                    .order_no(o)
+                    .event_id(e),
+                t + 1_900,
+            ),
+        ]
+    }
+}
+
+/// A database and two fresh topics (3 partitions each) of the test's own.
+async fn world(partitioner: Partitioner) -> (Config, Database) {
+    let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
+    let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.trace_topic = topics[1].clone();
+    config.kafka.partitioner = partitioner;
+    (config, db)
+}
+
+fn kafka_entries(t: &serde_json::Value) -> usize {
+    let entries = t["entries"].as_array().unwrap();
+    entries.iter().filter(|e| e["layer"] == "kafka").count()
+}
+
+/// An order in the middle of seven days of 30,000 trace events and 6,000 payment messages: the
+/// trace finds all of its Kafka side, reading one window per topic in the order's partitions —
+/// a few dozen messages, found in O(log n) probes — and says so in its JSON and its table.
+#[tokio::test]
+async fn a_trace_of_an_order_in_the_middle_reads_only_its_windows() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 7 * DAY_MS / 2;
+    let order = TracedOrder::new("20261126000000000mid".into());
+    order.write_rows(&db, t).await;
+    let mut out = filler(30_000, 6_000, now);
+    out.extend(order.messages(t));
+    produce(&config, "consistent_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 1, "the payment message is found");
+    assert_eq!(j["interceptions"].as_array().unwrap().len(), 1, "{j:#}");
+    let cost = r.data.read_cost.clone().expect("a read trace has a cost");
+    assert_eq!(cost.unknown_id_window, None);
+    assert_eq!(cost.topics.len(), 2);
+    for c in &cost.topics {
+        assert_eq!(c.basis, WindowBasis::DatabaseTimes);
+        assert_eq!(c.windows.len(), 1, "{c:?}");
+        let margin = config.console.trace_margin.as_millis() as i64;
+        assert_eq!(c.windows[0].from_ms, t - margin);
+        // 20 minutes of 30,000 events in 7 days are ~60 events over 3 partitions.
+        assert!(c.messages_scanned <= 100, "{c:?}");
+        assert!(c.messages_scanned >= 2, "{c:?}");
+        // Two bounds by binary search over ≤ 10,000 offsets: ≤ 2 × 15 probes per partition,
+        // plus its end and the broker's answer checked once.
+        assert!(
+            c.offset_probes <= 40 * c.partitions_read.len() as u64,
+            "{c:?}"
+        );
+        assert!(c.partitions_read.len() < c.partitions_total, "{c:?}");
+    }
+    assert_eq!(cost.topics[0].partitions_read.len(), 1, "payment: orderNo");
+    assert_eq!(
+        j["read_cost"]["topics"][0]["topic"],
+        config.kafka.payment_topic.as_str()
+    );
+    let table = headless::trace_table(&r);
+    assert!(
+        table.contains(&format!("read {}: ", config.kafka.trace_topic)),
+        "{table}"
+    );
+    assert!(
+        table.contains("message(s) scanned in 1 window(s)"),
+        "{table}"
+    );
+}
+
+/// A payment message produced by a Java-compatible producer (librdkafka's `murmur2_random`, the
+/// Java client's default) is found in the one partition Kafka's murmur2 gives its key — chosen
+/// so that librdkafka's default partitioner would point elsewhere.
+#[tokio::test]
+async fn a_java_partitioned_key_is_found_in_one_partition() {
+    let (config, db) = world(Partitioner::Murmur2Random).await;
+    let order_no = (0..)
+        .map(|i| format!("20261126{i:012}java"))
+        .find(|o| {
+            Partitioner::Murmur2Random.partition_of(o.as_bytes(), 3)
+                != Partitioner::ConsistentRandom.partition_of(o.as_bytes(), 3)
+        })
+        .unwrap();
+    let java = Partitioner::Murmur2Random
+        .partition_of(order_no.as_bytes(), 3)
+        .unwrap();
+    let now = now_ms();
+    let t = now - DAY_MS;
+    let order = TracedOrder::new(order_no);
+    order.write_rows(&db, t).await;
+    let mut out = filler(3_000, 3_000, now);
+    out.extend(order.messages(t));
+    produce(&config, "murmur2_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 1, "{j:#}");
+    let cost = r.data.read_cost.clone().unwrap();
+    let payment = &cost.topics[0];
+    assert_eq!(payment.topic, config.kafka.payment_topic);
+    assert_eq!(payment.partitions_read, [java]);
+    let source = j["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["layer"] == "kafka")
+        .unwrap()["source"]
+        .clone();
+    assert!(
+        source.as_str().unwrap().contains(&format!(" p{java}@")),
+        "{source}"
+    );
+}
+
+/// An eventId the database does not know is searched in the last 24 hours only, and the answer
+/// says so: a message naming it three days ago is not found (nor read), and is found once
+/// `--since/--until` cover it.
+#[tokio::test]
+async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
+    let (config, _db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 3 * DAY_MS;
+    // Rows never written: only Kafka knows this order.
+    let order = TracedOrder::new("20261127000000000old".into());
+    let mut out = filler(14_000, 7_000, now);
+    out.extend(order.messages(t));
+    produce(&config, "consistent_random", out);
+
+    let target = TraceTarget::classify(&order.event_id);
+    let r = headless::trace(&config, &target).await;
+    assert!(
+        !r.data.found,
+        "three days ago is outside the default window"
+    );
+    let cost = r.data.read_cost.clone().unwrap();
+    let w = cost
+        .unknown_id_window
+        .expect("the answer names the window searched");
+    assert!(
+        (w.to_ms - now).abs() < 60_000 && w.to_ms - w.from_ms == DAY_MS,
+        "{w:?}"
+    );
+    for c in &cost.topics {
+        assert_eq!(
+            (c.basis, c.windows.as_slice()),
+            (WindowBasis::UnknownIdWindow, &[w][..])
+        );
+        // One day of seven: ~2,000 trace events, ~1,000 payment messages.
+        assert!(c.messages_scanned <= 2_200, "{c:?}");
+        assert!(c.messages_scanned >= 900, "{c:?}");
+    }
+    let table = headless::trace_table(&r);
+    assert!(
+        table.contains("the database has no row of this ID"),
+        "{table}"
+    );
+    assert!(table.contains(&format_ms(w.from_ms)), "{table}");
+
+    let around = TimeWindow {
+        from_ms: t - 3_600_000,
+        to_ms: t + 3_600_000,
+    };
+    let r = headless::trace_in(&config, &target, Some(around)).await;
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 1, "{j:#}");
+    assert_eq!(j["order_no"], order.order_no.as_str());
+    assert!(r.data.read_cost.unwrap().messages_scanned() <= 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The database side stays index-only at scale (issue 18 item 5)
+// ---------------------------------------------------------------------------------------------
+
+/// Rows per order-sized table: enough that a planner with statistics prefers an index wherever
+/// one serves, few enough to insert in a second or two.
+const ROWS: i64 = 40_000;
+
+/// Tables that grow with the orders (everything but the stock of a few SKUs and the schema
+/// version): a full scan of one is a trace that slows down as the business grows.
+const ORDER_SIZED: &[&str] = &[
+    "idempotency_record",
+    "order_record",
+    "stock_movement",
+    "payment_flow",
+    "outbox",
+    "points_ledger",
+    "notification",
+    "processed_event",
+    "ops_audit",
+];
+
+/// `INSERT … SELECT` of [`ROWS`] rows per table, row `g` of every table belonging to order `g`
+/// (`O{g}`, request `R{g}`, event `E{g}`), created one second apart.
+fn bulk_inserts(dialect: Dialect) -> Vec<String> {
+    let series = match dialect {
+        Dialect::Postgres => format!("generate_series(1, {ROWS}) AS s(g)"),
+        Dialect::Mysql => format!("(SELECT seq AS g FROM seq_1_to_{ROWS}) s"),
+    };
+    let t = "1700000000000 + g * 1000";
+    let rows = [
+        ("idempotency_record (request_id, biz_type, request_hash, status, order_no, owner, lease_until, created_at, updated_at, expire_at)",
+         format!("CONCAT('R', g), 'ORDER', 'h', CASE WHEN g % 100 = 0 THEN 'PROCESSING' ELSE 'SUCCEEDED' END, CONCAT('O', g), 'api-1', {t}, {t}, {t}, {t} + 86400000")),
+        ("order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, payment_event_id, created_at, updated_at)",
+         format!("CONCAT('R', g), CONCAT('O', g), g, g % 50, 1, 1999, 'PAID', CONCAT('E', g), {t}, {t}")),
+        ("stock_movement (order_no, req_id, sku_id, delta, created_at)",
+         format!("CONCAT('O', g), CONCAT('R', g), g % 50, -1, {t}")),
+        ("payment_flow (pay_no, order_no, amount, status, event_id, created_at)",
+         format!("CONCAT('P', g), CONCAT('O', g), 1999, 'SUCCEEDED', CONCAT('E', g), {t}")),
+        ("outbox (event_id, topic, msg_key, headers, payload, status, created_at, sent_at)",
+         format!("CONCAT('E', g), 'payment.succeeded', CONCAT('O', g), '{{}}', '{{}}', 'SENT', {t}, {t}")),
+        ("points_ledger (source_event_no, order_no, user_id, points, created_at)",
+         format!("CONCAT('E', g), CONCAT('O', g), g, 19, {t}")),
+        ("notification (event_id, order_no, user_id, channel, body, created_at)",
+         format!("CONCAT('E', g), CONCAT('O', g), g, 'sms', 'paid', {t}")),
+        ("processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at)",
+         format!("'idemguard-payments', CONCAT('E', g), CONCAT('O', g), 'payment.succeeded', g % 3, g, 'applied', {t}, {t} + 86400000")),
+        ("ops_audit (operator, environment, action, target, outcome, created_at)",
+         format!("'ops', 'local', 'release_lock', CONCAT('lock:order:O', g), 'done', {t}")),
+    ];
+    rows.iter()
+        .map(|(table, values)| format!("INSERT INTO {table} SELECT {values} FROM {series}"))
+        .collect()
+}
+
+/// A value bound to a query under EXPLAIN.
+#[derive(Clone, Copy)]
+enum Bind {
+    Text(&'static str),
+    Int(i64),
+}
+
+/// The binds of each console and trace query, as the code binds them (IDs of row 20,000, times
+/// inside the data). A query not listed here (the report's) binds integers only: times and a
+/// limit, as many as its SQL names.
+fn binds_of(name: &str) -> Option<Vec<Bind>> {
+    use Bind::*;
+    let (o, r, e) = (Text("O20000"), Text("R20000"), Text("E20000"));
+    let t = Int(1_700_000_000_000 + 20_000_000);
+    Some(match name {
+        "console_trace_idempotency" | "console_trace_stock" => match name {
+            "console_trace_stock" => vec![o, r],
+            _ => vec![r, o],
+        },
+        "console_trace_order" => vec![r, o, e],
+        "console_trace_payment"
+        | "console_trace_outbox"
+        | "console_trace_processed"
+        | "console_trace_points"
+        | "console_trace_notification" => vec![o, e],
+        "console_stuck" => vec![Int(1_700_000_000_000 + 1_000_000), Int(1000)],
+        "console_audit_list" => vec![t, Int(1_700_000_000_000 + 20_060_000), Int(200)],
+        "console_finalize_lock_record" => vec![r],
+        "console_finalize" => vec![
+            Text("FAILED"),
+            Int(422),
+            Text("{}"),
+            Text("O20000"),
+            t,
+            t,
+            Text("R20000"),
+            Int(0),
+        ],
+        "console_audit_outcome" => vec![Text("{}"), Text("done"), Text(""), Int(20_000)],
+        _ => return None,
+    })
+}
+
+/// How many parameters a statement takes: `$n` (PostgreSQL) or `?` (MySQL).
+fn parameter_count(sql: &str, dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Postgres => (1..=40)
+            .take_while(|n| sql.contains(&format!("${n}")))
+            .count(),
+        Dialect::Mysql => sql.matches('?').count(),
+    }
+}
+
+/// The plan's full scans of order-sized tables, one line each.
+async fn full_scans(db: &Database, dialect: Dialect, sql: &str, binds: Vec<Bind>) -> Vec<String> {
+    use sqlx::Row;
+    let explain = format!("EXPLAIN {sql}");
+    let mut q = sqlx::query(&explain);
+    for b in binds {
+        q = match b {
+            Bind::Text(s) => q.bind(s),
+            Bind::Int(i) => q.bind(i),
+        };
+    }
+    let rows = q
+        .fetch_all(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
+    let mut scans = Vec::new();
+    for row in rows {
+        match dialect {
+            Dialect::Postgres => {
+                let line: String = row.try_get(0).unwrap();
+                let seq = line.contains("Seq Scan on ");
+                if seq
+                    && ORDER_SIZED
+                        .iter()
+                        .any(|t| line.contains(&format!("Seq Scan on {t}")))
+                {
+                    scans.push(line.trim().to_string());
+                }
+            }
+            Dialect::Mysql => {
+                let table: Option<String> = row.try_get("table").unwrap();
+                let access: Option<String> = row.try_get("type").unwrap();
+                let table = table.unwrap_or_default();
+                // `ALL` reads every row, `index` every index entry: both grow with the table.
+                // Derived and union results (`<union1,2>`) are not tables.
+                let full = matches!(access.as_deref(), Some("ALL") | Some("index"));
+                if full && !table.starts_with('<') {
+                    let rows: Option<i64> = row.try_get("rows").ok().flatten();
+                    scans.push(format!("{table}: type {access:?}, rows {rows:?}"));
+                }
+            }
+        }
+    }
+    scans
+}
+
+/// EXPLAIN of every console, trace and report query over [`ROWS`] rows per table: none reads
+/// an order-sized table whole.
+async fn console_queries_are_index_only(dialect: Dialect) {
+    let (_config, db) = common::migrated_database(dialect).await;
+    let started = std::time::Instant::now();
+    for sql in bulk_inserts(dialect) {
+        sqlx::query(&sql)
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    for t in ORDER_SIZED {
+        let analyze = match dialect {
+            Dialect::Postgres => format!("ANALYZE {t}"),
+            Dialect::Mysql => format!("ANALYZE TABLE {t}"),
+        };
+        sqlx::query(&analyze).execute(&db.pool).await.unwrap();
+    }
+    eprintln!(
+        "{dialect}: {ROWS} rows × {} tables in {:?}",
+        ORDER_SIZED.len(),
+        started.elapsed()
+    );
+    let names = idemguard::db::queries::BUILTIN
+        .iter()
+        .map(|(name, _, _)| *name)
+        .filter(|n| n.starts_with("console_") || n.starts_with("report_"))
+        // A session setting and an INSERT: nothing to scan.
+        .filter(|n| *n != "console_finalize_lock_wait" && *n != "console_audit_attempt");
+    let mut failures = Vec::new();
+    let mut explained = 0;
+    for name in names {
+        let sql = db.sql(name).to_string();
+        let binds = binds_of(name).unwrap_or_else(|| {
+            let n = parameter_count(&sql, dialect);
+            (0..n)
+                .map(|i| Bind::Int(1_700_000_000_000 + 20_000_000 + i as i64))
+                .collect()
+        });
+        explained += 1;
+        for scan in full_scans(&db, dialect, &sql, binds).await {
+            failures.push(format!("{name}: {scan}"));
+        }
+    }
+    assert!(explained >= 14, "{explained} queries explained");
+    assert!(
+        failures.is_empty(),
+        "{dialect}: full scans of order-sized tables:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn console_queries_are_index_only_postgres() {
+    console_queries_are_index_only(Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn console_queries_are_index_only_mysql() {
+    console_queries_are_index_only(Dialect::Mysql).await;
+}
