@@ -8,7 +8,10 @@
 //! - guard branches: a dead owner's fast-path placeholder lets the database decide; two retries
 //!   reclaiming one dead owner's record at once, exactly one wins (the trace shows the race run);
 //!   a record gone between the claim's insert and its read answers 500 and drops the placeholder,
-//!   so the retry creates the order; replays counted while the database fails are kept.
+//!   so the retry creates the order; replays counted while the database fails are kept;
+//! - a finalize the database refuses, then `serve` SIGKILLed before its background retry: the
+//!   fast path never held the answer, so the retry reaches the record, reclaims it and gets the
+//!   same order (the gap the 180 s chaos storm found, BENCHMARKS.md).
 
 mod common;
 #[path = "support/redis_server.rs"]
@@ -245,6 +248,11 @@ impl Child {
         let pid = self.child.id().expect("the child is running") as libc::pid_t;
         // SAFETY: sends a signal to our own child process.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    }
+
+    /// SIGKILL: nothing of the process runs after this (no background task, no cleanup).
+    async fn kill(&mut self) {
+        self.child.kill().await.expect("SIGKILL to our own child");
     }
 
     fn running(&mut self) -> bool {
@@ -1306,3 +1314,190 @@ async fn a_late_owners_finalize_writes_nothing(dialect: Dialect) {
 }
 
 per_dialect!(a_late_owners_finalize_writes_nothing => a_late_owners_finalize_writes_nothing_postgres, a_late_owners_finalize_writes_nothing_mysql);
+
+/// Makes the database refuse the finalize of key `k` (a trigger failing any update that ends
+/// its record), as a session ended under the statement would.
+async fn refuse_finalize(db: &Database, k: &str) {
+    let install = match db.dialect() {
+        Dialect::Postgres => vec![
+            format!("CREATE FUNCTION igt_refuse_finalize() RETURNS trigger AS $$ BEGIN IF NEW.request_id = '{k}' AND NEW.status <> 'PROCESSING' THEN RAISE EXCEPTION 'test: finalize refused'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql"),
+            "CREATE TRIGGER igt_refuse_finalize BEFORE UPDATE ON idempotency_record FOR EACH ROW EXECUTE FUNCTION igt_refuse_finalize()".to_string(),
+        ],
+        Dialect::Mysql => vec![format!(
+            "CREATE TRIGGER igt_refuse_finalize BEFORE UPDATE ON idempotency_record FOR EACH ROW BEGIN IF NEW.request_id = '{k}' AND NEW.status <> 'PROCESSING' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'test: finalize refused'; END IF; END"
+        )],
+    };
+    for sql in &install {
+        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
+    }
+}
+
+/// The fault of [`refuse_finalize`] gone.
+async fn accept_finalize(db: &Database) {
+    let drop = match db.dialect() {
+        Dialect::Postgres => "DROP TRIGGER igt_refuse_finalize ON idempotency_record",
+        Dialect::Mysql => "DROP TRIGGER igt_refuse_finalize",
+    };
+    exec(db, drop).await;
+}
+
+/// The finalize of one key is refused by the database (a trigger, as a session ended under it
+/// would), `serve` answers 201 and is SIGKILLed before its background retry. The fast path must
+/// not hold that answer — it would keep every retry away from the record, PROCESSING for good
+/// (found by the 180 s chaos storm). Once the owner's heartbeat and the record's lease are gone,
+/// a retry with the same key on a new service reclaims the record, gets the same order back from
+/// the database layer — the same 201 body — and the record ends SUCCEEDED holding it.
+async fn a_refused_finalize_then_a_crash_leaves_no_record_processing(dialect: Dialect) {
+    let redis = RedisServer::start();
+    let (mut config, db) = rig(dialect).await;
+    config.redis.url = redis.url();
+    config.redis.redlock_nodes = vec![];
+    config.instance.heartbeat_ttl = Duration::from_secs(2);
+    config.idempotency.lease = Duration::from_secs(3);
+    orders(&db, 0).await; // the SKU's stock
+    let k = key();
+    refuse_finalize(&db, &k).await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let post = |base: String| {
+        let (http, k) = (http.clone(), k.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/orders"))
+                .header("Idempotency-Key", &k)
+                .json(&order_body())
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+
+    let (mut first, base) = Child::serve(&config, &[]).await;
+    let (status, answered) = post(base).await;
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {answered}");
+    assert_eq!(
+        record_status(&db, &k).await,
+        "PROCESSING",
+        "{dialect}: the finalize was refused"
+    );
+    // Killed before its background retry (a second later) — which the trigger refuses anyway.
+    first.kill().await;
+    accept_finalize(&db).await;
+
+    // The client's retry, on a new service, until the dead owner's heartbeat and lease are gone.
+    let (mut second, base) = Child::serve(&config, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (status, again) = loop {
+        let (status, body) = post(base.clone()).await;
+        if status != StatusCode::CONFLICT {
+            break (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{dialect}: still 409 30 s after a 3 s lease and a 2 s heartbeat"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(status, StatusCode::CREATED, "{dialect}: {again}");
+    assert_eq!(again, answered, "{dialect}: the same 201 body");
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1,
+        "{dialect}: one order"
+    );
+    let rec = idemguard::api::idempotency::get(&db, &k)
+        .await
+        .unwrap()
+        .expect("the record");
+    assert_eq!(
+        (rec.status.as_str(), rec.response_body.as_deref()),
+        ("SUCCEEDED", Some(answered.as_str())),
+        "{dialect}: the record is final with the first answer, not left PROCESSING behind the fast path"
+    );
+    second.kill().await;
+}
+
+per_dialect!(a_refused_finalize_then_a_crash_leaves_no_record_processing => a_refused_finalize_then_a_crash_leaves_no_record_processing_postgres, a_refused_finalize_then_a_crash_leaves_no_record_processing_mysql);
+
+/// The fast path's value of `k` on the service's private Redis (None when absent).
+async fn fast_path_value(redis: &RedisServer, k: &str) -> Option<serde_json::Value> {
+    let mut r = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let raw: Option<String> = redis::cmd("GET")
+        .arg(format!("idem:{k}"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    raw.map(|v| serde_json::from_str(&v).unwrap())
+}
+
+/// A refused finalize, the service alive: the fast path keeps only the owner's placeholder (a
+/// retry meanwhile is 409, never the answer of a record that does not hold it); the background
+/// retry writes the record once the database accepts it, and only then the fast path's answer,
+/// which a retry gets replayed — the same 201 body.
+async fn a_refused_finalize_reaches_the_fast_path_only_once_written(dialect: Dialect) {
+    let (redis, _config, db, service, base) = guarded_service(dialect).await;
+    let http = reqwest::Client::new();
+    let k = key();
+    refuse_finalize(&db, &k).await;
+    let post = || {
+        http.post(format!("{base}/orders"))
+            .header("Idempotency-Key", &k)
+            .json(&order_body())
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED, "{dialect}");
+    let answered = first.text().await.unwrap();
+    assert_eq!(record_status(&db, &k).await, "PROCESSING", "{dialect}");
+    let held = fast_path_value(&redis, &k).await;
+    assert_eq!(
+        held.as_ref().map(|v| v["state"].clone()),
+        Some("PROCESSING".into()),
+        "{dialect}: the fast path holds no answer the record does not: {held:?}"
+    );
+    let meanwhile = post().await.unwrap();
+    assert_eq!(meanwhile.status(), StatusCode::CONFLICT, "{dialect}");
+
+    accept_finalize(&db).await;
+    wait_until(
+        Duration::from_secs(20),
+        "the background finalize writes the record",
+        || async { record_status(&db, &k).await == "SUCCEEDED" },
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(5),
+        "the background finalize then writes the fast path",
+        || async {
+            fast_path_value(&redis, &k)
+                .await
+                .is_some_and(|v| v["state"] == "FINISHED")
+        },
+    )
+    .await;
+    let held = fast_path_value(&redis, &k).await.unwrap();
+    assert_eq!(held["body"], answered.as_str(), "{dialect}");
+    let replay = post().await.unwrap();
+    assert_eq!(replay.status(), StatusCode::CREATED, "{dialect}");
+    assert!(
+        replay.headers().contains_key("idempotent-replayed"),
+        "{dialect}"
+    );
+    assert_eq!(replay.text().await.unwrap(), answered, "{dialect}");
+    assert_eq!(
+        count(&db, &format!("order_record WHERE req_id = '{k}'")).await,
+        1,
+        "{dialect}"
+    );
+    service.shutdown.cancel();
+    service.done.await.unwrap().unwrap();
+}
+
+per_dialect!(a_refused_finalize_reaches_the_fast_path_only_once_written => a_refused_finalize_reaches_the_fast_path_only_once_written_postgres, a_refused_finalize_reaches_the_fast_path_only_once_written_mysql);

@@ -11,6 +11,9 @@
 //! 4. the endpoint runs; its outcome (SUCCEEDED, or FAILED for a business refusal) is stored
 //!    so every retry gets the same answer; an error whose outcome is unknown releases the record
 //!    so a retry resolves it (the database layer returns the first result if it had committed).
+//!    The fast path is given the answer only after the record holds it (`remember_answer`):
+//!    an answer there keeps retries away from the record, so it must never outlive a finalize
+//!    that did not land.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -302,7 +305,7 @@ impl<L: OwnerLiveness> Guard<L> {
                     };
                 }
                 if rec.is_finished() {
-                    return self.replay(started, &rid, &rec, placed).await;
+                    return self.replay(started, &rid, &rec).await;
                 }
                 let alive = self.liveness.is_alive(&rec.owner).await;
                 if !idempotency::may_reclaim(&rec, now, alive)
@@ -370,39 +373,32 @@ impl<L: OwnerLiveness> Guard<L> {
         match result {
             Ok(outcome) => {
                 let retention = cfg.retention.as_millis() as i64;
+                let answer = FastPathValue::Finished {
+                    hash: hash.to_string(),
+                    code: outcome.code,
+                    body: outcome.body.clone(),
+                };
+                // The fast path gets the answer only once the record holds it: an answer there
+                // keeps every retry away from the record, so one written ahead of a finalize
+                // that never lands (refused, then the process killed before the background
+                // retry) would leave the record PROCESSING for good (chaos storm, BENCHMARKS.md).
                 match idempotency::finalize(&self.db, rid, owner, &outcome, retention).await {
-                    Ok(true) => {}
+                    Ok(true) => {
+                        remember_answer(self.fast_path.as_ref(), rid, &answer, self.fast_path_ttl())
+                            .await
+                    }
                     Ok(false) => {
-                        tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result")
+                        // Not ours any more: the new owner's finalize stores its answer (the
+                        // same order, from the database layer), and the fast path with it.
+                        tracing::warn!(request_id = %rid, "record taken over before finalize; the database layer gave both the same result");
+                        drop_placeholder().await;
                     }
                     Err(e) => {
                         // The business effect is committed and the outcome known: keep writing it.
+                        // Our placeholder stays: retries meanwhile get 409 (we are still at it);
+                        // if we die, its owner has no heartbeat and the record decides.
                         tracing::error!(request_id = %rid, error = %e, "could not finalize the idempotency record; retrying in the background");
-                        let (db, rid, owner, outcome) = (
-                            self.db.clone(),
-                            rid.to_string(),
-                            owner.to_string(),
-                            outcome.clone(),
-                        );
-                        settle_later("outcome", rid.clone(), move || {
-                            let (db, rid, owner, outcome) =
-                                (db.clone(), rid.clone(), owner.clone(), outcome.clone());
-                            async move {
-                                idempotency::finalize(&db, &rid, &owner, &outcome, retention)
-                                    .await
-                                    .map(drop)
-                            }
-                        });
-                    }
-                }
-                if let Some(fp) = &self.fast_path {
-                    let value = FastPathValue::Finished {
-                        hash: hash.to_string(),
-                        code: outcome.code,
-                        body: outcome.body.clone(),
-                    };
-                    if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
-                        tracing::warn!(request_id = %rid, error = %e, "fast path not updated; replays will come from the database");
+                        self.finalize_later(rid, owner, &outcome, answer, retention);
                     }
                 }
                 let mut e = TraceEvent::new(Layer::Api, decision)
@@ -432,6 +428,41 @@ impl<L: OwnerLiveness> Guard<L> {
         }
     }
 
+    /// The finalize again, in the background, after the database refused it — and the fast
+    /// path's answer after it, once it is written (never before: see `finish`).
+    fn finalize_later(
+        &self,
+        rid: &str,
+        owner: &str,
+        outcome: &FinalResponse,
+        answer: FastPathValue,
+        retention_ms: i64,
+    ) {
+        let (db, rid, owner, outcome) = (
+            self.db.clone(),
+            rid.to_string(),
+            owner.to_string(),
+            outcome.clone(),
+        );
+        let (fast_path, ttl) = (self.fast_path.clone(), self.fast_path_ttl());
+        settle_later("outcome", rid.clone(), move || {
+            let (db, rid, owner, outcome, answer, fast_path) = (
+                db.clone(),
+                rid.clone(),
+                owner.clone(),
+                outcome.clone(),
+                answer.clone(),
+                fast_path.clone(),
+            );
+            async move {
+                if idempotency::finalize(&db, &rid, &owner, &outcome, retention_ms).await? {
+                    remember_answer(fast_path.as_ref(), &rid, &answer, ttl).await;
+                }
+                Ok(())
+            }
+        });
+    }
+
     fn fast_path_ttl(&self) -> Duration {
         self.config
             .idempotency
@@ -439,26 +470,16 @@ impl<L: OwnerLiveness> Guard<L> {
             .min(self.config.idempotency.retention)
     }
 
-    async fn replay(
-        &self,
-        started: Instant,
-        rid: &str,
-        rec: &IdempotencyRecord,
-        placed: bool,
-    ) -> Response {
+    async fn replay(&self, started: Instant, rid: &str, rec: &IdempotencyRecord) -> Response {
         let code = rec.response_code.unwrap_or(500) as u16;
         let body = rec.response_body.clone().unwrap_or_default();
         // Refresh the fast path (our placeholder, or an evicted key) with the stored response.
-        if let Some(fp) = &self.fast_path {
-            let value = FastPathValue::Finished {
-                hash: rec.request_hash.clone(),
-                code,
-                body: body.clone(),
-            };
-            if let Err(e) = fp.store(rid, &value, self.fast_path_ttl()).await {
-                tracing::warn!(request_id = %rid, error = %e, placed, "fast path not refreshed");
-            }
-        }
+        let answer = FastPathValue::Finished {
+            hash: rec.request_hash.clone(),
+            code,
+            body: body.clone(),
+        };
+        remember_answer(self.fast_path.as_ref(), rid, &answer, self.fast_path_ttl()).await;
         self.replays.add(rid);
         let mut e = TraceEvent::new(Layer::Api, Outcome::Replayed)
             .request_id(rid)
@@ -501,6 +522,20 @@ fn key_of(headers: &HeaderMap) -> Result<RequestId, (String, String)> {
         ));
     };
     RequestId::parse_received(raw, now_ms()).map_err(|e| (raw.to_string(), e.to_string()))
+}
+
+/// Puts a final answer on the fast path for replays — only ever after the record holds it.
+async fn remember_answer(
+    fast_path: Option<&FastPath>,
+    request_id: &str,
+    answer: &FastPathValue,
+    ttl: Duration,
+) {
+    if let Some(fp) = fast_path {
+        if let Err(e) = fp.store(request_id, answer, ttl).await {
+            tracing::warn!(request_id = %request_id, error = %e, "fast path not updated; replays will come from the database");
+        }
+    }
 }
 
 /// Keeps writing a record's end (its outcome, or its release) in the background after the
