@@ -886,19 +886,23 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
         &mut backends.updates,
         "two locks and two stuck records",
         |a| {
-            a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
-                && a.stuck.as_ref().is_some_and(|s| s.len() == 2)
-                && a.audit.is_some()
+            a.stores.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+                && a.stores.stuck.as_ref().is_some_and(|s| s.len() == 2)
+                && a.actions.audit.is_some()
         },
     )
     .await;
 
     // Locks: the dead owner's lock, confirmed with Enter.
-    press(&mut app, KeyCode::Char('2'));
+    press(&mut app, KeyCode::Char('3'));
     type_str(&mut app, "/dead-owner");
     press(&mut app, KeyCode::Enter);
     press(&mut app, KeyCode::Char('x'));
-    let c = app.confirm.clone().expect("x opens the confirmation");
+    let c = app
+        .actions
+        .confirm
+        .clone()
+        .expect("x opens the confirmation");
     assert!(c.phrase.is_none() && !c.needs_reason, "{c:?}");
     let s = screen(&mut app, 200, 30);
     assert!(
@@ -910,16 +914,16 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     );
     snapshot!("actions_confirm_release", popup(&s));
     press(&mut app, KeyCode::Enter);
-    assert!(app.confirm.is_none());
+    assert!(app.actions.confirm.is_none());
     pump_until(&mut app, &mut backends.updates, "the release result", |a| {
-        !a.last_batch.is_empty()
+        !a.actions.last_batch(a.ui.view).is_empty()
     })
     .await;
     assert_eq!(
-        app.last_batch[0].outcome,
+        app.actions.last_batch(app.ui.view)[0].outcome,
         ActionOutcome::Done,
         "{:?}",
-        app.last_batch
+        app.actions.last_batch(app.ui.view)
     );
     assert!(ops_locks(&config).inspect(DEAD_KEY).await.is_free());
 
@@ -928,30 +932,36 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     type_str(&mut app, "/live-owner");
     press(&mut app, KeyCode::Enter);
     press(&mut app, KeyCode::Char('x'));
-    assert!(app.confirm.as_ref().unwrap().needs_reason);
+    assert!(app.actions.confirm.as_ref().unwrap().needs_reason);
     press(&mut app, KeyCode::Enter);
-    assert!(app.confirm.is_some(), "Enter without a reason does nothing");
     assert!(
-        app.message.as_ref().unwrap().0.contains("reason"),
+        app.actions.confirm.is_some(),
+        "Enter without a reason does nothing"
+    );
+    assert!(
+        app.ui.message.as_ref().unwrap().0.contains("reason"),
         "{:?}",
-        app.message
+        app.ui.message
     );
     type_str(&mut app, "holder hung since 03:00");
     press(&mut app, KeyCode::Enter);
     pump_until(&mut app, &mut backends.updates, "the forced release", |a| {
-        a.last_batch.first().is_some_and(|r| r.target == LIVE_KEY)
+        a.actions
+            .last_batch(a.ui.view)
+            .first()
+            .is_some_and(|r| r.target == LIVE_KEY)
     })
     .await;
     assert_eq!(
-        app.last_batch[0].outcome,
+        app.actions.last_batch(app.ui.view)[0].outcome,
         ActionOutcome::Done,
         "{:?}",
-        app.last_batch
+        app.actions.last_batch(app.ui.view)
     );
     assert!(ops_locks(&config).inspect(LIVE_KEY).await.is_free());
 
     // Stuck: Space tags both rows; a bulk action needs the typed phrase; each row its result.
-    press(&mut app, KeyCode::Char('4'));
+    press(&mut app, KeyCode::Char('5'));
     pump_until(&mut app, &mut backends.updates, "stuck rows", |a| {
         a.row_count(View::Stuck) == 2
     })
@@ -959,10 +969,13 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     press(&mut app, KeyCode::Char('g'));
     press(&mut app, KeyCode::Char(' '));
     press(&mut app, KeyCode::Char(' '));
-    assert!(!app.paused, "space tags in the Stuck view");
-    assert_eq!(app.tagged.get(&View::Stuck).map(|t| t.len()), Some(2));
+    assert!(!app.ui.paused, "space tags in the Stuck view");
+    assert_eq!(
+        app.actions.tagged.get(&View::Stuck).map(|t| t.len()),
+        Some(2)
+    );
     press(&mut app, KeyCode::Char('f'));
-    let c = app.confirm.clone().unwrap();
+    let c = app.actions.confirm.clone().unwrap();
     assert_eq!(c.phrase.as_deref(), Some("finalize 2 in local"));
     assert!(
         c.lines
@@ -972,22 +985,26 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
         c.lines
     );
     press(&mut app, KeyCode::Enter);
-    assert!(app.confirm.is_some(), "no phrase typed: nothing runs");
+    assert!(
+        app.actions.confirm.is_some(),
+        "no phrase typed: nothing runs"
+    );
     type_str(&mut app, "finalize 2 in local");
     press(&mut app, KeyCode::Enter);
     pump_until(
         &mut app,
         &mut backends.updates,
         "two finalize results",
-        |a| a.last_batch.len() == 2,
+        |a| a.actions.last_batch(a.ui.view).len() == 2,
     )
     .await;
     assert!(
-        app.last_batch
+        app.actions
+            .last_batch(app.ui.view)
             .iter()
             .all(|r| r.outcome == ActionOutcome::Done),
         "{:?}",
-        app.last_batch
+        app.actions.last_batch(app.ui.view)
     );
     let statuses: Vec<String> = futures_statuses(&db, &stuck).await;
     assert_eq!(statuses, vec!["SUCCEEDED", "FAILED"]);
@@ -1002,7 +1019,7 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     // The Audit view lists every attempt.
     type_str(&mut app, ":audit");
     press(&mut app, KeyCode::Enter);
-    assert_eq!(app.view, View::Audit);
+    assert_eq!(app.ui.view, View::Audit);
     pump_until(&mut app, &mut backends.updates, "four audit rows", |a| {
         a.audit_rows().len() == 4
     })
@@ -1070,12 +1087,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
         &mut backends.updates,
         "locks and stuck records",
         |a| {
-            a.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
-                && a.stuck.as_ref().is_some_and(|s| s.len() == 2)
+            a.stores.locks.as_ref().is_some_and(|l| l.locks.len() == 2)
+                && a.stores.stuck.as_ref().is_some_and(|s| s.len() == 2)
         },
     )
     .await;
-    press(&mut app, KeyCode::Char('2'));
+    press(&mut app, KeyCode::Char('3'));
     type_str(&mut app, "/dead-owner");
     press(&mut app, KeyCode::Enter);
     let s = screen(&mut app, 160, 12);
@@ -1092,20 +1109,31 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
         .collect();
     snapshot!("actions_locks_read_only", stable.join("\n"));
     press(&mut app, KeyCode::Char('x'));
-    assert!(app.confirm.is_none(), "read-only: no confirmation opens");
     assert!(
-        app.message.as_ref().unwrap().0.contains("--allow-actions"),
+        app.actions.confirm.is_none(),
+        "read-only: no confirmation opens"
+    );
+    assert!(
+        app.ui
+            .message
+            .as_ref()
+            .unwrap()
+            .0
+            .contains("--allow-actions"),
         "{:?}",
-        app.message
+        app.ui.message
     );
     pump_until(
         &mut app,
         &mut backends.updates,
         "the refused attempt",
-        |a| !a.last_batch.is_empty(),
+        |a| !a.actions.last_batch(a.ui.view).is_empty(),
     )
     .await;
-    assert_eq!(app.last_batch[0].outcome, ActionOutcome::Refused);
+    assert_eq!(
+        app.actions.last_batch(app.ui.view)[0].outcome,
+        ActionOutcome::Refused
+    );
     assert!(
         !ops_locks(&config).inspect(DEAD_KEY).await.is_free(),
         "nothing deleted"
@@ -1123,10 +1151,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     type_str(&mut app, &format!(":report {}", stuck[0].request_id));
     press(&mut app, KeyCode::Enter);
     pump_until(&mut app, &mut backends.updates, "the report written", |a| {
-        a.message.as_ref().is_some_and(|m| m.0.contains("written"))
+        a.ui.message
+            .as_ref()
+            .is_some_and(|m| m.0.contains("written"))
     })
     .await;
-    let msg = app.message.clone().unwrap().0;
+    let msg = app.ui.message.clone().unwrap().0;
     // "report written to /full/path/idemguard-report-….md: …" (into console.report_dir).
     let path = msg
         .strip_prefix("report written to ")
@@ -1141,12 +1171,12 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     );
 
     // Space still pauses outside Locks and Stuck; p pauses everywhere; the help says so.
-    press(&mut app, KeyCode::Char('3'));
+    press(&mut app, KeyCode::Char('4'));
     press(&mut app, KeyCode::Char(' '));
-    assert!(app.paused);
-    press(&mut app, KeyCode::Char('2'));
+    assert!(app.ui.paused);
+    press(&mut app, KeyCode::Char('3'));
     press(&mut app, KeyCode::Char('p'));
-    assert!(!app.paused);
+    assert!(!app.ui.paused);
     press(&mut app, KeyCode::Char('?'));
     let help = screen(&mut app, 170, 50);
     assert!(

@@ -175,7 +175,7 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
     });
 
     // An action: finalize the stuck record (its decision is logged at INFO).
-    t.keys(&["4"]);
+    t.keys(&["5"]);
     t.wait_for("the stuck record", Duration::from_secs(20), |s| {
         s.contains(&request_id)
     });
@@ -194,9 +194,13 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
         "{dialect}: a log line was drawn over the console:\n{after}"
     );
 
-    // The help screen says where the logs went.
+    // The help screen says where the logs went, at its end (it scrolls: G goes there).
     t.keys(&["?"]);
-    let help = t.wait_for("the help", Duration::from_secs(10), |s| s.contains("Help"));
+    t.wait_for("the help", Duration::from_secs(10), |s| s.contains("Help"));
+    t.keys(&["G"]);
+    let help = t.wait_for("the help's end", Duration::from_secs(10), |s| {
+        s.contains("LOGS")
+    });
     assert!(
         help.contains("LOGS") && help.contains(&log_file.display().to_string()),
         "{dialect}: {help}"
@@ -381,9 +385,9 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
         "{dialect}: only the trace on screen is answered"
     );
     // Its answer is kept: another view and back does not read the whole topic again.
-    press(&mut app, KeyCode::Char('2'));
+    press(&mut app, KeyCode::Char('3'));
     histories_within(&mut app, &mut b.updates, Duration::from_millis(300)).await;
-    press(&mut app, KeyCode::Char('1'));
+    press(&mut app, KeyCode::Char('2'));
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
     assert_eq!(
         seen,
@@ -393,7 +397,7 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
 
     command(&mut app, &format!("trace {third}"));
     histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await;
-    press(&mut app, KeyCode::Char('2')); // the Locks view
+    press(&mut app, KeyCode::Char('3')); // the Locks view
     let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
     assert_eq!(
         seen,

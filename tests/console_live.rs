@@ -241,7 +241,10 @@ async fn console_over_a_real_incident(dialect: Dialect) {
     )
     .await;
     pump_until(&mut app, &mut b.updates, "every backend up", |a| {
-        a.backends.iter().all(|(_, s)| s.health == Health::Up)
+        a.stores
+            .backends
+            .iter()
+            .all(|(_, s)| s.health == Health::Up)
     })
     .await;
     let t = app.timeline().unwrap();

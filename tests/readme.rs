@@ -275,9 +275,17 @@ fn the_readme_commands_work_as_written() {
         &|s| s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED"),
     );
     assert!(console.contains("database ok"), "{console}");
-    tmux(&["send-keys", "-t", &session, "2"]);
+    // The README's on-call story starts at the Overview: the console opens on it, and it lists
+    // the demo's dead-owner lock before any key is pressed.
+    let overview = wait_for("the Overview with the demo's dead-owner lock", 60, &|s| {
+        s.contains("Overview — what is wrong now") && s.contains("with a dead owner")
+    });
+    assert!(overview.contains("1:Overview"), "{overview}");
+    // `3` is the Locks view, as the README's story says.
+    assert!(README.contains("Press `3` (Locks)"));
+    tmux(&["send-keys", "-t", &session, "3"]);
     wait_for("the demo's dead-owner lock in the Locks view", 60, &|s| {
-        s.contains("dead_owner")
+        s.contains("dead_owner") && s.contains("Locks [")
     });
     tmux(&["send-keys", "-t", &session, "q"]);
     let after = wait_for("the demo's exit", 60, &|s| s.contains("DEMO-EXITED-"));

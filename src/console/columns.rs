@@ -194,6 +194,39 @@ pub fn lag_cells(l: &PartitionLag) -> Vec<String> {
     ]
 }
 
+/// The widths of a table's columns in `total` cells (between the borders), column spacing 1:
+/// the identifying column `keep` gets `keep_len` (its widest cell on screen) whole; then, left
+/// to right while room lasts, each fixed column its width and each `width == 0` column at least
+/// [`FILL_MIN`] (then truncated, then hidden); what is left goes to the `width == 0` columns —
+/// the identifying one too when it is one of them. At 80 columns a lock's key or a stuck
+/// record's request ID stays whole; the rest is cut.
+pub fn fit(cols: &[Column], total: u16, keep: usize, keep_len: u16) -> Vec<u16> {
+    let n = cols.len();
+    let mut avail = total.saturating_sub(n.saturating_sub(1) as u16);
+    let mut widths = vec![0u16; n];
+    widths[keep] = keep_len.max(cols[keep].width).min(avail);
+    avail -= widths[keep];
+    for (i, c) in cols.iter().enumerate() {
+        if i != keep {
+            let want = if c.width > 0 { c.width } else { FILL_MIN };
+            widths[i] = want.min(avail);
+            avail -= widths[i];
+        }
+    }
+    let fills: Vec<usize> = (0..n).filter(|i| cols[*i].width == 0).collect();
+    for (k, i) in fills.iter().enumerate() {
+        let share = avail / (fills.len() - k) as u16;
+        widths[*i] += share;
+        avail -= share;
+    }
+    widths
+}
+
+/// The least a `width == 0` column gets before the fixed columns right of it.
+pub const FILL_MIN: u16 = 16;
+
+pub static OVERVIEW: &[Column] = &[col("LAYER", 6), col("STATE", 5), col("WHAT", 0)];
+
 /// A plain text table: headers, then rows, columns padded to their widest cell.
 pub fn text_table(columns: &[Column], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = columns.iter().map(|c| c.header.chars().count()).collect();
@@ -243,6 +276,12 @@ pub static AUDIT: &[Column] = &[
     col("DETAIL", 0),
 ];
 
+/// Which column of each view identifies its row (kept whole at any width).
+pub const TIMELINE_ID: usize = 2;
+pub const LOCKS_ID: usize = 0;
+pub const STUCK_ID: usize = 0;
+pub const AUDIT_ID: usize = 4;
+
 pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
     vec![
         clock(r.created_at),
@@ -254,4 +293,29 @@ pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
         r.reason.clone().unwrap_or_default(),
         r.detail.clone().unwrap_or_default(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_identifying_column_stays_whole_and_the_others_are_cut() {
+        // Locks at 80 columns: 78 between the borders, a 64-character key.
+        let w = fit(LOCKS, 78, LOCKS_ID, 64);
+        assert_eq!(w[0], 64);
+        assert_eq!(w.iter().sum::<u16>() + (LOCKS.len() as u16 - 1), 78);
+        assert_eq!((w[1], w[2]), (5, 0), "{w:?}");
+        // Wide: every fixed column its width, the key the rest.
+        let w = fit(LOCKS, 168, LOCKS_ID, 30);
+        assert_eq!(&w[1..], &[7, 24, 7, 7, 7, 19, 5, 6, 22]);
+        assert_eq!(w[0], 168 - 9 - 104);
+        // A fixed identifying column grows to its cell; a fill column shares the rest.
+        let w = fit(TIMELINE, 168, TIMELINE_ID, 49);
+        assert_eq!((w[2], w[3]), (49, 168 - 4 - 12 - 6 - 49 - 10));
+        // At 80 columns the timeline's WHAT keeps what is left before STOPPED BY.
+        assert_eq!(fit(TIMELINE, 78, TIMELINE_ID, 49), [12, 6, 49, 7, 0]);
+        // Narrower than the ID itself: the ID takes everything.
+        assert_eq!(fit(STUCK, 40, STUCK_ID, 55)[0], 33);
+    }
 }

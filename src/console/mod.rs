@@ -1,11 +1,15 @@
 //! The operations console: the on-call engineer's view of the three lines of defense, live.
 //!
-//! `idemguard console` opens a terminal UI with four views — **Trace** (one orderNo, requestId or
-//! eventId across every layer, oldest first, and for every duplicate the layer that stopped it),
-//! **Locks** (every `lock:*` key, holder, PTTL, owner liveness, RedLock quorum), **Rates**
-//! (interceptions per layer per minute, consumer lag) and **Stuck** (`PROCESSING` records past
-//! the threshold and what the business tables say). `idemguard trace ID`, `locks`, `rates` and
-//! `stuck` print the same data once, as a table or as JSON.
+//! `idemguard console` opens a terminal UI on the **Overview** — what is wrong now, across the
+//! three layers: duplicates that got through, stuck records, dead-owner and no-TTL locks, DLQ
+//! messages, consumer lag (unknown where the broker gives no committed offset), each
+//! interception's last minutes against its hour; Enter opens a line's view or trace — and five
+//! views: **Trace** (one orderNo, requestId or eventId across every layer, oldest first, and for
+//! every duplicate the layer that stopped it), **Locks** (every `lock:*` key, holder, PTTL, owner
+//! liveness, RedLock quorum), **Rates** (interceptions per layer per minute, consumer lag),
+//! **Stuck** (`PROCESSING` records past the threshold and what the business tables say) and
+//! **Audit** (operator actions). `idemguard trace ID`, `locks`, `rates` and `stuck` print the
+//! same data once, as a table or as JSON.
 //!
 //! How it is built (collection → store → widget, one direction), in three parts; the faces
 //! depend on [`read`], [`read`] on no face, and [`cli`] never on [`tui`]:
@@ -13,12 +17,15 @@
 //!   records ([`read::records`], SQL under `queries/*/console_*.sql`), locks ([`read::locks`],
 //!   `SCAN`, never `KEYS`), topics ([`read::topics`], assigned partitions, never a group join or
 //!   a commit) and their bounded reads ([`read::bounded`]), the stores ([`read::store`]), the
-//!   timeline ([`read::timeline`]) and the one assembly of a trace ([`read::trace`]: the target
-//!   is parsed once where it is typed and travels as a [`crate::contracts::TraceTarget`]);
+//!   timeline ([`read::timeline`]), the one assembly of a trace ([`read::trace`]: the target
+//!   is parsed once where it is typed and travels as a [`crate::contracts::TraceTarget`]) and
+//!   what is wrong now ([`read::overview`]: the leak queries the report shares, and the
+//!   Overview's findings, pure);
 //! - [`tui`]: the collectors ([`tui::backend`], one tokio task per source sending typed updates
-//!   over a bounded channel), the state owned by the UI task alone ([`tui::app`]), every key and
-//!   command ([`tui::keymap`]), drawing, pure ([`tui::ui`]), and the `select!` loop that restores
-//!   the terminal ([`tui::terminal`]);
+//!   over a bounded channel), the state owned by the UI task alone ([`tui::app`]: UI state,
+//!   stores and the actions pane, each with one owner), every key and command, popups' included
+//!   ([`tui::keymap`]), drawing, pure ([`tui::ui`]), and the `select!` loop that restores the
+//!   terminal ([`tui::terminal`]);
 //! - [`cli`]: the one-shot twins ([`cli::headless`], each printing a [`cli::headless::Document`])
 //!   and the post-incident report ([`cli::report`], an [`cli::report::IncidentReport`]).
 //!

@@ -631,6 +631,34 @@ impl Incident {
     }
 }
 
+impl Incident {
+    /// A duplicate that got through: a second points row for the incident's order, from another
+    /// event (points are unique per event, so no constraint stops it — the leak query does).
+    pub async fn leak_points(&self, w: &World) -> String {
+        let other_event = new_event_id();
+        insert(
+            w,
+            "points_ledger",
+            &[
+                "source_event_no",
+                "order_no",
+                "user_id",
+                "points",
+                "created_at",
+            ],
+            vec![
+                V::S(other_event.clone()),
+                V::S(self.order_no.clone()),
+                V::I(USER),
+                V::I(POINTS),
+                V::I(self.t0 + 4_000),
+            ],
+        )
+        .await;
+        other_event
+    }
+}
+
 /// What the real consumer does after processing: commit the next offset for its group.
 pub fn commit_offset(config: &Config, topic: &str, partition: i32, next: i64) {
     let c: BaseConsumer = ClientConfig::new()
@@ -680,13 +708,15 @@ pub async fn pump_until(
                 })
                 .unwrap_or_default();
             let health: Vec<String> = app
+                .stores
                 .backends
                 .iter()
                 .map(|(b, s)| format!("{}: {:?}", b.name(), s.health))
                 .collect();
+            let overview: Vec<String> = app.findings().into_iter().map(|f| f.text).collect();
             panic!(
-                "timed out waiting for: {what}\nmessage: {:?}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}",
-                app.message, app.trace_log.events_seen
+                "timed out waiting for: {what}\nmessage: {:?}\nbackends: {health:#?}\ntimeline: {sources:#?}\ntrace events read: {}\noverview: {overview:#?}",
+                app.ui.message, app.stores.trace_log.events_seen
             );
         }
         if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
@@ -698,6 +728,7 @@ pub async fn pump_until(
 
 /// Draw the app and return the screen as text.
 pub fn screen(app: &mut App, width: u16, height: u16) -> String {
+    app.ui.size = (width, height);
     app.refresh_views();
     let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
     t.draw(|f| ui::draw(f, app)).unwrap();
@@ -723,6 +754,8 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
             "[uuid]",
         ),
         (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]*…?", "[uuid]"),
+        // A UUID cut by its column right after its second group.
+        (r"\b[0-9a-f]{8}-[0-9a-f]{1,4}\b", "[uuid]"),
         (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{3}Z?", "[datetime]"),
         (r"\b\d\d:\d\d:\d\d\.\d{3}\b", "[time]"),
         (r"\b1\d{12}\b", "[ms]"),
@@ -740,6 +773,9 @@ pub fn redactions() -> Vec<(&'static str, &'static str)> {
         (r"igt_[0-9a-f]+", "igt_[db]"),
         (r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:[port]"),
         (r" +[▁▂▃▄▅▆▇█][ ▁▂▃▄▅▆▇█]*", " [spark]"),
+        // A timeline cell cut right after "· PTTL": how much of the PTTL fits depends on how long
+        // the "since" duration before it is.
+        (r"· PTTL[^│·]*│", "· PTTL [cut]│"),
     ]
 }
 

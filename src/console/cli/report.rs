@@ -19,6 +19,8 @@ use crate::db::Database;
 
 use crate::console::cli::headless::EnvironmentInfo;
 use crate::console::read::bounded::{read_payments, read_trace_log};
+// The leak and contradiction queries are the Overview's too: one reader, two faces.
+pub use crate::console::read::overview::{contradictions, leaks, Contradiction, Leak};
 use crate::console::read::records;
 use crate::console::read::sources::BackendId;
 use crate::console::read::store::{PaymentIndex, TraceLog};
@@ -38,56 +40,6 @@ pub enum ReportScope {
     Id(TraceTarget),
     /// Everything created in `[since_ms, until_ms)`.
     Window { since_ms: i64, until_ms: i64 },
-}
-
-/// A duplicate that got through: `rows` effects for one `key` in `table`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Leak {
-    pub table: String,
-    /// The column the rows share: `req_id` or `order_no`.
-    pub by: String,
-    pub key: String,
-    pub rows: i64,
-    /// The smallest and largest distinguishing value of the rows (pay_no, source_event_no,
-    /// event_id, order_no): with two rows, both duplicates named.
-    pub first: String,
-    pub last: String,
-}
-
-/// An idempotency record whose status contradicts the order tables: FAILED although an order
-/// exists for its request id (the client was told to send a new key, so a second order may
-/// follow: a duplicate risk), or SUCCEEDED although its order does not exist.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Contradiction {
-    pub request_id: String,
-    pub status: String,
-    /// The order that exists (FAILED) or that the record names (SUCCEEDED); empty if none.
-    pub order_no: String,
-    /// `failed_with_order` or `succeeded_without_order`.
-    pub problem: String,
-}
-
-pub async fn contradictions(
-    db: &Database,
-    since_ms: i64,
-    until_ms: i64,
-) -> Result<Vec<Contradiction>, sqlx::Error> {
-    sqlx::query(db.sql("report_contradictions"))
-        .bind(since_ms)
-        .bind(until_ms)
-        .bind(10_000_i64)
-        .fetch_all(&db.pool)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(Contradiction {
-                request_id: r.try_get("request_id")?,
-                status: r.try_get("status")?,
-                order_no: r.try_get("order_no")?,
-                problem: r.try_get("problem")?,
-            })
-        })
-        .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,27 +91,6 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
                 .map_err(|e| e.to_string())
         })
         .map(|d| d.as_millis() as i64)
-}
-
-pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Leak>, sqlx::Error> {
-    let mut q = sqlx::query(db.sql("report_leaks"));
-    for _ in 0..5 {
-        q = q.bind(since_ms).bind(until_ms);
-    }
-    q.fetch_all(&db.pool)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(Leak {
-                table: r.try_get("tbl")?,
-                by: r.try_get("by_col")?,
-                key: r.try_get("dup_key")?,
-                rows: r.try_get("n_rows")?,
-                first: r.try_get("first_row")?,
-                last: r.try_get("last_row")?,
-            })
-        })
-        .collect()
 }
 
 /// The topics a report reads: for one ID, the messages and events that name its IDs (see

@@ -13,10 +13,13 @@
 //!   trace names ([`bounded::Keep`]);
 //! - [`timeline`]: the pure merge of one trace's pieces; [`trace`]: the one assembly of a trace
 //!   from a target parsed once — [`trace::read_trace`] for the one-shot faces,
-//!   [`trace::assemble`] over the TUI's stores.
+//!   [`trace::assemble`] over the TUI's stores;
+//! - [`overview`]: what is wrong now — the leak and contradiction queries (the report's too) and
+//!   the pure findings of the Overview.
 
 pub mod bounded;
 pub mod locks;
+pub mod overview;
 pub mod records;
 pub mod sources;
 pub mod store;

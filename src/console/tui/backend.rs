@@ -25,6 +25,7 @@ use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
+use crate::console::read::overview::{self, Leak};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
 use crate::lock::{LockInspector, LockScan};
@@ -77,6 +78,8 @@ pub struct TopicProgress {
 #[derive(Debug, Clone)]
 pub enum Update {
     Stuck(Result<Vec<StuckRecord>, String>),
+    /// Duplicates that got through in the Overview's window ([`overview::LEAK_WINDOW_MS`]).
+    Leaks(Result<Vec<Leak>, String>),
     TraceRows {
         target: TraceTarget,
         result: Result<TraceRows, String>,
@@ -111,6 +114,7 @@ impl Update {
     pub fn backend(&self) -> BackendId {
         match self {
             Update::Stuck(_)
+            | Update::Leaks(_)
             | Update::TraceRows { .. }
             | Update::ActionResults(_)
             | Update::Audit(_)
@@ -229,9 +233,15 @@ pub enum ExecRequest {
     Report(TraceTarget),
 }
 
+/// How often the database collector looks for duplicates that got through.
+pub const LEAK_PERIOD: Duration = Duration::from_secs(5);
+
 /// Rows of `ops_audit` the Audit view shows.
 pub const AUDIT_ROWS: i64 = 500;
 
+/// The executor: one request at a time, in order. The actions are built on the first request
+/// that needs them (a database that is down is said in the results, and tried again next time);
+/// after each batch the Audit view is reloaded.
 async fn executor_task(
     config: Config,
     allow: bool,
@@ -264,15 +274,7 @@ async fn executor_task(
                         ExecRequest::Run(batch) => Update::ActionResults(
                             batch
                                 .iter()
-                                .map(|p| ActionResult {
-                                    action: p.action.name(),
-                                    target: p.action.target().to_string(),
-                                    outcome: ActionOutcome::Error,
-                                    before: None,
-                                    after: None,
-                                    detail: format!("not performed: {e}"),
-                                    audit_id: None,
-                                })
+                                .map(|p| not_performed(p, format!("not performed: {e}")))
                                 .collect(),
                         ),
                         ExecRequest::LoadAudit | ExecRequest::Report(_) => Update::Audit(Err(e)),
@@ -284,24 +286,7 @@ async fn executor_task(
         }
         let (single, redlock) = ready.as_ref().expect("built above");
         if let ExecRequest::Run(batch) = req {
-            let mut results = Vec::with_capacity(batch.len());
-            for p in &batch {
-                let r = match (p.scope, redlock) {
-                    (LockMode::Redlock, Some(r)) => r.run(&p.action).await,
-                    (LockMode::Redlock, None) => ActionResult {
-                        action: p.action.name(),
-                        target: p.action.target().to_string(),
-                        outcome: ActionOutcome::Error,
-                        before: None,
-                        after: None,
-                        detail: "not performed: redis.redlock_nodes lists fewer than 3 nodes"
-                            .into(),
-                        audit_id: None,
-                    },
-                    _ => single.run(&p.action).await,
-                };
-                results.push(r);
-            }
+            let results = run_batch(&batch, single, redlock.as_ref()).await;
             if tx.send(Update::ActionResults(results)).await.is_err() {
                 return;
             }
@@ -312,6 +297,39 @@ async fn executor_task(
         if tx.send(Update::Audit(audit)).await.is_err() {
             return;
         }
+    }
+}
+
+/// A confirmed batch, in order, each action on the actions of its lock scope.
+async fn run_batch(
+    batch: &[Planned],
+    single: &Actions,
+    redlock: Option<&Actions>,
+) -> Vec<ActionResult> {
+    let mut results = Vec::with_capacity(batch.len());
+    for p in batch {
+        results.push(match (p.scope, redlock) {
+            (LockMode::Redlock, Some(r)) => r.run(&p.action).await,
+            (LockMode::Redlock, None) => not_performed(
+                p,
+                "not performed: redis.redlock_nodes lists fewer than 3 nodes".into(),
+            ),
+            _ => single.run(&p.action).await,
+        });
+    }
+    results
+}
+
+/// The result of an action the executor could not run.
+fn not_performed(p: &Planned, detail: String) -> ActionResult {
+    ActionResult {
+        action: p.action.name(),
+        target: p.action.target().to_string(),
+        outcome: ActionOutcome::Error,
+        before: None,
+        after: None,
+        detail,
+        audit_id: None,
     }
 }
 
@@ -380,6 +398,7 @@ async fn database_task(
     let mut config = config;
     config.database.max_connections = config.database.max_connections.min(DB_CONNECTIONS);
     let mut db: Option<Database> = None;
+    let mut next_leaks = tokio::time::Instant::now();
     loop {
         let f = focus.borrow_and_update().clone();
         if !f.paused {
@@ -411,6 +430,20 @@ async fn database_task(
                 .await;
                 if tx.send(Update::Stuck(stuck)).await.is_err() {
                     return;
+                }
+                // The leak query groups a day of rows: at most every LEAK_PERIOD.
+                if tokio::time::Instant::now() >= next_leaks {
+                    next_leaks = tokio::time::Instant::now() + LEAK_PERIOD.max(f.refresh);
+                    let now = now_ms();
+                    let since = now - overview::LEAK_WINDOW_MS;
+                    let leaks = with_timeout(
+                        async { Ok(overview::leaks(d, since, now + 1).await?) },
+                        &d.shown_url,
+                    )
+                    .await;
+                    if tx.send(Update::Leaks(leaks)).await.is_err() {
+                        return;
+                    }
                 }
                 if let Some(target) = &f.target {
                     let mut start = TraceIds::of_target(target);

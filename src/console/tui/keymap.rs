@@ -9,6 +9,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 /// The views, in tab order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum View {
+    /// What is wrong now, across the three layers: the first screen.
+    Overview,
     Trace,
     Locks,
     Rates,
@@ -17,7 +19,8 @@ pub enum View {
 }
 
 impl View {
-    pub const ALL: [View; 5] = [
+    pub const ALL: [View; 6] = [
+        View::Overview,
         View::Trace,
         View::Locks,
         View::Rates,
@@ -27,6 +30,7 @@ impl View {
 
     pub fn title(self) -> &'static str {
         match self {
+            View::Overview => "Overview",
             View::Trace => "Trace",
             View::Locks => "Locks",
             View::Rates => "Rates",
@@ -68,7 +72,8 @@ pub enum UiAction {
     NextView,
     PrevView,
     Show(View),
-    /// Enter: trace the selected row's ID (a lock's orderNo/requestId, a stuck record).
+    /// Enter: open what the selected row names — a finding's view or trace (Overview), the
+    /// trace of a lock's orderNo/requestId or of a stuck record.
     Drill,
     /// Esc: close the help, clear the filter.
     Back,
@@ -109,9 +114,9 @@ pub struct Binding {
 
 /// The keymap. Order = order in the help screen.
 pub static KEYMAP: &[Binding] = &[
-    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:trace ID, :locks, :rates, :stuck, :audit)", footer: Some("cmd") },
+    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:overview, :trace ID, :locks, :rates, :stuck, :audit)", footer: Some("cmd") },
     Binding { keys: &[Key::Char('/')], label: "/", action: UiAction::Filter, help: "filter this view's rows (/!text inverts); remembered per view", footer: Some("filter") },
-    Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "trace the selected lock or stuck record", footer: Some("trace row") },
+    Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "Overview: open the finding's view or trace; Locks, Stuck: trace the row", footer: Some("open") },
     Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
     Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
     Binding { keys: &[Key::Char('p')], label: "p", action: UiAction::Pause, help: "pause / resume live updates (every view)", footer: None },
@@ -119,11 +124,12 @@ pub static KEYMAP: &[Binding] = &[
     Binding { keys: &[Key::Char('f')], label: "f", action: UiAction::Finalize, help: "Stuck: finalize the selected (or tagged) record(s) after reconciling; needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('+'), Key::Char('=')], label: "+", action: UiAction::Faster, help: "refresh faster", footer: Some("faster") },
     Binding { keys: &[Key::Char('-')], label: "-", action: UiAction::Slower, help: "refresh slower", footer: Some("slower") },
-    Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Trace), help: "Trace view", footer: None },
-    Binding { keys: &[Key::Char('2')], label: "2", action: UiAction::Show(View::Locks), help: "Locks view", footer: None },
-    Binding { keys: &[Key::Char('3')], label: "3", action: UiAction::Show(View::Rates), help: "Rates view", footer: None },
-    Binding { keys: &[Key::Char('4')], label: "4", action: UiAction::Show(View::Stuck), help: "Stuck view", footer: None },
-    Binding { keys: &[Key::Char('5')], label: "5", action: UiAction::Show(View::Audit), help: "Audit view (operator actions)", footer: None },
+    Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Overview), help: "Overview: what is wrong now (the first screen)", footer: None },
+    Binding { keys: &[Key::Char('2')], label: "2", action: UiAction::Show(View::Trace), help: "Trace view", footer: None },
+    Binding { keys: &[Key::Char('3')], label: "3", action: UiAction::Show(View::Locks), help: "Locks view", footer: None },
+    Binding { keys: &[Key::Char('4')], label: "4", action: UiAction::Show(View::Rates), help: "Rates view", footer: None },
+    Binding { keys: &[Key::Char('5')], label: "5", action: UiAction::Show(View::Stuck), help: "Stuck view", footer: None },
+    Binding { keys: &[Key::Char('6')], label: "6", action: UiAction::Show(View::Audit), help: "Audit view (operator actions)", footer: None },
     Binding { keys: &[Key::Code(KeyCode::Tab)], label: "tab", action: UiAction::NextView, help: "next view", footer: Some("view") },
     Binding { keys: &[Key::Code(KeyCode::BackTab)], label: "shift-tab", action: UiAction::PrevView, help: "previous view", footer: None },
     Binding { keys: &[Key::Char('j'), Key::Code(KeyCode::Down)], label: "j ↓", action: UiAction::Down, help: "next row", footer: None },
@@ -144,6 +150,159 @@ pub fn action_for(e: &KeyEvent) -> Option<UiAction> {
         .map(|b| b.action)
 }
 
+/// What a key does while a popup or the bottom line has the keyboard. Keys not in a popup's
+/// table type a character (the command line, the filter line, the confirmation) or close the
+/// popup (the help).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PopupKey {
+    /// Leave without doing anything.
+    Cancel,
+    /// Run the line / the confirmed batch.
+    Submit,
+    /// Delete the last character (on an empty command or filter line: leave it, as in k9s).
+    DeleteChar,
+    ClearLine,
+    /// Complete a unique command name.
+    Complete,
+    Quit,
+    ScrollUp,
+    ScrollDown,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+}
+
+/// A key of a popup's table: like [`Binding`], for the keys that hold while it is open.
+pub struct PopupBinding {
+    pub keys: &'static [Key],
+    pub label: &'static str,
+    pub action: PopupKey,
+    pub help: &'static str,
+}
+
+/// The command line (`:`) and the filter line (`/`).
+pub static LINE_KEYS: &[PopupBinding] = &[
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Enter)],
+        label: "enter",
+        action: PopupKey::Submit,
+        help: "run the command / apply the filter (an empty filter clears it)",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Esc)],
+        label: "esc",
+        action: PopupKey::Cancel,
+        help: "leave the line, nothing changes",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Backspace)],
+        label: "backspace",
+        action: PopupKey::DeleteChar,
+        help: "delete a character; on an empty line, leave it",
+    },
+    PopupBinding {
+        keys: &[Key::Ctrl('u')],
+        label: "ctrl-u",
+        action: PopupKey::ClearLine,
+        help: "clear the line",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Tab)],
+        label: "tab",
+        action: PopupKey::Complete,
+        help: "complete a command name",
+    },
+    PopupBinding {
+        keys: &[Key::Ctrl('c')],
+        label: "ctrl-c",
+        action: PopupKey::Quit,
+        help: "quit",
+    },
+];
+
+/// The confirmation popup of an action: it takes every key until it runs or is cancelled.
+pub static CONFIRM_KEYS: &[PopupBinding] = &[
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Enter)],
+        label: "enter",
+        action: PopupKey::Submit,
+        help: "run the actions shown (once the phrase and a required reason are typed)",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Esc), Key::Ctrl('c')],
+        label: "esc ctrl-c",
+        action: PopupKey::Cancel,
+        help: "cancel: nothing is done",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::Backspace)],
+        label: "backspace",
+        action: PopupKey::DeleteChar,
+        help: "delete a character",
+    },
+    PopupBinding {
+        keys: &[Key::Ctrl('u')],
+        label: "ctrl-u",
+        action: PopupKey::ClearLine,
+        help: "clear what was typed",
+    },
+];
+
+/// The help popup: it scrolls, so it is never cut; any other key closes it.
+pub static HELP_KEYS: &[PopupBinding] = &[
+    PopupBinding {
+        keys: &[Key::Char('j'), Key::Code(KeyCode::Down)],
+        label: "j ↓",
+        action: PopupKey::ScrollDown,
+        help: "scroll the help down",
+    },
+    PopupBinding {
+        keys: &[Key::Char('k'), Key::Code(KeyCode::Up)],
+        label: "k ↑",
+        action: PopupKey::ScrollUp,
+        help: "scroll the help up",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::PageDown), Key::Ctrl('f'), Key::Char(' ')],
+        label: "pgdn space",
+        action: PopupKey::PageDown,
+        help: "a page down",
+    },
+    PopupBinding {
+        keys: &[Key::Code(KeyCode::PageUp), Key::Ctrl('b')],
+        label: "pgup",
+        action: PopupKey::PageUp,
+        help: "a page up",
+    },
+    PopupBinding {
+        keys: &[Key::Char('g'), Key::Code(KeyCode::Home)],
+        label: "g home",
+        action: PopupKey::Top,
+        help: "the top of the help",
+    },
+    PopupBinding {
+        keys: &[Key::Char('G'), Key::Code(KeyCode::End)],
+        label: "G end",
+        action: PopupKey::Bottom,
+        help: "the end of the help",
+    },
+    PopupBinding {
+        keys: &[Key::Char('q'), Key::Ctrl('c')],
+        label: "q ctrl-c",
+        action: PopupKey::Quit,
+        help: "quit",
+    },
+];
+
+/// The action of `e` in a popup's table, if it has one.
+pub fn popup_key(table: &[PopupBinding], e: &KeyEvent) -> Option<PopupKey> {
+    table
+        .iter()
+        .find(|b| b.keys.iter().any(|k| k.matches(e)))
+        .map(|b| b.action)
+}
+
 /// One `:` command.
 pub struct CommandSpec {
     pub name: &'static str,
@@ -153,6 +312,7 @@ pub struct CommandSpec {
 }
 
 pub static COMMANDS: &[CommandSpec] = &[
+    CommandSpec { name: "overview", aliases: &["o", "ov"], args: "", help: "what is wrong now: leaked duplicates, stuck records, bad locks, DLQ, lag, rates" },
     CommandSpec { name: "trace", aliases: &["t", "tr"], args: "ID", help: "trace an orderNo, requestId or eventId across every layer" },
     CommandSpec { name: "locks", aliases: &["l", "lk", "lock"], args: "", help: "every lock:* key, its holder, PTTL and owner" },
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
@@ -195,6 +355,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
     match spec.name {
         "trace" if rest.is_empty() => Ok(Command::Show(View::Trace)),
         "trace" => Ok(Command::Trace(rest.to_string())),
+        "overview" => Ok(Command::Show(View::Overview)),
         "locks" => Ok(Command::Show(View::Locks)),
         "rates" => Ok(Command::Show(View::Rates)),
         "stuck" => Ok(Command::Show(View::Stuck)),
@@ -232,6 +393,17 @@ pub fn help_lines() -> Vec<(String, String)> {
     let mut out = vec![("KEYS".to_string(), String::new())];
     for b in KEYMAP {
         out.push((b.label.to_string(), b.help.to_string()));
+    }
+    for (title, table) in [
+        ("IN THE HELP (any other key closes it)", HELP_KEYS),
+        ("ON THE : AND / LINES", LINE_KEYS),
+        ("IN A CONFIRMATION", CONFIRM_KEYS),
+    ] {
+        out.push((String::new(), String::new()));
+        out.push((title.to_string(), String::new()));
+        for b in table {
+            out.push((b.label.to_string(), b.help.to_string()));
+        }
     }
     out.push((String::new(), String::new()));
     out.push(("COMMANDS".to_string(), String::new()));
@@ -274,7 +446,7 @@ mod tests {
         assert!(parse_command("refresh 1ms").is_err());
         assert!(parse_command("pods")
             .unwrap_err()
-            .contains("known: trace, locks"));
+            .contains("known: overview, trace, locks"));
     }
 
     #[test]
@@ -292,5 +464,28 @@ mod tests {
         assert!(help
             .iter()
             .any(|(k, v)| k == ":trace ID" && v.contains(":t :tr")));
+        for table in [LINE_KEYS, CONFIRM_KEYS, HELP_KEYS] {
+            let mut seen = std::collections::HashSet::new();
+            for b in table {
+                for k in b.keys {
+                    assert!(
+                        seen.insert(format!("{k:?}")),
+                        "{k:?} is bound twice in a popup"
+                    );
+                }
+                assert!(help.iter().any(|(k, v)| k == b.label && v == b.help));
+            }
+        }
+    }
+
+    #[test]
+    fn the_overview_is_key_1_and_the_other_views_follow() {
+        let key = |c| action_for(&KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        assert_eq!(View::ALL[0], View::Overview);
+        for (i, v) in View::ALL.iter().enumerate() {
+            let c = char::from_digit(i as u32 + 1, 10).unwrap();
+            assert_eq!(key(c), Some(UiAction::Show(*v)), "key {c}");
+        }
+        assert_eq!(parse_command("ov"), Ok(Command::Show(View::Overview)));
     }
 }

@@ -128,7 +128,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     })?;
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
-    app.log_file = Some(log_path.display().to_string());
+    app.ui.log_file = Some(log_path.display().to_string());
     app.allow_actions(allow_actions);
     let executor =
         backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
@@ -187,6 +187,10 @@ where
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    if let Ok(size) = terminal.size() {
+        // How far the help scrolls; kept current by the resize events.
+        app.ui.size = (size.width, size.height);
+    }
     app.refresh_views();
     terminal.draw(|f| ui::draw(f, app))?;
     loop {
@@ -207,19 +211,19 @@ where
             }
             _ = tick.tick() => app.on_tick(),
             _ = render.tick() => {
-                if app.dirty {
-                    app.dirty = false;
+                if app.ui.dirty {
+                    app.ui.dirty = false;
                     app.refresh_views();
                     terminal.draw(|f| ui::draw(f, app))?;
                 }
             }
-            _ = interrupt.recv() => app.quit = true,
-            _ = terminate.recv() => app.quit = true,
+            _ = interrupt.recv() => app.ui.quit = true,
+            _ = terminate.recv() => app.ui.quit = true,
         }
         if let Some(text) = app.take_clipboard() {
             clipboard(&text);
         }
-        if app.quit {
+        if app.ui.quit {
             break;
         }
     }

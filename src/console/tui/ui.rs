@@ -16,7 +16,8 @@ use crate::contracts::now_ms;
 
 use crate::console::columns::{self, Column};
 use crate::console::format::age;
-use crate::console::tui::app::{App, Health, Input, Level};
+use crate::console::read::overview::Severity;
+use crate::console::tui::app::{ui_state, App, Health, Input, Level};
 use crate::console::tui::backend::BackendId;
 use crate::console::tui::keymap::{self, View, KEYMAP};
 
@@ -42,7 +43,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     let down: Vec<BackendId> = BackendId::ALL
         .iter()
         .copied()
-        .filter(|b| matches!(app.backends[b].health, Health::Down(_)))
+        .filter(|b| matches!(app.stores.backends[b].health, Health::Down(_)))
         .collect();
     let [header, status, alerts, body, footer] = Layout::vertical([
         Constraint::Length(1),
@@ -55,7 +56,8 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     draw_header(f, app, header);
     draw_backends(f, app, status);
     draw_alerts(f, app, &down, alerts);
-    match app.view {
+    match app.ui.view {
+        View::Overview => draw_overview(f, app, body),
         View::Trace => draw_trace(f, app, body),
         View::Locks => draw_locks(f, app, body),
         View::Rates => draw_rates(f, app, body),
@@ -63,81 +65,139 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
         View::Audit => draw_audit(f, app, body),
     }
     draw_footer(f, app, footer);
-    if app.show_help {
-        draw_help(f, f.area(), app.log_file.as_deref());
+    if let Some(top) = app.ui.help {
+        draw_help(f, f.area(), top, app.ui.log_file.as_deref());
     }
-    if let Some(c) = &app.confirm {
+    if let Some(c) = &app.actions.confirm {
         draw_confirm(f, app, c, f.area());
     }
 }
 
+/// The header: the environment, the views, and on the right — never cut — whether actions are
+/// enabled ("read-only" whole at 80 columns), the refresh period and PAUSED. When the views do
+/// not fit, the others are shown by their key only.
 fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let mut right = vec![if app.actions.enabled {
+        Span::styled(" ACTIONS ENABLED ", bold.bg(Color::Yellow).fg(Color::Black))
+    } else {
+        Span::styled("read-only", Style::new().fg(Color::Green))
+    }];
+    right.push(Span::styled(
+        format!(" · refresh {}", humantime::format_duration(app.ui.refresh)),
+        DIM,
+    ));
+    if app.ui.paused {
+        right.push(Span::raw(" "));
+        right.push(Span::styled(
+            " PAUSED ",
+            bold.bg(Color::Yellow).fg(Color::Black),
+        ));
+    }
+    let right = Line::from(right);
+    let right_width = (right.width() as u16 + 1).min(area.width);
+    let [left_area, right_area] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(area);
     let color = env_color(&app.env.color);
     let mut spans = vec![Span::styled(
         format!(" {} ", app.env.name.to_uppercase()),
-        Style::new()
-            .bg(color)
-            .fg(Color::Black)
-            .add_modifier(Modifier::BOLD),
+        bold.bg(color).fg(Color::Black),
     )];
     if app.env.production {
         spans.push(Span::styled(
             " PRODUCTION ",
-            Style::new()
-                .bg(Color::Red)
-                .fg(Color::White)
-                .add_modifier(Modifier::BOLD),
+            bold.bg(Color::Red).fg(Color::White),
         ));
     }
-    spans.push(Span::styled(
-        " idemguard console ",
-        Style::new().add_modifier(Modifier::BOLD),
-    ));
+    spans.push(Span::styled(" idemguard console ", bold));
+    let fixed: usize = spans.iter().map(|s| s.width()).sum();
+    let full: usize = View::ALL.iter().map(|v| v.title().len() + 4).sum();
+    let compact = fixed + full > left_area.width as usize;
     for (i, v) in View::ALL.iter().enumerate() {
-        let style = if *v == app.view {
-            Style::new()
-                .fg(Color::Black)
-                .bg(Color::Cyan)
-                .add_modifier(Modifier::BOLD)
+        let current = *v == app.ui.view;
+        let style = if current {
+            bold.fg(Color::Black).bg(Color::Cyan)
         } else {
             DIM
         };
-        spans.push(Span::styled(format!(" {}:{} ", i + 1, v.title()), style));
+        let label = if compact && !current {
+            format!(" {} ", i + 1)
+        } else {
+            format!(" {}:{} ", i + 1, v.title())
+        };
+        spans.push(Span::styled(label, style));
     }
-    spans.push(Span::raw("  "));
-    if app.actions_enabled {
-        spans.push(Span::styled(
-            " ACTIONS ENABLED ",
-            Style::new()
-                .bg(Color::Yellow)
-                .fg(Color::Black)
-                .add_modifier(Modifier::BOLD),
-        ));
+    f.render_widget(Paragraph::new(Line::from(spans)), left_area);
+    f.render_widget(
+        Paragraph::new(right).alignment(Alignment::Right),
+        right_area,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overview
+// ---------------------------------------------------------------------------------------------
+
+/// What is wrong now, one finding a line, worst in red; Enter opens a line's view or trace.
+fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let [summary, table] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+    let findings = app.findings();
+    let count = |s: Severity| findings.iter().filter(|l| l.severity == s).count();
+    let (bad, warn) = (count(Severity::Bad), count(Severity::Warn));
+    let head = if bad + warn == 0 {
+        Span::styled(
+            " nothing wrong seen",
+            Style::new().fg(Color::Green).add_modifier(Modifier::BOLD),
+        )
     } else {
-        spans.push(Span::styled("read-only", Style::new().fg(Color::Green)));
-    }
-    spans.push(Span::styled(
-        format!(" · refresh {}", humantime::format_duration(app.refresh)),
-        DIM,
-    ));
-    if app.paused {
-        spans.push(Span::raw(" "));
-        spans.push(Span::styled(
-            " PAUSED ",
-            Style::new()
-                .bg(Color::Yellow)
-                .fg(Color::Black)
-                .add_modifier(Modifier::BOLD),
-        ));
-    }
-    f.render_widget(Paragraph::new(Line::from(spans)), area);
+        Span::styled(
+            format!(" {bad} bad · {warn} to watch"),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        )
+    };
+    f.render_widget(
+        Paragraph::new(Line::from(vec![
+            head,
+            Span::styled(" · enter opens a line's view or trace", DIM),
+        ])),
+        summary,
+    );
+    windowed_table(
+        f,
+        table,
+        titled(" Overview — what is wrong now, across the three layers ".into()),
+        columns::OVERVIEW,
+        0,
+        findings.len(),
+        Some(app.selected(View::Overview)),
+        |i| {
+            let l = &findings[i];
+            let (state, style) = match l.severity {
+                Severity::Bad => (
+                    "BAD",
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+                ),
+                Severity::Warn => ("WATCH", Style::new().fg(Color::Yellow)),
+                Severity::Unknown => ("?", Style::new().fg(Color::Magenta)),
+                Severity::Ok => ("ok", Style::new().fg(Color::Green)),
+            };
+            // An item is drawn under its finding: no layer, no state of its own.
+            let cells = if l.item {
+                vec![String::new(), "  ·".to_string(), l.text.clone()]
+            } else {
+                vec![l.layer.to_string(), state.to_string(), l.text.clone()]
+            };
+            (cells, style)
+        },
+    );
 }
 
 fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
     let now = now_ms();
     let mut spans = Vec::new();
     for b in BackendId::ALL {
-        let s = &app.backends[&b];
+        let s = &app.stores.backends[&b];
         let (dot, style, word) = match &s.health {
             Health::Up => ("●", Style::new().fg(Color::Green), "ok".to_string()),
             Health::Connecting => (
@@ -168,7 +228,7 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
     let lines: Vec<Line<'_>> = down
         .iter()
         .map(|b| {
-            let s = &app.backends[b];
+            let s = &app.stores.backends[b];
             let err = if let Health::Down(e) = &s.health {
                 e.as_str()
             } else {
@@ -192,7 +252,7 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
                     if err.starts_with("run `") {
                         format!(" {err} · {last}")
                     } else {
-                        format!(" {last} · {} · {}", app.backend_targets[b], err)
+                        format!(" {last} · {} · {}", app.stores.backend_targets[b], err)
                     },
                     Style::new().fg(Color::Red),
                 ),
@@ -211,11 +271,14 @@ fn titled(title: String) -> Block<'static> {
 }
 
 /// A table of which only the rows on screen are built: `cells(i)` is called for those alone.
+/// Column `keep` identifies a row and is kept whole at any width ([`columns::fit`]).
+#[allow(clippy::too_many_arguments)] // one drawing call per table, every part named
 fn windowed_table(
     f: &mut Frame<'_>,
     area: Rect,
     block: Block<'_>,
     cols: &[Column],
+    keep: usize,
     total: usize,
     selected: Option<usize>,
     mut cells: impl FnMut(usize) -> (Vec<String>, Style),
@@ -229,21 +292,21 @@ fn windowed_table(
         selected + 1 - inner_height
     };
     let end = (offset + inner_height).min(total);
-    let rows: Vec<Row<'_>> = (offset..end)
-        .map(|i| {
-            let (c, style) = cells(i);
-            Row::new(c.into_iter().map(Cell::from)).style(style)
-        })
-        .collect();
-    let widths: Vec<Constraint> = cols
+    let shown: Vec<(Vec<String>, Style)> = (offset..end).map(&mut cells).collect();
+    let keep_len = shown
         .iter()
-        .map(|c| {
-            if c.width == 0 {
-                Constraint::Fill(1)
-            } else {
-                Constraint::Length(c.width)
-            }
-        })
+        .filter_map(|(c, _)| c.get(keep))
+        .map(|c| c.chars().count())
+        .chain([cols[keep].header.len()])
+        .max()
+        .unwrap_or(0) as u16;
+    let widths: Vec<Constraint> = columns::fit(cols, area.width.saturating_sub(2), keep, keep_len)
+        .into_iter()
+        .map(Constraint::Length)
+        .collect();
+    let rows: Vec<Row<'_>> = shown
+        .into_iter()
+        .map(|(c, style)| Row::new(c.into_iter().map(Cell::from)).style(style))
         .collect();
     let header = Row::new(cols.iter().map(|c| Cell::from(c.header))).style(HEADER);
     let table = Table::new(rows, widths)
@@ -268,8 +331,9 @@ fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
 // Trace
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary, the timeline and the selected entry: one view drawn top to bottom, long because each part is a few spans.
 fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let Some(t) = &app.trace_view else {
+    let Some(t) = &app.stores.trace_view else {
         let text = vec![
             Line::from(""),
             Line::from(Span::styled("Trace one orderNo, requestId or eventId across every layer", Style::new().add_modifier(Modifier::BOLD))),
@@ -284,9 +348,14 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         return;
     };
     let [summary, table, detail] = Layout::vertical([
-        Constraint::Length(6),
+        Constraint::Length(if ids_on_two_lines(t, area.width) {
+            7
+        } else {
+            6
+        }),
         Constraint::Fill(1),
-        Constraint::Length(7),
+        // A short terminal gives the timeline the rows: the selected entry's first lines only.
+        Constraint::Length(if area.height < 30 { 4 } else { 7 }),
     ])
     .areas(area);
 
@@ -302,12 +371,26 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             )
         },
     ])];
-    lines.push(Line::from(vec![
-        Span::styled("orderNo ", DIM),
-        Span::raw(t.order_no.clone().unwrap_or_else(|| "?".into())),
-        Span::styled(" · requestId ", DIM),
-        Span::raw(t.request_id.clone().unwrap_or_else(|| "?".into())),
-    ]));
+    let order_no = t.order_no.clone().unwrap_or_else(|| "?".into());
+    let request_id = t.request_id.clone().unwrap_or_else(|| "?".into());
+    if ids_on_two_lines(t, area.width) {
+        // Narrow: one ID a line, so both stay whole.
+        lines.push(Line::from(vec![
+            Span::styled("orderNo   ", DIM),
+            Span::raw(order_no),
+        ]));
+        lines.push(Line::from(vec![
+            Span::styled("requestId ", DIM),
+            Span::raw(request_id),
+        ]));
+    } else {
+        lines.push(Line::from(vec![
+            Span::styled("orderNo ", DIM),
+            Span::raw(order_no),
+            Span::styled(" · requestId ", DIM),
+            Span::raw(request_id),
+        ]));
+    }
     let mut stopped: std::collections::BTreeMap<(String, String), usize> =
         std::collections::BTreeMap::new();
     for i in &t.interceptions {
@@ -366,6 +449,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         table,
         titled(title),
         columns::TIMELINE,
+        columns::TIMELINE_ID,
         rows.len(),
         Some(selected),
         |i| {
@@ -417,15 +501,23 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
 }
 
+/// The orderNo and the requestId do not fit on one line of the summary (inside its border).
+fn ids_on_two_lines(t: &crate::console::read::timeline::Timeline, width: u16) -> bool {
+    let len = |s: &Option<String>| s.as_ref().map_or(1, |s| s.chars().count());
+    "orderNo ".len() + len(&t.order_no) + " · requestId ".len() + len(&t.request_id) + 2
+        > width as usize
+}
+
 // ---------------------------------------------------------------------------------------------
 // Locks
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary line, the nodes and the table, top to bottom; long because each span is styled.
 fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
     let now = app.now_ms();
     let [summary, table] =
         Layout::vertical([Constraint::Length(2), Constraint::Fill(1)]).areas(area);
-    let Some(scan) = &app.locks else {
+    let Some(scan) = &app.stores.locks else {
         f.render_widget(
             Paragraph::new(Span::styled(" scanning lock:* …", DIM)),
             summary,
@@ -494,18 +586,24 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         ),
     ]);
     f.render_widget(Paragraph::new(vec![line1, Line::from(nodes)]), summary);
-    let rows = app.filtered.get(&View::Locks).cloned().unwrap_or_default();
+    let rows = app
+        .stores
+        .filtered
+        .get(&View::Locks)
+        .cloned()
+        .unwrap_or_default();
     let title = format!(
         " Locks [{}{}] ",
         filter_note(app, View::Locks, rows.len(), scan.locks.len()),
         tag_note(app, View::Locks)
     );
-    let table = results_panel(f, app, table);
+    let table = results_panel(f, app, View::Locks, table);
     windowed_table(
         f,
         table,
         titled(title),
         columns::LOCKS,
+        columns::LOCKS_ID,
         rows.len(),
         Some(app.selected(View::Locks)),
         |i| {
@@ -536,29 +634,29 @@ fn lock_row(l: &crate::lock::LockView, now: i64) -> (Vec<String>, Style) {
 /// A tagged row's first cell starts with `*`, a row with an action result with `[outcome]`.
 fn mark(app: &App, view: View, id: &str, cells: &mut [String]) {
     if let Some(first) = cells.first_mut() {
-        if app.is_tagged(view, id) {
+        if app.actions.is_tagged(view, id) {
             *first = format!("* {first}");
         }
-        if let Some(r) = app.results.get(id) {
+        if let Some(r) = app.actions.result(view, id) {
             *first = format!("[{}] {first}", r.outcome);
         }
     }
 }
 
 fn tag_note(app: &App, view: View) -> String {
-    match app.tagged.get(&view).map_or(0, |t| t.len()) {
+    match app.actions.tagged.get(&view).map_or(0, |t| t.len()) {
         0 => String::new(),
         n => format!(" · {n} tagged"),
     }
 }
 
 /// The last batch's per-row results under the table (when there is one); returns the table's area.
-fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
-    if app.last_batch.is_empty() {
+fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
+    let batch = app.actions.last_batch(view);
+    if batch.is_empty() {
         return area;
     }
-    let lines: Vec<Line<'_>> = app
-        .last_batch
+    let lines: Vec<Line<'_>> = batch
         .iter()
         .map(|r| {
             let style = match r.outcome {
@@ -593,6 +691,7 @@ fn results_panel(f: &mut Frame<'_>, app: &App, area: Rect) -> Rect {
 // Rates
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the summary, the rates table and the lag table, top to bottom; long because each span is styled.
 fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
     let [summary, table, lag] = Layout::vertical([
         Constraint::Length(1),
@@ -600,7 +699,7 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
         Constraint::Length(8),
     ])
     .areas(area);
-    let rates = app.trace_log.rates(app.now_ms());
+    let rates = app.stores.trace_log.rates(app.now_ms());
     f.render_widget(
         Paragraph::new(Line::from(vec![
             Span::styled(
@@ -608,7 +707,10 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
                 Style::new().add_modifier(Modifier::BOLD),
             ),
             Span::styled(
-                format!(" · {} payment messages read", app.payments.messages_seen),
+                format!(
+                    " · {} payment messages read",
+                    app.stores.payments.messages_seen
+                ),
                 DIM,
             ),
             Span::styled(
@@ -637,6 +739,7 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
         table,
         titled(title),
         columns::RATES,
+        1,
         rows.len(),
         Some(app.selected(View::Rates)),
         |i| {
@@ -651,13 +754,14 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
             )
         },
     );
-    match &app.lag {
+    match &app.stores.lag {
         Some(Ok(l)) => {
             windowed_table(
                 f,
                 lag,
                 titled(" Consumer lag per partition ".into()),
                 columns::LAG,
+                0,
                 l.len(),
                 None,
                 |i| {
@@ -692,7 +796,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
     let now = app.now_ms();
     let [summary, table] =
         Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
-    let Some(stuck) = &app.stuck else {
+    let Some(stuck) = &app.stores.stuck else {
         f.render_widget(
             Paragraph::new(Span::styled(" reading PROCESSING records …", DIM)),
             summary,
@@ -710,7 +814,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
                 format!(
                     " {} PROCESSING records older than {}",
                     stuck.len(),
-                    humantime::format_duration(app.stuck_threshold)
+                    humantime::format_duration(app.stores.stuck_threshold)
                 ),
                 Style::new().add_modifier(Modifier::BOLD),
             ),
@@ -728,18 +832,24 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
         ])),
         summary,
     );
-    let rows = app.filtered.get(&View::Stuck).cloned().unwrap_or_default();
+    let rows = app
+        .stores
+        .filtered
+        .get(&View::Stuck)
+        .cloned()
+        .unwrap_or_default();
     let title = format!(
         " Stuck records [{}{}] ",
         filter_note(app, View::Stuck, rows.len(), stuck.len()),
         tag_note(app, View::Stuck)
     );
-    let table = results_panel(f, app, table);
+    let table = results_panel(f, app, View::Stuck, table);
     windowed_table(
         f,
         table,
         titled(title),
         columns::STUCK,
+        columns::STUCK_ID,
         rows.len(),
         Some(app.selected(View::Stuck)),
         |i| {
@@ -763,7 +873,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
 fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
     let [summary, table] =
         Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
-    match &app.audit {
+    match &app.actions.audit {
         None => f.render_widget(
             Paragraph::new(Span::styled(" reading ops_audit …", DIM)),
             summary,
@@ -796,6 +906,7 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
                 table,
                 titled(title),
                 columns::AUDIT,
+                columns::AUDIT_ID,
                 rows.len(),
                 Some(app.selected(View::Audit)),
                 |i| {
@@ -882,8 +993,9 @@ fn draw_confirm(
 // Footer and help
 // ---------------------------------------------------------------------------------------------
 
+/// Draws the bottom line in its three states (command, filter, normal); long because each span is styled.
 fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let line = match &app.input {
+    let line = match &app.ui.input {
         Input::Command(s) => {
             let word = s.split_whitespace().next().unwrap_or("");
             let hint: Vec<String> = keymap::COMMANDS
@@ -902,7 +1014,7 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
             ])
         }
         Input::Filter(s) => {
-            let current = app.filter(app.view);
+            let current = app.filter(app.ui.view);
             let now = if current.is_empty() {
                 "none".to_string()
             } else {
@@ -912,10 +1024,10 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                 Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
                 Span::raw(s.clone()),
                 Span::styled("█", Style::new().fg(Color::Cyan)),
-                Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.view.title()), DIM),
+                Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.ui.view.title()), DIM),
             ])
         }
-        Input::Normal => match &app.message {
+        Input::Normal => match &app.ui.message {
             Some((m, level, _)) => Line::from(Span::styled(
                 format!(" {m}"),
                 if *level == Level::Error {
@@ -926,13 +1038,13 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
             )),
             None => {
                 let mut spans = Vec::new();
-                let actions: &[(&str, &str)] = match app.view {
+                let actions: &[(&str, &str)] = match app.ui.view {
                     View::Locks => &[("space", "tag"), ("x", "release")],
                     View::Stuck => &[("space", "tag"), ("f", "finalize")],
                     _ => &[],
                 };
                 for (k, what) in actions {
-                    let style = if app.actions_enabled || *k == "space" {
+                    let style = if app.actions.enabled || *k == "space" {
                         Style::new().fg(Color::Yellow)
                     } else {
                         DIM.add_modifier(Modifier::CROSSED_OUT)
@@ -940,14 +1052,14 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                     spans.push(Span::styled(format!(" <{k}>"), style));
                     spans.push(Span::styled(
                         format!(" {what}"),
-                        if *k == "space" || app.actions_enabled {
+                        if *k == "space" || app.actions.enabled {
                             DIM
                         } else {
                             style
                         },
                     ));
                 }
-                if !actions.is_empty() && !app.actions_enabled {
+                if !actions.is_empty() && !app.actions.enabled {
                     spans.push(Span::styled(" (read-only: --allow-actions)", DIM));
                 }
                 for b in KEYMAP.iter().filter(|b| b.footer.is_some()) {
@@ -975,23 +1087,25 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-fn draw_help(f: &mut Frame<'_>, area: Rect, log_file: Option<&str>) {
-    let mut lines = keymap::help_lines();
-    if let Some(path) = log_file {
-        lines.push((String::new(), String::new()));
-        lines.push(("LOGS".to_string(), String::new()));
-        lines.push(("log file".to_string(), path.to_string()));
-    }
-    let height = (lines.len() as u16 + 2).min(area.height);
-    let width = area.width.saturating_sub(8).min(100);
+/// The help, scrolled to `top`: its rows are [`ui_state::help_rows`] — wrapped to the popup's
+/// width, the same rows the scroll keys count — so it is never cut, only scrolled.
+fn draw_help(f: &mut Frame<'_>, area: Rect, top: usize, log_file: Option<&str>) {
+    let size = (area.width, area.height);
+    let rows = ui_state::help_rows(size, log_file);
+    let visible = ui_state::help_visible(size);
+    let top = top.min(rows.len().saturating_sub(visible));
+    let height = (rows.len() as u16 + 2).min(area.height);
+    let width = ui_state::help_popup_width(area.width);
     let popup = Rect {
         x: area.x + (area.width - width) / 2,
         y: area.y + (area.height - height) / 2,
         width,
         height,
     };
-    let text: Vec<Line<'_>> = lines
+    let text: Vec<Line<'_>> = rows
         .into_iter()
+        .skip(top)
+        .take(visible)
         .map(|(k, v)| {
             if v.is_empty() {
                 Line::from(Span::styled(k, HEADER))
@@ -1003,12 +1117,20 @@ fn draw_help(f: &mut Frame<'_>, area: Rect, log_file: Option<&str>) {
             }
         })
         .collect();
+    let total = ui_state::help_rows(size, log_file).len();
+    let title = if total > visible {
+        format!(
+            " Help {}–{} of {total} · j/k pgdn/pgup scroll · other keys close ",
+            top + 1,
+            (top + visible).min(total)
+        )
+    } else {
+        " Help — any key closes ".to_string()
+    };
     f.render_widget(Clear, popup);
     f.render_widget(
         Paragraph::new(text)
-            .block(
-                titled(" Help — any key closes ".into()).border_style(Style::new().fg(Color::Cyan)),
-            )
+            .block(titled(title).border_style(Style::new().fg(Color::Cyan)))
             .alignment(Alignment::Left),
         popup,
     );

@@ -1,0 +1,546 @@
+//! What is wrong now, across the three layers: the on-call's first screen (the TUI's Overview)
+//! and the queries the post-incident report shares with it.
+//!
+//! Two halves: the database reads of what only the tables can tell — duplicates that got through
+//! ([`leaks`], two effects for one requestId or one order in any table) and records whose status
+//! contradicts the orders ([`contradictions`]) — and [`findings`], a pure function from what the
+//! collectors already read (leaks, stuck records, the lock scan, the consumer lag, the trace
+//! log's rates) to the lines of the Overview, each naming where Enter takes the operator.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use crate::contracts::{keys, Outcome, TraceTarget};
+use crate::db::Database;
+use crate::lock::{LockFlag, LockScan};
+
+use crate::console::format::{age, short};
+use crate::console::read::records::StuckRecord;
+use crate::console::read::store::RateTable;
+use crate::console::read::topics::PartitionLag;
+
+/// How far back the Overview looks for duplicates that got through.
+pub const LEAK_WINDOW_MS: i64 = 24 * 3_600_000;
+/// The "last minutes" the Overview compares with the hour.
+pub const RECENT_MINUTES: usize = 5;
+/// Items listed one per line under a finding; the rest are counted (Enter opens the view).
+pub const ITEMS_LISTED: usize = 3;
+
+/// A duplicate that got through: `rows` effects for one `key` in `table`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Leak {
+    pub table: String,
+    /// The column the rows share: `req_id` or `order_no`.
+    pub by: String,
+    pub key: String,
+    pub rows: i64,
+    /// The smallest and largest distinguishing value of the rows (pay_no, source_event_no,
+    /// event_id, order_no): with two rows, both duplicates named.
+    pub first: String,
+    pub last: String,
+}
+
+impl Leak {
+    /// What to trace to see it: the requestId or the order the rows share.
+    pub fn target(&self) -> TraceTarget {
+        if self.by == "req_id" {
+            TraceTarget::RequestId(self.key.clone())
+        } else {
+            TraceTarget::OrderNo(self.key.clone())
+        }
+    }
+}
+
+/// Duplicates that got through among the rows created in `[since_ms, until_ms)`.
+pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Leak>, sqlx::Error> {
+    let mut q = sqlx::query(db.sql("report_leaks"));
+    for _ in 0..5 {
+        q = q.bind(since_ms).bind(until_ms);
+    }
+    q.fetch_all(&db.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Leak {
+                table: r.try_get("tbl")?,
+                by: r.try_get("by_col")?,
+                key: r.try_get("dup_key")?,
+                rows: r.try_get("n_rows")?,
+                first: r.try_get("first_row")?,
+                last: r.try_get("last_row")?,
+            })
+        })
+        .collect()
+}
+
+/// An idempotency record whose status contradicts the order tables: FAILED although an order
+/// exists for its request id (the client was told to send a new key, so a second order may
+/// follow: a duplicate risk), or SUCCEEDED although its order does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Contradiction {
+    pub request_id: String,
+    pub status: String,
+    /// The order that exists (FAILED) or that the record names (SUCCEEDED); empty if none.
+    pub order_no: String,
+    /// `failed_with_order` or `succeeded_without_order`.
+    pub problem: String,
+}
+
+pub async fn contradictions(
+    db: &Database,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<Vec<Contradiction>, sqlx::Error> {
+    sqlx::query(db.sql("report_contradictions"))
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(10_000_i64)
+        .fetch_all(&db.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Contradiction {
+                request_id: r.try_get("request_id")?,
+                status: r.try_get("status")?,
+                order_no: r.try_get("order_no")?,
+                problem: r.try_get("problem")?,
+            })
+        })
+        .collect()
+}
+
+/// Where Enter on a finding goes. The views are named here, not imported: `read/` knows no face.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Jump {
+    Trace(TraceTarget),
+    Locks,
+    Stuck,
+    Rates,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Nothing wrong here (said, so a quiet screen is not mistaken for a broken one).
+    Ok,
+    /// Not known: a source has not answered (or, for lag, the broker does not say).
+    Unknown,
+    Warn,
+    Bad,
+}
+
+/// One line of the Overview.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// `api`, `lock`, `db`, `kafka` or `stream`.
+    pub layer: &'static str,
+    pub severity: Severity,
+    pub text: String,
+    pub jump: Option<Jump>,
+    /// One of the items under the finding above it (a record, a lock, a leak), drawn under it.
+    pub item: bool,
+}
+
+fn finding(layer: &'static str, severity: Severity, text: String, jump: Option<Jump>) -> Finding {
+    Finding {
+        layer,
+        severity,
+        text,
+        jump,
+        item: false,
+    }
+}
+
+/// An item under a finding: its ID first, so a narrow screen cuts the rest, not the ID.
+fn item(layer: &'static str, severity: Severity, text: String, jump: Jump) -> Finding {
+    Finding {
+        item: true,
+        ..finding(layer, severity, text, Some(jump))
+    }
+}
+
+/// What the collectors read so far; `None` = not read yet, `Err` = the source failed.
+pub struct OverviewInput<'a> {
+    pub leaks: Option<&'a Result<Vec<Leak>, String>>,
+    pub stuck: Option<&'a [StuckRecord]>,
+    pub locks: Option<&'a LockScan>,
+    pub lag: Option<&'a Result<Vec<PartitionLag>, String>>,
+    pub rates: &'a RateTable,
+    pub now_ms: i64,
+}
+
+/// The Overview's lines, worst first within each kind: leaks, stuck records, locks, the DLQ,
+/// consumer lag, the interception rates.
+pub fn findings(i: &OverviewInput<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    leak_findings(i, &mut out);
+    stuck_findings(i, &mut out);
+    lock_findings(i, &mut out);
+    dlq_and_rate_findings(i, &mut out);
+    lag_findings(i, &mut out);
+    out
+}
+
+fn leak_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    let hours = LEAK_WINDOW_MS / 3_600_000;
+    match i.leaks {
+        None => out.push(finding(
+            "db",
+            Severity::Unknown,
+            "duplicates that got through: reading …".into(),
+            None,
+        )),
+        Some(Err(e)) => out.push(finding(
+            "db",
+            Severity::Unknown,
+            format!("duplicates that got through: unknown — {e}"),
+            None,
+        )),
+        Some(Ok(l)) if l.is_empty() => out.push(finding(
+            "db",
+            Severity::Ok,
+            format!("no duplicate got through in the last {hours} h"),
+            None,
+        )),
+        Some(Ok(l)) => {
+            out.push(finding(
+                "db",
+                Severity::Bad,
+                format!("{} duplicate(s) GOT THROUGH in the last {hours} h", l.len()),
+                None,
+            ));
+            for leak in l {
+                let text = format!(
+                    "{} — {} rows in {} by {} ({} … {})",
+                    leak.key, leak.rows, leak.table, leak.by, leak.first, leak.last
+                );
+                out.push(item("db", Severity::Bad, text, Jump::Trace(leak.target())));
+            }
+        }
+    }
+}
+
+fn stuck_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    let Some(stuck) = i.stuck else {
+        out.push(finding(
+            "api",
+            Severity::Unknown,
+            "stuck records: reading …".into(),
+            None,
+        ));
+        return;
+    };
+    if stuck.is_empty() {
+        out.push(finding(
+            "api",
+            Severity::Ok,
+            "no stuck PROCESSING record".into(),
+            Some(Jump::Stuck),
+        ));
+        return;
+    }
+    let dead = stuck
+        .iter()
+        .filter(|s| s.owner_alive == Some(false))
+        .count();
+    let text = format!(
+        "{} stuck PROCESSING record(s), {dead} with a dead owner",
+        stuck.len()
+    );
+    out.push(finding("api", Severity::Warn, text, Some(Jump::Stuck)));
+    for s in stuck.iter().take(ITEMS_LISTED) {
+        let owner = match s.owner_alive {
+            Some(true) => "alive",
+            Some(false) => "DEAD",
+            None => "owner?",
+        };
+        let text = format!(
+            "{owner} {} · {} · held by {}{}",
+            s.request_id,
+            age(s.age_ms(i.now_ms)),
+            short(&s.owner, 24),
+            if s.order_exists {
+                " · its order exists"
+            } else {
+                ""
+            }
+        );
+        let severity = if s.owner_alive == Some(false) {
+            Severity::Bad
+        } else {
+            Severity::Warn
+        };
+        let jump = Jump::Trace(TraceTarget::RequestId(s.request_id.clone()));
+        out.push(item("api", severity, text, jump));
+    }
+    more(out, "api", stuck.len(), Jump::Stuck);
+}
+
+fn more(out: &mut Vec<Finding>, layer: &'static str, n: usize, jump: Jump) {
+    if n > ITEMS_LISTED {
+        out.push(finding(
+            layer,
+            Severity::Warn,
+            format!("… {} more", n - ITEMS_LISTED),
+            Some(jump),
+        ));
+    }
+}
+
+fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    let Some(scan) = i.locks else {
+        out.push(finding(
+            "lock",
+            Severity::Unknown,
+            "locks: scanning …".into(),
+            None,
+        ));
+        return;
+    };
+    let bad: Vec<_> = scan
+        .locks
+        .iter()
+        .filter(|l| {
+            l.flags
+                .iter()
+                .any(|f| matches!(f, LockFlag::DeadOwner | LockFlag::NoTtl))
+        })
+        .collect();
+    if bad.is_empty() {
+        let text = format!(
+            "{} lock(s), none with a dead owner or without a TTL",
+            scan.locks.len()
+        );
+        out.push(finding("lock", Severity::Ok, text, Some(Jump::Locks)));
+        return;
+    }
+    let count = |flag| bad.iter().filter(|l| l.flags.contains(&flag)).count();
+    let text = format!(
+        "{} lock(s) with a dead owner, {} without a TTL",
+        count(LockFlag::DeadOwner),
+        count(LockFlag::NoTtl)
+    );
+    out.push(finding("lock", Severity::Bad, text, Some(Jump::Locks)));
+    for l in bad.iter().take(ITEMS_LISTED) {
+        let flags: Vec<&str> = l.flags.iter().map(|f| f.as_str()).collect();
+        let jump = match keys::ids_of_lock(&l.key) {
+            (Some(o), _) => Jump::Trace(TraceTarget::OrderNo(o)),
+            (_, Some(r)) => Jump::Trace(TraceTarget::RequestId(r)),
+            _ => Jump::Locks,
+        };
+        let text = format!("{} {}", l.key, flags.join(","));
+        out.push(item("lock", Severity::Bad, text, jump));
+    }
+    more(out, "lock", bad.len(), Jump::Locks);
+}
+
+/// The DLQ over the hour, and each interception whose last minutes run above its hour.
+fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    let recent = |per_minute: &[u64]| -> u64 { per_minute.iter().rev().take(RECENT_MINUTES).sum() };
+    let dlq: u64 = i
+        .rates
+        .series
+        .iter()
+        .filter(|s| s.outcome == Outcome::Dlq)
+        .map(|s| s.total)
+        .sum();
+    let (severity, text) = if dlq == 0 {
+        (
+            Severity::Ok,
+            format!(
+                "no message sent to the DLQ in the last {} min",
+                i.rates.window_minutes
+            ),
+        )
+    } else {
+        (
+            Severity::Bad,
+            format!(
+                "{dlq} message(s) sent to the DLQ in the last {} min",
+                i.rates.window_minutes
+            ),
+        )
+    };
+    out.push(finding("stream", severity, text, Some(Jump::Rates)));
+    let mut any = false;
+    for s in i
+        .rates
+        .series
+        .iter()
+        .filter(|s| s.outcome != Outcome::Dlq && s.total > 0)
+    {
+        let last = recent(&s.per_minute);
+        // The hour's pace over the same number of minutes.
+        let usual = s.total as f64 * RECENT_MINUTES as f64 / i.rates.window_minutes.max(1) as f64;
+        let rising = last >= 3 && last as f64 > 2.0 * usual;
+        any = true;
+        let text = format!(
+            "{}: {last} in the last {RECENT_MINUTES} min · {} in the hour{}",
+            s.label,
+            s.total,
+            if rising { " · RISING" } else { "" }
+        );
+        let severity = if rising { Severity::Warn } else { Severity::Ok };
+        out.push(finding(s.layer.as_str(), severity, text, Some(Jump::Rates)));
+    }
+    if !any {
+        out.push(finding(
+            "api",
+            Severity::Ok,
+            format!(
+                "no duplicate intercepted in the last {} min",
+                i.rates.window_minutes
+            ),
+            Some(Jump::Rates),
+        ));
+    }
+}
+
+/// Lag per partition that has any, computed from the broker's committed offsets: where it gives
+/// none (tansu often does not), the lag is said to be unknown, never guessed from the low
+/// watermark.
+fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    match i.lag {
+        None => out.push(finding(
+            "kafka",
+            Severity::Unknown,
+            "consumer lag: reading …".into(),
+            None,
+        )),
+        Some(Err(e)) => out.push(finding(
+            "kafka",
+            Severity::Unknown,
+            format!("consumer lag unknown — {e}"),
+            Some(Jump::Rates),
+        )),
+        Some(Ok(parts)) => {
+            let unknown = parts.iter().filter(|p| p.committed.is_none()).count();
+            let behind: Vec<_> = parts
+                .iter()
+                .filter(|p| p.committed.is_some() && p.lag > 0)
+                .collect();
+            if behind.is_empty() && unknown == 0 {
+                out.push(finding(
+                    "kafka",
+                    Severity::Ok,
+                    format!("consumer lag 0 on {} partition(s)", parts.len()),
+                    Some(Jump::Rates),
+                ));
+            }
+            for p in &behind {
+                let text = format!("consumer lag {} on p{} of {}", p.lag, p.partition, p.topic);
+                out.push(finding("kafka", Severity::Warn, text, Some(Jump::Rates)));
+            }
+            if unknown > 0 {
+                let text = format!("consumer lag unknown on {unknown} partition(s): no committed offset from the broker");
+                out.push(finding("kafka", Severity::Unknown, text, Some(Jump::Rates)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::read::store::RateSeries;
+    use crate::contracts::Layer;
+
+    fn rates(series: Vec<RateSeries>) -> RateTable {
+        RateTable {
+            window_minutes: 60,
+            first_minute_ms: 0,
+            events_seen: 0,
+            series,
+        }
+    }
+
+    fn series(outcome: Outcome, per_minute: Vec<u64>) -> RateSeries {
+        let total = per_minute.iter().sum();
+        RateSeries {
+            layer: Layer::Api,
+            outcome,
+            label: "replayed",
+            last_minute: *per_minute.last().unwrap(),
+            per_minute,
+            total,
+        }
+    }
+
+    #[test]
+    fn a_leak_is_a_bad_line_that_traces_its_key_and_unknown_lag_is_said() {
+        let leaks = Ok(vec![Leak {
+            table: "payment_flow".into(),
+            by: "order_no".into(),
+            key: "O1".into(),
+            rows: 2,
+            first: "P1".into(),
+            last: "P2".into(),
+        }]);
+        let lag = Ok(vec![PartitionLag {
+            topic: "t".into(),
+            partition: 0,
+            high_watermark: 5,
+            committed: None,
+            lag: 5,
+        }]);
+        let r = rates(vec![]);
+        let f = findings(&OverviewInput {
+            leaks: Some(&leaks),
+            stuck: Some(&[]),
+            locks: None,
+            lag: Some(&lag),
+            rates: &r,
+            now_ms: 0,
+        });
+        let leak = f.iter().find(|l| l.text.contains("payment_flow")).unwrap();
+        assert_eq!(
+            (leak.severity, leak.jump.clone()),
+            (
+                Severity::Bad,
+                Some(Jump::Trace(TraceTarget::OrderNo("O1".into())))
+            )
+        );
+        assert!(f
+            .iter()
+            .any(|l| l.text.contains("lag unknown on 1 partition")
+                && l.severity == Severity::Unknown));
+        assert!(
+            !f.iter().any(|l| l.text.contains("consumer lag 5")),
+            "no figure without a committed offset"
+        );
+    }
+
+    #[test]
+    fn the_last_minutes_are_compared_with_the_hour() {
+        let mut quiet = vec![1; 60];
+        quiet[0] = 0;
+        let mut burst = vec![0; 60];
+        burst[59] = 9;
+        let r = rates(vec![
+            series(Outcome::Replayed, quiet),
+            series(Outcome::DedupHit, burst),
+            series(Outcome::Dlq, vec![0; 60]),
+        ]);
+        let f = findings(&OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: None,
+            rates: &r,
+            now_ms: 0,
+        });
+        let lines: Vec<&Finding> = f
+            .iter()
+            .filter(|l| l.text.contains("in the last 5 min"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{f:#?}");
+        assert!(
+            !lines[0].text.contains("RISING")
+                && lines[1]
+                    .text
+                    .contains("9 in the last 5 min · 9 in the hour · RISING")
+        );
+        assert!(f
+            .iter()
+            .any(|l| l.text.starts_with("no message sent to the DLQ")));
+    }
+}

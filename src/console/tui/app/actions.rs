@@ -1,0 +1,209 @@
+//! The action pipeline of the console: tagged rows → a confirmation popup → the executor →
+//! per-view results. Owns nothing else; the executor is a channel ([`ExecRequest`]), so a test
+//! attaches a channel of its own and reads what would have run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crossterm::event::{KeyCode, KeyEvent};
+use tokio::sync::mpsc;
+
+use crate::config::{Config, Dialect};
+use crate::ops::{ActionOutcome, ActionResult, AuditRow};
+
+use crate::console::tui::backend::ExecRequest;
+use crate::console::tui::confirm::{Confirm, RowResult};
+use crate::console::tui::keymap::{self, PopupKey, View, CONFIRM_KEYS};
+
+/// What a key did to the confirmation popup.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ConfirmStep {
+    /// Typed or deleted: the popup stays.
+    Typing,
+    Cancelled,
+    /// Enter before the phrase or a required reason was typed: what is missing.
+    Missing(String),
+    /// Confirmed: `n` actions sent to the executor (or why they could not be).
+    Sent(Result<usize, String>),
+}
+
+pub struct ActionsPane {
+    /// `--allow-actions` or `environment.allow_actions`: otherwise the action keys are greyed
+    /// out and only say how to enable them.
+    pub enabled: bool,
+    pub dialect: Dialect,
+    /// Tagged rows per view (lock keys, requestIds): survive refreshes and re-sorting.
+    pub tagged: BTreeMap<View, BTreeSet<String>>,
+    /// The confirmation popup, when open: every key goes to it.
+    pub confirm: Option<Confirm>,
+    /// The result of the last action on each target (lock key / requestId), per view.
+    results: BTreeMap<View, BTreeMap<String, RowResult>>,
+    /// Each view's last batch, in order (shown under its table).
+    last_batch: BTreeMap<View, Vec<ActionResult>>,
+    pub audit: Option<Result<Vec<AuditRow>, String>>,
+    executor: Option<mpsc::Sender<ExecRequest>>,
+}
+
+/// The view whose rows an action acts on.
+pub fn view_of(action: &str) -> View {
+    match action {
+        "finalize" => View::Stuck,
+        _ => View::Locks,
+    }
+}
+
+impl ActionsPane {
+    pub fn new(config: &Config) -> ActionsPane {
+        ActionsPane {
+            enabled: config.environment.allow_actions,
+            dialect: config.dialect(),
+            tagged: BTreeMap::new(),
+            confirm: None,
+            results: BTreeMap::new(),
+            last_batch: BTreeMap::new(),
+            audit: None,
+            executor: None,
+        }
+    }
+
+    pub fn attach(&mut self, tx: mpsc::Sender<ExecRequest>) {
+        self.executor = Some(tx);
+    }
+
+    pub fn has_executor(&self) -> bool {
+        self.executor.is_some()
+    }
+
+    /// Hand a request to the executor; the error says what was not sent.
+    pub fn request(&mut self, req: ExecRequest) -> Result<(), String> {
+        let what = match &req {
+            ExecRequest::Run(_) => "the batch",
+            ExecRequest::LoadAudit => "the audit reload",
+            ExecRequest::Report(_) => "the report",
+        };
+        let Some(tx) = &self.executor else {
+            return match req {
+                // Nothing to read the audit from: not an error the operator must see.
+                ExecRequest::LoadAudit => Ok(()),
+                _ => Err(format!("no executor is running: {what} was not sent")),
+            };
+        };
+        tx.try_send(req)
+            .map_err(|_| format!("the executor is busy; {what} was not sent — try again"))
+    }
+
+    /// A key while the confirmation is open ([`CONFIRM_KEYS`]; other characters are typed).
+    pub fn confirm_key(&mut self, key: &KeyEvent) -> ConfirmStep {
+        let Some(c) = &mut self.confirm else {
+            return ConfirmStep::Cancelled;
+        };
+        match keymap::popup_key(CONFIRM_KEYS, key) {
+            Some(PopupKey::Cancel) => {
+                self.confirm = None;
+                ConfirmStep::Cancelled
+            }
+            Some(PopupKey::Submit) => match c.missing() {
+                Some(m) => ConfirmStep::Missing(m),
+                None => {
+                    let batch = c.confirmed();
+                    let n = batch.len();
+                    if let Some(p) = batch.first() {
+                        self.tagged.remove(&view_of(p.action.name()));
+                    }
+                    self.confirm = None;
+                    ConfirmStep::Sent(self.request(ExecRequest::Run(batch)).map(|_| n))
+                }
+            },
+            Some(PopupKey::DeleteChar) => {
+                c.typed.pop();
+                ConfirmStep::Typing
+            }
+            Some(PopupKey::ClearLine) => {
+                c.typed.clear();
+                ConfirmStep::Typing
+            }
+            Some(_) => ConfirmStep::Typing,
+            None => {
+                if let KeyCode::Char(ch) = key.code {
+                    c.typed.push(ch);
+                }
+                ConfirmStep::Typing
+            }
+        }
+    }
+
+    /// The executor's results: kept per row and per view; returns the one-line summary.
+    pub fn apply_results(&mut self, results: Vec<ActionResult>) -> (String, bool) {
+        let done = results
+            .iter()
+            .filter(|r| r.outcome == ActionOutcome::Done)
+            .count();
+        let summary = match results.as_slice() {
+            [one] => format!(
+                "{} {}: {} — {}",
+                one.action, one.target, one.outcome, one.detail
+            ),
+            many => format!(
+                "{done} of {} action(s) done; per-row results below the table",
+                many.len()
+            ),
+        };
+        let all_done = done == results.len();
+        let mut by_view: BTreeMap<View, Vec<ActionResult>> = BTreeMap::new();
+        for r in results {
+            let view = view_of(r.action);
+            let row = RowResult {
+                outcome: r.outcome,
+                detail: r.detail.clone(),
+            };
+            self.results
+                .entry(view)
+                .or_default()
+                .insert(r.target.clone(), row);
+            by_view.entry(view).or_default().push(r);
+        }
+        self.last_batch.extend(by_view);
+        (summary, all_done)
+    }
+
+    /// The last batch run on `view`'s rows.
+    pub fn last_batch(&self, view: View) -> &[ActionResult] {
+        self.last_batch.get(&view).map_or(&[], Vec::as_slice)
+    }
+
+    /// The result of the last action on `id` in `view`.
+    pub fn result(&self, view: View, id: &str) -> Option<&RowResult> {
+        self.results.get(&view)?.get(id)
+    }
+
+    pub fn is_tagged(&self, view: View, id: &str) -> bool {
+        self.tagged.get(&view).is_some_and(|t| t.contains(id))
+    }
+
+    /// Tag or untag `id`; returns how many rows of the view are tagged.
+    pub fn toggle_tag(&mut self, view: View, id: String) -> usize {
+        let set = self.tagged.entry(view).or_default();
+        if !set.remove(&id) {
+            set.insert(id);
+        }
+        set.len()
+    }
+
+    /// The rows an action applies to: the tagged rows of the view, else the selected one.
+    pub fn action_rows<T>(
+        &self,
+        view: View,
+        all: &[T],
+        id: impl Fn(&T) -> &str,
+        selected: Option<&T>,
+    ) -> Vec<usize> {
+        match self.tagged.get(&view).filter(|t| !t.is_empty()) {
+            Some(t) => (0..all.len())
+                .filter(|i| t.contains(id(&all[*i])))
+                .collect(),
+            None => selected
+                .and_then(|s| all.iter().position(|r| std::ptr::eq(r, s)))
+                .into_iter()
+                .collect(),
+        }
+    }
+}

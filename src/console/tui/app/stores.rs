@@ -1,0 +1,393 @@
+//! What the collectors sent, and the views derived from it: each [`Update`] of data lands here
+//! ([`Stores::apply`]), the backends' health follows from it, and the rows each table view
+//! shows after its filter are recomputed on new data only. No channel, no service: a test feeds
+//! it updates by hand.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::contracts::{now_ms, TraceTarget};
+
+use crate::console::columns;
+use crate::console::read::locks::TraceKeys;
+use crate::console::read::overview::{self, Finding, Leak, OverviewInput};
+use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
+use crate::console::read::store::{PaymentIndex, TraceLog};
+use crate::console::read::timeline::Timeline;
+use crate::console::read::topics::PartitionLag;
+use crate::console::read::trace::{self, TracePieces};
+use crate::console::tui::app::ui_state::Filter;
+use crate::console::tui::backend::{BackendId, TopicProgress, Update};
+use crate::console::tui::keymap::View;
+use crate::lock::LockScan;
+
+/// How often the timeline's relative times (ages, PTTLs) are recomputed without new data.
+const TIMELINE_AGES: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Connecting,
+    Up,
+    /// Answering, but part of it is not (a RedLock node).
+    Degraded(String),
+    Down(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendState {
+    pub health: Health,
+    /// When it last delivered good data (epoch ms).
+    pub last_ok_ms: Option<i64>,
+}
+
+/// What [`Stores::apply`] changed that the rest of the app must follow.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The IDs a trace resolved to may have changed: tell the collectors.
+    pub focus_changed: bool,
+    /// A table view got new rows: its filtered row count (the selection must stay inside).
+    pub refiltered: Option<(View, usize)>,
+}
+
+pub struct Stores {
+    pub backends: BTreeMap<BackendId, BackendState>,
+    pub backend_targets: BTreeMap<BackendId, String>,
+    pub stuck_threshold: Duration,
+    /// What the Trace view traces, parsed where it was typed.
+    pub trace_target: Option<TraceTarget>,
+    pub trace_rows: Option<TraceRows>,
+    pub trace_keys: Option<TraceKeys>,
+    pub trace_log: TraceLog,
+    /// The trace target's events read from the whole trace topic ([`Update::TraceHistory`]).
+    trace_history: Option<Vec<crate::contracts::TraceEvent>>,
+    pub payments: PaymentIndex,
+    pub trace_topic: Option<TopicProgress>,
+    pub payment_topic: Option<TopicProgress>,
+    pub lag: Option<Result<Vec<PartitionLag>, String>>,
+    pub locks: Option<LockScan>,
+    pub stuck: Option<Vec<StuckRecord>>,
+    /// Duplicates that got through in the Overview's window ([`overview::LEAK_WINDOW_MS`]).
+    pub leaks: Option<Result<Vec<Leak>, String>>,
+    pub live_instances: Option<BTreeSet<String>>,
+    /// Rows of the Locks and Stuck views that pass their filter (indices into the data).
+    pub filtered: BTreeMap<View, Vec<usize>>,
+    /// The trace view's timeline as last built ([`Stores::refresh_trace`]): rebuilt when its
+    /// data changed or its relative times aged, never more than once per frame.
+    pub trace_view: Option<Timeline>,
+    trace_stale: bool,
+    trace_built_at: Option<Instant>,
+}
+
+impl Stores {
+    pub fn new(config: &Config) -> Stores {
+        let backends = BackendId::ALL
+            .iter()
+            .map(|b| {
+                let state = BackendState {
+                    health: Health::Connecting,
+                    last_ok_ms: None,
+                };
+                (*b, state)
+            })
+            .collect();
+        Stores {
+            backends,
+            backend_targets: BackendId::ALL
+                .iter()
+                .map(|b| (*b, b.target(config)))
+                .collect(),
+            stuck_threshold: config.console.stuck_threshold,
+            trace_target: None,
+            trace_rows: None,
+            trace_keys: None,
+            trace_log: TraceLog::default(),
+            trace_history: None,
+            payments: PaymentIndex::default(),
+            trace_topic: None,
+            payment_topic: None,
+            lag: None,
+            locks: None,
+            stuck: None,
+            leaks: None,
+            live_instances: None,
+            filtered: BTreeMap::new(),
+            trace_view: None,
+            trace_stale: true,
+            trace_built_at: None,
+        }
+    }
+
+    /// Take in what a collector read — one arm per kind of update, each the whole story of its
+    /// data (hence the length). The executor's updates are not data: they go to the
+    /// actions pane ([`crate::console::tui::app::actions::ActionsPane::apply_results`]).
+    pub fn apply(&mut self, update: Update, filters: &BTreeMap<View, Filter>, now: i64) -> Applied {
+        let backend = update.backend();
+        let mut applied = Applied::default();
+        let table = match &update {
+            Update::Stuck(_) => Some(View::Stuck),
+            Update::Locks(_) => Some(View::Locks),
+            _ => None,
+        };
+        match update {
+            Update::Stuck(Ok(rows)) => {
+                self.ok(backend);
+                self.stuck = Some(rows);
+                self.annotate_stuck();
+            }
+            Update::Leaks(Ok(l)) => {
+                self.ok(backend);
+                self.leaks = Some(Ok(l));
+            }
+            Update::Leaks(Err(e)) => {
+                self.leaks = Some(Err(e.clone()));
+                self.down(backend, e);
+            }
+            Update::Stuck(Err(e)) => self.down(backend, e),
+            Update::TraceRows { target, result } => match result {
+                Ok(rows) => {
+                    self.ok(backend);
+                    if self.trace_target.as_ref() == Some(&target) {
+                        self.trace_rows = Some(rows);
+                        self.trace_stale = true;
+                        applied.focus_changed = true;
+                    }
+                }
+                Err(e) => self.down(backend, e),
+            },
+            Update::Locks(scan) => self.apply_locks(backend, scan),
+            Update::TraceKeys { ids, result } => match result {
+                Ok(k) if ids == self.resolved_ids() => {
+                    self.trace_keys = Some(k);
+                    self.trace_stale = true;
+                }
+                Ok(_) => {}
+                Err(e) => self.down(backend, e),
+            },
+            Update::TraceEvents(events) => {
+                self.ok(backend);
+                for e in events {
+                    self.trace_log.ingest(e);
+                }
+                self.trace_stale = true;
+                applied.focus_changed = true;
+            }
+            Update::TraceHistory { ids, result } => match result {
+                Ok(events) => {
+                    self.ok(backend);
+                    if ids == self.resolved_ids() {
+                        self.trace_history = Some(events);
+                        self.trace_stale = true;
+                    }
+                }
+                Err(e) => self.down(backend, e),
+            },
+            Update::TraceTopic(Ok(p)) => {
+                self.ok(backend);
+                self.trace_topic = Some(p);
+            }
+            Update::TraceTopic(Err(e)) => self.down(backend, e),
+            Update::PaymentMessages(msgs) => {
+                self.ok(backend);
+                for m in msgs {
+                    self.payments.ingest(m);
+                }
+                self.trace_stale = true;
+                applied.focus_changed = true;
+            }
+            Update::PaymentTopic { progress, lag } => {
+                self.apply_payment_topic(backend, progress, lag)
+            }
+            Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => {}
+        }
+        if let Some(view) = table {
+            let f = filters.get(&view).cloned().unwrap_or_default();
+            applied.refiltered = Some((view, self.refilter(view, &f, now)));
+        }
+        applied
+    }
+
+    fn apply_locks(&mut self, backend: BackendId, scan: LockScan) {
+        match scan.nodes.iter().find(|n| n.role == "main") {
+            Some(m) if !m.ok => {
+                let e = m.error.clone().unwrap_or_default();
+                self.down(backend, e);
+                // The RedLock nodes may still have answered: keep what they said.
+                if scan.nodes.iter().any(|n| n.role == "redlock" && n.ok) {
+                    self.locks = Some(scan);
+                }
+            }
+            _ => {
+                match scan.first_error() {
+                    Some(e) => self.degraded(backend, e),
+                    None => self.ok(backend),
+                }
+                self.live_instances = scan.live_instances.clone();
+                self.locks = Some(scan);
+                self.annotate_stuck();
+            }
+        }
+    }
+
+    fn apply_payment_topic(
+        &mut self,
+        backend: BackendId,
+        progress: Result<TopicProgress, String>,
+        lag: Result<Vec<PartitionLag>, String>,
+    ) {
+        match progress {
+            Ok(p) => {
+                match &lag {
+                    Err(e) => self.degraded(backend, e.clone()),
+                    Ok(_) => self.ok(backend),
+                }
+                self.payment_topic = Some(p);
+            }
+            Err(e) => self.down(backend, e),
+        }
+        if lag.is_ok() || self.lag.is_none() {
+            self.lag = Some(lag);
+        }
+    }
+
+    fn ok(&mut self, b: BackendId) {
+        let s = self
+            .backends
+            .get_mut(&b)
+            .expect("every backend has a state");
+        s.health = Health::Up;
+        s.last_ok_ms = Some(now_ms());
+    }
+
+    fn degraded(&mut self, b: BackendId, e: String) {
+        let s = self
+            .backends
+            .get_mut(&b)
+            .expect("every backend has a state");
+        s.health = Health::Degraded(e);
+        s.last_ok_ms = Some(now_ms());
+    }
+
+    fn down(&mut self, b: BackendId, e: String) {
+        self.backends
+            .get_mut(&b)
+            .expect("every backend has a state")
+            .health = Health::Down(e);
+    }
+
+    fn annotate_stuck(&mut self) {
+        // Liveness is only known while Redis answers; otherwise it is shown as unknown.
+        let redis_up = !matches!(self.backends[&BackendId::Redis].health, Health::Down(_));
+        let live = if redis_up {
+            self.live_instances.as_ref()
+        } else {
+            None
+        };
+        if let Some(rows) = &mut self.stuck {
+            annotate_stuck(rows, live);
+        }
+    }
+
+    /// Recompute which rows of a table view pass its filter (on new data or a new filter only,
+    /// never per frame: a 10,000-row view stays cheap to draw). Returns the number of rows.
+    pub fn refilter(&mut self, view: View, f: &Filter, now: i64) -> usize {
+        let needle = f.text.to_lowercase();
+        let keep = |cells: Vec<String>| columns::passes(&cells, &needle, f.invert);
+        let rows: Vec<usize> = match view {
+            View::Locks => self.locks.as_ref().map_or_else(Vec::new, |s| {
+                (0..s.locks.len())
+                    .filter(|i| keep(columns::lock_cells(&s.locks[*i], now)))
+                    .collect()
+            }),
+            View::Stuck => self.stuck.as_ref().map_or_else(Vec::new, |s| {
+                (0..s.len())
+                    .filter(|i| keep(columns::stuck_cells(&s[*i], now)))
+                    .collect()
+            }),
+            _ => return 0,
+        };
+        let n = rows.len();
+        self.filtered.insert(view, rows);
+        n
+    }
+
+    /// The row of a filtered table view at `selected`.
+    pub fn selected_lock(&self, selected: usize) -> Option<&crate::lock::LockView> {
+        let i = *self.filtered.get(&View::Locks)?.get(selected)?;
+        self.locks.as_ref()?.locks.get(i)
+    }
+
+    pub fn selected_stuck(&self, selected: usize) -> Option<&StuckRecord> {
+        let i = *self.filtered.get(&View::Stuck)?.get(selected)?;
+        self.stuck.as_ref()?.get(i)
+    }
+
+    /// Trace a new target: what was read for the last one is dropped. False if it is the same.
+    pub fn set_trace_target(&mut self, target: TraceTarget) -> bool {
+        self.trace_stale = true;
+        if self.trace_target.as_ref() == Some(&target) {
+            return false;
+        }
+        self.trace_target = Some(target);
+        self.trace_rows = None;
+        self.trace_keys = None;
+        self.trace_history = None;
+        true
+    }
+
+    /// The IDs the trace target resolved to, from every source that answered.
+    pub fn resolved_ids(&self) -> TraceIds {
+        match &self.trace_target {
+            Some(t) => {
+                trace::resolve_ids(t, self.trace_rows.as_ref(), &self.payments, &self.trace_log)
+            }
+            None => TraceIds::default(),
+        }
+    }
+
+    /// The timeline of the current trace target, from whatever the collectors have sent: the
+    /// one assembly of a trace ([`trace::assemble`]) over the TUI's stores.
+    pub fn timeline(&self, now: i64) -> Option<Timeline> {
+        let target = self.trace_target.as_ref()?;
+        let pieces = TracePieces {
+            rows: self.trace_rows.as_ref(),
+            keys: self.trace_keys.as_ref(),
+            payments: &self.payments,
+            log: &self.trace_log,
+            history: self.trace_history.as_deref(),
+        };
+        Some(trace::assemble(target, &pieces, now))
+    }
+
+    /// Rebuild the trace view when it changed or aged: called before each frame, so the
+    /// (linear) search of the trace log runs at most once per frame and not at all when nothing
+    /// changed.
+    pub fn refresh_trace(&mut self, paused: bool, now: i64) {
+        if self.trace_target.is_none() {
+            self.trace_view = None;
+            return;
+        }
+        let aged = !paused
+            && self
+                .trace_built_at
+                .is_none_or(|t| t.elapsed() >= TIMELINE_AGES);
+        if self.trace_stale || aged || self.trace_view.is_none() {
+            self.trace_view = self.timeline(now);
+            self.trace_stale = false;
+            self.trace_built_at = Some(Instant::now());
+        }
+    }
+
+    /// The Overview's lines ([`overview::findings`] over what the collectors read).
+    pub fn findings(&self, now: i64) -> Vec<Finding> {
+        let rates = self.trace_log.rates(now);
+        overview::findings(&OverviewInput {
+            leaks: self.leaks.as_ref(),
+            stuck: self.stuck.as_deref(),
+            locks: self.locks.as_ref(),
+            lag: self.lag.as_ref(),
+            rates: &rates,
+            now_ms: now,
+        })
+    }
+}

@@ -1,0 +1,337 @@
+//! The app's state logic without a service: keys → state → actions, updates fed by hand, frames
+//! drawn into ratatui's `TestBackend`. Milliseconds each.
+
+use std::collections::BTreeSet;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::config::{Config, LockMode};
+use crate::console::read::overview::Leak;
+use crate::console::read::records::StuckRecord;
+use crate::contracts::{now_ms, LockHolder};
+use crate::lock::{LockScan, LockView};
+use crate::ops::{ActionOutcome, ActionResult};
+
+const DEAD_LOCK: &str = "lock:req:APP:ORDER:20261129:0193a1c2-7b3d-7c4e-8f00-aaaaaaaaaaaa";
+const STUCK_ID: &str = "APP:ORDER:20261129:0193a1c2-7b3d-7c4e-8f00-bbbbbbbbbbbb";
+const LEAK_ORDER: &str = "20261129230742123abcdef012345";
+
+fn app() -> App {
+    App::new(&Config::defaults(), None)
+}
+
+fn key(app: &mut App, code: KeyCode) {
+    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn ctrl(app: &mut App, c: char) {
+    app.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL));
+}
+
+fn typed(app: &mut App, s: &str) {
+    s.chars().for_each(|c| key(app, KeyCode::Char(c)));
+}
+
+fn screen(app: &mut App, w: u16, h: u16) -> String {
+    app.ui.size = (w, h);
+    app.refresh_views();
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| crate::console::tui::ui::draw(f, app)).unwrap();
+    let buf = t.backend().buffer().clone();
+    (0..h)
+        .map(|y| {
+            let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+            line.trim_end().to_string() + "\n"
+        })
+        .collect()
+}
+
+/// A lock of a dead owner without a TTL, and the heartbeat of nobody.
+fn scan() -> LockScan {
+    let holder = LockHolder {
+        instance: "api-dead-0a1b2c".into(),
+        host: "old-host".into(),
+        pid: 999,
+        acquired_at: now_ms() - 300_000,
+        ttl_ms: 30_000,
+        fence: 4,
+        nonce: "n-dead".into(),
+    };
+    let node = LockView::held_on("127.0.0.1:6379", holder.to_value(), -1);
+    let mut view = LockView::new(
+        DEAD_LOCK.into(),
+        LockMode::Single,
+        vec![node],
+        Some(4),
+        now_ms(),
+    );
+    let live = BTreeSet::new();
+    view.judge_owner(Some(&live));
+    LockScan {
+        locks: vec![view],
+        live_instances: Some(live),
+        read_at_ms: now_ms(),
+        ..LockScan::default()
+    }
+}
+
+fn stuck() -> StuckRecord {
+    let created = now_ms() - 300_000;
+    StuckRecord {
+        request_id: STUCK_ID.into(),
+        order_no: None,
+        owner: "api-dead-0a1b2c".into(),
+        owner_alive: None,
+        fence: 4,
+        created_at: created,
+        updated_at: created,
+        lease_until: created + 30_000,
+        replay_count: 0,
+        version: 0,
+        order_exists: false,
+        order_status: None,
+        found_order_no: None,
+    }
+}
+
+fn leak() -> Leak {
+    Leak {
+        table: "payment_flow".into(),
+        by: "order_no".into(),
+        key: LEAK_ORDER.into(),
+        rows: 2,
+        first: "PAY00000001".into(),
+        last: "PAY00000002".into(),
+    }
+}
+
+/// Everything the Overview reads, as the collectors would send it.
+fn fed() -> App {
+    let mut a = app();
+    a.apply(Update::Stuck(Ok(vec![stuck()])));
+    a.apply(Update::Locks(scan()));
+    a.apply(Update::Leaks(Ok(vec![leak()])));
+    a
+}
+
+fn result(action: &'static str, target: &str) -> ActionResult {
+    ActionResult {
+        action,
+        target: target.into(),
+        outcome: ActionOutcome::Done,
+        before: None,
+        after: None,
+        detail: format!("{action} done"),
+        audit_id: Some(1),
+    }
+}
+
+#[test]
+fn the_console_opens_on_the_overview_and_digits_switch_views() {
+    let mut a = app();
+    assert_eq!(a.ui.view, View::Overview);
+    for (c, v) in ['2', '3', '4', '5', '6', '1'].into_iter().zip([
+        View::Trace,
+        View::Locks,
+        View::Rates,
+        View::Stuck,
+        View::Audit,
+        View::Overview,
+    ]) {
+        key(&mut a, KeyCode::Char(c));
+        assert_eq!(a.ui.view, v, "key {c}");
+    }
+    key(&mut a, KeyCode::BackTab);
+    assert_eq!(
+        a.ui.view,
+        View::Audit,
+        "shift-tab from the first view wraps"
+    );
+}
+
+#[test]
+fn the_overview_shows_what_is_wrong_and_enter_opens_its_view_or_trace() {
+    let mut a = fed();
+    let findings = a.findings();
+    let at = |text: &str| {
+        findings
+            .iter()
+            .position(|f| f.text.contains(text))
+            .unwrap_or_else(|| panic!("no line with {text}: {findings:#?}"))
+    };
+    // A leaked duplicate: Enter traces the order.
+    a.ui.selected.insert(View::Overview, at(LEAK_ORDER));
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.ui.view, View::Trace);
+    assert_eq!(
+        a.stores.trace_target,
+        Some(TraceTarget::OrderNo(LEAK_ORDER.into()))
+    );
+    // The stuck record, listed with its dead owner: Enter traces the request.
+    key(&mut a, KeyCode::Char('1'));
+    let line = &findings[at(STUCK_ID)];
+    assert!(line.text.contains("DEAD"), "{line:?}");
+    a.ui.selected.insert(View::Overview, at(STUCK_ID));
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(
+        a.stores.trace_target,
+        Some(TraceTarget::RequestId(STUCK_ID.into()))
+    );
+    // A summary line opens its view.
+    key(&mut a, KeyCode::Char('1'));
+    a.ui.selected
+        .insert(View::Overview, at("with a dead owner, 1 without a TTL"));
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.ui.view, View::Locks);
+    key(&mut a, KeyCode::Char('1'));
+    a.ui.selected
+        .insert(View::Overview, at("stuck PROCESSING record"));
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.ui.view, View::Stuck);
+}
+
+#[test]
+fn the_help_scrolls_at_80x24_and_is_never_cut() {
+    let mut a = app();
+    let s = screen(&mut a, 80, 24);
+    key(&mut a, KeyCode::Char('?'));
+    let first = screen(&mut a, 80, 24);
+    assert_ne!(s, first);
+    assert!(first.contains("Help 1–22 of"), "{first}");
+    assert!(first.contains("KEYS"), "{first}");
+    assert!(!first.contains(":quit"), "the end is below");
+    key(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.ui.help, Some(1));
+    key(&mut a, KeyCode::Char('G'));
+    let last = screen(&mut a, 80, 24);
+    assert!(last.contains(":quit") && !last.contains(" KEYS"), "{last}");
+    // Every help text is there whole, wrapped inside the popup (never past its border).
+    let rows = ui_state::help_rows((80, 24), None);
+    let width = ui_state::help_popup_width(80) as usize - 2;
+    assert!(
+        rows.iter().all(|(_, v)| 20 + v.chars().count() <= width),
+        "{rows:?}"
+    );
+    key(&mut a, KeyCode::Char('k'));
+    assert!(a.ui.help.is_some(), "k scrolls, it does not close");
+    key(&mut a, KeyCode::Char('x'));
+    assert_eq!(a.ui.help, None, "any other key closes it");
+    key(&mut a, KeyCode::Char('?'));
+    key(&mut a, KeyCode::Char('q'));
+    assert!(a.ui.quit, "q in the help quits");
+}
+
+#[test]
+fn the_command_line_keys_come_from_its_table() {
+    let mut a = app();
+    typed(&mut a, ":lo");
+    key(&mut a, KeyCode::Tab);
+    assert_eq!(a.ui.input, Input::Command("locks ".into()));
+    key(&mut a, KeyCode::Enter);
+    assert_eq!((a.ui.view, &a.ui.input), (View::Locks, &Input::Normal));
+    typed(&mut a, "/dead");
+    ctrl(&mut a, 'u');
+    assert_eq!(a.ui.input, Input::Filter(String::new()));
+    key(&mut a, KeyCode::Backspace);
+    assert_eq!(
+        a.ui.input,
+        Input::Normal,
+        "backspace on an empty line leaves it"
+    );
+    typed(&mut a, ":ov");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.ui.view, View::Overview);
+}
+
+#[test]
+fn a_confirmed_release_goes_to_the_executor_and_its_result_to_the_locks_view_only() {
+    let mut a = fed();
+    let (tx, mut rx) = mpsc::channel(8);
+    a.attach_executor(tx);
+    assert!(matches!(rx.try_recv(), Ok(ExecRequest::LoadAudit)));
+    a.allow_actions(true);
+    key(&mut a, KeyCode::Char('3'));
+    key(&mut a, KeyCode::Char('x'));
+    assert!(a.actions.confirm.is_some());
+    typed(&mut a, "stale");
+    ctrl(&mut a, 'u');
+    assert_eq!(a.actions.confirm.as_ref().unwrap().typed, "");
+    key(&mut a, KeyCode::Esc);
+    assert!(
+        a.actions.confirm.is_none() && rx.try_recv().is_err(),
+        "esc: nothing sent"
+    );
+    key(&mut a, KeyCode::Char('x'));
+    key(&mut a, KeyCode::Enter);
+    match rx.try_recv() {
+        Ok(ExecRequest::Run(batch)) => {
+            assert_eq!(batch.len(), 1);
+            assert_eq!(batch[0].action.target(), DEAD_LOCK);
+        }
+        other => panic!("expected the batch, got {other:?}"),
+    }
+    a.apply(Update::ActionResults(vec![result(
+        "release_lock",
+        DEAD_LOCK,
+    )]));
+    assert_eq!(a.actions.last_batch(View::Locks).len(), 1);
+    assert!(a.actions.last_batch(View::Stuck).is_empty());
+}
+
+#[test]
+fn the_stuck_views_last_actions_panel_shows_stucks_actions_not_locks() {
+    let mut a = fed();
+    a.apply(Update::ActionResults(vec![result(
+        "release_lock",
+        DEAD_LOCK,
+    )]));
+    a.apply(Update::ActionResults(vec![result("finalize", STUCK_ID)]));
+    // The status line says the last result whatever the view: only the panels are compared.
+    a.ui.message = None;
+    key(&mut a, KeyCode::Char('5'));
+    let s = screen(&mut a, 200, 20);
+    assert!(s.contains("Last actions, per row"), "{s}");
+    assert!(s.contains(&format!("finalize {STUCK_ID}")), "{s}");
+    assert!(
+        !s.contains("release_lock"),
+        "a lock's action in the Stuck view:\n{s}"
+    );
+    key(&mut a, KeyCode::Char('3'));
+    let s = screen(&mut a, 200, 20);
+    assert!(
+        s.contains(&format!("release_lock {DEAD_LOCK}"))
+            && !s.contains(&format!("finalize {STUCK_ID}")),
+        "{s}"
+    );
+}
+
+#[test]
+fn at_80x24_ids_stay_whole_and_the_header_says_read_only() {
+    let mut a = fed();
+    for (k, id) in [('3', DEAD_LOCK), ('5', STUCK_ID)] {
+        key(&mut a, KeyCode::Char(k));
+        let s = screen(&mut a, 80, 24);
+        assert!(
+            s.lines().next().unwrap().contains("read-only · refresh"),
+            "{s}"
+        );
+        assert!(s.contains(id), "{id} cut at 80 columns:\n{s}");
+    }
+}
+
+#[test]
+fn updates_keep_the_selection_inside_the_filtered_rows() {
+    let mut a = fed();
+    key(&mut a, KeyCode::Char('3'));
+    key(&mut a, KeyCode::Char('G'));
+    a.ui.selected.insert(View::Locks, 5);
+    a.apply(Update::Locks(scan()));
+    assert_eq!(a.selected(View::Locks), 0);
+    typed(&mut a, "/nothing-matches");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.row_count(View::Locks), 0);
+}
