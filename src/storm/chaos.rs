@@ -166,7 +166,8 @@ pub async fn chaos(
     Ok(played)
 }
 
-/// The rounds and the nemesis beside each (see [`chaos`]).
+/// The rounds and the nemesis beside each (see [`chaos`]). Long because the round loop and
+/// the nemesis share the round's counters and its stop signal.
 #[allow(clippy::too_many_arguments)] // the stage of one storm, taken apart by its owner
 async fn rounds(
     rig: &mut Rig,
@@ -321,6 +322,8 @@ async fn nemesis(
 /// out and no later than a TTL after the kill (the dead watchdog renews nothing), with a larger
 /// fence token; it cancels the order, and the dead holder's PAID write under its own token —
 /// what a holder paused past its death would send — must be refused. Returns what was wrong.
+///
+/// Long because it is that one scenario told in order, each step checked as it happens.
 async fn kill_lock_holder(
     stage: &Stage<'_>,
     n: usize,

@@ -52,8 +52,17 @@ pub struct Scope {
 /// Runs every invariant of [`Scope`] against `db`.
 pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
-    let pattern = scope.order_pattern.as_str();
+    orders(db, scope, &mut checks).await?;
+    stock(db, scope, &mut checks).await?;
+    payments(db, scope, &mut checks).await?;
+    effects(db, scope, &mut checks).await?;
+    records(db, scope, &mut checks).await?;
+    Ok(checks)
+}
 
+/// One order per answered requestId, and every response names that order.
+async fn orders(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow::Result<()> {
+    let pattern = scope.order_pattern.as_str();
     let rows = sqlx::query(db.sql("storm_orders_of_run"))
         .bind(pattern)
         .fetch_all(&db.pool)
@@ -110,7 +119,12 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
         "every response for a requestId names the one order the database holds for it",
         offenders,
     ));
+    Ok(())
+}
 
+/// Stock taken once per order, and every SKU balanced.
+async fn stock(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow::Result<()> {
+    let pattern = scope.order_pattern.as_str();
     let rows = sqlx::query(db.sql("storm_check_stock_movements"))
         .bind(pattern)
         .fetch_all(&db.pool)
@@ -157,7 +171,12 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
         "stock never negative; initial - final stock = sum of order quantities = sum of movements",
         offenders,
     ));
+    Ok(())
+}
 
+/// One payment flow per payNo, one PAID transition per order.
+async fn payments(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow::Result<()> {
+    let pattern = scope.order_pattern.as_str();
     let rows = sqlx::query(db.sql("storm_check_payment_flows"))
         .bind(pattern)
         .fetch_all(&db.pool)
@@ -202,7 +221,12 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
         "a PAID order was moved there once, by one of its own payment events",
         offenders,
     ));
+    Ok(())
+}
 
+/// One points row and one notification per payment event and paid order.
+async fn effects(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow::Result<()> {
+    let pattern = scope.order_pattern.as_str();
     for (name, rule, sql, what) in [
         (
             "one_points_row_per_event_and_order",
@@ -236,7 +260,11 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
             .collect();
         checks.push(Check::new(name, rule, offenders));
     }
+    Ok(())
+}
 
+/// No idempotency record of the run left PROCESSING past its lease.
+async fn records(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow::Result<()> {
     let rows = sqlx::query(db.sql("storm_check_processing"))
         .bind(scope.record_pattern.as_str())
         .bind(crate::contracts::now_ms())
@@ -258,7 +286,7 @@ pub async fn check(db: &Database, scope: &Scope) -> anyhow::Result<Vec<Check>> {
         "every idempotency record of the run ended SUCCEEDED or FAILED: none left PROCESSING past its lease",
         offenders,
     ));
-    Ok(checks)
+    Ok(())
 }
 
 /// The run's orders as the database holds them: (requestId, orderNo, status).

@@ -149,6 +149,9 @@ impl StormOptions {
 
 /// Runs one storm against the configured database, Redis and broker (fresh topics and consumer
 /// group of its own), checks the invariants and reads back the run's trace.
+///
+/// Long because it is the storm's script in order — set up, traffic, settle, check, read back —
+/// and what it started must be stopped and removed on every way out, which one body keeps in sight.
 pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<StormReport> {
     let scenario = opts.scenario;
     let size = opts.size.unwrap_or_else(|| scenario.default_size()).max(1);

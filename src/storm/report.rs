@@ -101,6 +101,8 @@ impl StormReport {
         self.invariants.iter().filter(|c| !c.passed)
     }
 
+    /// The report as printed: long because it lays out each section in print order, one
+    /// `writeln!` per line, with nothing to share between sections.
     pub fn render(&self) -> String {
         let mut s = String::new();
         let h = &self.http;
