@@ -307,6 +307,7 @@ async fn console_over_a_real_incident(dialect: Dialect) {
         .iter()
         .take_while(|l| !l.starts_with('╰'))
         .filter_map(|l| l.trim_start_matches('│').split_whitespace().next())
+        .filter(|t| *t != "│") // an empty row: its right border
         .collect();
     let clocks: Vec<&&str> = times.iter().take_while(|t| **t != "now").collect();
     assert!(
