@@ -368,13 +368,22 @@ async fn a_created_answer_without_an_order_fails_the_check() {
 const CHAOS_SEED: u64 = 20261170;
 
 async fn chaos(dialect: Dialect) {
+    let asked = Duration::from_secs(40);
     let (_, r) = storm_on(dialect, Scenario::Chaos, 1, |o| {
-        o.duration = Duration::from_secs(40);
+        o.duration = asked;
         o.seed = CHAOS_SEED;
     })
     .await;
     eprintln!("{}", r.render()); // the fault counts, in the CI log
     assert!(r.passed, "{}", r.render());
+    // The rounds run until the duration asked is up: the rate is over the whole run, not over
+    // the rounds' traffic alone (a 180 s run once reported "35958 requests in 40.12s").
+    assert!(
+        r.http.seconds >= asked.as_secs_f64(),
+        "the report's {:.2} s is not the whole run's ({asked:?} asked): {}",
+        r.http.seconds,
+        r.render()
+    );
     assert!(r.invariants.len() >= 8, "{}", r.render());
     let note = r
         .notes

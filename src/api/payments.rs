@@ -80,6 +80,8 @@ pub async fn payment_by_pay_no(
 
 /// Books the payment and its outbox event in one transaction, once per order: the order's row
 /// is locked first, so of two payNos for one order the second sees the first and is refused.
+/// Long because it is one transaction: every branch must end it (commit or rollback) before
+/// it answers, and splitting would pass the open transaction through every helper.
 pub async fn book_payment(
     db: &Database,
     config: &Config,

@@ -516,6 +516,8 @@ pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
 }
 
 /// [`start`] with fault injection.
+/// Long because it wires every background task (heartbeat, relay, replay flusher, retention)
+/// and their shutdown order in one place: the order is the guarantee described above.
 pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
     // FAULT INJECTION: a production environment never runs with a crash switch on.
     if faults.any() && config.environment.production {

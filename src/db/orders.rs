@@ -340,6 +340,9 @@ impl Orders {
         }
     }
 
+    /// One call of the create routine and the reading of its answer; long because each
+    /// answer (created, duplicate of ours, order_no taken, record already FAILED, no stock)
+    /// needs its own read from the primary before the transaction is gone.
     async fn create_once(&self, order: &NewOrder) -> Result<Attempt, OrderError> {
         let db = &self.db;
         let now = now_ms();
@@ -539,6 +542,9 @@ impl Orders {
     /// One result per transition: `NotFound`, `PaymentEventTaken` and `InvalidRequest` are
     /// that transition's; a database failure is the outer `Err` (roll back: on PostgreSQL the
     /// transaction is aborted). A trace event per decision, as `transition_in` emits.
+    ///
+    /// Long because lock order, in-batch decisions and the one UPDATE share the batch's
+    /// state; the lock order is what keeps two members from deadlocking.
     pub async fn transition_batch_in(
         &self,
         conn: &mut AnyConnection,

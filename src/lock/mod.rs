@@ -389,6 +389,8 @@ impl Locks {
 
     /// Acquire `key`: `Held` with a guard, or `Contended` when someone else holds it after
     /// `options.attempts` tries. An error means the nodes could not be asked (nothing is held).
+    /// Long because one attempt loop holds the backoff, the fence and the watchdog hand-off;
+    /// each branch is one outcome of one attempt.
     pub async fn acquire_with(
         &self,
         key: &str,

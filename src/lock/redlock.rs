@@ -31,6 +31,9 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// One RedLock round (seed §3.3): ask every node at once, count a quorum within validity, and
+/// on failure take back what was taken. Long because the three share the per-node answers and
+/// the one fence seed; split, each part would need all of them passed in.
 pub(crate) async fn attempt(
     nodes: &[Arc<Node>],
     key: &Arc<str>,

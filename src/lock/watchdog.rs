@@ -41,6 +41,9 @@ pub(crate) fn spawn(locks: Locks, held: Arc<Held>, stop: CancellationToken, rene
     }
 }
 
+/// The renewal loop (seed §3.4): renew at a third of the TTL, sooner after a failure while
+/// validity is left, stop on release or loss. One select loop, long because its arms share the
+/// deadline and the last renewal's outcome.
 async fn run(locks: Locks, held: Arc<Held>, stop: CancellationToken) {
     let ttl = held.ttl;
     let ttl_ms = ttl.as_millis().max(1) as u64;

@@ -113,8 +113,22 @@ impl Actions {
             }
         };
         let mut detail = format!("{} {}: {}", plan.status, plan.code, plan.why);
-        // The fast path must not keep answering "in progress" (or a stale answer): it gets the
-        // final response, exactly what a replay from the record would give.
+        if let Some(stored) = self.store_final_response(&rec, &plan).await {
+            detail.push_str(&format!("; {stored}"));
+        }
+        self.finish(action, id, ActionOutcome::Done, before, after, detail)
+            .await
+    }
+
+    /// The fast path must not keep answering "in progress" (or a stale answer): it gets the
+    /// final response, exactly what a replay from the record would give. Returns what became
+    /// of it, for the action's detail; `None` when the fast path is off.
+    async fn store_final_response(
+        &self,
+        rec: &IdempotencyRecord,
+        plan: &Finalization,
+    ) -> Option<String> {
+        let request_id = rec.request_id.as_str();
         let stored = match &self.fast_path {
             None => None,
             Some(Err(e)) => Some(Err(e.clone())),
@@ -131,20 +145,15 @@ impl Actions {
                 )
             }
         };
-        match stored {
-            None => {}
-            Some(Ok(())) => detail.push_str(&format!(
-                "; {} holds the final response",
-                keys::idempotency_fast_path(request_id)
-            )),
-            Some(Err(e)) => detail.push_str(&format!(
-                "; {} not updated ({e}): a stale placeholder there falls through to the record",
-                keys::idempotency_fast_path(request_id)
-            )),
-        }
-        self.finish(action, id, ActionOutcome::Done, before, after, detail)
-            .await
+        let key = keys::idempotency_fast_path(request_id);
+        Some(match stored? {
+            Ok(()) => format!("{key} holds the final response"),
+            Err(e) => format!(
+                "{key} not updated ({e}): a stale placeholder there falls through to the record"
+            ),
+        })
     }
+
     /// A FAILED answer tells the client no order exists; it may be written only when the API
     /// itself would let a retry take the record over ([`idempotency::may_reclaim`]): the owner
     /// gave up, or its lease is over and it has no heartbeat. `Err(why)` = refuse.

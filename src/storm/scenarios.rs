@@ -25,7 +25,8 @@ pub struct Played {
     pub notes: Vec<String>,
     /// Scenario-specific checks (also read from the database).
     pub checks: Vec<Check>,
-    /// Seconds of the HTTP storm itself (setup and settling excluded).
+    /// Seconds of the HTTP storm itself (setup and settling excluded); for the chaos storm,
+    /// whose rounds alternate traffic and settling, the whole run's wall time.
     pub seconds: f64,
 }
 

@@ -304,6 +304,10 @@ impl PaymentConsumer {
         }
     }
 
+    /// One batch through the pipeline: parse → dedup (memory, then one query) → sink 1 → sinks
+    /// 2 and 3 → the persisted dedup state → poison to the DLQ. One function, long, because the
+    /// order of the steps is the guarantee (poison last, after every write) and each step
+    /// narrows the list the next one sees.
     async fn process(&mut self, batch: &[OwnedMessage]) -> anyhow::Result<()> {
         let now = now_ms();
         let mut poison: Vec<Poison> = Vec::new();
