@@ -11,12 +11,14 @@ mod console_fixture;
 use std::time::{Duration, Instant};
 
 use console_fixture::{
-    press, pump_until, redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT,
-    POINTS, SKU, USER,
+    age_after, assert_about, assert_refresh_drawn, block, cell, parse_age, press, pump_until,
+    redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT, POINTS, SKU, USER,
 };
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use idemguard::config::Dialect;
 use idemguard::console::cli::headless;
+use idemguard::console::columns;
+use idemguard::console::format::clock;
 use idemguard::console::tui::app::{App, Health, Input};
 use idemguard::console::tui::backend::{BackendId, Backends};
 use idemguard::console::tui::keymap::View;
@@ -49,6 +51,102 @@ fn console(w: &World) -> (App, Backends) {
 /// the order lock and the fast-path key.
 const INCIDENT_ENTRIES: usize = 23;
 
+/// How far a drawn duration may be from the one the fixture implies: the clock moves between
+/// the view's "now" and the check, the cell is cut to the second, and the timeline is rebuilt
+/// only every half second; a loaded CI machine adds seconds, never minutes.
+const SLACK_MS: i64 = 5_000;
+
+/// A Locks row as drawn (issue 20: the snapshot redacts these cells): HELD is the time since the
+/// holder's `acquired_at`, PTTL is within (0, the key's TTL] (or "no TTL"), OWNER is the
+/// liveness the fixture set.
+#[track_caller]
+fn assert_lock_row(s: &str, key: &str, acquired_at: i64, ttl_ms: Option<i64>, owner: &str) {
+    let get = |h: &str| cell(s, columns::LOCKS, key, h);
+    let now = idemguard::contracts::now_ms();
+    let held = parse_age(&get("HELD")).unwrap_or_else(|| panic!("{key} HELD: {s}"));
+    assert_about(&format!("{key} HELD"), held, now - acquired_at, SLACK_MS);
+    let pttl = get("PTTL");
+    match ttl_ms {
+        Some(ttl) => {
+            let left = parse_age(&pttl).unwrap_or_else(|| panic!("{key} PTTL `{pttl}`: {s}"));
+            assert!(
+                left > 0 && left <= ttl,
+                "{key} PTTL {left} ms, TTL {ttl}: {s}"
+            );
+        }
+        None => assert_eq!(pttl, "no TTL", "{key}: {s}"),
+    }
+    assert_eq!(get("OWNER"), owner, "{key} OWNER: {s}");
+}
+
+/// A Stuck row as drawn: AGE since `created_at`, the owner's liveness, the lease over by the
+/// time since `lease_until`.
+#[track_caller]
+fn assert_stuck_row(
+    s: &str,
+    request_id: &str,
+    created_at: i64,
+    lease_until: Option<i64>,
+    alive: Option<&str>,
+) {
+    let get = |h: &str| cell(s, columns::STUCK, request_id, h);
+    let now = idemguard::contracts::now_ms();
+    let age = parse_age(&get("AGE")).unwrap_or_else(|| panic!("{request_id} AGE: {s}"));
+    assert_about(
+        &format!("{request_id} AGE"),
+        age,
+        now - created_at,
+        SLACK_MS,
+    );
+    if let Some(alive) = alive {
+        assert_eq!(get("ALIVE"), alive, "{request_id}: {s}");
+    }
+    if let Some(lease_until) = lease_until {
+        let over = age_after(&get("LEASE"), "over ");
+        assert_about(
+            &format!("{request_id} lease over"),
+            over,
+            now - lease_until,
+            SLACK_MS,
+        );
+    }
+}
+
+/// The Trace view's TIME cells, top to bottom, are the fixture's timestamps (offsets from t0,
+/// oldest first), then "now" for the Redis state.
+#[track_caller]
+fn assert_timeline_times(s: &str, inc: &Incident, offsets: &[i64]) {
+    let block_start = s
+        .lines()
+        .position(|l| l.contains("Timeline, oldest first"))
+        .unwrap();
+    let times: Vec<String> = s
+        .lines()
+        .skip(block_start + 2)
+        .take_while(|l| !l.starts_with('╰'))
+        .map(|l| {
+            l.trim_start_matches('│')
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let want: Vec<String> = offsets.iter().map(|o| clock(inc.t0 + o)).collect();
+    assert_eq!(
+        times[..want.len()],
+        want[..],
+        "the timeline's TIME cells: {s}"
+    );
+}
+
+/// The incident's timestamps as offsets from t0, oldest first (see `Incident::write`).
+const INCIDENT_OFFSETS: [i64; 22] = [
+    0, 0, 5, 5, 6, 10, 10, 11, 40, 500, 900, 1_000, 1_001, 2_000, 2_100, 2_200, 3_000, 3_000,
+    3_001, 3_002, 3_100, 3_200,
+];
+
 fn timeline_complete(app: &App) -> bool {
     app.timeline()
         .is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES)
@@ -80,7 +178,7 @@ async fn trace_view(dialect: Dialect) {
     )
     .await;
 
-    let t = app.timeline().unwrap();
+    let t = app.timeline().unwrap().clone();
     assert_eq!(t.order_no.as_deref(), Some(inc.order_no.as_str()));
     assert_eq!(t.request_id.as_deref(), Some(inc.request_id.as_str()));
     assert_eq!(t.event_ids, vec![inc.event_id.clone()]);
@@ -132,10 +230,53 @@ async fn trace_view(dialect: Dialect) {
         all_up_but(a, None)
     })
     .await;
-    snapshot!(
-        format!("trace_view_{}", dialect.dir()),
-        screen(&mut app, 170, 46)
+    let s = screen(&mut app, 170, 46);
+    snapshot!(format!("trace_view_{}", dialect.dir()), s.clone());
+    // What the snapshot redacts, checked on the drawn cells (issue 20): every TIME is the
+    // fixture's, the Redis state is "now"; the record's age and the lock's "since" are the time
+    // since t0; the lock's PTTL and owner (cut in the row) read whole in the Selected pane.
+    assert_refresh_drawn(&s, w.config.console.refresh);
+    assert_timeline_times(&s, &inc, &INCIDENT_OFFSETS);
+    assert!(s.contains("│now          api    idem:"), "{s}");
+    let now = idemguard::contracts::now_ms();
+    let selected = block(&s, "Selected");
+    assert_about(
+        "record age",
+        age_after(&selected, "· age "),
+        now - inc.t0,
+        SLACK_MS,
     );
+    let lock_row = s
+        .lines()
+        .find(|l| l.contains("held by api-live-0a1b2c (host"))
+        .unwrap();
+    assert_about(
+        "lock held since",
+        age_after(lock_row, " since "),
+        now - inc.t0 - 5,
+        SLACK_MS,
+    );
+    let lock_entry = t
+        .entries
+        .iter()
+        .position(|e| e.source.starts_with("lock:order:"))
+        .unwrap();
+    app.ui.selected.insert(View::Trace, lock_entry);
+    let lock = block(&screen(&mut app, 170, 46), "Selected");
+    let left = age_after(&lock, "· PTTL ");
+    assert!(left > 0 && left <= 600_000, "the lock's PTTL: {lock}");
+    assert!(
+        lock.contains(&format!(
+            "PTTL {} · owner alive",
+            idemguard::console::format::age(left)
+        )),
+        "{lock}"
+    );
+    app.ui.selected.insert(View::Trace, INCIDENT_ENTRIES - 1);
+    let fast = block(&screen(&mut app, 170, 46), "Selected");
+    let left = age_after(&fast, "· PTTL ");
+    assert!(left > 0 && left <= 600_000, "the fast path's PTTL: {fast}");
+    app.ui.selected.insert(View::Trace, 0);
 
     // The requestId and the eventId resolve to the same order.
     for id in [inc.request_id.clone(), inc.event_id.clone()] {
@@ -296,7 +437,26 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
         all_up_but(a, None)
     })
     .await;
-    snapshot!("locks_view", screen(&mut app, 170, 20));
+    let s = screen(&mut app, 170, 20);
+    snapshot!("locks_view", s.clone());
+    // What the snapshot redacts, on the drawn cells (issue 20).
+    assert_refresh_drawn(&s, w.config.console.refresh);
+    assert_lock_row(
+        &s,
+        &keys::order_lock(&inc.order_no),
+        inc.t0 + 5,
+        Some(600_000),
+        "alive",
+    );
+    assert_lock_row(&s, &quorum_key, inc.t0, Some(600_000), "alive");
+    assert_lock_row(&s, &split_key, inc.t0, Some(600_000), "DEAD");
+    assert_lock_row(
+        &s,
+        &keys::request_lock(&inc.stuck_dead),
+        inc.stuck_created_at,
+        None,
+        "DEAD",
+    );
 
     // Enter on the order's lock traces the order.
     let row = app.stores.filtered[&View::Locks]
@@ -393,7 +553,25 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
         all_up_but(a, None)
     })
     .await;
-    snapshot!("stuck_view", screen(&mut app, 170, 12));
+    let s = screen(&mut app, 170, 12);
+    snapshot!("stuck_view", s.clone());
+    // What the snapshot redacts, on the drawn cells (issue 20): ages, liveness, leases.
+    assert_refresh_drawn(&s, w.config.console.refresh);
+    let created = inc.stuck_created_at;
+    assert_stuck_row(
+        &s,
+        &inc.stuck_dead,
+        created,
+        Some(created + 30_000),
+        Some("DEAD"),
+    );
+    assert_stuck_row(
+        &s,
+        &inc.stuck_with_order,
+        created + 1,
+        Some(created + 60_000),
+        Some("alive"),
+    );
 
     app.run_command("rates");
     pump_until(
@@ -406,7 +584,59 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
         },
     )
     .await;
-    snapshot!("rates_view", screen(&mut app, 170, 28));
+    let s = screen(&mut app, 170, 28);
+    snapshot!("rates_view", s.clone());
+    // What the snapshot redacts, on the drawn cells (issue 20): each interception's sparkline
+    // has one full bar, in the incident's minute (counted from the right end, "now"); every
+    // other row's is blank; the figures are the fixture's counts.
+    assert_refresh_drawn(&s, w.config.console.refresh);
+    let minutes_ago = idemguard::contracts::now_ms().div_euclid(60_000) - inc.t0.div_euclid(60_000);
+    for (label, last, hour) in [
+        ("replays", "0", "2"),
+        ("lock contention", "0", "1"),
+        ("dedup hits", "0", "2"),
+        ("409 in flight", "0", "0"),
+        ("fence rejected", "0", "0"),
+        ("DLQ", "0", "0"),
+    ] {
+        let get = |h: &str| cell(&s, columns::RATES, &format!(" {label} "), h);
+        assert_eq!(
+            (get("LAST MIN").as_str(), get("60 MIN").as_str()),
+            (last, hour),
+            "{label}: {s}"
+        );
+        let row = s
+            .lines()
+            .find(|l| l.contains(&format!(" {label} ")))
+            .unwrap();
+        // The cell's 60 minutes, oldest first, then read from the right.
+        let head = s.lines().find(|l| l.contains("PER MINUTE")).unwrap();
+        let from = head[..head.find("PER MINUTE").unwrap()].chars().count();
+        let mut spark: Vec<char> = row.chars().skip(from).take(60).collect();
+        spark.resize(60, ' ');
+        spark.reverse();
+        let bars: Vec<usize> = (0..spark.len()).filter(|i| spark[*i] != ' ').collect();
+        if hour == "0" {
+            assert!(bars.is_empty(), "{label}: no bar: {row}");
+        } else {
+            // `bars` counts from the right: 0 is the current minute. The draw and this check
+            // may straddle a minute boundary.
+            assert_eq!(bars.len(), 1, "{label}: one bar: {row}");
+            assert_eq!(
+                spark[bars[0]], '█',
+                "{label}: the minute's only count is full: {row}"
+            );
+            assert!(
+                (minutes_ago - 1..=minutes_ago).contains(&(bars[0] as i64)),
+                "{label}: the bar {} minutes ago, the incident {minutes_ago}: {row}",
+                bars[0]
+            );
+        }
+    }
+    assert!(
+        s.contains("10 trace events read") && s.contains("in the last 60 minutes: 5"),
+        "{s}"
+    );
     b.shutdown().await;
 
     // Headless stuck, field by field.
@@ -549,7 +779,12 @@ async fn overview(dialect: Dialect) {
         // Every view at 80×24 keeps its identifying column whole.
         let s = screen(&mut app, 80, 24);
         assert!(s.contains(&keys::request_lock(&inc.stuck_dead)), "{s}");
-        snapshot!("locks_view_80x24", s);
+        snapshot!("locks_view_80x24", s.clone());
+        // At 80 columns only KEY and SCOPE fit; what is redacted is the header's refresh and
+        // the SCAN's duration (a real, short one).
+        assert_refresh_drawn(&s, w.config.console.refresh);
+        let scan = age_after(&s, "SCAN of 1 node(s) took ");
+        assert!((0..SLACK_MS).contains(&scan), "{s}");
         press(&mut app, KeyCode::Char('5'));
         let s = screen(&mut app, 80, 24);
         assert!(
@@ -561,7 +796,11 @@ async fn overview(dialect: Dialect) {
             row.contains(" 5m"),
             "the AGE cell, redacted in the snapshot: {row}"
         );
-        snapshot!("stuck_view_80x24", s);
+        snapshot!("stuck_view_80x24", s.clone());
+        assert_refresh_drawn(&s, w.config.console.refresh);
+        let created = inc.stuck_created_at;
+        assert_stuck_row(&s, &inc.stuck_dead, created, None, None);
+        assert_stuck_row(&s, &inc.stuck_with_order, created + 1, None, None);
         app.run_command(&format!("trace {}", inc.order_no));
         // The incident's entries and the leaked duplicate's points row.
         pump_until(
@@ -579,7 +818,19 @@ async fn overview(dialect: Dialect) {
             s.contains(&inc.order_no) && s.contains(&inc.request_id),
             "{s}"
         );
-        snapshot!("trace_view_80x24", s);
+        snapshot!("trace_view_80x24", s.clone());
+        // The rows that fit are the fixture's first timestamps; the record's age in the
+        // Selected pane is the time since t0.
+        assert_refresh_drawn(&s, w.config.console.refresh);
+        assert_timeline_times(&s, &inc, &INCIDENT_OFFSETS[..7]);
+        let selected = block(&s, "Selected");
+        let now = idemguard::contracts::now_ms();
+        assert_about(
+            "record age",
+            age_after(&selected, "· age "),
+            now - inc.t0,
+            SLACK_MS,
+        );
     }
     b.shutdown().await;
 }
@@ -822,6 +1073,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
     })
     .await;
 
+    let killed = Instant::now();
     w.redis.kill();
     pump_until(&mut app, &mut b.updates, "redis shown as down", |a| {
         matches!(a.stores.backends[&BackendId::Redis].health, Health::Down(_))
@@ -846,7 +1098,32 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
         s.contains("redis DOWN") && s.contains("last good data"),
         "{s}"
     );
-    snapshot!("locks_view_redis_down", s);
+    snapshot!("locks_view_redis_down", s.clone());
+    // What the snapshot redacts, on the drawn cells (issue 20): the last good data is as old
+    // as the time since the kill (plus a poll), and its rows still read as written.
+    assert_refresh_drawn(&s, w.config.console.refresh);
+    let since_kill = killed.elapsed().as_millis() as i64;
+    for label in ["redis DOWN (data ", "last good data "] {
+        let old = age_after(&s, label);
+        assert!(
+            (0..=since_kill + SLACK_MS).contains(&old),
+            "{label}{old} ms, killed {since_kill} ms ago: {s}"
+        );
+    }
+    assert_lock_row(
+        &s,
+        &keys::order_lock(&inc.order_no),
+        inc.t0 + 5,
+        Some(600_000),
+        "alive",
+    );
+    assert_lock_row(
+        &s,
+        &keys::request_lock(&inc.stuck_dead),
+        inc.stuck_created_at,
+        None,
+        "DEAD",
+    );
 
     // Keys still answer, and the database keeps delivering.
     let before = Instant::now();

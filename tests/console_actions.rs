@@ -797,7 +797,9 @@ async fn headless_twins_guard_audit_and_trace_like_the_library_mysql() {
 #[allow(unused_imports)]
 mod console_fixture;
 
-use console_fixture::{press, pump_until, screen, type_str};
+use console_fixture::{
+    age_after, assert_refresh_drawn, cell, parse_age, press, pump_until, screen, type_str,
+};
 use crossterm::event::KeyCode;
 use idemguard::console::tui::app::App;
 use idemguard::console::tui::backend::Backends;
@@ -875,7 +877,9 @@ async fn console_world() -> (
 
 #[tokio::test]
 async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
+    let before = idemguard::contracts::now_ms();
     let (_redis, config, db, stuck, heartbeat) = console_world().await;
+    let made = before..=idemguard::contracts::now_ms();
     let mut backends = Backends::spawn(&config);
     let exec = backends.spawn_executor(&config, true);
     let mut app = App::new(&config, None);
@@ -913,6 +917,12 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
         "{s}"
     );
     snapshot!("actions_confirm_release", popup(&s));
+    // What the snapshot redacts, on the drawn cells (issue 20): the PTTL is within the lock's
+    // 60 s TTL, the holder's acquired_at is when the world was made.
+    let left = age_after(&s, "· PTTL ");
+    assert!(left > 0 && left <= 60_000, "PTTL {left} ms: {s}");
+    let at = number_after(&s, "\"acquired_at\":");
+    assert!(made.contains(&at), "acquired_at {at} not in {made:?}: {s}");
     press(&mut app, KeyCode::Enter);
     assert!(app.actions.confirm.is_none());
     pump_until(&mut app, &mut backends.updates, "the release result", |a| {
@@ -1038,6 +1048,21 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
     db.pool.close().await;
 }
 
+/// The integer drawn right after `label` (epoch ms in the popup's JSON).
+fn number_after(text: &str, label: &str) -> i64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("`{label}` in: {text}"))
+        + label.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("`{label}` not a number: {text}"))
+}
+
 /// The popup's lines of a screen (the rest has volatile backend states).
 fn popup(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
@@ -1077,6 +1102,7 @@ async fn futures_statuses(db: &Database, recs: &[IdempotencyRecord]) -> Vec<Stri
 
 #[tokio::test]
 async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt() {
+    let made = idemguard::contracts::now_ms();
     let (_redis, config, db, stuck, heartbeat) = console_world().await;
     let mut backends = Backends::spawn(&config);
     let exec = backends.spawn_executor(&config, false);
@@ -1108,6 +1134,18 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
         .map(|(_, l)| l)
         .collect();
     snapshot!("actions_locks_read_only", stable.join("\n"));
+    // What the snapshot redacts, on the drawn cells (issue 20): HELD is at most the time since
+    // the world was made, the PTTL within the 60 s TTL; the refresh is the configured one.
+    assert_refresh_drawn(&s, config.console.refresh);
+    let get = |h: &str| cell(&s, idemguard::console::columns::LOCKS, DEAD_KEY, h);
+    let held = parse_age(&get("HELD")).unwrap_or_else(|| panic!("HELD: {s}"));
+    assert!(
+        (0..=idemguard::contracts::now_ms() - made).contains(&held),
+        "HELD {held} ms: {s}"
+    );
+    let left = parse_age(&get("PTTL")).unwrap_or_else(|| panic!("PTTL: {s}"));
+    assert!(left > 0 && left <= 60_000, "PTTL {left} ms: {s}");
+    assert_eq!(get("OWNER"), "DEAD", "{s}");
     press(&mut app, KeyCode::Char('x'));
     assert!(
         app.actions.confirm.is_none(),

@@ -10,7 +10,10 @@ mod console_fixture;
 
 use std::time::{Duration, Instant};
 
-use console_fixture::{press, pump_until, redactions, screen, type_str, world, World, SKU};
+use console_fixture::{
+    age_after, assert_refresh_drawn, block, press, pump_until, redactions, screen, type_str, world,
+    World, SKU,
+};
 use crossterm::event::KeyCode;
 use idemguard::api::server;
 use idemguard::config::Dialect;
@@ -165,6 +168,7 @@ fn live_redactions() -> Vec<(&'static str, &'static str)> {
 
 async fn console_over_a_real_incident(dialect: Dialect) {
     let w = world(dialect, 0).await;
+    let started = idemguard::contracts::now_ms();
     let (order_no, request_id) = incident(&w).await;
 
     // The headless twin: which layer stopped each duplicate, and one effect per sink.
@@ -285,14 +289,41 @@ async fn console_over_a_real_incident(dialect: Dialect) {
     );
     // The view's head — environment, backends, which layer stopped each duplicate, the event's
     // effects — is the same on every run once volatile text is redacted.
-    let head: String = screen(&mut app, 170, 52)
-        .lines()
-        .take(8)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let drawn = screen(&mut app, 170, 52);
+    let head: String = drawn.lines().take(8).collect::<Vec<_>>().join("\n");
     insta::with_settings!({ filters => live_redactions(), prepend_module_to_snapshot => false }, {
         insta::assert_snapshot!(format!("live_trace_view_{}", dialect.dir()), head);
     });
+    // What the snapshot redacts, on the drawn cells (issue 20): the configured refresh; the
+    // TIME cells oldest first, the Redis state ("now") last; the selected record's age no
+    // more than the time since the incident began.
+    assert_refresh_drawn(&drawn, w.config.console.refresh);
+    let lines: Vec<&str> = drawn.lines().collect();
+    let top = lines
+        .iter()
+        .position(|l| l.contains("Timeline, oldest first"))
+        .unwrap();
+    let times: Vec<&str> = lines[top + 2..]
+        .iter()
+        .take_while(|l| !l.starts_with('╰'))
+        .filter_map(|l| l.trim_start_matches('│').split_whitespace().next())
+        .filter(|t| *t != "│") // an empty row: its right border
+        .collect();
+    let clocks: Vec<&&str> = times.iter().take_while(|t| **t != "now").collect();
+    assert!(
+        clocks.len() >= 10 && clocks.windows(2).all(|p| p[0] <= p[1]),
+        "{dialect}: TIME cells oldest first: {times:?}"
+    );
+    assert!(
+        times[clocks.len()..].iter().all(|t| *t == "now"),
+        "{dialect}: {times:?}"
+    );
+    let age = age_after(&block(&drawn, "Selected"), "· age ");
+    let since_start = idemguard::contracts::now_ms() - started;
+    assert!(
+        (0..=since_start).contains(&age),
+        "{dialect}: record age {age} ms, incident began {since_start} ms ago"
+    );
     b.shutdown().await;
 }
 

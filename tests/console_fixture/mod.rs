@@ -80,6 +80,8 @@ pub struct Incident {
     pub stuck_dead: String,
     pub stuck_with_order: String,
     pub stuck_order_no: String,
+    /// When the two stuck records were created (epoch ms; five minutes before the write).
+    pub stuck_created_at: i64,
     /// The partition and offsets of the three copies of the payment message.
     pub partition: i32,
     pub offsets: Vec<i64>,
@@ -150,6 +152,7 @@ impl Incident {
             stuck_dead: RequestId::generate("APP", "ORDER").to_string(),
             stuck_with_order: RequestId::generate("WEB", "ORDER").to_string(),
             stuck_order_no: OrderNo::generate().to_string(),
+            stuck_created_at: 0,
             partition: 0,
             offsets: Vec::new(),
         };
@@ -412,6 +415,7 @@ impl Incident {
 
         // Stuck: PROCESSING for 5 minutes, owner dead, no order; and one whose order exists.
         let created = now_ms() - 5 * 60_000;
+        i.stuck_created_at = created;
         insert(
             w,
             "idempotency_record",
@@ -789,3 +793,129 @@ macro_rules! snapshot {
 }
 #[allow(unused_imports)]
 pub(crate) use snapshot;
+
+// ---------------------------------------------------------------------------------------------
+// Reading the drawn cells the snapshots redact (issue 20)
+// ---------------------------------------------------------------------------------------------
+
+/// A duration as the console draws it (`console::format::age`): `350ms`, `4.2s`, `4m12s`,
+/// `2h03m`, `3d04h`; `None` for anything else.
+pub fn parse_age(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let num = |t: &str| t.parse::<i64>().ok();
+    if let Some(ms) = s.strip_suffix("ms") {
+        return num(ms);
+    }
+    for (big, small, big_ms, small_ms) in [
+        ('m', 's', 60_000, 1_000),
+        ('h', 'm', 3_600_000, 60_000),
+        ('d', 'h', 86_400_000, 3_600_000),
+    ] {
+        if let Some((a, b)) = s.strip_suffix(small).and_then(|t| t.split_once(big)) {
+            if b.len() == 2 {
+                return Some(num(a)? * big_ms + num(b)? * small_ms);
+            }
+        }
+    }
+    let secs = s.strip_suffix('s')?;
+    let (whole, tenth) = secs.split_once('.')?;
+    Some(num(whole)? * 1_000 + num(tenth)? * 100)
+}
+
+/// The duration drawn right after `label` in `text` (e.g. "PTTL " → the PTTL).
+#[track_caller]
+pub fn age_after(text: &str, label: &str) -> i64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("`{label}` not drawn in: {text}"));
+    let word = text[at + label.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default();
+    parse_age(word).unwrap_or_else(|| panic!("`{label}{word}` is not a duration: {text}"))
+}
+
+/// `drawn` (a duration cut to the second or coarser) is `expected_ms` within `slack_ms`: the
+/// clock moved between the fixture's write, the view's "now" and this check.
+#[track_caller]
+pub fn assert_about(what: &str, drawn: i64, expected_ms: i64, slack_ms: i64) {
+    assert!(
+        (drawn - expected_ms).abs() <= slack_ms,
+        "{what}: drawn {drawn} ms, expected {expected_ms} ms ± {slack_ms}"
+    );
+}
+
+/// The cell under `header` in the first table row drawn with `row` in it: the table's columns
+/// (`console::columns`) are laid out under their headers, so the cell is the text from the
+/// header's position to the next shown column's (hidden columns have no header).
+#[track_caller]
+pub fn cell(
+    screen: &str,
+    columns: &[idemguard::console::columns::Column],
+    row: &str,
+    header: &str,
+) -> String {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let text = |l: &Vec<char>| l.iter().collect::<String>();
+    let r = lines
+        .iter()
+        .position(|l| text(l).contains(row))
+        .unwrap_or_else(|| panic!("no row with `{row}` drawn:\n{screen}"));
+    let h = (0..r)
+        .rev()
+        .find(|i| text(&lines[*i]).contains(columns[0].header) && text(&lines[*i]).contains(header))
+        .unwrap_or_else(|| panic!("no header `{header}` above `{row}`:\n{screen}"));
+    let head = &lines[h];
+    // Each shown header's char position, left to right.
+    let mut starts: Vec<(usize, &str)> = Vec::new();
+    let mut from = 0;
+    for c in columns {
+        let hc: Vec<char> = c.header.chars().collect();
+        if let Some(p) = (from..head.len().saturating_sub(hc.len() - 1)).find(|p| {
+            head[*p..*p + hc.len()] == hc[..]
+                && (*p == 0 || head[*p - 1] == ' ' || head[*p - 1] == '│')
+        }) {
+            starts.push((p, c.header));
+            from = p + hc.len();
+        }
+    }
+    let i = starts
+        .iter()
+        .position(|(_, n)| *n == header)
+        .unwrap_or_else(|| panic!("column `{header}` not shown:\n{}", text(head)));
+    let line = &lines[r];
+    let end = starts
+        .get(i + 1)
+        .map_or(line.len().saturating_sub(1), |(p, _)| *p)
+        .min(line.len());
+    let start = starts[i].0.min(end);
+    line[start..end]
+        .iter()
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// The text inside the bordered block whose title contains `title`, lines joined by a space.
+#[track_caller]
+pub fn block(screen: &str, title: &str) -> String {
+    let lines: Vec<&str> = screen.lines().collect();
+    let top = lines
+        .iter()
+        .position(|l| l.starts_with('╭') && l.contains(title))
+        .unwrap_or_else(|| panic!("no block `{title}` drawn:\n{screen}"));
+    lines[top + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with('╰'))
+        .map(|l| l.trim_start_matches('│').trim_end_matches('│').trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The header's refresh period: the configured one, as the console writes it.
+#[track_caller]
+pub fn assert_refresh_drawn(screen: &str, refresh: Duration) {
+    let want = format!("refresh {}", humantime::format_duration(refresh));
+    let head = screen.lines().next().unwrap_or_default();
+    assert!(head.trim_end().ends_with(&want), "`{want}` in: {head}");
+}
