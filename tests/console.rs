@@ -23,7 +23,8 @@ use idemguard::console::tui::app::{App, Health, Input};
 use idemguard::console::tui::backend::{BackendId, Backends};
 use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{keys, TraceTarget};
-use ratatui::backend::TestBackend;
+use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
+use ratatui::layout::{Position, Size};
 use ratatui::Terminal;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -1006,10 +1007,21 @@ async fn main_loop_runs_scripted_keys_and_quits() {
     for k in keys {
         tx.send(k).await.unwrap();
     }
-    let mut terminal = Terminal::new(TestBackend::new(170, 46)).unwrap();
+    // Ctrl-C once the trace is drawn from both topics (waiting for the state, not for time).
+    let (drawn_tx, drawn) = tokio::sync::oneshot::channel();
+    let wanted = vec!["sink_applied".to_string(), "copy 3 of 3".to_string()];
+    let backend = Watched {
+        inner: TestBackend::new(170, 46),
+        wanted,
+        drawn: Some(drawn_tx),
+    };
+    let mut terminal = Terminal::new(backend).unwrap();
     let events = tokio_stream_from(rx);
     let quitter = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::timeout(Duration::from_secs(20), drawn)
+            .await
+            .expect("the trace is drawn within 20 s")
+            .unwrap();
         tx.send(Ok(Event::Key(KeyEvent::new(
             KeyCode::Char('c'),
             KeyModifiers::CONTROL,
@@ -1037,18 +1049,73 @@ async fn main_loop_runs_scripted_keys_and_quits() {
         app.stores.trace_target,
         Some(TraceTarget::OrderNo(inc.order_no.clone()))
     );
-    let shown: String = terminal
-        .backend()
-        .buffer()
-        .content()
-        .iter()
-        .map(|c| c.symbol())
-        .collect();
+    let shown = drawn_text(&terminal.backend().inner);
     assert!(
         shown.contains("idemguard console") && shown.contains("Timeline, oldest first"),
         "{shown}"
     );
     b.shutdown().await;
+}
+
+/// A [`TestBackend`] that says, after a frame is flushed, when every `wanted` text is on screen.
+struct Watched {
+    inner: TestBackend,
+    wanted: Vec<String>,
+    drawn: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+fn drawn_text(backend: &TestBackend) -> String {
+    backend
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect()
+}
+
+impl Backend for Watched {
+    type Error = std::convert::Infallible;
+
+    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
+    where
+        I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>,
+    {
+        self.inner.draw(content)
+    }
+    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<Position, Self::Error> {
+        self.inner.get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<Position>>(&mut self, p: P) -> Result<(), Self::Error> {
+        self.inner.set_cursor_position(p)
+    }
+    fn clear(&mut self) -> Result<(), Self::Error> {
+        self.inner.clear()
+    }
+    fn clear_region(&mut self, clear_type: ClearType) -> Result<(), Self::Error> {
+        self.inner.clear_region(clear_type)
+    }
+    fn size(&self) -> Result<Size, Self::Error> {
+        self.inner.size()
+    }
+    fn window_size(&mut self) -> Result<WindowSize, Self::Error> {
+        self.inner.window_size()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        self.inner.flush()?;
+        let text = drawn_text(&self.inner);
+        if self.wanted.iter().all(|w| text.contains(w.as_str())) {
+            if let Some(tx) = self.drawn.take() {
+                let _ = tx.send(());
+            }
+        }
+        Ok(())
+    }
 }
 
 fn tokio_stream_from<T: Send + 'static>(
