@@ -182,7 +182,7 @@ async fn baseline(
         .await
         .expect("rows");
     let keep = Keep::of(target, Some(&rows));
-    let (payments, keep) = bounded::read_payments_keeping(config, keep)
+    let (payments, keep) = bounded::read_payments_keeping(config, keep, &Default::default())
         .await
         .map_err(|e| format!("{e:#}"))?;
     let log = bounded::read_trace_log_keeping(

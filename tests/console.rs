@@ -1474,7 +1474,11 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     let filler = 3 * (TRACE_EVENTS_KEPT + 10) as u64;
     // 300,000 events for a debug build next to other tests: a longer wait than pump_until's.
     let deadline = Instant::now() + Duration::from_secs(240);
+    // The payment index too has moved past the incident's messages: its Kafka copies come from
+    // the trace's own read of the payment topic, not from what the live reader still holds.
+    let payment_filler = (PAYMENT_MESSAGES_KEPT + 10) as u64;
     while !(app.stores.trace_log.events_seen >= filler
+        && app.stores.payments.messages_seen >= payment_filler
         && app
             .stores
             .trace_log
@@ -1487,8 +1491,9 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
     {
         assert!(
             Instant::now() < deadline,
-            "the console read {} of {filler} trace events in 240 s",
-            app.stores.trace_log.events_seen
+            "the console read {} of {filler} trace events and {} of {payment_filler} payment messages in 240 s",
+            app.stores.trace_log.events_seen,
+            app.stores.payments.messages_seen
         );
         if let Ok(Some(u)) =
             tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await

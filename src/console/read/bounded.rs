@@ -168,12 +168,15 @@ impl Keep {
     }
 }
 
-/// The payment messages that name what `keep` keeps (growing it), read to the current end.
+/// The payment messages that name what `keep` keeps (growing it), read to the current end;
+/// ends early, with an error, when `cancel` is cancelled.
 pub async fn read_payments_keeping(
     config: &Config,
     keep: Keep,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<(PaymentIndex, Keep)> {
     let c = config.clone();
+    let cancel = cancel.clone();
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
@@ -182,7 +185,7 @@ pub async fn read_payments_keeping(
             &c.kafka.payment_topic,
             StartAt::Beginning,
             TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
+            &cancel,
             |m| {
                 let m = PaymentMessage::from_kafka(m);
                 if keep.message(&m) {

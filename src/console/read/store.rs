@@ -365,6 +365,24 @@ impl PaymentIndex {
         }
     }
 
+    /// Every message kept, order by order.
+    pub fn messages(&self) -> Vec<PaymentMessage> {
+        self.by_order
+            .keys()
+            .flat_map(|order| self.messages_for(Some(order), None))
+            .collect()
+    }
+
+    /// Takes in the messages another read found (a trace's read of the whole topic) as the
+    /// newest, without counting them as read here; one this index holds is not a new copy.
+    pub fn absorb(&mut self, messages: Vec<PaymentMessage>) {
+        let seen = self.messages_seen;
+        for m in messages {
+            self.ingest(m);
+        }
+        self.messages_seen = seen;
+    }
+
     /// The messages of an order (or of the order an eventId belongs to), oldest first.
     pub fn messages_for(
         &self,

@@ -137,6 +137,13 @@ pub enum Update {
         ids: TraceIds,
         result: Result<Vec<TraceEvent>, String>,
     },
+    /// The payment messages that name `ids`, read from the whole payment topic at the same
+    /// moment: an order older than the newest messages the payment index keeps still has its
+    /// Kafka copies.
+    PaymentHistory {
+        ids: TraceIds,
+        result: Result<Vec<PaymentMessage>, String>,
+    },
     TraceTopic(Result<TopicProgress, String>),
     PaymentMessages(Vec<PaymentMessage>),
     PaymentTopic {
@@ -164,7 +171,9 @@ impl Update {
             Update::TraceEvents(_) | Update::TraceHistory { .. } | Update::TraceTopic(_) => {
                 BackendId::TraceTopic
             }
-            Update::PaymentMessages(_) | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
+            Update::PaymentMessages(_)
+            | Update::PaymentHistory { .. }
+            | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
         }
     }
 }
@@ -739,14 +748,26 @@ impl HistoryRead {
         // The app keeps the answer only while the IDs are still the ones it traces.
         let task = tokio::spawn(async move {
             let keep = bounded::Keep::of_ids(&target, &ids);
-            let result =
-                bounded::read_trace_log_keeping(&config, StartAt::Beginning, &keep, &cancelled)
-                    .await
-                    .map(|log| log.oldest_first())
-                    .map_err(|e| format!("{e:#}"));
-            if !cancelled.is_cancelled() {
-                let _ = tx.send(Update::TraceHistory { ids, result }).await;
+            let (events, payments) = tokio::join!(
+                bounded::read_trace_log_keeping(&config, StartAt::Beginning, &keep, &cancelled),
+                bounded::read_payments_keeping(&config, keep.clone(), &cancelled),
+            );
+            if cancelled.is_cancelled() {
+                return;
             }
+            let result = events
+                .map(|log| log.oldest_first())
+                .map_err(|e| format!("{e:#}"));
+            let _ = tx
+                .send(Update::TraceHistory {
+                    ids: ids.clone(),
+                    result,
+                })
+                .await;
+            let result = payments
+                .map(|(index, _)| index.messages())
+                .map_err(|e| format!("{e:#}"));
+            let _ = tx.send(Update::PaymentHistory { ids, result }).await;
         });
         self.running = Some((stop, task));
     }

@@ -182,6 +182,16 @@ impl Stores {
                 }
                 Err(e) => self.down(backend, e),
             },
+            Update::PaymentHistory { ids, result } => match result {
+                Ok(history) => {
+                    self.ok(backend);
+                    if ids == self.resolved_ids() {
+                        self.payments.absorb(history);
+                        self.trace_stale = true;
+                    }
+                }
+                Err(e) => self.down(backend, e),
+            },
             Update::TraceTopic(Ok(p)) => {
                 self.ok(backend);
                 self.trace_topic = Some(p);
