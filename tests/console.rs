@@ -578,9 +578,12 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     pump_until(
         &mut app,
         &mut b.updates,
-        "the trace topic read and the lag",
+        "the trace topic's last hour read and the lag",
         |a| {
             a.stores.trace_log.events_seen == 10
+                && a.stores.rates_reading().is_none()
+                // The payment topic's hour read too: the summary counts its messages.
+                && a.stores.payment_topic.as_ref().and_then(|p| p.catch_up).is_some_and(|c| c.done)
                 && matches!(&a.stores.lag, Some(Ok(l)) if !l.is_empty())
         },
     )

@@ -589,3 +589,140 @@ async fn console_queries_are_index_only_postgres() {
 async fn console_queries_are_index_only_mysql() {
     console_queries_are_index_only(Dialect::Mysql).await;
 }
+
+/// The Rates view drawn as text.
+fn rates_screen(app: &mut idemguard::console::tui::app::App) -> String {
+    use ratatui::{backend::TestBackend, Terminal};
+    app.ui.view = idemguard::console::tui::keymap::View::Rates;
+    app.ui.size = (170, 40);
+    app.refresh_views();
+    let mut t = Terminal::new(TestBackend::new(170, 40)).unwrap();
+    t.draw(|f| idemguard::console::tui::ui::draw(f, app))
+        .unwrap();
+    let buf = t.backend().buffer().clone();
+    (0..buf.area.height)
+        .map(|y| {
+            let line: String = (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect();
+            line.trim_end().to_string() + "\n"
+        })
+        .collect()
+}
+
+/// The console's live readers start at the last hour of each topic (issue 18): with seven days
+/// of older events on the topics, they read only the hour's — the count each reader scanned —
+/// and the rates are the hour's. Until the hour is read, the Rates view and the Overview say it
+/// is being read, never a 0 that looks like "nothing happened".
+#[tokio::test]
+async fn the_live_readers_read_only_the_last_hour_and_say_so_until_they_have() {
+    use idemguard::console::tui::app::App;
+    use idemguard::console::tui::backend::{Backends, CatchUp, TopicProgress, Update};
+    let (config, _db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let (old_events, hour_events, old_payments, hour_payments) = (2_000, 400, 600, 150);
+    // Seven days before the last two hours, then the last hour (10 to 50 minutes ago).
+    let mut out = filler(old_events, old_payments, now - 2 * 3_600_000);
+    for i in 0..hour_events {
+        let ts = now - 50 * 60_000 + (40 * 60_000) * i as i64 / hour_events as i64;
+        let e = TraceEvent::new(Layer::Api, Outcome::Replayed)
+            .order_no(format!("H{i:019}"))
+            .request_id(format!("APP:ORDER:20261201:hour-{i}"));
+        out.push(trace_event(e, ts));
+    }
+    for i in 0..hour_payments {
+        let ts = now - 50 * 60_000 + (40 * 60_000) * i as i64 / hour_payments as i64;
+        let event = uuid::Uuid::new_v4().to_string();
+        out.push(payment_message(
+            &format!("J{i:019}"),
+            "APP:ORDER:20261201:j",
+            &event,
+            ts,
+        ));
+    }
+    produce(&config, "consistent_random", out);
+
+    let backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    let mut b = backends;
+    // Nothing read yet: the view says it is reading, with no count.
+    let s = rates_screen(&mut app);
+    assert!(
+        s.contains("reading the last 60 minutes of the trace topic"),
+        "{s}"
+    );
+    assert!(
+        !s.contains("interceptions in the last 60 minutes: 0"),
+        "{s}"
+    );
+    let overview: Vec<String> = app.findings().into_iter().map(|f| f.text).collect();
+    assert!(
+        overview
+            .iter()
+            .any(|l| l.contains("reading the last 60 minutes")),
+        "{overview:#?}"
+    );
+    assert!(
+        !overview
+            .iter()
+            .any(|l| l.contains("no duplicate intercepted")),
+        "{overview:#?}"
+    );
+
+    // Read to the tail of the hour on both topics.
+    let done = |p: &Option<TopicProgress>| p.as_ref().and_then(|p| p.catch_up).filter(|c| c.done);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while done(&app.stores.trace_topic).is_none() || done(&app.stores.payment_topic).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the live readers did not catch up: {:?} {:?}",
+            app.stores.trace_topic,
+            app.stores.payment_topic
+        );
+        if let Ok(Some(u)) =
+            tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await
+        {
+            app.apply(u);
+        }
+    }
+    // What the readers sent before they said they were done has been applied.
+    while let Ok(u) = b.updates.try_recv() {
+        app.apply(u);
+    }
+    let trace = done(&app.stores.trace_topic).unwrap();
+    let payments = done(&app.stores.payment_topic).unwrap();
+    assert_eq!(
+        trace.scanned, hour_events as u64,
+        "trace messages scanned: {trace:?}"
+    );
+    assert_eq!(trace.to_read, hour_events as u64);
+    assert_eq!(
+        payments.scanned, hour_payments as u64,
+        "payment messages scanned: {payments:?}"
+    );
+    let rates = app.stores.trace_log.rates(now_ms());
+    let replays: u64 = rates.series.iter().map(|s| s.total).sum();
+    assert_eq!(replays, hour_events as u64);
+    let s = rates_screen(&mut app);
+    assert!(
+        s.contains(&format!("{hour_events} trace events read"))
+            && s.contains(&format!(
+                "interceptions in the last 60 minutes: {hour_events}"
+            )),
+        "{s}"
+    );
+    assert!(!s.contains("reading the last 60 minutes"), "{s}");
+
+    // A catch-up under way (as on a topic of millions): the progress, and no count.
+    let mut progress = app.stores.trace_topic.clone().unwrap();
+    progress.catch_up = Some(CatchUp {
+        scanned: 10,
+        to_read: 400,
+        done: false,
+    });
+    app.apply(Update::TraceTopic(Ok(progress)));
+    let s = rates_screen(&mut app);
+    assert!(s.contains("10 of 400 messages (2%)"), "{s}");
+    assert!(!s.contains("interceptions in the last 60 minutes:"), "{s}");
+    b.shutdown().await;
+}

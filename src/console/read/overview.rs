@@ -165,6 +165,9 @@ pub struct OverviewInput<'a> {
     pub locks: Option<&'a LockScan>,
     pub lag: Option<&'a Result<Vec<PartitionLag>, String>>,
     pub rates: &'a RateTable,
+    /// Set while the trace topic's last hour is still being read (what is being read): the
+    /// rates are not shown until it is, never a 0 that looks like "nothing happened".
+    pub rates_reading: Option<&'a str>,
     pub now_ms: i64,
 }
 
@@ -335,6 +338,16 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
 
 /// The DLQ over the hour, and each interception whose last minutes run above its hour.
 fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
+    if let Some(reading) = i.rates_reading {
+        let text = format!("DLQ and interceptions: {reading}");
+        out.push(finding(
+            "stream",
+            Severity::Unknown,
+            text,
+            Some(Jump::Rates),
+        ));
+        return;
+    }
     let recent = |per_minute: &[u64]| -> u64 { per_minute.iter().rev().take(RECENT_MINUTES).sum() };
     let dlq: u64 = i
         .rates
@@ -489,6 +502,7 @@ mod tests {
             locks: None,
             lag: Some(&lag),
             rates: &r,
+            rates_reading: None,
             now_ms: 0,
         });
         let leak = f.iter().find(|l| l.text.contains("payment_flow")).unwrap();
@@ -526,6 +540,7 @@ mod tests {
             locks: None,
             lag: None,
             rates: &r,
+            rates_reading: None,
             now_ms: 0,
         });
         let lines: Vec<&Finding> = f

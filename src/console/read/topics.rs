@@ -631,3 +631,43 @@ fn read_range(
         }
     }
 }
+
+/// Where a live reader of one partition starts, and the end it has to reach to be caught up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveStart {
+    pub partition: i32,
+    /// The first offset whose message is at or after the time asked for.
+    pub start: i64,
+    /// Every message the partition holds is at or after that time.
+    pub whole: bool,
+    /// The partition's end when the start was looked up (exact, see [`OffsetLookup::end_of`]).
+    pub end: i64,
+}
+
+/// Per partition of `topic`, the first offset at or after `since_ms` and the current end, found
+/// like [`read_windows`]' (the broker's `offsets_for_times` when it checks out, else a binary
+/// search over offsets): a live reader starts there instead of at the topic's beginning, so it
+/// catches up with the last hour in time proportional to the hour, not to the retention.
+pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Result<Vec<LiveStart>> {
+    let servers = &config.kafka.bootstrap_servers;
+    let consumer = probe_reader(config)?;
+    let marks = watermarks(&consumer, servers, topic)?;
+    let mut lookup = OffsetLookup {
+        consumer: &consumer,
+        topic,
+        broker_truthful: None,
+        probes: 0,
+    };
+    let mut out = Vec::with_capacity(marks.len());
+    for (partition, low, high) in marks {
+        let end = lookup.end_of(partition, low, high)?;
+        let start = lookup.first_at_or_after(partition, low, end, since_ms)?;
+        out.push(LiveStart {
+            partition,
+            start,
+            whole: start <= low,
+            end,
+        });
+    }
+    Ok(out)
+}

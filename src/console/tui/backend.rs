@@ -6,9 +6,12 @@
 //! The UI tells the collectors what it looks at through a `watch` channel ([`Focus`]): the
 //! trace target and the IDs it resolved to, the refresh period, and whether it is paused.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -27,7 +30,8 @@ use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::overview::{self, Leak};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
-use crate::console::read::topics::{self, PartitionLag, PaymentMessage, StartAt};
+use crate::console::read::store::RATE_WINDOW_MINUTES;
+use crate::console::read::topics::{self, LiveStart, PartitionLag, PaymentMessage, StartAt};
 use crate::lock::{LockInspector, LockScan};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
@@ -72,6 +76,43 @@ pub struct TopicProgress {
     pub partitions: usize,
     /// Sum of the partitions' high watermarks.
     pub end_offsets: i64,
+    /// The live reader's catch-up with the last hour; `None` before it has looked up where to
+    /// start.
+    pub catch_up: Option<CatchUp>,
+}
+
+/// How far the live reader of a topic is in the last hour it reads before following the tail
+/// (every figure computed from the topic is incomplete until `done`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    /// Messages the reader has read (the hour, then the tail).
+    pub scanned: u64,
+    /// Messages of the hour between its starts and the ends seen when it began.
+    pub to_read: u64,
+    /// Every partition reached the end it had when the reader began.
+    pub done: bool,
+}
+
+/// How far back the live readers start: the Rates view's window.
+pub const LIVE_WINDOW_MS: i64 = RATE_WINDOW_MINUTES as i64 * 60_000;
+
+/// The reader thread's progress, read by the probe loop (see [`CatchUp`]).
+#[derive(Debug, Default)]
+struct LiveProgress {
+    started: AtomicBool,
+    scanned: AtomicU64,
+    to_read: AtomicU64,
+    done: AtomicBool,
+}
+
+impl LiveProgress {
+    fn snapshot(&self) -> Option<CatchUp> {
+        self.started.load(Ordering::Acquire).then(|| CatchUp {
+            scanned: self.scanned.load(Ordering::Relaxed),
+            to_read: self.to_read.load(Ordering::Relaxed),
+            done: self.done.load(Ordering::Acquire),
+        })
+    }
 }
 
 /// Everything a collector can tell the UI.
@@ -591,7 +632,7 @@ impl TopicKind {
     }
 }
 
-/// Follows one topic from its beginning (every partition assigned, no group). A reader thread
+/// Follows one topic from the last hour on (every partition assigned, no group). A reader thread
 /// polls the topic and sends what it reads in batches; this task probes the broker every refresh
 /// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
 /// dead broker shows up — the client library itself retries silently. The reader and the probe
@@ -610,6 +651,7 @@ async fn topic_task(
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
     let mut history = HistoryRead::default();
+    let live = Arc::new(LiveProgress::default());
     loop {
         let f = focus.borrow_and_update().clone();
         if kind == TopicKind::Trace {
@@ -620,16 +662,21 @@ async fn topic_task(
             _ = cancel.cancelled() => break,
         };
         let u = match probe {
-            Ok((marks, progress, lag)) => {
+            Ok((mut progress, lag)) => {
+                // A reader whose start could not be found has reported why: start another.
+                if reader.as_ref().is_some_and(|h| h.is_finished()) {
+                    reader = None;
+                }
+                progress.catch_up = live.snapshot();
                 if reader.is_none() {
                     match start_reader(
                         &config,
                         &topic,
                         kind,
-                        &marks,
                         tx.clone(),
                         focus.clone(),
                         stop_reader.clone(),
+                        live.clone(),
                     ) {
                         Ok(h) => reader = Some(h),
                         Err(e) => {
@@ -736,106 +783,168 @@ fn topic_error(kind: TopicKind, e: String) -> Update {
     }
 }
 
-/// A thread that reads the topic from its beginning and sends batches: full ones at once, others
-/// 100 ms after their first message — live enough for the trace view, few enough updates for
-/// the UI. It waits (never drops) when the UI is behind, and stops reading while paused.
+/// A thread that reads the topic from the last hour ([`LIVE_WINDOW_MS`]) on, then follows its
+/// tail, and sends batches: full ones at once, others 100 ms after their first message — live
+/// enough for the trace view, few enough updates for the UI. It waits (never drops) when the UI
+/// is behind, and stops reading while paused. Reading from the beginning instead took minutes
+/// on a topic of millions of events, and the Rates view said 0 meanwhile (issue 18).
 fn start_reader(
     config: &Config,
     topic: &str,
     kind: TopicKind,
-    marks: &[(i32, i64, i64)],
     tx: mpsc::Sender<Update>,
     focus: watch::Receiver<Focus>,
     stop: CancellationToken,
+    live: Arc<LiveProgress>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
     let consumer: BaseConsumer = topics::reader_config(config, kind.purpose())
         .create()
         .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
-    let mut tpl = TopicPartitionList::new();
-    for (p, _, _) in marks {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| e.to_string())?;
-    }
-    consumer
-        .assign(&tpl)
-        .map_err(|e| format!("kafka {servers}: assign {topic}: {e}"))?;
-    let topic = topic.to_string();
+    let (config, topic) = (config.clone(), topic.to_string());
     let failure = format!("cannot start the {topic} reader thread");
     std::thread::Builder::new()
         .name(format!("console-{}", kind.purpose()))
-        .spawn(move || read_batches(consumer, kind, &servers, &topic, &tx, &focus, &stop))
+        .spawn(move || {
+            let since = now_ms() - LIVE_WINDOW_MS;
+            let starts = match topics::live_starts(&config, &topic, since)
+                .and_then(|s| assign_from(&consumer, &topic, &s).map(|()| s))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.blocking_send(topic_error(kind, format!("{e:#}")));
+                    return;
+                }
+            };
+            let to_read = starts.iter().map(|s| (s.end - s.start).max(0) as u64).sum();
+            live.to_read.store(to_read, Ordering::Relaxed);
+            live.started.store(true, Ordering::Release);
+            let r = Reader {
+                consumer,
+                kind,
+                servers: &servers,
+                topic: &topic,
+                live: &live,
+            };
+            r.read_batches(&starts, &tx, &focus, &stop)
+        })
         .map_err(|e| format!("{failure}: {e}"))
 }
 
-/// The reader thread's loop (see [`start_reader`]); ends on `stop` or when the UI is gone.
-fn read_batches(
+/// Assigns every partition of `topic` at its live start (its beginning when all of it is in
+/// the hour: the order partitions are read in then stays what it was before the live start).
+fn assign_from(consumer: &BaseConsumer, topic: &str, starts: &[LiveStart]) -> anyhow::Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    for s in starts {
+        let at = if s.whole {
+            Offset::Beginning
+        } else {
+            Offset::Offset(s.start)
+        };
+        tpl.add_partition_offset(topic, s.partition, at)?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| anyhow::anyhow!("kafka: assign {topic}: {e}"))
+}
+
+/// The reader thread's state (see [`start_reader`]).
+struct Reader<'a> {
     consumer: BaseConsumer,
     kind: TopicKind,
-    servers: &str,
-    topic: &str,
-    tx: &mpsc::Sender<Update>,
-    focus: &watch::Receiver<Focus>,
-    stop: &CancellationToken,
-) {
-    let flush_after = Duration::from_millis(100);
-    let mut events: Vec<TraceEvent> = Vec::new();
-    let mut payments: Vec<PaymentMessage> = Vec::new();
-    let mut first: Option<std::time::Instant> = None;
-    while !stop.is_cancelled() {
-        if focus.borrow().paused {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(m)) => {
-                match kind {
-                    TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
-                    TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+    servers: &'a str,
+    topic: &'a str,
+    live: &'a LiveProgress,
+}
+
+impl Reader<'_> {
+    /// The reader thread's loop; ends on `stop` or when the UI is gone. The catch-up is done
+    /// when every partition reached the end it had at the start and a poll came back empty
+    /// (as in [`topics::read_to_end`]).
+    fn read_batches(
+        &self,
+        starts: &[LiveStart],
+        tx: &mpsc::Sender<Update>,
+        focus: &watch::Receiver<Focus>,
+        stop: &CancellationToken,
+    ) {
+        let flush_after = Duration::from_millis(100);
+        let mut remaining: std::collections::BTreeMap<i32, i64> = starts
+            .iter()
+            .filter(|s| s.end > s.start)
+            .map(|s| (s.partition, s.end))
+            .collect();
+        let mut events: Vec<TraceEvent> = Vec::new();
+        let mut payments: Vec<PaymentMessage> = Vec::new();
+        let mut first: Option<std::time::Instant> = None;
+        while !stop.is_cancelled() {
+            if focus.borrow().paused {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    self.live.scanned.fetch_add(1, Ordering::Relaxed);
+                    if remaining
+                        .get(&m.partition())
+                        .is_some_and(|end| m.offset() + 1 >= *end)
+                    {
+                        remaining.remove(&m.partition());
+                    }
+                    match self.kind {
+                        TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                        TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                    }
+                    first.get_or_insert_with(std::time::Instant::now);
                 }
-                first.get_or_insert_with(std::time::Instant::now);
+                Some(Err(e)) => {
+                    let e = format!("kafka {}: reading {}: {e}", self.servers, self.topic);
+                    if tx.blocking_send(topic_error(self.kind, e)).is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    // A partition whose position already passed its end is caught up (an
+                    // offset gap, such as a transaction marker, before the end).
+                    if let Ok(pos) = self.consumer.position() {
+                        for e in pos.elements() {
+                            if let Offset::Offset(o) = e.offset() {
+                                if remaining.get(&e.partition()).is_some_and(|end| o >= *end) {
+                                    remaining.remove(&e.partition());
+                                }
+                            }
+                        }
+                    }
+                    if remaining.is_empty() {
+                        self.live.done.store(true, Ordering::Release);
+                    }
+                }
             }
-            Some(Err(e))
-                if tx
-                    .blocking_send(topic_error(
-                        kind,
-                        format!("kafka {servers}: reading {topic}: {e}"),
-                    ))
-                    .is_err() =>
-            {
-                return
-            }
-            Some(Err(_)) => {}
-            None => {}
-        }
-        let due = events.len() >= BATCH
-            || payments.len() >= BATCH
-            || first.is_some_and(|t| t.elapsed() >= flush_after);
-        if due {
-            first = None;
-            if !events.is_empty()
-                && tx
-                    .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
-                    .is_err()
-            {
-                return;
-            }
-            if !payments.is_empty()
-                && tx
-                    .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
-                    .is_err()
-            {
-                return;
+            let due = events.len() >= BATCH
+                || payments.len() >= BATCH
+                || first.is_some_and(|t| t.elapsed() >= flush_after);
+            if due {
+                first = None;
+                if !events.is_empty()
+                    && tx
+                        .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
+                        .is_err()
+                {
+                    return;
+                }
+                if !payments.is_empty()
+                    && tx
+                        .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
+                        .is_err()
+                {
+                    return;
+                }
             }
         }
     }
 }
 
-type Probe = (
-    Vec<(i32, i64, i64)>,
-    TopicProgress,
-    Result<Vec<PartitionLag>, String>,
-);
+type Probe = (TopicProgress, Result<Vec<PartitionLag>, String>);
 
 /// The topic's partitions and watermarks (the broker's health); for payments also the consumer
 /// group's lag. A client of its own each time: probing is rare and must not share state with the
@@ -851,6 +960,7 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
             topic: topic.clone(),
             partitions: marks.len(),
             end_offsets: marks.iter().map(|(_, _, h)| h).sum(),
+            catch_up: None,
         };
         let lag = match kind {
             TopicKind::Payments => {
@@ -859,7 +969,7 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
             }
             TopicKind::Trace => Ok(Vec::new()),
         };
-        Ok((marks, progress, lag))
+        Ok((progress, lag))
     })
     .await
     .map_err(|e| format!("kafka probe failed: {e}"))?

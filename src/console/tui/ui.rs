@@ -700,8 +700,14 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
     ])
     .areas(area);
     let rates = app.stores.trace_log.rates(app.now_ms());
-    f.render_widget(
-        Paragraph::new(Line::from(vec![
+    let reading = app.stores.rates_reading();
+    let line = match &reading {
+        // Until the hour is read, no count: a 0 would read as "nothing happened".
+        Some(r) => Line::from(Span::styled(
+            format!(" {r} — the rates are not complete yet"),
+            Style::new().add_modifier(Modifier::BOLD),
+        )),
+        None => Line::from(vec![
             Span::styled(
                 format!(" {} trace events read", rates.events_seen),
                 Style::new().add_modifier(Modifier::BOLD),
@@ -726,12 +732,17 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
                 ),
                 DIM,
             ),
-        ])),
-        summary,
-    );
+        ]),
+    };
+    f.render_widget(Paragraph::new(line), summary);
     let rows = app.rate_rows();
     let title = format!(
-        " Interceptions per minute, last 60 minutes [{}] ",
+        " Interceptions per minute, last 60 minutes{} [{}] ",
+        if reading.is_some() {
+            " (still reading)"
+        } else {
+            ""
+        },
         filter_note(app, View::Rates, rows.len(), rates.series.len())
     );
     windowed_table(

@@ -388,10 +388,32 @@ impl Stores {
         }
     }
 
+    /// What the rates still wait for, while the trace topic's last hour is being read: the
+    /// rates computed so far would look like "nothing happened" (issue 18). `None` once read.
+    pub fn rates_reading(&self) -> Option<String> {
+        let minutes = crate::console::read::store::RATE_WINDOW_MINUTES;
+        let head = format!("reading the last {minutes} minutes of the trace topic");
+        match self.trace_topic.as_ref().and_then(|p| p.catch_up) {
+            Some(c) if c.done => None,
+            Some(c) => {
+                let pct = (c.scanned.min(c.to_read) * 100)
+                    .checked_div(c.to_read)
+                    .unwrap_or(0);
+                Some(format!(
+                    "{head}: {} of {} messages ({pct}%) …",
+                    c.scanned, c.to_read
+                ))
+            }
+            None => Some(format!("{head} …")),
+        }
+    }
+
     /// The Overview's lines ([`overview::findings`] over what the collectors read).
     pub fn findings(&self, now: i64) -> Vec<Finding> {
         let rates = self.trace_log.rates(now);
+        let reading = self.rates_reading();
         overview::findings(&OverviewInput {
+            rates_reading: reading.as_deref(),
             leaks: self.leaks.as_ref(),
             stuck: self.stuck.as_deref(),
             locks: self.locks.as_ref(),
