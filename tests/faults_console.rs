@@ -723,7 +723,7 @@ async fn terminal_is_restored_after(
         pane.wait_for("the console's first frame", |p, s| {
             p.flag("#{alternate_on}") == "1"
                 && p.flag("#{cursor_flag}") == "0"
-                && s.contains("idemguard console  1:Trace")
+                && s.contains("idemguard console  1:Overview")
         });
         tmux(&["send-keys", "-t", &pane.session, "j"]);
         let s = pane.wait_for("the console's exit", |_, s| {
