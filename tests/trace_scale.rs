@@ -371,7 +371,14 @@ async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
     let j = serde_json::to_value(&r).unwrap()["data"].clone();
     assert_eq!(kafka_entries(&j), 1, "{j:#}");
     assert_eq!(j["order_no"], order.order_no.as_str());
-    assert!(r.data.read_cost.unwrap().messages_scanned() <= 200);
+    // Two hours of seven days' filler, over every partition (an ID only Kafka knows has no
+    // computed partition): about 250 messages of the 21,000, plus the window's edges; once,
+    // under load, more than 200 — the bound says "a window, not the topic".
+    let scanned = r.data.read_cost.unwrap().messages_scanned();
+    assert!(
+        scanned <= 1_000,
+        "{scanned} messages scanned for a two-hour window"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
