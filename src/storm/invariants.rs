@@ -8,6 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use crate::db::Database;
@@ -129,17 +130,14 @@ async fn stock(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyhow:
         .bind(pattern)
         .fetch_all(&db.pool)
         .await?;
-    let offenders = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "order {}: {} stock movements totalling {}",
-                r.get::<String, _>(0),
-                r.get::<i64, _>(1),
-                r.get::<i64, _>(2)
-            )
-        })
-        .collect();
+    let offenders = each_row(&rows, |r| {
+        format!(
+            "order {}: {} stock movements totalling {}",
+            r.get::<String, _>(0),
+            r.get::<i64, _>(1),
+            r.get::<i64, _>(2)
+        )
+    });
     checks.push(Check::new(
         "one_stock_movement_per_order",
         "stock decremented once per order (one stock_movement of -quantity)",
@@ -181,17 +179,14 @@ async fn payments(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyh
         .bind(pattern)
         .fetch_all(&db.pool)
         .await?;
-    let offenders = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "order {}: {} payment flows (payNo {})",
-                r.get::<String, _>(0),
-                r.get::<i64, _>(1),
-                r.get::<String, _>(2)
-            )
-        })
-        .collect();
+    let offenders = each_row(&rows, |r| {
+        format!(
+            "order {}: {} payment flows (payNo {})",
+            r.get::<String, _>(0),
+            r.get::<i64, _>(1),
+            r.get::<String, _>(2)
+        )
+    });
     checks.push(Check::new(
         "one_payment_flow_per_pay_no",
         "one payment_flow per payNo (and per order: the storm pays each once)",
@@ -203,19 +198,16 @@ async fn payments(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyh
         .bind(pattern)
         .fetch_all(&db.pool)
         .await?;
-    let offenders = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "order {} ({}, payment event {}): {} applied event(s) [{}]",
-                r.get::<String, _>(0),
-                r.get::<String, _>(1),
-                r.get::<String, _>(2),
-                r.get::<i64, _>(3),
-                r.get::<String, _>(4)
-            )
-        })
-        .collect();
+    let offenders = each_row(&rows, |r| {
+        format!(
+            "order {} ({}, payment event {}): {} applied event(s) [{}]",
+            r.get::<String, _>(0),
+            r.get::<String, _>(1),
+            r.get::<String, _>(2),
+            r.get::<i64, _>(3),
+            r.get::<String, _>(4)
+        )
+    });
     checks.push(Check::new(
         "one_paid_transition_per_order",
         "a PAID order was moved there once, by one of its own payment events",
@@ -245,19 +237,16 @@ async fn effects(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyho
             .bind(pattern)
             .fetch_all(&db.pool)
             .await?;
-        let offenders = rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "order {} ({}, paid by event {}): {} {what}, events [{}]",
-                    r.get::<String, _>(0),
-                    r.get::<String, _>(1),
-                    r.get::<String, _>(2),
-                    r.get::<i64, _>(3),
-                    r.get::<String, _>(4)
-                )
-            })
-            .collect();
+        let offenders = each_row(&rows, |r| {
+            format!(
+                "order {} ({}, paid by event {}): {} {what}, events [{}]",
+                r.get::<String, _>(0),
+                r.get::<String, _>(1),
+                r.get::<String, _>(2),
+                r.get::<i64, _>(3),
+                r.get::<String, _>(4)
+            )
+        });
         checks.push(Check::new(name, rule, offenders));
     }
     Ok(())
@@ -270,17 +259,14 @@ async fn records(db: &Database, scope: &Scope, checks: &mut Vec<Check>) -> anyho
         .bind(crate::contracts::now_ms())
         .fetch_all(&db.pool)
         .await?;
-    let offenders = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "requestId {}: PROCESSING under {}, lease ended at {}",
-                r.get::<String, _>(0),
-                r.get::<String, _>(1),
-                r.get::<i64, _>(2)
-            )
-        })
-        .collect();
+    let offenders = each_row(&rows, |r| {
+        format!(
+            "requestId {}: PROCESSING under {}, lease ended at {}",
+            r.get::<String, _>(0),
+            r.get::<String, _>(1),
+            r.get::<i64, _>(2)
+        )
+    });
     checks.push(Check::new(
         "no_record_processing_past_its_lease",
         "every idempotency record of the run ended SUCCEEDED or FAILED: none left PROCESSING past its lease",
@@ -302,4 +288,9 @@ pub async fn orders_of_run(
         .iter()
         .map(|r| (r.get("req_id"), r.get("order_no"), r.get("status")))
         .collect())
+}
+
+/// Each row of an invariant query is an offender, described by `describe`.
+fn each_row(rows: &[AnyRow], describe: impl Fn(&AnyRow) -> String) -> Vec<String> {
+    rows.iter().map(describe).collect()
 }
