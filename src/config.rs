@@ -36,6 +36,7 @@ pub struct Config {
     pub trace: TraceConfig,
     pub retention: RetentionConfig,
     pub tables: TableNames,
+    pub source: SourceProfile,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -242,6 +243,148 @@ impl TableNames {
     }
 }
 
+/// The source profile (`[source]`): how the console's queries map onto an order system —
+/// idemguard's own by default, or a team's that follows the article's shapes. Applied to the
+/// SQL when it is loaded (src/db/queries.rs); the SQL itself stays in `queries/`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceProfile {
+    /// "+HH:MM": the offset of `datetime` columns' wall-clock values.
+    pub time_zone: String,
+    pub idempotency_record: SourceTable,
+    pub order_record: SourceTable,
+    pub inventory: SourceTable,
+    pub stock_movement: SourceTable,
+    pub payment_flow: SourceTable,
+    pub points_ledger: SourceTable,
+    pub notification: SourceTable,
+    pub outbox: SourceTable,
+    pub processed_event: SourceTable,
+}
+
+/// How time columns are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeStorage {
+    #[default]
+    EpochMs,
+    EpochS,
+    /// DATETIME / TIMESTAMP (PostgreSQL `timestamp`), wall clock in `source.time_zone`.
+    Datetime,
+}
+
+/// Whether a status column holds text or integer codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusKind {
+    #[default]
+    Text,
+    Integer,
+}
+
+/// One logical table of the profile.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceTable {
+    /// "" = the name in `[tables]`; [`ABSENT`] = the system has no such table.
+    pub table: String,
+    #[serde(default)]
+    pub time: TimeStorage,
+    #[serde(default)]
+    pub status_kind: StatusKind,
+    /// idemguard's status name → the value the table stores for it.
+    #[serde(default)]
+    pub status: BTreeMap<String, String>,
+    /// idemguard's logical column → the physical column; "" = no such column.
+    #[serde(default)]
+    pub columns: BTreeMap<String, String>,
+}
+
+/// The `table` value of a table the system does not have.
+pub const ABSENT: &str = "absent";
+
+impl SourceProfile {
+    /// The profile's section of a logical table (None: not a profiled table).
+    pub fn table(&self, logical: &str) -> Option<&SourceTable> {
+        Some(match logical {
+            "idempotency_record" => &self.idempotency_record,
+            "order_record" => &self.order_record,
+            "inventory" => &self.inventory,
+            "stock_movement" => &self.stock_movement,
+            "payment_flow" => &self.payment_flow,
+            "points_ledger" => &self.points_ledger,
+            "notification" => &self.notification,
+            "outbox" => &self.outbox,
+            "processed_event" => &self.processed_event,
+            _ => return None,
+        })
+    }
+
+    /// The offset of `time_zone` in milliseconds ("+08:00" → 28 800 000).
+    pub fn offset_ms(&self) -> Result<i64, String> {
+        parse_offset(&self.time_zone)
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        self.offset_ms()
+            .map_err(|m| ("source.time_zone".to_string(), m))?;
+        for logical in [
+            "idempotency_record",
+            "order_record",
+            "inventory",
+            "stock_movement",
+            "payment_flow",
+            "points_ledger",
+            "notification",
+            "outbox",
+            "processed_event",
+        ] {
+            let t = self.table(logical).expect("a profiled table");
+            let key = |k: &str| format!("source.{logical}.{k}");
+            if t.table != ABSENT && !t.table.is_empty() && !is_identifier(&t.table) {
+                return Err((key("table"), "must be a plain SQL identifier, \"\" or \"absent\"".into()));
+            }
+            for (c, v) in &t.columns {
+                if !v.is_empty() && !is_identifier(v) {
+                    return Err((key(&format!("columns.{c}")), "must be a plain SQL identifier or \"\"".into()));
+                }
+            }
+            for (name, v) in t.status.iter().filter(|(_, v)| !v.is_empty()) {
+                let ok = match t.status_kind {
+                    StatusKind::Integer => v.parse::<i64>().is_ok(),
+                    StatusKind::Text => !v.is_empty() && !v.contains(['\'', '\\']),
+                };
+                if !ok {
+                    return Err((key(&format!("status.{name}")), format!("`{v}` is not a valid {:?} status value", t.status_kind)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+fn parse_offset(tz: &str) -> Result<i64, String> {
+    let bad = || format!("`{tz}` is not an offset like +08:00 or -05:00");
+    let (sign, rest) = match tz.as_bytes().first() {
+        Some(b'+') => (1, &tz[1..]),
+        Some(b'-') => (-1, &tz[1..]),
+        _ => return Err(bad()),
+    };
+    let (h, m) = rest.split_once(':').ok_or_else(bad)?;
+    let (h, m): (i64, i64) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    if h > 14 || m > 59 || rest.len() != 5 {
+        return Err(bad());
+    }
+    Ok(sign * (h * 3_600_000 + m * 60_000))
+}
+
 /// A configuration error: where the value came from, the key, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -371,6 +514,7 @@ impl Config {
         };
         self.validate_connections(&err)?;
         self.validate_limits(&err)?;
+        self.source.validate().map_err(|(k, m)| err(&k, m))?;
         self.validate_environment(&err)
     }
 

@@ -51,7 +51,7 @@ impl Database {
         let dialect = Dialect::of_url(url);
         let override_dir = (!config.database.queries_dir.is_empty())
             .then(|| std::path::Path::new(&config.database.queries_dir));
-        let queries = Queries::load(dialect, &config.tables, override_dir)?;
+        let queries = Queries::load(dialect, &queries::Templating::of(config), override_dir)?;
         probe_tcp(url, config.database.connect_timeout).await?;
         let pool = AnyPoolOptions::new()
             .max_connections(config.database.max_connections)

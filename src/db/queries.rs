@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::config::{Dialect, TableNames};
+use crate::config::{Config, Dialect, SourceProfile, SourceTable, StatusKind, TableNames, TimeStorage, ABSENT};
 
 macro_rules! builtin {
     ($($name:literal),* $(,)?) => {
@@ -80,6 +80,12 @@ builtin![
     "console_trace_points",
     "console_trace_notification",
     "console_stuck",
+    // the source profile's per-dialect conversions, spliced into the console's statements
+    "fragment_ms_epoch_s",
+    "fragment_ms_datetime",
+    "fragment_at_epoch_s",
+    "fragment_at_datetime",
+    "fragment_text",
     // storm: what a run wrote, and the invariants checked after every scenario (src/storm/)
     "storm_orders_of_run",
     "storm_check_orders_per_request",
@@ -106,40 +112,60 @@ builtin![
     "report_contradictions",
 ];
 
-/// The statements of one dialect, templated with the configured table names.
+/// The statements of one dialect, templated with the table names and the source profile.
 #[derive(Debug, Clone)]
 pub struct Queries {
     dialect: Dialect,
     by_name: HashMap<&'static str, String>,
+    /// Statements the profile cannot run, with why: a table marked absent, a column mapped to "".
+    missing: HashMap<&'static str, String>,
+}
+
+/// The configuration the statements are templated with.
+pub struct Templating<'a> {
+    pub tables: &'a TableNames,
+    pub source: &'a SourceProfile,
+}
+
+impl Templating<'_> {
+    pub fn of(config: &Config) -> Templating<'_> {
+        Templating {
+            tables: &config.tables,
+            source: &config.source,
+        }
+    }
 }
 
 impl Queries {
     pub fn load(
         dialect: Dialect,
-        tables: &TableNames,
+        with: &Templating<'_>,
         override_dir: Option<&Path>,
     ) -> anyhow::Result<Queries> {
+        let fragments = fragments(dialect);
+        let ctx = Ctx {
+            with,
+            fragments: &fragments,
+            offset_ms: with.source.offset_ms().map_err(|e| anyhow::anyhow!("source.time_zone: {e}"))?,
+        };
         let mut by_name = HashMap::new();
+        let mut missing = HashMap::new();
         for (name, pg, my) in BUILTIN {
-            let mut text = match dialect {
-                Dialect::Postgres => pg.to_string(),
-                Dialect::Mysql => my.to_string(),
-            };
-            let mut origin = format!("queries/{}/{name}.sql (built in)", dialect.dir());
-            if let Some(dir) = override_dir {
-                let path = dir.join(dialect.dir()).join(format!("{name}.sql"));
-                if path.exists() {
-                    text = std::fs::read_to_string(&path)
-                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                    origin = path.display().to_string();
+            let (text, origin) = text_of(dialect, name, pg, my, override_dir)?;
+            match template(&text, &ctx).map_err(|e| anyhow::anyhow!("{origin}: {e}"))? {
+                Ok(sql) => {
+                    by_name.insert(*name, sql);
+                }
+                Err(why) => {
+                    missing.insert(*name, why);
                 }
             }
-            by_name.insert(
-                *name,
-                template(&text, tables).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?,
-            );
         }
-        Ok(Queries { dialect, by_name })
+        Ok(Queries {
+            dialect,
+            by_name,
+            missing,
+        })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -147,28 +173,222 @@ impl Queries {
     }
 
     /// The text of a built-in statement. Names are compile-time constants, so an unknown one
-    /// is a programming error.
+    /// is a programming error; a statement the profile cannot run is asked for through
+    /// [`Queries::missing`] first.
     pub fn get(&self, name: &str) -> &str {
-        self.by_name
-            .get(name)
-            .unwrap_or_else(|| panic!("no SQL statement named `{name}` in queries/"))
+        self.by_name.get(name).unwrap_or_else(|| match self.missing.get(name) {
+            Some(why) => panic!("statement `{name}` cannot run under this source profile: {why}"),
+            None => panic!("no SQL statement named `{name}` in queries/"),
+        })
+    }
+
+    /// Why the profile cannot run statement `name` (None: it can).
+    pub fn missing(&self, name: &str) -> Option<&str> {
+        self.missing.get(name).map(String::as_str)
+    }
+
+    /// The console's statements (for `doctor`), runnable or not.
+    pub fn console_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        BUILTIN
+            .iter()
+            .map(|(n, _, _)| *n)
+            .filter(|n| n.starts_with("console_trace") || *n == "console_stuck" || n.starts_with("report_"))
     }
 }
 
-/// Replace `{{logical}}` with the physical table name; any other `{{…}}` is an error.
-fn template(text: &str, tables: &TableNames) -> Result<String, String> {
-    let mut out = text.to_string();
-    for (logical, physical) in tables.pairs() {
-        out = out.replace(&format!("{{{{{logical}}}}}"), physical);
+/// The built-in text of `name`, or the file of the same name under `queries_dir`.
+fn text_of(
+    dialect: Dialect,
+    name: &str,
+    pg: &str,
+    my: &str,
+    override_dir: Option<&Path>,
+) -> anyhow::Result<(String, String)> {
+    if let Some(dir) = override_dir {
+        let path = dir.join(dialect.dir()).join(format!("{name}.sql"));
+        if path.exists() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            return Ok((text, path.display().to_string()));
+        }
     }
-    if let Some(start) = out.find("{{") {
-        let end = out[start..].find("}}").map_or(out.len(), |e| start + e + 2);
-        return Err(format!(
-            "unknown table placeholder {} (known: the keys of [tables])",
-            &out[start..end]
-        ));
+    let text = match dialect {
+        Dialect::Postgres => pg,
+        Dialect::Mysql => my,
+    };
+    Ok((text.to_string(), format!("queries/{}/{name}.sql (built in)", dialect.dir())))
+}
+
+/// The `fragment_*` statements of a dialect without their comment lines: the dialect's way of
+/// converting a time or a code, spliced into the statements by the profile.
+fn fragments(dialect: Dialect) -> HashMap<&'static str, String> {
+    BUILTIN
+        .iter()
+        .filter(|(n, _, _)| n.starts_with("fragment_"))
+        .map(|(n, pg, my)| {
+            let text = if dialect == Dialect::Postgres { pg } else { my };
+            let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+            (*n, code.join(" ").trim().to_string())
+        })
+        .collect()
+}
+
+struct Ctx<'a> {
+    with: &'a Templating<'a>,
+    fragments: &'a HashMap<&'static str, String>,
+    offset_ms: i64,
+}
+
+/// Fill every `{{…}}`. Outer error: a placeholder that means nothing (a typo in a SQL file);
+/// inner error: the profile lacks a table or column the statement needs.
+///
+/// Placeholders: `{{table}}`; `{{[alias.]table.column[?]}}` (with `?`: NULL when the profile
+/// has no such column); `{{ms REF}}` a time column as epoch ms; `{{at REF PARAM}}` an epoch-ms
+/// parameter as the column's own type; `{{code table.status NAME}}` the stored value of a
+/// status; `{{name REF}}` the stored status shown as idemguard's name.
+fn template(text: &str, ctx: &Ctx<'_>) -> Result<Result<String, String>, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find("}}")
+            .map(|e| start + e)
+            .ok_or_else(|| format!("unclosed placeholder {}", &rest[start..]))?;
+        match expand(rest[start + 2..end].trim(), ctx)? {
+            Ok(sql) => out.push_str(&sql),
+            Err(why) => return Ok(Err(why)),
+        }
+        rest = &rest[end + 2..];
     }
-    Ok(out)
+    out.push_str(rest);
+    Ok(Ok(out))
+}
+
+type Expanded = Result<Result<String, String>, String>;
+
+fn expand(inner: &str, ctx: &Ctx<'_>) -> Expanded {
+    let words: Vec<&str> = inner.split_whitespace().collect();
+    match words.as_slice() {
+        [one] if !one.contains('.') => table_name(one, ctx),
+        [one] => column(one, ctx).map(|c| c.map(|c| c.sql())),
+        ["ms", r] => column(r, ctx).map(|c| c.map(|c| time_read(&c, ctx))),
+        ["at", r, param] => column(r, ctx).map(|c| c.map(|c| time_param(&c, param, ctx))),
+        ["code", r, status] => column(r, ctx).map(|c| c.and_then(|c| status_code(&c, status))),
+        ["name", r] => column(r, ctx).map(|c| c.map(|c| status_name(&c, ctx))),
+        _ => Err(format!("unknown placeholder {{{{{inner}}}}}")),
+    }
+}
+
+fn table_name(logical: &str, ctx: &Ctx<'_>) -> Expanded {
+    let Some((_, physical)) = ctx.with.tables.pairs().into_iter().find(|(l, _)| *l == logical) else {
+        return Err(format!("unknown table placeholder {{{{{logical}}}}} (known: the keys of [tables])"));
+    };
+    match ctx.with.source.table(logical).map(|t| t.table.as_str()) {
+        Some(ABSENT) => Ok(Err(format!("table {logical} is absent in the source profile"))),
+        Some(named) if !named.is_empty() => Ok(Ok(named.to_string())),
+        _ => Ok(Ok(physical.to_string())),
+    }
+}
+
+/// A resolved column reference.
+struct Col<'a> {
+    /// `alias.physical`, or `NULL` for an optional column the profile lacks.
+    qualified: Option<String>,
+    table: &'a SourceTable,
+}
+
+impl Col<'_> {
+    fn sql(&self) -> String {
+        self.qualified.clone().unwrap_or_else(|| "NULL".into())
+    }
+}
+
+fn column<'a>(reference: &str, ctx: &Ctx<'a>) -> Result<Result<Col<'a>, String>, String> {
+    let (reference, optional) = match reference.strip_suffix('?') {
+        Some(r) => (r, true),
+        None => (reference, false),
+    };
+    let parts: Vec<&str> = reference.split('.').collect();
+    let (alias, logical, col) = match parts.as_slice() {
+        [t, c] => (None, *t, *c),
+        [a, t, c] => (Some(*a), *t, *c),
+        _ => return Err(format!("`{reference}` is not [alias.]table.column")),
+    };
+    let table = ctx.with.source.table(logical).ok_or_else(|| format!("`{logical}` is not a table of [source]"))?;
+    if let Err(why) = table_name(logical, ctx)? {
+        return Ok(Err(why));
+    }
+    let physical = table
+        .columns
+        .get(col)
+        .ok_or_else(|| format!("`{col}` is not a column of [source.{logical}.columns]"))?;
+    if physical.is_empty() && !optional {
+        return Ok(Err(format!("the source profile maps no column {logical}.{col}")));
+    }
+    let qualified = (!physical.is_empty())
+        .then(|| alias.map_or_else(|| physical.clone(), |a| format!("{a}.{physical}")));
+    Ok(Ok(Col { qualified, table }))
+}
+
+fn fragment(name: &str, ctx: &Ctx<'_>, col: &str, param: &str) -> String {
+    ctx.fragments[name]
+        .replace("{col}", col)
+        .replace("{param}", param)
+        .replace("{offset_ms}", &ctx.offset_ms.to_string())
+}
+
+fn time_read(c: &Col<'_>, ctx: &Ctx<'_>) -> String {
+    let Some(col) = &c.qualified else {
+        return "NULL".into();
+    };
+    match c.table.time {
+        TimeStorage::EpochMs => col.clone(),
+        TimeStorage::EpochS => fragment("fragment_ms_epoch_s", ctx, col, ""),
+        TimeStorage::Datetime => fragment("fragment_ms_datetime", ctx, col, ""),
+    }
+}
+
+fn time_param(c: &Col<'_>, param: &str, ctx: &Ctx<'_>) -> String {
+    match c.table.time {
+        TimeStorage::EpochMs => param.to_string(),
+        TimeStorage::EpochS => fragment("fragment_at_epoch_s", ctx, "", param),
+        TimeStorage::Datetime => fragment("fragment_at_datetime", ctx, "", param),
+    }
+}
+
+fn literal(kind: StatusKind, value: &str) -> String {
+    match kind {
+        StatusKind::Integer => value.to_string(),
+        StatusKind::Text => format!("'{value}'"),
+    }
+}
+
+fn status_code(c: &Col<'_>, status: &str) -> Result<String, String> {
+    match c.table.status.get(status).filter(|v| !v.is_empty()) {
+        Some(v) => Ok(literal(c.table.status_kind, v)),
+        None => Err(format!("the source profile has no stored value for status {status}")),
+    }
+}
+
+/// The stored status as idemguard's name: the column itself when the names are stored as they
+/// are, else a CASE over the profile's codes (an unnamed code is shown as it is stored).
+fn status_name(c: &Col<'_>, ctx: &Ctx<'_>) -> String {
+    let Some(col) = &c.qualified else {
+        return "NULL".into();
+    };
+    let t = c.table;
+    if t.status_kind == StatusKind::Text && t.status.iter().all(|(k, v)| k == v || v.is_empty()) {
+        return col.clone();
+    }
+    let arms: String = t
+        .status
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(name, v)| format!(" WHEN {} THEN '{name}'", literal(t.status_kind, v)))
+        .collect();
+    let other = fragment("fragment_text", ctx, col, "");
+    format!("(CASE {col}{arms} ELSE {other} END)")
 }
 
 /// Split a schema file into statements: `;` at the end of a line ends one; comment-only
@@ -201,31 +421,83 @@ fn push_statement(out: &mut Vec<String>, chunk: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+
+    fn load(config: &Config, d: Dialect) -> Queries {
+        Queries::load(d, &Templating::of(config), None).unwrap()
+    }
+
+    fn fill(config: &Config, text: &str) -> Result<Result<String, String>, String> {
+        let fragments = fragments(Dialect::Mysql);
+        let with = Templating::of(config);
+        let ctx = Ctx {
+            with: &with,
+            fragments: &fragments,
+            offset_ms: config.source.offset_ms().unwrap(),
+        };
+        template(text, &ctx)
+    }
 
     #[test]
     fn every_builtin_templates_in_both_dialects() {
-        let tables = Config::defaults().tables;
+        let config = Config::defaults();
         for d in [Dialect::Postgres, Dialect::Mysql] {
-            let q = Queries::load(d, &tables, None).unwrap();
+            let q = load(&config, d);
             assert!(q
                 .get("schema")
                 .contains("CREATE TABLE IF NOT EXISTS idempotency_record"));
-            assert!(!q.get("schema").contains("{{"));
+            assert!(q.missing.is_empty(), "{:?}", q.missing);
+            assert!(!q.by_name.values().any(|s| s.contains("{{")));
         }
     }
 
     #[test]
-    fn custom_table_names_and_unknown_placeholders() {
-        let mut tables = Config::defaults().tables;
-        tables.order_record = "shop_orders".into();
+    fn the_default_profile_leaves_idemguards_own_columns_as_they_are() {
+        let config = Config::defaults();
+        let sql = fill(&config, "SELECT {{name r.idempotency_record.status}}, {{ms r.idempotency_record.created_at}} FROM {{idempotency_record}} r WHERE {{idempotency_record.status}} = {{code idempotency_record.status PROCESSING}} AND created_at <= {{at idempotency_record.created_at ?}}");
         assert_eq!(
-            template("SELECT * FROM {{order_record}}", &tables).unwrap(),
+            sql.unwrap().unwrap(),
+            "SELECT r.status, r.created_at FROM idempotency_record r WHERE status = 'PROCESSING' AND created_at <= ?"
+        );
+    }
+
+    #[test]
+    fn a_foreign_profile_maps_codes_times_and_absent_columns() {
+        let mut config = Config::defaults();
+        let t = &mut config.source.idempotency_record;
+        t.table = "idem_req".into();
+        t.time = TimeStorage::Datetime;
+        t.status_kind = StatusKind::Integer;
+        for (k, v) in [("PROCESSING", "0"), ("SUCCEEDED", "1"), ("FAILED", "2")] {
+            t.status.insert(k.into(), v.into());
+        }
+        t.columns.insert("owner".into(), String::new());
+        config.source.time_zone = "+08:00".into();
+        let sql = fill(&config, "SELECT {{r.idempotency_record.owner?}}, {{name r.idempotency_record.status}}, {{ms r.idempotency_record.created_at}} FROM {{idempotency_record}} r WHERE status = {{code idempotency_record.status PROCESSING}}")
+            .unwrap()
+            .unwrap();
+        assert!(sql.starts_with("SELECT NULL, (CASE r.status WHEN 2 THEN 'FAILED' WHEN 0 THEN 'PROCESSING' WHEN 1 THEN 'SUCCEEDED' ELSE CAST(r.status AS CHAR) END), "), "{sql}");
+        assert!(sql.contains("- 28800000)"), "{sql}");
+        assert!(sql.ends_with("FROM idem_req r WHERE status = 0"), "{sql}");
+        let needs = fill(&config, "SELECT {{idempotency_record.owner}} FROM x").unwrap();
+        assert!(needs.unwrap_err().contains("idempotency_record.owner"));
+        config.source.stock_movement.table = ABSENT.into();
+        assert!(fill(&config, "SELECT 1 FROM {{stock_movement}}").unwrap().unwrap_err().contains("absent"));
+    }
+
+    #[test]
+    fn custom_table_names_and_unknown_placeholders() {
+        let mut config = Config::defaults();
+        config.tables.order_record = "shop_orders".into();
+        assert_eq!(
+            fill(&config, "SELECT * FROM {{order_record}}").unwrap().unwrap(),
             "SELECT * FROM shop_orders"
         );
-        assert!(template("SELECT * FROM {{orders}}", &tables)
+        assert!(fill(&config, "SELECT * FROM {{orders}}")
             .unwrap_err()
             .contains("{{orders}}"));
+        assert!(fill(&config, "SELECT {{order_record.colour}}")
+            .unwrap_err()
+            .contains("colour"));
     }
 
     #[test]
@@ -251,12 +523,8 @@ mod tests {
             "SELECT 'custom'",
         )
         .unwrap();
-        let q = Queries::load(
-            Dialect::Postgres,
-            &Config::defaults().tables,
-            Some(dir.path()),
-        )
-        .unwrap();
+        let config = Config::defaults();
+        let q = Queries::load(Dialect::Postgres, &Templating::of(&config), Some(dir.path())).unwrap();
         assert_eq!(q.get("server_version"), "SELECT 'custom'");
     }
 }

@@ -1,0 +1,2 @@
+-- Profile fragment: a status code the profile does not name, shown as text.
+CAST({col} AS VARCHAR)
