@@ -127,12 +127,12 @@ pub fn stuck_cells(s: &StuckRecord, now_ms: i64) -> Vec<String> {
             Some(false) => "DEAD".into(),
             None => "?".into(),
         },
-        if left >= 0 {
-            format!("{} left", age(left))
-        } else {
-            format!("over {}", age(-left))
+        match left {
+            Some(left) if left >= 0 => format!("{} left", age(left)),
+            Some(left) => format!("over {}", age(-left)),
+            None => crate::console::read::records::UNKNOWN.into(),
         },
-        s.replay_count.to_string(),
+        crate::console::read::records::or_unknown(s.replay_count),
         s.found_order_no
             .clone()
             .unwrap_or_else(|| "no order".into()),

@@ -89,30 +89,33 @@ pub struct IdempotencyRow {
     pub status: String,
     pub response_code: Option<i64>,
     pub order_no: Option<String>,
+    /// "unknown" when the source profile maps no owner column; the numbers below are `None`
+    /// when it maps no such column: shown as unknown, never guessed.
     pub owner: String,
-    pub fence: i64,
-    pub lease_until: i64,
-    pub replay_count: i64,
+    pub fence: Option<i64>,
+    pub lease_until: Option<i64>,
+    pub replay_count: Option<i64>,
     pub created_at: i64,
-    pub updated_at: i64,
-    pub expire_at: i64,
-    pub version: i64,
+    pub updated_at: Option<i64>,
+    pub expire_at: Option<i64>,
+    pub version: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OrderRow {
     pub req_id: String,
     pub order_no: String,
-    pub user_id: i64,
-    pub sku_id: i64,
-    pub quantity: i64,
-    pub amount: i64,
+    /// `None`: a column the source profile does not map (shown as unknown).
+    pub user_id: Option<i64>,
+    pub sku_id: Option<i64>,
+    pub quantity: Option<i64>,
+    pub amount: Option<i64>,
     pub status: String,
-    pub version: i64,
-    pub fence: i64,
+    pub version: Option<i64>,
+    pub fence: Option<i64>,
     pub payment_event_id: Option<String>,
     pub created_at: i64,
-    pub updated_at: i64,
+    pub updated_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -188,6 +191,9 @@ pub struct TraceRows {
     pub processed: Vec<ProcessedEventRow>,
     pub points: Vec<PointsRow>,
     pub notifications: Vec<NotificationRow>,
+    /// What this system's source profile cannot show (a table marked absent…), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
 }
 
 impl TraceRows {
@@ -269,75 +275,65 @@ pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<Trace
 }
 
 async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> {
-    let (o, r, e) = (
-        ids.order_no.clone(),
-        ids.request_id.clone(),
-        ids.event_id.clone(),
-    );
-    let q = |name: &'static str| sqlx::query(db.sql(name));
-    let named = |name: &'static str| move |err: sqlx::Error| query_error(db, name, err);
-
-    let idempotency = q("console_trace_idempotency")
-        .bind(r.clone())
-        .bind(o.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_idempotency"))?;
-    let orders = q("console_trace_order")
-        .bind(r.clone())
-        .bind(o.clone())
-        .bind(e.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_order"))?;
-    let stock = q("console_trace_stock")
-        .bind(o.clone())
-        .bind(r.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_stock"))?;
-    let payments = q("console_trace_payment")
-        .bind(o.clone())
-        .bind(e.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_payment"))?;
-    let outbox = q("console_trace_outbox")
-        .bind(o.clone())
-        .bind(e.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_outbox"))?;
-    let processed = q("console_trace_processed")
-        .bind(o.clone())
-        .bind(e.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_processed"))?;
-    let points = q("console_trace_points")
-        .bind(o.clone())
-        .bind(e.clone())
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_points"))?;
-    let notifications = q("console_trace_notification")
-        .bind(o)
-        .bind(e)
-        .fetch_all(&db.pool)
-        .await
-        .map_err(named("console_trace_notification"))?;
-
-    Ok(TraceRows {
+    let (o, r, e) = (&ids.order_no, &ids.request_id, &ids.event_id);
+    let mut rows = TraceRows {
         ids: ids.clone(),
-        idempotency: decode_all(&idempotency, idempotency_row)?,
-        orders: decode_all(&orders, order_row)?,
-        stock_movements: decode_all(&stock, stock_row)?,
-        payments: decode_all(&payments, payment_row)?,
-        outbox: decode_all(&outbox, outbox_row)?,
-        processed: decode_all(&processed, processed_row)?,
-        points: decode_all(&points, points_row)?,
-        notifications: decode_all(&notifications, notification_row)?,
-    })
+        ..Default::default()
+    };
+    let read = Reader { db };
+    rows.idempotency = read.rows("console_trace_idempotency", &[r, o, o], idempotency_row, &mut rows.unavailable).await?;
+    rows.orders = read.rows("console_trace_order", &[r, o, e], order_row, &mut rows.unavailable).await?;
+    rows.stock_movements = read.rows("console_trace_stock", &[o, r], stock_row, &mut rows.unavailable).await?;
+    rows.payments = read.rows("console_trace_payment", &[o, e], payment_row, &mut rows.unavailable).await?;
+    rows.outbox = read.rows("console_trace_outbox", &[o, e], outbox_row, &mut rows.unavailable).await?;
+    rows.processed = read.rows("console_trace_processed", &[o, e], processed_row, &mut rows.unavailable).await?;
+    rows.points = read.rows("console_trace_points", &[o, e], points_row, &mut rows.unavailable).await?;
+    rows.notifications = read.rows("console_trace_notification", &[o, e], notification_row, &mut rows.unavailable).await?;
+    Ok(rows)
+}
+
+/// Runs the console's trace statements, skipping (and saying) those the source profile cannot run.
+struct Reader<'a> {
+    db: &'a Database,
+}
+
+impl Reader<'_> {
+    async fn rows<T>(
+        &self,
+        name: &'static str,
+        binds: &[&Option<String>],
+        f: fn(&AnyRow) -> Result<T, sqlx::Error>,
+        unavailable: &mut Vec<String>,
+    ) -> anyhow::Result<Vec<T>> {
+        if let Some(why) = self.db.queries.missing(name) {
+            unavailable.push(format!("{}: not shown ({why})", shown_as(name)));
+            return Ok(Vec::new());
+        }
+        let mut q = sqlx::query(self.db.sql(name));
+        for b in binds {
+            q = q.bind((*b).clone());
+        }
+        let rows = q
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(|e| query_error(self.db, name, e))?;
+        decode_all(&rows, f)
+    }
+}
+
+/// What a trace statement shows, for "not shown" notes.
+fn shown_as(name: &str) -> &'static str {
+    match name {
+        "console_trace_idempotency" => "idempotency records",
+        "console_trace_order" => "orders",
+        "console_trace_stock" => "stock movements",
+        "console_trace_payment" => "payments",
+        "console_trace_outbox" => "outbox rows",
+        "console_trace_processed" => "processed events",
+        "console_trace_points" => "points",
+        "console_trace_notification" => "notifications",
+        _ => "rows",
+    }
 }
 
 fn decode_all<T>(
@@ -358,12 +354,12 @@ fn decode_all<T>(
 fn idempotency_row(r: &AnyRow) -> Result<IdempotencyRow, sqlx::Error> {
     Ok(IdempotencyRow {
         request_id: r.try_get("request_id")?,
-        biz_type: r.try_get("biz_type")?,
-        request_hash: r.try_get("request_hash")?,
+        biz_type: unknown_if_null(r.try_get("biz_type")?),
+        request_hash: unknown_if_null(r.try_get("request_hash")?),
         status: r.try_get("status")?,
         response_code: r.try_get("response_code")?,
         order_no: r.try_get("order_no")?,
-        owner: r.try_get("owner")?,
+        owner: unknown_if_null(r.try_get("owner")?),
         fence: r.try_get("fence")?,
         lease_until: r.try_get("lease_until")?,
         replay_count: r.try_get("replay_count")?,
@@ -372,6 +368,18 @@ fn idempotency_row(r: &AnyRow) -> Result<IdempotencyRow, sqlx::Error> {
         expire_at: r.try_get("expire_at")?,
         version: r.try_get("version")?,
     })
+}
+
+/// The text shown for a column the source profile does not map.
+pub const UNKNOWN: &str = "unknown";
+
+/// A number the source profile may not have, as shown: the number or "unknown".
+pub fn or_unknown(v: Option<i64>) -> String {
+    v.map_or_else(|| UNKNOWN.to_string(), |v| v.to_string())
+}
+
+fn unknown_if_null(v: Option<String>) -> String {
+    v.unwrap_or_else(|| UNKNOWN.to_string())
 }
 
 fn order_row(r: &AnyRow) -> Result<OrderRow, sqlx::Error> {
@@ -473,12 +481,13 @@ pub struct StuckRecord {
     /// `true` when `instance:{owner}` exists, `false` when it does not, `null` when Redis did not
     /// answer.
     pub owner_alive: Option<bool>,
-    pub fence: i64,
+    /// `None` (here and below): the source profile maps no such column — unknown.
+    pub fence: Option<i64>,
     pub created_at: i64,
-    pub updated_at: i64,
-    pub lease_until: i64,
-    pub replay_count: i64,
-    pub version: i64,
+    pub updated_at: Option<i64>,
+    pub lease_until: Option<i64>,
+    pub replay_count: Option<i64>,
+    pub version: Option<i64>,
     /// What `order_record` says about the same requestId.
     pub order_exists: bool,
     pub order_status: Option<String>,
@@ -489,9 +498,9 @@ impl StuckRecord {
     pub fn age_ms(&self, now_ms: i64) -> i64 {
         now_ms - self.created_at
     }
-    /// Negative once the lease has run out.
-    pub fn lease_left_ms(&self, now_ms: i64) -> i64 {
-        self.lease_until - now_ms
+    /// Negative once the lease has run out; `None` when the system keeps no lease.
+    pub fn lease_left_ms(&self, now_ms: i64) -> Option<i64> {
+        self.lease_until.map(|l| l - now_ms)
     }
 }
 
@@ -519,7 +528,7 @@ fn stuck_row(r: &AnyRow) -> Result<StuckRecord, sqlx::Error> {
     Ok(StuckRecord {
         request_id: r.try_get("request_id")?,
         order_no: r.try_get("order_no")?,
-        owner: r.try_get("owner")?,
+        owner: unknown_if_null(r.try_get("owner")?),
         owner_alive: None,
         fence: r.try_get("fence")?,
         created_at: r.try_get("created_at")?,
@@ -540,6 +549,9 @@ pub fn annotate_stuck(
     live: Option<&std::collections::BTreeSet<String>>,
 ) {
     for r in records {
-        r.owner_alive = live.map(|l| l.contains(&r.owner));
+        // A system without an owner column has no heartbeat to ask about: unknown.
+        r.owner_alive = live
+            .filter(|_| r.owner != UNKNOWN)
+            .map(|l| l.contains(&r.owner));
     }
 }

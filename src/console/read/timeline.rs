@@ -14,7 +14,7 @@ use crate::contracts::{Outcome, TraceEvent, TraceTarget};
 
 use crate::console::format::{age, pttl, short};
 use crate::console::read::locks::TraceKeys;
-use crate::console::read::records::{IdempotencyRow, OrderRow, OutboxRow, TraceRows};
+use crate::console::read::records::{or_unknown, IdempotencyRow, OrderRow, OutboxRow, TraceRows};
 use crate::console::read::store::event_ms;
 use crate::console::read::topics::PaymentMessage;
 use crate::console::read::window::ReadCost;
@@ -251,11 +251,10 @@ fn row_entries(rows: &TraceRows, now: i64) -> Vec<TimelineEntry> {
 
 fn idempotency_entry(r: &IdempotencyRow, now: i64) -> TimelineEntry {
     let lease = if r.status == "PROCESSING" {
-        let left = r.lease_until - now;
-        if left >= 0 {
-            format!("lease {} left", age(left))
-        } else {
-            format!("lease expired {} ago", age(-left))
+        match r.lease_until.map(|l| l - now) {
+            Some(left) if left >= 0 => format!("lease {} left", age(left)),
+            Some(left) => format!("lease expired {} ago", age(-left)),
+            None => "lease unknown".into(),
         }
     } else {
         format!(
@@ -268,7 +267,7 @@ fn idempotency_entry(r: &IdempotencyRow, now: i64) -> TimelineEntry {
         r.status,
         r.owner,
         lease,
-        r.replay_count,
+        or_unknown(r.replay_count),
         short(&r.request_hash, 8),
         age(now - r.created_at)
     );
@@ -279,12 +278,12 @@ fn order_entry(o: &OrderRow) -> TimelineEntry {
     let summary = format!(
         "{} v{} fence {} · user {} sku {} ×{} amount {}{}",
         o.status,
-        o.version,
-        o.fence,
-        o.user_id,
-        o.sku_id,
-        o.quantity,
-        o.amount,
+        or_unknown(o.version),
+        or_unknown(o.fence),
+        or_unknown(o.user_id),
+        or_unknown(o.sku_id),
+        or_unknown(o.quantity),
+        or_unknown(o.amount),
         o.payment_event_id
             .as_ref()
             .map(|e| format!(" · paid by event {e}"))

@@ -116,10 +116,10 @@ impl ReadCost {
 pub fn row_times(rows: &TraceRows) -> Vec<i64> {
     let mut t = Vec::new();
     for r in &rows.idempotency {
-        t.extend([r.created_at, r.updated_at]);
+        t.extend([Some(r.created_at), r.updated_at].into_iter().flatten());
     }
     for o in &rows.orders {
-        t.extend([o.created_at, o.updated_at]);
+        t.extend([Some(o.created_at), o.updated_at].into_iter().flatten());
     }
     t.extend(rows.stock_movements.iter().map(|s| s.created_at));
     t.extend(rows.payments.iter().map(|p| p.created_at));

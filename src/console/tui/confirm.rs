@@ -154,12 +154,13 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
         };
         let action = Action::Finalize {
             request_id: r.request_id.clone(),
-            expect_version: Some(r.version),
+            expect_version: r.version,
             reason: None,
         };
         lines.push(format!(
             "{} (version {}): {expected}",
-            r.request_id, r.version
+            r.request_id,
+            crate::console::read::records::or_unknown(r.version)
         ));
         lines.extend(
             action

