@@ -283,7 +283,7 @@ pub enum StatusKind {
 }
 
 /// One logical table of the profile.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceTable {
     /// "" = the name in `[tables]`; [`ABSENT`] = the system has no such table.
@@ -325,6 +325,13 @@ impl SourceProfile {
         parse_offset(&self.time_zone)
     }
 
+    /// True when the idempotency record or the orders are not idemguard's own (a team's system):
+    /// actions then take the paths that need no owner, lease or fence of idemguard's.
+    pub fn is_foreign(&self) -> bool {
+        let own = Config::defaults().source;
+        self.idempotency_record != own.idempotency_record || self.order_record != own.order_record
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
         self.offset_ms()
             .map_err(|m| ("source.time_zone".to_string(), m))?;
@@ -342,11 +349,17 @@ impl SourceProfile {
             let t = self.table(logical).expect("a profiled table");
             let key = |k: &str| format!("source.{logical}.{k}");
             if t.table != ABSENT && !t.table.is_empty() && !is_identifier(&t.table) {
-                return Err((key("table"), "must be a plain SQL identifier, \"\" or \"absent\"".into()));
+                return Err((
+                    key("table"),
+                    "must be a plain SQL identifier, \"\" or \"absent\"".into(),
+                ));
             }
             for (c, v) in &t.columns {
                 if !v.is_empty() && !is_identifier(v) {
-                    return Err((key(&format!("columns.{c}")), "must be a plain SQL identifier or \"\"".into()));
+                    return Err((
+                        key(&format!("columns.{c}")),
+                        "must be a plain SQL identifier or \"\"".into(),
+                    ));
                 }
             }
             for (name, v) in t.status.iter().filter(|(_, v)| !v.is_empty()) {
@@ -355,7 +368,10 @@ impl SourceProfile {
                     StatusKind::Text => !v.is_empty() && !v.contains(['\'', '\\']),
                 };
                 if !ok {
-                    return Err((key(&format!("status.{name}")), format!("`{v}` is not a valid {:?} status value", t.status_kind)));
+                    return Err((
+                        key(&format!("status.{name}")),
+                        format!("`{v}` is not a valid {:?} status value", t.status_kind),
+                    ));
                 }
             }
         }

@@ -3,14 +3,18 @@
 //! config/profiles/article-mysql.toml — trace, stuck records, finalize, report, doctor and the
 //! least-privilege roles, on MariaDB and PostgreSQL.
 
-mod common;
 #[path = "common/article.rs"]
 mod article;
+mod common;
 
 use article::{article_system, now_ms, ArticleSystem};
 use idemguard::config::Dialect;
 use idemguard::console::read::records::{self, TraceIds};
-use idemguard::db::Database;
+use idemguard::contracts::Instance;
+use idemguard::db::{queries, Database};
+use idemguard::lock::Locks;
+use idemguard::ops::{Action, ActionOutcome, Actions};
+use idemguard::trace::Tracer;
 
 const MINUTE: i64 = 60_000;
 
@@ -20,13 +24,33 @@ async fn seeded(dialect: Dialect) -> (ArticleSystem, Database) {
     let sys = article_system(dialect).await;
     let now = now_ms();
     sys.record("req-paid-0001", 1, now - 30 * MINUTE).await;
-    sys.order("req-paid-0001", "ORD202612010001", Some("evt-pay-0001"), now - 30 * MINUTE).await;
-    sys.paid("ORD202612010001", "PAY-0001", "evt-pay-0001", now - 29 * MINUTE).await;
+    sys.order(
+        "req-paid-0001",
+        "ORD202612010001",
+        Some("evt-pay-0001"),
+        now - 30 * MINUTE,
+    )
+    .await;
+    sys.paid(
+        "ORD202612010001",
+        "PAY-0001",
+        "evt-pay-0001",
+        now - 29 * MINUTE,
+    )
+    .await;
     sys.record("req-stuck-order", 0, now - 20 * MINUTE).await;
-    sys.order("req-stuck-order", "ORD202612010002", None, now - 20 * MINUTE).await;
+    sys.order(
+        "req-stuck-order",
+        "ORD202612010002",
+        None,
+        now - 20 * MINUTE,
+    )
+    .await;
     sys.record("req-stuck-none", 0, now - 15 * MINUTE).await;
     sys.record("req-fresh", 0, now - 1000).await;
-    let db = Database::connect(&sys.config).await.expect("connect through the profile");
+    let db = Database::connect(&sys.config)
+        .await
+        .expect("connect through the profile");
     (sys, db)
 }
 
@@ -36,7 +60,9 @@ async fn trace_of_an_order_shows_its_records(dialect: Dialect) {
         order_no: Some("ORD202612010001".into()),
         ..Default::default()
     };
-    let rows = records::trace_rows(&db, &ids).await.expect("trace through the profile");
+    let rows = records::trace_rows(&db, &ids)
+        .await
+        .expect("trace through the profile");
     assert_eq!(rows.ids.request_id.as_deref(), Some("req-paid-0001"));
     assert_eq!(rows.idempotency.len(), 1, "{rows:?}");
     let rec = &rows.idempotency[0];
@@ -44,18 +70,27 @@ async fn trace_of_an_order_shows_its_records(dialect: Dialect) {
     assert_eq!(rec.owner, "unknown");
     assert_eq!((rec.version, rec.lease_until), (None, None));
     let age = now_ms() - rec.created_at;
-    assert!((29 * MINUTE..31 * MINUTE).contains(&age), "DATETIME +08:00 read as epoch ms: age {age}");
+    assert!(
+        (29 * MINUTE..31 * MINUTE).contains(&age),
+        "DATETIME +08:00 read as epoch ms: age {age}"
+    );
     assert_eq!(rows.orders.len(), 1);
     assert_eq!(rows.orders[0].status, "PAID");
     assert_eq!(rows.orders[0].version, Some(1));
-    assert_eq!(rows.orders[0].payment_event_id.as_deref(), Some("evt-pay-0001"));
+    assert_eq!(
+        rows.orders[0].payment_event_id.as_deref(),
+        Some("evt-pay-0001")
+    );
     assert_eq!(rows.payments.len(), 1);
     assert_eq!(rows.points.len(), 1);
     assert_eq!(rows.notifications.len(), 1);
     assert!(rows.stock_movements.is_empty() && rows.outbox.is_empty());
     let said = rows.unavailable.join("\n");
     for what in ["stock movements", "outbox rows", "processed events"] {
-        assert!(said.contains(what), "the trace says it cannot show {what}: {said}");
+        assert!(
+            said.contains(what),
+            "the trace says it cannot show {what}: {said}"
+        );
     }
 }
 
@@ -65,12 +100,97 @@ async fn stuck_records_are_listed_with_unknowns(dialect: Dialect) {
         .await
         .expect("stuck through the profile");
     let ids: Vec<&str> = stuck.iter().map(|s| s.request_id.as_str()).collect();
-    assert_eq!(ids, ["req-stuck-order", "req-stuck-none"], "oldest first, the fresh one not yet");
+    assert_eq!(
+        ids,
+        ["req-stuck-order", "req-stuck-none"],
+        "oldest first, the fresh one not yet"
+    );
     assert!(stuck[0].order_exists);
     assert_eq!(stuck[0].order_status.as_deref(), Some("CREATED"));
     assert!(!stuck[1].order_exists);
     assert_eq!(stuck[1].owner, "unknown");
     assert_eq!((stuck[1].lease_until, stuck[1].version), (None, None));
+}
+
+/// The audit table in the team's database, as its DBA creates it (queries/<d>/console_audit_table.sql).
+async fn audit_table(sys: &ArticleSystem) {
+    for statement in queries::statements(sys.admin.sql("console_audit_table")) {
+        sqlx::Executor::execute(&sys.admin.pool, statement.as_str())
+            .await
+            .expect("audit table");
+    }
+}
+
+async fn actions(sys: &ArticleSystem, db: &Database) -> Actions {
+    let me = Instance {
+        id: format!("test-operator-{}", common::unique_suffix()),
+        host: "testhost".into(),
+        pid: 1,
+    };
+    let locks = Locks::from_config(&sys.config, &me, Tracer::log_only(&me)).expect("lock layer");
+    Actions::new(&sys.config, db.clone(), locks, Tracer::log_only(&me), true).await
+}
+
+fn finalize(request_id: &str) -> Action {
+    Action::Finalize {
+        request_id: request_id.into(),
+        expect_version: None,
+        reason: Some("23:07 incident".into()),
+    }
+}
+
+async fn stuck_records_are_finalized_to_the_teams_codes(dialect: Dialect) {
+    let (sys, db) = seeded(dialect).await;
+    audit_table(&sys).await;
+    let actions = actions(&sys, &db).await;
+
+    let done = actions.run(&finalize("req-stuck-order")).await;
+    assert_eq!(done.outcome, ActionOutcome::Done, "{done:?}");
+    assert!(
+        done.detail.contains("cannot be fenced from here"),
+        "{}",
+        done.detail
+    );
+    assert_eq!(
+        sys.record_status("req-stuck-order").await,
+        1,
+        "SUCCEEDED is the team's 1"
+    );
+    let failed = actions.run(&finalize("req-stuck-none")).await;
+    assert_eq!(failed.outcome, ActionOutcome::Done, "{failed:?}");
+    assert_eq!(
+        sys.record_status("req-stuck-none").await,
+        2,
+        "FAILED is the team's 2"
+    );
+    assert!(
+        done.audit_id.is_some() && failed.audit_id.is_some(),
+        "audited as today"
+    );
+
+    let again = actions.run(&finalize("req-stuck-none")).await;
+    assert_eq!(
+        again.outcome,
+        ActionOutcome::Changed,
+        "a finished record is left alone: {again:?}"
+    );
+    let paid = actions.run(&finalize("req-paid-0001")).await;
+    assert_eq!(paid.outcome, ActionOutcome::Changed);
+    assert_eq!(sys.record_status("req-paid-0001").await, 1);
+    let stuck = records::stuck_records(&db, now_ms(), std::time::Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert!(stuck.is_empty(), "{stuck:?}");
+}
+
+#[tokio::test]
+async fn mysql_stuck_records_are_finalized_to_the_teams_codes() {
+    stuck_records_are_finalized_to_the_teams_codes(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_stuck_records_are_finalized_to_the_teams_codes() {
+    stuck_records_are_finalized_to_the_teams_codes(Dialect::Postgres).await
 }
 
 #[tokio::test]

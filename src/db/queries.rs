@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::config::{Config, Dialect, SourceProfile, SourceTable, StatusKind, TableNames, TimeStorage, ABSENT};
+use crate::config::{
+    Config, Dialect, SourceProfile, SourceTable, StatusKind, TableNames, TimeStorage, ABSENT,
+};
 
 macro_rules! builtin {
     ($($name:literal),* $(,)?) => {
@@ -103,6 +105,11 @@ builtin![
     "console_finalize",
     "console_finalize_lock_wait",
     "console_finalize_lock_record",
+    "console_finalize_foreign_get",
+    "console_finalize_foreign_order",
+    "console_finalize_foreign_succeeded",
+    "console_finalize_foreign_failed",
+    "console_audit_table",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
@@ -119,6 +126,8 @@ pub struct Queries {
     by_name: HashMap<&'static str, String>,
     /// Statements the profile cannot run, with why: a table marked absent, a column mapped to "".
     missing: HashMap<&'static str, String>,
+    /// The source profile describes a team's system, not idemguard's own.
+    foreign: bool,
 }
 
 /// The configuration the statements are templated with.
@@ -146,7 +155,10 @@ impl Queries {
         let ctx = Ctx {
             with,
             fragments: &fragments,
-            offset_ms: with.source.offset_ms().map_err(|e| anyhow::anyhow!("source.time_zone: {e}"))?,
+            offset_ms: with
+                .source
+                .offset_ms()
+                .map_err(|e| anyhow::anyhow!("source.time_zone: {e}"))?,
         };
         let mut by_name = HashMap::new();
         let mut missing = HashMap::new();
@@ -165,6 +177,7 @@ impl Queries {
             dialect,
             by_name,
             missing,
+            foreign: with.source.is_foreign(),
         })
     }
 
@@ -176,10 +189,19 @@ impl Queries {
     /// is a programming error; a statement the profile cannot run is asked for through
     /// [`Queries::missing`] first.
     pub fn get(&self, name: &str) -> &str {
-        self.by_name.get(name).unwrap_or_else(|| match self.missing.get(name) {
-            Some(why) => panic!("statement `{name}` cannot run under this source profile: {why}"),
-            None => panic!("no SQL statement named `{name}` in queries/"),
-        })
+        self.by_name
+            .get(name)
+            .unwrap_or_else(|| match self.missing.get(name) {
+                Some(why) => {
+                    panic!("statement `{name}` cannot run under this source profile: {why}")
+                }
+                None => panic!("no SQL statement named `{name}` in queries/"),
+            })
+    }
+
+    /// True when the source profile maps a team's own idempotency record or orders.
+    pub fn is_foreign(&self) -> bool {
+        self.foreign
     }
 
     /// Why the profile cannot run statement `name` (None: it can).
@@ -189,10 +211,9 @@ impl Queries {
 
     /// The console's statements (for `doctor`), runnable or not.
     pub fn console_names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        BUILTIN
-            .iter()
-            .map(|(n, _, _)| *n)
-            .filter(|n| n.starts_with("console_trace") || *n == "console_stuck" || n.starts_with("report_"))
+        BUILTIN.iter().map(|(n, _, _)| *n).filter(|n| {
+            n.starts_with("console_trace") || *n == "console_stuck" || n.starts_with("report_")
+        })
     }
 }
 
@@ -216,7 +237,10 @@ fn text_of(
         Dialect::Postgres => pg,
         Dialect::Mysql => my,
     };
-    Ok((text.to_string(), format!("queries/{}/{name}.sql (built in)", dialect.dir())))
+    Ok((
+        text.to_string(),
+        format!("queries/{}/{name}.sql (built in)", dialect.dir()),
+    ))
 }
 
 /// The `fragment_*` statements of a dialect without their comment lines: the dialect's way of
@@ -227,7 +251,10 @@ fn fragments(dialect: Dialect) -> HashMap<&'static str, String> {
         .filter(|(n, _, _)| n.starts_with("fragment_"))
         .map(|(n, pg, my)| {
             let text = if dialect == Dialect::Postgres { pg } else { my };
-            let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+            let code: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
             (*n, code.join(" ").trim().to_string())
         })
         .collect()
@@ -281,11 +308,21 @@ fn expand(inner: &str, ctx: &Ctx<'_>) -> Expanded {
 }
 
 fn table_name(logical: &str, ctx: &Ctx<'_>) -> Expanded {
-    let Some((_, physical)) = ctx.with.tables.pairs().into_iter().find(|(l, _)| *l == logical) else {
-        return Err(format!("unknown table placeholder {{{{{logical}}}}} (known: the keys of [tables])"));
+    let Some((_, physical)) = ctx
+        .with
+        .tables
+        .pairs()
+        .into_iter()
+        .find(|(l, _)| *l == logical)
+    else {
+        return Err(format!(
+            "unknown table placeholder {{{{{logical}}}}} (known: the keys of [tables])"
+        ));
     };
     match ctx.with.source.table(logical).map(|t| t.table.as_str()) {
-        Some(ABSENT) => Ok(Err(format!("table {logical} is absent in the source profile"))),
+        Some(ABSENT) => Ok(Err(format!(
+            "table {logical} is absent in the source profile"
+        ))),
         Some(named) if !named.is_empty() => Ok(Ok(named.to_string())),
         _ => Ok(Ok(physical.to_string())),
     }
@@ -315,7 +352,11 @@ fn column<'a>(reference: &str, ctx: &Ctx<'a>) -> Result<Result<Col<'a>, String>,
         [a, t, c] => (Some(*a), *t, *c),
         _ => return Err(format!("`{reference}` is not [alias.]table.column")),
     };
-    let table = ctx.with.source.table(logical).ok_or_else(|| format!("`{logical}` is not a table of [source]"))?;
+    let table = ctx
+        .with
+        .source
+        .table(logical)
+        .ok_or_else(|| format!("`{logical}` is not a table of [source]"))?;
     if let Err(why) = table_name(logical, ctx)? {
         return Ok(Err(why));
     }
@@ -324,7 +365,9 @@ fn column<'a>(reference: &str, ctx: &Ctx<'a>) -> Result<Result<Col<'a>, String>,
         .get(col)
         .ok_or_else(|| format!("`{col}` is not a column of [source.{logical}.columns]"))?;
     if physical.is_empty() && !optional {
-        return Ok(Err(format!("the source profile maps no column {logical}.{col}")));
+        return Ok(Err(format!(
+            "the source profile maps no column {logical}.{col}"
+        )));
     }
     let qualified = (!physical.is_empty())
         .then(|| alias.map_or_else(|| physical.clone(), |a| format!("{a}.{physical}")));
@@ -367,7 +410,9 @@ fn literal(kind: StatusKind, value: &str) -> String {
 fn status_code(c: &Col<'_>, status: &str) -> Result<String, String> {
     match c.table.status.get(status).filter(|v| !v.is_empty()) {
         Some(v) => Ok(literal(c.table.status_kind, v)),
-        None => Err(format!("the source profile has no stored value for status {status}")),
+        None => Err(format!(
+            "the source profile has no stored value for status {status}"
+        )),
     }
 }
 
@@ -481,7 +526,10 @@ mod tests {
         let needs = fill(&config, "SELECT {{idempotency_record.owner}} FROM x").unwrap();
         assert!(needs.unwrap_err().contains("idempotency_record.owner"));
         config.source.stock_movement.table = ABSENT.into();
-        assert!(fill(&config, "SELECT 1 FROM {{stock_movement}}").unwrap().unwrap_err().contains("absent"));
+        assert!(fill(&config, "SELECT 1 FROM {{stock_movement}}")
+            .unwrap()
+            .unwrap_err()
+            .contains("absent"));
     }
 
     #[test]
@@ -489,7 +537,9 @@ mod tests {
         let mut config = Config::defaults();
         config.tables.order_record = "shop_orders".into();
         assert_eq!(
-            fill(&config, "SELECT * FROM {{order_record}}").unwrap().unwrap(),
+            fill(&config, "SELECT * FROM {{order_record}}")
+                .unwrap()
+                .unwrap(),
             "SELECT * FROM shop_orders"
         );
         assert!(fill(&config, "SELECT * FROM {{orders}}")
@@ -524,7 +574,12 @@ mod tests {
         )
         .unwrap();
         let config = Config::defaults();
-        let q = Queries::load(Dialect::Postgres, &Templating::of(&config), Some(dir.path())).unwrap();
+        let q = Queries::load(
+            Dialect::Postgres,
+            &Templating::of(&config),
+            Some(dir.path()),
+        )
+        .unwrap();
         assert_eq!(q.get("server_version"), "SELECT 'custom'");
     }
 }

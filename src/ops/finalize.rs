@@ -2,6 +2,9 @@
 //! lock, write with `WHERE … status = 'PROCESSING' AND version = ?`, then give the fast path the
 //! final response.
 
+mod foreign;
+pub use foreign::UNFENCED;
+
 use std::fmt;
 
 use sqlx::AnyConnection;
@@ -38,6 +41,9 @@ impl Actions {
         expect_version: Option<i64>,
         reason: Option<&str>,
     ) -> ActionResult {
+        if self.db.queries.is_foreign() {
+            return self.finalize_foreign(action, request_id, reason).await;
+        }
         let rec = match idempotency::get(&self.db, request_id).await {
             Ok(Some(r)) => r,
             Ok(None) => {

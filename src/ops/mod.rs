@@ -35,6 +35,7 @@ use crate::trace::Tracer;
 
 mod audit;
 mod finalize;
+pub use finalize::UNFENCED;
 mod release;
 
 pub use audit::{audit_rows, AuditRow};

@@ -160,19 +160,34 @@ pub const TABLES: [(&str, &str); 6] = [
 
 /// The example profile with the fixture's table names, as a team would set them.
 pub fn article_config(extra_env: &[(&str, &str)]) -> Config {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/profiles/article-mysql.toml");
+    let file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/profiles/article-mysql.toml");
     let mut env: Vec<(String, String)> = TABLES
         .iter()
         .map(|(k, v)| (format!("IDEMGUARD_SOURCE__{k}__TABLE"), v.to_string()))
         .collect();
-    env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Config::load(&ConfigSource { file: Some(file), env }).expect("the example profile loads")
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    Config::load(&ConfigSource {
+        file: Some(file),
+        env,
+    })
+    .expect("the example profile loads")
 }
 
 pub async fn article_system(dialect: Dialect) -> ArticleSystem {
     let base = crate::common::fresh_database_config(dialect).await;
-    let admin = Database::connect(&base).await.expect("connect to the fixture database");
-    let ddl = if dialect == Dialect::Postgres { POSTGRES } else { MARIADB };
+    let admin = Database::connect(&base)
+        .await
+        .expect("connect to the fixture database");
+    let ddl = if dialect == Dialect::Postgres {
+        POSTGRES
+    } else {
+        MARIADB
+    };
     for statement in ddl.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
         sqlx::Executor::execute(&admin.pool, statement)
             .await
@@ -180,17 +195,27 @@ pub async fn article_system(dialect: Dialect) -> ArticleSystem {
     }
     let mut config = article_config(&[]);
     config.database.url = base.database.url.clone();
-    ArticleSystem { dialect, config, admin }
+    ArticleSystem {
+        dialect,
+        config,
+        admin,
+    }
 }
 
 /// `ms` (epoch milliseconds) as the article server's DATETIME wall clock.
 pub fn wall_clock(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms as u64) + OFFSET;
-    humantime::format_rfc3339_seconds(t).to_string().trim_end_matches('Z').replace('T', " ")
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .trim_end_matches('Z')
+        .replace('T', " ")
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 impl ArticleSystem {
@@ -199,7 +224,14 @@ impl ArticleSystem {
         let text = if self.dialect == Dialect::Postgres {
             let mut n = 0;
             sql.chars()
-                .map(|c| if c == '?' { n += 1; format!("${n}") } else { c.to_string() })
+                .map(|c| {
+                    if c == '?' {
+                        n += 1;
+                        format!("${n}")
+                    } else {
+                        c.to_string()
+                    }
+                })
                 .collect()
         } else {
             sql.replace("AS TIMESTAMP)", "AS DATETIME)")
@@ -208,13 +240,23 @@ impl ArticleSystem {
         for b in binds {
             q = q.bind(b.to_string());
         }
-        q.execute(&self.admin.pool).await.unwrap_or_else(|e| panic!("{text}: {e}"));
+        q.execute(&self.admin.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
     }
 
     /// An idempotency record as §5.3 writes it: status 0 PROCESSING / 1 SUCCESS / 2 FAILED.
     pub async fn record(&self, request_id: &str, status: i64, created_ms: i64) {
-        let (code, body) = if status == 1 { ("200", r#"{"code":0,"msg":"下单成功"}"#) } else { ("", "") };
-        let cast = if self.dialect == Dialect::Postgres { "CAST(? AS SMALLINT)" } else { "?" };
+        let (code, body) = if status == 1 {
+            ("200", r#"{"code":0,"msg":"下单成功"}"#)
+        } else {
+            ("", "")
+        };
+        let cast = if self.dialect == Dialect::Postgres {
+            "CAST(? AS SMALLINT)"
+        } else {
+            "?"
+        };
         let sql = format!(
             "INSERT INTO {IDEM} (request_id, request_hash, status, response_code, response_body, created_at, expire_at) \
              VALUES (?, ?, {cast}, {}, {}, CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP))",
@@ -233,7 +275,7 @@ impl ArticleSystem {
     }
 
     /// An order as §2.1 inserts it (status 0), or paid by `event` (§2.3's update, version + 1; the
-/// paid code is 1: §2.3's 200 does not fit §2.1's TINYINT).
+    /// paid code is 1: §2.3's 200 does not fit §2.1's TINYINT).
     pub async fn order(&self, req_id: &str, order_no: &str, event: Option<&str>, created_ms: i64) {
         let created = wall_clock(created_ms);
         self.exec(
@@ -277,6 +319,10 @@ impl ArticleSystem {
         } else {
             format!("SELECT CAST(status AS SIGNED) FROM {IDEM} WHERE request_id = ?")
         };
-        sqlx::query_scalar(&sql).bind(request_id.to_string()).fetch_one(&self.admin.pool).await.unwrap()
+        sqlx::query_scalar(&sql)
+            .bind(request_id.to_string())
+            .fetch_one(&self.admin.pool)
+            .await
+            .unwrap()
     }
 }

@@ -281,14 +281,70 @@ async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> 
         ..Default::default()
     };
     let read = Reader { db };
-    rows.idempotency = read.rows("console_trace_idempotency", &[r, o, o], idempotency_row, &mut rows.unavailable).await?;
-    rows.orders = read.rows("console_trace_order", &[r, o, e], order_row, &mut rows.unavailable).await?;
-    rows.stock_movements = read.rows("console_trace_stock", &[o, r], stock_row, &mut rows.unavailable).await?;
-    rows.payments = read.rows("console_trace_payment", &[o, e], payment_row, &mut rows.unavailable).await?;
-    rows.outbox = read.rows("console_trace_outbox", &[o, e], outbox_row, &mut rows.unavailable).await?;
-    rows.processed = read.rows("console_trace_processed", &[o, e], processed_row, &mut rows.unavailable).await?;
-    rows.points = read.rows("console_trace_points", &[o, e], points_row, &mut rows.unavailable).await?;
-    rows.notifications = read.rows("console_trace_notification", &[o, e], notification_row, &mut rows.unavailable).await?;
+    rows.idempotency = read
+        .rows(
+            "console_trace_idempotency",
+            &[r, o, o],
+            idempotency_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.orders = read
+        .rows(
+            "console_trace_order",
+            &[r, o, e],
+            order_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.stock_movements = read
+        .rows(
+            "console_trace_stock",
+            &[o, r],
+            stock_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.payments = read
+        .rows(
+            "console_trace_payment",
+            &[o, e],
+            payment_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.outbox = read
+        .rows(
+            "console_trace_outbox",
+            &[o, e],
+            outbox_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.processed = read
+        .rows(
+            "console_trace_processed",
+            &[o, e],
+            processed_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.points = read
+        .rows(
+            "console_trace_points",
+            &[o, e],
+            points_row,
+            &mut rows.unavailable,
+        )
+        .await?;
+    rows.notifications = read
+        .rows(
+            "console_trace_notification",
+            &[o, e],
+            notification_row,
+            &mut rows.unavailable,
+        )
+        .await?;
     Ok(rows)
 }
 
@@ -492,6 +548,10 @@ pub struct StuckRecord {
     pub order_exists: bool,
     pub order_status: Option<String>,
     pub found_order_no: Option<String>,
+    /// The record lives in a team's own system (the source profile): finalize reconciles and
+    /// writes the team's codes, and cannot fence a late commit of the team's service.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub foreign: bool,
 }
 
 impl StuckRecord {
@@ -520,7 +580,11 @@ pub async fn stuck_records(
         .fetch_all(&db.pool)
         .await
         .map_err(|e| query_error(db, "console_stuck", e))?;
-    decode_all(&rows, stuck_row)
+    let mut records = decode_all(&rows, stuck_row)?;
+    for r in &mut records {
+        r.foreign = db.queries.is_foreign();
+    }
+    Ok(records)
 }
 
 fn stuck_row(r: &AnyRow) -> Result<StuckRecord, sqlx::Error> {
@@ -539,6 +603,7 @@ fn stuck_row(r: &AnyRow) -> Result<StuckRecord, sqlx::Error> {
         order_exists: found_order_no.is_some(),
         order_status: r.try_get("found_order_status")?,
         found_order_no,
+        foreign: false,
     })
 }
 

@@ -162,6 +162,12 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
             r.request_id,
             crate::console::read::records::or_unknown(r.version)
         ));
+        if r.foreign {
+            lines.push(format!(
+                "  reconcile with the team's order table, then one conditional update to the team's status code (only if still PROCESSING as seen); {}",
+                crate::ops::UNFENCED
+            ));
+        }
         lines.extend(
             action
                 .effect(Some(dialect))
