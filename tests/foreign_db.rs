@@ -9,6 +9,7 @@ mod common;
 
 use article::{article_system, now_ms, ArticleSystem};
 use idemguard::config::Dialect;
+use idemguard::console::cli::report::{self, ReportScope};
 use idemguard::console::read::records::{self, TraceIds};
 use idemguard::contracts::Instance;
 use idemguard::db::{queries, Database};
@@ -191,6 +192,90 @@ async fn mysql_stuck_records_are_finalized_to_the_teams_codes() {
 #[tokio::test]
 async fn postgres_stuck_records_are_finalized_to_the_teams_codes() {
     stuck_records_are_finalized_to_the_teams_codes(Dialect::Postgres).await
+}
+
+/// The article's §1.1 incident: one order's payment callback booked three times, and a record
+/// marked FAILED although its order exists. The report finds both, through the profile, and
+/// records the operator's finalize with its "cannot be fenced" note.
+async fn report_works_on_the_article_system(dialect: Dialect) {
+    let (sys, db) = seeded(dialect).await;
+    audit_table(&sys).await;
+    let now = now_ms();
+    for n in 2..=3 {
+        let at = now - (29 - n) * MINUTE;
+        sys.exec(
+            &format!("INSERT INTO {} (pay_no, order_no, amount, status, event_id, created_at) VALUES (?, 'ORD202612010001', 9900, 'SUCCESS', ?, CAST(? AS TIMESTAMP))", article::PAYMENTS),
+            &[&format!("PAY-000{n}"), &format!("evt-pay-000{n}"), &article::wall_clock(at)],
+        )
+        .await;
+    }
+    sys.record("req-failed-but-ordered", 2, now - 10 * MINUTE)
+        .await;
+    sys.order(
+        "req-failed-but-ordered",
+        "ORD202612010003",
+        None,
+        now - 10 * MINUTE,
+    )
+    .await;
+    let done = actions(&sys, &db)
+        .await
+        .run(&finalize("req-stuck-none"))
+        .await;
+    assert_eq!(done.outcome, ActionOutcome::Done, "{done:?}");
+
+    let scope = ReportScope::Window {
+        since_ms: now - 3_600_000,
+        until_ms: now_ms() + 1,
+    };
+    let report = report::build(&sys.config, &scope)
+        .await
+        .expect("report through the profile");
+    assert_eq!(report.orders_in_window, 3, "{report:?}");
+    let leak = report
+        .leaks
+        .iter()
+        .find(|l| l.table == "payment_flow")
+        .expect("the triple booking");
+    assert_eq!((leak.key.as_str(), leak.rows), ("ORD202612010001", 3));
+    assert!(
+        report
+            .contradictions
+            .iter()
+            .any(|c| c.request_id == "req-failed-but-ordered" && c.problem == "failed_with_order"),
+        "{:?}",
+        report.contradictions
+    );
+    assert!(
+        !report
+            .contradictions
+            .iter()
+            .any(|c| c.request_id == "req-paid-0001"),
+        "a paid order is no contradiction"
+    );
+    let action = report
+        .operator_actions
+        .iter()
+        .find(|a| a.target == "req-stuck-none")
+        .expect("the finalize is in the report");
+    assert!(
+        action
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cannot be fenced from here"),
+        "{action:?}"
+    );
+}
+
+#[tokio::test]
+async fn mysql_report_works_on_the_article_system() {
+    report_works_on_the_article_system(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_report_works_on_the_article_system() {
+    report_works_on_the_article_system(Dialect::Postgres).await
 }
 
 #[tokio::test]

@@ -1,2 +1,4 @@
--- Post-incident report: orders created in [?, ?), oldest first (bounded).
-SELECT order_no FROM {{order_record}} WHERE created_at >= ? AND created_at < ? ORDER BY created_at LIMIT ?
+-- Post-incident report: orders created in [since, until), oldest first (bounded).
+SELECT {{o.order_record.order_no}} AS order_no FROM {{order_record}} o
+WHERE {{o.order_record.created_at}} >= {{at order_record.created_at ?}} AND {{o.order_record.created_at}} < {{at order_record.created_at ?}}
+ORDER BY {{o.order_record.created_at}} LIMIT ?

@@ -114,7 +114,11 @@ builtin![
     "console_audit_outcome",
     "console_audit_list",
     // the post-incident report (src/console/cli/report.rs)
-    "report_leaks",
+    "report_leaks_order",
+    "report_leaks_stock",
+    "report_leaks_payment",
+    "report_leaks_points",
+    "report_leaks_notification",
     "report_orders",
     "report_contradictions",
 ];

@@ -260,7 +260,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
     let (since_ms, until_ms) = (traced.since_ms, traced.until_ms);
     let mut leaks = leaks(&db, since_ms, until_ms)
         .await
-        .map_err(|e| records::query_error(&db, "report_leaks", e))?;
+        .map_err(|e| records::query_error(&db, "report_leaks_*", e))?;
     let mut contradictions = contradictions(&db, since_ms, until_ms)
         .await
         .map_err(|e| records::query_error(&db, "report_contradictions", e))?;

@@ -1,0 +1,8 @@
+-- Post-incident report: duplicates that got through — two effects for one requestId in
+-- [$1, $2) of created_at. The unique key makes it impossible; checked anyway, in case a key
+-- was dropped (or a team's table never had it).
+SELECT 'order_record' AS tbl, 'req_id' AS by_col, {{o.order_record.req_id}} AS dup_key, CAST(COUNT(*) AS BIGINT) AS n_rows,
+       MIN({{o.order_record.order_no}}) AS first_row, MAX({{o.order_record.order_no}}) AS last_row
+FROM {{order_record}} o
+WHERE {{o.order_record.created_at}} >= {{at order_record.created_at $1}} AND {{o.order_record.created_at}} < {{at order_record.created_at $2}}
+GROUP BY {{o.order_record.req_id}} HAVING COUNT(*) > 1
