@@ -4,6 +4,8 @@
 //! and a hint. All checks run at once, each with its own timeout, so one dead service never hides
 //! the others.
 
+mod profile;
+
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -68,7 +70,11 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
     {
         let c = config.clone();
         checks.push(tokio::spawn(async move {
-            vec![check_database(&c, "database", &c.database.url).await]
+            let mut rows = vec![check_database(&c, "database", &c.database.url).await];
+            if c.source.is_foreign() {
+                rows.extend(check_profile(&c).await);
+            }
+            rows
         }));
     }
     if !config.database.replica_url.is_empty() {
@@ -107,6 +113,37 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
         }
     }
     rows
+}
+
+/// The source profile against the database it describes (a team's system: no idemguard schema).
+async fn check_profile(config: &Config) -> Vec<CheckRow> {
+    let started = Instant::now();
+    let mut c = config.clone();
+    c.database.max_connections = 1;
+    c.database.connect_timeout = CHECK_TIMEOUT;
+    let attempt = async {
+        let db = Database::connect(&c).await?;
+        let rows = profile::check(&c, &db).await;
+        db.pool.close().await;
+        anyhow::Ok(rows)
+    };
+    match tokio::time::timeout(CHECK_TIMEOUT * 4, attempt).await {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) => vec![CheckRow::fail(
+            "source profile",
+            redact_url(&config.database.url),
+            started,
+            e.to_string(),
+            "fix the database row first",
+        )],
+        Err(_) => vec![CheckRow::fail(
+            "source profile",
+            redact_url(&config.database.url),
+            started,
+            "no answer within 20s",
+            "is the database overloaded?",
+        )],
+    }
 }
 
 async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
@@ -149,7 +186,16 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
                 .unwrap_or(&version)
                 .trim()
                 .to_string();
-            if schema >= migrate::SCHEMA_VERSION {
+            if config.source.is_foreign() {
+                CheckRow::ok(
+                    service,
+                    target,
+                    started,
+                    format!(
+                        "{short}; a team's system (source profile): no idemguard schema expected"
+                    ),
+                )
+            } else if schema >= migrate::SCHEMA_VERSION {
                 CheckRow::ok(
                     service,
                     target,

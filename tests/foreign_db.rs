@@ -278,6 +278,84 @@ async fn postgres_report_works_on_the_article_system() {
     report_works_on_the_article_system(Dialect::Postgres).await
 }
 
+/// `doctor` passes the example profile, and names a deliberately wrong column with its fix.
+async fn doctor_names_a_wrong_column(dialect: Dialect) {
+    let (sys, _db) = seeded(dialect).await;
+    let rows = idemguard::doctor::run(&sys.config).await;
+    let profile: Vec<_> = rows
+        .iter()
+        .filter(|r| r.service == "source profile")
+        .collect();
+    assert!(profile.len() == 1 && profile[0].ok, "{profile:#?}");
+    assert!(
+        profile[0].detail.contains("6 tables"),
+        "{}",
+        profile[0].detail
+    );
+    let db_row = rows.iter().find(|r| r.service == "database").unwrap();
+    assert!(
+        db_row.ok,
+        "no idemguard schema is expected on a team's system: {db_row:?}"
+    );
+
+    let mut wrong = article::article_config(&[(
+        "IDEMGUARD_SOURCE__IDEMPOTENCY_RECORD__COLUMNS__STATUS",
+        "state",
+    )]);
+    wrong.database.url = sys.config.database.url.clone();
+    let rows = idemguard::doctor::run(&wrong).await;
+    let bad = rows
+        .iter()
+        .find(|r| r.target == "source.idempotency_record.columns.status")
+        .unwrap_or_else(|| panic!("the wrong column is named: {rows:#?}"));
+    assert!(!bad.ok);
+    assert!(
+        bad.detail
+            .contains("shop_idem_request.state does not exist"),
+        "{}",
+        bad.detail
+    );
+    assert!(
+        bad.hint
+            .as_deref()
+            .unwrap()
+            .contains("request_id, request_hash, status"),
+        "{bad:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.target.ends_with("console_stuck.sql") && !r.ok),
+        "the statements that use it do not prepare: {rows:#?}"
+    );
+    assert!(idemguard::doctor::failures(&rows).is_some());
+
+    let mut wrong_time =
+        article::article_config(&[("IDEMGUARD_SOURCE__ORDER_RECORD__TIME", "epoch_ms")]);
+    wrong_time.database.url = sys.config.database.url.clone();
+    let rows = idemguard::doctor::run(&wrong_time).await;
+    let bad = rows
+        .iter()
+        .find(|r| r.target == "source.order_record.columns.created_at")
+        .expect("a DATETIME read as epoch ms is named");
+    assert!(
+        bad.hint
+            .as_deref()
+            .unwrap()
+            .contains("source.order_record.time"),
+        "{bad:?}"
+    );
+}
+
+#[tokio::test]
+async fn mysql_doctor_names_a_wrong_column() {
+    doctor_names_a_wrong_column(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_doctor_names_a_wrong_column() {
+    doctor_names_a_wrong_column(Dialect::Postgres).await
+}
+
 #[tokio::test]
 async fn mysql_trace_of_an_order_shows_its_records() {
     trace_of_an_order_shows_its_records(Dialect::Mysql).await

@@ -110,6 +110,7 @@ builtin![
     "console_finalize_foreign_succeeded",
     "console_finalize_foreign_failed",
     "console_audit_table",
+    "doctor_columns",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",

@@ -1,0 +1,200 @@
+//! `doctor`'s check of the source profile against the live database: every mapped table and
+//! column exists with a type its mapping can read (a `datetime` time column is a date/time type,
+//! an `integer` status is an integer, …), and every console statement prepares on the server —
+//! which resolves each table and column the way an EXPLAIN would, without needing parameter
+//! values. Each problem is a row of its own that names the profile key and the fix.
+
+use std::time::Instant;
+
+use sqlx::Row;
+
+use super::CheckRow;
+use crate::config::{SourceTable, StatusKind, TimeStorage, ABSENT};
+use crate::db::Database;
+
+const SERVICE: &str = "source profile";
+
+/// The profile's tables the console reads (outbox and processed_event are idemguard's own).
+const TABLES: [&str; 7] = [
+    "idempotency_record",
+    "order_record",
+    "inventory",
+    "stock_movement",
+    "payment_flow",
+    "points_ledger",
+    "notification",
+];
+
+pub async fn check(config: &crate::config::Config, db: &Database) -> Vec<CheckRow> {
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut mapped = 0;
+    for logical in TABLES {
+        let t = config.source.table(logical).expect("a profiled table");
+        if t.table == ABSENT {
+            continue;
+        }
+        let physical = physical_name(config, logical, t);
+        match table_columns(db, &physical).await {
+            Ok(cols) if cols.is_empty() => rows.push(CheckRow::fail(
+                SERVICE,
+                format!("source.{logical}.table"),
+                started,
+                format!("table {physical} does not exist (or this role cannot see it)"),
+                format!("set source.{logical}.table to the team's table, or \"absent\" if there is none; a role needs SELECT on it"),
+            )),
+            Ok(cols) => {
+                mapped += 1;
+                rows.extend(check_columns(logical, &physical, t, &cols, started));
+            }
+            Err(e) => rows.push(CheckRow::fail(SERVICE, format!("source.{logical}"), started, e.to_string(), "check the database connection")),
+        }
+    }
+    let prepared = prepare_all(db, started, &mut rows).await;
+    if rows.is_empty() {
+        rows.push(CheckRow::ok(
+            SERVICE,
+            "[source]",
+            started,
+            format!("{mapped} tables and their columns found with compatible types; {prepared} console statements prepare"),
+        ));
+    }
+    rows
+}
+
+fn physical_name(config: &crate::config::Config, logical: &str, t: &SourceTable) -> String {
+    if !t.table.is_empty() {
+        return t.table.clone();
+    }
+    config
+        .tables
+        .pairs()
+        .into_iter()
+        .find(|(l, _)| *l == logical)
+        .map_or_else(|| logical.to_string(), |(_, p)| p.to_string())
+}
+
+async fn table_columns(db: &Database, table: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query(db.sql("doctor_columns"))
+        .bind(table)
+        .fetch_all(&db.pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get::<String, _>(0)?.to_lowercase(),
+                r.try_get::<String, _>(1)?.to_lowercase(),
+            ))
+        })
+        .collect()
+}
+
+fn check_columns(
+    logical: &str,
+    physical: &str,
+    t: &SourceTable,
+    cols: &[(String, String)],
+    started: Instant,
+) -> Vec<CheckRow> {
+    let mut out = Vec::new();
+    for (key, column) in t.columns.iter().filter(|(_, c)| !c.is_empty()) {
+        let profile_key = format!("source.{logical}.columns.{key}");
+        let Some((_, ty)) = cols.iter().find(|(c, _)| c.eq_ignore_ascii_case(column)) else {
+            let names: Vec<&str> = cols.iter().map(|(c, _)| c.as_str()).collect();
+            out.push(CheckRow::fail(
+                SERVICE,
+                profile_key,
+                started,
+                format!("column {physical}.{column} does not exist"),
+                format!(
+                    "set it to one of {physical}'s columns ({}), or \"\" if it has none",
+                    names.join(", ")
+                ),
+            ));
+            continue;
+        };
+        if let Some(want) = expected_type(key, t).filter(|w| !w.accepts(ty)) {
+            out.push(CheckRow::fail(
+                SERVICE,
+                profile_key,
+                started,
+                format!(
+                    "column {physical}.{column} is {ty}, but the profile reads it as {}",
+                    want.name()
+                ),
+                want.fix(logical, key),
+            ));
+        }
+    }
+    out
+}
+
+/// The family of types a mapping can read.
+#[derive(Clone, Copy)]
+enum Want {
+    Integer,
+    DateTime,
+    Text,
+}
+
+impl Want {
+    fn accepts(self, ty: &str) -> bool {
+        match self {
+            Want::Integer => ty.contains("int") || ty == "numeric" || ty == "decimal",
+            Want::DateTime => ty.contains("timestamp") || ty == "datetime",
+            Want::Text => ty.contains("char") || ty.contains("text"),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Want::Integer => "an integer",
+            Want::DateTime => "a date/time (DATETIME / TIMESTAMP)",
+            Want::Text => "text",
+        }
+    }
+    fn fix(self, logical: &str, key: &str) -> String {
+        match (self, key) {
+            (Want::DateTime | Want::Integer, k) if k.ends_with("_at") || k == "lease_until" => format!(
+                "set source.{logical}.time to how the table stores times (\"datetime\" for DATETIME / TIMESTAMP, \"epoch_ms\" / \"epoch_s\" for BIGINT)"
+            ),
+            _ => format!("set source.{logical}.status_kind to \"integer\" for codes or \"text\" for names"),
+        }
+    }
+}
+
+fn expected_type(key: &str, t: &SourceTable) -> Option<Want> {
+    if key.ends_with("_at") || key == "lease_until" {
+        return Some(match t.time {
+            TimeStorage::Datetime => Want::DateTime,
+            TimeStorage::EpochMs | TimeStorage::EpochS => Want::Integer,
+        });
+    }
+    if key == "status" && !t.status.is_empty() {
+        return Some(match t.status_kind {
+            StatusKind::Integer => Want::Integer,
+            StatusKind::Text => Want::Text,
+        });
+    }
+    None
+}
+
+/// Prepare every console statement the profile can run; returns how many did.
+async fn prepare_all(db: &Database, started: Instant, rows: &mut Vec<CheckRow>) -> usize {
+    let mut ok = 0;
+    for name in db.queries.console_names() {
+        if db.queries.missing(name).is_some() {
+            continue;
+        }
+        match sqlx::Executor::describe(&db.pool, db.sql(name)).await {
+            Ok(_) => ok += 1,
+            Err(e) => rows.push(CheckRow::fail(
+                SERVICE,
+                format!("queries/{}/{name}.sql", db.dialect().dir()),
+                started,
+                format!("does not prepare: {e}"),
+                "a profile key names a column or table the database does not have (see the rows above), or a queries_dir override is wrong",
+            )),
+        }
+    }
+    ok
+}
