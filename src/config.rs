@@ -53,6 +53,8 @@ pub struct EnvironmentConfig {
 pub struct DatabaseConfig {
     pub url: String,
     pub replica_url: String,
+    /// The actions' own credentials; empty = `url`.
+    pub actions_url: String,
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -558,6 +560,19 @@ impl Config {
                 ));
             }
         }
+        if !self.database.actions_url.is_empty() {
+            check_url(
+                &self.database.actions_url,
+                &["postgres", "postgresql", "mysql", "mariadb"],
+            )
+            .map_err(|m| err("database.actions_url", m))?;
+            if Dialect::of_url(&self.database.actions_url) != Dialect::of_url(&self.database.url) {
+                return Err(err(
+                    "database.actions_url",
+                    "the actions must reach the same kind of database as database.url".into(),
+                ));
+            }
+        }
         if self.database.max_connections == 0 {
             return Err(err("database.max_connections", "must be at least 1".into()));
         }
@@ -768,6 +783,7 @@ impl Config {
         let mut shown = self.clone();
         shown.database.url = redact_url(&shown.database.url);
         shown.database.replica_url = redact_url(&shown.database.replica_url);
+        shown.database.actions_url = redact_url(&shown.database.actions_url);
         shown.redis.url = redact_url(&shown.redis.url);
         shown.redis.redlock_nodes = shown
             .redis
@@ -786,6 +802,7 @@ impl Config {
         let mut urls = vec![
             &self.database.url,
             &self.database.replica_url,
+            &self.database.actions_url,
             &self.redis.url,
         ];
         urls.extend(self.redis.redlock_nodes.iter());

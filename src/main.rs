@@ -32,6 +32,11 @@ struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
+    /// The actions' own database credentials (database.actions_url; prefer
+    /// IDEMGUARD_DATABASE__ACTIONS_URL: a command line is visible to `ps`)
+    #[arg(long, global = true, value_name = "URL")]
+    actions_database_url: Option<String>,
+
     /// Log format on stderr
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -268,7 +273,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.command);
-    let config = match Config::load(&ConfigSource::from_process(cli.config.clone())) {
+    let mut source = ConfigSource::from_process(cli.config.clone());
+    if let Some(url) = &cli.actions_database_url {
+        source
+            .env
+            .push(("IDEMGUARD_DATABASE__ACTIONS_URL".into(), url.clone()));
+    }
+    let config = match Config::load(&source) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("idemguard: {e}");
@@ -627,7 +638,7 @@ async fn run_action(
     use idemguard::lock::Locks;
     let instance = Instance::current();
     let tracer = Tracer::from_config(config, &instance)?;
-    let db = Database::connect(config).await?;
+    let db = Database::connect_for_actions(config).await?;
     let locks = Locks::from_config(config, &instance, tracer.clone())?;
     let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
     let result = actions.run(&action).await;

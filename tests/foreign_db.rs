@@ -356,6 +356,166 @@ async fn postgres_doctor_names_a_wrong_column() {
     doctor_names_a_wrong_column(Dialect::Postgres).await
 }
 
+/// PostgreSQL roles are cluster-wide: dropped when the test ends, pass or fail (the harness
+/// drops MariaDB users and the database itself).
+struct PgRoles {
+    db_url: String,
+    names: Vec<String>,
+}
+
+impl Drop for PgRoles {
+    fn drop(&mut self) {
+        let (url, names) = (self.db_url.clone(), std::mem::take(&mut self.names));
+        let _ = std::thread::Builder::new()
+            .stack_size(16 << 20)
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let admin = Database::connect_url(&common::local_config(), &url)
+                        .await
+                        .expect("admin");
+                    for r in names {
+                        for sql in [
+                            format!("DROP OWNED BY {r}"),
+                            format!("DROP ROLE IF EXISTS {r}"),
+                        ] {
+                            if let Err(e) = sqlx::Executor::execute(&admin.pool, sql.as_str()).await
+                            {
+                                eprintln!("test cleanup: {sql}: {e}");
+                            }
+                        }
+                    }
+                });
+            })
+            .map(|t| t.join());
+    }
+}
+
+/// A login role (user) with `grants`, each "PRIVILEGES ON table"; returns its URL.
+async fn role(sys: &ArticleSystem, roles: &mut PgRoles, tag: &str, grants: &[String]) -> String {
+    let name = format!("ig_{tag}_{}", common::unique_suffix());
+    let password = format!("pw{}", common::unique_suffix());
+    let mut url = url::Url::parse(&sys.config.database.url).unwrap();
+    let db_name = url.path().trim_start_matches('/').to_string();
+    let mut statements = Vec::new();
+    if sys.dialect == Dialect::Postgres {
+        roles.names.push(name.clone());
+        statements.push(format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'"));
+        for g in grants {
+            statements.push(format!("GRANT {g} TO {name}"));
+        }
+    } else {
+        common::remove_mysql_user_at_end(&name);
+        statements.push(format!(
+            "CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'"
+        ));
+        for g in grants {
+            let g = g
+                .replacen(" ON ", &format!(" ON `{db_name}`."), 1)
+                .replace("SEQUENCE ", "");
+            if !g.starts_with("USAGE") {
+                statements.push(format!("GRANT {g} TO '{name}'@'%'"));
+            }
+        }
+    }
+    for sql in statements {
+        sqlx::Executor::execute(&sys.admin.pool, sql.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    url.set_username(&name).unwrap();
+    url.set_password(Some(&password)).unwrap();
+    url.to_string()
+}
+
+/// Least privilege: the console reads with a read-only role that lacks SELECT on one table —
+/// that view says which privilege, everything else shows; the read-only role cannot finalize
+/// (its audit row cannot be written, so nothing is done); the actions role, with SELECT on the
+/// two tables it reconciles, UPDATE on the record and INSERT/UPDATE on the audit, can.
+async fn least_privilege_roles(dialect: Dialect) {
+    use article::{IDEM, INVENTORY, MESSAGES, ORDERS, PAYMENTS};
+    let (sys, _db) = seeded(dialect).await;
+    audit_table(&sys).await;
+    let mut roles = PgRoles {
+        db_url: sys.config.database.url.clone(),
+        names: vec![],
+    };
+    let reads: Vec<String> = [IDEM, ORDERS, INVENTORY, PAYMENTS, MESSAGES]
+        .iter()
+        .map(|t| format!("SELECT ON {t}"))
+        .collect();
+    let reader = role(&sys, &mut roles, "ro", &reads).await;
+    let audit = sys.config.tables.ops_audit.clone();
+    let writes = vec![
+        format!("SELECT, UPDATE ON {IDEM}"),
+        format!("SELECT ON {ORDERS}"),
+        format!("SELECT, INSERT, UPDATE ON {audit}"),
+        format!("USAGE ON SEQUENCE {audit}_id_seq"),
+    ];
+    let actor = role(&sys, &mut roles, "act", &writes).await;
+
+    let mut config = sys.config.clone();
+    config.database.url = reader;
+    let console = Database::connect_for_reads(&config)
+        .await
+        .expect("the read-only role connects");
+    let ids = TraceIds {
+        order_no: Some("ORD202612010001".into()),
+        ..Default::default()
+    };
+    let rows = records::trace_rows(&console, &ids)
+        .await
+        .expect("nothing else breaks");
+    assert_eq!(
+        (
+            rows.idempotency.len(),
+            rows.orders.len(),
+            rows.payments.len(),
+            rows.notifications.len()
+        ),
+        (1, 1, 1, 1)
+    );
+    assert!(rows.points.is_empty());
+    let said = rows.unavailable.join("\n");
+    assert!(
+        said.contains("points: not shown") && said.contains("SELECT privilege"),
+        "{said}"
+    );
+    let stuck = records::stuck_records(&console, now_ms(), std::time::Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(stuck.len(), 2);
+
+    let read_only = actions(&sys, &Database::connect_for_actions(&config).await.unwrap()).await;
+    let refused = read_only.run(&finalize("req-stuck-order")).await;
+    assert_ne!(refused.outcome, ActionOutcome::Done, "{refused:?}");
+    assert_eq!(
+        sys.record_status("req-stuck-order").await,
+        0,
+        "the read-only role wrote nothing"
+    );
+
+    config.database.actions_url = actor;
+    let acting = actions(&sys, &Database::connect_for_actions(&config).await.unwrap()).await;
+    let done = acting.run(&finalize("req-stuck-order")).await;
+    assert_eq!(done.outcome, ActionOutcome::Done, "{done:?}");
+    assert_eq!(sys.record_status("req-stuck-order").await, 1);
+    console.pool.close().await;
+}
+
+#[tokio::test]
+async fn mysql_least_privilege_roles() {
+    least_privilege_roles(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_least_privilege_roles() {
+    least_privilege_roles(Dialect::Postgres).await
+}
+
 #[tokio::test]
 async fn mysql_trace_of_an_order_shows_its_records() {
     trace_of_an_order_shows_its_records(Dialect::Mysql).await

@@ -46,6 +46,16 @@ impl Database {
         }
     }
 
+    /// The actions' own credentials (`database.actions_url`, least privilege) when configured,
+    /// else the primary.
+    pub async fn connect_for_actions(config: &Config) -> anyhow::Result<Database> {
+        if config.database.actions_url.is_empty() {
+            Database::connect(config).await
+        } else {
+            Database::connect_url(config, &config.database.actions_url).await
+        }
+    }
+
     pub async fn connect_url(config: &Config, url: &str) -> anyhow::Result<Database> {
         INSTALL_DRIVERS.call_once(sqlx::any::install_default_drivers);
         let dialect = Dialect::of_url(url);

@@ -20,6 +20,17 @@ pub fn is_undefined_table(e: &sqlx::Error) -> bool {
             .is_some_and(|m| m.number() == 1146)
 }
 
+/// True when the database refused the console's role a privilege: PostgreSQL SQLSTATE 42501,
+/// MySQL errors 1142 (table) / 1143 (column).
+pub fn is_permission_denied(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    d.code().as_deref() == Some("42501")
+        || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| matches!(m.number(), 1142 | 1143))
+}
+
 /// The error of console query `name`, naming the database (password hidden). On a database
 /// without the schema it says what to do first, so a status line cut to its width still says
 /// it; any other error keeps the database's own text.
@@ -369,10 +380,17 @@ impl Reader<'_> {
         for b in binds {
             q = q.bind((*b).clone());
         }
-        let rows = q
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(|e| query_error(self.db, name, e))?;
+        let rows = match q.fetch_all(&self.db.pool).await {
+            Ok(rows) => rows,
+            // A least-privilege role may lack SELECT on one table: that view says which, the
+            // others still show.
+            Err(e) if is_permission_denied(&e) => {
+                let what = shown_as(name);
+                unavailable.push(format!("{what}: not shown (the console's database role needs the SELECT privilege there: {e})"));
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(query_error(self.db, name, e)),
+        };
         decode_all(&rows, f)
     }
 }

@@ -387,7 +387,7 @@ fn not_performed(p: &Planned, detail: String) -> ActionResult {
 async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Option<Actions>)> {
     let mut c = config.clone();
     c.database.max_connections = c.database.max_connections.min(2);
-    let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect(&c))
+    let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_actions(&c))
         .await
         .map_err(|_| {
             anyhow::anyhow!(
