@@ -1073,15 +1073,16 @@ fn synthetic_stuck(n: usize) -> Vec<StuckRecord> {
             order_no: None,
             owner: format!("api-{}", i % 100),
             owner_alive: None,
-            fence: i as i64,
+            fence: Some(i as i64),
             created_at: now - 120_000 - i as i64,
-            updated_at: now - 120_000,
-            lease_until: now - 90_000,
-            replay_count: 0,
-            version: 0,
+            updated_at: Some(now - 120_000),
+            lease_until: Some(now - 90_000),
+            replay_count: Some(0),
+            version: Some(0),
             order_exists: i % 3 == 0,
             order_status: (i % 3 == 0).then(|| "CREATED".to_string()),
             found_order_no: (i % 3 == 0).then(|| order_no(i as i64)),
+            foreign: false,
         })
         .collect()
 }
