@@ -11,6 +11,7 @@ use article::{article_system, now_ms, ArticleSystem};
 use idemguard::config::Dialect;
 use idemguard::console::cli::report::{self, ReportScope};
 use idemguard::console::read::records::{self, TraceIds};
+use idemguard::console::read::timeline;
 use idemguard::contracts::Instance;
 use idemguard::db::{queries, Database};
 use idemguard::lock::Locks;
@@ -93,6 +94,21 @@ async fn trace_of_an_order_shows_its_records(dialect: Dialect) {
             "the trace says it cannot show {what}: {said}"
         );
     }
+    let target = idemguard::contracts::TraceTarget::classify("ORD202612010001");
+    let timeline = timeline::build(timeline::TimelineInputs {
+        target: &target,
+        rows: Some(&rows),
+        keys: None,
+        messages: &[],
+        events: &[],
+        now_ms: now_ms(),
+    });
+    assert!(timeline.found);
+    let last = &timeline.entries.last().unwrap().summary;
+    assert!(
+        last.contains("not shown (table"),
+        "the timeline says it too: {last}"
+    );
 }
 
 async fn stuck_records_are_listed_with_unknowns(dialect: Dialect) {

@@ -139,11 +139,27 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
     }
     // Oldest first; state without a time ("now") last; stable within a time.
     entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
+    let found = !entries.is_empty();
+    // What the source profile (or the console's role) cannot show, said last, never a silence.
+    entries.extend(
+        input
+            .rows
+            .iter()
+            .flat_map(|r| &r.unavailable)
+            .map(|note| TimelineEntry {
+                at_ms: None,
+                layer: "db",
+                source: "source profile".into(),
+                summary: note.clone(),
+                stopped_by: None,
+                fields: serde_json::Value::Null,
+            }),
+    );
     let events = event_ids.iter().map(|id| effects_of(id, &input)).collect();
     Timeline {
         query: input.target.id().to_string(),
         kind: kind_of(input.target),
-        found: !entries.is_empty(),
+        found,
         order_no,
         request_id,
         event_ids: event_ids.into_iter().collect(),
