@@ -1,6 +1,6 @@
--- Console trace: the idempotency record(s) of a requestId or an orderNo (also through the order
--- table's req_id: the article's record has no order_no column). Columns the source profile lacks
--- come back NULL and are shown as unknown.
+-- Console trace: the idempotency record(s) of a requestId or an orderNo. A record without an
+-- order_no column (the article's) is found by the requestId the order row resolves to (the
+-- trace's next pass). Columns the source profile lacks come back NULL and are shown as unknown.
 SELECT {{r.idempotency_record.request_id}} AS request_id, {{r.idempotency_record.biz_type?}} AS biz_type,
        CAST({{r.idempotency_record.request_hash?}} AS CHAR(64)) AS request_hash, {{name r.idempotency_record.status}} AS status,
        CAST({{r.idempotency_record.response_code?}} AS SIGNED) AS response_code, {{r.idempotency_record.order_no?}} AS order_no,
@@ -10,6 +10,5 @@ SELECT {{r.idempotency_record.request_id}} AS request_id, {{r.idempotency_record
        {{ms r.idempotency_record.expire_at?}} AS expire_at, {{r.idempotency_record.version?}} AS version
 FROM {{idempotency_record}} r
 WHERE {{r.idempotency_record.request_id}} = ? OR {{r.idempotency_record.order_no?}} = ?
-   OR {{r.idempotency_record.request_id}} IN (SELECT {{o.order_record.req_id}} FROM {{order_record}} o WHERE {{o.order_record.order_no}} = ?)
 ORDER BY {{r.idempotency_record.created_at}}
 LIMIT 20

@@ -295,7 +295,7 @@ async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> 
     rows.idempotency = read
         .rows(
             "console_trace_idempotency",
-            &[r, o, o],
+            &[r, o],
             idempotency_row,
             &mut rows.unavailable,
         )
