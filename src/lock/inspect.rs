@@ -20,6 +20,7 @@ use redis::Value;
 use serde::{Serialize, Serializer};
 
 use super::batch::FenceLife;
+use super::formats::{self, Decoder, LockFormat};
 use super::liveness::Liveness;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
@@ -139,6 +140,8 @@ pub struct LockView {
     pub owner_alive: Option<bool>,
     /// Sorted; [`LockFlag::DeadOwner`] once the owner was judged ([`LockView::judge_owner`]).
     pub flags: Vec<LockFlag>,
+    /// How the first decoder that recognised it reads it (`formats.rs`).
+    pub format: LockFormat,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -165,6 +168,10 @@ pub enum NodeLockState {
         /// What TYPE answers: `hash`, `list`, `set`, `zset`, `stream`.
         redis_type: String,
         pttl_ms: i64,
+        /// A hash's fields and values (HGETALL): a Redisson lock's `<clientId>:<threadId>` =
+        /// count. Empty for other types.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        fields: Vec<(String, String)>,
     },
     Absent,
     Unreachable {
@@ -196,9 +203,31 @@ impl LockView {
             read_at_ms,
             owner_alive: None,
             flags: Vec::new(),
+            format: LockFormat::Unknown,
         };
-        view.flags = view.flags_seen();
+        view.decode_with(&Decoder::ALL);
         view
+    }
+
+    /// Decode with the decoders of `order` (`foreign_locks.decoders`), and derive the flags.
+    pub fn decode_with(&mut self, order: &[Decoder]) {
+        let seen = self.nodes.iter().find_map(|n| match &n.state {
+            NodeLockState::Held { value, .. } => Some(("string", Some(value.as_str()), &[][..])),
+            NodeLockState::Other {
+                redis_type, fields, ..
+            } => Some((redis_type.as_str(), None, fields.as_slice())),
+            _ => None,
+        });
+        self.format = match seen {
+            Some((t, v, f)) => formats::decode(t, v, f, order),
+            None => LockFormat::Unknown,
+        };
+        let dead = self.flags.contains(&LockFlag::DeadOwner);
+        self.flags = self.flags_seen();
+        if dead {
+            self.flags.push(LockFlag::DeadOwner);
+            self.flags.sort();
+        }
     }
 
     /// One node holding `value` with `pttl_ms` (single mode: the main Redis).
@@ -221,7 +250,7 @@ impl LockView {
         }
         if self.other_type().is_some() {
             flags.push(LockFlag::OtherType);
-        } else if !self.values().is_empty() && self.holder().is_none() {
+        } else if !self.values().is_empty() && self.format == LockFormat::Unknown {
             flags.push(LockFlag::Undecodable);
         }
         if self.quorum().is_some_and(|q| !q.reached) {
@@ -343,9 +372,13 @@ impl LockView {
     }
 
     /// Distinct raw values, in node order: pass each to `release_if_value` to clear the lock
-    /// everywhere the operator saw it.
+    /// everywhere the operator saw it. A Redisson lock's is `<field>=<count>`, what its release
+    /// script compares.
     pub fn values(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
+        if let LockFormat::Redisson { seen, .. } = &self.format {
+            out.push(seen);
+        }
         for n in &self.nodes {
             if let NodeLockState::Held { value, .. } = &n.state {
                 if !out.contains(&value.as_str()) {
@@ -436,6 +469,7 @@ struct LockViewJson<'a> {
     nodes: Vec<NodeHoldingJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     quorum: Option<Quorum>,
+    format: &'a LockFormat,
 }
 
 /// What one node holds under the key (RedLock, or a node that could not be read).
@@ -473,6 +507,7 @@ impl Serialize for LockView {
             flags: &self.flags,
             nodes,
             quorum: self.quorum(),
+            format: &self.format,
         }
         .serialize(s)
     }
@@ -510,6 +545,21 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// [`scan_node`] for each pattern in turn.
+async fn scan_patterns(
+    node: &Node,
+    patterns: &[String],
+    limit: usize,
+) -> Result<(Vec<String>, bool), NodeError> {
+    let (mut all, mut more) = (Vec::new(), false);
+    for p in patterns {
+        let (found, m) = scan_node(node, p, limit).await?;
+        all.extend(found);
+        more |= m;
+    }
+    Ok((all, more))
+}
+
 async fn scan_node(
     node: &Node,
     pattern: &str,
@@ -541,9 +591,10 @@ async fn scan_node(
     }
 }
 
-/// TYPE, GET and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI so a key
-/// cannot expire between them. The GET of a key of another type fails alone (`ignore_errors`):
-/// one such key — a Redisson lock is a hash — must not hide every other lock (issue 15).
+/// TYPE, GET, HGETALL and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI
+/// so a key cannot expire between them. The GET of a key of another type (and the HGETALL of a
+/// string) fails alone (`ignore_errors`): one such key — a Redisson lock is a hash — must not
+/// hide every other lock (issue 15).
 async fn fetch_node(
     node: &Node,
     keys: &[String],
@@ -557,15 +608,15 @@ async fn fetch_node(
         pipe.atomic().ignore_errors();
         for k in chunk {
             pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
-            pipe.cmd("GET").arg(keys::fence(k));
+            pipe.cmd("GET").arg(keys::fence(k)).cmd("HGETALL").arg(k);
         }
         let values: Vec<Value> = node
             .run(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
         out.extend(
             values
-                .chunks(4)
-                .map(|a| (node_lock_state(&a[..3]), fence_of(&a[3]))),
+                .chunks(5)
+                .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]))),
         );
     }
     Ok(out)
@@ -578,8 +629,27 @@ fn fence_of(answer: &Value) -> Option<i64> {
     }
 }
 
-/// One key's TYPE, GET and PTTL answers.
-fn node_lock_state(answers: &[Value]) -> NodeLockState {
+/// A hash's HGETALL answer as (field, value) pairs; empty for anything else.
+fn hash_fields(answer: &Value) -> Vec<(String, String)> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    match answer {
+        Value::Map(m) => m
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        Value::Array(a) => a
+            .chunks(2)
+            .filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One key's TYPE, GET and PTTL answers, and its HGETALL.
+fn node_lock_state(answers: &[Value], hash: &Value) -> NodeLockState {
     let (redis_type, value, pttl) = match answers {
         [Value::SimpleString(t), v, Value::Int(p)] if *p != -2 => (t.as_str(), v, *p),
         _ => return NodeLockState::Absent,
@@ -597,6 +667,7 @@ fn node_lock_state(answers: &[Value]) -> NodeLockState {
         (other, _) => NodeLockState::Other {
             redis_type: other.to_string(),
             pttl_ms: pttl,
+            fields: hash_fields(hash),
         },
     }
 }
@@ -635,9 +706,9 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
         .collect()
 }
 
-/// Every `lock:*` key on `nodes` (up to `limit` per node), each as every node sees it. A node
-/// that is down shows as unreachable; the others are still listed.
-async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize) -> LockScan {
+/// Every key matching one of `patterns` on `nodes` (up to `limit` per node and pattern), each
+/// as every node sees it. A node that is down shows as unreachable; the others are still listed.
+async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize, patterns: &[String]) -> LockScan {
     let started = Instant::now();
     let read_at_ms = now_ms();
     let role = match scope {
@@ -646,7 +717,7 @@ async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize) -> LockScan {
     };
     let scans = join_all(nodes.iter().map(|n| async move {
         let t = Instant::now();
-        (scan_node(n, keys::LOCK_PATTERN, limit).await, ms(t))
+        (scan_patterns(n, patterns, limit).await, ms(t))
     }))
     .await;
     let mut all: BTreeSet<String> = BTreeSet::new();
@@ -684,7 +755,8 @@ impl Locks {
     /// decoded holder, PTTL and fence counter per node. A node that is down shows as
     /// unreachable; the others are still listed. Owners are not judged (see [`LockInspector`]).
     pub async fn scan_locks(&self, limit: usize) -> LockScan {
-        scan(&self.inner.nodes, self.inner.mode, limit).await
+        let patterns = [keys::LOCK_PATTERN.to_string()];
+        scan(&self.inner.nodes, self.inner.mode, limit, &patterns).await
     }
 
     /// One lock key as every node sees it: what a release compares and audits.
@@ -827,6 +899,9 @@ pub struct LockInspector {
     main: Vec<Arc<Node>>,
     redlock: Vec<Arc<Node>>,
     liveness: Liveness,
+    /// `foreign_locks.patterns` and `.decoders`.
+    patterns: Vec<String>,
+    decoders: Vec<Decoder>,
 }
 
 /// The locks of one trace: the keys found on some node, and the nodes that could not be read.
@@ -850,6 +925,8 @@ impl LockInspector {
             liveness: Liveness::new(main.clone(), config.instance.heartbeat_ttl),
             main: vec![main],
             redlock,
+            patterns: config.foreign_locks.patterns.clone(),
+            decoders: config.foreign_locks.decoders.clone(),
         })
     }
 
@@ -863,8 +940,8 @@ impl LockInspector {
     pub async fn scan(&self, limit: usize) -> LockScan {
         let started = Instant::now();
         let (mut out, redlock, live) = tokio::join!(
-            scan(&self.main, LockMode::Single, limit),
-            scan(&self.redlock, LockMode::Redlock, limit),
+            scan(&self.main, LockMode::Single, limit, &self.patterns),
+            scan(&self.redlock, LockMode::Redlock, limit, &self.patterns),
             self.liveness.live_instances(),
         );
         out.locks.extend(redlock.locks);
@@ -872,6 +949,7 @@ impl LockInspector {
         out.truncated |= redlock.truncated;
         out.live_instances = live.ok();
         for view in &mut out.locks {
+            view.decode_with(&self.decoders);
             view.judge_owner(out.live_instances.as_ref());
         }
         out.locks.sort_by(|a, b| {
@@ -929,6 +1007,7 @@ impl LockInspector {
             Err(_) => None,
         };
         for view in &mut out.locks {
+            view.decode_with(&self.decoders);
             view.judge_owner(live.as_ref());
         }
         Ok(out)

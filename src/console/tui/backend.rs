@@ -385,7 +385,7 @@ fn not_performed(p: &Planned, detail: String) -> ActionResult {
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
 async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Option<Actions>)> {
-    let mut c = config.clone();
+    let mut c = config.for_actions();
     c.database.max_connections = c.database.max_connections.min(2);
     let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect(&c))
         .await

@@ -1,0 +1,347 @@
+//! Issue 17, the Redis / Kafka / logs side: a team's system idemguard did not build. Locks are
+//! written here the way the foreign clients write them — Redisson's lock script through EVAL,
+//! redis-py's `Lock` (the stack's venv), a bare requestId UUID (the article's §3.2) — and read
+//! back through the real binary (`locks --json`, `release-lock`). Every test uses its own key
+//! prefix, and deletes what it wrote.
+
+mod common;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use idemguard::config::{Config, Dialect};
+use serde_json::Value as Json;
+
+/// Redisson's `tryLockInnerAsync` script (RedissonLock.java): HSET field = 1 (or HINCRBY when
+/// re-entered) and PEXPIRE, returning nil when taken.
+const REDISSON_LOCK: &str = "if (redis.call('exists', KEYS[1]) == 0) then \
+    redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; end; \
+    if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; end; return redis.call('pttl', KEYS[1]);";
+
+async fn redis_conn(config: &Config) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the main Redis answers (scripts/stack up)")
+}
+
+/// Takes `name` as Redisson does for client `client_id`, thread `thread`.
+async fn redisson_lock(c: &mut redis::aio::MultiplexedConnection, name: &str, field: &str) {
+    let taken: Option<i64> = redis::cmd("EVAL")
+        .arg(REDISSON_LOCK)
+        .arg(1)
+        .arg(name)
+        .arg(30_000)
+        .arg(field)
+        .query_async(c)
+        .await
+        .unwrap();
+    assert_eq!(taken, None, "Redisson's script took {name}");
+}
+
+/// Deletes every key under `prefix` when dropped.
+struct Keys(String, String);
+impl Drop for Keys {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.0.as_str()) else {
+            return;
+        };
+        let Ok(mut c) = client.get_connection() else {
+            return;
+        };
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{}*", self.1))
+            .query(&mut c)
+            .unwrap_or_default();
+        for k in found {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(k).query(&mut c);
+        }
+    }
+}
+
+/// Runs the binary with the stack's config, `env` on top.
+fn idemguard(env: &[(&str, String)], args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+    cmd.arg("--config")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
+        .args(args)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .env("IDEMGUARD_LOG", "error");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run idemguard");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+fn locks_json(env: &[(&str, String)]) -> Vec<Json> {
+    let (code, out) = idemguard(env, &["locks", "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let json: Json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    json["data"]["locks"].as_array().expect("locks").clone()
+}
+
+fn row<'a>(rows: &'a [Json], key: &str) -> &'a Json {
+    rows.iter()
+        .find(|r| r["key"] == key)
+        .unwrap_or_else(|| panic!("{key} not listed: {rows:?}"))
+}
+
+/// A lock the way redis-py's `Lock` takes it (its own client, in the stack's venv); returns the
+/// token it stored.
+fn redis_py_lock(url: &str, name: &str) -> String {
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.stack/venv/bin/python");
+    let script = "import sys, redis\n\
+        r = redis.Redis.from_url(sys.argv[1])\n\
+        l = r.lock(sys.argv[2], timeout=30)\n\
+        assert l.acquire(blocking=False)\n\
+        print(l.local.token.decode())\n";
+    let out = std::process::Command::new(python)
+        .args(["-c", script, url, name])
+        .output()
+        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/stack up installs redis-py)"));
+    assert!(
+        out.status.success(),
+        "redis-py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// item 2: lock formats
+// ---------------------------------------------------------------------------------------------
+
+/// Redisson, redis-py, a bare requestId and a key of another type, under the team's own key
+/// patterns: `locks --json` lists each with its holder decoded (and the other key with its type
+/// and TTL).
+#[tokio::test]
+async fn locks_json_lists_every_format_with_its_holder_decoded() {
+    let config = common::local_config();
+    let p = format!("fx{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let mut c = redis_conn(&config).await;
+    let client = uuid::Uuid::new_v4().to_string();
+    let redisson = format!("{p}:order:lock:1");
+    redisson_lock(&mut c, &redisson, &format!("{client}:57")).await;
+    redisson_lock(&mut c, &redisson, &format!("{client}:57")).await; // re-entered
+    let py = format!("{p}:order:lock:2");
+    let token = redis_py_lock(&config.redis.url, &py);
+    let bare = format!("{p}Lock");
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let _: () = redis::cmd("SET")
+        .arg(&bare)
+        .arg(&request_id)
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let list = format!("{p}:order:lock:3");
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&list)
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&list)
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+
+    let patterns = format!("lock:*,{p}:order:lock:*,{p}Lock");
+    let rows = locks_json(&[("IDEMGUARD_FOREIGN_LOCKS__PATTERNS", patterns)]);
+
+    let r = row(&rows, &redisson);
+    assert_eq!(r["type"], "hash", "{r}");
+    assert_eq!(r["format"]["kind"], "redisson", "{r}");
+    assert_eq!(r["format"]["client_id"], client.as_str(), "{r}");
+    assert_eq!(r["format"]["thread_id"], "57", "{r}");
+    assert_eq!(r["format"]["count"], 2, "{r}");
+    let pttl = r["pttl_ms"].as_i64().unwrap();
+    assert!(pttl > 20_000 && pttl <= 30_000, "{r}");
+
+    let r = row(&rows, &py);
+    assert_eq!(
+        (r["format"]["kind"].as_str(), r["format"]["shape"].as_str()),
+        (Some("token"), Some("hex")),
+        "{r}"
+    );
+    assert_eq!(r["format"]["token"], token.as_str(), "{r}");
+    assert_eq!(r["value"], token.as_str(), "{r}");
+
+    let r = row(&rows, &bare);
+    assert_eq!(r["format"]["kind"], "token", "{r}");
+    assert_eq!(r["format"]["shape"], "uuid", "{r}");
+    assert_eq!(r["value"], request_id.as_str(), "{r}");
+    assert_eq!(r["flags"], serde_json::json!([]), "{r}");
+
+    let r = row(&rows, &list);
+    assert_eq!(
+        (r["type"].as_str(), r["format"]["kind"].as_str()),
+        (Some("list"), Some("unknown")),
+        "{r}"
+    );
+    assert!(r["pttl_ms"].as_i64().unwrap() > 0, "{r}");
+
+    // The decoders are the configured ones, in order: without `redisson` the hash is unknown.
+    let rows = locks_json(&[
+        (
+            "IDEMGUARD_FOREIGN_LOCKS__PATTERNS",
+            format!("{p}:order:lock:*"),
+        ),
+        (
+            "IDEMGUARD_FOREIGN_LOCKS__DECODERS",
+            "idemguard,token".into(),
+        ),
+    ]);
+    assert_eq!(row(&rows, &redisson)["format"]["kind"], "unknown");
+    assert!(
+        rows.iter().all(|r| r["key"] != bare.as_str()),
+        "{bare} matches no configured pattern"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// item 3: safe release of a Redisson lock
+// ---------------------------------------------------------------------------------------------
+
+async fn release_env(p: &str) -> (Vec<(&'static str, String)>, Config) {
+    let (config, _db) = common::migrated_database(Dialect::Postgres).await;
+    let env = vec![
+        ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
+        (
+            "IDEMGUARD_FOREIGN_LOCKS__PATTERNS",
+            format!("lock:*,{p}:order:lock:*"),
+        ),
+    ];
+    (env, config)
+}
+
+fn release(env: &[(&str, String)], key: &str, seen: &str) -> Json {
+    let (_, out) = idemguard(
+        env,
+        &[
+            "release-lock",
+            key,
+            "--expect-value",
+            seen,
+            "--force",
+            "--reason",
+            "issue 17 test",
+            "--allow-actions",
+            "--json",
+        ],
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// A Redisson lock is deleted by `release-lock` with the field and count seen, and a client
+/// waiting on Redisson's channel receives the unlock message.
+#[tokio::test]
+async fn a_redisson_lock_is_released_safely_and_its_waiter_wakes() {
+    let config = common::local_config();
+    let p = format!("fr{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let (env, _) = release_env(&p).await;
+    let mut c = redis_conn(&config).await;
+    let key = format!("{p}:order:lock:9");
+    let field = format!("{}:1", uuid::Uuid::new_v4());
+    redisson_lock(&mut c, &key, &field).await;
+
+    let rows = locks_json(&env);
+    let seen = row(&rows, &key)["format"]["seen"]
+        .as_str()
+        .expect("a Redisson lock says what a release compares")
+        .to_string();
+    assert_eq!(seen, format!("{field}=1"));
+
+    // A waiter, as Redisson's lock() subscribes while it waits.
+    let client = redis::Client::open(config.redis.url.as_str()).unwrap();
+    let mut waiter = client.get_async_pubsub().await.unwrap();
+    waiter
+        .subscribe(format!("redisson_lock__channel:{{{key}}}"))
+        .await
+        .unwrap();
+
+    let result = release(&env, &key, &seen);
+    assert_eq!(result["outcome"], "done", "{result}");
+    assert!(result["audit_id"].is_i64(), "{result}");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the lock is gone");
+    let mut messages = waiter.on_message();
+    let msg = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await
+        .expect("the waiter is woken within 5 s")
+        .expect("a message");
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "0",
+        "Redisson's UNLOCK_MESSAGE"
+    );
+}
+
+/// The holder re-entered (count 1 → 2) after the operator saw it: the release is refused and the
+/// lock kept, and no unlock message wakes anybody.
+#[tokio::test]
+async fn a_changed_redisson_count_is_refused() {
+    let config = common::local_config();
+    let p = format!("fc{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let (env, _) = release_env(&p).await;
+    let mut c = redis_conn(&config).await;
+    let key = format!("{p}:order:lock:5");
+    let field = format!("{}:7", uuid::Uuid::new_v4());
+    redisson_lock(&mut c, &key, &field).await;
+    let seen = format!("{field}=1");
+    redisson_lock(&mut c, &key, &field).await; // re-entered since it was seen
+
+    let client = redis::Client::open(config.redis.url.as_str()).unwrap();
+    let mut waiter = client.get_async_pubsub().await.unwrap();
+    waiter
+        .subscribe(format!("redisson_lock__channel:{{{key}}}"))
+        .await
+        .unwrap();
+    let result = release(&env, &key, &seen);
+    assert_ne!(result["outcome"], "done", "{result}");
+    let count: Option<i64> = redis::cmd("HGET")
+        .arg(&key)
+        .arg(&field)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(count, Some(2), "the lock is kept as its holder left it");
+    // The script itself compares (a re-entry between the read and the release): asked directly
+    // with the count seen, it keeps the lock too.
+    let who = idemguard::contracts::Instance {
+        id: format!("test-{p}"),
+        host: "testhost".into(),
+        pid: 1,
+    };
+    let locks = idemguard::lock::Locks::from_config(
+        &config,
+        &who,
+        idemguard::trace::Tracer::log_only(&who),
+    )
+    .unwrap();
+    let report = locks.release_redisson(&key, &field, 1).await.unwrap();
+    assert!(!report.released(), "{report:?}");
+    let mut messages = waiter.on_message();
+    let woke = tokio::time::timeout(Duration::from_millis(500), messages.next()).await;
+    assert!(woke.is_err(), "no unlock message for a lock that was kept");
+}
