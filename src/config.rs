@@ -507,11 +507,14 @@ impl Config {
             ("kafka.dlq_topic", &self.kafka.dlq_topic),
             ("kafka.trace_topic", &self.kafka.trace_topic),
         ] {
-            let ok = !topic.is_empty()
-                && topic.len() <= 249
-                && topic
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            // The trace topic is optional: a team's system has none (the trace says so).
+            let optional = key == "kafka.trace_topic" && topic.is_empty();
+            let ok = optional
+                || !topic.is_empty()
+                    && topic.len() <= 249
+                    && topic
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
             if !ok {
                 return Err(err(
                     key,

@@ -345,3 +345,75 @@ async fn a_changed_redisson_count_is_refused() {
     let woke = tokio::time::timeout(Duration::from_millis(500), messages.next()).await;
     assert!(woke.is_err(), "no unlock message for a lock that was kept");
 }
+
+// ---------------------------------------------------------------------------------------------
+// item 5: IDs in Kafka message bodies; no trace topic
+// ---------------------------------------------------------------------------------------------
+
+/// Produces `body` to `topic` with no key and no headers: the IDs live in the JSON body only.
+async fn produce_bare(config: &Config, topic: &str, body: &Json) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .create()
+        .unwrap();
+    let payload = body.to_string();
+    producer
+        .send(
+            FutureRecord::<(), _>::to(topic).payload(&payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
+}
+
+/// A team's payment event names its order only in the JSON body (`{"orderNo": …}`), and the
+/// team has no trace topic: with `kafka_ids.payment` pointing into the body, `trace ORDER`
+/// finds the event, and says that there is no trace topic.
+#[tokio::test]
+async fn payment_events_with_ids_only_in_the_body_are_found_by_a_trace() {
+    let (config, _db) = common::migrated_database(Dialect::Postgres).await;
+    let topics = common::fresh_topics(&config, &["payment"]).await;
+    let order_no = format!("FX{}", common::unique_suffix());
+    let request_id = format!("APP:ORDER:20261201:{}", common::unique_suffix());
+    let event_id = uuid::Uuid::new_v4().to_string();
+    let body = serde_json::json!({
+        "eventType": "PAYMENT_SUCCEEDED",
+        "data": {"requestId": request_id, "eventId": event_id},
+        "orderNo": order_no,
+        "amount": 990,
+    });
+    produce_bare(&config, &topics[0], &body).await;
+    let env = vec![
+        ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
+        ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", topics[0].clone()),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC", String::new()),
+        ("IDEMGUARD_KAFKA__PARTITIONER", "none".into()),
+        (
+            "IDEMGUARD_KAFKA_IDS__PAYMENT__ORDER_NO",
+            "json:/orderNo".into(),
+        ),
+        (
+            "IDEMGUARD_KAFKA_IDS__PAYMENT__REQUEST_ID",
+            "json:/data/requestId".into(),
+        ),
+        (
+            "IDEMGUARD_KAFKA_IDS__PAYMENT__EVENT_ID",
+            "json:/data/eventId".into(),
+        ),
+    ];
+    let (_, out) = idemguard(&env, &["trace", &order_no, "--json"]);
+    let j: Json = serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON document: {out}"));
+    let d = &j["data"];
+    assert_eq!(d["events"][0]["event_id"], event_id.as_str(), "{out}");
+    assert_eq!(d["events"][0]["kafka_copies"], 1, "{out}");
+    assert_eq!(d["request_id"], request_id.as_str(), "{out}");
+    assert!(
+        out.contains("no trace topic"),
+        "the trace says it has no trace topic: {out}"
+    );
+}
