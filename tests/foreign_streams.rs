@@ -417,3 +417,106 @@ async fn payment_events_with_ids_only_in_the_body_are_found_by_a_trace() {
         "the trace says it has no trace topic: {out}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// item 6: logs as a trace source
+// ---------------------------------------------------------------------------------------------
+
+fn log_line(ms: i64, service: &str, level: &str, order_no: &str, message: &str) -> String {
+    serde_json::json!({
+        "timestamp": ms, "service": service, "level": level, "orderNo": order_no,
+        "requestId": format!("APP:ORDER:20261201:{order_no}"), "message": message,
+    })
+    .to_string()
+}
+
+/// Three "services" log JSON lines naming an order — one file rotated and gzip-compressed — and
+/// `trace ORDER` shows each line with its service, level and message, in time order; lines of
+/// another order, or outside the window read, are not shown.
+#[tokio::test]
+async fn a_json_log_file_of_three_services_appears_in_the_timeline() {
+    use std::io::Write;
+    let (config, _db) = common::migrated_database(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let order_no = format!("LG{}", common::unique_suffix());
+    let now = idemguard::contracts::now_ms();
+    let write = |name: &str, lines: &[String]| {
+        std::fs::write(dir.path().join(name), lines.join("\n") + "\n").unwrap()
+    };
+    write(
+        "order-api.log",
+        &[
+            log_line(now - 3_000, "order-api", "INFO", &order_no, "order created"),
+            log_line(
+                now - 2_500,
+                "order-api",
+                "INFO",
+                "OTHER-ORDER",
+                "not this one",
+            ),
+            log_line(
+                now - 3 * 86_400_000,
+                "order-api",
+                "WARN",
+                &order_no,
+                "too old",
+            ),
+        ],
+    );
+    let gz = std::fs::File::create(dir.path().join("payment.log.1.gz")).unwrap();
+    let mut enc = flate2::write::GzEncoder::new(gz, flate2::Compression::default());
+    let rotated = log_line(
+        now - 2_000,
+        "payment-svc",
+        "WARN",
+        &order_no,
+        "callback retried",
+    );
+    writeln!(enc, "{rotated}\nnot json at all").unwrap();
+    enc.finish().unwrap();
+    write(
+        "points.log",
+        &[log_line(
+            now - 1_000,
+            "points-svc",
+            "INFO",
+            &order_no,
+            "points granted",
+        )],
+    );
+    let env = vec![
+        ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC", String::new()),
+        (
+            "IDEMGUARD_LOGS__FILES",
+            format!("{}/*.log*", dir.path().display()),
+        ),
+    ];
+    let (_, out) = idemguard(&env, &["trace", &order_no, "--json"]);
+    let j: Json = serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON document: {out}"));
+    let logs: Vec<(String, String, String)> = j["data"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["layer"] == "log")
+        .map(|e| {
+            let f = &e["fields"];
+            let s = |k: &str| f[k].as_str().unwrap_or("").to_string();
+            (s("service"), s("level"), s("message"))
+        })
+        .collect();
+    let want = |s: &str, l: &str, m: &str| (s.to_string(), l.to_string(), m.to_string());
+    assert_eq!(
+        logs,
+        vec![
+            want("order-api", "INFO", "order created"),
+            want("payment-svc", "WARN", "callback retried"),
+            want("points-svc", "INFO", "points granted"),
+        ],
+        "{out}"
+    );
+}

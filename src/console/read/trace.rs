@@ -25,6 +25,7 @@ use crate::db::Database;
 
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
+use crate::console::read::logs;
 use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
@@ -154,6 +155,10 @@ pub async fn read_trace(
         None => (None, None),
     };
     let t_kafka = Instant::now();
+    let logs_window = match &sources.topics {
+        TopicsFrom::ReadForTargetIn(w) => *w,
+        _ => TimeWindow::last_day(now_ms()),
+    };
     let read: (PaymentIndex, TraceLog);
     let mut cost = None;
     let (payments, log) = match sources.topics {
@@ -199,6 +204,7 @@ pub async fn read_trace(
     };
     let mut timeline = assemble(target, &pieces, now_ms());
     timeline.read_cost = cost;
+    logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
     TraceRead { timeline, statuses }
 }
 
