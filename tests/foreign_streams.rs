@@ -520,3 +520,144 @@ async fn a_json_log_file_of_three_services_appears_in_the_timeline() {
         "{out}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// item 7, Redis half: least privilege
+// ---------------------------------------------------------------------------------------------
+
+/// An ACL user on the main Redis, deleted when dropped.
+struct AclUser {
+    url: String,
+    name: String,
+}
+
+impl AclUser {
+    async fn create(config: &Config, name: &str, rules: &[&str]) -> AclUser {
+        let mut c = redis_conn(config).await;
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(name)
+            .arg("reset")
+            .arg("on")
+            .arg(">pw-issue17");
+        cmd.arg("~*").arg("resetchannels");
+        for r in rules {
+            cmd.arg(*r);
+        }
+        let _: () = cmd.query_async(&mut c).await.expect("ACL SETUSER");
+        AclUser {
+            url: config.redis.url.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    fn url(&self) -> String {
+        self.url
+            .replacen("redis://", &format!("redis://{}:pw-issue17@", self.name), 1)
+    }
+}
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        if let Ok(mut c) = redis::Client::open(self.url.as_str()).and_then(|c| c.get_connection()) {
+            let _: Result<i64, _> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut c);
+        }
+    }
+}
+
+/// What the console's read-only Redis user needs: the reads of the issue, and what a connection
+/// and a MULTI of reads need.
+const READ_ONLY: &[&str] = &[
+    "-@all",
+    "+scan",
+    "+type",
+    "+get",
+    "+hgetall",
+    "+pttl",
+    "+exists",
+    "+multi",
+    "+exec",
+    "+ping",
+    "+hello",
+    "+client|setname",
+    "+select",
+    "+command|info",
+];
+
+/// The console lists and decodes every format as a user that can only read; without HGETALL
+/// the Redisson lock is still listed, and says which command it lacks; a release as the
+/// read-only user deletes nothing, and with the actions' own credentials it goes through.
+#[tokio::test]
+async fn a_read_only_acl_user_lists_locks_and_a_missing_permission_is_named() {
+    let config = common::local_config();
+    let p = format!("fa{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let mut c = redis_conn(&config).await;
+    let key = format!("{p}:order:lock:1");
+    let field = format!("{}:3", uuid::Uuid::new_v4());
+    redisson_lock(&mut c, &key, &field).await;
+    let token_key = format!("{p}:order:lock:2");
+    let token = uuid::Uuid::new_v4().to_string();
+    let _: () = redis::cmd("SET")
+        .arg(&token_key)
+        .arg(&token)
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let patterns = format!("{p}:order:lock:*");
+
+    let ro = AclUser::create(&config, &format!("ig_ro_{p}"), READ_ONLY).await;
+    let env = vec![
+        ("IDEMGUARD_REDIS__URL", ro.url()),
+        ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
+        ("IDEMGUARD_FOREIGN_LOCKS__PATTERNS", patterns.clone()),
+    ];
+    let rows = locks_json(&env);
+    assert_eq!(row(&rows, &key)["format"]["kind"], "redisson");
+    assert_eq!(row(&rows, &token_key)["format"]["token"], token.as_str());
+
+    let without: Vec<&str> = READ_ONLY
+        .iter()
+        .copied()
+        .filter(|r| *r != "+hgetall")
+        .collect();
+    let no_hash = AclUser::create(&config, &format!("ig_nohash_{p}"), &without).await;
+    let env = vec![
+        ("IDEMGUARD_REDIS__URL", no_hash.url()),
+        ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
+        ("IDEMGUARD_FOREIGN_LOCKS__PATTERNS", patterns),
+    ];
+    let rows = locks_json(&env);
+    let r = row(&rows, &key);
+    assert_eq!(r["type"], "hash", "{r}");
+    assert_eq!(r["denied"], serde_json::json!(["HGETALL"]), "{r}");
+    assert_eq!(
+        row(&rows, &token_key)["format"]["token"],
+        token.as_str(),
+        "nothing else breaks"
+    );
+
+    // Actions run with their own credentials: the read-only user cannot release, a user
+    // allowed the release scripts (and Redisson's channel) can.
+    let (db_env, _) = release_env(&p).await;
+    let mut env = vec![
+        ("IDEMGUARD_REDIS__URL", ro.url()),
+        ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
+    ];
+    env.extend(db_env);
+    let seen = format!("{field}=1");
+    let refused = release(&env, &key, &seen);
+    assert_ne!(refused["outcome"], "done", "{refused}");
+    let mut rules: Vec<&str> = READ_ONLY.to_vec();
+    rules.extend(["+eval", "+evalsha", "+script|load", "+del", "+publish"]);
+    rules.push("&redisson_lock__channel:*");
+    let actor = AclUser::create(&config, &format!("ig_act_{p}"), &rules).await;
+    env.push(("IDEMGUARD_FOREIGN_LOCKS__ACTIONS_REDIS_URL", actor.url()));
+    let done = release(&env, &key, &seen);
+    assert_eq!(done["outcome"], "done", "{done}");
+}

@@ -73,6 +73,9 @@ impl LockScan {
     }
 }
 
+/// One node's answer for one key: its state, its fence counter, the commands it refused.
+type NodeAnswer = (NodeLock, Option<i64>, Vec<String>);
+
 /// How one node answered the scan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeScan {
@@ -142,6 +145,9 @@ pub struct LockView {
     pub flags: Vec<LockFlag>,
     /// How the first decoder that recognised it reads it (`formats.rs`).
     pub format: LockFormat,
+    /// Commands the Redis user may not run on it (NOPERM), named: a read-only ACL user without
+    /// HGETALL still lists the key, and says why it cannot decode it.
+    pub denied: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -181,10 +187,20 @@ pub enum NodeLockState {
 
 impl LockView {
     /// The view of `key` from what each node answered (state and fence counter).
-    fn read(key: String, scope: LockMode, answers: Vec<(NodeLock, Option<i64>)>, at: i64) -> Self {
-        let fence_counter = answers.iter().filter_map(|(_, f)| *f).max();
-        let nodes = answers.into_iter().map(|(n, _)| n).collect();
-        LockView::new(key, scope, nodes, fence_counter, at)
+    fn read(key: String, scope: LockMode, answers: Vec<NodeAnswer>, at: i64) -> Self {
+        let fence_counter = answers.iter().filter_map(|(_, f, _)| *f).max();
+        let mut denied: Vec<String> = Vec::new();
+        for (_, _, d) in &answers {
+            for c in d {
+                if !denied.contains(c) {
+                    denied.push(c.clone());
+                }
+            }
+        }
+        let nodes = answers.into_iter().map(|(n, _, _)| n).collect();
+        let mut view = LockView::new(key, scope, nodes, fence_counter, at);
+        view.denied = denied;
+        view
     }
 
     /// A view of what the nodes hold, its flags derived (the owner not judged yet).
@@ -204,6 +220,7 @@ impl LockView {
             owner_alive: None,
             flags: Vec::new(),
             format: LockFormat::Unknown,
+            denied: Vec::new(),
         };
         view.decode_with(&Decoder::ALL);
         view
@@ -470,6 +487,8 @@ struct LockViewJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     quorum: Option<Quorum>,
     format: &'a LockFormat,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    denied: &'a [String],
 }
 
 /// What one node holds under the key (RedLock, or a node that could not be read).
@@ -508,6 +527,7 @@ impl Serialize for LockView {
             nodes,
             quorum: self.quorum(),
             format: &self.format,
+            denied: &self.denied,
         }
         .serialize(s)
     }
@@ -598,28 +618,42 @@ async fn scan_node(
 async fn fetch_node(
     node: &Node,
     keys: &[String],
-) -> Result<Vec<(NodeLockState, Option<i64>)>, NodeError> {
+) -> Result<Vec<(NodeLockState, Option<i64>, Vec<String>)>, NodeError> {
     let mut out = Vec::with_capacity(keys.len());
     for (i, chunk) in keys.chunks(FETCH_CHUNK).enumerate() {
         if i > 0 {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().ignore_errors();
-        for k in chunk {
-            pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
-            pipe.cmd("GET").arg(keys::fence(k)).cmd("HGETALL").arg(k);
-        }
-        let values: Vec<Value> = node
-            .run(|mut c| async move { pipe.query_async(&mut c).await })
-            .await?;
+        let values = match read_chunk(node, chunk, true).await {
+            // A command the ACL user may not run aborts the whole MULTI (EXECABORT): read the
+            // chunk again without it, so each refused command fails alone and is named.
+            Err(e) if e.problem.to_ascii_lowercase().contains("noperm") => {
+                read_chunk(node, chunk, false).await?
+            }
+            other => other?,
+        };
         out.extend(
             values
                 .chunks(5)
-                .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]))),
+                .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]), denied(a))),
         );
     }
     Ok(out)
+}
+
+/// TYPE, GET, PTTL, GET fence and HGETALL of each key, in one MULTI when `atomic`.
+async fn read_chunk(node: &Node, chunk: &[String], atomic: bool) -> Result<Vec<Value>, NodeError> {
+    let mut pipe = redis::pipe();
+    if atomic {
+        pipe.atomic();
+    }
+    pipe.ignore_errors();
+    for k in chunk {
+        pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
+        pipe.cmd("GET").arg(keys::fence(k)).cmd("HGETALL").arg(k);
+    }
+    node.run(|mut c| async move { pipe.query_async(&mut c).await })
+        .await
 }
 
 fn fence_of(answer: &Value) -> Option<i64> {
@@ -627,6 +661,23 @@ fn fence_of(answer: &Value) -> Option<i64> {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
     }
+}
+
+/// The commands of one key's TYPE, GET, PTTL, GET fence, HGETALL the user may not run.
+fn denied(answers: &[Value]) -> Vec<String> {
+    const SENT: [&str; 5] = ["TYPE", "GET", "PTTL", "GET fence", "HGETALL"];
+    let mut out: Vec<String> = Vec::new();
+    for (answer, cmd) in answers.iter().zip(SENT) {
+        if let Value::ServerError(e) = answer {
+            if e.code() == "NOPERM" {
+                let cmd = cmd.split(' ').next().unwrap_or(cmd).to_string();
+                if !out.contains(&cmd) {
+                    out.push(cmd);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A hash's HGETALL answer as (field, value) pairs; empty for anything else.
@@ -683,13 +734,14 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                 .iter()
                 .zip(&fetched)
                 .map(|(n, f)| {
-                    let (state, fence) = match f {
+                    let (state, fence, denied) = match f {
                         Ok(states) => states[i].clone(),
                         Err(e) => (
                             NodeLockState::Unreachable {
                                 error: e.to_string(),
                             },
                             None,
+                            Vec::new(),
                         ),
                     };
                     (
@@ -698,6 +750,7 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                             state,
                         },
                         fence,
+                        denied,
                     )
                 })
                 .collect();

@@ -106,7 +106,7 @@ fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead 
             out.errors.push(format!("{e:#}"));
         }
     }
-    out.lines.sort_by(|a, b| a.at_ms.cmp(&b.at_ms));
+    out.lines.sort_by_key(|l| l.at_ms);
     out.lines.truncate(LINES_KEPT);
     out
 }
