@@ -416,6 +416,10 @@ async fn payment_events_with_ids_only_in_the_body_are_found_by_a_trace() {
         out.contains("no trace topic"),
         "the trace says it has no trace topic: {out}"
     );
+    assert_eq!(
+        j["ok"], true,
+        "an absent trace topic is not a failed backend: {out}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -174,7 +174,10 @@ pub async fn read_trace(
             let (trace_error, payment_error) = (failed(&log), failed(&payments));
             read = (payments.unwrap_or_default(), log.unwrap_or_default());
             let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
-            statuses.push(status(BackendId::TraceTopic, trace_error));
+            // No trace topic is a configuration, not a failure: the timeline says so instead.
+            if !config.kafka.trace_topic.is_empty() {
+                statuses.push(status(BackendId::TraceTopic, trace_error));
+            }
             statuses.push(status(BackendId::PaymentTopic, payment_error));
             (&read.0, &read.1)
         }
@@ -205,6 +208,16 @@ pub async fn read_trace(
     let mut timeline = assemble(target, &pieces, now_ms());
     timeline.read_cost = cost;
     logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
+    if config.kafka.trace_topic.is_empty() {
+        timeline.entries.push(timeline::TimelineEntry {
+            at_ms: None,
+            layer: "kafka",
+            source: "kafka.trace_topic".into(),
+            summary: bounded::NO_TRACE_TOPIC.into(),
+            stopped_by: None,
+            fields: serde_json::Value::Null,
+        });
+    }
     TraceRead { timeline, statuses }
 }
 
