@@ -37,6 +37,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub tables: TableNames,
     pub source: SourceProfile,
+    pub foreign_locks: ForeignLocksConfig,
+    pub kafka_ids: KafkaIdsConfig,
+    pub logs: LogsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -401,6 +404,52 @@ fn parse_offset(tz: &str) -> Result<i64, String> {
         return Err(bad());
     }
     Ok(sign * (h * 3_600_000 + m * 60_000))
+/// Which Redis keys are locks, and how their values are read: idemguard's own, Redisson's
+/// hashes, other tools' plain tokens (`src/lock/formats.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignLocksConfig {
+    /// SCAN MATCH patterns listed as locks, in order.
+    pub patterns: Vec<String>,
+    /// Decoders tried in order on each key: `idemguard`, `redisson`, `token`.
+    pub decoders: Vec<crate::lock::formats::Decoder>,
+    /// The Redis the console's actions (release scripts) connect to, with their own
+    /// credentials; empty: `redis.url`.
+    pub actions_redis_url: String,
+}
+
+/// Where a topic's messages carry the orderNo, requestId and eventId: each a list of places
+/// tried in order, `header:NAME`, `json:/POINTER` (into the JSON body) or `key`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicIds {
+    pub order_no: Vec<String>,
+    pub request_id: Vec<String>,
+    pub event_id: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaIdsConfig {
+    /// The payment topic and its DLQ.
+    pub payment: TopicIds,
+}
+
+/// JSON-lines logs as a trace source (`src/console/read/logs.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsConfig {
+    /// File globs; rotated and `.gz` files included when a glob matches them.
+    pub files: Vec<String>,
+    /// A Kafka topic the logs are shipped to; empty: none.
+    pub topic: String,
+    pub time_field: String,
+    pub service_field: String,
+    pub level_field: String,
+    pub message_field: String,
+    pub order_no_field: String,
+    pub request_id_field: String,
+    pub event_id_field: String,
 }
 
 /// A configuration error: where the value came from, the key, and what is wrong.
@@ -519,6 +568,17 @@ impl Config {
         Ok(config)
     }
 
+    /// The configuration the operator's actions run with: the Redis of
+    /// `foreign_locks.actions_redis_url` (their own credentials, allowed the release scripts)
+    /// when set, so the console itself can read as a read-only ACL user.
+    pub fn for_actions(&self) -> Config {
+        let mut c = self.clone();
+        if !c.foreign_locks.actions_redis_url.is_empty() {
+            c.redis.url = c.foreign_locks.actions_redis_url.clone();
+        }
+        c
+    }
+
     /// Defaults only (tests, and tools that need no file).
     pub fn defaults() -> Config {
         Config::load(&ConfigSource::default()).expect("the built-in defaults are valid")
@@ -577,6 +637,11 @@ impl Config {
             return Err(err("database.max_connections", "must be at least 1".into()));
         }
         check_url(&self.redis.url, &["redis", "rediss"]).map_err(|m| err("redis.url", m))?;
+        let actions_url = &self.foreign_locks.actions_redis_url;
+        if !actions_url.is_empty() {
+            check_url(actions_url, &["redis", "rediss"])
+                .map_err(|m| err("foreign_locks.actions_redis_url", m))?;
+        }
         for (i, node) in self.redis.redlock_nodes.iter().enumerate() {
             check_url(node, &["redis", "rediss"])
                 .map_err(|m| err("redis.redlock_nodes", format!("node {}: {m}", i + 1)))?;
@@ -615,11 +680,14 @@ impl Config {
             ("kafka.dlq_topic", &self.kafka.dlq_topic),
             ("kafka.trace_topic", &self.kafka.trace_topic),
         ] {
-            let ok = !topic.is_empty()
-                && topic.len() <= 249
-                && topic
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            // The trace topic is optional: a team's system has none (the trace says so).
+            let optional = key == "kafka.trace_topic" && topic.is_empty();
+            let ok = optional
+                || !topic.is_empty()
+                    && topic.len() <= 249
+                    && topic
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
             if !ok {
                 return Err(err(
                     key,
@@ -785,6 +853,7 @@ impl Config {
         shown.database.replica_url = redact_url(&shown.database.replica_url);
         shown.database.actions_url = redact_url(&shown.database.actions_url);
         shown.redis.url = redact_url(&shown.redis.url);
+        shown.foreign_locks.actions_redis_url = redact_url(&shown.foreign_locks.actions_redis_url);
         shown.redis.redlock_nodes = shown
             .redis
             .redlock_nodes
@@ -804,6 +873,7 @@ impl Config {
             &self.database.replica_url,
             &self.database.actions_url,
             &self.redis.url,
+            &self.foreign_locks.actions_redis_url,
         ];
         urls.extend(self.redis.redlock_nodes.iter());
         let mut out: Vec<String> = Vec::new();

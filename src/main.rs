@@ -639,7 +639,7 @@ async fn run_action(
     let instance = Instance::current();
     let tracer = Tracer::from_config(config, &instance)?;
     let db = Database::connect_for_actions(config).await?;
-    let locks = Locks::from_config(config, &instance, tracer.clone())?;
+    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
     let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
     let result = actions.run(&action).await;
     tracer.flush(std::time::Duration::from_secs(5));

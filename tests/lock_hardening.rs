@@ -489,7 +489,7 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
         };
         assert!(view(&own).holder().is_some());
         let odd = view(&redisson);
-        assert!(odd.nodes.iter().all(|n| matches!(&n.state, NodeLockState::Other { redis_type, pttl_ms } if redis_type == "hash" && *pttl_ms > 0)), "{odd:?}");
+        assert!(odd.nodes.iter().all(|n| matches!(&n.state, NodeLockState::Other { redis_type, pttl_ms, .. } if redis_type == "hash" && *pttl_ms > 0)), "{odd:?}");
         assert_eq!(locks.inspect(&redisson).await.other_type(), Some("hash"));
     }
     for g in own_guards {

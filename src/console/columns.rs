@@ -50,6 +50,40 @@ pub static LOCKS: &[Column] = &[
     col("FLAGS", 22),
 ];
 
+/// HOLDER, PID, HELD and FENCE of a lock idemguard did not write (`lock/formats.rs`): a
+/// Redisson lock's client id, thread id and reentrancy count; a token raw (and the request it
+/// names); any other key its type.
+fn foreign_cells(l: &LockView) -> (String, String, String, String) {
+    use crate::lock::formats::LockFormat;
+    let dash = || "-".to_string();
+    match &l.format {
+        LockFormat::Redisson {
+            client_id,
+            thread_id,
+            count,
+            ..
+        } => (
+            format!("redisson {}", short(client_id, 15)),
+            format!("t{thread_id}"),
+            format!("×{count}"),
+            dash(),
+        ),
+        LockFormat::Token {
+            token, request_id, ..
+        } => {
+            let shown = match request_id {
+                Some(_) => format!("req {}", short(token, 20)),
+                None => short(token, 24),
+            };
+            (shown, dash(), dash(), dash())
+        }
+        _ => match l.other_type() {
+            Some(t) => (format!("({t}, not a lock value)"), dash(), dash(), dash()),
+            None => (short(l.value(), 24), dash(), dash(), dash()),
+        },
+    }
+}
+
 pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
     let (holder, pid, held, fence) = match l.holder() {
         Some(h) => (
@@ -58,15 +92,7 @@ pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
             age(now_ms - h.acquired_at),
             h.fence.to_string(),
         ),
-        None => match l.other_type() {
-            Some(t) => (
-                format!("({t}, not a lock value)"),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ),
-            None => (short(l.value(), 24), "-".into(), "-".into(), "-".into()),
-        },
+        None => foreign_cells(l),
     };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
     let fence = match (l.fence_counter, l.holder()) {

@@ -74,7 +74,9 @@
 //! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",
 //! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms,
 //! agrees, error? } ] (redlock, or a node that could not be read; `agrees`: same holder nonce as
-//! the majority), quorum: { agreeing, nodes, reached } (redlock) } ], nodes: [ { node, role:
+//! the majority), quorum: { agreeing, nodes, reached } (redlock), format: { kind: "idemguard" |
+//! "redisson" (client_id, thread_id, count, seen) | "token" (token, shape) | "unknown" },
+//! denied: [commands the Redis user may not run] (absent when none) } ], nodes: [ { node, role:
 //! "main"|"redlock", ok, error, keys, scan_ms } ], live_instances: [..] | null, scan_ms,
 //! read_at_ms, truncated (more than 1,000,000 keys on a node: the list is a prefix) }`.
 //!

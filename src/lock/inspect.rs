@@ -20,6 +20,7 @@ use redis::Value;
 use serde::{Serialize, Serializer};
 
 use super::batch::FenceLife;
+use super::formats::{self, Decoder, LockFormat};
 use super::liveness::Liveness;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
@@ -71,6 +72,9 @@ impl LockScan {
         self.nodes.iter().find_map(|n| n.error.clone())
     }
 }
+
+/// One node's answer for one key: its state, its fence counter, the commands it refused.
+type NodeAnswer = (NodeLock, Option<i64>, Vec<String>);
 
 /// How one node answered the scan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -139,6 +143,11 @@ pub struct LockView {
     pub owner_alive: Option<bool>,
     /// Sorted; [`LockFlag::DeadOwner`] once the owner was judged ([`LockView::judge_owner`]).
     pub flags: Vec<LockFlag>,
+    /// How the first decoder that recognised it reads it (`formats.rs`).
+    pub format: LockFormat,
+    /// Commands the Redis user may not run on it (NOPERM), named: a read-only ACL user without
+    /// HGETALL still lists the key, and says why it cannot decode it.
+    pub denied: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -165,6 +174,10 @@ pub enum NodeLockState {
         /// What TYPE answers: `hash`, `list`, `set`, `zset`, `stream`.
         redis_type: String,
         pttl_ms: i64,
+        /// A hash's fields and values (HGETALL): a Redisson lock's `<clientId>:<threadId>` =
+        /// count. Empty for other types.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        fields: Vec<(String, String)>,
     },
     Absent,
     Unreachable {
@@ -174,10 +187,20 @@ pub enum NodeLockState {
 
 impl LockView {
     /// The view of `key` from what each node answered (state and fence counter).
-    fn read(key: String, scope: LockMode, answers: Vec<(NodeLock, Option<i64>)>, at: i64) -> Self {
-        let fence_counter = answers.iter().filter_map(|(_, f)| *f).max();
-        let nodes = answers.into_iter().map(|(n, _)| n).collect();
-        LockView::new(key, scope, nodes, fence_counter, at)
+    fn read(key: String, scope: LockMode, answers: Vec<NodeAnswer>, at: i64) -> Self {
+        let fence_counter = answers.iter().filter_map(|(_, f, _)| *f).max();
+        let mut denied: Vec<String> = Vec::new();
+        for (_, _, d) in &answers {
+            for c in d {
+                if !denied.contains(c) {
+                    denied.push(c.clone());
+                }
+            }
+        }
+        let nodes = answers.into_iter().map(|(n, _, _)| n).collect();
+        let mut view = LockView::new(key, scope, nodes, fence_counter, at);
+        view.denied = denied;
+        view
     }
 
     /// A view of what the nodes hold, its flags derived (the owner not judged yet).
@@ -196,9 +219,32 @@ impl LockView {
             read_at_ms,
             owner_alive: None,
             flags: Vec::new(),
+            format: LockFormat::Unknown,
+            denied: Vec::new(),
         };
-        view.flags = view.flags_seen();
+        view.decode_with(&Decoder::ALL);
         view
+    }
+
+    /// Decode with the decoders of `order` (`foreign_locks.decoders`), and derive the flags.
+    pub fn decode_with(&mut self, order: &[Decoder]) {
+        let seen = self.nodes.iter().find_map(|n| match &n.state {
+            NodeLockState::Held { value, .. } => Some(("string", Some(value.as_str()), &[][..])),
+            NodeLockState::Other {
+                redis_type, fields, ..
+            } => Some((redis_type.as_str(), None, fields.as_slice())),
+            _ => None,
+        });
+        self.format = match seen {
+            Some((t, v, f)) => formats::decode(t, v, f, order),
+            None => LockFormat::Unknown,
+        };
+        let dead = self.flags.contains(&LockFlag::DeadOwner);
+        self.flags = self.flags_seen();
+        if dead {
+            self.flags.push(LockFlag::DeadOwner);
+            self.flags.sort();
+        }
     }
 
     /// One node holding `value` with `pttl_ms` (single mode: the main Redis).
@@ -221,7 +267,7 @@ impl LockView {
         }
         if self.other_type().is_some() {
             flags.push(LockFlag::OtherType);
-        } else if !self.values().is_empty() && self.holder().is_none() {
+        } else if !self.values().is_empty() && self.format == LockFormat::Unknown {
             flags.push(LockFlag::Undecodable);
         }
         if self.quorum().is_some_and(|q| !q.reached) {
@@ -343,9 +389,13 @@ impl LockView {
     }
 
     /// Distinct raw values, in node order: pass each to `release_if_value` to clear the lock
-    /// everywhere the operator saw it.
+    /// everywhere the operator saw it. A Redisson lock's is `<field>=<count>`, what its release
+    /// script compares.
     pub fn values(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
+        if let LockFormat::Redisson { seen, .. } = &self.format {
+            out.push(seen);
+        }
         for n in &self.nodes {
             if let NodeLockState::Held { value, .. } = &n.state {
                 if !out.contains(&value.as_str()) {
@@ -436,6 +486,9 @@ struct LockViewJson<'a> {
     nodes: Vec<NodeHoldingJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     quorum: Option<Quorum>,
+    format: &'a LockFormat,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    denied: &'a [String],
 }
 
 /// What one node holds under the key (RedLock, or a node that could not be read).
@@ -473,6 +526,8 @@ impl Serialize for LockView {
             flags: &self.flags,
             nodes,
             quorum: self.quorum(),
+            format: &self.format,
+            denied: &self.denied,
         }
         .serialize(s)
     }
@@ -510,6 +565,21 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// [`scan_node`] for each pattern in turn.
+async fn scan_patterns(
+    node: &Node,
+    patterns: &[String],
+    limit: usize,
+) -> Result<(Vec<String>, bool), NodeError> {
+    let (mut all, mut more) = (Vec::new(), false);
+    for p in patterns {
+        let (found, m) = scan_node(node, p, limit).await?;
+        all.extend(found);
+        more |= m;
+    }
+    Ok((all, more))
+}
+
 async fn scan_node(
     node: &Node,
     pattern: &str,
@@ -541,34 +611,49 @@ async fn scan_node(
     }
 }
 
-/// TYPE, GET and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI so a key
-/// cannot expire between them. The GET of a key of another type fails alone (`ignore_errors`):
-/// one such key — a Redisson lock is a hash — must not hide every other lock (issue 15).
+/// TYPE, GET, HGETALL and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI
+/// so a key cannot expire between them. The GET of a key of another type (and the HGETALL of a
+/// string) fails alone (`ignore_errors`): one such key — a Redisson lock is a hash — must not
+/// hide every other lock (issue 15).
 async fn fetch_node(
     node: &Node,
     keys: &[String],
-) -> Result<Vec<(NodeLockState, Option<i64>)>, NodeError> {
+) -> Result<Vec<(NodeLockState, Option<i64>, Vec<String>)>, NodeError> {
     let mut out = Vec::with_capacity(keys.len());
     for (i, chunk) in keys.chunks(FETCH_CHUNK).enumerate() {
         if i > 0 {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().ignore_errors();
-        for k in chunk {
-            pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
-            pipe.cmd("GET").arg(keys::fence(k));
-        }
-        let values: Vec<Value> = node
-            .run(|mut c| async move { pipe.query_async(&mut c).await })
-            .await?;
+        let values = match read_chunk(node, chunk, true).await {
+            // A command the ACL user may not run aborts the whole MULTI (EXECABORT): read the
+            // chunk again without it, so each refused command fails alone and is named.
+            Err(e) if e.problem.to_ascii_lowercase().contains("noperm") => {
+                read_chunk(node, chunk, false).await?
+            }
+            other => other?,
+        };
         out.extend(
             values
-                .chunks(4)
-                .map(|a| (node_lock_state(&a[..3]), fence_of(&a[3]))),
+                .chunks(5)
+                .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]), denied(a))),
         );
     }
     Ok(out)
+}
+
+/// TYPE, GET, PTTL, GET fence and HGETALL of each key, in one MULTI when `atomic`.
+async fn read_chunk(node: &Node, chunk: &[String], atomic: bool) -> Result<Vec<Value>, NodeError> {
+    let mut pipe = redis::pipe();
+    if atomic {
+        pipe.atomic();
+    }
+    pipe.ignore_errors();
+    for k in chunk {
+        pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
+        pipe.cmd("GET").arg(keys::fence(k)).cmd("HGETALL").arg(k);
+    }
+    node.run(|mut c| async move { pipe.query_async(&mut c).await })
+        .await
 }
 
 fn fence_of(answer: &Value) -> Option<i64> {
@@ -578,8 +663,44 @@ fn fence_of(answer: &Value) -> Option<i64> {
     }
 }
 
-/// One key's TYPE, GET and PTTL answers.
-fn node_lock_state(answers: &[Value]) -> NodeLockState {
+/// The commands of one key's TYPE, GET, PTTL, GET fence, HGETALL the user may not run.
+fn denied(answers: &[Value]) -> Vec<String> {
+    const SENT: [&str; 5] = ["TYPE", "GET", "PTTL", "GET fence", "HGETALL"];
+    let mut out: Vec<String> = Vec::new();
+    for (answer, cmd) in answers.iter().zip(SENT) {
+        if let Value::ServerError(e) = answer {
+            if e.code() == "NOPERM" {
+                let cmd = cmd.split(' ').next().unwrap_or(cmd).to_string();
+                if !out.contains(&cmd) {
+                    out.push(cmd);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A hash's HGETALL answer as (field, value) pairs; empty for anything else.
+fn hash_fields(answer: &Value) -> Vec<(String, String)> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    match answer {
+        Value::Map(m) => m
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        Value::Array(a) => a
+            .chunks(2)
+            .filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One key's TYPE, GET and PTTL answers, and its HGETALL.
+fn node_lock_state(answers: &[Value], hash: &Value) -> NodeLockState {
     let (redis_type, value, pttl) = match answers {
         [Value::SimpleString(t), v, Value::Int(p)] if *p != -2 => (t.as_str(), v, *p),
         _ => return NodeLockState::Absent,
@@ -597,6 +718,7 @@ fn node_lock_state(answers: &[Value]) -> NodeLockState {
         (other, _) => NodeLockState::Other {
             redis_type: other.to_string(),
             pttl_ms: pttl,
+            fields: hash_fields(hash),
         },
     }
 }
@@ -612,13 +734,14 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                 .iter()
                 .zip(&fetched)
                 .map(|(n, f)| {
-                    let (state, fence) = match f {
+                    let (state, fence, denied) = match f {
                         Ok(states) => states[i].clone(),
                         Err(e) => (
                             NodeLockState::Unreachable {
                                 error: e.to_string(),
                             },
                             None,
+                            Vec::new(),
                         ),
                     };
                     (
@@ -627,6 +750,7 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                             state,
                         },
                         fence,
+                        denied,
                     )
                 })
                 .collect();
@@ -635,9 +759,9 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
         .collect()
 }
 
-/// Every `lock:*` key on `nodes` (up to `limit` per node), each as every node sees it. A node
-/// that is down shows as unreachable; the others are still listed.
-async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize) -> LockScan {
+/// Every key matching one of `patterns` on `nodes` (up to `limit` per node and pattern), each
+/// as every node sees it. A node that is down shows as unreachable; the others are still listed.
+async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize, patterns: &[String]) -> LockScan {
     let started = Instant::now();
     let read_at_ms = now_ms();
     let role = match scope {
@@ -646,7 +770,7 @@ async fn scan(nodes: &[Arc<Node>], scope: LockMode, limit: usize) -> LockScan {
     };
     let scans = join_all(nodes.iter().map(|n| async move {
         let t = Instant::now();
-        (scan_node(n, keys::LOCK_PATTERN, limit).await, ms(t))
+        (scan_patterns(n, patterns, limit).await, ms(t))
     }))
     .await;
     let mut all: BTreeSet<String> = BTreeSet::new();
@@ -684,7 +808,8 @@ impl Locks {
     /// decoded holder, PTTL and fence counter per node. A node that is down shows as
     /// unreachable; the others are still listed. Owners are not judged (see [`LockInspector`]).
     pub async fn scan_locks(&self, limit: usize) -> LockScan {
-        scan(&self.inner.nodes, self.inner.mode, limit).await
+        let patterns = [keys::LOCK_PATTERN.to_string()];
+        scan(&self.inner.nodes, self.inner.mode, limit, &patterns).await
     }
 
     /// One lock key as every node sees it: what a release compares and audits.
@@ -827,6 +952,9 @@ pub struct LockInspector {
     main: Vec<Arc<Node>>,
     redlock: Vec<Arc<Node>>,
     liveness: Liveness,
+    /// `foreign_locks.patterns` and `.decoders`.
+    patterns: Vec<String>,
+    decoders: Vec<Decoder>,
 }
 
 /// The locks of one trace: the keys found on some node, and the nodes that could not be read.
@@ -850,6 +978,8 @@ impl LockInspector {
             liveness: Liveness::new(main.clone(), config.instance.heartbeat_ttl),
             main: vec![main],
             redlock,
+            patterns: config.foreign_locks.patterns.clone(),
+            decoders: config.foreign_locks.decoders.clone(),
         })
     }
 
@@ -863,8 +993,8 @@ impl LockInspector {
     pub async fn scan(&self, limit: usize) -> LockScan {
         let started = Instant::now();
         let (mut out, redlock, live) = tokio::join!(
-            scan(&self.main, LockMode::Single, limit),
-            scan(&self.redlock, LockMode::Redlock, limit),
+            scan(&self.main, LockMode::Single, limit, &self.patterns),
+            scan(&self.redlock, LockMode::Redlock, limit, &self.patterns),
             self.liveness.live_instances(),
         );
         out.locks.extend(redlock.locks);
@@ -872,6 +1002,7 @@ impl LockInspector {
         out.truncated |= redlock.truncated;
         out.live_instances = live.ok();
         for view in &mut out.locks {
+            view.decode_with(&self.decoders);
             view.judge_owner(out.live_instances.as_ref());
         }
         out.locks.sort_by(|a, b| {
@@ -929,6 +1060,7 @@ impl LockInspector {
             Err(_) => None,
         };
         for view in &mut out.locks {
+            view.decode_with(&self.decoders);
             view.judge_owner(live.as_ref());
         }
         Ok(out)

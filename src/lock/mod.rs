@@ -24,6 +24,7 @@
 
 mod batch;
 mod conn;
+pub mod formats;
 mod inspect;
 mod liveness;
 mod node;

@@ -118,8 +118,10 @@ impl Action {
                 } else {
                     out.push("refused unless the holder stored there has no heartbeat".to_string());
                 }
-                if *bump_fence {
-                    out.push(release::fence_step(key, seen));
+                match seen.map(release::foreign_caveats) {
+                    Some(caveats) if !caveats.is_empty() => out.extend(caveats),
+                    _ if *bump_fence => out.push(release::fence_step(key, seen)),
+                    _ => {}
                 }
                 out
             }
@@ -208,6 +210,8 @@ pub struct Actions {
     allowed: bool,
     retention: Duration,
     fast_path_ttl: Duration,
+    /// `foreign_locks.patterns`: keys a release accepts besides `lock:*`.
+    lock_patterns: Vec<String>,
 }
 
 impl Actions {
@@ -238,6 +242,7 @@ impl Actions {
                 .idempotency
                 .fast_path_ttl
                 .min(config.idempotency.retention),
+            lock_patterns: config.foreign_locks.patterns.clone(),
         }
     }
     pub fn allowed(&self) -> bool {

@@ -8,6 +8,7 @@
 
 use super::{json, Action, ActionOutcome, ActionResult, Actions};
 use crate::contracts::{keys, LockHolder};
+use crate::lock::formats::{self, LockFormat};
 use crate::lock::{LockView, NodeRelease};
 
 const GONE: &str =
@@ -60,6 +61,31 @@ pub fn fence_step(key: &str, seen: Option<&LockView>) -> String {
     }
 }
 
+/// What a release cannot guarantee on a lock idemguard did not write, said before the operator
+/// confirms (issue 17). Empty for idemguard's own locks.
+pub fn foreign_caveats(seen: &LockView) -> Vec<String> {
+    let how = match &seen.format {
+        LockFormat::Idemguard => return Vec::new(),
+        LockFormat::Redisson { .. } => {
+            "a Redisson lock: deleted only while its hash holds exactly \
+             the field and count seen, then Redisson's unlock message is published on \
+             redisson_lock__channel so waiters wake"
+                .to_string()
+        }
+        LockFormat::Token { .. } => "a plain token: compare-and-delete of the value seen".into(),
+        LockFormat::Unknown => "an unknown format: it will be refused".into(),
+    };
+    vec![
+        format!("FOREIGN LOCK — {how}"),
+        "NOT guaranteed: there is no fence token to bump, so if its holder is still working it \
+         keeps writing after the release (only its own checks stop it)"
+            .into(),
+        "NOT guaranteed: there is no owner heartbeat, so whether the holder is alive is unknown \
+         (a Redisson watchdog or a client retry may take the lock again at once)"
+            .into(),
+    ]
+}
+
 impl Actions {
     pub(super) async fn release_lock(
         &self,
@@ -103,8 +129,10 @@ impl Actions {
             Ok(id) => id,
             Err(r) => return r,
         };
-        let mut deletion = self.delete_values(key, &values).await;
-        if bump_fence && !deletion.deleted.is_empty() {
+        let mut deletion = self.delete_values(&view, &values).await;
+        if view.format.is_foreign() {
+            deletion.fence_note = "; no fence token to bump: a foreign lock".into();
+        } else if bump_fence && !deletion.deleted.is_empty() {
             self.bump_after_release(key, &mut deletion).await;
         }
         let after = Some(json(&self.locks.inspect(key).await));
@@ -123,8 +151,12 @@ impl Actions {
         force: bool,
         reason: Option<&str>,
     ) -> Result<(LockView, Option<String>), ActionResult> {
-        if !key.starts_with("lock:") {
-            let why = format!("{key} is not a lock key (lock:*); the console releases only locks");
+        let listed = self.lock_patterns.iter().any(|p| formats::matches(p, key));
+        if !key.starts_with("lock:") && !listed {
+            let why = format!(
+                "{key} is not a lock key (lock:* or foreign_locks.patterns); the console releases \
+                 only locks"
+            );
             return Err(self.refuse(action, None, why).await);
         }
         if expect.is_empty() {
@@ -144,11 +176,18 @@ impl Actions {
         Ok((view, before))
     }
 
-    /// Compare-and-delete of each value on every node.
-    async fn delete_values(&self, key: &str, values: &[String]) -> Deletion {
+    /// Compare-and-delete of each value on every node (a Redisson lock: its field and count).
+    async fn delete_values(&self, view: &LockView, values: &[String]) -> Deletion {
+        let key = view.key.as_str();
         let mut d = Deletion::default();
         for v in values {
-            match self.locks.release_if_value(key, v).await {
+            let released = match (&view.format, formats::parse_redisson_seen(v)) {
+                (LockFormat::Redisson { .. }, Some((field, count))) => {
+                    self.locks.release_redisson(key, field, count).await
+                }
+                _ => self.locks.release_if_value(key, v).await,
+            };
+            match released {
                 Ok(report) => {
                     for (node, r) in &report.nodes {
                         match r {
@@ -209,7 +248,7 @@ impl Actions {
         if !targets.is_empty() {
             return Ok(targets);
         }
-        if let Some(kind) = view.other_type() {
+        if let (Some(kind), false) = (view.other_type(), view.format.is_foreign()) {
             let why = format!("{} is a {kind}, not an idemguard lock (a Redisson lock is a hash); the console never deletes it", view.key);
             return Err(self.refuse(action, before.clone(), why).await);
         }

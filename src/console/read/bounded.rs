@@ -19,6 +19,10 @@ use crate::console::read::timeline;
 use crate::console::read::topics::{self, PaymentMessage, StartAt};
 use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
 
+/// What a trace says without a trace topic (`kafka.trace_topic = ""`: a team's own system).
+pub const NO_TRACE_TOPIC: &str = "no trace topic (kafka.trace_topic is empty): this trace is \
+    built from the database rows, Redis, the payment topic and the logs alone";
+
 /// How long reading a topic to its end may take.
 pub const TOPIC_READ_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -33,7 +37,7 @@ pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
             StartAt::Beginning,
             TOPIC_READ_DEADLINE,
             &CancellationToken::new(),
-            |m| index.ingest(PaymentMessage::from_kafka(m)),
+            |m| index.ingest(PaymentMessage::from_kafka(m, &c.kafka_ids.payment)),
         )?;
         Ok(index)
     })
@@ -187,7 +191,7 @@ pub async fn read_payments_keeping(
             TOPIC_READ_DEADLINE,
             &cancel,
             |m| {
-                let m = PaymentMessage::from_kafka(m);
+                let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
                 if keep.message(&m) {
                     index.ingest(m);
                 }
@@ -279,12 +283,15 @@ pub async fn read_topics_for(
         Err(e) => (Err(e), keep),
     };
     let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let log = match read_trace_log_in(config, trace_plan, &keep).await {
-        Ok((log, c)) => {
-            cost.topics.push(c);
-            Ok(log)
-        }
-        Err(e) => Err(e),
+    let log = if config.kafka.trace_topic.is_empty() {
+        Err(anyhow::anyhow!(NO_TRACE_TOPIC))
+    } else {
+        read_trace_log_in(config, trace_plan, &keep)
+            .await
+            .map(|(log, c)| {
+                cost.topics.push(c);
+                log
+            })
     };
     (payments, log, cost)
 }
@@ -305,7 +312,7 @@ async fn read_payments_in(
             TOPIC_READ_DEADLINE,
             &CancellationToken::new(),
             |m| {
-                let m = PaymentMessage::from_kafka(m);
+                let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
                 if keep.message(&m) {
                     index.ingest(m);
                 }

@@ -19,6 +19,7 @@
 
 pub mod bounded;
 pub mod locks;
+pub mod logs;
 pub mod overview;
 pub mod records;
 pub mod sources;

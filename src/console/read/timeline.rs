@@ -25,7 +25,7 @@ use crate::lock::LockView;
 pub struct TimelineEntry {
     /// Epoch ms; `null` for state without a time of its own (sorted last: "now").
     pub at_ms: Option<i64>,
-    /// `api`, `lock`, `db`, `kafka`, `stream` or `sink`.
+    /// `api`, `lock`, `db`, `kafka`, `stream`, `sink` or `log`.
     pub layer: &'static str,
     /// Where it was read: a table, a Redis key, `payment.succeeded p1@17`, `trace`.
     pub source: String,
@@ -80,6 +80,35 @@ pub struct Timeline {
 impl Timeline {
     pub fn stopped_count(&self) -> usize {
         self.interceptions.len()
+    }
+
+    /// Log lines of the traced IDs (`read/logs.rs`) as `log` entries, in time order with the
+    /// rest; a log source that failed is one entry saying so.
+    pub fn add_log_lines(&mut self, read: &crate::console::read::logs::LogRead) {
+        for l in &read.lines {
+            let service = l.service.as_deref().unwrap_or("?");
+            let level = l.level.as_deref().unwrap_or("-");
+            self.entries.push(TimelineEntry {
+                at_ms: Some(l.at_ms),
+                layer: "log",
+                source: l.source.clone(),
+                summary: format!("{service} {level} {}", short(&l.message, 120)),
+                stopped_by: None,
+                fields: serde_json::to_value(l).unwrap_or_default(),
+            });
+        }
+        for e in &read.errors {
+            self.entries.push(TimelineEntry {
+                at_ms: None,
+                layer: "log",
+                source: "logs".into(),
+                summary: format!("a log source could not be read: {e}"),
+                stopped_by: None,
+                fields: json!({ "error": e }),
+            });
+        }
+        self.found |= !read.lines.is_empty();
+        self.entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
     }
 }
 

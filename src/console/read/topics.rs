@@ -14,8 +14,8 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::contracts::{headers, PaymentSucceeded, TraceEvent};
+use crate::config::{Config, TopicIds};
+use crate::contracts::{PaymentSucceeded, TraceEvent};
 
 /// How long one metadata / watermark / offset request may take before the broker counts as down.
 pub const KAFKA_TIMEOUT: Duration = Duration::from_secs(3);
@@ -38,47 +38,65 @@ pub struct PaymentMessage {
 }
 
 impl PaymentMessage {
-    /// IDs from the headers first (readable without parsing the body), then the payload, then the
-    /// key (= orderNo).
-    pub fn from_kafka(m: &BorrowedMessage<'_>) -> PaymentMessage {
-        let mut msg = PaymentMessage {
+    /// The IDs where `ids` (`kafka_ids.payment`) says they are: a header, a JSON pointer into
+    /// the body, or the key, the first place that names one winning. A team's events carry them
+    /// in the body only; idemguard's own in headers, body and key.
+    pub fn from_kafka(m: &BorrowedMessage<'_>, ids: &TopicIds) -> PaymentMessage {
+        let body: Option<serde_json::Value> =
+            m.payload().and_then(|p| serde_json::from_slice(p).ok());
+        let own = m
+            .payload()
+            .and_then(|p| serde_json::from_slice::<PaymentSucceeded>(p).ok());
+        let at = |places: &[String]| id_at(m, body.as_ref(), places);
+        let order_no = at(&ids.order_no);
+        PaymentMessage {
             topic: m.topic().to_string(),
             partition: m.partition(),
             offset: m.offset(),
             timestamp_ms: m.timestamp().to_millis(),
-            order_no: None,
-            request_id: None,
-            event_id: None,
-            pay_no: None,
-            payload_ok: false,
+            request_id: at(&ids.request_id),
+            event_id: at(&ids.event_id),
+            pay_no: own.as_ref().map(|p| p.pay_no.clone()).or_else(|| {
+                let b = body.as_ref()?;
+                text_of(b.pointer("/payNo").or_else(|| b.pointer("/pay_no"))?)
+            }),
+            // A poison message (the consumer's DLQ case): neither idemguard's payload nor a JSON
+            // body that names its order where the configuration says.
+            payload_ok: own.is_some() || (body.is_some() && order_no.is_some()),
+            order_no,
+        }
+    }
+}
+
+/// The first of `places` (`header:NAME`, `json:/POINTER`, `key`) that names a non-empty value.
+pub fn id_at(
+    m: &BorrowedMessage<'_>,
+    body: Option<&serde_json::Value>,
+    places: &[String],
+) -> Option<String> {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    places.iter().find_map(|place| {
+        let found = if let Some(name) = place.strip_prefix("header:") {
+            m.headers()
+                .and_then(|h| h.iter().find(|x| x.key == name))
+                .and_then(|x| x.value.map(lossy))
+        } else if let Some(pointer) = place.strip_prefix("json:") {
+            body.and_then(|b| b.pointer(pointer)).and_then(text_of)
+        } else if place == "key" {
+            m.key().map(lossy)
+        } else {
+            None
         };
-        if let Some(h) = m.headers() {
-            for header in h.iter() {
-                let v = header
-                    .value
-                    .map(|v| String::from_utf8_lossy(v).into_owned());
-                match header.key {
-                    headers::EVENT_ID => msg.event_id = v,
-                    headers::REQUEST_ID => msg.request_id = v,
-                    headers::ORDER_NO => msg.order_no = v,
-                    _ => {}
-                }
-            }
-        }
-        if let Some(p) = m
-            .payload()
-            .and_then(|p| serde_json::from_slice::<PaymentSucceeded>(p).ok())
-        {
-            msg.payload_ok = true;
-            msg.event_id.get_or_insert(p.event_id);
-            msg.order_no.get_or_insert(p.order_no);
-            msg.request_id.get_or_insert(p.request_id);
-            msg.pay_no = Some(p.pay_no);
-        }
-        if msg.order_no.is_none() {
-            msg.order_no = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
-        }
-        msg
+        found.filter(|v| !v.is_empty())
+    })
+}
+
+/// A JSON string or number as text.
+fn text_of(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

@@ -25,6 +25,7 @@ use crate::db::Database;
 
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
+use crate::console::read::logs;
 use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
@@ -154,6 +155,10 @@ pub async fn read_trace(
         None => (None, None),
     };
     let t_kafka = Instant::now();
+    let logs_window = match &sources.topics {
+        TopicsFrom::ReadForTargetIn(w) => *w,
+        _ => TimeWindow::last_day(now_ms()),
+    };
     let read: (PaymentIndex, TraceLog);
     let mut cost = None;
     let (payments, log) = match sources.topics {
@@ -169,7 +174,10 @@ pub async fn read_trace(
             let (trace_error, payment_error) = (failed(&log), failed(&payments));
             read = (payments.unwrap_or_default(), log.unwrap_or_default());
             let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
-            statuses.push(status(BackendId::TraceTopic, trace_error));
+            // No trace topic is a configuration, not a failure: the timeline says so instead.
+            if !config.kafka.trace_topic.is_empty() {
+                statuses.push(status(BackendId::TraceTopic, trace_error));
+            }
             statuses.push(status(BackendId::PaymentTopic, payment_error));
             (&read.0, &read.1)
         }
@@ -199,6 +207,17 @@ pub async fn read_trace(
     };
     let mut timeline = assemble(target, &pieces, now_ms());
     timeline.read_cost = cost;
+    logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
+    if config.kafka.trace_topic.is_empty() {
+        timeline.entries.push(timeline::TimelineEntry {
+            at_ms: None,
+            layer: "kafka",
+            source: "kafka.trace_topic".into(),
+            summary: bounded::NO_TRACE_TOPIC.into(),
+            stopped_by: None,
+            fields: serde_json::Value::Null,
+        });
+    }
     TraceRead { timeline, statuses }
 }
 

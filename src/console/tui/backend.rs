@@ -385,7 +385,7 @@ fn not_performed(p: &Planned, detail: String) -> ActionResult {
 
 /// The actions over the main Redis (single mode) and, when configured, the RedLock nodes.
 async fn executors(config: &Config, allow: bool) -> anyhow::Result<(Actions, Option<Actions>)> {
-    let mut c = config.clone();
+    let mut c = config.for_actions();
     c.database.max_connections = c.database.max_connections.min(2);
     let db = tokio::time::timeout(POLL_TIMEOUT, Database::connect_for_actions(&c))
         .await
@@ -825,6 +825,7 @@ fn start_reader(
                 servers: &servers,
                 topic: &topic,
                 live: &live,
+                ids: &config.kafka_ids.payment,
             };
             r.read_batches(&starts, &tx, &focus, &stop)
         })
@@ -855,6 +856,8 @@ struct Reader<'a> {
     servers: &'a str,
     topic: &'a str,
     live: &'a LiveProgress,
+    /// Where a payment message carries its IDs (`kafka_ids.payment`).
+    ids: &'a crate::config::TopicIds,
 }
 
 impl Reader<'_> {
@@ -893,7 +896,9 @@ impl Reader<'_> {
                     }
                     match self.kind {
                         TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
-                        TopicKind::Payments => payments.push(PaymentMessage::from_kafka(&m)),
+                        TopicKind::Payments => {
+                            payments.push(PaymentMessage::from_kafka(&m, self.ids))
+                        }
                     }
                     first.get_or_insert_with(std::time::Instant::now);
                 }

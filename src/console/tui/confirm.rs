@@ -85,6 +85,28 @@ fn phrase(verb: &str, n: usize, env: &str, production: bool) -> Option<String> {
     (n > 1 || production).then(|| format!("{verb} {n} in {env}"))
 }
 
+/// The owner line of a lock idemguard did not write: what its format names, never a liveness.
+fn foreign_owner(row: &LockView) -> String {
+    use crate::lock::formats::LockFormat;
+    match &row.format {
+        LockFormat::Redisson {
+            client_id,
+            thread_id,
+            count,
+            ..
+        } => format!(
+            "Redisson client {client_id} thread {thread_id} (count {count}), liveness unknown — forced"
+        ),
+        LockFormat::Token { token, .. } => {
+            format!("token {token}, owner and liveness unknown — forced")
+        }
+        _ => match row.other_type() {
+            Some(t) => format!("none: a {t} key, not an idemguard lock — will be refused"),
+            None => "undecodable value, owner unknown — forced".into(),
+        },
+    }
+}
+
 /// Release the given lock rows (the selection or the tagged rows).
 pub fn release(rows: &[&LockView], now_ms: i64, env: &str, production: bool) -> Confirm {
     let mut lines = Vec::new();
@@ -99,10 +121,7 @@ pub fn release(rows: &[&LockView], now_ms: i64, env: &str, production: bool) -> 
             (Some(h), Some(true)) => format!("{} ALIVE (heartbeat) — forced", h.instance),
             (Some(h), Some(false)) => format!("{} dead (no heartbeat)", h.instance),
             (Some(h), None) => format!("{} liveness unknown — forced", h.instance),
-            (None, _) => match row.other_type() {
-                Some(t) => format!("none: a {t} key, not an idemguard lock — will be refused"),
-                None => "undecodable value, owner unknown — forced".into(),
-            },
+            (None, _) => foreign_owner(row),
         };
         let action = ops::release_of(row, live, true, None);
         lines.push(format!(

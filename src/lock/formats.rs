@@ -1,0 +1,300 @@
+//! Lock formats of systems idemguard did not build (issue 17): a team's Redis holds locks
+//! written by Redisson's `RLock`, by `setIfAbsent(lockKey, requestId, 30s)` (the article's
+//! §3.2), by redis-py's `Lock` or by redsync / node-redlock. Each format is one decoder; the
+//! configuration (`foreign_locks.decoders`) says which are tried, in which order, and
+//! `foreign_locks.patterns` which keys are locks at all.
+//!
+//! Why a release of a foreign lock is its own script: a Redisson lock is a hash whose one field
+//! `<clientId>:<threadId>` holds the reentrancy count. Deleting it while its holder re-entered
+//! (count 2) or another thread took it (another field) would break the holder's mutual
+//! exclusion, so `redisson_release.lua` deletes only while the hash holds exactly the field and
+//! count the operator saw — and publishes Redisson's unlock message, without which the waiting
+//! clients sleep until their own timeout.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+use redis::Value;
+use serde::{Deserialize, Serialize};
+
+use super::node::{Node, NodeError};
+use super::{LockError, Locks, NodeRelease, ReleaseReport};
+use crate::contracts::LockHolder;
+
+/// The release script of a Redisson lock (compare field and count, delete, publish).
+const REDISSON_RELEASE: &str = include_str!("../../queries/redis/redisson_release.lua");
+
+/// Redisson's `LockPubSub.UNLOCK_MESSAGE` (a Long 0, sent as text by its LongCodec).
+pub const REDISSON_UNLOCK_MESSAGE: &str = "0";
+
+/// One way a lock's value can be read, as `foreign_locks.decoders` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decoder {
+    Idemguard,
+    Redisson,
+    Token,
+}
+
+impl Decoder {
+    /// Every decoder, in the default order.
+    pub const ALL: [Decoder; 3] = [Decoder::Idemguard, Decoder::Redisson, Decoder::Token];
+}
+
+/// What a lock key holds, as the first decoder that recognised it reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LockFormat {
+    /// idemguard's JSON holder value (the view's `holder`).
+    Idemguard,
+    /// A Redisson `RLock`: hash field `<client_id>:<thread_id>` = `count`.
+    Redisson {
+        client_id: String,
+        thread_id: String,
+        /// Reentrancy count: how many times the thread took it without releasing.
+        count: i64,
+        /// What a release compares: `<field>=<count>`.
+        seen: String,
+    },
+    /// A plain string token (UUID, hex, random string), shown raw.
+    Token {
+        token: String,
+        /// `uuid`, `hex` or `random`.
+        shape: &'static str,
+        /// The request the token names, when it equals a requestId the database knows (the
+        /// article's §3.2 lock stores the requestId).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
+    },
+    /// No decoder recognised it: listed with its type and TTL only.
+    Unknown,
+}
+
+impl LockFormat {
+    pub fn name(&self) -> &'static str {
+        match self {
+            LockFormat::Idemguard => "idemguard",
+            LockFormat::Redisson { .. } => "redisson",
+            LockFormat::Token { .. } => "token",
+            LockFormat::Unknown => "unknown",
+        }
+    }
+
+    /// A lock idemguard did not write: no fence token, no owner heartbeat.
+    pub fn is_foreign(&self) -> bool {
+        !matches!(self, LockFormat::Idemguard)
+    }
+}
+
+/// The first format in `order` that reads a key of `redis_type` holding `value` (a string) or
+/// `fields` (a hash).
+pub fn decode(
+    redis_type: &str,
+    value: Option<&str>,
+    fields: &[(String, String)],
+    order: &[Decoder],
+) -> LockFormat {
+    for d in order {
+        let found = match (d, redis_type, value) {
+            (Decoder::Idemguard, "string", Some(v)) => {
+                LockHolder::from_value(v).map(|_| LockFormat::Idemguard)
+            }
+            (Decoder::Token, "string", Some(v)) => token(v),
+            (Decoder::Redisson, "hash", _) => redisson(fields),
+            _ => None,
+        };
+        if let Some(f) = found {
+            return f;
+        }
+    }
+    LockFormat::Unknown
+}
+
+/// One field `<clientId>:<threadId>` (a thread id is a number) holding a count ≥ 1.
+fn redisson(fields: &[(String, String)]) -> Option<LockFormat> {
+    let [(field, count)] = fields else {
+        return None;
+    };
+    let (client_id, thread_id) = field.rsplit_once(':')?;
+    let count: i64 = count.parse().ok()?;
+    let numeric = !thread_id.is_empty() && thread_id.bytes().all(|b| b.is_ascii_digit());
+    (numeric && !client_id.is_empty() && count >= 1).then(|| LockFormat::Redisson {
+        client_id: client_id.to_string(),
+        thread_id: thread_id.to_string(),
+        count,
+        seen: redisson_seen(field, count),
+    })
+}
+
+/// What an operator saw of a Redisson lock, as the release compares it.
+pub fn redisson_seen(field: &str, count: i64) -> String {
+    format!("{field}={count}")
+}
+
+/// `<field>=<count>` back into its parts.
+pub fn parse_redisson_seen(seen: &str) -> Option<(&str, i64)> {
+    let (field, count) = seen.rsplit_once('=')?;
+    Some((field, count.parse().ok()?))
+}
+
+/// A token: 8 to 256 printable characters without spaces, the way lock clients write them.
+fn token(v: &str) -> Option<LockFormat> {
+    let printable = v.bytes().all(|b| b.is_ascii_graphic());
+    if !(8..=256).contains(&v.len()) || !printable {
+        return None;
+    }
+    // Hyphenated only: redis-py's token is a UUID's 32 bare hex digits, and reads as hex.
+    let shape = if v.len() == 36 && uuid::Uuid::try_parse(v).is_ok() {
+        "uuid"
+    } else if v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        "hex"
+    } else {
+        "random"
+    };
+    Some(LockFormat::Token {
+        token: v.to_string(),
+        shape,
+        request_id: None,
+    })
+}
+
+/// Redisson's channel of a lock: `redisson_lock__channel:{name}` (a name that already has a
+/// hash tag keeps it).
+pub fn redisson_channel(name: &str) -> String {
+    if name.contains('{') {
+        format!("redisson_lock__channel:{name}")
+    } else {
+        format!("redisson_lock__channel:{{{name}}}")
+    }
+}
+
+/// Redis glob matching of `key` against `pattern` (`*` and `?`; what SCAN MATCH lists), so a
+/// release accepts exactly the keys the Locks view lists.
+pub fn matches(pattern: &str, key: &str) -> bool {
+    fn go(p: &[u8], k: &[u8]) -> bool {
+        match p.split_first() {
+            None => k.is_empty(),
+            Some((b'*', rest)) => (0..=k.len()).any(|i| go(rest, &k[i..])),
+            Some((b'?', rest)) => !k.is_empty() && go(rest, &k[1..]),
+            Some((c, rest)) => k.first() == Some(c) && go(rest, &k[1..]),
+        }
+    }
+    go(pattern.as_bytes(), key.as_bytes())
+}
+
+impl Locks {
+    /// Release a Redisson lock on every lock node where its hash still holds exactly `field` =
+    /// `count` and nothing else, publishing Redisson's unlock message so waiters wake. Emits
+    /// `lock_released` / `lock_release_refused` like [`Locks::release_if_value`].
+    pub async fn release_redisson(
+        &self,
+        key: &str,
+        field: &str,
+        count: i64,
+    ) -> Result<ReleaseReport, LockError> {
+        let started = Instant::now();
+        let nodes = &self.inner.nodes;
+        let answers = join_all(nodes.iter().map(|n| redisson_release(n, key, field, count))).await;
+        let report = ReleaseReport {
+            key: key.to_string(),
+            nodes: nodes
+                .iter()
+                .zip(answers)
+                .map(|(n, a)| {
+                    let r = a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e });
+                    (n.addr.clone(), r)
+                })
+                .collect(),
+        };
+        self.conclude_release(report, None, "operator", started)
+    }
+}
+
+async fn redisson_release(
+    node: &Arc<Node>,
+    key: &str,
+    field: &str,
+    count: i64,
+) -> Result<NodeRelease, NodeError> {
+    let script = redis::Script::new(REDISSON_RELEASE);
+    let mut call = script.prepare_invoke();
+    call.key(key)
+        .key(redisson_channel(key))
+        .arg(field)
+        .arg(count)
+        .arg(REDISSON_UNLOCK_MESSAGE);
+    let answer: Value = node
+        .run(|mut c| async move { call.invoke_async(&mut c).await })
+        .await?;
+    Ok(match answer {
+        Value::Array(a) if matches!(a.first(), Some(Value::Int(1))) => NodeRelease::Deleted,
+        Value::Array(a) => NodeRelease::NotHeld {
+            current: a.get(1).and_then(|v| match v {
+                Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            }),
+        },
+        _ => NodeRelease::NotHeld { current: None },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(f: &str, c: &str) -> Vec<(String, String)> {
+        vec![(f.to_string(), c.to_string())]
+    }
+
+    #[test]
+    fn a_redisson_hash_names_client_thread_and_count() {
+        let f = decode("hash", None, &fields("8d3e-11:57", "2"), &Decoder::ALL);
+        assert_eq!(f.name(), "redisson");
+        let LockFormat::Redisson {
+            client_id,
+            thread_id,
+            count,
+            seen,
+        } = f
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (client_id.as_str(), thread_id.as_str(), count),
+            ("8d3e-11", "57", 2)
+        );
+        assert_eq!(parse_redisson_seen(&seen), Some(("8d3e-11:57", 2)));
+    }
+
+    #[test]
+    fn the_configured_order_and_set_decide() {
+        let uuid = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+        assert_eq!(
+            decode("string", Some(uuid), &[], &Decoder::ALL).name(),
+            "token"
+        );
+        assert_eq!(
+            decode("string", Some(uuid), &[], &[Decoder::Idemguard]).name(),
+            "unknown"
+        );
+        assert_eq!(
+            decode("hash", None, &fields("c:1", "1"), &[Decoder::Token]).name(),
+            "unknown"
+        );
+        assert_eq!(
+            decode("hash", None, &fields("c:x", "1"), &Decoder::ALL).name(),
+            "unknown"
+        );
+    }
+
+    #[test]
+    fn channel_and_glob_follow_redisson_and_redis() {
+        assert_eq!(redisson_channel("a"), "redisson_lock__channel:{a}");
+        assert_eq!(redisson_channel("{a}:b"), "redisson_lock__channel:{a}:b");
+        assert!(matches("order:lock:*", "order:lock:42"));
+        assert!(matches("myLock", "myLock"));
+        assert!(!matches("lock:*", "order:lock:1"));
+        assert!(matches("l?ck:*", "lock:"));
+    }
+}
