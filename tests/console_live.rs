@@ -163,6 +163,15 @@ fn live_redactions() -> Vec<(&'static str, &'static str)> {
     let mut r = redactions();
     r.insert(0, (r"\b[A-Za-z0-9.-]+-\d+-[0-9a-f]{6}\b", "[instance]"));
     r.insert(0, (r"\b[0-9a-f]{7}…", "[hash]"));
+    // The trace's status line: its read is under way or done (and its counts) by the time of
+    // the snapshot; that a read is said at all is what the snapshot keeps.
+    r.insert(
+        0,
+        (
+            r"╰ (?:reading the topics' windows of this trace…|read: .*?) ─*╯",
+            "╰[trace read]╯",
+        ),
+    );
     r
 }
 
