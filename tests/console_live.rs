@@ -11,8 +11,8 @@ mod console_fixture;
 use std::time::{Duration, Instant};
 
 use console_fixture::{
-    age_after, assert_refresh_drawn, block, press, pump_until, redactions, screen, type_str, world,
-    World, SKU,
+    age_after, assert_refresh_drawn, block, press, pump_until, redactions, screen, trace_read_done,
+    type_str, world, World, SKU,
 };
 use crossterm::event::KeyCode;
 use idemguard::api::server;
@@ -163,15 +163,6 @@ fn live_redactions() -> Vec<(&'static str, &'static str)> {
     let mut r = redactions();
     r.insert(0, (r"\b[A-Za-z0-9.-]+-\d+-[0-9a-f]{6}\b", "[instance]"));
     r.insert(0, (r"\b[0-9a-f]{7}…", "[hash]"));
-    // The trace's status line: its read is under way or done (and its counts) by the time of
-    // the snapshot; that a read is said at all is what the snapshot keeps.
-    r.insert(
-        0,
-        (
-            r"╰ (?:reading the topics' windows of this trace…|read: .*?) ─*╯",
-            "╰[trace read]╯",
-        ),
-    );
     r
 }
 
@@ -258,6 +249,7 @@ async fn console_over_a_real_incident(dialect: Dialect) {
             .backends
             .iter()
             .all(|(_, s)| s.health == Health::Up)
+            && trace_read_done(a)
     })
     .await;
     let t = app.timeline().unwrap();

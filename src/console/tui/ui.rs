@@ -434,7 +434,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         }),
     ]));
     let mut block = titled(" Trace ".into());
-    if let Some(note) = trace_read_note(app) {
+    if let Some(note) = trace_read_note(app, area.width < 110) {
         block = block.title_bottom(Line::from(Span::styled(note, DIM)));
     }
     f.render_widget(Paragraph::new(lines).block(block), summary);
@@ -504,8 +504,9 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
 
 /// The trace's status line (the summary's bottom border): while the topics' windows of the
 /// trace are read it says so, then what the read cost per topic — messages scanned, windows,
-/// partitions read of all — so a slow trace says why. `None` before any read was asked.
-fn trace_read_note(app: &App) -> Option<String> {
+/// partitions read of all — so a slow trace says why; `compact` fits it in 80 columns. `None`
+/// before any read was asked.
+fn trace_read_note(app: &App, compact: bool) -> Option<String> {
     let (ids, cost) = app.stores.trace_read.as_ref()?;
     if *ids != app.resolved_ids() {
         return None;
@@ -523,20 +524,20 @@ fn trace_read_note(app: &App) -> Option<String> {
             } else {
                 "payments"
             };
-            format!(
-                "{name} {} msgs in {} window{}, {}/{} partitions",
-                t.messages_scanned,
-                t.windows.len(),
-                if t.windows.len() == 1 { "" } else { "s" },
-                t.partitions_read.len(),
-                t.partitions_total
-            )
+            let (n, w) = (t.messages_scanned, t.windows.len());
+            let (p, total) = (t.partitions_read.len(), t.partitions_total);
+            if compact {
+                format!("{name} {n} msgs/{w} win/{p} of {total} part")
+            } else {
+                let s = if w == 1 { "" } else { "s" };
+                format!("{name} {n} msgs in {w} window{s}, {p}/{total} partitions")
+            }
         })
         .collect();
-    let unknown = if cost.unknown_id_window.is_some() {
-        " (unknown to the database: last 24 h only)"
-    } else {
-        ""
+    let unknown = match (cost.unknown_id_window.is_some(), compact) {
+        (false, _) => "",
+        (true, false) => " (unknown to the database: last 24 h only)",
+        (true, true) => " (unknown ID: 24 h)",
     };
     Some(format!(" read: {}{unknown} ", topics.join(" · ")))
 }
