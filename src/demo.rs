@@ -57,20 +57,25 @@ struct Children {
 }
 
 impl Children {
+    /// SIGINT to every child at once (the service finishes in-flight requests, consumers their
+    /// batch and commit), then a shared 10 s for all of them before the stragglers are killed:
+    /// one slow child never makes the others wait behind it.
     async fn stop(&mut self) {
-        for (name, child) in &mut self.procs {
+        for (_, child) in &self.procs {
             if let Some(pid) = child.id() {
-                // SIGINT first: the service finishes in-flight requests, consumers their batch.
                 let _ = std::process::Command::new("kill")
                     .args(["-INT", &pid.to_string()])
                     .status();
             }
-            match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
-                Ok(_) => {}
-                Err(_) => {
-                    eprintln!("idemguard demo: {name} did not stop within 10s; killing it");
-                    let _ = child.kill().await;
-                }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for (name, child) in &mut self.procs {
+            if tokio::time::timeout_at(deadline, child.wait())
+                .await
+                .is_err()
+            {
+                eprintln!("idemguard demo: {name} did not stop within 10s; killing it");
+                let _ = child.kill().await;
             }
         }
         self.procs.clear();
