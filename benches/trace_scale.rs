@@ -1,18 +1,25 @@
-//! A trace on a large trace topic (issue 18), first cut: `idemguard trace` of orders spread
-//! through seven days of history, read in windows (this issue) against the whole-topic read it
-//! replaces (the baseline, measured in the same run).
+//! A trace on a large trace topic (issue 18): `idemguard trace` of orders spread through seven
+//! days of history, read in windows (this issue) against the whole-topic read it replaces (the
+//! baseline, measured in the same run).
 //!
 //!     cargo bench --bench trace_scale
+//!     IDEMGUARD_BENCH_TRACE_EVENTS=20000000 IDEMGUARD_BENCH_PAYMENTS=5000000 \
+//!       IDEMGUARD_BENCH_ORDERS=1000000 cargo bench --bench trace_scale     # the issue's sizes
 //!
 //! The bench builds its own data on the local stack and removes it at the end: two topics of
-//! its own (3 partitions) — the trace topic with `IDEMGUARD_BENCH_TRACE_EVENTS` events (default
-//! 500,000) and the payment topic with a tenth as many messages, Kafka timestamps spread evenly
-//! over the seven days before now — and a PostgreSQL database of its own holding the traced
-//! orders' rows. `IDEMGUARD_BENCH_KEEP=1` keeps them and prints the `idemguard trace` command
-//! that reads them.
+//! its own (3 partitions), Kafka timestamps spread evenly over the seven days before now —
+//! `IDEMGUARD_BENCH_TRACE_EVENTS` trace events (default 500,000), `IDEMGUARD_BENCH_PAYMENTS`
+//! payment messages (default a tenth of the events) — and a PostgreSQL database of its own with
+//! `IDEMGUARD_BENCH_ORDERS` filler orders (default 0) plus the `IDEMGUARD_BENCH_TRACES` traced
+//! orders (default 20), spread through the history. The baseline (both topics from their
+//! beginning) runs for the first `IDEMGUARD_BENCH_BASELINE_TRACES` (default 3): each costs up to
+//! its 30 s deadline per topic.
 //!
-//! The full benchmark of the issue (20,000,000 events, 1,000,000 orders, p50/p99 of 20 traces)
-//! is not this file yet.
+//! The in-memory broker (tansu) holds every message: the filling stops early, and says so, when
+//! tansu's resident memory passes `IDEMGUARD_BENCH_TANSU_MAX_MB` (default 6,000) or the machine's
+//! available memory falls under `IDEMGUARD_BENCH_MIN_AVAILABLE_MB` (default 6,000): the broker is
+//! shared. `IDEMGUARD_BENCH_KEEP=1` keeps the data and prints the `idemguard trace` command that
+//! reads it.
 
 use std::time::{Duration, Instant};
 
@@ -32,13 +39,48 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
-const TRACED_ORDERS: usize = 5;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A line of a `/proc` status-like file, in MB (`kB` values).
+fn proc_mb(path: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+/// Resident memory of the tansu broker, MB (the first process named `tansu`).
+fn tansu_rss_mb() -> Option<u64> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == "tansu" {
+            return proc_mb(&format!("{}/status", dir.display()), "VmRSS:");
+        }
+    }
+    None
+}
+
+fn available_mb() -> u64 {
+    proc_mb("/proc/meminfo", "MemAvailable:").unwrap_or(0)
+}
+
+/// Why the filling must stop now, if it must (see the module docs).
+fn memory_stop() -> Option<String> {
+    let (tansu, avail) = (tansu_rss_mb().unwrap_or(0), available_mb());
+    let max_tansu = env_usize("IDEMGUARD_BENCH_TANSU_MAX_MB", 6_000) as u64;
+    let min_avail = env_usize("IDEMGUARD_BENCH_MIN_AVAILABLE_MB", 6_000) as u64;
+    (tansu >= max_tansu || avail <= min_avail).then(|| {
+        format!(
+            "tansu RSS {tansu} MB (limit {max_tansu}), available {avail} MB (floor {min_avail})"
+        )
+    })
 }
 
 fn local_config() -> Config {
@@ -50,104 +92,177 @@ fn local_config() -> Config {
     .expect("config/local.toml loads")
 }
 
-/// Produces the topics' history in time order: `events` filler trace events, a tenth as many
-/// payment messages, and the Kafka side of each traced order at its time.
-fn fill(config: &Config, events: usize, orders: &[(String, String, String, i64)], now: i64) {
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
+/// What [`fill`] produced, and why it stopped early if it did.
+struct Filled {
+    events: usize,
+    payments: usize,
+    stopped: Option<String>,
+}
+
+type Order = (String, String, String, i64);
+
+fn producer(config: &Config) -> BaseProducer {
+    rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("linger.ms", "50")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "500000")
         .set("log_level", "3")
         .create()
-        .expect("producer");
-    let start = now - 7 * DAY_MS;
-    let payments = events / 10;
-    let send = |topic: &str, key: &str, payload: &[u8], ts: i64, h: OwnedHeaders| {
-        let mut record = BaseRecord::<str, [u8]>::to(topic)
-            .key(key)
-            .payload(payload)
-            .timestamp(ts)
-            .headers(h);
-        loop {
-            match producer.send(record) {
-                Ok(()) => return,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(5));
-                }
+        .expect("producer")
+}
+
+fn send(producer: &BaseProducer, topic: &str, key: &str, payload: &[u8], ts: i64, h: OwnedHeaders) {
+    let mut record = BaseRecord::<str, [u8]>::to(topic)
+        .key(key)
+        .payload(payload)
+        .timestamp(ts)
+        .headers(h);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(5));
             }
         }
+    }
+}
+
+/// The Kafka side of one traced order: its claim and dedup-hit events, its payment message.
+fn send_order(producer: &BaseProducer, config: &Config, k: usize, (o, r, e, t): &Order) {
+    let claim = TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(r);
+    let hit = TraceEvent::new(Layer::Stream, Outcome::DedupHit)
+        .order_no(o)
+        .event_id(e);
+    for (mut ev, at) in [(claim, *t), (hit, t + 1_900)] {
+        ev.ts = format_ms(at);
+        let key = ev.key().unwrap().to_string();
+        let body = serde_json::to_vec(&ev).unwrap();
+        send(
+            producer,
+            &config.kafka.trace_topic,
+            &key,
+            &body,
+            at,
+            OwnedHeaders::new(),
+        );
+    }
+    let p = PaymentSucceeded {
+        event_id: e.clone(),
+        order_no: o.clone(),
+        request_id: r.clone(),
+        pay_no: format!("P{k}"),
+        user_id: 7,
+        amount: 1999,
+        paid_at: t + 1_500,
+    };
+    let h = OwnedHeaders::new()
+        .insert(Header {
+            key: headers::EVENT_ID,
+            value: Some(e.as_str()),
+        })
+        .insert(Header {
+            key: headers::ORDER_NO,
+            value: Some(o.as_str()),
+        });
+    let body = serde_json::to_vec(&p).unwrap();
+    send(
+        producer,
+        &config.kafka.payment_topic,
+        o,
+        &body,
+        t + 1_500,
+        h,
+    );
+}
+
+/// Produces the topics' history in time order: `events` filler trace events, `payments` filler
+/// payment messages, and the Kafka side of each traced order at its time. Stops filling early
+/// when [`memory_stop`] says so (the traced orders are produced all the same).
+fn fill(config: &Config, events: usize, payments: usize, orders: &[Order], now: i64) -> Filled {
+    let producer = producer(config);
+    let start = now - 7 * DAY_MS;
+    let every = (events / payments.max(1)).max(1);
+    let mut out = Filled {
+        events: 0,
+        payments: 0,
+        stopped: None,
     };
     let mut next_order = 0;
     for i in 0..events {
         let ts = start + 7 * DAY_MS * i as i64 / events as i64;
         while next_order < orders.len() && orders[next_order].3 <= ts {
-            let (o, r, e, t) = &orders[next_order];
-            let claim = TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(r);
-            let hit = TraceEvent::new(Layer::Stream, Outcome::DedupHit)
-                .order_no(o)
-                .event_id(e);
-            for (ev, at) in [(claim, *t), (hit, t + 1_900)] {
-                let mut ev = ev;
-                ev.ts = format_ms(at);
-                let key = ev.key().unwrap().to_string();
-                let body = serde_json::to_vec(&ev).unwrap();
-                send(
-                    &config.kafka.trace_topic,
-                    &key,
-                    &body,
-                    at,
-                    OwnedHeaders::new(),
-                );
-            }
-            let p = PaymentSucceeded {
-                event_id: e.clone(),
-                order_no: o.clone(),
-                request_id: r.clone(),
-                pay_no: format!("P{next_order}"),
-                user_id: 7,
-                amount: 1999,
-                paid_at: t + 1_500,
-            };
-            let h = OwnedHeaders::new()
-                .insert(Header {
-                    key: headers::EVENT_ID,
-                    value: Some(e.as_str()),
-                })
-                .insert(Header {
-                    key: headers::ORDER_NO,
-                    value: Some(o.as_str()),
-                });
-            let body = serde_json::to_vec(&p).unwrap();
-            send(&config.kafka.payment_topic, o, &body, t + 1_500, h);
+            send_order(&producer, config, next_order, &orders[next_order]);
             next_order += 1;
         }
-        let e = TraceEvent::new(Layer::Api, Outcome::Replayed)
+        if i % 200_000 == 0 {
+            if let Some(why) = memory_stop() {
+                out.stopped = Some(format!("after {i} events: {why}"));
+                break;
+            }
+        }
+        let mut e = TraceEvent::new(Layer::Api, Outcome::Replayed)
             .order_no(format!("F{i:019}"))
             .request_id(format!("APP:ORDER:20261129:filler-{i}"));
-        let mut e = e;
         e.ts = format_ms(ts);
         let body = serde_json::to_vec(&e).unwrap();
+        let key = e.order_no.as_deref().unwrap();
         send(
+            &producer,
             &config.kafka.trace_topic,
-            e.order_no.as_deref().unwrap(),
+            key,
             &body,
             ts,
             OwnedHeaders::new(),
         );
-        if i % 10 == 0 && i / 10 < payments {
+        out.events += 1;
+        if i % every == 0 && out.payments < payments {
             let order = format!("G{i:019}");
             send(
+                &producer,
                 &config.kafka.payment_topic,
                 &order,
                 b"{}",
                 ts,
                 OwnedHeaders::new(),
             );
+            out.payments += 1;
         }
     }
-    producer.flush(Duration::from_secs(120)).expect("flush");
+    for (k, o) in orders.iter().enumerate().skip(next_order) {
+        send_order(&producer, config, k, o);
+    }
+    producer.flush(Duration::from_secs(300)).expect("flush");
+    out
+}
+
+/// `n` filler orders (and their idempotency records) spread over the seven days, in one
+/// statement each: the database a trace looks its IDs up in holds a production's orders.
+async fn filler_orders(db: &Database, n: usize, now: i64) {
+    if n == 0 {
+        return;
+    }
+    let start = now - 7 * DAY_MS;
+    let step = 7 * DAY_MS / n as i64;
+    let idem = format!(
+        "INSERT INTO idempotency_record (request_id, biz_type, request_hash, status, order_no, owner, \
+         lease_until, created_at, updated_at, expire_at) SELECT 'APP:ORDER:filler-' || g, 'ORDER', 'h', \
+         'SUCCEEDED', 'H' || lpad(g::text, 19, '0'), 'api-1', {start} + g * {step}, {start} + g * {step}, \
+         {start} + g * {step} + 2000, {start} + g * {step} + 2000 FROM generate_series(1, {n}) g"
+    );
+    let order = format!(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, \
+         payment_event_id, created_at, updated_at) SELECT 'APP:ORDER:filler-' || g, 'H' || lpad(g::text, 19, '0'), \
+         g % 1000, 7, 1, 1999, 'PAID', 'filler-event-' || g, {start} + g * {step}, {start} + g * {step} + 2000 \
+         FROM generate_series(1, {n}) g"
+    );
+    for sql in [idem, order, "ANALYZE".to_string()] {
+        sqlx::query(&sql)
+            .execute(&db.pool)
+            .await
+            .expect("insert the filler orders");
+    }
 }
 
 async fn write_rows(db: &Database, (o, r, e, t): &(String, String, String, i64)) {
@@ -200,9 +315,75 @@ async fn baseline(
     Ok(started.elapsed())
 }
 
+/// The `p`th percentile (nearest rank) of `sorted`.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The real console on the bench's topics in a detached tmux pane: how long until its first
+/// frame, and its largest resident memory over `watch` (the live readers catch up with the
+/// last hour meanwhile).
+fn console_figures(config: &Config, watch: Duration) -> Result<(Duration, u64), String> {
+    let session = format!("igb{}", uuid::Uuid::new_v4().simple());
+    let log = std::env::temp_dir().join(format!("{session}.log"));
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(args)
+            .output()
+            .map_err(|e| format!("tmux: {e}"))
+    };
+    let env = [
+        format!(
+            "IDEMGUARD_CONFIG={}/config/local.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+        format!("IDEMGUARD_DATABASE__URL={}", config.database.url),
+        format!("IDEMGUARD_KAFKA__TRACE_TOPIC={}", config.kafka.trace_topic),
+        format!(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC={}",
+            config.kafka.payment_topic
+        ),
+        format!("IDEMGUARD_CONSOLE__LOG_FILE={}", log.display()),
+    ];
+    let mut args = vec!["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"];
+    for e in &env {
+        args.extend(["-e", e.as_str()]);
+    }
+    let started = Instant::now();
+    args.extend([env!("CARGO_BIN_EXE_idemguard"), "console"]);
+    tmux(&args)?;
+    let first_frame = loop {
+        let screen = tmux(&["capture-pane", "-t", &session, "-p"])?;
+        if String::from_utf8_lossy(&screen.stdout).contains("idemguard console") {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            tmux(&["kill-session", "-t", &session])?;
+            return Err("no first frame within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = tmux(&["display", "-p", "-t", &session, "#{pane_pid}"])?;
+    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
+    let mut peak = 0;
+    let until = Instant::now() + watch;
+    while Instant::now() < until {
+        peak = peak.max(proc_mb(&format!("/proc/{pid}/status"), "VmRSS:").unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tmux(&["kill-session", "-t", &session])?;
+    let _ = std::fs::remove_file(&log);
+    Ok((first_frame, peak))
+}
+
 #[tokio::main]
 async fn main() {
     let events = env_usize("IDEMGUARD_BENCH_TRACE_EVENTS", 500_000);
+    let payments = env_usize("IDEMGUARD_BENCH_PAYMENTS", events / 10);
+    let filler = env_usize("IDEMGUARD_BENCH_ORDERS", 0);
+    let traces = env_usize("IDEMGUARD_BENCH_TRACES", 20).max(1);
+    let baselines = env_usize("IDEMGUARD_BENCH_BASELINE_TRACES", 3);
     let keep_data = std::env::var("IDEMGUARD_BENCH_KEEP").is_ok_and(|v| v == "1");
     let mut config = local_config();
     let suffix = format!("{:x}", uuid::Uuid::now_v7().as_u128() & 0xffff_ffff);
@@ -238,9 +419,15 @@ async fn main() {
     migrate::migrate(&db).await.expect("migrate");
 
     let now = now_ms();
-    let orders: Vec<(String, String, String, i64)> = (0..TRACED_ORDERS)
+    let started = Instant::now();
+    filler_orders(&db, filler, now).await;
+    println!(
+        "database: {filler} filler orders written in {:.1?}",
+        started.elapsed()
+    );
+    let orders: Vec<Order> = (0..traces)
         .map(|k| {
-            let t = now - 7 * DAY_MS + 7 * DAY_MS * (2 * k as i64 + 1) / (2 * TRACED_ORDERS as i64);
+            let t = now - 7 * DAY_MS + 7 * DAY_MS * (2 * k as i64 + 1) / (2 * traces as i64);
             (
                 format!("2026112600000000{k:04}"),
                 format!("APP:ORDER:20261126:bench-{suffix}-{k}"),
@@ -252,48 +439,100 @@ async fn main() {
     for o in &orders {
         write_rows(&db, o).await;
     }
+    let tansu_before = tansu_rss_mb().unwrap_or(0);
     let filled = Instant::now();
     let c = config.clone();
     let o = orders.clone();
-    tokio::task::spawn_blocking(move || fill(&c, events, &o, now))
+    let f = tokio::task::spawn_blocking(move || fill(&c, events, payments, &o, now))
         .await
         .unwrap();
     println!(
-        "trace topic: {events} events, payment topic: {} messages, over 7 days; produced in {:.1?}",
-        events / 10,
-        filled.elapsed()
+        "trace topic: {} events, payment topic: {} messages, over 7 days; produced in {:.1?}; \
+         tansu RSS {tansu_before} → {} MB, available memory {} MB",
+        f.events,
+        f.payments,
+        filled.elapsed(),
+        tansu_rss_mb().unwrap_or(0),
+        available_mb()
     );
+    if let Some(why) = &f.stopped {
+        println!("filling stopped early {why}");
+    }
+    let (trace_total, payment_total) = (f.events + 2 * traces, f.payments + traces);
 
-    println!("\n| order (position in history) | windowed trace | messages scanned | baseline (whole topics) | messages in the topics | speed-up |");
+    println!("\n| order (position in history) | windowed trace | trace topic scanned | payment topic scanned | baseline (whole topics) | speed-up |");
     println!("|---|---|---|---|---|---|");
+    let mut times = Vec::new();
+    let mut worst = (0u64, 0u64);
     for (k, (order_no, ..)) in orders.iter().enumerate() {
         let target = TraceTarget::classify(order_no);
         let started = Instant::now();
         let r = headless::trace(&config, &target).await;
         let after = started.elapsed();
         assert!(r.ok && r.data.found, "{}", r.failures());
+        times.push(after);
         let cost = r.data.read_cost.clone().expect("cost");
-        let (before, ratio) = match baseline(&config, &db, &target).await {
-            Ok(b) => (
-                format!("{b:.2?}"),
-                format!("{:.0}×", b.as_secs_f64() / after.as_secs_f64()),
-            ),
-            Err(e) => (format!("failed: {e}"), "—".to_string()),
+        let scanned = |topic: &str| {
+            cost.topics
+                .iter()
+                .filter(|t| t.topic == topic)
+                .map(|t| t.messages_scanned)
+                .sum::<u64>()
         };
-        println!(
-            "| {}/{} | {:.2?} | {} | {before} | {} | {ratio} |",
-            2 * k + 1,
-            2 * TRACED_ORDERS,
-            after,
-            cost.messages_scanned(),
-            events + events / 10,
+        let (st, sp) = (
+            scanned(&config.kafka.trace_topic),
+            scanned(&config.kafka.payment_topic),
         );
+        worst = (worst.0.max(st), worst.1.max(sp));
+        let (before, ratio) = if k < baselines {
+            match baseline(&config, &db, &target).await {
+                Ok(b) => (
+                    format!("{b:.2?}"),
+                    format!("{:.0}×", b.as_secs_f64() / after.as_secs_f64()),
+                ),
+                Err(e) => (format!("failed: {e}"), "—".to_string()),
+            }
+        } else {
+            ("not run".to_string(), "—".to_string())
+        };
+        let pct = |n: u64, of: usize| 100.0 * n as f64 / of.max(1) as f64;
+        println!(
+            "| {}/{} | {after:.2?} | {st} ({:.4} %) | {sp} ({:.4} %) | {before} | {ratio} |",
+            2 * k + 1,
+            2 * traces,
+            pct(st, trace_total),
+            pct(sp, payment_total),
+        );
+    }
+    times.sort();
+    println!(
+        "\n{traces} traces: p50 {:.2?}, p99 {:.2?}; most scanned: trace topic {} of {trace_total} \
+         ({:.4} %), payment topic {} of {payment_total} ({:.4} %)",
+        percentile(&times, 50.0),
+        percentile(&times, 99.0),
+        worst.0,
+        100.0 * worst.0 as f64 / trace_total as f64,
+        worst.1,
+        100.0 * worst.1 as f64 / payment_total.max(1) as f64,
+    );
+    let watch = Duration::from_secs(env_usize("IDEMGUARD_BENCH_CONSOLE_SECS", 20) as u64);
+    match tokio::task::spawn_blocking({
+        let c = config.clone();
+        move || console_figures(&c, watch)
+    })
+    .await
+    .unwrap()
+    {
+        Ok((frame, rss)) => println!(
+            "console on these topics: first frame after {frame:.2?}, peak RSS {rss} MB over {watch:?}"
+        ),
+        Err(e) => println!("console: {e}"),
     }
 
     if keep_data {
         println!(
             "\nkept: IDEMGUARD_DATABASE__URL={} IDEMGUARD_KAFKA__TRACE_TOPIC={} IDEMGUARD_KAFKA__PAYMENT_TOPIC={} target/release/idemguard trace {}",
-            config.database.url, config.kafka.trace_topic, config.kafka.payment_topic, orders[TRACED_ORDERS / 2].0
+            config.database.url, config.kafka.trace_topic, config.kafka.payment_topic, orders[traces / 2].0
         );
         return;
     }
@@ -303,4 +542,9 @@ async fn main() {
         .await;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let _ = admin.delete_topics(&names, &opts).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "topics deleted; tansu RSS now {} MB",
+        tansu_rss_mb().unwrap_or(0)
+    );
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use console_fixture::{
     age_after, assert_about, assert_refresh_drawn, block, cell, parse_age, press, pump_until,
-    redactions, screen, snapshot, type_str, world, Incident, World, AMOUNT, POINTS, SKU, USER,
+    redactions, screen, snapshot, trace_read_done, type_str, world, Incident, World, AMOUNT,
+    POINTS, SKU, USER,
 };
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use idemguard::config::Dialect;
@@ -228,7 +229,7 @@ async fn trace_view(dialect: Dialect) {
     assert!(kafka[2].ends_with("copy 3 of 3"), "{kafka:?}");
 
     pump_until(&mut app, &mut b.updates, "every backend up", |a| {
-        all_up_but(a, None)
+        all_up_but(a, None) && trace_read_done(a)
     })
     .await;
     let s = screen(&mut app, 170, 46);
@@ -814,6 +815,7 @@ async fn overview(dialect: Dialect) {
             |a| {
                 a.timeline()
                     .is_some_and(|t| t.entries.len() == INCIDENT_ENTRIES + 1)
+                    && trace_read_done(a)
             },
         )
         .await;

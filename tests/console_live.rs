@@ -11,8 +11,8 @@ mod console_fixture;
 use std::time::{Duration, Instant};
 
 use console_fixture::{
-    age_after, assert_refresh_drawn, block, press, pump_until, redactions, screen, type_str, world,
-    World, SKU,
+    age_after, assert_refresh_drawn, block, press, pump_until, redactions, screen, trace_read_done,
+    type_str, world, World, SKU,
 };
 use crossterm::event::KeyCode;
 use idemguard::api::server;
@@ -249,6 +249,7 @@ async fn console_over_a_real_incident(dialect: Dialect) {
             .backends
             .iter()
             .all(|(_, s)| s.health == Health::Up)
+            && trace_read_done(a)
     })
     .await;
     let t = app.timeline().unwrap();

@@ -742,3 +742,129 @@ async fn the_live_readers_read_only_the_last_hour_and_say_so_until_they_have() {
     assert!(!s.contains("interceptions in the last 60 minutes:"), "{s}");
     b.shutdown().await;
 }
+
+/// The trace view drawn as text (the trace's status line is the summary's bottom border).
+fn trace_screen(app: &mut idemguard::console::tui::app::App) -> String {
+    use ratatui::{backend::TestBackend, Terminal};
+    app.ui.size = (170, 40);
+    app.refresh_views();
+    let mut t = Terminal::new(TestBackend::new(170, 40)).unwrap();
+    t.draw(|f| idemguard::console::tui::ui::draw(f, app))
+        .unwrap();
+    let buf = t.backend().buffer().clone();
+    (0..buf.area.height)
+        .map(|y| {
+            let line: String = (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect();
+            line.trim_end().to_string() + "\n"
+        })
+        .collect()
+}
+
+/// The TUI's `:trace` of an order three and a half days old (older than the live readers'
+/// hour) reads the windows its database rows name, not the topics: it finds the order's Kafka
+/// side, scans a few dozen of the 36,000 messages, and its status line says what it read.
+#[tokio::test]
+async fn the_tuis_trace_of_an_old_order_reads_only_its_windows_and_says_so() {
+    use idemguard::console::tui::app::App;
+    use idemguard::console::tui::backend::Backends;
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 7 * DAY_MS / 2;
+    let order = TracedOrder::new("20261126000000000tui".into());
+    order.write_rows(&db, t).await;
+    let mut out = filler(30_000, 6_000, now);
+    out.extend(order.messages(t));
+    produce(&config, "consistent_random", out);
+
+    let mut b = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(b.focus.clone()));
+    app.trace(&order.order_no);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let cost = loop {
+        if let Some((_, Some(cost))) = &app.stores.trace_read {
+            break cost.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trace's windows were not read: {:?}",
+            app.stores.trace_read
+        );
+        if let Ok(Some(u)) =
+            tokio::time::timeout(Duration::from_millis(200), b.updates.recv()).await
+        {
+            app.apply(u);
+        }
+    };
+    while let Ok(u) = b.updates.try_recv() {
+        app.apply(u);
+    }
+    assert_eq!(cost.topics.len(), 2, "{cost:?}");
+    for c in &cost.topics {
+        assert_eq!(c.basis, WindowBasis::DatabaseTimes, "{c:?}");
+        // 20 minutes of 30,000 events in 7 days are ~60 events over 3 partitions.
+        assert!(c.messages_scanned <= 100, "{c:?}");
+        assert!(c.partitions_read.len() < c.partitions_total, "{c:?}");
+    }
+    let timeline = app.timeline().expect("a timeline");
+    let kafka = timeline
+        .entries
+        .iter()
+        .filter(|e| e.layer == "kafka")
+        .count();
+    assert_eq!(kafka, 1, "the payment message of 3.5 days ago is found");
+    let s = trace_screen(&mut app);
+    let line = s
+        .lines()
+        .find(|l| l.contains(" read: "))
+        .unwrap_or_else(|| panic!("no status line of the read:\n{s}"));
+    let trace = &cost.topics[1];
+    assert!(
+        line.contains(&format!(
+            "trace {} msgs in 1 window, {}/3 partitions",
+            trace.messages_scanned,
+            trace.partitions_read.len()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("payments "), "{line}");
+    b.shutdown().await;
+}
+
+/// `idemguard rates` reads the trace topic's last hour once, found by time — not the seven days
+/// before it — and says what it scanned.
+#[tokio::test]
+async fn rates_read_only_the_last_hour() {
+    let (config, _db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let hour_events = 300;
+    // Seven days ending two hours ago, then the last hour (10 to 50 minutes ago).
+    let mut out = filler(14_000, 0, now - 2 * 3_600_000);
+    for i in 0..hour_events {
+        let ts = now - 50 * 60_000 + (40 * 60_000) * i as i64 / hour_events as i64;
+        let e = TraceEvent::new(Layer::Api, Outcome::Replayed)
+            .order_no(format!("H{i:019}"))
+            .request_id(format!("APP:ORDER:20261201:hour-{i}"));
+        out.push(trace_event(e, ts));
+    }
+    produce(&config, "consistent_random", out);
+
+    let r = headless::rates(&config).await;
+    assert!(r.ok, "{}", r.failures());
+    assert_eq!(r.data.rates.events_seen, hour_events as u64);
+    let cost = r
+        .data
+        .read_cost
+        .clone()
+        .expect("the rates say what they read");
+    assert_eq!(cost.basis, WindowBasis::ExplicitWindow);
+    assert_eq!(cost.messages_scanned, hour_events as u64, "{cost:?}");
+    let table = headless::rates_table(&r);
+    assert!(
+        table.contains(&format!(
+            "{hour_events} message(s) scanned, its last hour only"
+        )),
+        "{table}"
+    );
+}

@@ -693,6 +693,12 @@ pub fn type_str(app: &mut App, s: &str) {
 }
 
 /// Apply updates until `cond` holds (bounded).
+/// The read of the trace target's windows has answered (its status line says what it cost):
+/// a snapshot taken before would show it under way, or not yet asked.
+pub fn trace_read_done(a: &App) -> bool {
+    matches!(&a.stores.trace_read, Some((ids, Some(_))) if *ids == a.resolved_ids())
+}
+
 pub async fn pump_until(
     app: &mut App,
     rx: &mut mpsc::Receiver<Update>,
@@ -751,6 +757,12 @@ pub fn screen(app: &mut App, width: u16, height: u16) -> String {
 /// Volatile text replaced, so a snapshot says the same thing on every run.
 pub fn redactions() -> Vec<(&'static str, &'static str)> {
     vec![
+        // The trace's status line: its read is under way or done (and its counts) by the time
+        // of the snapshot; that a read is said at all is what the snapshot keeps.
+        (
+            r"╰ (?:reading the topics' windows of this trace…|read: )[^╯]*╯",
+            "╰[trace read]╯",
+        ),
         (r"[A-Z]+:ORDER:\d{8}:[0-9a-f-]*…?", "[request_id]"),
         (r"\b\d{17}[0-9a-f]{0,12}…?", "[order_no]"),
         (

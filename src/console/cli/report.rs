@@ -18,15 +18,15 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
 use crate::console::cli::headless::EnvironmentInfo;
-use crate::console::read::bounded::{read_payments, read_trace_log};
+use crate::console::read::bounded::read_window;
 // The leak and contradiction queries are the Overview's too: one reader, two faces.
 pub use crate::console::read::overview::{contradictions, leaks, Contradiction, Leak};
 use crate::console::read::records;
 use crate::console::read::sources::BackendId;
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline::Timeline;
-use crate::console::read::topics::StartAt;
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
+use crate::console::read::window::TimeWindow;
 use crate::ops::{self, AuditRow};
 
 pub const SCHEMA: &str = "idemguard.report/v1";
@@ -93,14 +93,23 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         .map(|d| d.as_millis() as i64)
 }
 
-/// The topics a report reads: for one ID, the messages and events that name its IDs (see
-/// [`Keep`](crate::console::read::bounded::Keep)), read while tracing it; for a window, both
-/// topics whole, bounded by the stores.
-async fn read_topics(config: &Config, errors: &mut Vec<String>) -> (PaymentIndex, TraceLog) {
-    let (payments, log) = tokio::join!(
-        read_payments(config),
-        read_trace_log(config, StartAt::Beginning)
-    );
+/// The topics a window report reads: both, in its incident window (`console.trace_margin` more
+/// on each side), every partition, bounded by the stores — never from their beginning (a topic
+/// of seven days' retention would cost what it holds, not what the incident did). A report of
+/// one ID reads the windows of its trace instead ([`read_trace`]).
+async fn read_topics(
+    config: &Config,
+    since_ms: i64,
+    until_ms: i64,
+    errors: &mut Vec<String>,
+) -> (PaymentIndex, TraceLog) {
+    let margin = config.console.trace_margin.as_millis() as i64;
+    let window = TimeWindow {
+        from_ms: since_ms - margin,
+        to_ms: until_ms + margin,
+    };
+    let never = tokio_util::sync::CancellationToken::new();
+    let (payments, log, _cost) = read_window(config, window, &never).await;
     let payments = payments.unwrap_or_else(|e| {
         errors.push(format!(
             "payment topic {}: {e:#}",
@@ -166,7 +175,7 @@ struct Traced {
     since_ms: i64,
     until_ms: i64,
     orders_in_window: usize,
-    /// The trace topic, read whole (a window report's rates); empty for an ID.
+    /// The trace topic in the incident window (a window report's rates); empty for an ID.
     log: TraceLog,
 }
 
@@ -189,7 +198,7 @@ async fn trace_scope(
             })
         }
         ReportScope::Window { since_ms, until_ms } => {
-            let (payments, log) = read_topics(config, errors).await;
+            let (payments, log) = read_topics(config, *since_ms, *until_ms, errors).await;
             let all = orders_in(db, *since_ms, *until_ms).await?;
             let mut timelines = Vec::new();
             for order_no in all.iter().take(MAX_ORDERS as usize) {

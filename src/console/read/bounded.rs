@@ -1,8 +1,11 @@
 //! Bounded reads of the two topics into the stores, within [`TOPIC_READ_DEADLINE`], keeping
-//! what [`Keep`] keeps. A one-shot trace ([`read_topics_for`]: `idemguard trace`, `report --id`)
-//! reads only the windows and partitions its IDs name ([`window`]); the whole-topic reads
-//! (a topic from its start to the end it had when the read began) remain for the rates, the
-//! window report and the TUI's read of a trace target's history.
+//! what [`Keep`] keeps. Every face reads windows of time, never a topic from its beginning
+//! (issue 18): a trace ([`read_topics_for`]: `idemguard trace`, `report --id`, the TUI's read of
+//! a trace target's history) only the windows and partitions its IDs name ([`window`]); the
+//! rates their last hour and a window report its incident window ([`read_window`]), in every
+//! partition. Every read ends within one poll of its cancellation token. The whole-topic reads
+//! ([`read_trace_log`], [`read_payments_keeping`], [`read_trace_log_keeping`]) remain only as the
+//! baseline the benches and tests measure the windows against.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -26,24 +29,6 @@ pub const NO_TRACE_TOPIC: &str = "no trace topic (kafka.trace_topic is empty): t
 /// How long reading a topic to its end may take.
 pub const TOPIC_READ_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Every payment message of the payment topic, indexed (bounded read to the current end).
-pub async fn read_payments(config: &Config) -> anyhow::Result<PaymentIndex> {
-    let c = config.clone();
-    blocking(move || {
-        let mut index = PaymentIndex::default();
-        topics::read_to_end(
-            &c,
-            &c.kafka.payment_topic,
-            StartAt::Beginning,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| index.ingest(PaymentMessage::from_kafka(m, &c.kafka_ids.payment)),
-        )?;
-        Ok(index)
-    })
-    .await
-}
-
 /// The IDs a read of the topics for one trace keeps: a payment message or trace event is kept
 /// when it names one of them, however many other messages the topic holds. Without it a read
 /// keeps the newest [`PAYMENT_MESSAGES_KEPT`](crate::console::read::store::PAYMENT_MESSAGES_KEPT) /
@@ -57,6 +42,8 @@ pub struct Keep {
     request_id: Option<String>,
     /// The eventId typed (a trace event naming only it is keyed by it).
     event_id: Option<String>,
+    /// Keep every message (a window report, the rates): no ID to select by.
+    all: bool,
 }
 
 impl Keep {
@@ -84,6 +71,15 @@ impl Keep {
             order_no: typed.order_no,
             request_id: typed.request_id,
             event_id: typed.event_id,
+            all: false,
+        }
+    }
+
+    /// Every message and event (a read of a window for its rates or a window report).
+    pub fn all() -> Keep {
+        Keep {
+            all: true,
+            ..Keep::default()
         }
     }
 
@@ -104,6 +100,7 @@ impl Keep {
             order_no: ids.order_no.clone(),
             request_id: ids.request_id.clone(),
             event_id: ids.event_id.clone(),
+            all: false,
         }
     }
 
@@ -145,6 +142,9 @@ impl Keep {
     /// Keeps a message that names a kept ID, and from then on every ID it names (an eventId the
     /// database does not know yet leads to its order).
     fn message(&mut self, m: &PaymentMessage) -> bool {
+        if self.all {
+            return true;
+        }
         let hit = self.names(m.order_no.as_deref())
             || self.names(m.request_id.as_deref())
             || self.names(m.event_id.as_deref());
@@ -166,7 +166,8 @@ impl Keep {
 
     /// True when the event names one of the kept IDs.
     pub fn keeps(&self, e: &TraceEvent) -> bool {
-        self.names(e.order_no.as_deref())
+        self.all
+            || self.names(e.order_no.as_deref())
             || self.names(e.request_id.as_deref())
             || self.names(e.event_id.as_deref())
     }
@@ -235,25 +236,20 @@ pub async fn read_trace_log_keeping(
 /// Both topics, read for one trace in the windows its database rows name ([`window`]): the
 /// payment messages first (they can lead an eventId to its order), then the trace events that
 /// name any ID found so far. An ID without rows is searched in `unknown_id_window`. The cost
-/// says, per topic, what was read.
+/// says, per topic, what was read. Ends early, with errors, when `cancel` is cancelled.
 pub async fn read_topics_for(
     config: &Config,
     target: &TraceTarget,
     rows: Option<&TraceRows>,
     unknown_id_window: TimeWindow,
+    cancel: &CancellationToken,
 ) -> (
     anyhow::Result<PaymentIndex>,
     anyhow::Result<TraceLog>,
     ReadCost,
 ) {
     let keep = Keep::of(target, rows);
-    let times = rows.map(window::row_times).unwrap_or_default();
-    let (basis, windows) = if times.is_empty() {
-        (WindowBasis::UnknownIdWindow, vec![unknown_id_window])
-    } else {
-        let w = window::windows_around(&times, config.console.trace_margin);
-        (WindowBasis::DatabaseTimes, w)
-    };
+    let (basis, windows) = trace_windows(config, rows, unknown_id_window);
     let mut cost = ReadCost {
         topics: Vec::new(),
         unknown_id_window: (basis == WindowBasis::UnknownIdWindow).then_some(unknown_id_window),
@@ -275,7 +271,8 @@ pub async fn read_topics_for(
     });
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
-    let (payments, keep) = match read_payments_in(config, payment_plan, keep.clone()).await {
+    let read = read_payments_in(config, payment_plan, keep.clone(), cancel).await;
+    let (payments, keep) = match read {
         Ok((p, k, c)) => {
             cost.topics.push(c);
             (Ok(p), k)
@@ -286,7 +283,7 @@ pub async fn read_topics_for(
     let log = if config.kafka.trace_topic.is_empty() {
         Err(anyhow::anyhow!(NO_TRACE_TOPIC))
     } else {
-        read_trace_log_in(config, trace_plan, &keep)
+        read_trace_log_in(config, trace_plan, &keep, cancel)
             .await
             .map(|(log, c)| {
                 cost.topics.push(c);
@@ -296,28 +293,95 @@ pub async fn read_topics_for(
     (payments, log, cost)
 }
 
+/// Where a trace reads: around the times of its database rows, `console.trace_margin` on each
+/// side; `unknown_id_window` when the rows carry no time (the database does not know the ID).
+pub fn trace_windows(
+    config: &Config,
+    rows: Option<&TraceRows>,
+    unknown_id_window: TimeWindow,
+) -> (WindowBasis, Vec<TimeWindow>) {
+    let times = rows.map(window::row_times).unwrap_or_default();
+    if times.is_empty() {
+        (WindowBasis::UnknownIdWindow, vec![unknown_id_window])
+    } else {
+        let w = window::windows_around(&times, config.console.trace_margin);
+        (WindowBasis::DatabaseTimes, w)
+    }
+}
+
+/// Both topics in `window`, every partition, everything kept (up to the stores' bounds): a
+/// window report's incident window. Ends early, with errors, when `cancel` is cancelled.
+pub async fn read_window(
+    config: &Config,
+    window: TimeWindow,
+    cancel: &CancellationToken,
+) -> (
+    anyhow::Result<PaymentIndex>,
+    anyhow::Result<TraceLog>,
+    ReadCost,
+) {
+    let mut cost = ReadCost::default();
+    let plan = |topic: &str| window_plan(config, topic, window);
+    let payments = read_payments_in(
+        config,
+        plan(&config.kafka.payment_topic),
+        Keep::all(),
+        cancel,
+    )
+    .await
+    .map(|(index, _, c)| {
+        cost.topics.push(c);
+        index
+    });
+    let log = read_trace_log_window(config, window, cancel)
+        .await
+        .map(|(log, c)| {
+            cost.topics.push(c);
+            log
+        });
+    (payments, log, cost)
+}
+
+/// The trace topic in `window`, every partition, every event kept (up to the trace log's
+/// bound): the rates' last hour.
+pub async fn read_trace_log_window(
+    config: &Config,
+    window: TimeWindow,
+    cancel: &CancellationToken,
+) -> anyhow::Result<(TraceLog, TopicCost)> {
+    let plan = window_plan(config, &config.kafka.trace_topic, window);
+    read_trace_log_in(config, plan, &Keep::all(), cancel).await
+}
+
+fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPlan {
+    TopicPlan {
+        topic: topic.to_string(),
+        basis: WindowBasis::ExplicitWindow,
+        windows: vec![window],
+        keys: Vec::new(),
+        partitioner: config.kafka.partitioner,
+        known_partitions: Vec::new(),
+    }
+}
+
 /// The payment messages of `plan`'s windows that name what `keep` keeps (growing it).
 async fn read_payments_in(
     config: &Config,
     plan: TopicPlan,
     keep: Keep,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<(PaymentIndex, Keep, TopicCost)> {
     let c = config.clone();
+    let cancel = cancel.clone();
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
-        let cost = topics::read_windows(
-            &c,
-            &plan,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| {
-                let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
-                if keep.message(&m) {
-                    index.ingest(m);
-                }
-            },
-        )?;
+        let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+            let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
+            if keep.message(&m) {
+                index.ingest(m);
+            }
+        })?;
         Ok((index, keep, cost))
     })
     .await
@@ -328,28 +392,27 @@ async fn read_trace_log_in(
     config: &Config,
     plan: TopicPlan,
     keep: &Keep,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let c = config.clone();
     let keep = keep.clone();
+    let cancel = cancel.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        let cost = topics::read_windows(
-            &c,
-            &plan,
-            TOPIC_READ_DEADLINE,
-            &CancellationToken::new(),
-            |m| match topics::trace_event_of(m) {
+        let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+            match topics::trace_event_of(m) {
                 Some(e) if keep.keeps(&e) => log.ingest(e),
                 Some(_) => {}
                 None => log.undecodable += 1,
-            },
-        )?;
+            }
+        })?;
         Ok((log, cost))
     })
     .await
 }
 
-/// The trace events of the trace topic from `start` (bounded read to the current end).
+/// The trace events of the trace topic from `start` (bounded read to the current end): the
+/// whole-topic read the windows replaced, kept as the baseline of benches and tests.
 pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<TraceLog> {
     let c = config.clone();
     blocking(move || {

@@ -538,6 +538,9 @@ pub fn read_windows(
         let high = lookup.end_of(p, low, high)?;
         let mut of_p = Vec::new();
         for w in &plan.windows {
+            if cancel.is_cancelled() {
+                anyhow::bail!("reading {topic} was cancelled (finding its windows)");
+            }
             let start = lookup.first_at_or_after(p, low, high, w.from_ms)?;
             let end = lookup.first_at_or_after(p, start, high, w.to_ms.saturating_add(1))?;
             of_p.push((start, end));

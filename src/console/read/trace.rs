@@ -168,8 +168,9 @@ pub async fn read_trace(
                 TopicsFrom::ReadForTargetIn(w) => w,
                 _ => TimeWindow::last_day(now_ms()),
             };
+            let never = tokio_util::sync::CancellationToken::new();
             let (payments, log, c) =
-                bounded::read_topics_for(config, target, rows.as_ref(), window).await;
+                bounded::read_topics_for(config, target, rows.as_ref(), window, &never).await;
             cost = Some(c);
             let (trace_error, payment_error) = (failed(&log), failed(&payments));
             read = (payments.unwrap_or_default(), log.unwrap_or_default());

@@ -51,6 +51,8 @@ pub enum WindowBasis {
     DatabaseTimes,
     /// The database knows no row of the ID: the explicit window (`--since/--until`).
     UnknownIdWindow,
+    /// A window asked for, every partition: the rates' last hour, a window report's incident.
+    ExplicitWindow,
 }
 
 /// What one read of a topic for a trace is to cover.

@@ -31,7 +31,8 @@ use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::overview::{self, Leak};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::RATE_WINDOW_MINUTES;
-use crate::console::read::topics::{self, LiveStart, PartitionLag, PaymentMessage, StartAt};
+use crate::console::read::topics::{self, LiveStart, PartitionLag, PaymentMessage};
+use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::{LockInspector, LockScan};
 
 /// Capacity of the update channel. A collector that gets ahead of the UI waits (it never drops
@@ -51,6 +52,9 @@ pub struct Focus {
     pub target: Option<TraceTarget>,
     /// The IDs it resolved to so far (from any backend).
     pub ids: TraceIds,
+    /// The target's database rows, once read: their times are where the read of the target's
+    /// history looks in the topics (`None` before, and while the database is down).
+    pub rows: Option<TraceRows>,
     /// The Trace view is on screen: a read of the trace topic's history is wanted only then.
     pub tracing: bool,
     pub paused: bool,
@@ -62,6 +66,7 @@ impl Focus {
         Focus {
             target: None,
             ids: TraceIds::default(),
+            rows: None,
             tracing: true,
             paused: false,
             refresh,
@@ -131,18 +136,24 @@ pub enum Update {
         result: Result<TraceKeys, String>,
     },
     TraceEvents(Vec<TraceEvent>),
-    /// The trace events that name `ids`, read from the whole trace topic when the trace target
-    /// changed: an order older than the newest events the trace log keeps still has them.
+    /// The trace events that name `ids`, read from the windows of the trace topic its rows name
+    /// when the trace target changed: an order older than the last hour the live reader reads
+    /// still has them.
     TraceHistory {
         ids: TraceIds,
         result: Result<Vec<TraceEvent>, String>,
     },
-    /// The payment messages that name `ids`, read from the whole payment topic at the same
-    /// moment: an order older than the newest messages the payment index keeps still has its
-    /// Kafka copies.
+    /// The payment messages that name `ids`, read from the payment topic's windows at the same
+    /// moment: an order older than the last hour still has its Kafka copies.
     PaymentHistory {
         ids: TraceIds,
         result: Result<Vec<PaymentMessage>, String>,
+    },
+    /// The read of the trace target's windows: `cost` is `None` while it runs, then says what
+    /// it read (per topic: windows, partitions, messages scanned).
+    TraceRead {
+        ids: TraceIds,
+        cost: Option<ReadCost>,
     },
     TraceTopic(Result<TopicProgress, String>),
     PaymentMessages(Vec<PaymentMessage>),
@@ -168,9 +179,10 @@ impl Update {
             | Update::Audit(_)
             | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
-            Update::TraceEvents(_) | Update::TraceHistory { .. } | Update::TraceTopic(_) => {
-                BackendId::TraceTopic
-            }
+            Update::TraceEvents(_)
+            | Update::TraceHistory { .. }
+            | Update::TraceRead { .. }
+            | Update::TraceTopic(_) => BackendId::TraceTopic,
             Update::PaymentMessages(_)
             | Update::PaymentHistory { .. }
             | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
@@ -710,15 +722,17 @@ async fn topic_task(
     }
 }
 
-/// The read of the trace target's history from the whole trace topic: an order older than the
-/// newest events the trace log keeps still has them. At most one at a time, on a task of its
-/// own so the probe keeps its pace; cancelled as soon as nobody wants it (another trace, another
-/// view, quitting), so it never holds the console up. One that has answered is kept: coming
-/// back to the same trace does not read the topic again.
+/// The read of the trace target's history: the windows of both topics around the times of its
+/// database rows (an ID the database does not know: the last 24 h), in the partitions of its
+/// keys — an order older than the live readers' hour still has its Kafka side. At most one at
+/// a time, on a task of its own so the probe keeps its pace; cancelled as soon as nobody wants
+/// it (another trace, another view, quitting), so it never holds the console up. One that has
+/// answered is kept: coming back to the same trace, or a refresh that reads the same rows, does
+/// not read the topics again.
 #[derive(Default)]
 struct HistoryRead {
-    /// The IDs read (or being read) for.
-    of: Option<TraceIds>,
+    /// The IDs and windows read (or being read) for.
+    of: Option<(TraceIds, Vec<TimeWindow>)>,
     running: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
@@ -730,46 +744,75 @@ impl HistoryRead {
         tx: &mpsc::Sender<Update>,
         cancel: &CancellationToken,
     ) {
-        let wanted = f.tracing && f.target.is_some() && f.ids != TraceIds::default();
+        let wanted = f.tracing && f.target.is_some() && f.rows.is_some();
+        let key = f.rows.as_ref().map(|rows| {
+            let (_, windows) = bounded::trace_windows(config, Some(rows), TimeWindow::last_day(0));
+            (f.ids.clone(), windows)
+        });
         let in_flight = self.running.as_ref().is_some_and(|(_, h)| !h.is_finished());
-        if self.of.as_ref() != Some(&f.ids) || (!wanted && in_flight) {
+        if self.of != key || (!wanted && in_flight) {
             if let Some((stop, _)) = self.running.take() {
                 stop.cancel();
             }
             self.of = None;
         }
-        let Some(target) = f.target.clone().filter(|_| wanted && self.of.is_none()) else {
+        let (Some(target), Some(rows)) = (f.target.clone(), f.rows.clone()) else {
             return;
         };
-        self.of = Some(f.ids.clone());
+        if !wanted || self.of.is_some() {
+            return;
+        }
+        self.of = key;
         let stop = cancel.child_token();
         let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
         let cancelled = stop.clone();
-        // The app keeps the answer only while the IDs are still the ones it traces.
         let task = tokio::spawn(async move {
-            let keep = bounded::Keep::of_ids(&target, &ids);
-            let (events, payments) = tokio::join!(
-                bounded::read_trace_log_keeping(&config, StartAt::Beginning, &keep, &cancelled),
-                bounded::read_payments_keeping(&config, keep.clone(), &cancelled),
-            );
+            let reading = Update::TraceRead {
+                ids: ids.clone(),
+                cost: None,
+            };
+            if tx.send(reading).await.is_err() {
+                return;
+            }
+            let window = TimeWindow::last_day(crate::contracts::now_ms());
+            let (payments, events, cost) =
+                bounded::read_topics_for(&config, &target, Some(&rows), window, &cancelled).await;
             if cancelled.is_cancelled() {
                 return;
             }
-            let result = events
-                .map(|log| log.oldest_first())
-                .map_err(|e| format!("{e:#}"));
-            let _ = tx
-                .send(Update::TraceHistory {
-                    ids: ids.clone(),
-                    result,
-                })
-                .await;
-            let result = payments
-                .map(|(index, _)| index.messages())
-                .map_err(|e| format!("{e:#}"));
-            let _ = tx.send(Update::PaymentHistory { ids, result }).await;
+            send_history(&tx, ids, payments, events, cost).await;
         });
         self.running = Some((stop, task));
+    }
+}
+
+/// The answers of a read of the trace target's history; the app keeps them only while the IDs
+/// are still the ones it traces.
+async fn send_history(
+    tx: &mpsc::Sender<Update>,
+    ids: TraceIds,
+    payments: anyhow::Result<crate::console::read::store::PaymentIndex>,
+    events: anyhow::Result<crate::console::read::store::TraceLog>,
+    cost: ReadCost,
+) {
+    let result = events
+        .map(|log| log.oldest_first())
+        .map_err(|e| format!("{e:#}"));
+    let history = Update::TraceHistory {
+        ids: ids.clone(),
+        result,
+    };
+    let result = payments
+        .map(|index| index.messages())
+        .map_err(|e| format!("{e:#}"));
+    let read = Update::TraceRead {
+        ids: ids.clone(),
+        cost: Some(cost),
+    };
+    for u in [history, Update::PaymentHistory { ids, result }, read] {
+        if tx.send(u).await.is_err() {
+            return;
+        }
     }
 }
 

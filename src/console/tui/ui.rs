@@ -433,10 +433,11 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             events.join(" | ")
         }),
     ]));
-    f.render_widget(
-        Paragraph::new(lines).block(titled(" Trace ".into())),
-        summary,
-    );
+    let mut block = titled(" Trace ".into());
+    if let Some(note) = trace_read_note(app, area.width < 110) {
+        block = block.title_bottom(Line::from(Span::styled(note, DIM)));
+    }
+    f.render_widget(Paragraph::new(lines).block(block), summary);
 
     let rows = app.timeline_rows();
     let selected = app.selected(View::Trace).min(rows.len().saturating_sub(1));
@@ -499,6 +500,46 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             .block(titled(" Selected ".into())),
         detail,
     );
+}
+
+/// The trace's status line (the summary's bottom border): while the topics' windows of the
+/// trace are read it says so, then what the read cost per topic — messages scanned, windows,
+/// partitions read of all — so a slow trace says why; `compact` fits it in 80 columns. `None`
+/// before any read was asked.
+fn trace_read_note(app: &App, compact: bool) -> Option<String> {
+    let (ids, cost) = app.stores.trace_read.as_ref()?;
+    if *ids != app.resolved_ids() {
+        return None;
+    }
+    let Some(cost) = cost else {
+        return Some(" reading the topics' windows of this trace… ".into());
+    };
+    let trace_topic = app.stores.trace_topic.as_ref().map(|p| p.topic.as_str());
+    let topics: Vec<String> = cost
+        .topics
+        .iter()
+        .map(|t| {
+            let name = if Some(t.topic.as_str()) == trace_topic {
+                "trace"
+            } else {
+                "payments"
+            };
+            let (n, w) = (t.messages_scanned, t.windows.len());
+            let (p, total) = (t.partitions_read.len(), t.partitions_total);
+            if compact {
+                format!("{name} {n} msgs/{w} win/{p} of {total} part")
+            } else {
+                let s = if w == 1 { "" } else { "s" };
+                format!("{name} {n} msgs in {w} window{s}, {p}/{total} partitions")
+            }
+        })
+        .collect();
+    let unknown = match (cost.unknown_id_window.is_some(), compact) {
+        (false, _) => "",
+        (true, false) => " (unknown to the database: last 24 h only)",
+        (true, true) => " (unknown ID: 24 h)",
+    };
+    Some(format!(" read: {}{unknown} ", topics.join(" · ")))
 }
 
 /// The orderNo and the requestId do not fit on one line of the summary (inside its border).

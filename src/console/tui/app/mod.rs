@@ -534,6 +534,7 @@ impl App {
         let next = Focus {
             target: self.stores.trace_target.clone(),
             ids: self.stores.resolved_ids(),
+            rows: self.stores.trace_rows.clone(),
             tracing: self.ui.view == View::Trace,
             paused: self.ui.paused,
             refresh: self.ui.refresh,

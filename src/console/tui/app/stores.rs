@@ -17,6 +17,7 @@ use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline::Timeline;
 use crate::console::read::topics::PartitionLag;
 use crate::console::read::trace::{self, TracePieces};
+use crate::console::read::window::ReadCost;
 use crate::console::tui::app::ui_state::Filter;
 use crate::console::tui::backend::{BackendId, TopicProgress, Update};
 use crate::console::tui::keymap::View;
@@ -61,6 +62,9 @@ pub struct Stores {
     pub trace_log: TraceLog,
     /// The trace target's events read from the whole trace topic ([`Update::TraceHistory`]).
     trace_history: Option<Vec<crate::contracts::TraceEvent>>,
+    /// The read of the trace target's windows ([`Update::TraceRead`]): for which IDs, and its
+    /// cost once done (`None` while it runs).
+    pub trace_read: Option<(TraceIds, Option<ReadCost>)>,
     pub payments: PaymentIndex,
     pub trace_topic: Option<TopicProgress>,
     pub payment_topic: Option<TopicProgress>,
@@ -103,6 +107,7 @@ impl Stores {
             trace_keys: None,
             trace_log: TraceLog::default(),
             trace_history: None,
+            trace_read: None,
             payments: PaymentIndex::default(),
             trace_topic: None,
             payment_topic: None,
@@ -182,6 +187,11 @@ impl Stores {
                 }
                 Err(e) => self.down(backend, e),
             },
+            Update::TraceRead { ids, cost } => {
+                if ids == self.resolved_ids() {
+                    self.trace_read = Some((ids, cost));
+                }
+            }
             Update::PaymentHistory { ids, result } => match result {
                 Ok(history) => {
                     self.ok(backend);
@@ -342,6 +352,7 @@ impl Stores {
         self.trace_rows = None;
         self.trace_keys = None;
         self.trace_history = None;
+        self.trace_read = None;
         true
     }
 
