@@ -1,12 +1,21 @@
-//! Benchmark of line 3: events/second through the deduplicating consumer with all sinks, against
-//! a bare consumer that only reads the same topic — same broker, same run — and the rate on a
-//! topic where half the messages are duplicates.
+//! Benchmark of line 3 (issue 19): events/second through the deduplicating consumer against a
+//! bare rdkafka consumer doing the same durable work with none of the logic
+//! (`support/bare_consumer.rs`: per batch one transaction — the order update and one multi-row
+//! insert per sink table that skips conflicts — then the offset commit), same broker, same
+//! database, same run; on unique events and on a topic where half the messages are duplicates.
+//! The levers of issue 19 are measured one by one against today's behaviour (batch 100, sinks
+//! one after another, synchronous offset commit): concurrent sinks, asynchronous offset commit,
+//! batches of 100 / 500 / 1,000, and the adaptive batch (100 idle, up to 1,000 behind).
 //!
 //!   scripts/stack up && cargo bench --bench stream_layer
 //!
-//! Sizes: IDEMGUARD_BENCH_EVENTS (default 20000) events per round, 3 rounds, medians reported.
-//! Every loop is bounded; everything runs against the loopback stack.
+//! Sizes: IDEMGUARD_BENCH_EVENTS (default 20000) events per round, IDEMGUARD_BENCH_ROUNDS
+//! (default 3) rounds, medians reported. Every run of a round reads the same topics from the
+//! start with its own group, on the same database reset in between (orders back to CREATED,
+//! sink tables emptied). Every loop is bounded; everything runs against the loopback stack.
 
+#[path = "support/bare_consumer.rs"]
+mod bare_consumer;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -18,13 +27,10 @@ use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucc
 use idemguard::db::Database;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use idemguard::trace::Tracer;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
-
-const ROUNDS: usize = 3;
 
 /// CREATED orders, inserted with multi-row statements (bench setup only).
 async fn seed_orders(db: &Database, n: usize) -> Vec<(String, String)> {
@@ -95,36 +101,9 @@ async fn produce_all(config: &Config, topic: &str, events: &[PaymentSucceeded]) 
     }
 }
 
-/// Events per second of a bare consumer that reads `n` messages and does nothing else.
-async fn bare_read(config: &Config, topic: &str, n: usize) -> f64 {
-    let c: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("group.id", format!("bare-{}", common::unique_suffix()))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    c.subscribe(&[topic]).unwrap();
-    // The clock starts at the first message, as for the deduplicating consumer: group join
-    // time is not reading time.
-    let _ = tokio::time::timeout(Duration::from_secs(60), c.recv())
-        .await
-        .expect("first message")
-        .unwrap();
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(300);
-    let mut read = 1;
-    while read < n {
-        assert!(Instant::now() < deadline, "bare read did not finish");
-        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(10), c.recv()).await {
-            read += 1;
-        }
-    }
-    n as f64 / started.elapsed().as_secs_f64()
-}
-
 /// Events per second through the deduplicating consumer until `n` messages are handled.
 async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<ConsumeStats>) {
+    reset(db).await;
     let consumer = PaymentConsumer::new(
         config,
         db.clone(),
@@ -163,86 +142,218 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
     (rate, stats)
 }
 
+/// Orders back to CREATED and the sink tables empty, so every run does the same work.
+async fn reset(db: &Database) {
+    for sql in [
+        "UPDATE order_record SET status = 'CREATED', payment_event_id = NULL, version = 0",
+        "DELETE FROM points_ledger",
+        "DELETE FROM notification",
+        "DELETE FROM processed_event",
+    ] {
+        sqlx::Executor::execute(&db.pool, sql).await.unwrap();
+    }
+    let tidy: &[&str] = match db.dialect() {
+        Dialect::Postgres => &[
+            "VACUUM ANALYZE order_record",
+            "VACUUM ANALYZE points_ledger",
+            "VACUUM ANALYZE notification",
+            "VACUUM ANALYZE processed_event",
+        ],
+        Dialect::Mysql => &[],
+    };
+    for sql in tidy {
+        sqlx::Executor::execute(&db.pool, *sql).await.unwrap();
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
 
+/// One configuration of the deduplicating consumer.
+struct Variant {
+    name: &'static str,
+    batch: usize,
+    batch_max: usize,
+    concurrent: bool,
+    async_commit: bool,
+}
+
+const TODAY: Variant = Variant {
+    name: "today: batch 100, sinks sequential, sync commit",
+    batch: 100,
+    batch_max: 100,
+    concurrent: false,
+    async_commit: false,
+};
+const VARIANTS: [Variant; 7] = [
+    TODAY,
+    Variant {
+        name: "batch 100 + concurrent sinks",
+        batch: 100,
+        batch_max: 100,
+        concurrent: true,
+        async_commit: false,
+    },
+    Variant {
+        name: "batch 100 + async offset commit",
+        batch: 100,
+        batch_max: 100,
+        concurrent: false,
+        async_commit: true,
+    },
+    Variant {
+        name: "batch 100, both levers",
+        batch: 100,
+        batch_max: 100,
+        concurrent: true,
+        async_commit: true,
+    },
+    Variant {
+        name: "batch 500, both levers",
+        batch: 500,
+        batch_max: 500,
+        concurrent: true,
+        async_commit: true,
+    },
+    Variant {
+        name: "batch 1000, both levers",
+        batch: 1000,
+        batch_max: 1000,
+        concurrent: true,
+        async_commit: true,
+    },
+    Variant {
+        name: "adaptive 100..1000, concurrent (default)",
+        batch: 100,
+        batch_max: 1000,
+        concurrent: true,
+        async_commit: false,
+    },
+];
+const DEFAULT: usize = 6;
+
+fn configure(config: &Config, v: &Variant, topic: &str) -> Config {
+    let mut c = config.clone();
+    c.kafka.payment_topic = topic.to_string();
+    c.consumer.batch_size = v.batch;
+    c.consumer.batch_size_max = v.batch_max;
+    c.consumer.concurrent_sinks = v.concurrent;
+    c.consumer.async_offset_commit = v.async_commit;
+    c
+}
+
+/// Events per second of one variant, and its mean batch time (ms) and largest batch.
+async fn run_variant(
+    config: &Config,
+    db: &Database,
+    v: &Variant,
+    topic: &str,
+    n: usize,
+) -> (f64, f64, u64) {
+    let (rate, st) = dedup_consume(&configure(config, v, topic), db, n).await;
+    let batches = ConsumeStats::get(&st.batches).max(1);
+    let mean_ms = ConsumeStats::get(&st.busy_micros) as f64 / batches as f64 / 1000.0;
+    (rate, mean_ms, ConsumeStats::get(&st.largest_batch))
+}
+
+/// Medians of one dialect over the rounds, by series name.
+type Series = std::collections::BTreeMap<String, Vec<f64>>;
+
+async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
+    let (config, db) = common::migrated_database(dialect).await;
+    let orders = seed_orders(&db, n).await;
+    let events: Vec<PaymentSucceeded> = orders
+        .iter()
+        .map(|(o, r)| PaymentSucceeded {
+            event_id: new_event_id(),
+            order_no: o.clone(),
+            request_id: r.clone(),
+            pay_no: format!("PAY-{o}"),
+            user_id: 1,
+            amount: 1999,
+            paid_at: 0,
+        })
+        .collect();
+    // Topic 1: n distinct events. Topic 2: n messages, the first n/2 events twice.
+    let topics = common::fresh_topics(&config, &["bench.unique", "bench.half"]).await;
+    produce_all(&config, &topics[0], &events).await;
+    let mut halfset: Vec<PaymentSucceeded> = events[..n / 2].to_vec();
+    halfset.extend(events[..n / 2].iter().cloned());
+    produce_all(&config, &topics[1], &halfset).await;
+    let mut put = |k: String, v: f64| series.entry(k).or_default().push(v);
+    for (t, label) in [(&topics[0], "unique"), (&topics[1], "50% dup")] {
+        for batch in [100, 1000] {
+            reset(&db).await;
+            let b = bare_consumer::bare_consume(&config, &db, t, n, batch).await;
+            println!(
+                "  {dialect} round {r} {label}: bare consumer, batch {batch:>4}: {b:>8.0} ev/s"
+            );
+            put(format!("{label}|bare {batch}"), b);
+        }
+        for (i, v) in VARIANTS.iter().enumerate() {
+            if label != "unique" && i != 0 && i != DEFAULT {
+                continue;
+            }
+            let (rate, ms, largest) = run_variant(&config, &db, v, t, n).await;
+            println!("  {dialect} round {r} {label}: {:<48} {rate:>8.0} ev/s, mean batch {ms:>6.1} ms, largest {largest}", v.name);
+            put(format!("{label}|{i}"), rate);
+            put(format!("{label}|{i}|ms"), ms);
+        }
+    }
+    db.pool.close().await;
+}
+
+fn report(dialect: Dialect, s: &Series) {
+    let m = |k: &str| median(s[k].clone());
+    for label in ["unique", "50% dup"] {
+        let (b100, b1000) = (
+            m(&format!("{label}|bare 100")),
+            m(&format!("{label}|bare 1000")),
+        );
+        let today = m(&format!("{label}|0"));
+        println!("{dialect} {label}: bare consumer {b100:.0} ev/s at batch 100, {b1000:.0} ev/s at batch 1000");
+        for (i, v) in VARIANTS.iter().enumerate() {
+            let Some(rate) = s.get(&format!("{label}|{i}")).map(|v| median(v.clone())) else {
+                continue;
+            };
+            let bare = if v.batch_max >= 1000 { b1000 } else { b100 };
+            println!(
+                "{dialect} {label}: {:<48} {rate:>8.0} ev/s  x{:.2} today  {:.3} of bare (batch {})  mean batch {:.1} ms",
+                v.name,
+                rate / today,
+                rate / bare,
+                if v.batch_max >= 1000 { 1000 } else { 100 },
+                m(&format!("{label}|{i}|ms"))
+            );
+        }
+    }
+    println!("{dialect}: targets: default >= 0.8 of the bare consumer; >= 4x today on postgres");
+}
+
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("IDEMGUARD_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    println!("stream_layer: {n} events per round, {ROUNDS} rounds, batch size from config/local.toml defaults");
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("IDEMGUARD_BENCH_EVENTS", 20_000);
+    let rounds = env("IDEMGUARD_BENCH_ROUNDS", 3);
+    let only = std::env::var("IDEMGUARD_BENCH_DIALECT").unwrap_or_default();
+    println!(
+        "stream_layer: {n} events per run, {rounds} rounds, medians; trace events to the log only"
+    );
     for dialect in [Dialect::Postgres, Dialect::Mysql] {
-        let (mut bare, mut unique, mut half) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 1..=ROUNDS {
-            let (mut config, db) = common::migrated_database(dialect).await;
-            let orders = seed_orders(&db, n).await;
-            let events: Vec<PaymentSucceeded> = orders
-                .iter()
-                .map(|(o, r)| PaymentSucceeded {
-                    event_id: new_event_id(),
-                    order_no: o.clone(),
-                    request_id: r.clone(),
-                    pay_no: format!("PAY-{o}"),
-                    user_id: 1,
-                    amount: 1999,
-                    paid_at: 0,
-                })
-                .collect();
-            // Topic 1: n distinct events. Topic 2: n messages, half of them copies.
-            let t_unique = common::fresh_topics(&config, &["bench.unique"])
-                .await
-                .remove(0);
-            produce_all(&config, &t_unique, &events).await;
-            let t_half = common::fresh_topics(&config, &["bench.half"])
-                .await
-                .remove(0);
-            let mut halfset: Vec<PaymentSucceeded> = events[..n / 2].to_vec();
-            halfset.extend(events[..n / 2].iter().cloned());
-            produce_all(&config, &t_half, &halfset).await;
-
-            let b = bare_read(&config, &t_unique, n).await;
-            config.kafka.payment_topic = t_unique.clone();
-            let (u, _) = dedup_consume(&config, &db, n).await;
-            // The half-duplicate topic needs fresh orders: a second database.
-            let (mut config2, db2) = common::migrated_database(dialect).await;
-            let values: Vec<String> = halfset[..n / 2]
-                .iter()
-                .map(|e| {
-                    format!(
-                        "('{}', '{}', 1, 1, 1, 1999, 'CREATED', 0, 0)",
-                        e.request_id, e.order_no
-                    )
-                })
-                .collect();
-            for chunk in values.chunks(1000) {
-                let sql = format!("INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES {}", chunk.join(","));
-                sqlx::Executor::execute(&db2.pool, sql.as_str())
-                    .await
-                    .unwrap();
-            }
-            config2.kafka.payment_topic = t_half.clone();
-            let (h, hstats) = dedup_consume(&config2, &db2, n).await;
-            let dups =
-                ConsumeStats::get(&hstats.dedup_hits) + ConsumeStats::get(&hstats.sink_duplicates);
-            println!(
-                "  {dialect} round {round}: bare read {b:>9.0} ev/s | dedup consumer {u:>8.0} ev/s (ratio {:.3}) | 50% duplicates {h:>8.0} ev/s ({dups} duplicates stopped)",
-                u / b
-            );
-            bare.push(b);
-            unique.push(u);
-            half.push(h);
-            db.pool.close().await;
-            db2.pool.close().await;
+        if !only.is_empty() && only != format!("{dialect:?}").to_lowercase() {
+            continue;
         }
-        let (b, u, h) = (median(bare), median(unique), median(half));
-        println!(
-            "{dialect}: median bare read {b:.0} ev/s, dedup consumer {u:.0} ev/s, ratio {:.3} (target >= 0.5); with 50% duplicates {h:.0} ev/s (ratio {:.3})",
-            u / b,
-            h / b
-        );
+        let mut series = Series::new();
+        for r in 1..=rounds {
+            round(dialect, n, r, &mut series).await;
+        }
+        report(dialect, &series);
     }
 }

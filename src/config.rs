@@ -173,7 +173,16 @@ pub struct ConsumerConfig {
     #[serde(with = "humantime_serde")]
     pub dedup_ttl: Duration,
     pub dedup_memory_entries: usize,
+    /// Messages per batch when the consumer keeps up (and the first batch after a start).
     pub batch_size: usize,
+    /// Ceiling of the adaptive batch: a full batch doubles the next one up to this size; a batch
+    /// that comes up short returns to `batch_size`. At or below `batch_size`: fixed batches.
+    pub batch_size_max: usize,
+    /// Write the points and notification sinks of a batch as two concurrent transactions.
+    pub concurrent_sinks: bool,
+    /// Commit offsets without waiting for the broker's answer (still only after the database
+    /// commit); the last position is committed synchronously when the consumer stops.
+    pub async_offset_commit: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

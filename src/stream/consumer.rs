@@ -1,16 +1,19 @@
 //! `idemguard consume`: a consumer-group member on `payment.succeeded` that makes at-least-once
 //! delivery effectively once (seed §4, §6.3).
 //!
-//! The loop, per batch of up to `consumer.batch_size` messages:
+//! The loop, per batch of `consumer.batch_size` messages when it keeps up, up to
+//! `consumer.batch_size_max` when it is behind (each full batch doubles the next):
 //! 1. parse; a poison message (not JSON, missing fields, IDs that disagree with the headers,
 //!    unknown order) goes to the DLQ with its reason and original partition/offset — once per
 //!    group and source position (`processed_event`, outcome `dlq`), so a retried or redelivered
 //!    batch does not publish it again;
 //! 2. drop events the dedup state has seen within the TTL — memory first, then
 //!    `processed_event` — before any sink work (`dedup_hit`);
-//! 3. run each sink in its own transaction (order → PAID, points, notification, then
-//!    `processed_event`); a sink's unique key saying "already there" is `sink_duplicate`;
-//! 4. only then commit the offsets.
+//! 3. run each sink in its own transaction (order → PAID; then points and notification,
+//!    concurrently when `consumer.concurrent_sinks`; then `processed_event`); a sink's unique key
+//!    saying "already there" is `sink_duplicate`;
+//! 4. only then commit the offsets — without waiting for the broker's answer when
+//!    `consumer.async_offset_commit` (the last position is committed synchronously at a stop).
 //!
 //! A crash anywhere before step 4 redelivers the batch, and every step is idempotent, so the
 //! redelivery changes nothing. A transient database error retries the whole batch with backoff
@@ -54,6 +57,10 @@ pub struct ConsumeStats {
     pub dlq_failures: AtomicU64,
     /// Errors from the broker while receiving (the loop logs them and goes on).
     pub receive_errors: AtomicU64,
+    /// Time spent processing batches, from the batch in hand to its database commit (µs).
+    pub busy_micros: AtomicU64,
+    /// The largest batch so far (the adaptive size reached).
+    pub largest_batch: AtomicU64,
 }
 
 impl ConsumeStats {
@@ -74,11 +81,22 @@ pub struct ConsumeOptions {
 
 /// Logs partition assignment changes; offsets are committed after every batch, so a revoke
 /// never has processed-but-uncommitted work to lose.
-struct RebalanceLog;
+/// Also carries the refusal of an asynchronous offset commit to the loop, which ends `consume`
+/// with it — as a refused synchronous commit does.
+struct RebalanceLog {
+    commit_failed: tokio::sync::watch::Sender<Option<String>>,
+}
 
 impl ClientContext for RebalanceLog {}
 
 impl ConsumerContext for RebalanceLog {
+    /// An offset commit the broker refused: the position stays behind, so those batches are
+    /// redelivered to whoever holds the partitions next, and change nothing. The loop ends.
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.commit_failed.send_replace(Some(e.to_string()));
+        }
+    }
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             tracing::info!(
@@ -108,11 +126,19 @@ pub struct PaymentConsumer {
     orders: Orders,
     tracer: Tracer,
     consumer: Arc<StreamConsumer<RebalanceLog>>,
+    commit_failed: tokio::sync::watch::Receiver<Option<String>>,
     dlq: FutureProducer,
     dlq_topic: String,
     group: String,
     topic: String,
     batch_size: usize,
+    batch_size_max: usize,
+    /// The size the next batch may reach: adapts between `batch_size` and `batch_size_max`.
+    batch_target: usize,
+    concurrent_sinks: bool,
+    async_commit: bool,
+    /// The next offset per partition of every finished batch: what a stop commits synchronously.
+    done: BTreeMap<(String, i32), i64>,
     dedup: DedupState,
     options: ConsumeOptions,
     stats: Arc<ConsumeStats>,
@@ -138,6 +164,7 @@ impl PaymentConsumer {
             .clone()
             .unwrap_or_else(|| config.kafka.consumer_group.clone());
         let servers = &config.kafka.bootstrap_servers;
+        let (commit_failed_tx, commit_failed) = tokio::sync::watch::channel(None);
         let consumer: StreamConsumer<RebalanceLog> = ClientConfig::new()
             .set("bootstrap.servers", servers)
             .set("group.id", &group)
@@ -153,7 +180,9 @@ impl PaymentConsumer {
             // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
             .set("topic.metadata.refresh.interval.ms", "10000")
             .set("log_level", "3")
-            .create_with_context(RebalanceLog)
+            .create_with_context(RebalanceLog {
+                commit_failed: commit_failed_tx,
+            })
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
@@ -179,11 +208,20 @@ impl PaymentConsumer {
             db,
             tracer,
             consumer: Arc::new(consumer),
+            commit_failed,
             dlq,
             dlq_topic: config.kafka.dlq_topic.clone(),
             group,
             topic: config.kafka.payment_topic.clone(),
             batch_size: config.consumer.batch_size,
+            batch_size_max: config
+                .consumer
+                .batch_size_max
+                .max(config.consumer.batch_size),
+            batch_target: config.consumer.batch_size,
+            concurrent_sinks: config.consumer.concurrent_sinks,
+            async_commit: config.consumer.async_offset_commit,
+            done: BTreeMap::new(),
             dedup: DedupState::new(
                 config.consumer.dedup_ttl,
                 config.consumer.dedup_memory_entries,
@@ -217,24 +255,43 @@ impl PaymentConsumer {
     }
 
     async fn consume(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let mut commit_failed = self.commit_failed.clone();
         loop {
             let batch = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                e = commit_failed.wait_for(Option::is_some) => {
+                    let e = e.map(|e| e.clone().unwrap_or_default()).unwrap_or_default();
+                    anyhow::bail!("offset commit failed: {e} (the batches since the last committed offset will be redelivered and change nothing)");
+                }
                 batch = self.next_batch() => batch?,
             };
             if batch.is_empty() {
                 continue;
             }
-            let offsets = next_offsets(&batch);
+            self.adapt_batch_size(batch.len());
+            let next = next_offsets(&batch);
+            let started = Instant::now();
             if !self.process_with_retry(batch, shutdown).await {
                 break; // shut down while the database was unavailable: nothing committed
             }
-            let n = self.stats.batches.fetch_add(1, Ordering::Relaxed) + 1;
+            let st = &self.stats;
+            st.busy_micros
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            let n = st.batches.fetch_add(1, Ordering::Relaxed) + 1;
             if self.options.crash_after_db_commit == Some(n) {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
                 std::process::abort();
             }
-            self.commit(offsets).await?;
+            self.done.extend(next.iter().map(|(k, v)| (k.clone(), *v)));
+            if self.async_commit {
+                self.commit_async(&next)?;
+            } else {
+                self.commit(to_tpl(&next)).await?;
+            }
+        }
+        if self.async_commit && !self.done.is_empty() {
+            // The position of every finished batch, confirmed before `run` returns.
+            self.commit(to_tpl(&self.done)).await?;
         }
         let st = &self.stats;
         let get = ConsumeStats::get;
@@ -250,7 +307,22 @@ impl PaymentConsumer {
         Ok(())
     }
 
-    /// Up to `batch_size` messages: waits for the first, then takes what arrives within 20 ms.
+    /// The lag, as the batches see it: a full batch means more messages are waiting, so the next
+    /// may be twice as big (up to `batch_size_max`); a short one means the consumer keeps up, so
+    /// the next returns to `batch_size` and an event waits at most the 20 ms fill window.
+    fn adapt_batch_size(&mut self, got: usize) {
+        self.stats
+            .largest_batch
+            .fetch_max(got as u64, Ordering::Relaxed);
+        self.batch_target = if got >= self.batch_target {
+            (self.batch_target * 2).min(self.batch_size_max)
+        } else {
+            self.batch_size
+        };
+    }
+
+    /// Up to the adaptive batch size: waits for the first message, then takes what arrives
+    /// within 20 ms.
     async fn next_batch(&self) -> anyhow::Result<Vec<OwnedMessage>> {
         let mut batch = Vec::new();
         let first = self.consumer.recv().await;
@@ -264,7 +336,7 @@ impl PaymentConsumer {
             }
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
-        while batch.len() < self.batch_size {
+        while batch.len() < self.batch_target {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => batch.push(m.detach()),
                 Ok(Err(e)) => {
@@ -429,7 +501,20 @@ impl PaymentConsumer {
 
         // Sinks 2 and 3, each with its own unique key, each in its own transaction.
         if !effects.is_empty() {
-            let points = sinks::write_points(&self.db, &effects).await?;
+            let (points, notes) = if self.concurrent_sinks {
+                futures::join!(
+                    sinks::write_points(&self.db, &effects),
+                    sinks::write_notifications(&self.db, &effects)
+                )
+            } else {
+                let points = sinks::write_points(&self.db, &effects).await;
+                let notes = match points {
+                    Ok(_) => sinks::write_notifications(&self.db, &effects).await,
+                    Err(_) => Ok(Vec::new()), // not attempted: the batch is retried
+                };
+                (points, notes)
+            };
+            let points = points?;
             // Counted as soon as the points are committed: a retry after a later failure
             // finds them there and would count them as duplicates.
             let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
@@ -437,7 +522,7 @@ impl PaymentConsumer {
                 .applied
                 .fetch_add(applied as u64, Ordering::Relaxed);
             self.report_sink("points_ledger", &effects, &points);
-            let notes = sinks::write_notifications(&self.db, &effects).await?;
+            let notes = notes?;
             self.report_sink("notification", &effects, &notes);
         }
         // Sink 4, last: the persisted dedup state.
@@ -581,6 +666,18 @@ impl PaymentConsumer {
         Ok(())
     }
 
+    /// Hands `next` to librdkafka and returns without waiting for the broker; a refusal is logged
+    /// by [`RebalanceLog::commit_callback`]. Called only once the batch's database commit is known.
+    fn commit_async(&self, next: &BTreeMap<(String, i32), i64>) -> anyhow::Result<()> {
+        self.consumer
+            .commit(&to_tpl(next), CommitMode::Async)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "offset commit failed: {e} (the batch will be redelivered and changes nothing)"
+                )
+            })
+    }
+
     /// Commits `offsets` (the next offset to read per partition), synchronously, so a consumer
     /// stopped after this call leaves exactly this position behind.
     async fn commit(&self, offsets: TopicPartitionList) -> anyhow::Result<()> {
@@ -596,7 +693,7 @@ impl PaymentConsumer {
 }
 
 /// For each partition in the batch, the offset after its last message.
-fn next_offsets(batch: &[OwnedMessage]) -> TopicPartitionList {
+fn next_offsets(batch: &[OwnedMessage]) -> BTreeMap<(String, i32), i64> {
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for m in batch {
         let e = next
@@ -604,9 +701,13 @@ fn next_offsets(batch: &[OwnedMessage]) -> TopicPartitionList {
             .or_insert(0);
         *e = (*e).max(m.offset() + 1);
     }
+    next
+}
+
+fn to_tpl(next: &BTreeMap<(String, i32), i64>) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::new();
     for ((topic, partition), offset) in next {
-        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
             .expect("valid offset");
     }
     tpl
