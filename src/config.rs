@@ -413,6 +413,8 @@ fn parse_offset(tz: &str) -> Result<i64, String> {
         return Err(bad());
     }
     Ok(sign * (h * 3_600_000 + m * 60_000))
+}
+
 /// Which Redis keys are locks, and how their values are read: idemguard's own, Redisson's
 /// hashes, other tools' plain tokens (`src/lock/formats.rs`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
