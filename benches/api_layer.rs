@@ -11,6 +11,9 @@
 //! The HTTP clients run in the same process as the service: on two cores they take CPU from
 //! it, which the figures include.
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
 #[path = "support/bare_insert.rs"]
 mod bare_insert;
 #[path = "../tests/common/mod.rs"]
@@ -35,11 +38,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Runs `clients` loops of `op` for `secs`; returns (operations/s, sorted latencies in µs).
@@ -215,12 +213,12 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         replay_rates.push(r);
         replay_p99.push(pct(&lat, 0.99));
     }
-    let ratio = median(ratios);
-    let (rr, rp) = (median(replay_rates), median(replay_p99));
+    let ratio = median(&ratios);
+    let (rr, rp) = (median(&replay_rates), median(&replay_p99));
     println!(
         "{dialect}: POST /orders median {:.0}/s vs bare insert {:.0}/s: ratio {ratio:.2} (target >= 0.5: {}); p99 {:.1} ms",
-        median(api_rates),
-        median(bare_rates),
+        median(&api_rates),
+        median(&bare_rates),
         if ratio >= 0.5 { "met" } else { "NOT met" },
         pct(&api_lat, 0.99)
     );

@@ -15,6 +15,9 @@
 //!
 //! Every loop is bounded and every target is on loopback.
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::{median, percentile};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -51,19 +54,6 @@ fn local_config() -> Config {
         env: vec![],
     })
     .expect("config/local.toml loads")
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 struct Row {
@@ -200,13 +190,13 @@ async fn run() {
         results.push(row(
             "trace lookup p50 (database + redis)",
             50.0,
-            median(p50s),
+            median(&p50s),
             "ms",
         ));
         results.push(row(
             "trace lookup p99 (database + redis)",
             50.0,
-            median(p99s),
+            median(&p99s),
             "ms",
         ));
     }
@@ -374,25 +364,25 @@ async fn run() {
         results.push(Row {
             what: format!("full lock scan ({lock_count} keys, SCAN + pipelined GET/PTTL/fence)"),
             target: "(no target)".into(),
-            measured: format!("{:.0} ms", median(scan_times)),
+            measured: format!("{:.0} ms", median(&scan_times)),
             ratio: "-".into(),
         });
         results.push(row(
             "another client's GET round trip during the scan, p99 (client side, same 2 cores)",
             5.0,
-            median(during_p99),
+            median(&during_p99),
             "ms",
         ));
         results.push(row(
             "another client's GET round trip during the scan, max (client side)",
             5.0,
-            median(during_max),
+            median(&during_max),
             "ms",
         ));
         results.push(Row {
             what: "  (same client, no scan running: max)".into(),
             target: "-".into(),
-            measured: format!("{:.2} ms", median(baseline_max)),
+            measured: format!("{:.2} ms", median(&baseline_max)),
             ratio: "-".into(),
         });
         results.push(Row {
@@ -1019,7 +1009,7 @@ fn render_rounds(app: &mut App, what: &str) -> f64 {
         );
         p99s.push(percentile(&lat, 0.99));
     }
-    median(p99s)
+    median(&p99s)
 }
 
 fn synthetic_scan(n: usize) -> LockScan {

@@ -10,6 +10,9 @@
 //!     cargo bench --bench db_layer
 //!     IDEMGUARD_BENCH_SECS=10 IDEMGUARD_BENCH_ROUNDS=7 cargo bench --bench db_layer
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
 #[path = "support/bare_insert.rs"]
 mod bare_insert;
 #[path = "../tests/common/mod.rs"]
@@ -99,11 +102,6 @@ async fn measure(orders: &Orders, load: Load, secs: u64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let mut config = common::fresh_database_config(dialect).await;
     config.database.max_connections = CLIENTS as u32;
@@ -151,13 +149,21 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
             rates[2][round]
         );
     }
-    let medians: Vec<f64> = rates.iter().map(|r| median(r.clone())).collect();
+    let medians: Vec<f64> = rates.iter().map(|r| median(r)).collect();
     for (load, m) in loads.iter().zip(&medians) {
         println!("  {:<16} median {:>8.0} orders/s", load.name(), m);
     }
     // The ratio of each round (its measurements ran back to back, under the same load from
     // the rest of the machine), then the median of those.
-    let ratio = |i: usize| median(rates[i].iter().zip(&rates[0]).map(|(l, b)| l / b).collect());
+    let ratio = |i: usize| {
+        median(
+            &rates[i]
+                .iter()
+                .zip(&rates[0])
+                .map(|(l, b)| l / b)
+                .collect::<Vec<_>>(),
+        )
+    };
     let (spread_ratio, hot_ratio) = (ratio(1), ratio(2));
     println!(
         "  ratio spread/bare {spread_ratio:.2} (median of rounds; target >= {TARGET_RATIO}: {}), hot/bare {hot_ratio:.2}",

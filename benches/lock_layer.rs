@@ -14,6 +14,9 @@
 //! from /proc) is printed to show where the time goes.
 //! Run: `cargo bench --bench lock_layer`.
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 
@@ -342,10 +345,4 @@ fn measure_cpu<T>(servers: &[&RedisServer], cycles: usize, f: impl FnOnce() -> T
             client_us: per(client),
         },
     )
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).expect("rates are numbers"));
-    s[s.len() / 2]
 }

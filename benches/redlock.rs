@@ -14,6 +14,9 @@
 //! Sizes: IDEMGUARD_BENCH_ROUNDS (default 3) rounds; IDEMGUARD_BENCH_CYCLES (default 2000)
 //! single-client cycles and 5x that many 50-client cycles per side per round.
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::{median, percentile};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -173,16 +176,6 @@ fn show(counts: &BTreeMap<String, f64>) -> String {
         "{total:.2} commands per cycle per node, scripts' calls included ({})",
         parts.join(", ")
     )
-}
-
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).expect("numbers"));
-    s[((s.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn median(v: &[f64]) -> f64 {
-    percentile(v, 0.5)
 }
 
 #[tokio::main]

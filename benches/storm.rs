@@ -7,6 +7,9 @@
 //!     cargo bench --bench storm
 //!     IDEMGUARD_BENCH_ROUNDS=5 IDEMGUARD_STORM_USERS=2000 cargo bench --bench storm
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -22,11 +25,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
 }
 
 async fn once(
@@ -69,14 +67,23 @@ async fn bench_dialect(dialect: Dialect, rounds: usize, users: usize) {
         );
         rows.push([base, dc, fs]);
     }
-    let rate = |i: usize| median(rows.iter().map(|r| r[i].http.requests_per_second).collect());
-    let lat =
-        |i: usize, f: fn(&StormReport) -> f64| median(rows.iter().map(|r| f(&r[i])).collect());
+    let rate = |i: usize| {
+        median(
+            &rows
+                .iter()
+                .map(|r| r[i].http.requests_per_second)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let lat = |i: usize, f: fn(&StormReport) -> f64| {
+        median(&rows.iter().map(|r| f(&r[i])).collect::<Vec<_>>())
+    };
     let ratio = |i: usize| {
         median(
-            rows.iter()
+            &rows
+                .iter()
                 .map(|r| r[i].http.requests_per_second / r[0].http.requests_per_second)
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     for (i, name) in [

@@ -14,6 +14,9 @@
 //! start with its own group, on the same database reset in between (orders back to CREATED,
 //! sink tables emptied). Every loop is bounded; everything runs against the loopback stack.
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
 #[path = "support/bare_consumer.rs"]
 mod bare_consumer;
 #[path = "../tests/common/mod.rs"]
@@ -166,11 +169,6 @@ async fn reset(db: &Database) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 /// One configuration of the deduplicating consumer.
 struct Variant {
     name: &'static str,
@@ -306,7 +304,7 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
 }
 
 fn report(dialect: Dialect, s: &Series) {
-    let m = |k: &str| median(s[k].clone());
+    let m = |k: &str| median(&s[k]);
     for label in ["unique", "50% dup"] {
         let (b100, b1000) = (
             m(&format!("{label}|bare 100")),
@@ -315,7 +313,7 @@ fn report(dialect: Dialect, s: &Series) {
         let today = m(&format!("{label}|0"));
         println!("{dialect} {label}: bare consumer {b100:.0} ev/s at batch 100, {b1000:.0} ev/s at batch 1000");
         for (i, v) in VARIANTS.iter().enumerate() {
-            let Some(rate) = s.get(&format!("{label}|{i}")).map(|v| median(v.clone())) else {
+            let Some(rate) = s.get(&format!("{label}|{i}")).map(|v| median(v)) else {
                 continue;
             };
             let bare = if v.batch_max >= 1000 { b1000 } else { b100 };

@@ -147,22 +147,8 @@ CREATE TABLE IF NOT EXISTS {{processed_event}} (
   KEY ix_expire_at (expire_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
--- Every console action attempt, refused or done.
-CREATE TABLE IF NOT EXISTS {{ops_audit}} (
-  id            BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  operator      VARCHAR(128) NOT NULL,
-  environment   VARCHAR(64)  NOT NULL,
-  action        VARCHAR(64)  NOT NULL,
-  target        VARCHAR(255) NOT NULL,
-  before_state  MEDIUMTEXT   NULL,
-  after_state   MEDIUMTEXT   NULL,
-  reason        TEXT         NULL,
-  outcome       VARCHAR(32)  NOT NULL,
-  detail        TEXT         NULL,
-  created_at    BIGINT       NOT NULL,
-  KEY ix_created_at (created_at),
-  KEY ix_target (target)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Every console action attempt, refused or done: console_audit_table.sql, which `migrate`
+-- runs after this file (one definition, also what a team's DBA runs on a foreign system).
 
 -- The post-incident report reads a window of each order-sized table by created_at (schema v4,
 -- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs). Outside

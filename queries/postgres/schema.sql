@@ -144,22 +144,8 @@ CREATE INDEX IF NOT EXISTS {{processed_event}}_ix_event_id ON {{processed_event}
 CREATE INDEX IF NOT EXISTS {{processed_event}}_ix_order_no ON {{processed_event}} (order_no);
 CREATE INDEX IF NOT EXISTS {{processed_event}}_ix_expire_at ON {{processed_event}} (expire_at);
 
--- Every console action attempt, refused or done.
-CREATE TABLE IF NOT EXISTS {{ops_audit}} (
-  id            BIGSERIAL    PRIMARY KEY,
-  operator      VARCHAR(128) NOT NULL,
-  environment   VARCHAR(64)  NOT NULL,
-  action        VARCHAR(64)  NOT NULL,
-  target        VARCHAR(255) NOT NULL,
-  before_state  TEXT,
-  after_state   TEXT,
-  reason        TEXT,
-  outcome       VARCHAR(32)  NOT NULL,
-  detail        TEXT,
-  created_at    BIGINT       NOT NULL
-);
-CREATE INDEX IF NOT EXISTS {{ops_audit}}_ix_created_at ON {{ops_audit}} (created_at);
-CREATE INDEX IF NOT EXISTS {{ops_audit}}_ix_target ON {{ops_audit}} (target);
+-- Every console action attempt, refused or done: console_audit_table.sql, which `migrate`
+-- runs after this file (one definition, also what a team's DBA runs on a foreign system).
 
 -- The post-incident report reads a window of each order-sized table by created_at (schema v4,
 -- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs).

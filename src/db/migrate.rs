@@ -54,6 +54,8 @@ pub async fn migrate(db: &Database) -> anyhow::Result<MigrateReport> {
     }
     let version_before = schema_version(db, &mut conn).await.unwrap_or(0);
     let mut script = statements(db.sql("schema"));
+    // The audit table has its own file: a team's DBA runs it alone on a foreign system.
+    script.extend(statements(db.sql("console_audit_table")));
     // Routines are one statement each, whatever `;` their bodies hold.
     script.extend(ROUTINES.iter().map(|name| db.sql(name).to_string()));
     let mut failure = None;
