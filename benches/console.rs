@@ -17,7 +17,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::{median, percentile};
+use stats::{knob, median, percentile};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -39,13 +39,6 @@ const ROUNDS: usize = 3;
 const LOOKUPS_PER_ROUND: usize = 1000;
 const FRAMES_PER_ROUND: usize = 200;
 const CHUNK: i64 = 200_000;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 fn local_config() -> Config {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local.toml");
@@ -81,8 +74,8 @@ fn main() {
 }
 
 async fn run() {
-    let orders = env_usize("IDEMGUARD_BENCH_ORDERS", 1_000_000) as i64;
-    let lock_count = env_usize("IDEMGUARD_BENCH_LOCKS", 100_000);
+    let orders = knob::<usize>("IDEMGUARD_BENCH_ORDERS", 1_000_000) as i64;
+    let lock_count = knob::<usize>("IDEMGUARD_BENCH_LOCKS", 100_000);
     let mut results: Vec<Row> = Vec::new();
     // IDEMGUARD_BENCH_ONLY=lookup,scan,memory,render runs only those parts (default: all).
     let only = std::env::var("IDEMGUARD_BENCH_ONLY").unwrap_or_default();

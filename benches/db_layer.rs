@@ -12,7 +12,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{knob, median};
 #[path = "support/bare_insert.rs"]
 mod bare_insert;
 #[path = "../tests/common/mod.rs"]
@@ -47,13 +47,6 @@ impl Load {
             Load::Hot => "layer, hot SKU",
         }
     }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Orders per second of `load` over `secs` seconds with [`CLIENTS`] clients.
@@ -189,8 +182,8 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
 }
 
 fn main() {
-    let secs = env_u64("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
-    let rounds = env_u64("IDEMGUARD_BENCH_ROUNDS", 5).clamp(3, 15) as usize;
+    let secs = knob::<u64>("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
+    let rounds = knob::<u64>("IDEMGUARD_BENCH_ROUNDS", 5).clamp(3, 15) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -16,7 +16,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{knob, median};
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 
@@ -46,11 +46,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let rounds: usize = std::env::var("IDEMGUARD_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3)
-        .clamp(3, 15);
+    let rounds = knob::<usize>("IDEMGUARD_BENCH_ROUNDS", 3).clamp(3, 15);
     let instance = Instance::current();
 
     // (a) single node

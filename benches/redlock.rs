@@ -16,7 +16,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::{median, percentile};
+use stats::{knob, median, percentile};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -180,14 +180,8 @@ fn show(counts: &BTreeMap<String, f64>) -> String {
 
 #[tokio::main]
 async fn main() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let rounds = env("IDEMGUARD_BENCH_ROUNDS", 3);
-    let cycles = env("IDEMGUARD_BENCH_CYCLES", 2000);
+    let rounds = knob::<usize>("IDEMGUARD_BENCH_ROUNDS", 3);
+    let cycles = knob::<usize>("IDEMGUARD_BENCH_CYCLES", 2000);
     let instance = Instance::current();
     let locks = lock_service(&instance);
     let manager = rslock::LockManager::new(nodes());

@@ -9,7 +9,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{knob, median};
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -19,13 +19,6 @@ use idemguard::config::Dialect;
 use idemguard::db::Database;
 use idemguard::storm::report::StormReport;
 use idemguard::storm::{self, Scenario, StormOptions};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn once(
     config: &idemguard::config::Config,
@@ -128,8 +121,8 @@ async fn bench_dialect(dialect: Dialect, rounds: usize, users: usize) {
 }
 
 fn main() {
-    let rounds = env_usize("IDEMGUARD_BENCH_ROUNDS", 3).clamp(3, 15);
-    let users = env_usize("IDEMGUARD_STORM_USERS", 2000).clamp(500, 20_000);
+    let rounds = knob::<usize>("IDEMGUARD_BENCH_ROUNDS", 3).clamp(3, 15);
+    let users = knob::<usize>("IDEMGUARD_STORM_USERS", 2000).clamp(500, 20_000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

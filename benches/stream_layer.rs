@@ -16,7 +16,7 @@
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{knob, median};
 #[path = "support/bare_consumer.rs"]
 mod bare_consumer;
 #[path = "../tests/common/mod.rs"]
@@ -332,14 +332,8 @@ fn report(dialect: Dialect, s: &Series) {
 
 #[tokio::main]
 async fn main() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let n = env("IDEMGUARD_BENCH_EVENTS", 20_000);
-    let rounds = env("IDEMGUARD_BENCH_ROUNDS", 3);
+    let n = knob::<usize>("IDEMGUARD_BENCH_EVENTS", 20_000);
+    let rounds = knob::<usize>("IDEMGUARD_BENCH_ROUNDS", 3);
     let only = std::env::var("IDEMGUARD_BENCH_DIALECT").unwrap_or_default();
     println!(
         "stream_layer: {n} events per run, {rounds} rounds, medians; trace events to the log only"

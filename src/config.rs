@@ -317,6 +317,22 @@ pub struct SourceTable {
 /// The `table` value of a table the system does not have.
 pub const ABSENT: &str = "absent";
 
+/// The logical tables of a source profile the console reads: a team's system maps each one to
+/// its own table, or marks it absent.
+pub const CONSOLE_TABLES: [&str; 7] = [
+    "idempotency_record",
+    "order_record",
+    "inventory",
+    "stock_movement",
+    "payment_flow",
+    "points_ledger",
+    "notification",
+];
+
+/// The logical tables only idemguard's own services have (its outbox and its consumer's dedup
+/// state): profiled like the others, never checked on a team's system.
+pub const OWN_TABLES: [&str; 2] = ["outbox", "processed_event"];
+
 impl SourceProfile {
     /// The profile's section of a logical table (None: not a profiled table).
     pub fn table(&self, logical: &str) -> Option<&SourceTable> {
@@ -349,17 +365,7 @@ impl SourceProfile {
     fn validate(&self) -> Result<(), (String, String)> {
         self.offset_ms()
             .map_err(|m| ("source.time_zone".to_string(), m))?;
-        for logical in [
-            "idempotency_record",
-            "order_record",
-            "inventory",
-            "stock_movement",
-            "payment_flow",
-            "points_ledger",
-            "notification",
-            "outbox",
-            "processed_event",
-        ] {
+        for logical in CONSOLE_TABLES.iter().chain(&OWN_TABLES) {
             let t = self.table(logical).expect("a profiled table");
             let key = |k: &str| format!("source.{logical}.{k}");
             if t.table != ABSENT && !t.table.is_empty() && !is_identifier(&t.table) {

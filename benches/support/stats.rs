@@ -16,3 +16,12 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
 pub fn median(v: &[f64]) -> f64 {
     percentile(v, 0.5)
 }
+
+/// A bench's size or round count from the environment (`IDEMGUARD_BENCH_*`), `_` allowed as a
+/// digit separator (`20_000_000`); `default` when unset or not a number.
+pub fn knob<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}

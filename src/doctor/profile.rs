@@ -9,27 +9,16 @@ use std::time::Instant;
 use sqlx::Row;
 
 use super::CheckRow;
-use crate::config::{SourceTable, StatusKind, TimeStorage, ABSENT};
+use crate::config::{SourceTable, StatusKind, TimeStorage, ABSENT, CONSOLE_TABLES};
 use crate::db::Database;
 
 const SERVICE: &str = "source profile";
-
-/// The profile's tables the console reads (outbox and processed_event are idemguard's own).
-const TABLES: [&str; 7] = [
-    "idempotency_record",
-    "order_record",
-    "inventory",
-    "stock_movement",
-    "payment_flow",
-    "points_ledger",
-    "notification",
-];
 
 pub async fn check(config: &crate::config::Config, db: &Database) -> Vec<CheckRow> {
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut mapped = 0;
-    for logical in TABLES {
+    for logical in CONSOLE_TABLES {
         let t = config.source.table(logical).expect("a profiled table");
         if t.table == ABSENT {
             continue;
