@@ -260,7 +260,7 @@ impl TableNames {
 /// The source profile (`[source]`): how the console's queries map onto an order system —
 /// idemguard's own by default, or a team's that follows the article's shapes. Applied to the
 /// SQL when it is loaded (src/db/queries.rs); the SQL itself stays in `queries/`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceProfile {
     /// "+HH:MM": the offset of `datetime` columns' wall-clock values.
@@ -302,16 +302,22 @@ pub enum StatusKind {
 pub struct SourceTable {
     /// "" = the name in `[tables]`; [`ABSENT`] = the system has no such table.
     pub table: String,
-    #[serde(default)]
+    // Written only where set: a table without time or status columns has no such keys in
+    // config/default.toml, and a config written back (`storm`'s child processes) must load.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub time: TimeStorage,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub status_kind: StatusKind,
     /// idemguard's status name → the value the table stores for it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub status: BTreeMap<String, String>,
     /// idemguard's logical column → the physical column; "" = no such column.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub columns: BTreeMap<String, String>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// The `table` value of a table the system does not have.
@@ -1270,6 +1276,21 @@ mod tests {
         assert_eq!(c.lock.ttl, Duration::from_secs(30));
         assert_eq!(c.idempotency.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(c.dialect(), Dialect::Postgres);
+    }
+
+    #[test]
+    fn a_config_written_back_loads_again() {
+        // `storm` hands its child processes the config as a file it serializes: every key it
+        // writes must be one the loader accepts, for idemguard's own profile and a team's.
+        for file in [
+            None,
+            Some(include_str!("../config/profiles/article-mysql.toml")),
+        ] {
+            let config = load_with(file, &[]).expect("loads");
+            let text = toml::to_string(&config).expect("serializes");
+            let again = load_with(Some(&text), &[]).expect("written back, loads again");
+            assert_eq!(again.source, config.source);
+        }
     }
 
     #[test]
