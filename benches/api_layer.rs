@@ -10,6 +10,9 @@
 //! - replays of 200 finished keys vs baseline (b): a handler answering from one Redis `GET`;
 //!   50 keep-alive connections. Target ≥ 0.8.
 //!
+//! Each comparison also measures idemguard with `trace.enabled = false` (a second service on
+//! the same database): the trace events' share of the difference.
+//!
 //! Both dialects. The load generator is this binary re-executed as a child process
 //! (`support/load_client.rs`), so the service is measured, not the client; each measurement
 //! also prints where the machine's CPU went (`support/proc_cpu.rs`: the service, the client,
@@ -19,8 +22,10 @@
 //!
 //!   scripts/stack up && cargo bench --bench api_layer
 //!
-//! IDEMGUARD_BENCH_SECS (default 5) per measurement, IDEMGUARD_BENCH_ROUNDS (default 3); the two
-//! sides alternate which goes first from round to round.
+//! IDEMGUARD_BENCH_SECS (default 5) per measurement, IDEMGUARD_BENCH_ROUNDS (default 3); the
+//! sides take turns going first from round to round. "service" CPU is this process: the three
+//! servers live in it, and only the one under load does work (plus idemguard's heartbeat,
+//! outbox relay and replay-count flusher, a few statements a second).
 
 #[path = "support/api_baseline.rs"]
 mod api_baseline;
@@ -183,49 +188,50 @@ async fn measure(
     (r, u, per_request(&before, &after, sent))
 }
 
-/// idemguard against its baseline for `rounds` rounds; returns the median ratio.
+/// The sides of a comparison: the baseline, idemguard, and idemguard with `trace.enabled =
+/// false` (the trace events' share of the difference).
+const SIDES: [&str; 3] = ["baseline ", "idemguard", "no trace "];
+
+/// The three sides for `rounds` rounds, the first side of a round rotating; returns each
+/// side's measurements and the median ratios of idemguard and of idemguard without trace
+/// events to the baseline.
 async fn compare(
     what: &str,
     rounds: usize,
-    idemguard: &Load,
-    baseline: &Load,
+    loads: [&Load; 3],
     db_name: &str,
     redis: &mut redis::aio::MultiplexedConnection,
-) -> (Side, Side, f64) {
-    let (mut ours, mut base, mut ratios) = (Side::default(), Side::default(), Vec::new());
+) -> ([Side; 3], f64, f64) {
+    let mut sides: [Side; 3] = Default::default();
+    let (mut ratios, mut quiet_ratios) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
-        let order = if round % 2 == 1 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for is_ours in order {
-            let (load, side, name) = if is_ours {
-                (idemguard, &mut ours, "idemguard")
-            } else {
-                (baseline, &mut base, "baseline ")
-            };
-            let (r, u, (calls, which)) = measure(load, db_name, redis).await;
+        for k in 0..3 {
+            let i = (round - 1 + k) % 3;
+            let (r, u, (calls, which)) = measure(loads[i], db_name, redis).await;
             println!(
-                "  {what} round {round} {name}: {:>7.0}/s p50 {:>5.1} ms p99 {:>5.1} ms | cores: {}",
+                "  {what} round {round} {}: {:>7.0}/s p50 {:>5.1} ms p99 {:>5.1} ms | cores: {}",
+                SIDES[i],
                 r.ops_per_s,
                 r.p50_ms,
                 r.p99_ms,
                 u.line()
             );
             println!("    redis {calls:.2} commands/request: {which}");
-            side.add(&r, u, calls);
+            sides[i].add(&r, u, calls);
         }
-        let ratio = ours.rates[round - 1] / base.rates[round - 1];
-        println!("  {what} round {round} ratio {ratio:.2}");
+        let rate = |i: usize| sides[i].rates[round - 1];
+        let (ratio, quiet) = (rate(1) / rate(0), rate(2) / rate(0));
+        println!("  {what} round {round} ratio {ratio:.2} (no trace {quiet:.2})");
         ratios.push(ratio);
+        quiet_ratios.push(quiet);
     }
-    (ours, base, median(&ratios))
+    (sides, median(&ratios), median(&quiet_ratios))
 }
 
-fn summary(dialect: Dialect, what: &str, ours: &Side, base: &Side, ratio: f64) {
+fn summary(dialect: Dialect, what: &str, sides: &[Side; 3], ratio: f64, quiet: f64) {
+    let [base, ours, _] = sides;
     println!(
-        "{dialect}: {what}: idemguard median {:.0}/s (p50 {:.1} ms, p99 {:.1} ms) vs baseline {:.0}/s (p50 {:.1} ms, p99 {:.1} ms): ratio {ratio:.2} (target >= {TARGET}: {})",
+        "{dialect}: {what}: idemguard median {:.0}/s (p50 {:.1} ms, p99 {:.1} ms) vs baseline {:.0}/s (p50 {:.1} ms, p99 {:.1} ms): ratio {ratio:.2} (target >= {TARGET}: {}); with trace.enabled = false {quiet:.2}",
         median(&ours.rates),
         median(&ours.p50),
         median(&ours.p99),
@@ -234,7 +240,7 @@ fn summary(dialect: Dialect, what: &str, ours: &Side, base: &Side, ratio: f64) {
         median(&base.p99),
         if ratio >= TARGET { "met" } else { "NOT met" }
     );
-    for (name, side) in [("idemguard", ours), ("baseline ", base)] {
+    for (name, side) in SIDES.iter().zip(sides) {
         println!(
             "  {name}: redis {:.2} cmd/req; CPU µs per request: {}; cores: {}",
             median(&side.redis_per_req),
@@ -296,6 +302,11 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let service = server::start(config.clone(), "127.0.0.1:0")
         .await
         .expect("service starts");
+    let mut untraced = config.clone();
+    untraced.trace.enabled = false;
+    let quiet = server::start(untraced, "127.0.0.1:0")
+        .await
+        .expect("service without trace events starts");
     let prefix = format!("bench:api:{}:", common::unique_suffix());
     let baseline = api_baseline::start(&config, &prefix).await;
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
@@ -308,8 +319,9 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         .await
         .expect("Redis");
     let db_name = database_name(&config);
-    let (ours_url, base_url) = (
+    let (ours_url, quiet_url, base_url) = (
         format!("http://{}", service.addr),
+        format!("http://{}", quiet.addr),
         format!("http://{}", baseline.addr),
     );
     println!(
@@ -326,16 +338,20 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         expect_status: 201,
         expect_replay_header: false,
     };
-    let (ours, base, ratio) = compare(
+    let loads = [
+        new_order(format!("{base_url}/orders")),
+        new_order(format!("{ours_url}/orders")),
+        new_order(format!("{quiet_url}/orders")),
+    ];
+    let (sides, ratio, no_trace) = compare(
         "new orders",
         rounds,
-        &new_order(format!("{ours_url}/orders")),
-        &new_order(format!("{base_url}/orders")),
+        [&loads[0], &loads[1], &loads[2]],
         &db_name,
         &mut redis,
     )
     .await;
-    summary(dialect, "new orders", &ours, &base, ratio);
+    summary(dialect, "new orders", &sides, ratio, no_trace);
 
     let keys = finished_keys(&ours_url, &prefix, &mut redis).await;
     let replay = |url: String, header: bool| Load {
@@ -348,17 +364,21 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         expect_status: 201,
         expect_replay_header: header,
     };
-    let (ours, base, ratio) = compare(
+    let loads = [
+        replay(format!("{base_url}/replays"), false),
+        replay(format!("{ours_url}/orders"), true),
+        replay(format!("{quiet_url}/orders"), true),
+    ];
+    let (sides, ratio, no_trace) = compare(
         "replays",
         rounds,
-        &replay(format!("{ours_url}/orders"), true),
-        &replay(format!("{base_url}/replays"), false),
+        [&loads[0], &loads[1], &loads[2]],
         &db_name,
         &mut redis,
     )
     .await;
-    summary(dialect, "replays", &ours, &base, ratio);
-    let (rate, p99) = (median(&ours.rates), median(&ours.p99));
+    summary(dialect, "replays", &sides, ratio, no_trace);
+    let (rate, p99) = (median(&sides[1].rates), median(&sides[1].p99));
     println!(
         "{dialect}: replays, issue 5's absolute target >= 20000/s with p99 < 5 ms: {} ({rate:.0}/s, p99 {p99:.1} ms); load {}",
         if rate >= 20_000.0 && p99 < 5.0 { "met" } else { "NOT met" },
@@ -369,8 +389,10 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&stored).query_async(&mut redis).await;
     baseline.shutdown.cancel();
     let _ = baseline.done.await;
-    service.shutdown.cancel();
-    let _ = service.done.await;
+    for s in [service, quiet] {
+        s.shutdown.cancel();
+        let _ = s.done.await;
+    }
 }
 
 /// The 1/5/15-minute load average, as `uptime` shows it.
