@@ -1,37 +1,60 @@
-//! Benchmark of the API layer (issue 5), in one run against the loopback stack:
-//! - unique orders per second through `POST /orders` with every layer on (Idempotency-Key
-//!   record, fast path, request lock, database layer, trace) vs the bare insert of the
-//!   database-layer benchmark, same database, 16 concurrent clients — target ≥ 0.5;
-//! - requests per second and p99 latency of replays of finished keys — target ≥ 20,000/s with
-//!   p99 < 5 ms.
+//! Benchmark of the API layer (issues 5 and 19), against baselines doing the same durable work
+//! on the same HTTP server, client and database, in one run on the loopback stack:
+//!
+//! - new orders through idemguard's `POST /orders` (every layer on: key validation, request
+//!   hash, Redis fast path, `idempotency_record` claim, `lock:req:{requestId}` with its fence,
+//!   the create routine, finalize, the fast-path answer, trace events) vs baseline (a): a
+//!   handler running the same three statements — claim insert, create routine, finalize
+//!   update, from queries/ — with no idempotency logic (`support/api_baseline.rs`); 16
+//!   keep-alive connections. Target ≥ 0.8.
+//! - replays of 200 finished keys vs baseline (b): a handler answering from one Redis `GET`;
+//!   50 keep-alive connections. Target ≥ 0.8.
+//!
+//! Each comparison also measures idemguard with `trace.enabled = false` (a second service on
+//! the same database): the trace events' share of the difference.
+//!
+//! Both dialects. The load generator is this binary re-executed as a child process
+//! (`support/load_client.rs`), so the service is measured, not the client; each measurement
+//! also prints where the machine's CPU went (`support/proc_cpu.rs`: the service, the client,
+//! the database server, redis-server, the Kafka broker, other work on the machine) and how many
+//! Redis commands each request cost (`INFO commandstats`, which counts every client of the
+//! shared Redis).
 //!
 //!   scripts/stack up && cargo bench --bench api_layer
 //!
-//! IDEMGUARD_BENCH_SECS (default 5) per measurement, IDEMGUARD_BENCH_ROUNDS (default 3).
-//! The HTTP clients run in the same process as the service: on two cores they take CPU from
-//! it, which the figures include.
+//! IDEMGUARD_BENCH_SECS (default 5) per measurement, IDEMGUARD_BENCH_ROUNDS (default 3); the
+//! sides take turns going first from round to round. "service" CPU is this process: the three
+//! servers live in it, and only the one under load does work (plus idemguard's heartbeat,
+//! outbox relay and replay-count flusher, a few statements a second).
 
-#[path = "support/stats.rs"]
-mod stats;
-use stats::median;
-#[path = "support/bare_insert.rs"]
-mod bare_insert;
+#[path = "support/api_baseline.rs"]
+mod api_baseline;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/load_client.rs"]
+mod load_client;
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
+#[path = "support/stats.rs"]
+mod stats;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Duration;
 
 use idemguard::api::server;
-use idemguard::config::Dialect;
-use idemguard::contracts::{Instance, OrderNo, RequestId};
-use idemguard::db::orders::{NewOrder, Orders};
-use idemguard::db::Database;
+use idemguard::config::{Config, Dialect};
+use idemguard::contracts::{Instance, RequestId};
+use idemguard::db::orders::Orders;
 use idemguard::trace::Tracer;
+use load_client::{Load, LoadResult};
+use proc_cpu::{Usage, GROUPS};
+use stats::median;
 
-const CLIENTS: usize = 16;
-const REPLAY_CLIENTS: usize = 50;
+const ORDER_CONNECTIONS: usize = 16;
+const REPLAY_CONNECTIONS: usize = 50;
+const REPLAY_KEYS: usize = 200;
+const SKUS: i64 = 16;
+const TARGET: f64 = 0.8;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -40,50 +63,232 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs `clients` loops of `op` for `secs`; returns (operations/s, sorted latencies in µs).
-async fn run_for<F, Fut>(clients: usize, secs: u64, op: F) -> (f64, Vec<u64>)
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
-            let (stop, done, latencies, op) =
-                (stop.clone(), done.clone(), latencies.clone(), op.clone());
-            tokio::spawn(async move {
-                let mut mine = Vec::new();
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    op(c, i).await;
-                    mine.push(t.elapsed().as_micros() as u64);
-                    done.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-                latencies.lock().unwrap().extend(mine);
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    let mut l = Arc::try_unwrap(latencies).unwrap().into_inner().unwrap();
-    l.sort_unstable();
-    (rate, l)
+/// One side's measurements over the rounds.
+#[derive(Default)]
+struct Side {
+    rates: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    redis_per_req: Vec<f64>,
+    /// CPU µs per request, per group.
+    cpu_us: Vec<Vec<f64>>,
+    usage: Vec<Usage>,
 }
 
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+impl Side {
+    fn add(&mut self, r: &LoadResult, u: Usage, redis_per_req: f64) {
+        self.rates.push(r.ops_per_s);
+        self.p50.push(r.p50_ms);
+        self.p99.push(r.p99_ms);
+        self.redis_per_req.push(redis_per_req);
+        self.cpu_us.push(
+            GROUPS
+                .iter()
+                .map(|g| u.of(*g) / r.ops_per_s.max(1e-9) * 1e6)
+                .collect(),
+        );
+        self.usage.push(u);
     }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+
+    /// "service 612 client 240 db 380 redis 31 kafka 12" (median CPU µs per request).
+    fn cpu_per_request(&self) -> String {
+        GROUPS
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let v: Vec<f64> = self.cpu_us.iter().map(|c| c[i]).collect();
+                format!("{} {:.0}", g.name(), median(&v))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Median cores used per group, plus others and idle.
+    fn cores(&self) -> String {
+        let mut s: Vec<String> = GROUPS
+            .iter()
+            .map(|g| {
+                let v: Vec<f64> = self.usage.iter().map(|u| u.of(*g)).collect();
+                format!("{} {:.2}", g.name(), median(&v))
+            })
+            .collect();
+        let others: Vec<f64> = self.usage.iter().map(|u| u.others).collect();
+        let idle: Vec<f64> = self.usage.iter().map(|u| u.idle).collect();
+        s.push(format!("others {:.2}", median(&others)));
+        s.push(format!("idle {:.2}", median(&idle)));
+        s.join(" ")
+    }
+}
+
+/// `calls=` per command of `INFO commandstats` (commands run inside a Lua script count too).
+async fn redis_calls(redis: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// Redis commands per request between two `INFO commandstats`, all of them and the main ones
+/// ("evalsha 3.00 set 1.00 …"); the second INFO itself is not counted.
+fn per_request(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    sent: f64,
+) -> (f64, String) {
+    let mut per: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, n)| {
+            let mut d = n.saturating_sub(before.get(name).copied().unwrap_or(0));
+            if name == "info" {
+                d = d.saturating_sub(1);
+            }
+            (name.clone(), d as f64 / sent)
+        })
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    per.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total = per.iter().map(|(_, v)| v).sum();
+    let main: Vec<String> = per
+        .iter()
+        .filter(|(_, v)| *v >= 0.05)
+        .map(|(n, v)| format!("{n} {v:.2}"))
+        .collect();
+    (total, main.join(" "))
+}
+
+/// One measurement: the child's result, the CPU split, and Redis commands per request (the
+/// warm-up requests, one per connection, included in both counts).
+async fn measure(
+    load: &Load,
+    db_name: &str,
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> (LoadResult, Usage, (f64, String)) {
+    let before = redis_calls(redis).await;
+    let (r, u) = load_client::drive(load, db_name).await;
+    let after = redis_calls(redis).await;
+    assert_eq!(
+        r.errors, 0,
+        "{} wrong answers; the first: {:?}",
+        r.errors, r.first_error
+    );
+    let sent = (r.requests + load.connections as u64) as f64;
+    (r, u, per_request(&before, &after, sent))
+}
+
+/// The sides of a comparison: the baseline, idemguard, and idemguard with `trace.enabled =
+/// false` (the trace events' share of the difference).
+const SIDES: [&str; 3] = ["baseline ", "idemguard", "no trace "];
+
+/// The three sides for `rounds` rounds, the first side of a round rotating; returns each
+/// side's measurements and the median ratios of idemguard and of idemguard without trace
+/// events to the baseline.
+async fn compare(
+    what: &str,
+    rounds: usize,
+    loads: [&Load; 3],
+    db_name: &str,
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> ([Side; 3], f64, f64) {
+    let mut sides: [Side; 3] = Default::default();
+    let (mut ratios, mut quiet_ratios) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        for k in 0..3 {
+            let i = (round - 1 + k) % 3;
+            let (r, u, (calls, which)) = measure(loads[i], db_name, redis).await;
+            println!(
+                "  {what} round {round} {}: {:>7.0}/s p50 {:>5.1} ms p99 {:>5.1} ms | cores: {}",
+                SIDES[i],
+                r.ops_per_s,
+                r.p50_ms,
+                r.p99_ms,
+                u.line()
+            );
+            println!("    redis {calls:.2} commands/request: {which}");
+            sides[i].add(&r, u, calls);
+        }
+        let rate = |i: usize| sides[i].rates[round - 1];
+        let (ratio, quiet) = (rate(1) / rate(0), rate(2) / rate(0));
+        println!("  {what} round {round} ratio {ratio:.2} (no trace {quiet:.2})");
+        ratios.push(ratio);
+        quiet_ratios.push(quiet);
+    }
+    (sides, median(&ratios), median(&quiet_ratios))
+}
+
+fn summary(dialect: Dialect, what: &str, sides: &[Side; 3], ratio: f64, quiet: f64) {
+    let [base, ours, _] = sides;
+    println!(
+        "{dialect}: {what}: idemguard median {:.0}/s (p50 {:.1} ms, p99 {:.1} ms) vs baseline {:.0}/s (p50 {:.1} ms, p99 {:.1} ms): ratio {ratio:.2} (target >= {TARGET}: {}); with trace.enabled = false {quiet:.2}",
+        median(&ours.rates),
+        median(&ours.p50),
+        median(&ours.p99),
+        median(&base.rates),
+        median(&base.p50),
+        median(&base.p99),
+        if ratio >= TARGET { "met" } else { "NOT met" }
+    );
+    for (name, side) in SIDES.iter().zip(sides) {
+        println!(
+            "  {name}: redis {:.2} cmd/req; CPU µs per request: {}; cores: {}",
+            median(&side.redis_per_req),
+            side.cpu_per_request(),
+            side.cores()
+        );
+    }
+}
+
+/// Finishes `REPLAY_KEYS` orders through idemguard and stores each answer for baseline (b)
+/// under `prefix`; returns the keys.
+async fn finished_keys(
+    base: &str,
+    prefix: &str,
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut keys = Vec::new();
+    for _ in 0..REPLAY_KEYS {
+        let key = RequestId::generate("BENCH", "ORDER").to_string();
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", &key)
+            .json(&load_client::replay_body())
+            .send()
+            .await
+            .expect("POST /orders");
+        assert_eq!(r.status(), 201);
+        let answer = r.text().await.expect("the answer");
+        redis::cmd("SET")
+            .arg(format!("{prefix}{key}"))
+            .arg(answer)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async::<()>(redis)
+            .await
+            .expect("SET the baseline's answer");
+        keys.push(key);
+    }
+    keys
+}
+
+fn database_name(config: &Config) -> String {
+    url::Url::parse(&config.database.url)
+        .expect("database url")
+        .path()
+        .trim_start_matches('/')
+        .to_string()
 }
 
 async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
@@ -91,146 +296,117 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let topics = common::fresh_topics(&config, &["bench.payment", "bench.trace"]).await;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.trace_topic = topics[1].clone();
-    config.database.max_connections = CLIENTS as u32;
+    config.database.max_connections = ORDER_CONNECTIONS as u32;
+    // The shared Redis keeps the answers of this run's orders for 10 minutes, not a day.
+    config.idempotency.fast_path_ttl = Duration::from_secs(600);
     let service = server::start(config.clone(), "127.0.0.1:0")
         .await
         .expect("service starts");
-    let base = format!("http://{}", service.addr);
+    let mut untraced = config.clone();
+    untraced.trace.enabled = false;
+    let quiet = server::start(untraced, "127.0.0.1:0")
+        .await
+        .expect("service without trace events starts");
+    let prefix = format!("bench:api:{}:", common::unique_suffix());
+    let baseline = api_baseline::start(&config, &prefix).await;
     let orders = Orders::new(db.clone(), Tracer::log_only(&Instance::current()));
-    for sku in 1..=CLIENTS as i64 {
+    for sku in 1..=SKUS {
         orders.set_stock(sku, 1_000_000_000).await.unwrap();
     }
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(128)
-        .build()
-        .unwrap();
-    println!("\n{dialect}: {CLIENTS} clients for orders, {REPLAY_CLIENTS} for replays, {secs} s per measurement, {rounds} rounds");
-
-    let create = {
-        let (http, base) = (http.clone(), base.clone());
-        move |client: usize, _i: u64| {
-            let (http, base) = (http.clone(), base.clone());
-            async move {
-                let body = serde_json::json!({"userId": client, "skuId": client + 1, "quantity": 1, "amount": 1999});
-                let r = http
-                    .post(format!("{base}/orders"))
-                    .header(
-                        "Idempotency-Key",
-                        RequestId::generate("BENCH", "ORDER").as_str(),
-                    )
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("POST /orders");
-                assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-            }
-        }
-    };
-    let bare = {
-        let db: Database = db.clone();
-        move |client: usize, _i: u64| {
-            let db = db.clone();
-            async move {
-                let order = NewOrder {
-                    request_id: RequestId::generate("BENCH", "ORDER"),
-                    order_no: OrderNo::generate(),
-                    user_id: client as i64,
-                    sku_id: client as i64 + 1,
-                    quantity: 1,
-                    amount: 1999,
-                    fence: None,
-                };
-                bare_insert::insert_one(&db, &order).await;
-            }
-        }
-    };
-    // Warm-up.
-    run_for(CLIENTS, 1, create.clone()).await;
-    run_for(CLIENTS, 1, bare.clone()).await;
-
-    let (mut api_rates, mut bare_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let mut api_lat = Vec::new();
-    for round in 1..=rounds {
-        let (b, _) = run_for(CLIENTS, secs, bare.clone()).await;
-        let (a, lat) = run_for(CLIENTS, secs, create.clone()).await;
-        println!(
-            "  round {round}: POST /orders {a:>7.0}/s (p50 {:.1} ms, p99 {:.1} ms) | bare insert {b:>7.0}/s | ratio {:.2}",
-            pct(&lat, 0.5),
-            pct(&lat, 0.99),
-            a / b
-        );
-        api_rates.push(a);
-        bare_rates.push(b);
-        ratios.push(a / b);
-        api_lat = lat;
-    }
-
-    // Replays: 200 finished keys, replayed at random by 50 clients.
-    let mut keys = Vec::new();
-    for i in 0..200 {
-        let k = RequestId::generate("BENCH", "ORDER").to_string();
-        let body = serde_json::json!({"userId": i, "skuId": 1, "quantity": 1, "amount": 1999});
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("Idempotency-Key", &k)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-        keys.push((k, body));
-    }
-    let keys = Arc::new(keys);
-    let replay = {
-        let (http, base, keys) = (http.clone(), base.clone(), keys.clone());
-        move |client: usize, i: u64| {
-            let (http, base, keys) = (http.clone(), base.clone(), keys.clone());
-            async move {
-                let (k, body) = &keys[(client * 7919 + i as usize) % keys.len()];
-                let r = http
-                    .post(format!("{base}/orders"))
-                    .header("Idempotency-Key", k)
-                    .json(body)
-                    .send()
-                    .await
-                    .expect("replay");
-                assert_eq!(r.status(), 201);
-                assert!(r.headers().contains_key("idempotent-replayed"));
-                let _ = r.bytes().await;
-            }
-        }
-    };
-    run_for(REPLAY_CLIENTS, 1, replay.clone()).await;
-    let (mut replay_rates, mut replay_p99) = (Vec::new(), Vec::new());
-    for round in 1..=rounds {
-        let (r, lat) = run_for(REPLAY_CLIENTS, secs, replay.clone()).await;
-        println!(
-            "  round {round}: replays {r:>7.0}/s, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms",
-            pct(&lat, 0.5),
-            pct(&lat, 0.99),
-            pct(&lat, 1.0)
-        );
-        replay_rates.push(r);
-        replay_p99.push(pct(&lat, 0.99));
-    }
-    let ratio = median(&ratios);
-    let (rr, rp) = (median(&replay_rates), median(&replay_p99));
-    println!(
-        "{dialect}: POST /orders median {:.0}/s vs bare insert {:.0}/s: ratio {ratio:.2} (target >= 0.5: {}); p99 {:.1} ms",
-        median(&api_rates),
-        median(&bare_rates),
-        if ratio >= 0.5 { "met" } else { "NOT met" },
-        pct(&api_lat, 0.99)
+    let mut redis = redis::Client::open(config.redis.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis");
+    let db_name = database_name(&config);
+    let (ours_url, quiet_url, base_url) = (
+        format!("http://{}", service.addr),
+        format!("http://{}", quiet.addr),
+        format!("http://{}", baseline.addr),
     );
     println!(
-        "{dialect}: replays median {rr:.0}/s, p99 {rp:.2} ms (target >= 20000/s and p99 < 5 ms: {})",
-        if rr >= 20_000.0 && rp < 5.0 { "met" } else { "NOT met" }
+        "\n{dialect}: {ORDER_CONNECTIONS} connections for new orders, {REPLAY_CONNECTIONS} for replays, {secs} s per measurement, {rounds} rounds; load {}",
+        load_average()
     );
-    service.shutdown.cancel();
-    let _ = service.done.await;
+    let new_order = |url: String| Load {
+        url,
+        connections: ORDER_CONNECTIONS,
+        secs: secs as f64,
+        replay_share: 0.0,
+        replay_keys: vec![],
+        skus: SKUS,
+        expect_status: 201,
+        expect_replay_header: false,
+    };
+    let loads = [
+        new_order(format!("{base_url}/orders")),
+        new_order(format!("{ours_url}/orders")),
+        new_order(format!("{quiet_url}/orders")),
+    ];
+    let (sides, ratio, no_trace) = compare(
+        "new orders",
+        rounds,
+        [&loads[0], &loads[1], &loads[2]],
+        &db_name,
+        &mut redis,
+    )
+    .await;
+    summary(dialect, "new orders", &sides, ratio, no_trace);
+
+    let keys = finished_keys(&ours_url, &prefix, &mut redis).await;
+    let replay = |url: String, header: bool| Load {
+        url,
+        connections: REPLAY_CONNECTIONS,
+        secs: secs as f64,
+        replay_share: 1.0,
+        replay_keys: keys.clone(),
+        skus: SKUS,
+        expect_status: 201,
+        expect_replay_header: header,
+    };
+    let loads = [
+        replay(format!("{base_url}/replays"), false),
+        replay(format!("{ours_url}/orders"), true),
+        replay(format!("{quiet_url}/orders"), true),
+    ];
+    let (sides, ratio, no_trace) = compare(
+        "replays",
+        rounds,
+        [&loads[0], &loads[1], &loads[2]],
+        &db_name,
+        &mut redis,
+    )
+    .await;
+    summary(dialect, "replays", &sides, ratio, no_trace);
+    let (rate, p99) = (median(&sides[1].rates), median(&sides[1].p99));
+    println!(
+        "{dialect}: replays, issue 5's absolute target >= 20000/s with p99 < 5 ms: {} ({rate:.0}/s, p99 {p99:.1} ms); load {}",
+        if rate >= 20_000.0 && p99 < 5.0 { "met" } else { "NOT met" },
+        load_average()
+    );
+
+    let stored: Vec<String> = keys.iter().map(|k| format!("{prefix}{k}")).collect();
+    let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&stored).query_async(&mut redis).await;
+    baseline.shutdown.cancel();
+    let _ = baseline.done.await;
+    for s in [service, quiet] {
+        s.shutdown.cancel();
+        let _ = s.done.await;
+    }
+}
+
+/// The 1/5/15-minute load average, as `uptime` shows it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn main() {
+    if std::env::var_os(load_client::CLIENT_ENV).is_some() {
+        load_client::run_child();
+        return;
+    }
     let secs = env_u64("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
     let rounds = env_u64("IDEMGUARD_BENCH_ROUNDS", 3).clamp(1, 15) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
