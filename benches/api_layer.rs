@@ -48,20 +48,13 @@ use idemguard::db::orders::Orders;
 use idemguard::trace::Tracer;
 use load_client::{Load, LoadResult};
 use proc_cpu::{Usage, GROUPS};
-use stats::median;
+use stats::{knob, median};
 
 const ORDER_CONNECTIONS: usize = 16;
 const REPLAY_CONNECTIONS: usize = 50;
 const REPLAY_KEYS: usize = 200;
 const SKUS: i64 = 16;
 const TARGET: f64 = 0.8;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One side's measurements over the rounds.
 #[derive(Default)]
@@ -407,8 +400,8 @@ fn main() {
         load_client::run_child();
         return;
     }
-    let secs = env_u64("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
-    let rounds = env_u64("IDEMGUARD_BENCH_ROUNDS", 3).clamp(1, 15) as usize;
+    let secs = knob::<u64>("IDEMGUARD_BENCH_SECS", 5).clamp(1, 60);
+    let rounds = knob::<u64>("IDEMGUARD_BENCH_ROUNDS", 3).clamp(1, 15) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
