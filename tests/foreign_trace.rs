@@ -25,8 +25,8 @@ const MINUTE: i64 = 60_000;
 
 /// Two orders of the article's system, each with its §5.3 record, and their locks as the
 /// team's services hold them now: order A by `setIfAbsent(lock:order:A, requestId)` (§3.2),
-/// order B by a Redisson RLock of the same key shape (§3.4), and a user lock (§3.4) that names
-/// no order.
+/// order B by a Redisson RLock under another service's key shape, `order:lock:B` (§3.4), and a
+/// user lock (§3.4) that names no order.
 struct TwoLockedOrders {
     sys: ArticleSystem,
     order_a: String,
@@ -52,7 +52,7 @@ async fn two_locked_orders(dialect: Dialect) -> TwoLockedOrders {
     let mut c = redis_conn().await;
     let (key_a, key_b) = (
         format!("lock:order:{order_a}"),
-        format!("lock:order:{order_b}"),
+        format!("order:lock:{order_b}"),
     );
     let user_key = format!("lock:user:{tag}:createOrder");
     let keys = RedisKeys(vec![key_a.clone(), key_b.clone(), user_key.clone()]);
@@ -70,11 +70,16 @@ async fn two_locked_orders(dialect: Dialect) -> TwoLockedOrders {
     }
 }
 
-/// The environment of the binary: the example profile on the fixture, a payment topic of its
-/// own (the profile says there is no trace topic).
+/// The example profile's lock patterns, and the other service's, as its team adds it.
+const PATTERNS: &str = "lock:order:{orderNo},lock:req:{requestId},lock:user:*,order:lock:{orderNo}";
+
+/// The environment of the binary: the example profile on the fixture (with the other
+/// service's lock pattern), a payment topic of its own (the profile says there is no trace
+/// topic).
 async fn env_of(sys: &ArticleSystem) -> Vec<(String, String)> {
     let topics = common::fresh_topics(&sys.config, &["payment"]).await;
     let mut env = sys.binary_env();
+    env.push(("IDEMGUARD_FOREIGN_LOCKS__PATTERNS".into(), PATTERNS.into()));
     env.push(("IDEMGUARD_KAFKA__PAYMENT_TOPIC".into(), topics[0].clone()));
     env.push(("IDEMGUARD_REDIS__REDLOCK_NODES".into(), String::new()));
     env
@@ -135,6 +140,11 @@ async fn the_trace_of_an_order_shows_its_lock_decoded(dialect: Dialect) {
         .into_iter()
         .find(|e| e["fields"]["format"]["kind"] == "redisson")
         .unwrap_or_else(|| panic!("the Redisson lock is in the trace: {out}"));
+    let source = lock["source"].as_str().unwrap();
+    assert!(
+        source.starts_with(&format!("order:lock:{} ", f.order_b)),
+        "read through the team's pattern order:lock:{{orderNo}}: {source}"
+    );
     assert_eq!(
         lock["fields"]["format"]["client_id"],
         f.redisson_client.as_str()
@@ -179,7 +189,7 @@ async fn locks_json_links_a_token_to_its_request(dialect: Dialect) {
     let a = row(&format!("lock:order:{}", f.order_a));
     assert_eq!(a["format"]["request_id"], f.request_a.as_str(), "{a}");
     assert_eq!(a["format"]["order_no"], f.order_a.as_str(), "{a}");
-    let b = row(&format!("lock:order:{}", f.order_b));
+    let b = row(&format!("order:lock:{}", f.order_b));
     assert_eq!(b["format"]["kind"], "redisson", "{b}");
     let s = row(&stranger);
     assert_eq!(s["format"]["kind"], "token", "{s}");
