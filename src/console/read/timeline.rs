@@ -486,14 +486,14 @@ fn foreign_holder(l: &LockView) -> String {
             count,
             ..
         } => format!("Redisson lock held by client {client_id} thread {thread_id} (count {count})"),
+        // The token is the requestId: shown once.
         LockFormat::Token {
-            token,
             shape,
             request_id: Some(r),
             order_no,
+            ..
         } => format!(
-            "token ({shape}) {} = requestId {r}{}",
-            short(token, 40),
+            "token ({shape}) = requestId {r}{}",
             order_no
                 .as_ref()
                 .map(|o| format!(" of order {o}"))
