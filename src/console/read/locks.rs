@@ -158,8 +158,14 @@ pub async fn trace_keys(
     let (lock_keys, mut notes) = lock_keys_of(patterns, order_no, request_id);
     let mut inspected = inspector.inspect(&lock_keys).await?;
     if let Some(db) = db {
-        if let Err(e) = link_tokens(db, &mut inspected.locks).await {
-            notes.push(format!("{e:#}"));
+        // Bounded apart from Redis: a database that hangs costs the link, never the keys.
+        let wait = crate::console::read::sources::POLL_TIMEOUT / 2;
+        match tokio::time::timeout(wait, link_tokens(db, &mut inspected.locks)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => notes.push(format!("{e:#}")),
+            Err(_) => notes.push(format!(
+                "lock tokens not linked to requests: the database did not answer within {wait:?}"
+            )),
         }
     }
     let mut fast_path = None;

@@ -656,16 +656,21 @@ impl TokenLinks {
         self.db.as_ref()
     }
 
-    /// Link the scan's token locks (left raw when the database cannot answer).
+    /// Link the scan's token locks (left raw when the database cannot answer; then not asked
+    /// again for [`LINK_RETRY`], so a hung database never slows every lock scan).
     async fn link(&mut self, config: &Config, found: &mut [crate::lock::LockView]) {
         let has_token = found
             .iter()
             .any(|l| matches!(l.format, crate::lock::formats::LockFormat::Token { .. }));
-        if !has_token {
+        if !has_token || self.failed_at.is_some_and(|t| t.elapsed() < LINK_RETRY) {
             return;
         }
-        if let Some(db) = self.database(config).await {
-            let _ = tokio::time::timeout(POLL_TIMEOUT, locks::link_tokens(db, found)).await;
+        let Some(db) = self.database(config).await else {
+            return;
+        };
+        let linked = tokio::time::timeout(POLL_TIMEOUT, locks::link_tokens(db, found)).await;
+        if !matches!(linked, Ok(Ok(()))) {
+            self.failed_at = Some(tokio::time::Instant::now());
         }
     }
 }
