@@ -160,8 +160,10 @@ async fn run() {
                 let rows = records::trace_rows(&db, &ids).await.unwrap();
                 let keys = locks::trace_keys(
                     &inspector,
+                    &[],
                     rows.ids.order_no.as_deref(),
                     rows.ids.request_id.as_deref(),
+                    None,
                 )
                 .await
                 .unwrap();

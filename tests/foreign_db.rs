@@ -168,6 +168,12 @@ async fn stuck_records_are_finalized_to_the_teams_codes(dialect: Dialect) {
         "{}",
         done.detail
     );
+    assert!(
+        done.detail
+            .contains("SUCCEEDED (status = 1, the team's code; response_code 200)"),
+        "the audit names the team's own code: {}",
+        done.detail
+    );
     assert_eq!(
         sys.record_status("req-stuck-order").await,
         1,
@@ -208,6 +214,110 @@ async fn mysql_stuck_records_are_finalized_to_the_teams_codes() {
 #[tokio::test]
 async fn postgres_stuck_records_are_finalized_to_the_teams_codes() {
     stuck_records_are_finalized_to_the_teams_codes(Dialect::Postgres).await
+}
+
+/// A team that keeps a version on its record, as §2.3 does on its orders (`version = version +
+/// 1 … AND version = ?`): finalize writes only at the version the operator saw, and bumps it.
+async fn a_versioned_record_is_finalized_at_the_version_seen(dialect: Dialect) {
+    let (mut sys, _) = seeded(dialect).await;
+    let column = "ALTER TABLE shop_idem_request ADD COLUMN version INT NOT NULL DEFAULT 0";
+    sys.exec(column, &[]).await;
+    sys.exec(
+        "UPDATE shop_idem_request SET version = 3 WHERE request_id = ?",
+        &["req-stuck-order"],
+    )
+    .await;
+    let columns = &mut sys.config.source.idempotency_record.columns;
+    columns.insert("version".into(), "version".into());
+    let db = Database::connect(&sys.config).await.unwrap();
+    audit_table(&sys).await;
+    let actions = actions(&sys, &db).await;
+    let at = |v: i64| Action::Finalize {
+        request_id: "req-stuck-order".into(),
+        expect_version: Some(v),
+        reason: None,
+    };
+
+    let stale = actions.run(&at(2)).await;
+    assert_eq!(stale.outcome, ActionOutcome::Changed, "{stale:?}");
+    assert_eq!(sys.record_status("req-stuck-order").await, 0);
+    let done = actions.run(&at(3)).await;
+    assert_eq!(done.outcome, ActionOutcome::Done, "{done:?}");
+    assert_eq!(sys.record_status("req-stuck-order").await, 1);
+    let version: i64 = sqlx::query_scalar(if dialect == Dialect::Postgres {
+        "SELECT CAST(version AS BIGINT) FROM shop_idem_request WHERE request_id = $1"
+    } else {
+        "SELECT CAST(version AS SIGNED) FROM shop_idem_request WHERE request_id = ?"
+    })
+    .bind("req-stuck-order")
+    .fetch_one(&sys.admin.pool)
+    .await
+    .unwrap();
+    assert_eq!(version, 4, "bumped as §2.3 bumps it");
+}
+
+#[tokio::test]
+async fn mysql_a_versioned_record_is_finalized_at_the_version_seen() {
+    a_versioned_record_is_finalized_at_the_version_seen(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_a_versioned_record_is_finalized_at_the_version_seen() {
+    a_versioned_record_is_finalized_at_the_version_seen(Dialect::Postgres).await
+}
+
+/// Plain-token locks whose values are requestIds the database knows are linked to their
+/// request and order — 1,500 tokens, so more than one batch — and the others stay raw.
+async fn token_locks_are_linked_in_batches(dialect: Dialect) {
+    use idemguard::config::LockMode;
+    use idemguard::console::read::locks;
+    use idemguard::lock::formats::LockFormat;
+    use idemguard::lock::LockView;
+    let (_sys, db) = seeded(dialect).await;
+    let view = |key: String, value: &str| {
+        let node = LockView::held_on("127.0.0.1:6379", value.to_string(), 30_000);
+        LockView::new(key, LockMode::Single, vec![node], None, now_ms())
+    };
+    let mut views = vec![
+        view("lock:order:ORD202612010002".into(), "req-stuck-order"),
+        view("lock:req:x".into(), "req-stuck-none"),
+    ];
+    views.extend(
+        (0..1_500).map(|i| view(format!("lock:order:n{i}"), &format!("no-such-request-{i}"))),
+    );
+    views.push(view("lock:order:last".into(), "req-paid-0001"));
+    locks::link_tokens(&db, &mut views).await.expect("linked");
+    let linked = |v: &LockView| match &v.format {
+        LockFormat::Token {
+            request_id,
+            order_no,
+            ..
+        } => (request_id.clone(), order_no.clone()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        linked(&views[0]),
+        (
+            Some("req-stuck-order".into()),
+            Some("ORD202612010002".into())
+        )
+    );
+    assert_eq!(linked(&views[1]), (Some("req-stuck-none".into()), None));
+    assert_eq!(
+        linked(views.last().unwrap()),
+        (Some("req-paid-0001".into()), Some("ORD202612010001".into()))
+    );
+    assert!(views[2..1_502].iter().all(|v| linked(v) == (None, None)));
+}
+
+#[tokio::test]
+async fn mysql_token_locks_are_linked_in_batches() {
+    token_locks_are_linked_in_batches(Dialect::Mysql).await
+}
+
+#[tokio::test]
+async fn postgres_token_locks_are_linked_in_batches() {
+    token_locks_are_linked_in_batches(Dialect::Postgres).await
 }
 
 /// The article's §1.1 incident: one order's payment callback booked three times, and a record

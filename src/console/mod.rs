@@ -75,7 +75,8 @@
 //! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms,
 //! agrees, error? } ] (redlock, or a node that could not be read; `agrees`: same holder nonce as
 //! the majority), quorum: { agreeing, nodes, reached } (redlock), format: { kind: "idemguard" |
-//! "redisson" (client_id, thread_id, count, seen) | "token" (token, shape) | "unknown" },
+//! "redisson" (client_id, thread_id, count, seen) | "token" (token, shape; request_id and
+//! order_no when the token is a requestId the database knows) | "unknown" },
 //! denied: [commands the Redis user may not run] (absent when none) } ], nodes: [ { node, role:
 //! "main"|"redlock", ok, error, keys, scan_ms } ], live_instances: [..] | null, scan_ms,
 //! read_at_ms, truncated (more than 1,000,000 keys on a node: the list is a prefix) }`.

@@ -82,6 +82,7 @@ builtin![
     "console_trace_points",
     "console_trace_notification",
     "console_stuck",
+    "console_lock_token_requests",
     // the source profile's per-dialect conversions, spliced into the console's statements
     "fragment_ms_epoch_s",
     "fragment_ms_datetime",
@@ -217,7 +218,10 @@ impl Queries {
     /// The console's statements (for `doctor`), runnable or not.
     pub fn console_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         BUILTIN.iter().map(|(n, _, _)| *n).filter(|n| {
-            n.starts_with("console_trace") || *n == "console_stuck" || n.starts_with("report_")
+            n.starts_with("console_trace")
+                || *n == "console_stuck"
+                || *n == "console_lock_token_requests"
+                || n.starts_with("report_")
         })
     }
 }
@@ -277,7 +281,8 @@ struct Ctx<'a> {
 /// Placeholders: `{{table}}`; `{{[alias.]table.column[?]}}` (with `?`: NULL when the profile
 /// has no such column); `{{ms REF}}` a time column as epoch ms; `{{at REF PARAM}}` an epoch-ms
 /// parameter as the column's own type; `{{code table.status NAME}}` the stored value of a
-/// status; `{{name REF}}` the stored status shown as idemguard's name.
+/// status; `{{name REF}}` the stored status shown as idemguard's name; `{{bump REF?}}` the
+/// assignment `, column = column + 1`, or nothing when the profile has no such column.
 fn template(text: &str, ctx: &Ctx<'_>) -> Result<Result<String, String>, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -308,6 +313,7 @@ fn expand(inner: &str, ctx: &Ctx<'_>) -> Expanded {
         ["at", r, param] => column(r, ctx).map(|c| c.map(|c| time_param(&c, param, ctx))),
         ["code", r, status] => column(r, ctx).map(|c| c.and_then(|c| status_code(&c, status))),
         ["name", r] => column(r, ctx).map(|c| c.map(|c| status_name(&c, ctx))),
+        ["bump", r] => column(r, ctx).map(|c| c.map(|c| bump(&c))),
         _ => Err(format!("unknown placeholder {{{{{inner}}}}}")),
     }
 }
@@ -402,6 +408,15 @@ fn time_param(c: &Col<'_>, param: &str, ctx: &Ctx<'_>) -> String {
         TimeStorage::EpochMs => param.to_string(),
         TimeStorage::EpochS => fragment("fragment_at_epoch_s", ctx, "", param),
         TimeStorage::Datetime => fragment("fragment_at_datetime", ctx, "", param),
+    }
+}
+
+/// `, col = col + 1` for a version column the profile maps; nothing when it maps none. The
+/// column is written unqualified: it is an assignment target of an UPDATE.
+fn bump(c: &Col<'_>) -> String {
+    match &c.qualified {
+        Some(col) => format!(", {col} = {col} + 1"),
+        None => String::new(),
     }
 }
 
@@ -528,6 +543,21 @@ mod tests {
         assert!(sql.starts_with("SELECT NULL, (CASE r.status WHEN 2 THEN 'FAILED' WHEN 0 THEN 'PROCESSING' WHEN 1 THEN 'SUCCEEDED' ELSE CAST(r.status AS CHAR) END), "), "{sql}");
         assert!(sql.contains("- 28800000)"), "{sql}");
         assert!(sql.ends_with("FROM idem_req r WHERE status = 0"), "{sql}");
+        let bumped = "UPDATE t SET a = 1{{bump idempotency_record.owner?}}";
+        assert_eq!(
+            fill(&config, bumped).unwrap().unwrap(),
+            "UPDATE t SET a = 1"
+        );
+        t_version(&mut config, "version");
+        assert_eq!(
+            fill(
+                &config,
+                "UPDATE t SET a = 1{{bump idempotency_record.version?}}"
+            )
+            .unwrap()
+            .unwrap(),
+            "UPDATE t SET a = 1, version = version + 1"
+        );
         let needs = fill(&config, "SELECT {{idempotency_record.owner}} FROM x").unwrap();
         assert!(needs.unwrap_err().contains("idempotency_record.owner"));
         config.source.stock_movement.table = ABSENT.into();
@@ -535,6 +565,11 @@ mod tests {
             .unwrap()
             .unwrap_err()
             .contains("absent"));
+    }
+
+    fn t_version(config: &mut Config, column: &str) {
+        let columns = &mut config.source.idempotency_record.columns;
+        columns.insert("version".into(), column.into());
     }
 
     #[test]

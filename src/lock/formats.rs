@@ -66,6 +66,9 @@ pub enum LockFormat {
         /// article's §3.2 lock stores the requestId).
         #[serde(skip_serializing_if = "Option::is_none")]
         request_id: Option<String>,
+        /// That request's order, when the order table has one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        order_no: Option<String>,
     },
     /// No decoder recognised it: listed with its type and TTL only.
     Unknown,
@@ -156,6 +159,7 @@ fn token(v: &str) -> Option<LockFormat> {
         token: v.to_string(),
         shape,
         request_id: None,
+        order_no: None,
     })
 }
 
@@ -169,9 +173,93 @@ pub fn redisson_channel(name: &str) -> String {
     }
 }
 
+/// The placeholders a lock pattern may name: where the key carries the orderNo or requestId
+/// (`order:lock:{orderNo}`). Scanned as `*`; a trace reads the key with the ID put in.
+pub const ORDER_NO: &str = "{orderNo}";
+pub const REQUEST_ID: &str = "{requestId}";
+
+/// A pattern as SCAN MATCH takes it: each placeholder a `*`.
+pub fn scan_glob(pattern: &str) -> String {
+    pattern.replace(ORDER_NO, "*").replace(REQUEST_ID, "*")
+}
+
+/// What a trace can read of one lock pattern for its IDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceKeyOf {
+    /// The key of this order or request.
+    Key(String),
+    /// The pattern names an ID the trace has not resolved (which one).
+    NeedsId(&'static str),
+    /// The pattern names no ID: no key of this order can be derived from it (why).
+    NoId(String),
+}
+
+/// The key `pattern` gives for `order_no` / `request_id`. A pattern without a placeholder is
+/// never guessed into a key: `order:lock:*` could hold any ID, and a fixed name (a Redisson
+/// lock's own) is one lock for every order.
+pub fn trace_key_of(pattern: &str, order_no: Option<&str>, request_id: Option<&str>) -> TraceKeyOf {
+    let (has_order, has_req) = (pattern.contains(ORDER_NO), pattern.contains(REQUEST_ID));
+    if !has_order && !has_req {
+        let why = if pattern.contains(['*', '?', '[']) {
+            format!(
+                "lock pattern `{pattern}` does not say where the orderNo or requestId is: write \
+                 its place as {ORDER_NO} or {REQUEST_ID} (e.g. `order:lock:{ORDER_NO}`) to see \
+                 its lock in a trace"
+            )
+        } else {
+            format!(
+                "lock pattern `{pattern}` is one fixed key, not an order's: not read by a trace"
+            )
+        };
+        return TraceKeyOf::NoId(why);
+    }
+    let mut key = pattern.to_string();
+    for (place, id, name) in [
+        (ORDER_NO, order_no, "orderNo"),
+        (REQUEST_ID, request_id, "requestId"),
+    ] {
+        if key.contains(place) {
+            match id {
+                Some(id) => key = key.replace(place, id),
+                None => return TraceKeyOf::NeedsId(name),
+            }
+        }
+    }
+    if key.contains(['*', '?', '[']) {
+        return TraceKeyOf::NoId(format!(
+            "lock pattern `{pattern}` keeps a wildcard besides its ID: not read by a trace"
+        ));
+    }
+    TraceKeyOf::Key(key)
+}
+
+/// (orderNo, requestId) a key of `pattern` names, when the pattern has one placeholder between
+/// literal text (`order:lock:{orderNo}` and `order:lock:42` → orderNo 42).
+pub fn ids_of_key(pattern: &str, key: &str) -> (Option<String>, Option<String>) {
+    for (place, is_order) in [(ORDER_NO, true), (REQUEST_ID, false)] {
+        let Some((prefix, suffix)) = pattern.split_once(place) else {
+            continue;
+        };
+        let literal = |s: &str| !s.contains(['*', '?', '[', '{']);
+        if !literal(prefix) || !literal(suffix) {
+            continue;
+        }
+        let id = key
+            .strip_prefix(prefix)
+            .and_then(|k| k.strip_suffix(suffix))
+            .filter(|id| !id.is_empty());
+        if let Some(id) = id {
+            let id = Some(id.to_string());
+            return if is_order { (id, None) } else { (None, id) };
+        }
+    }
+    (None, None)
+}
+
 /// Redis glob matching of `key` against `pattern` (`*` and `?`; what SCAN MATCH lists), so a
 /// release accepts exactly the keys the Locks view lists.
 pub fn matches(pattern: &str, key: &str) -> bool {
+    let pattern = scan_glob(pattern);
     fn go(p: &[u8], k: &[u8]) -> bool {
         match p.split_first() {
             None => k.is_empty(),
@@ -286,6 +374,33 @@ mod tests {
             decode("hash", None, &fields("c:x", "1"), &Decoder::ALL).name(),
             "unknown"
         );
+    }
+
+    #[test]
+    fn a_pattern_gives_a_trace_key_only_where_it_names_the_id() {
+        let key = |p| trace_key_of(p, Some("O1"), None);
+        assert_eq!(
+            key("order:lock:{orderNo}"),
+            TraceKeyOf::Key("order:lock:O1".into())
+        );
+        assert_eq!(
+            key("lock:req:{requestId}"),
+            TraceKeyOf::NeedsId("requestId")
+        );
+        assert!(matches!(key("order:lock:*"), TraceKeyOf::NoId(w) if w.contains("{orderNo}")));
+        assert!(matches!(key("myLock"), TraceKeyOf::NoId(w) if w.contains("fixed")));
+        assert!(matches!(key("a:*:{orderNo}"), TraceKeyOf::NoId(w) if w.contains("wildcard")));
+        assert_eq!(scan_glob("x:{orderNo}:{requestId}"), "x:*:*");
+        assert!(matches("order:lock:{orderNo}", "order:lock:42"));
+        assert_eq!(
+            ids_of_key("order:lock:{orderNo}", "order:lock:42"),
+            (Some("42".into()), None)
+        );
+        assert_eq!(
+            ids_of_key("{requestId}:lock", "r-9:lock"),
+            (None, Some("r-9".into()))
+        );
+        assert_eq!(ids_of_key("order:lock:{orderNo}", "other:1"), (None, None));
     }
 
     #[test]

@@ -573,7 +573,8 @@ async fn scan_patterns(
 ) -> Result<(Vec<String>, bool), NodeError> {
     let (mut all, mut more) = (Vec::new(), false);
     for p in patterns {
-        let (found, m) = scan_node(node, p, limit).await?;
+        // `{orderNo}` / `{requestId}` name where a key carries its ID: any text to SCAN.
+        let (found, m) = scan_node(node, &formats::scan_glob(p), limit).await?;
         all.extend(found);
         more |= m;
     }

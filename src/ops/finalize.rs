@@ -3,7 +3,7 @@
 //! final response.
 
 mod foreign;
-pub use foreign::UNFENCED;
+pub use foreign::{TeamRecord, UNFENCED};
 
 use std::fmt;
 
@@ -42,7 +42,9 @@ impl Actions {
         reason: Option<&str>,
     ) -> ActionResult {
         if self.db.queries.is_foreign() {
-            return self.finalize_foreign(action, request_id, reason).await;
+            return self
+                .finalize_foreign(action, request_id, expect_version, reason)
+                .await;
         }
         let rec = match idempotency::get(&self.db, request_id).await {
             Ok(Some(r)) => r,

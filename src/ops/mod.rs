@@ -35,7 +35,7 @@ use crate::trace::Tracer;
 
 mod audit;
 mod finalize;
-pub use finalize::UNFENCED;
+pub use finalize::{TeamRecord, UNFENCED};
 mod release;
 
 pub use audit::{audit_rows, AuditRow};
@@ -212,6 +212,8 @@ pub struct Actions {
     fast_path_ttl: Duration,
     /// `foreign_locks.patterns`: keys a release accepts besides `lock:*`.
     lock_patterns: Vec<String>,
+    /// The team's record in its own terms, when the profile maps a foreign one.
+    team: Option<finalize::TeamRecord>,
 }
 
 impl Actions {
@@ -243,6 +245,7 @@ impl Actions {
                 .fast_path_ttl
                 .min(config.idempotency.retention),
             lock_patterns: config.foreign_locks.patterns.clone(),
+            team: finalize::TeamRecord::of(config),
         }
     }
     pub fn allowed(&self) -> bool {

@@ -326,3 +326,117 @@ impl ArticleSystem {
             .unwrap()
     }
 }
+
+/// The example profile file.
+pub const PROFILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/profiles/article-mysql.toml"
+);
+
+impl ArticleSystem {
+    /// What the real binary needs to read this fixture through the example profile: its
+    /// database and the fixture's table names (the profile itself via `--config`).
+    pub fn binary_env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = TABLES
+            .iter()
+            .map(|(k, v)| (format!("IDEMGUARD_SOURCE__{k}__TABLE"), v.to_string()))
+            .collect();
+        env.push((
+            "IDEMGUARD_DATABASE__URL".into(),
+            self.config.database.url.clone(),
+        ));
+        env
+    }
+}
+
+/// `idemguard --config <the example profile> args`, with `env`; (exit status, stdout+stderr).
+pub fn run_profiled(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+    cmd.arg("--config")
+        .arg(PROFILE)
+        .args(args)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .env("IDEMGUARD_LOG", "error");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run idemguard");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// The first JSON document of a command's output.
+pub fn first_json(out: &str) -> serde_json::Value {
+    serde_json::Deserializer::from_str(out)
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON document: {out}"))
+}
+
+/// Redisson's `tryLockInnerAsync` script (RedissonLock.java): HSET field = 1 (or HINCRBY when
+/// re-entered) and PEXPIRE, returning nil when taken.
+pub const REDISSON_LOCK: &str = "if (redis.call('exists', KEYS[1]) == 0) then \
+    redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; end; \
+    if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; end; return redis.call('pttl', KEYS[1]);";
+
+/// The main Redis of the stack, as the article's services reach it.
+pub async fn redis_conn() -> redis::aio::MultiplexedConnection {
+    redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the main Redis answers (scripts/stack up)")
+}
+
+/// Takes `name` as Redisson's RLock does for `field` (`<clientId>:<threadId>`), 30 s watchdog.
+pub async fn redisson_lock(c: &mut redis::aio::MultiplexedConnection, name: &str, field: &str) {
+    let taken: Option<i64> = redis::cmd("EVAL")
+        .arg(REDISSON_LOCK)
+        .arg(1)
+        .arg(name)
+        .arg(30_000)
+        .arg(field)
+        .query_async(c)
+        .await
+        .unwrap();
+    assert_eq!(taken, None, "Redisson's script took {name}");
+}
+
+/// The article's §3.2 lock: `setIfAbsent(lockKey, requestId, Duration.ofSeconds(30))`.
+pub async fn set_if_absent(c: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("EX")
+        .arg(30)
+        .query_async(c)
+        .await
+        .unwrap();
+    assert_eq!(set.as_deref(), Some("OK"), "setIfAbsent took {key}");
+}
+
+/// Deletes the given Redis keys when dropped (a test's locks on the shared Redis).
+pub struct RedisKeys(pub Vec<String>);
+
+impl Drop for RedisKeys {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open("redis://127.0.0.1:6379") else {
+            return;
+        };
+        let Ok(mut c) = client.get_connection() else {
+            return;
+        };
+        for k in &self.0 {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(k).query(&mut c);
+        }
+    }
+}

@@ -246,7 +246,7 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
 /// `idemguard locks`.
 pub async fn locks(config: &Config) -> Document<LockScan> {
     let started = Instant::now();
-    let scan = match LockInspector::from_config(config) {
+    let mut scan = match LockInspector::from_config(config) {
         Ok(inspector) => inspector.scan(locks::LOCK_LIST_LIMIT).await,
         Err(e) => LockScan::failed(
             crate::config::host_port(&config.redis.url),
@@ -254,6 +254,7 @@ pub async fn locks(config: &Config) -> Document<LockScan> {
             format!("{e:#}"),
         ),
     };
+    link_tokens(config, &mut scan.locks).await;
     let err = (!scan.all_nodes_ok()).then(|| {
         scan.nodes
             .iter()
@@ -267,6 +268,22 @@ pub async fn locks(config: &Config) -> Document<LockScan> {
         vec![BackendStatus::of(config, BackendId::Redis, started, err)],
         scan,
     )
+}
+
+/// Token locks linked to the requests they name, when the database answers within a poll (a
+/// lock list never fails for it: the tokens then stay raw).
+async fn link_tokens(config: &Config, found: &mut [crate::lock::LockView]) {
+    let has_token = found
+        .iter()
+        .any(|l| matches!(l.format, crate::lock::formats::LockFormat::Token { .. }));
+    if !has_token {
+        return;
+    }
+    let linked = async {
+        let db = crate::db::Database::connect_for_reads(config).await?;
+        locks::link_tokens(&db, found).await
+    };
+    let _ = tokio::time::timeout(crate::console::read::sources::POLL_TIMEOUT, linked).await;
 }
 
 pub fn locks_table(r: &Document<LockScan>) -> String {

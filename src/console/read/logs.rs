@@ -66,21 +66,37 @@ pub async fn add_to_timeline(
     rows: Option<&crate::console::read::records::TraceRows>,
     unknown_id_window: TimeWindow,
 ) {
-    if config.logs.files.is_empty() && config.logs.topic.is_empty() {
+    if !configured(config) {
         return;
     }
     let mut ids: Vec<String> = vec![timeline.query.clone()];
     ids.extend(timeline.order_no.clone());
     ids.extend(timeline.request_id.clone());
     ids.extend(timeline.event_ids.iter().cloned());
+    let read = read_for_trace(config, &ids, rows, unknown_id_window).await;
+    timeline.add_log_lines(&read);
+}
+
+/// True when a log file glob or a shipped-logs topic is configured.
+pub fn configured(config: &Config) -> bool {
+    !config.logs.files.is_empty() || !config.logs.topic.is_empty()
+}
+
+/// The lines naming one of `ids`, in the windows `rows` name (else `unknown_id_window`): what
+/// the one-shot trace and the TUI's logs collector both read.
+pub async fn read_for_trace(
+    config: &Config,
+    ids: &[String],
+    rows: Option<&crate::console::read::records::TraceRows>,
+    unknown_id_window: TimeWindow,
+) -> LogRead {
     let times = rows.map(window::row_times).unwrap_or_default();
     let windows = if times.is_empty() {
         vec![unknown_id_window]
     } else {
         window::windows_around(&times, config.console.trace_margin)
     };
-    let read = read_logs(config, &ids, &windows).await;
-    timeline.add_log_lines(&read);
+    read_logs(config, ids, &windows).await
 }
 
 fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead {

@@ -424,6 +424,14 @@ fn decision_entries(events: &[TraceEvent]) -> (Vec<TimelineEntry>, Vec<Intercept
 /// Redis: the locks and the fast-path key as they are now.
 fn key_entries(keys: &TraceKeys, now: i64) -> Vec<TimelineEntry> {
     let mut entries: Vec<TimelineEntry> = keys.locks.iter().map(|l| lock_entry(l, now)).collect();
+    entries.extend(keys.notes.iter().map(|n| TimelineEntry {
+        at_ms: None,
+        layer: "lock",
+        source: "foreign_locks".into(),
+        summary: n.clone(),
+        stopped_by: None,
+        fields: serde_json::Value::Null,
+    }));
     if let Some(f) = &keys.fast_path {
         let left = if f.pttl_ms >= 0 {
             (f.pttl_ms - (now - f.read_at_ms)).max(0)
@@ -468,6 +476,42 @@ fn effects_of(id: &String, input: &TimelineInputs<'_>) -> EventEffects {
     }
 }
 
+/// Who holds a lock idemguard did not write, as its format names it (`lock/formats.rs`).
+fn foreign_holder(l: &LockView) -> String {
+    use crate::lock::formats::LockFormat;
+    match &l.format {
+        LockFormat::Redisson {
+            client_id,
+            thread_id,
+            count,
+            ..
+        } => format!("Redisson lock held by client {client_id} thread {thread_id} (count {count})"),
+        // The token is the requestId: shown once.
+        LockFormat::Token {
+            shape,
+            request_id: Some(r),
+            order_no,
+            ..
+        } => format!(
+            "token ({shape}) = requestId {r}{}",
+            order_no
+                .as_ref()
+                .map(|o| format!(" of order {o}"))
+                .unwrap_or_default()
+        ),
+        LockFormat::Token { token, shape, .. } => {
+            format!(
+                "token ({shape}) {}, names no known request",
+                short(token, 40)
+            )
+        }
+        _ => match l.other_type() {
+            Some(t) => format!("a {t} key no decoder reads"),
+            None => format!("value {} (undecodable)", short(l.value(), 40)),
+        },
+    }
+}
+
 fn lock_entry(l: &LockView, now: i64) -> TimelineEntry {
     let holder = match l.holder() {
         Some(h) => format!(
@@ -478,7 +522,7 @@ fn lock_entry(l: &LockView, now: i64) -> TimelineEntry {
             h.fence,
             age(now - h.acquired_at)
         ),
-        None => format!("value {}", short(l.value(), 40)),
+        None => foreign_holder(l),
     };
     let alive = match l.owner_alive {
         Some(true) => " · owner alive",

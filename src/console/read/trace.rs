@@ -192,7 +192,7 @@ pub async fn read_trace(
     }
     let ids = resolve_ids(target, rows.as_ref(), payments, log);
     let keys = if sources.redis {
-        let (keys, status) = read_keys(config, &ids).await;
+        let (keys, status) = read_keys(config, &ids, sources.database).await;
         // After the database, before the topics: the order every document lists them in.
         statuses.insert(usize::from(sources.database.is_some()), status);
         keys
@@ -244,15 +244,23 @@ fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {
     r.as_ref().err().map(|e| format!("{e:#}"))
 }
 
-/// The lock and fast-path keys of the order and the request, bounded by [`POLL_TIMEOUT`].
-async fn read_keys(config: &Config, ids: &TraceIds) -> (Option<TraceKeys>, BackendStatus) {
+/// The lock and fast-path keys of the order and the request (idemguard's own and those the
+/// configured lock patterns give), bounded by [`POLL_TIMEOUT`]; a token lock linked to its
+/// request through `db`.
+async fn read_keys(
+    config: &Config,
+    ids: &TraceIds,
+    db: Option<&Database>,
+) -> (Option<TraceKeys>, BackendStatus) {
     let started = Instant::now();
     let keys = async {
         let inspector = LockInspector::from_config(config)?;
         locks::trace_keys(
             &inspector,
+            &config.foreign_locks.patterns,
             ids.order_no.as_deref(),
             ids.request_id.as_deref(),
+            db,
         )
         .await
     };

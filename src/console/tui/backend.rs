@@ -28,6 +28,7 @@ use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
+use crate::console::read::logs::{self, LogRead};
 use crate::console::read::overview::{self, Leak};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::RATE_WINDOW_MINUTES;
@@ -156,6 +157,12 @@ pub enum Update {
         cost: Option<ReadCost>,
     },
     TraceTopic(Result<TopicProgress, String>),
+    /// The log lines of `target` (files and/or the shipped-logs topic, `read/logs.rs`); a log
+    /// source that failed is named in the read and shown in the timeline.
+    TraceLogs {
+        target: TraceTarget,
+        read: LogRead,
+    },
     PaymentMessages(Vec<PaymentMessage>),
     PaymentTopic {
         progress: Result<TopicProgress, String>,
@@ -183,6 +190,8 @@ impl Update {
             | Update::TraceHistory { .. }
             | Update::TraceRead { .. }
             | Update::TraceTopic(_) => BackendId::TraceTopic,
+            // Not a backend of its own: a log source that failed is an entry of the timeline.
+            Update::TraceLogs { .. } => BackendId::TraceTopic,
             Update::PaymentMessages(_)
             | Update::PaymentHistory { .. }
             | Update::PaymentTopic { .. } => BackendId::PaymentTopic,
@@ -207,7 +216,7 @@ impl Backends {
         let (tx, updates) = mpsc::channel(UPDATE_CHANNEL);
         let (focus, focus_rx) = watch::channel(Focus::new(config.console.refresh));
         let cancel = CancellationToken::new();
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(database_task(
                 config.clone(),
                 tx.clone(),
@@ -222,19 +231,27 @@ impl Backends {
             )),
             tokio::spawn(topic_task(
                 config.clone(),
-                TopicKind::Trace,
+                TopicKind::Payments,
                 tx.clone(),
                 focus_rx.clone(),
                 cancel.clone(),
             )),
-            tokio::spawn(topic_task(
+        ];
+        tasks.push(tokio::spawn(topic_task(
+            config.clone(),
+            TopicKind::Trace,
+            tx.clone(),
+            focus_rx.clone(),
+            cancel.clone(),
+        )));
+        if logs::configured(config) {
+            tasks.push(tokio::spawn(logs_task(
                 config.clone(),
-                TopicKind::Payments,
                 tx.clone(),
                 focus_rx,
                 cancel.clone(),
-            )),
-        ];
+            )));
+        }
         Backends {
             updates,
             focus,
@@ -562,6 +579,102 @@ fn main_node_down(node: String, error: String) -> LockScan {
     LockScan::failed(node, "main", error)
 }
 
+/// How often the log lines of an unchanged trace are read again (a file is read whole, within
+/// the trace's windows, each time).
+const LOGS_PERIOD: Duration = Duration::from_secs(15);
+
+/// The log lines of the trace in focus (`logs.files` and/or `logs.topic`): read when its IDs or
+/// rows change, and again every [`LOGS_PERIOD`]; a read that is no longer wanted is dropped.
+async fn logs_task(
+    config: Config,
+    tx: mpsc::Sender<Update>,
+    mut focus: watch::Receiver<Focus>,
+    cancel: CancellationToken,
+) {
+    let mut last: Option<(TraceTarget, TraceIds, bool)> = None;
+    let mut next_read = tokio::time::Instant::now();
+    loop {
+        let f = focus.borrow_and_update().clone();
+        if let (Some(target), false) = (&f.target, f.paused) {
+            let key = (target.clone(), f.ids.clone(), f.rows.is_some());
+            if last.as_ref() != Some(&key) || tokio::time::Instant::now() >= next_read {
+                let mut ids = TraceIds::of_target(target);
+                ids.absorb(&f.ids);
+                let list: Vec<String> = [
+                    Some(target.id().to_string()),
+                    ids.order_no,
+                    ids.request_id,
+                    ids.event_id,
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                let window = TimeWindow::last_day(now_ms());
+                let read = tokio::select! {
+                    r = logs::read_for_trace(&config, &list, f.rows.as_ref(), window) => r,
+                    _ = cancel.cancelled() => return,
+                };
+                let update = Update::TraceLogs {
+                    target: target.clone(),
+                    read,
+                };
+                if tx.send(update).await.is_err() {
+                    return;
+                }
+                last = Some(key);
+                next_read = tokio::time::Instant::now() + LOGS_PERIOD;
+            }
+        }
+        if !next_round(&mut focus, f.refresh, &cancel).await {
+            return;
+        }
+    }
+}
+
+/// The Redis collector's database, for linking token locks to their requests
+/// ([`locks::link_tokens`]): connected on first need, never waited for longer than a poll.
+/// A database that could not be reached is tried again after this long, so a hung one never
+/// holds the lock scan up more than once in a while.
+const LINK_RETRY: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct TokenLinks {
+    db: Option<Database>,
+    failed_at: Option<tokio::time::Instant>,
+}
+
+impl TokenLinks {
+    async fn database(&mut self, config: &Config) -> Option<&Database> {
+        let waiting = self.failed_at.is_some_and(|t| t.elapsed() < LINK_RETRY);
+        if self.db.is_none() && !waiting {
+            let connect = Database::connect_for_reads(config);
+            match tokio::time::timeout(POLL_TIMEOUT, connect).await {
+                Ok(Ok(db)) => self.db = Some(db),
+                _ => self.failed_at = Some(tokio::time::Instant::now()),
+            }
+        }
+        self.db.as_ref()
+    }
+
+    /// Link the scan's token locks (left raw when the database cannot answer; then not asked
+    /// again for [`LINK_RETRY`], so a hung database never slows every lock scan).
+    async fn link(&mut self, config: &Config, found: &mut [crate::lock::LockView]) {
+        let has_token = found
+            .iter()
+            .any(|l| matches!(l.format, crate::lock::formats::LockFormat::Token { .. }));
+        if !has_token || self.failed_at.is_some_and(|t| t.elapsed() < LINK_RETRY) {
+            return;
+        }
+        let Some(db) = self.database(config).await else {
+            return;
+        };
+        let linked = tokio::time::timeout(POLL_TIMEOUT, locks::link_tokens(db, found)).await;
+        if !matches!(linked, Ok(Ok(()))) {
+            self.failed_at = Some(tokio::time::Instant::now());
+        }
+    }
+}
+
 async fn redis_task(
     config: Config,
     tx: mpsc::Sender<Update>,
@@ -580,12 +693,15 @@ async fn redis_task(
     // time (a scan of 100,000 keys takes about a second): the console must not become the load on
     // the Redis it watches. The keys of the trace in focus are read every period.
     let mut next_scan = tokio::time::Instant::now();
+    // Token locks are linked to their requests through the database (connected when one is
+    // first seen; a database that is down leaves them raw and is tried again next round).
+    let mut links = TokenLinks::default();
     loop {
         let f = focus.borrow_and_update().clone();
         if !f.paused {
             if tokio::time::Instant::now() >= next_scan {
                 let started = tokio::time::Instant::now();
-                let scan = match tokio::time::timeout(
+                let mut scan = match tokio::time::timeout(
                     POLL_TIMEOUT * 6,
                     inspector.scan(locks::LOCK_LIST_LIMIT),
                 )
@@ -601,6 +717,7 @@ async fn redis_task(
                         main_node_down(main, error)
                     }
                 };
+                links.link(&config, &mut scan.locks).await;
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
                 if tx.send(Update::Locks(scan)).await.is_err() {
                     return;
@@ -609,11 +726,15 @@ async fn redis_task(
             if f.ids.order_no.is_some() || f.ids.request_id.is_some() {
                 let ids = f.ids.clone();
                 let name = inspector.main_node().to_string();
+                // Only a database the lock scan already connected: a trace never waits for one.
+                let db = links.db.as_ref();
                 let result = with_timeout(
                     locks::trace_keys(
                         &inspector,
+                        &config.foreign_locks.patterns,
                         ids.order_no.as_deref(),
                         ids.request_id.as_deref(),
+                        db,
                     ),
                     &name,
                 )
@@ -664,6 +785,17 @@ async fn topic_task(
     let stop_reader = cancel.child_token();
     let mut history = HistoryRead::default();
     let live = Arc::new(LiveProgress::default());
+    if kind == TopicKind::Trace && topic.is_empty() {
+        // A team's system without idemguard's trace topic: nothing to follow or probe (the
+        // header says so, `Stores::new`); the trace target's payment history is still read.
+        loop {
+            let f = focus.borrow_and_update().clone();
+            history.follow(&f, &config, &tx, &cancel);
+            if !next_round(&mut focus, f.refresh, &cancel).await {
+                return;
+            }
+        }
+    }
     loop {
         let f = focus.borrow_and_update().clone();
         if kind == TopicKind::Trace {

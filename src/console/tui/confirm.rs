@@ -8,7 +8,7 @@ use crate::config::{Dialect, LockMode};
 use crate::console::format::age;
 use crate::console::read::records::StuckRecord;
 use crate::lock::LockView;
-use crate::ops::{self, Action, ActionOutcome};
+use crate::ops::{self, Action, ActionOutcome, TeamRecord};
 
 /// One action of a confirmed batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,12 +154,46 @@ pub fn release(rows: &[&LockView], now_ms: i64, env: &str, production: bool) -> 
     }
 }
 
+/// Where a finalize writes: the dialect of idemguard's own statement, or the team's record.
+#[derive(Debug, Clone, Copy)]
+pub struct FinalizeIn<'a> {
+    pub dialect: Dialect,
+    /// The profile's foreign record (its status codes, its version column), when it maps one.
+    pub team: Option<&'a TeamRecord>,
+}
+
+/// What a foreign record becomes, in the team's codes (the response code is the HTTP answer
+/// stored with it; no owner to check: the team's system keeps none).
+fn team_expected(r: &StuckRecord, team: &TeamRecord) -> String {
+    let s = &team.status_column;
+    if r.order_exists {
+        format!(
+            "order {} exists in the team's order table → SUCCEEDED: {s} = {} (the team's code), response_code 200",
+            r.found_order_no.as_deref().unwrap_or("?"),
+            team.succeeded
+        )
+    } else {
+        format!(
+            "no order in the team's order table → FAILED: {s} = {} (the team's code), response_code 422 request-abandoned (the client must send a new key)",
+            team.failed
+        )
+    }
+}
+
 /// Finalize the given stuck records.
-pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: bool) -> Confirm {
+pub fn finalize(
+    rows: &[&StuckRecord],
+    how: FinalizeIn<'_>,
+    env: &str,
+    production: bool,
+) -> Confirm {
     let mut lines = Vec::new();
     let mut planned = Vec::new();
     for r in rows {
-        let expected = if r.order_exists {
+        let team = how.team.filter(|_| r.foreign);
+        let expected = if let Some(team) = team {
+            team_expected(r, team)
+        } else if r.order_exists {
             format!(
                 "order {} exists → SUCCEEDED 201 with the API's response",
                 r.found_order_no.as_deref().unwrap_or("?")
@@ -187,13 +221,15 @@ pub fn finalize(rows: &[&StuckRecord], dialect: Dialect, env: &str, production: 
                 crate::ops::UNFENCED
             ));
         }
-        lines.extend(
-            action
-                .effect(Some(dialect))
+        let effect = match team {
+            Some(team) => team.effect(&r.request_id, r.version),
+            None => action
+                .effect(Some(how.dialect))
                 .into_iter()
                 .skip(1)
-                .map(|l| format!("  {l}")),
-        );
+                .collect(),
+        };
+        lines.extend(effect.into_iter().map(|l| format!("  {l}")));
         planned.push(Planned {
             scope: LockMode::Single,
             action,
@@ -272,6 +308,65 @@ mod tests {
             "says what the bump does: {:?}",
             c.lines
         );
+    }
+
+    #[test]
+    fn a_foreign_record_is_finalized_to_the_teams_own_codes() {
+        let team = TeamRecord {
+            table: "idempotency_record".into(),
+            status_column: "status".into(),
+            processing: "0".into(),
+            succeeded: "1".into(),
+            failed: "2".into(),
+            version: None,
+        };
+        let record = |order: Option<&str>| StuckRecord {
+            request_id: "req-1".into(),
+            order_no: None,
+            owner: String::new(),
+            owner_alive: None,
+            fence: None,
+            created_at: 0,
+            updated_at: None,
+            lease_until: None,
+            replay_count: None,
+            version: None,
+            order_exists: order.is_some(),
+            order_status: None,
+            found_order_no: order.map(String::from),
+            foreign: true,
+        };
+        let how = FinalizeIn {
+            dialect: Dialect::Mysql,
+            team: Some(&team),
+        };
+        let paid = record(Some("O1"));
+        let text = finalize(&[&paid], how, "shop", false).lines.join("\n");
+        assert!(
+            text.contains("SUCCEEDED: status = 1 (the team's code), response_code 200"),
+            "{text}"
+        );
+        assert!(!text.contains("201"), "{text}");
+        assert!(text.contains("no version column"), "{text}");
+        assert!(text.contains("cannot be fenced"), "{text}");
+        let abandoned = record(None);
+        let text = finalize(&[&abandoned], how, "shop", false).lines.join("\n");
+        assert!(text.contains("FAILED: status = 2"), "{text}");
+        let versioned = TeamRecord {
+            version: Some("version".into()),
+            ..team.clone()
+        };
+        let seen = StuckRecord {
+            version: Some(3),
+            ..paid
+        };
+        let how = FinalizeIn {
+            team: Some(&versioned),
+            ..how
+        };
+        let text = finalize(&[&seen], how, "shop", false).lines.join("\n");
+        assert!(text.contains("version = version + 1"), "{text}");
+        assert!(text.contains("AND version = 3"), "{text}");
     }
 
     #[test]

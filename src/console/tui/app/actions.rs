@@ -31,6 +31,9 @@ pub struct ActionsPane {
     /// out and only say how to enable them.
     pub enabled: bool,
     pub dialect: Dialect,
+    /// The team's record in its own terms (the source profile maps a foreign one): the finalize
+    /// popup names its status codes.
+    pub team: Option<crate::ops::TeamRecord>,
     /// Tagged rows per view (lock keys, requestIds): survive refreshes and re-sorting.
     pub tagged: BTreeMap<View, BTreeSet<String>>,
     /// The confirmation popup, when open: every key goes to it.
@@ -56,6 +59,7 @@ impl ActionsPane {
         ActionsPane {
             enabled: config.environment.allow_actions,
             dialect: config.dialect(),
+            team: crate::ops::TeamRecord::of(config),
             tagged: BTreeMap::new(),
             confirm: None,
             results: BTreeMap::new(),

@@ -19,7 +19,7 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, EnvironmentConfig};
-use crate::contracts::{keys, TraceTarget};
+use crate::contracts::TraceTarget;
 
 use crate::console::columns;
 use crate::console::read::overview::{Finding, Jump};
@@ -339,9 +339,10 @@ impl App {
                 let Some(row) = self.selected_lock() else {
                     return;
                 };
-                match keys::ids_of_lock(&row.key) {
-                    (Some(o), _) => self.trace(&o),
+                let ids = crate::console::read::locks::ids_of(row, &self.stores.lock_patterns);
+                match ids {
                     (_, Some(r)) => self.trace(&r),
+                    (Some(o), _) => self.trace(&o),
                     _ => {
                         let text = format!("{} names no order or request to trace", row.key);
                         self.ui.say(text, Level::Error)
@@ -469,7 +470,11 @@ impl App {
         }
         let rows: Vec<_> = idx.iter().map(|i| &stuck[*i]).collect();
         let (env, production) = (&self.env.name, self.env.production);
-        let c = confirm::finalize(&rows, self.actions.dialect, env, production);
+        let how = confirm::FinalizeIn {
+            dialect: self.actions.dialect,
+            team: self.actions.team.as_ref(),
+        };
+        let c = confirm::finalize(&rows, how, env, production);
         self.offer(c, "finalizing a record");
     }
 

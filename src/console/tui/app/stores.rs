@@ -11,6 +11,7 @@ use crate::contracts::{now_ms, TraceTarget};
 
 use crate::console::columns;
 use crate::console::read::locks::TraceKeys;
+use crate::console::read::logs::LogRead;
 use crate::console::read::overview::{self, Finding, Leak, OverviewInput};
 use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, TraceLog};
@@ -55,10 +56,17 @@ pub struct Stores {
     pub backends: BTreeMap<BackendId, BackendState>,
     pub backend_targets: BTreeMap<BackendId, String>,
     pub stuck_threshold: Duration,
+    /// `foreign_locks.patterns`: where a lock key names its order or request (Enter on a lock).
+    pub lock_patterns: Vec<String>,
     /// What the Trace view traces, parsed where it was typed.
     pub trace_target: Option<TraceTarget>,
     pub trace_rows: Option<TraceRows>,
     pub trace_keys: Option<TraceKeys>,
+    /// The log lines of the trace target (`read/logs.rs`), when log sources are configured.
+    pub trace_logs: Option<LogRead>,
+    /// `kafka.trace_topic` is empty (a team's own system): the trace says so and its history's
+    /// missing trace events are no failure.
+    no_trace_topic: bool,
     pub trace_log: TraceLog,
     /// The trace target's events read from the whole trace topic ([`Update::TraceHistory`]).
     trace_history: Option<Vec<crate::contracts::TraceEvent>>,
@@ -95,6 +103,13 @@ impl Stores {
                 (*b, state)
             })
             .collect();
+        let mut backends: BTreeMap<BackendId, BackendState> = backends;
+        if config.kafka.trace_topic.is_empty() {
+            let absent = Health::Degraded(crate::console::read::bounded::NO_TRACE_TOPIC.into());
+            if let Some(s) = backends.get_mut(&BackendId::TraceTopic) {
+                s.health = absent;
+            }
+        }
         Stores {
             backends,
             backend_targets: BackendId::ALL
@@ -102,9 +117,12 @@ impl Stores {
                 .map(|b| (*b, b.target(config)))
                 .collect(),
             stuck_threshold: config.console.stuck_threshold,
+            lock_patterns: config.foreign_locks.patterns.clone(),
             trace_target: None,
             trace_rows: None,
             trace_keys: None,
+            trace_logs: None,
+            no_trace_topic: config.kafka.trace_topic.is_empty(),
             trace_log: TraceLog::default(),
             trace_history: None,
             trace_read: None,
@@ -176,6 +194,21 @@ impl Stores {
                 }
                 self.trace_stale = true;
                 applied.focus_changed = true;
+            }
+            // No trace topic is a configuration: its history is empty, not failed.
+            Update::TraceHistory {
+                ids,
+                result: Err(_),
+            } if self.no_trace_topic => {
+                if ids == self.resolved_ids() {
+                    self.trace_history = Some(Vec::new());
+                }
+            }
+            Update::TraceLogs { target, read } => {
+                if self.trace_target.as_ref() == Some(&target) {
+                    self.trace_logs = Some(read);
+                    self.trace_stale = true;
+                }
             }
             Update::TraceHistory { ids, result } => match result {
                 Ok(events) => {
@@ -351,6 +384,7 @@ impl Stores {
         self.trace_target = Some(target);
         self.trace_rows = None;
         self.trace_keys = None;
+        self.trace_logs = None;
         self.trace_history = None;
         self.trace_read = None;
         true
@@ -377,7 +411,23 @@ impl Stores {
             log: &self.trace_log,
             history: self.trace_history.as_deref(),
         };
-        Some(trace::assemble(target, &pieces, now))
+        let mut timeline = trace::assemble(target, &pieces, now);
+        if let Some(read) = &self.trace_logs {
+            timeline.add_log_lines(read);
+        }
+        if self.no_trace_topic {
+            timeline
+                .entries
+                .push(crate::console::read::timeline::TimelineEntry {
+                    at_ms: None,
+                    layer: "kafka",
+                    source: "kafka.trace_topic".into(),
+                    summary: crate::console::read::bounded::NO_TRACE_TOPIC.into(),
+                    stopped_by: None,
+                    fields: serde_json::Value::Null,
+                });
+        }
+        Some(timeline)
     }
 
     /// Rebuild the trace view when it changed or aged: called before each frame, so the
@@ -403,6 +453,9 @@ impl Stores {
     /// rates computed so far would look like "nothing happened" (issue 18). `None` once read.
     pub fn rates_reading(&self) -> Option<String> {
         let minutes = crate::console::read::store::RATE_WINDOW_MINUTES;
+        if self.no_trace_topic {
+            return Some("no rates: kafka.trace_topic is empty (a team's own system)".into());
+        }
         let head = format!("reading the last {minutes} minutes of the trace topic");
         match self.trace_topic.as_ref().and_then(|p| p.catch_up) {
             Some(c) if c.done => None,

@@ -1,0 +1,8 @@
+-- Locks: which plain-token lock values are requestIds the database knows — the article's §3.2
+-- lock stores the requestId (`setIfAbsent(lockKey, requestId, 30s)`) — and their orders. Every
+-- token of a scan in one statement: ? is a JSON array of the tokens.
+SELECT t.token AS request_id, {{o.order_record.order_no}} AS order_no
+FROM JSON_TABLE(?, '$[*]' COLUMNS (token VARCHAR(255) PATH '$')) AS t
+LEFT JOIN {{order_record}} o ON {{o.order_record.req_id}} = t.token
+LEFT JOIN {{idempotency_record}} r ON {{r.idempotency_record.request_id}} = t.token
+WHERE {{o.order_record.req_id}} IS NOT NULL OR {{r.idempotency_record.request_id}} IS NOT NULL

@@ -1,0 +1,315 @@
+//! Issue 17: the TUI checked in a real terminal on the article's system as written
+//! (tests/common/article.rs). The real `idemguard console` runs in tmux with the example profile
+//! (no trace topic), its logs in a JSON-lines file of three services and the team's locks in
+//! Redis; what `tmux capture-pane` shows is checked: the trace of an order shows its records,
+//! its lock decoded and linked to its request, and its log lines; the Locks view lists every
+//! format; `q` leaves cleanly.
+
+#[path = "common/article.rs"]
+mod article;
+mod common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use article::{
+    article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
+    PROFILE,
+};
+use idemguard::config::Dialect;
+
+const MINUTE: i64 = 60_000;
+
+fn tmux(args: &[&str]) -> Output {
+    Command::new("tmux")
+        .args(args)
+        .output()
+        .expect("tmux must be installed (scripts/stack up installs it)")
+}
+
+/// `idemguard console` in a detached tmux session with `env`; the shell prints
+/// CONSOLE-EXITED-<status> when it ends.
+struct Terminal {
+    session: String,
+}
+
+impl Terminal {
+    fn open(env: &[(String, String)]) -> Terminal {
+        let session = format!("igf{}", common::unique_suffix());
+        let mut script = String::new();
+        for (k, v) in env {
+            script.push_str(&format!("export {k}='{v}'; "));
+        }
+        script.push_str(&format!(
+            "{} console; echo CONSOLE-EXITED-$?; sleep 60",
+            env!("CARGO_BIN_EXE_idemguard")
+        ));
+        let started = tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "220",
+            "-y",
+            "50",
+            "bash",
+            "-c",
+            &script,
+        ]);
+        assert!(
+            started.status.success(),
+            "{}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+        Terminal { session }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
+            .into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", self.session.as_str()];
+        args.extend(keys);
+        tmux(&args);
+    }
+
+    fn wait_for(&self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tmux: {what} did not appear:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        tmux(&["kill-session", "-t", &self.session]);
+    }
+}
+
+/// A lock the way redis-py's `Lock` takes it (the stack's venv); returns its hex token.
+fn redis_py_lock(name: &str) -> String {
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.stack/venv/bin/python");
+    let script = "import sys, redis\n\
+        r = redis.Redis.from_url('redis://127.0.0.1:6379')\n\
+        l = r.lock(sys.argv[1], timeout=30)\n\
+        assert l.acquire(blocking=False)\n\
+        print(l.local.token.decode())\n";
+    let out = Command::new(python)
+        .args(["-c", script, name])
+        .output()
+        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/stack up installs redis-py)"));
+    assert!(
+        out.status.success(),
+        "redis-py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn log_line(ms: i64, service: &str, level: &str, order_no: &str, message: &str) -> String {
+    serde_json::json!({
+        "timestamp": ms, "service": service, "level": level, "orderNo": order_no,
+        "message": message,
+    })
+    .to_string()
+}
+
+/// The traced order (record, order, payment effects), its §3.2 lock, and locks of every other
+/// format under the team's own patterns.
+struct Fixture {
+    sys: ArticleSystem,
+    order: String,
+    request: String,
+    redisson_key: String,
+    py_key: String,
+    py_token: String,
+    list_key: String,
+    logs: tempfile::TempDir,
+    _keys: RedisKeys,
+}
+
+async fn fixture() -> Fixture {
+    let sys = article_system(Dialect::Mysql).await;
+    let tag = common::unique_suffix();
+    let order = format!("ORDT{tag}");
+    let request = uuid::Uuid::new_v4().to_string();
+    let event = format!("evt-{tag}");
+    let now = now_ms();
+    sys.record(&request, 1, now - 10 * MINUTE).await;
+    sys.order(&request, &order, Some(&event), now - 10 * MINUTE)
+        .await;
+    sys.paid(&order, &format!("PAY{tag}"), &event, now - 9 * MINUTE)
+        .await;
+
+    let lock_key = format!("lock:order:{order}");
+    let redisson_key = format!("order:lock:R{tag}");
+    let py_key = format!("order:lock:P{tag}");
+    let list_key = format!("order:lock:L{tag}");
+    let keys = RedisKeys(vec![
+        lock_key.clone(),
+        redisson_key.clone(),
+        py_key.clone(),
+        list_key.clone(),
+    ]);
+    let mut c = redis_conn().await;
+    set_if_absent(&mut c, &lock_key, &request).await;
+    redisson_lock(
+        &mut c,
+        &redisson_key,
+        &format!("{}:77", uuid::Uuid::new_v4()),
+    )
+    .await;
+    let py_token = redis_py_lock(&py_key);
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&list_key)
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&list_key)
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+
+    let logs = tempfile::tempdir().unwrap();
+    let write = |name: &str, lines: &[String]| {
+        std::fs::write(logs.path().join(name), lines.join("\n") + "\n").unwrap()
+    };
+    write(
+        "order-api.log",
+        &[log_line(
+            now - 10 * MINUTE,
+            "order-api",
+            "INFO",
+            &order,
+            "order created",
+        )],
+    );
+    write(
+        "payment-svc.log",
+        &[log_line(
+            now - 9 * MINUTE,
+            "payment-svc",
+            "WARN",
+            &order,
+            "callback retried",
+        )],
+    );
+    write(
+        "points-svc.log",
+        &[log_line(
+            now - 9 * MINUTE + 500,
+            "points-svc",
+            "INFO",
+            &order,
+            "points granted",
+        )],
+    );
+    Fixture {
+        sys,
+        order,
+        request,
+        redisson_key,
+        py_key,
+        py_token,
+        list_key,
+        logs,
+        _keys: keys,
+    }
+}
+
+#[tokio::test]
+async fn the_console_shows_an_article_order_its_lock_and_logs_in_a_real_terminal() {
+    let f = fixture().await;
+    let topics = common::fresh_topics(&f.sys.config, &["payment"]).await;
+    let mut env = f.sys.binary_env();
+    env.extend([
+        ("IDEMGUARD_CONFIG".into(), PROFILE.into()),
+        ("IDEMGUARD_REDIS__REDLOCK_NODES".into(), String::new()),
+        ("IDEMGUARD_KAFKA__PAYMENT_TOPIC".into(), topics[0].clone()),
+        (
+            "IDEMGUARD_FOREIGN_LOCKS__PATTERNS".into(),
+            "lock:order:{orderNo},lock:req:{requestId},order:lock:{orderNo}".into(),
+        ),
+        (
+            "IDEMGUARD_LOGS__FILES".into(),
+            format!("{}/*.log*", f.logs.path().display()),
+        ),
+        ("IDEMGUARD_TRACE__ENABLED".into(), "false".into()),
+    ]);
+    let t = Terminal::open(&env);
+    t.wait_for("the console", |s| {
+        s.contains("idemguard console") && s.contains("database ok")
+    });
+
+    t.keys(&[&format!(":trace {}", f.order), "Enter"]);
+    let trace = t.wait_for("the order's records, lock and log lines", |s| {
+        s.contains("order created") && s.contains("points granted") && s.contains("= requestId")
+    });
+    for (what, text) in [
+        ("the idempotency record", "SUCCEEDED".to_string()),
+        ("the order row", "PAID".to_string()),
+        ("the lock, decoded", "token (uuid)".to_string()),
+        (
+            "the lock's request",
+            format!("= requestId {}", short(&f.request)),
+        ),
+        (
+            "a log line with service and level",
+            "payment-svc WARN callback retried".into(),
+        ),
+        ("the missing trace topic", "no trace topic".into()),
+    ] {
+        assert!(
+            trace.contains(&text),
+            "{what} ({text:?}) not on screen:\n{trace}"
+        );
+    }
+
+    t.keys(&["3"]);
+    let locks = t.wait_for("every format in the Locks view", |s| {
+        s.contains(&f.redisson_key) && s.contains(&f.py_key) && s.contains(&f.list_key)
+    });
+    for (what, text) in [
+        ("the Redisson holder", "redisson ".to_string()),
+        ("the redis-py token", f.py_token[..12].to_string()),
+        ("the §3.2 token linked to its request", "req ".to_string()),
+        (
+            "the list, by its type",
+            "(list, not a lock value)".to_string(),
+        ),
+        ("the §3.2 lock", format!("lock:order:{}", f.order)),
+    ] {
+        assert!(
+            locks.contains(&text),
+            "{what} ({text:?}) not on screen:\n{locks}"
+        );
+    }
+
+    t.keys(&["q"]);
+    let after = t.wait_for("the exit", |s| s.contains("CONSOLE-EXITED-"));
+    assert!(after.contains("CONSOLE-EXITED-0"), "{after}");
+    assert!(
+        !after.contains("idemguard console"),
+        "the terminal is restored (the UI is gone):\n{after}"
+    );
+}
+
+/// The start of a requestId as the timeline shows it (long values are shortened on screen).
+fn short(id: &str) -> &str {
+    &id[..20]
+}
