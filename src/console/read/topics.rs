@@ -357,6 +357,10 @@ pub fn consumer_lag(
 /// How long one probe (the message at one offset) may take before the read fails.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a probe answered: the first message at or after its offset (offset, timestamp), or
+/// none there.
+type Probed = Option<(i64, i64)>;
+
 /// Finds offsets by time in the partitions of one topic. The broker's `offsets_for_times` is
 /// asked first and its answer checked against the messages on both sides of it; an answer that
 /// does not hold (tansu 0.6.0 answers offset 0 whatever the time) makes the lookup search the
@@ -371,7 +375,7 @@ struct OffsetLookup<'a> {
     broker_truthful: Option<bool>,
     probes: u64,
     /// Per partition, what every probe answered: a later search starts from what is known.
-    seen: BTreeMap<i32, Vec<(i64, Option<(i64, i64)>)>>,
+    seen: BTreeMap<i32, Vec<(i64, Probed)>>,
     cancel: CancellationToken,
 }
 
@@ -392,14 +396,14 @@ impl<'a> OffsetLookup<'a> {
     /// reader reports the partition's end, or the offset is out of range (the reader starts over
     /// below it). An offset below the partition's end always has a message, so a probe that gets
     /// nothing within [`PROBE_TIMEOUT`] is an error, never a guess.
-    fn probe_round(&mut self, probes: &[(i32, i64)]) -> anyhow::Result<Vec<Option<(i64, i64)>>> {
+    fn probe_round(&mut self, probes: &[(i32, i64)]) -> anyhow::Result<Vec<Probed>> {
         let mut tpl = TopicPartitionList::new();
         for &(p, at) in probes {
             tpl.add_partition_offset(self.topic, p, Offset::Offset(at))?;
         }
         self.consumer.assign(&tpl)?;
         self.probes += probes.len() as u64;
-        let mut out: Vec<Option<Option<(i64, i64)>>> = vec![None; probes.len()];
+        let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
         let started = Instant::now();
         while out.iter().any(Option::is_none) {
             if started.elapsed() > PROBE_TIMEOUT {
