@@ -315,6 +315,34 @@ async fn baseline(
     Ok(started.elapsed())
 }
 
+/// Where one trace's time went, ms: per topic (payment, trace) the reader's setup, the offset
+/// lookup (with its probes) and the scan of the windows; then the rest of `total` (connecting
+/// to the database, its rows, Redis, assembling), Redis as its status measured it.
+fn phases(
+    r: &headless::Document<idemguard::console::read::timeline::Timeline>,
+    total: Duration,
+) -> String {
+    let mut out = String::new();
+    let mut topics = 0;
+    for t in r.data.read_cost.iter().flat_map(|c| &c.topics) {
+        let name = if t.topic.starts_with("payment") {
+            "pay"
+        } else {
+            "trace"
+        };
+        let (s, l, n) = (t.times.setup_ms, t.times.lookup_ms, t.times.scan_ms);
+        topics += s + l + n;
+        out.push_str(&format!("{name} {s}+{l}({}p)+{n} · ", t.offset_probes));
+    }
+    let redis = r.backends.iter().find(|b| b.name == "redis");
+    let rest = (total.as_millis() as u64).saturating_sub(topics);
+    out.push_str(&format!(
+        "rest {rest} (redis {:.0})",
+        redis.map_or(0.0, |b| b.latency_ms)
+    ));
+    out
+}
+
 /// The `p`th percentile (nearest rank) of `sorted`.
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
@@ -460,8 +488,8 @@ async fn main() {
     }
     let (trace_total, payment_total) = (f.events + 2 * traces, f.payments + traces);
 
-    println!("\n| order (position in history) | windowed trace | trace topic scanned | payment topic scanned | baseline (whole topics) | speed-up |");
-    println!("|---|---|---|---|---|---|");
+    println!("\n| order (position in history) | windowed trace | where its time went | trace topic scanned | payment topic scanned | baseline (whole topics) | speed-up |");
+    println!("|---|---|---|---|---|---|---|");
     let mut times = Vec::new();
     let mut worst = (0u64, 0u64);
     for (k, (order_no, ..)) in orders.iter().enumerate() {
@@ -497,9 +525,10 @@ async fn main() {
         };
         let pct = |n: u64, of: usize| 100.0 * n as f64 / of.max(1) as f64;
         println!(
-            "| {}/{} | {after:.2?} | {st} ({:.4} %) | {sp} ({:.4} %) | {before} | {ratio} |",
+            "| {}/{} | {after:.2?} | {} | {st} ({:.4} %) | {sp} ({:.4} %) | {before} | {ratio} |",
             2 * k + 1,
             2 * traces,
+            phases(&r, after),
             pct(st, trace_total),
             pct(sp, payment_total),
         );

@@ -225,7 +225,7 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
             .map(|w| format!("{}–{}", format_ms(w.from_ms), format_ms(w.to_ms)))
             .collect();
         out.push_str(&format!(
-            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s))\n",
+            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s)); {} ms setup, {} ms lookup, {} ms scan\n",
             t.topic,
             t.messages_scanned,
             t.windows.len(),
@@ -233,7 +233,10 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
             t.partitions_read,
             t.partitions_total,
             t.offset_lookup.replace('_', " "),
-            t.offset_probes
+            t.offset_probes,
+            t.times.setup_ms,
+            t.times.lookup_ms,
+            t.times.scan_ms
         ));
     }
     out

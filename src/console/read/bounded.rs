@@ -8,6 +8,8 @@
 //! baseline the benches and tests measure the windows against.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -248,6 +250,27 @@ pub async fn read_topics_for(
     anyhow::Result<TraceLog>,
     ReadCost,
 ) {
+    let progress = Scanned::default();
+    read_topics_counting(config, target, rows, unknown_id_window, cancel, &progress).await
+}
+
+/// Messages scanned so far by a read in flight (both topics): what the TUI shows while a
+/// trace's windows are read, so a read that takes a while never looks like "nothing".
+pub type Scanned = Arc<AtomicU64>;
+
+/// [`read_topics_for`], counting the messages it scans into `progress` as it goes.
+pub async fn read_topics_counting(
+    config: &Config,
+    target: &TraceTarget,
+    rows: Option<&TraceRows>,
+    unknown_id_window: TimeWindow,
+    cancel: &CancellationToken,
+    progress: &Scanned,
+) -> (
+    anyhow::Result<PaymentIndex>,
+    anyhow::Result<TraceLog>,
+    ReadCost,
+) {
     let keep = Keep::of(target, rows);
     let (basis, windows) = trace_windows(config, rows, unknown_id_window);
     let mut cost = ReadCost {
@@ -271,7 +294,7 @@ pub async fn read_topics_for(
     });
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
-    let read = read_payments_in(config, payment_plan, keep.clone(), cancel).await;
+    let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress).await;
     let (payments, keep) = match read {
         Ok((p, k, c)) => {
             cost.topics.push(c);
@@ -283,7 +306,7 @@ pub async fn read_topics_for(
     let log = if config.kafka.trace_topic.is_empty() {
         Err(anyhow::anyhow!(NO_TRACE_TOPIC))
     } else {
-        read_trace_log_in(config, trace_plan, &keep, cancel)
+        read_trace_log_in(config, trace_plan, &keep, cancel, progress)
             .await
             .map(|(log, c)| {
                 cost.topics.push(c);
@@ -327,6 +350,7 @@ pub async fn read_window(
         plan(&config.kafka.payment_topic),
         Keep::all(),
         cancel,
+        &Scanned::default(),
     )
     .await
     .map(|(index, _, c)| {
@@ -350,7 +374,7 @@ pub async fn read_trace_log_window(
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let plan = window_plan(config, &config.kafka.trace_topic, window);
-    read_trace_log_in(config, plan, &Keep::all(), cancel).await
+    read_trace_log_in(config, plan, &Keep::all(), cancel, &Scanned::default()).await
 }
 
 fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPlan {
@@ -370,13 +394,15 @@ async fn read_payments_in(
     plan: TopicPlan,
     keep: Keep,
     cancel: &CancellationToken,
+    progress: &Scanned,
 ) -> anyhow::Result<(PaymentIndex, Keep, TopicCost)> {
     let c = config.clone();
-    let cancel = cancel.clone();
+    let (cancel, progress) = (cancel.clone(), progress.clone());
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
         let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+            progress.fetch_add(1, Ordering::Relaxed);
             let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
             if keep.message(&m) {
                 index.ingest(m);
@@ -393,13 +419,15 @@ async fn read_trace_log_in(
     plan: TopicPlan,
     keep: &Keep,
     cancel: &CancellationToken,
+    progress: &Scanned,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let c = config.clone();
     let keep = keep.clone();
-    let cancel = cancel.clone();
+    let (cancel, progress) = (cancel.clone(), progress.clone());
     blocking(move || {
         let mut log = TraceLog::default();
         let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+            progress.fetch_add(1, Ordering::Relaxed);
             match topics::trace_event_of(m) {
                 Some(e) if keep.keeps(&e) => log.ingest(e),
                 Some(_) => {}

@@ -22,6 +22,7 @@ pub mod locks;
 pub mod logs;
 pub mod overview;
 pub mod records;
+pub mod seek;
 pub mod sources;
 pub mod store;
 pub mod timeline;

@@ -5,6 +5,7 @@
 //! The console never joins a consumer group and never commits: it assigns partitions itself, so
 //! reading can never steal partitions from (or move the offsets of) the real consumer.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -15,6 +16,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TopicIds};
+use crate::console::read::seek::Seek;
 use crate::contracts::{PaymentSucceeded, TraceEvent};
 
 /// How long one metadata / watermark / offset request may take before the broker counts as down.
@@ -355,100 +357,152 @@ pub fn consumer_lag(
 /// How long one probe (the message at one offset) may take before the read fails.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Finds offsets by time in one partition. The broker's `offsets_for_times` is asked first and
-/// its answer checked against the messages on both sides of it; an answer that does not hold
-/// (tansu 0.6.0 answers offset 0 whatever the time) makes the lookup binary-search the offsets
-/// instead, reading one message's timestamp per probe: O(log n) small fetches, on any broker.
+/// What a probe answered: the first message at or after its offset (offset, timestamp), or
+/// none there.
+type Probed = Option<(i64, i64)>;
+
+/// Finds offsets by time in the partitions of one topic. The broker's `offsets_for_times` is
+/// asked first and its answer checked against the messages on both sides of it; an answer that
+/// does not hold (tansu 0.6.0 answers offset 0 whatever the time) makes the lookup search the
+/// offsets instead ([`Seek`]: interpolation over the timestamps, bisection where they are
+/// uneven), reading one message's timestamp per probe, on any broker. The partitions are probed
+/// together: one fetch request carries one probe of each, so a round costs one round trip
+/// whatever the number of partitions read.
 struct OffsetLookup<'a> {
     consumer: &'a BaseConsumer,
     topic: &'a str,
     /// `Some(false)` once the broker's answer failed a check: it is not asked again.
     broker_truthful: Option<bool>,
     probes: u64,
+    /// Per partition, what every probe answered: a later search starts from what is known.
+    seen: BTreeMap<i32, Vec<(i64, Probed)>>,
+    cancel: CancellationToken,
 }
 
-impl OffsetLookup<'_> {
-    /// The offset and timestamp of the first message at or after `offset` in `partition`;
-    /// `None` when there is none: the reader reports the partition's end, or the offset is out
-    /// of range (the reader starts over below it). An offset below the partition's end always
-    /// has a message, so a probe that gets nothing within [`PROBE_TIMEOUT`] is an error, never
-    /// a guess.
-    fn message_at(&mut self, partition: i32, offset: i64) -> anyhow::Result<Option<(i64, i64)>> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(self.topic, partition, Offset::Offset(offset))?;
-        self.consumer.assign(&tpl)?;
-        self.probes += 1;
-        let started = Instant::now();
-        while started.elapsed() < PROBE_TIMEOUT {
-            match self.consumer.poll(Duration::from_millis(50)) {
-                Some(Ok(m)) if m.partition() == partition && m.offset() >= offset => {
-                    return Ok(Some((m.offset(), m.timestamp().to_millis().unwrap_or(0))));
-                }
-                Some(Ok(m)) if m.partition() == partition => return Ok(None),
-                Some(Ok(_)) => {}
-                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => return Ok(None),
-                Some(Err(KafkaError::PartitionEOF(_))) => {}
-                Some(Err(e)) => anyhow::bail!("reading {}/{partition}@{offset}: {e}", self.topic),
-                None => {}
-            }
+impl<'a> OffsetLookup<'a> {
+    fn new(consumer: &'a BaseConsumer, topic: &'a str, cancel: &CancellationToken) -> Self {
+        OffsetLookup {
+            consumer,
+            topic,
+            broker_truthful: None,
+            probes: 0,
+            seen: BTreeMap::new(),
+            cancel: cancel.clone(),
         }
-        anyhow::bail!(
-            "kafka: no message at {}/{partition}@{offset} within {PROBE_TIMEOUT:?}, below the \
-             partition's end",
-            self.topic
-        )
     }
 
-    /// The offset after the last message of `partition`. The watermark a ListOffsets request
-    /// answers is not enough: tansu 0.6.0's lags the last records (measured: 1 for 1,012
-    /// records, 4,388 for 4,638). The one a fetch response carries is exact on every broker
-    /// measured, so one message is fetched and the client's cached watermark read.
-    fn end_of(&mut self, partition: i32, low: i64, listed_high: i64) -> anyhow::Result<i64> {
+    /// One probe per partition, fetched together: for each (partition, offset), the offset and
+    /// timestamp of the first message at or after the offset; `None` when there is none: the
+    /// reader reports the partition's end, or the offset is out of range (the reader starts over
+    /// below it). An offset below the partition's end always has a message, so a probe that gets
+    /// nothing within [`PROBE_TIMEOUT`] is an error, never a guess.
+    fn probe_round(&mut self, probes: &[(i32, i64)]) -> anyhow::Result<Vec<Probed>> {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(self.topic, partition, Offset::Offset(low))?;
+        for &(p, at) in probes {
+            tpl.add_partition_offset(self.topic, p, Offset::Offset(at))?;
+        }
         self.consumer.assign(&tpl)?;
-        self.probes += 1;
+        self.probes += probes.len() as u64;
+        let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
         let started = Instant::now();
-        while started.elapsed() < PROBE_TIMEOUT {
-            match self.consumer.poll(Duration::from_millis(50)) {
-                Some(Ok(m)) if m.partition() == partition => break,
-                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
-                Some(Err(e)) if !matches!(e, KafkaError::PartitionEOF(_)) => {
-                    anyhow::bail!("reading {}/{partition}: {e}", self.topic)
+        while out.iter().any(Option::is_none) {
+            if started.elapsed() > PROBE_TIMEOUT {
+                anyhow::bail!(
+                    "kafka: no message at {}/{probes:?} within {PROBE_TIMEOUT:?}, below the \
+                     partitions' ends",
+                    self.topic
+                )
+            }
+            let (p, got) = match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    let at = probes
+                        .iter()
+                        .find(|(p, _)| *p == m.partition())
+                        .map(|x| x.1);
+                    let ts = m.timestamp().to_millis().unwrap_or(0);
+                    let got = at.and_then(|at| (m.offset() >= at).then_some((m.offset(), ts)));
+                    (m.partition(), got)
                 }
-                _ => {}
+                Some(Err(KafkaError::PartitionEOF(p))) => (p, None),
+                Some(Err(e)) => anyhow::bail!("reading {}/{probes:?}: {e}", self.topic),
+                None => continue,
+            };
+            if let Some(i) = probes.iter().position(|(q, _)| *q == p) {
+                if out[i].is_none() {
+                    out[i] = Some(got);
+                    self.seen.entry(p).or_default().push((probes[i].1, got));
+                }
             }
         }
-        let fetched = fetched_high_watermark(self.consumer, self.topic, partition);
-        Ok(fetched.map_or(listed_high, |h| h.max(listed_high)))
+        Ok(out.into_iter().flatten().collect())
     }
 
-    /// The first offset in `[low, high]` whose message's timestamp is at or after `ms` (`high`
-    /// when there is none). Timestamps are assumed non-decreasing within a partition (producer
-    /// create times are, up to clock steps; the windows' margins absorb small inversions).
-    fn first_at_or_after(
-        &mut self,
-        partition: i32,
-        low: i64,
-        high: i64,
-        ms: i64,
-    ) -> anyhow::Result<i64> {
+    /// The offset after the last message of each partition of `marks` (partition, low, listed
+    /// high) → (partition, low, end). The watermark a ListOffsets request answers is not
+    /// enough: tansu 0.6.0's lags the last records (measured: 1 for 1,012 records, 4,388 for
+    /// 4,638). The one a fetch response carries is exact on every broker measured, so each
+    /// partition's first message is fetched (one round) and the client's cached watermark read.
+    fn ends(&mut self, marks: &[(i32, i64, i64)]) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+        if marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let probes: Vec<(i32, i64)> = marks.iter().map(|&(p, low, _)| (p, low)).collect();
+        self.probe_round(&probes)?;
+        Ok(marks
+            .iter()
+            .map(|&(p, low, listed)| {
+                let fetched = fetched_high_watermark(self.consumer, self.topic, p);
+                (p, low, fetched.map_or(listed, |h| h.max(listed)))
+            })
+            .collect())
+    }
+
+    /// For each (partition, low, high, ms), one partition each: the first offset in
+    /// `[low, high]` whose message's timestamp is at or after `ms` (`high` when there is none).
+    fn first_at_or_after(&mut self, asks: &[(i32, i64, i64, i64)]) -> anyhow::Result<Vec<i64>> {
         if self.broker_truthful != Some(false) {
-            if let Some(o) = self.broker_answer(partition, low, high, ms)? {
+            let mut out = Vec::with_capacity(asks.len());
+            for &(p, low, high, ms) in asks {
+                match self.broker_answer(p, low, high, ms)? {
+                    Some(o) => out.push(o),
+                    None => break,
+                }
+            }
+            if out.len() == asks.len() {
                 self.broker_truthful = Some(true);
-                return Ok(o);
+                return Ok(out);
             }
             self.broker_truthful = Some(false);
         }
-        let (mut lo, mut hi) = (low, high);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.message_at(partition, mid)? {
-                Some((o, ts)) if ts < ms => lo = (o + 1).min(hi),
-                _ => hi = mid,
+        let mut seeks: Vec<(i32, Seek)> = asks
+            .iter()
+            .map(|&(p, low, high, ms)| {
+                let known = self.seen.get(&p).map_or(&[][..], Vec::as_slice);
+                let seek = known
+                    .iter()
+                    .fold(Seek::new(low, high, ms), |s, &(at, got)| s.knowing(at, got));
+                (p, seek)
+            })
+            .collect();
+        loop {
+            if self.cancel.is_cancelled() {
+                anyhow::bail!("reading {} was cancelled (finding its windows)", self.topic);
+            }
+            let round: Vec<(usize, i32, i64)> = seeks
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, (p, s))| s.next_probe().map(|at| (i, *p, at)))
+                .collect();
+            if round.is_empty() {
+                break;
+            }
+            let probes: Vec<(i32, i64)> = round.iter().map(|&(_, p, at)| (p, at)).collect();
+            let answers = self.probe_round(&probes)?;
+            for (&(i, _, at), got) in round.iter().zip(answers) {
+                seeks[i].1.answer(at, got);
             }
         }
-        Ok(lo)
+        Ok(seeks.iter().filter_map(|(_, s)| s.found()).collect())
     }
 
     /// The broker's `offsets_for_times` answer when it checks out against the messages around
@@ -472,13 +526,13 @@ impl OffsetLookup<'_> {
         };
         // The message answered must be at or after `ms`, the one before it before `ms`.
         if answer < high {
-            match self.message_at(partition, answer)? {
+            match self.probe_round(&[(partition, answer)])?[0] {
                 Some((_, ts)) if ts >= ms => {}
                 _ => return Ok(None),
             }
         }
         if answer > low {
-            match self.message_at(partition, answer - 1)? {
+            match self.probe_round(&[(partition, answer - 1)])?[0] {
                 Some((o, ts)) if o < answer && ts >= ms => return Ok(None),
                 Some(_) => {}
                 None => return Ok(None),
@@ -519,47 +573,33 @@ pub fn read_windows(
     cancel: &CancellationToken,
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> anyhow::Result<crate::console::read::window::TopicCost> {
-    use crate::console::read::window::{merge_ranges, TopicCost};
+    use crate::console::read::window::{ReadTimes, TopicCost};
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
+    let started = Instant::now();
     let consumer = probe_reader(config)?;
     let marks = watermarks(&consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
-    let mut lookup = OffsetLookup {
-        consumer: &consumer,
-        topic,
-        broker_truthful: None,
-        probes: 0,
+    let mut lookup = OffsetLookup::new(&consumer, topic, cancel);
+    let of_plan: Vec<_> = marks
+        .iter()
+        .filter(|(p, _, _)| partitions.contains(p))
+        .copied()
+        .collect();
+    let ends = lookup.ends(&of_plan)?;
+    let looking = Instant::now();
+    let ranges = window_ranges(&mut lookup, &ends, &plan.windows)?;
+    let mut times = ReadTimes {
+        lookup_ms: looking.elapsed().as_millis() as u64,
+        ..ReadTimes::default()
     };
-    let started = Instant::now();
-    let mut ranges = Vec::new();
-    for &(p, low, high) in marks.iter().filter(|(p, _, _)| partitions.contains(p)) {
-        let high = lookup.end_of(p, low, high)?;
-        let mut of_p = Vec::new();
-        for w in &plan.windows {
-            if cancel.is_cancelled() {
-                anyhow::bail!("reading {topic} was cancelled (finding its windows)");
-            }
-            let start = lookup.first_at_or_after(p, low, high, w.from_ms)?;
-            let end = lookup.first_at_or_after(p, start, high, w.to_ms.saturating_add(1))?;
-            of_p.push((start, end));
-        }
-        ranges.extend(merge_ranges(of_p).into_iter().map(|(s, e)| (p, s, e)));
-    }
-    let mut scanned = 0u64;
-    for (p, start, end) in ranges {
-        let left = deadline.saturating_sub(started.elapsed());
-        scanned += read_range(
-            &consumer,
-            servers,
-            topic,
-            (p, start, end),
-            left,
-            cancel,
-            &mut each,
-        )?;
-    }
+    // Everything before the scan that was not a probe: reader, metadata, watermarks, ends.
+    times.setup_ms = (started.elapsed().as_millis() as u64).saturating_sub(times.lookup_ms);
+    let scanning = Instant::now();
+    let left = deadline.saturating_sub(started.elapsed());
+    let scanned = read_ranges(&consumer, servers, topic, &ranges, left, cancel, &mut each)?;
+    times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
         topic: topic.to_string(),
         basis: plan.basis,
@@ -569,11 +609,44 @@ pub fn read_windows(
         offset_lookup: if lookup.broker_truthful == Some(true) {
             "offsets_for_times"
         } else {
-            "binary_search"
+            "interpolation_search"
         },
         offset_probes: lookup.probes,
         messages_scanned: scanned,
+        times,
     })
+}
+
+/// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,
+/// end), merged per partition: each window's start in every partition together, then its end.
+fn window_ranges(
+    lookup: &mut OffsetLookup<'_>,
+    ends: &[(i32, i64, i64)],
+    windows: &[crate::console::read::window::TimeWindow],
+) -> anyhow::Result<BTreeMap<i32, Vec<(i64, i64)>>> {
+    use crate::console::read::window::merge_ranges;
+    let mut of_p: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
+    for w in windows {
+        let asks: Vec<_> = ends
+            .iter()
+            .map(|&(p, low, end)| (p, low, end, w.from_ms))
+            .collect();
+        let starts = lookup.first_at_or_after(&asks)?;
+        let asks: Vec<_> = ends
+            .iter()
+            .zip(&starts)
+            .map(|(&(p, _, end), &s)| (p, s, end, w.to_ms.saturating_add(1)))
+            .collect();
+        let stops = lookup.first_at_or_after(&asks)?;
+        for ((&(p, _, _), s), e) in ends.iter().zip(starts).zip(stops) {
+            of_p.entry(p).or_default().push((s, e));
+        }
+    }
+    Ok(of_p
+        .into_iter()
+        .map(|(p, r)| (p, merge_ranges(r)))
+        .filter(|(_, r)| !r.is_empty())
+        .collect())
 }
 
 /// A reader for probes and windows: small fetches (a probe wants one message, not megabytes),
@@ -599,46 +672,53 @@ fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
         })
 }
 
-/// Reads offsets `[start, end)` of one partition; how many messages were read.
-fn read_range(
+/// Reads the offset ranges `[start, end)` of each partition, every partition at once (one
+/// fetch request serves them all), each partition's ranges in order; how many messages were
+/// read. A partition whose ranges are read is paused: its reader must not fetch on.
+fn read_ranges(
     consumer: &BaseConsumer,
     servers: &str,
     topic: &str,
-    (partition, start, end): (i32, i64, i64),
+    ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
     deadline: Duration,
     cancel: &CancellationToken,
     each: &mut impl FnMut(&BorrowedMessage<'_>),
 ) -> anyhow::Result<u64> {
+    // Per partition, the ranges left, the one being read first.
+    let mut left: BTreeMap<i32, std::collections::VecDeque<(i64, i64)>> = ranges
+        .iter()
+        .map(|(p, r)| (*p, r.iter().copied().collect()))
+        .collect();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(start))?;
+    for (p, r) in &left {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].0))?;
+    }
     consumer
         .assign(&tpl)
-        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}/{partition}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
     let started = Instant::now();
     let mut read = 0u64;
     let mut idle_since: Option<Instant> = None;
-    loop {
+    while !left.is_empty() {
         if cancel.is_cancelled() {
             anyhow::bail!("reading {topic} was cancelled ({read} messages read)");
         }
         if started.elapsed() > deadline {
-            anyhow::bail!("kafka {servers}: reading a window of {topic}/{partition} took longer than {deadline:?} ({read} messages read)");
+            anyhow::bail!("kafka {servers}: reading the windows of {topic} took longer than {deadline:?} ({read} messages read)");
         }
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) if m.partition() == partition => {
+        let finished = match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
                 idle_since = None;
-                if m.offset() >= end {
-                    return Ok(read);
+                let Some(&(_, end)) = left.get(&m.partition()).and_then(|r| r.front()) else {
+                    continue;
+                };
+                if m.offset() < end {
+                    read += 1;
+                    each(&m);
                 }
-                read += 1;
-                each(&m);
-                if m.offset() + 1 >= end {
-                    return Ok(read);
-                }
+                (m.offset() + 1 >= end).then_some(m.partition())
             }
-            Some(Ok(_)) => {}
-            Some(Err(KafkaError::PartitionEOF(p))) if p == partition => return Ok(read),
-            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => Some(p),
             Some(Err(e)) => anyhow::bail!("kafka {servers}: reading {topic}: {e}"),
             // Caught up before `end` (a window that reaches the end of the partition, or a
             // broker whose watermark overstates it): done after a quiet half second.
@@ -648,9 +728,36 @@ fn read_range(
                 {
                     return Ok(read);
                 }
+                None
             }
+        };
+        if let Some(p) = finished {
+            next_range(consumer, topic, &mut left, p)?;
         }
     }
+    Ok(read)
+}
+
+/// Partition `p` finished its range: on to its next one, or paused when it has none.
+fn next_range(
+    consumer: &BaseConsumer,
+    topic: &str,
+    left: &mut BTreeMap<i32, std::collections::VecDeque<(i64, i64)>>,
+    p: i32,
+) -> anyhow::Result<()> {
+    let Some(r) = left.get_mut(&p) else {
+        return Ok(());
+    };
+    r.pop_front();
+    if let Some(&(start, _)) = r.front() {
+        consumer.seek(topic, p, Offset::Offset(start), KAFKA_TIMEOUT)?;
+    } else {
+        left.remove(&p);
+        let mut one = TopicPartitionList::new();
+        one.add_partition(topic, p);
+        consumer.pause(&one)?;
+    }
+    Ok(())
 }
 
 /// Where a live reader of one partition starts, and the end it has to reach to be caught up.
@@ -661,34 +768,34 @@ pub struct LiveStart {
     pub start: i64,
     /// Every message the partition holds is at or after that time.
     pub whole: bool,
-    /// The partition's end when the start was looked up (exact, see [`OffsetLookup::end_of`]).
+    /// The partition's end when the start was looked up (exact, see [`OffsetLookup::ends`]).
     pub end: i64,
 }
 
 /// Per partition of `topic`, the first offset at or after `since_ms` and the current end, found
-/// like [`read_windows`]' (the broker's `offsets_for_times` when it checks out, else a binary
-/// search over offsets): a live reader starts there instead of at the topic's beginning, so it
+/// like [`read_windows`]' (the broker's `offsets_for_times` when it checks out, else a search
+/// over offsets): a live reader starts there instead of at the topic's beginning, so it
 /// catches up with the last hour in time proportional to the hour, not to the retention.
 pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Result<Vec<LiveStart>> {
     let servers = &config.kafka.bootstrap_servers;
     let consumer = probe_reader(config)?;
     let marks = watermarks(&consumer, servers, topic)?;
-    let mut lookup = OffsetLookup {
-        consumer: &consumer,
-        topic,
-        broker_truthful: None,
-        probes: 0,
-    };
-    let mut out = Vec::with_capacity(marks.len());
-    for (partition, low, high) in marks {
-        let end = lookup.end_of(partition, low, high)?;
-        let start = lookup.first_at_or_after(partition, low, end, since_ms)?;
-        out.push(LiveStart {
+    let mut lookup = OffsetLookup::new(&consumer, topic, &CancellationToken::new());
+    let ends = lookup.ends(&marks)?;
+    let asks: Vec<_> = ends
+        .iter()
+        .map(|&(p, low, end)| (p, low, end, since_ms))
+        .collect();
+    let starts = lookup.first_at_or_after(&asks)?;
+    let out = ends
+        .iter()
+        .zip(starts)
+        .map(|(&(partition, low, end), start)| LiveStart {
             partition,
             start,
             whole: start <= low,
             end,
-        });
-    }
+        })
+        .collect();
     Ok(out)
 }

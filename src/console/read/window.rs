@@ -91,12 +91,26 @@ pub struct TopicCost {
     pub partitions_total: usize,
     pub partitions_read: Vec<i32>,
     /// `offsets_for_times` when the broker's lookup by time answered truthfully, else
-    /// `binary_search` (one message's timestamp read per probe).
+    /// `interpolation_search` (one message's timestamp read per probe, see
+    /// [`seek`](super::seek)).
     pub offset_lookup: &'static str,
     /// Messages read to find the windows' offsets.
     pub offset_probes: u64,
     /// Messages read inside the windows.
     pub messages_scanned: u64,
+    /// Where the read's time went.
+    pub times: ReadTimes,
+}
+
+/// Where one topic's read spent its time, ms: a slow trace says which part was slow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReadTimes {
+    /// The reader, the topic's metadata and watermarks, each partition's exact end.
+    pub setup_ms: u64,
+    /// Finding the windows' offsets (the probes).
+    pub lookup_ms: u64,
+    /// Reading the windows.
+    pub scan_ms: u64,
 }
 
 /// How a trace read the topics (`read_cost` of the `trace` document).

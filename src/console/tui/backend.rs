@@ -150,11 +150,13 @@ pub enum Update {
         ids: TraceIds,
         result: Result<Vec<PaymentMessage>, String>,
     },
-    /// The read of the trace target's windows: `cost` is `None` while it runs, then says what
-    /// it read (per topic: windows, partitions, messages scanned).
+    /// The read of the trace target's windows: `cost` is `None` while it runs (`scanned`: the
+    /// messages read so far, sent a few times a second), then says what it read (per topic:
+    /// windows, partitions, messages scanned).
     TraceRead {
         ids: TraceIds,
         cost: Option<ReadCost>,
+        scanned: u64,
     },
     TraceTopic(Result<TopicProgress, String>),
     /// The log lines of `target` (files and/or the shipped-logs topic, `read/logs.rs`); a log
@@ -899,16 +901,30 @@ impl HistoryRead {
         let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
         let cancelled = stop.clone();
         let task = tokio::spawn(async move {
-            let reading = Update::TraceRead {
-                ids: ids.clone(),
-                cost: None,
-            };
-            if tx.send(reading).await.is_err() {
-                return;
-            }
+            let progress = bounded::Scanned::default();
             let window = TimeWindow::last_day(crate::contracts::now_ms());
-            let (payments, events, cost) =
-                bounded::read_topics_for(&config, &target, Some(&rows), window, &cancelled).await;
+            let read = bounded::read_topics_counting(
+                &config,
+                &target,
+                Some(&rows),
+                window,
+                &cancelled,
+                &progress,
+            );
+            tokio::pin!(read);
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let (payments, events, cost) = loop {
+                tokio::select! {
+                    done = &mut read => break done,
+                    _ = tick.tick() => {
+                        let scanned = progress.load(std::sync::atomic::Ordering::Relaxed);
+                        let reading = Update::TraceRead { ids: ids.clone(), cost: None, scanned };
+                        if tx.send(reading).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            };
             if cancelled.is_cancelled() {
                 return;
             }
@@ -939,6 +955,7 @@ async fn send_history(
         .map_err(|e| format!("{e:#}"));
     let read = Update::TraceRead {
         ids: ids.clone(),
+        scanned: cost.messages_scanned(),
         cost: Some(cost),
     };
     for u in [history, Update::PaymentHistory { ids, result }, read] {

@@ -512,7 +512,12 @@ fn trace_read_note(app: &App, compact: bool) -> Option<String> {
         return None;
     }
     let Some(cost) = cost else {
-        return Some(" reading the topics' windows of this trace… ".into());
+        let n = app.stores.trace_read_scanned;
+        return Some(if compact {
+            format!(" reading this trace's windows… {n} msgs ")
+        } else {
+            format!(" reading the topics' windows of this trace… {n} messages scanned ")
+        });
     };
     let trace_topic = app.stores.trace_topic.as_ref().map(|p| p.topic.as_str());
     let topics: Vec<String> = cost

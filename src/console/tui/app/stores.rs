@@ -73,6 +73,8 @@ pub struct Stores {
     /// The read of the trace target's windows ([`Update::TraceRead`]): for which IDs, and its
     /// cost once done (`None` while it runs).
     pub trace_read: Option<(TraceIds, Option<ReadCost>)>,
+    /// Messages the read in flight has scanned so far (its progress).
+    pub trace_read_scanned: u64,
     pub payments: PaymentIndex,
     pub trace_topic: Option<TopicProgress>,
     pub payment_topic: Option<TopicProgress>,
@@ -126,6 +128,7 @@ impl Stores {
             trace_log: TraceLog::default(),
             trace_history: None,
             trace_read: None,
+            trace_read_scanned: 0,
             payments: PaymentIndex::default(),
             trace_topic: None,
             payment_topic: None,
@@ -220,9 +223,10 @@ impl Stores {
                 }
                 Err(e) => self.down(backend, e),
             },
-            Update::TraceRead { ids, cost } => {
+            Update::TraceRead { ids, cost, scanned } => {
                 if ids == self.resolved_ids() {
                     self.trace_read = Some((ids, cost));
+                    self.trace_read_scanned = scanned;
                 }
             }
             Update::PaymentHistory { ids, result } => match result {
@@ -387,6 +391,7 @@ impl Stores {
         self.trace_logs = None;
         self.trace_history = None;
         self.trace_read = None;
+        self.trace_read_scanned = 0;
         true
     }
 
