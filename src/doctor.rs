@@ -84,10 +84,17 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
         }));
     }
     {
-        let url = config.redis.url.clone();
-        checks.push(tokio::spawn(async move {
-            vec![check_redis("redis", &url).await]
-        }));
+        // A cluster's seeds are checked one by one (each a plain redis:// node).
+        let urls = match crate::config::RedisTarget::parse(&config.redis.url) {
+            Ok(crate::config::RedisTarget::Cluster { seeds }) => seeds,
+            _ => vec![config.redis.url.clone()],
+        };
+        for (i, url) in urls.into_iter().enumerate() {
+            let name = if i == 0 { "redis".to_string() } else { format!("redis seed {}", i + 1) };
+            checks.push(tokio::spawn(async move {
+                vec![check_redis(&name, &url).await]
+            }));
+        }
     }
     for (i, node) in config.redis.redlock_nodes.iter().enumerate() {
         let url = node.clone();

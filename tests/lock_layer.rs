@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{local_config, unique_suffix};
 use idemguard::config::{Config, LockMode};
-use idemguard::contracts::{Instance, LockHolder};
+use idemguard::contracts::{keys, Instance, LockHolder};
 use idemguard::lock::{Acquisition, LockError, LockGuard, Locks, NodeLockState, NodeRelease};
 use idemguard::trace::Tracer;
 use redis_server::RedisServer;
@@ -86,7 +86,7 @@ async fn cleanup(urls: &[String], key: &str) {
     for url in urls {
         let _: () = redis::cmd("DEL")
             .arg(key)
-            .arg(format!("fence:{key}"))
+            .arg(keys::fence(&key))
             .query_async(&mut raw(url).await)
             .await
             .unwrap();
@@ -623,7 +623,7 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     // Above the clock the other nodes' new counters start from (microseconds, ~1.8e15).
     const HIGH: i64 = 4_000_000_000_000_000;
     let _: () = redis::cmd("SET")
-        .arg(format!("fence:{key}"))
+        .arg(keys::fence(&key))
         .arg(HIGH)
         .query_async(&mut raw(&servers[0].url()).await)
         .await
@@ -634,7 +634,7 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     assert_eq!(a.fence().0, HIGH + 1, "the maximum over the quorum");
     for s in &servers {
         let counter: i64 = redis::cmd("GET")
-            .arg(format!("fence:{key}"))
+            .arg(keys::fence(&key))
             .query_async(&mut raw(&s.url()).await)
             .await
             .unwrap();
