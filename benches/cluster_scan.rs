@@ -197,11 +197,7 @@ async fn measure(
         let scan_ms = t.elapsed().as_secs_f64() * 1000.0;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let during = during.join().unwrap();
-        let ours = scan
-            .locks
-            .iter()
-            .filter(|l| l.key.contains(prefix))
-            .count();
+        let ours = scan.locks.iter().filter(|l| l.key.contains(prefix)).count();
         assert!(scan.all_nodes_ok(), "{:?}", scan.nodes);
         assert_eq!(ours, n, "{label}: every lock of this run found");
         let m = Measured {
@@ -247,8 +243,10 @@ async fn main() {
     let prefix = format!("igbench-clu-{}-{}", std::process::id(), now_ms());
     let keys = lock_keys(&prefix, n);
     let map = slot_map();
-    let mut per_master: Vec<(String, Vec<&String>)> =
-        MASTERS.iter().map(|m| (m.to_string(), Vec::new())).collect();
+    let mut per_master: Vec<(String, Vec<&String>)> = MASTERS
+        .iter()
+        .map(|m| (m.to_string(), Vec::new()))
+        .collect();
     for k in &keys {
         let m = master_of(&map, k);
         per_master
@@ -281,8 +279,10 @@ async fn main() {
             .find(|k| master_of(&map, k) == m)
             .unwrap()
     };
-    let cluster_probes: Vec<(String, String)> =
-        MASTERS.iter().map(|m| (m.to_string(), probe_key(m))).collect();
+    let cluster_probes: Vec<(String, String)> = MASTERS
+        .iter()
+        .map(|m| (m.to_string(), probe_key(m)))
+        .collect();
     let single_probes = vec![(SINGLE.to_string(), "igbench-probe-single".to_string())];
 
     let single = measure(

@@ -1140,7 +1140,11 @@ fn redact_cluster_url(raw: &str) -> String {
     let Ok(RedisTarget::Cluster { seeds }) = RedisTarget::parse(raw) else {
         return "<unparsable url>".into();
     };
-    let scheme = if raw.starts_with("rediss") { "rediss" } else { "redis" };
+    let scheme = if raw.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
     let shown: Vec<String> = seeds.iter().map(|s| redact_url(s)).collect();
     // The first seed keeps its credentials and path; the others only their host:port.
     let first = shown[0].strip_prefix(&format!("{scheme}://")).unwrap_or("");
@@ -1158,7 +1162,8 @@ fn redact_cluster_url(raw: &str) -> String {
 /// `host:port` of a URL, for error rows and hints (`cluster h:p,h:p` for a cluster's seeds).
 pub fn host_port(raw: &str) -> String {
     if cluster_scheme(raw).is_some() {
-        return RedisTarget::parse(raw).map_or_else(|_| "<unparsable url>".into(), |t| t.describe());
+        return RedisTarget::parse(raw)
+            .map_or_else(|_| "<unparsable url>".into(), |t| t.describe());
     }
     match url::Url::parse(raw) {
         Ok(u) => format!(
@@ -1492,15 +1497,21 @@ mod tests {
         assert!(RedisTarget::parse("redis+cluster://").is_err());
         let c = load_with(
             None,
-            &[("IDEMGUARD_REDIS__URL", "redis+cluster://127.0.0.1:7001,127.0.0.1:7002")],
+            &[(
+                "IDEMGUARD_REDIS__URL",
+                "redis+cluster://127.0.0.1:7001,127.0.0.1:7002",
+            )],
         )
         .unwrap();
         assert!(matches!(
             RedisTarget::parse(&c.redis.url),
             Ok(RedisTarget::Cluster { .. })
         ));
-        let e = load_with(None, &[("IDEMGUARD_REDIS__URL", "redis+cluster://:pw@h:x,h:2")])
-            .unwrap_err();
+        let e = load_with(
+            None,
+            &[("IDEMGUARD_REDIS__URL", "redis+cluster://:pw@h:x,h:2")],
+        )
+        .unwrap_err();
         assert_eq!(e.key, "redis.url");
         assert!(!e.to_string().contains("pw@"), "{e}");
     }

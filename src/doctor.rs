@@ -90,10 +90,14 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
             _ => vec![config.redis.url.clone()],
         };
         for (i, url) in urls.into_iter().enumerate() {
-            let name = if i == 0 { "redis".to_string() } else { format!("redis seed {}", i + 1) };
-            checks.push(tokio::spawn(async move {
-                vec![check_redis(&name, &url).await]
-            }));
+            let name = if i == 0 {
+                "redis".to_string()
+            } else {
+                format!("redis seed {}", i + 1)
+            };
+            checks.push(tokio::spawn(
+                async move { vec![check_redis(&name, &url).await] },
+            ));
         }
     }
     for (i, node) in config.redis.redlock_nodes.iter().enumerate() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use idemguard::api::fast_path::{FastPath, FastPathValue};
 use idemguard::config::{Config, Dialect};
 use idemguard::contracts::{keys, Instance};
-use idemguard::lock::{Acquisition, LockGuard, Liveness, Locks, NodeRelease};
+use idemguard::lock::{Acquisition, Liveness, LockGuard, Locks, NodeRelease};
 use idemguard::trace::Tracer;
 
 const MASTERS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
@@ -126,7 +126,10 @@ async fn keys_on_every_master(prefix: &str, n: usize) -> BTreeMap<&'static str, 
         let key = keys::order_lock(&format!("{prefix}-{i}"));
         i += 1;
         let slot = keyslot(&key).await;
-        let (_, _, m) = slots.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)).unwrap();
+        let (_, _, m) = slots
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .unwrap();
         let m = MASTERS.iter().find(|x| *x == m).expect("a stack master");
         let list = out.entry(m).or_default();
         if list.len() < n {
@@ -165,11 +168,9 @@ async fn locks_on_every_master_are_taken_and_released_in_one_batch() {
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
     let locks = locks_for(&cluster_config(), &instance("batch"));
     // All at once: the node's batches mix keys of many slots, split per slot on the way out.
-    let guards = futures::future::join_all(
-        all.iter()
-            .map(|k| hold(&locks, k, Duration::from_secs(30))),
-    )
-    .await;
+    let guards =
+        futures::future::join_all(all.iter().map(|k| hold(&locks, k, Duration::from_secs(30))))
+            .await;
     for (m, list) in &by_master {
         for k in list {
             assert_eq!(holder_of(k).await, *m, "{k}");
@@ -232,7 +233,8 @@ async fn heartbeats_and_the_fast_path_work_across_slots() {
         beats.push(liveness.start(w).await.expect("heartbeat"));
     }
     let homes: std::collections::BTreeSet<&str> = futures::future::join_all(
-        who.iter().map(|w| async move { holder_of(&keys::instance(&w.id)).await }),
+        who.iter()
+            .map(|w| async move { holder_of(&keys::instance(&w.id)).await }),
     )
     .await
     .into_iter()
@@ -328,7 +330,10 @@ async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
             assert_eq!(holder_of(k).await, *m);
             assert_eq!(l["slot"].as_i64(), Some(keyslot(k).await), "{l}");
             assert_eq!(l["scope"], "single");
-            assert!(l["holder"]["instance"].as_str().unwrap().starts_with("clu-list"));
+            assert!(l["holder"]["instance"]
+                .as_str()
+                .unwrap()
+                .starts_with("clu-list"));
             assert!(l["fence_counter"].as_i64().unwrap() > 0, "{l}");
             assert_eq!(l["owner_alive"], false, "no heartbeat was started: {l}");
         }
@@ -336,8 +341,14 @@ async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
     let (code, table) = idemguard(&common::local_config(), &["locks"]);
     assert_eq!(code, Some(0), "{table}");
     let k = &by_master[MASTERS[2]][0];
-    let row = table.lines().find(|l| l.contains(k.as_str())).expect(&table);
-    assert!(row.contains(&format!("@{} slot {}", MASTERS[2], keyslot(k).await)), "{row}");
+    let row = table
+        .lines()
+        .find(|l| l.contains(k.as_str()))
+        .expect(&table);
+    assert!(
+        row.contains(&format!("@{} slot {}", MASTERS[2], keyslot(k).await)),
+        "{row}"
+    );
     for g in guards {
         g.release().await.unwrap();
     }
@@ -365,7 +376,13 @@ async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
     earlier.nonce = "0".repeat(32);
     let (code, out) = idemguard(
         &config,
-        &["release-lock", &key, "--expect-value", &earlier.to_value(), "--allow-actions"],
+        &[
+            "release-lock",
+            &key,
+            "--expect-value",
+            &earlier.to_value(),
+            "--allow-actions",
+        ],
     );
     assert_eq!(code, Some(5), "another value deletes nothing: {out}");
     assert_eq!(holder_of(&key).await, MASTERS[2]);
@@ -385,7 +402,10 @@ async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
     assert_eq!(code, Some(0), "{out}");
     let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
     assert_eq!(j["outcome"], "done", "{j}");
-    assert!(out.contains(MASTERS[2]), "the report names the key's master: {out}");
+    assert!(
+        out.contains(MASTERS[2]),
+        "the report names the key's master: {out}"
+    );
     assert_eq!(masters_holding(&key).await, Vec::<&str>::new(), "{key}");
     cleanup(&[key]).await;
 }

@@ -86,7 +86,7 @@ async fn cleanup(urls: &[String], key: &str) {
     for url in urls {
         let _: () = redis::cmd("DEL")
             .arg(key)
-            .arg(keys::fence(&key))
+            .arg(keys::fence(key))
             .query_async(&mut raw(url).await)
             .await
             .unwrap();

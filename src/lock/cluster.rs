@@ -123,8 +123,11 @@ pub(crate) fn master(cluster: &Node, addr: &str) -> Result<Arc<Node>, NodeError>
         crate::config::RedisTarget::Cluster { seeds } => seeds[0].clone(),
         crate::config::RedisTarget::Single(url) => url.clone(),
     };
-    let url = url_for(&seed, addr)
-        .ok_or_else(|| cluster.conn.refused(format!("names a master {addr:?} we cannot reach")))?;
+    let url = url_for(&seed, addr).ok_or_else(|| {
+        cluster
+            .conn
+            .refused(format!("names a master {addr:?} we cannot reach"))
+    })?;
     let mut node = Node::open(&url, cluster.conn.timeout)?;
     node.cluster_master = true;
     let node = Arc::new(node);

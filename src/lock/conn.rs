@@ -13,7 +13,9 @@ use std::future::Future;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
@@ -59,7 +61,8 @@ pub(crate) enum RedisConn {
 /// connection manager on one node, the cluster client (which reconnects per master) on a
 /// cluster.
 pub(crate) async fn open_main(url: &str, timeout: Duration) -> redis::RedisResult<RedisConn> {
-    let invalid = |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.url", e));
+    let invalid =
+        |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.url", e));
     match RedisTarget::parse(url).map_err(invalid)? {
         RedisTarget::Single(url) => {
             let client = redis::Client::open(url.as_str())?;
@@ -112,9 +115,10 @@ impl ConnectionLike for RedisConn {
     }
 }
 
+/// Boxed: both are large and one is made per node, once.
 enum Client {
-    Node(redis::Client),
-    Cluster(ClusterClient),
+    Node(Box<redis::Client>),
+    Cluster(Box<ClusterClient>),
 }
 
 /// True for an answer that says who we are may not do this (a wrong password, an ACL without
@@ -156,13 +160,17 @@ impl Conn {
         let target = RedisTarget::parse(url).map_err(|e| unusable("redis".into(), e))?;
         let addr = target.describe();
         let client = match &target {
-            RedisTarget::Single(url) => redis::Client::open(url.as_str()).map(Client::Node),
-            RedisTarget::Cluster { seeds } => ClusterClient::builder(seeds.iter().map(String::as_str))
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2)
-                .build()
-                .map(Client::Cluster),
+            RedisTarget::Single(url) => {
+                redis::Client::open(url.as_str()).map(|c| Client::Node(Box::new(c)))
+            }
+            RedisTarget::Cluster { seeds } => {
+                ClusterClient::builder(seeds.iter().map(String::as_str))
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(2)
+                    .build()
+                    .map(|c| Client::Cluster(Box::new(c)))
+            }
         }
         .map_err(|e| unusable(addr.clone(), e.to_string()))?;
         Ok(Conn {
