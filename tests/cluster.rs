@@ -5,12 +5,18 @@
 //! The cluster not running fails every test loudly.
 
 mod common;
+mod console_fixture;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use console_fixture::{press, pump_until, screen, type_str};
+use crossterm::event::KeyCode;
 use idemguard::api::fast_path::{FastPath, FastPathValue};
 use idemguard::config::{Config, Dialect};
+use idemguard::console::tui::app::App;
+use idemguard::console::tui::backend::Backends;
+use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{keys, Instance};
 use idemguard::lock::{Acquisition, Liveness, LockGuard, Locks, NodeRelease};
 use idemguard::trace::Tracer;
@@ -441,6 +447,56 @@ async fn a_stale_holder_never_deletes_the_next_holders_lock() {
         assert_eq!(view.slot, Some(keyslot(k).await as u16));
         assert_eq!(view.nodes[0].node, holder_of(k).await);
         assert!(next.release().await.unwrap().released());
+    }
+    cleanup(&all).await;
+}
+
+#[tokio::test]
+async fn the_locks_view_shows_each_masters_locks_with_node_and_slot() {
+    assert_cluster_ok().await;
+    let prefix = format!("clu-view{}", common::unique_suffix());
+    let by_master = keys_on_every_master(&prefix, 2).await;
+    let all: Vec<String> = by_master.values().flatten().cloned().collect();
+    let config = cluster_config();
+    let locks = locks_for(&config, &instance("view"));
+    let mut guards = Vec::new();
+    for k in &all {
+        guards.push(hold(&locks, k, Duration::from_secs(60)).await);
+    }
+    let mut backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    type_str(&mut app, ":lk");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.ui.view, View::Locks);
+    pump_until(
+        &mut app,
+        &mut backends.updates,
+        "the cluster's locks",
+        |a| {
+            a.stores
+                .locks
+                .as_ref()
+                .is_some_and(|s| all.iter().all(|k| s.locks.iter().any(|l| l.key == *k)))
+        },
+    )
+    .await;
+    type_str(&mut app, &format!("/{prefix}"));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.row_count(View::Locks), all.len());
+    let s = screen(&mut app, 200, 40);
+    for (m, list) in &by_master {
+        for k in list {
+            let row = s
+                .lines()
+                .find(|l| l.contains(k.as_str()))
+                .unwrap_or_else(|| panic!("{k} not on screen:\n{s}"));
+            let place = format!("@{m} slot {}", keyslot(k).await);
+            assert!(row.contains(&place), "{place} not in {row}");
+        }
+    }
+    backends.shutdown().await;
+    for g in guards {
+        g.release().await.unwrap();
     }
     cleanup(&all).await;
 }
