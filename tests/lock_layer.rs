@@ -1134,3 +1134,40 @@ fn a_lock_service_outlives_its_first_runtime() {
         .unwrap();
     runtime.block_on(cleanup(&lock_urls(&config), &key));
 }
+
+/// "(is it running? …)" is for a node that could not be reached; a node that answers "not
+/// you" (a user and password it does not know) is up, and its error says it refused us, without the hint.
+#[tokio::test]
+async fn only_an_unreachable_node_gets_the_is_it_running_hint() {
+    let mut config = single_config();
+    config.redis.url = format!("redis://no-such-user-{}:pw@127.0.0.1:6379", unique_suffix());
+    let refused = lock_service(&config)
+        .acquire(&test_key("wrongpass"))
+        .await
+        .expect_err("a user that does not exist cannot take a lock")
+        .to_string();
+    assert!(refused.contains("refused us"), "{refused}");
+    assert!(
+        refused.to_lowercase().contains("authentication"),
+        "{refused}"
+    );
+    assert!(!refused.contains("is it running?"), "{refused}");
+    assert!(
+        !refused.contains(":pw@"),
+        "no password in the error: {refused}"
+    );
+
+    // A port nobody listens on: unreachable, with the hint.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    config.redis.url = format!("redis://127.0.0.1:{port}");
+    let down = lock_service(&config)
+        .acquire(&test_key("down"))
+        .await
+        .expect_err("nothing listens there")
+        .to_string();
+    assert!(down.contains("is it running?"), "{down}");
+}
