@@ -254,6 +254,16 @@ async fn check_redis(service: &str, url: &str) -> CheckRow {
     };
     match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
         Err(_) => CheckRow::fail(service, target, started, "no answer within 5s", hint),
+        // A node that refuses our user or password is up: "is it running?" would mislead.
+        Ok(Err(e))
+            if e.downcast_ref::<redis::RedisError>()
+                .is_some_and(crate::lock::is_permission) =>
+        {
+            let hint = format!(
+                "redis node {target} refused the user or password of the URL (check its ACL)"
+            );
+            CheckRow::fail(service, target, started, e.to_string(), hint)
+        }
         Ok(Err(e)) => CheckRow::fail(service, target, started, e.to_string(), hint),
         Ok(Ok((pong, version, role))) => CheckRow::ok(
             service,

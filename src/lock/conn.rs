@@ -123,7 +123,7 @@ enum Client {
 
 /// True for an answer that says who we are may not do this (a wrong password, an ACL without
 /// the command): the node is up, so "is it running?" would send the operator the wrong way.
-fn is_permission(e: &RedisError) -> bool {
+pub(crate) fn is_permission(e: &RedisError) -> bool {
     if e.kind() == redis::ErrorKind::AuthenticationFailed {
         return true;
     }
