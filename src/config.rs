@@ -67,6 +67,8 @@ pub struct DatabaseConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
+    /// One node (`redis://…`) or a Redis Cluster by its seed nodes
+    /// (`redis+cluster://host:port,host:port`): read it through [`RedisTarget::parse`].
     pub url: String,
     pub redlock_nodes: Vec<String>,
     #[serde(with = "humantime_serde")]
@@ -659,11 +661,10 @@ impl Config {
         if self.database.max_connections == 0 {
             return Err(err("database.max_connections", "must be at least 1".into()));
         }
-        check_url(&self.redis.url, &["redis", "rediss"]).map_err(|m| err("redis.url", m))?;
+        check_redis_url(&self.redis.url).map_err(|m| err("redis.url", m))?;
         let actions_url = &self.foreign_locks.actions_redis_url;
         if !actions_url.is_empty() {
-            check_url(actions_url, &["redis", "rediss"])
-                .map_err(|m| err("foreign_locks.actions_redis_url", m))?;
+            check_redis_url(actions_url).map_err(|m| err("foreign_locks.actions_redis_url", m))?;
         }
         for (i, node) in self.redis.redlock_nodes.iter().enumerate() {
             check_url(node, &["redis", "rediss"])
@@ -1019,6 +1020,9 @@ pub fn redact_url(raw: &str) -> String {
     if raw.is_empty() {
         return String::new();
     }
+    if cluster_scheme(raw).is_some() {
+        return redact_cluster_url(raw);
+    }
     let Ok(mut u) = url::Url::parse(raw) else {
         return "<unparsable url>".into();
     };
@@ -1085,8 +1089,94 @@ fn percent_decoded(raw: &str) -> Option<String> {
     (decoded != raw).then_some(decoded)
 }
 
-/// `host:port` of a URL, for error rows and hints.
+/// What `redis.url` names: one node, or a Redis Cluster by its seed nodes. Parsed once from the
+/// URL and carried as this type: `redis+cluster://[user:password@]host:port,host:port[/?query]`
+/// (`rediss+cluster://` for TLS) — a plain URL cannot list several hosts, so the seeds are
+/// written comma-separated and each becomes a `redis://` URL with the same credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    Single(String),
+    Cluster { seeds: Vec<String> },
+}
+
+impl RedisTarget {
+    pub fn parse(raw: &str) -> Result<RedisTarget, String> {
+        let Some((scheme, rest)) = cluster_scheme(raw) else {
+            return Ok(RedisTarget::Single(raw.to_string()));
+        };
+        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        let seeds: Vec<String> = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("{scheme}://{userinfo}{h}{tail}"))
+            .collect();
+        if seeds.is_empty() {
+            // (Not shown through redact_url: it parses the URL with this function.)
+            return Err(format!("`{scheme}+cluster://…` names no seed node"));
+        }
+        for s in &seeds {
+            check_url(s, &["redis", "rediss"])?;
+        }
+        Ok(RedisTarget::Cluster { seeds })
+    }
+
+    /// host:port of the node, or of the seeds joined by commas.
+    pub fn describe(&self) -> String {
+        match self {
+            RedisTarget::Single(url) => host_port(url),
+            RedisTarget::Cluster { seeds } => {
+                // Each seed is a plain redis:// URL: host_port does not come back here.
+                let hosts: Vec<String> = seeds.iter().map(|s| host_port(s)).collect();
+                format!("cluster {}", hosts.join(","))
+            }
+        }
+    }
+}
+
+/// `redis`/`rediss` and the text after `://` when `raw` is a `redis(s)+cluster://` URL.
+fn cluster_scheme(raw: &str) -> Option<(&'static str, &str)> {
+    if let Some(rest) = raw.strip_prefix("redis+cluster://") {
+        Some(("redis", rest))
+    } else {
+        raw.strip_prefix("rediss+cluster://").map(|r| ("rediss", r))
+    }
+}
+
+/// [`redact_url`] of a `redis+cluster://` URL: each seed redacted, joined again.
+fn redact_cluster_url(raw: &str) -> String {
+    let Ok(RedisTarget::Cluster { seeds }) = RedisTarget::parse(raw) else {
+        return "<unparsable url>".into();
+    };
+    let scheme = if raw.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let shown: Vec<String> = seeds.iter().map(|s| redact_url(s)).collect();
+    // The first seed keeps its credentials and path; the others only their host:port.
+    let first = shown[0].strip_prefix(&format!("{scheme}://")).unwrap_or("");
+    let hosts: Vec<String> = seeds.iter().skip(1).map(|s| host_port(s)).collect();
+    let (authority, tail) = first.split_at(first.find(['/', '?']).unwrap_or(first.len()));
+    let mut out = format!("{scheme}+cluster://{authority}");
+    for h in hosts {
+        out.push(',');
+        out.push_str(&h);
+    }
+    out.push_str(tail);
+    out
+}
+
+/// `host:port` of a URL, for error rows and hints (`cluster h:p,h:p` for a cluster's seeds).
 pub fn host_port(raw: &str) -> String {
+    if cluster_scheme(raw).is_some() {
+        return RedisTarget::parse(raw)
+            .map_or_else(|_| "<unparsable url>".into(), |t| t.describe());
+    }
     match url::Url::parse(raw) {
         Ok(u) => format!(
             "{}:{}",
@@ -1095,6 +1185,14 @@ pub fn host_port(raw: &str) -> String {
                 .map_or("?".into(), |p| p.to_string())
         ),
         Err(_) => "<unparsable url>".into(),
+    }
+}
+
+/// A `redis(s)://` URL, or a `redis(s)+cluster://` one ([`RedisTarget`]).
+fn check_redis_url(raw: &str) -> Result<(), String> {
+    match RedisTarget::parse(raw)? {
+        RedisTarget::Single(url) => check_url(&url, &["redis", "rediss"]),
+        RedisTarget::Cluster { .. } => Ok(()),
     }
 }
 
@@ -1397,6 +1495,52 @@ mod tests {
         )
         .unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_url_is_parsed_once_into_its_seeds_and_redacted() {
+        let raw = "redis+cluster://app:s3cret@127.0.0.1:7001,127.0.0.1:7002/0?password=s3cret";
+        let target = RedisTarget::parse(raw).unwrap();
+        assert_eq!(
+            target,
+            RedisTarget::Cluster {
+                seeds: vec![
+                    "redis://app:s3cret@127.0.0.1:7001/0?password=s3cret".into(),
+                    "redis://app:s3cret@127.0.0.1:7002/0?password=s3cret".into(),
+                ]
+            }
+        );
+        assert_eq!(target.describe(), "cluster 127.0.0.1:7001,127.0.0.1:7002");
+        let shown = redact_url(raw);
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(
+            shown,
+            "redis+cluster://app:***@127.0.0.1:7001,127.0.0.1:7002/0?password=***"
+        );
+        assert_eq!(
+            RedisTarget::parse("redis://127.0.0.1:6379").unwrap(),
+            RedisTarget::Single("redis://127.0.0.1:6379".into())
+        );
+        assert!(RedisTarget::parse("redis+cluster://").is_err());
+        let c = load_with(
+            None,
+            &[(
+                "IDEMGUARD_REDIS__URL",
+                "redis+cluster://127.0.0.1:7001,127.0.0.1:7002",
+            )],
+        )
+        .unwrap();
+        assert!(matches!(
+            RedisTarget::parse(&c.redis.url),
+            Ok(RedisTarget::Cluster { .. })
+        ));
+        let e = load_with(
+            None,
+            &[("IDEMGUARD_REDIS__URL", "redis+cluster://:pw@h:x,h:2")],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "redis.url");
+        assert!(!e.to_string().contains("pw@"), "{e}");
     }
 
     #[test]

@@ -334,9 +334,27 @@ pub mod keys {
     pub fn request_lock(request_id: &str) -> String {
         format!("lock:req:{request_id}")
     }
-    /// The fence counter belonging to a lock key.
+    /// The fence counter belonging to a lock key, in the lock key's Redis Cluster slot (one
+    /// script takes both, and a cluster runs a script only on keys of one slot): the lock key
+    /// is the counter's hash tag, `fence:{lock:order:1}`; a lock key with a hash tag of its own
+    /// lends it, `fence:lock:{a}:b`. (A key with a `}` and no tag cannot be wrapped; on a
+    /// cluster its script is refused with CROSSSLOT.)
     pub fn fence(lock_key: &str) -> String {
-        format!("fence:{lock_key}")
+        if has_hash_tag(lock_key) {
+            format!("fence:{lock_key}")
+        } else {
+            format!("fence:{{{lock_key}}}")
+        }
+    }
+    /// SCAN pattern of the fence counters of the lock keys that start with `prefix`.
+    pub fn fence_pattern(prefix: &str) -> String {
+        format!("{}*", fence(prefix).trim_end_matches('}'))
+    }
+    /// True when `key` has a Redis Cluster hash tag: a non-empty `{…}` after its first `{`.
+    fn has_hash_tag(key: &str) -> bool {
+        key.find('{')
+            .and_then(|open| key[open + 1..].find('}'))
+            .is_some_and(|len| len > 0)
     }
     pub fn instance(instance_id: &str) -> String {
         format!("instance:{instance_id}")

@@ -84,10 +84,21 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
         }));
     }
     {
-        let url = config.redis.url.clone();
-        checks.push(tokio::spawn(async move {
-            vec![check_redis("redis", &url).await]
-        }));
+        // A cluster's seeds are checked one by one (each a plain redis:// node).
+        let urls = match crate::config::RedisTarget::parse(&config.redis.url) {
+            Ok(crate::config::RedisTarget::Cluster { seeds }) => seeds,
+            _ => vec![config.redis.url.clone()],
+        };
+        for (i, url) in urls.into_iter().enumerate() {
+            let name = if i == 0 {
+                "redis".to_string()
+            } else {
+                format!("redis seed {}", i + 1)
+            };
+            checks.push(tokio::spawn(
+                async move { vec![check_redis(&name, &url).await] },
+            ));
+        }
     }
     for (i, node) in config.redis.redlock_nodes.iter().enumerate() {
         let url = node.clone();
@@ -243,6 +254,16 @@ async fn check_redis(service: &str, url: &str) -> CheckRow {
     };
     match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
         Err(_) => CheckRow::fail(service, target, started, "no answer within 5s", hint),
+        // A node that refuses our user or password is up: "is it running?" would mislead.
+        Ok(Err(e))
+            if e.downcast_ref::<redis::RedisError>()
+                .is_some_and(crate::lock::is_permission) =>
+        {
+            let hint = format!(
+                "redis node {target} refused the user or password of the URL (check its ACL)"
+            );
+            CheckRow::fail(service, target, started, e.to_string(), hint)
+        }
         Ok(Err(e)) => CheckRow::fail(service, target, started, e.to_string(), hint),
         Ok(Ok((pong, version, role))) => CheckRow::ok(
             service,

@@ -81,7 +81,7 @@ impl Drop for Cleanup {
             };
             for pattern in [
                 format!("{}*", self.prefix),
-                format!("{}*", keys::fence(&self.prefix)),
+                keys::fence_pattern(&self.prefix),
             ] {
                 let mut cursor: u64 = 0;
                 loop {
@@ -296,7 +296,7 @@ async fn fence_counters_expire_after_their_locks_and_restart_above_every_earlier
         config.lock.fence_ttl = Duration::from_millis(300);
         let prefix = format!("lock:order:fencettl{}", common::unique_suffix());
         let _cleanup = Cleanup::new(&config, &prefix);
-        let fence_pattern = format!("{}*", keys::fence(&prefix));
+        let fence_pattern = keys::fence_pattern(&prefix);
         let urls = lock_urls(&config);
         let count = || async {
             futures::future::join_all(urls.iter().map(|u| count_keys(u, &fence_pattern))).await

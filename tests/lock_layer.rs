@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{local_config, unique_suffix};
 use idemguard::config::{Config, LockMode};
-use idemguard::contracts::{Instance, LockHolder};
+use idemguard::contracts::{keys, Instance, LockHolder};
 use idemguard::lock::{Acquisition, LockError, LockGuard, Locks, NodeLockState, NodeRelease};
 use idemguard::trace::Tracer;
 use redis_server::RedisServer;
@@ -86,7 +86,7 @@ async fn cleanup(urls: &[String], key: &str) {
     for url in urls {
         let _: () = redis::cmd("DEL")
             .arg(key)
-            .arg(format!("fence:{key}"))
+            .arg(keys::fence(key))
             .query_async(&mut raw(url).await)
             .await
             .unwrap();
@@ -623,7 +623,7 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     // Above the clock the other nodes' new counters start from (microseconds, ~1.8e15).
     const HIGH: i64 = 4_000_000_000_000_000;
     let _: () = redis::cmd("SET")
-        .arg(format!("fence:{key}"))
+        .arg(keys::fence(&key))
         .arg(HIGH)
         .query_async(&mut raw(&servers[0].url()).await)
         .await
@@ -634,7 +634,7 @@ async fn redlock_fence_tokens_strictly_increase_across_holders() {
     assert_eq!(a.fence().0, HIGH + 1, "the maximum over the quorum");
     for s in &servers {
         let counter: i64 = redis::cmd("GET")
-            .arg(format!("fence:{key}"))
+            .arg(keys::fence(&key))
             .query_async(&mut raw(&s.url()).await)
             .await
             .unwrap();
@@ -1133,4 +1133,41 @@ fn a_lock_service_outlives_its_first_runtime() {
         .build()
         .unwrap();
     runtime.block_on(cleanup(&lock_urls(&config), &key));
+}
+
+/// "(is it running? …)" is for a node that could not be reached; a node that answers "not
+/// you" (a user and password it does not know) is up, and its error says it refused us, without the hint.
+#[tokio::test]
+async fn only_an_unreachable_node_gets_the_is_it_running_hint() {
+    let mut config = single_config();
+    config.redis.url = format!("redis://no-such-user-{}:pw@127.0.0.1:6379", unique_suffix());
+    let refused = lock_service(&config)
+        .acquire(&test_key("wrongpass"))
+        .await
+        .expect_err("a user that does not exist cannot take a lock")
+        .to_string();
+    assert!(refused.contains("refused us"), "{refused}");
+    assert!(
+        refused.to_lowercase().contains("authentication"),
+        "{refused}"
+    );
+    assert!(!refused.contains("is it running?"), "{refused}");
+    assert!(
+        !refused.contains(":pw@"),
+        "no password in the error: {refused}"
+    );
+
+    // A port nobody listens on: unreachable, with the hint.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    config.redis.url = format!("redis://127.0.0.1:{port}");
+    let down = lock_service(&config)
+        .acquire(&test_key("down"))
+        .await
+        .expect_err("nothing listens there")
+        .to_string();
+    assert!(down.contains("is it running?"), "{down}");
 }

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
 use crate::contracts::keys;
+use crate::lock::RedisConn;
 
 /// What `idem:{requestId}` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,13 +40,19 @@ impl FastPathValue {
 
 #[derive(Clone)]
 pub struct FastPath {
-    redis: ConnectionManager,
+    /// One node or a Redis Cluster (each script touches one key: any slot will do).
+    redis: RedisConn,
     claim: Script,
     drop: Script,
 }
 
 impl FastPath {
-    pub fn new(redis: ConnectionManager) -> FastPath {
+    /// The fast path on the main Redis (`redis.url`, one node or a cluster).
+    pub async fn connect(url: &str, timeout: Duration) -> redis::RedisResult<FastPath> {
+        Ok(FastPath::new(crate::lock::open_main(url, timeout).await?))
+    }
+
+    pub(crate) fn new(redis: RedisConn) -> FastPath {
         FastPath {
             redis,
             claim: Script::new(include_str!("../../queries/redis/api_fast_path_claim.lua")),

@@ -539,13 +539,8 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
         }
     };
     let fast_path = if config.idempotency.fast_path {
-        let client = redis::Client::open(config.redis.url.as_str())?;
-        let cm_config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.redis.command_timeout))
-            .set_response_timeout(Some(config.redis.command_timeout))
-            .set_number_of_retries(1);
-        match redis::aio::ConnectionManager::new_with_config(client, cm_config).await {
-            Ok(cm) => Some(FastPath::new(cm)),
+        match FastPath::connect(&config.redis.url, config.redis.command_timeout).await {
+            Ok(fast_path) => Some(fast_path),
             Err(e) => {
                 tracing::warn!(error = %e, "fast path off: Redis {} unreachable; the database decides every request", crate::config::host_port(&config.redis.url));
                 None

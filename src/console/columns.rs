@@ -99,8 +99,13 @@ pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
         (Some(c), Some(h)) if c != h.fence => format!("{fence}{:+}", c - h.fence),
         _ => fence,
     };
+    // On a Redis Cluster the key says where it lives: its master and its slot.
+    let key = match (l.slot, l.nodes.first()) {
+        (Some(slot), Some(n)) => format!("{}  @{} slot {slot}", l.key, n.node),
+        _ => l.key.clone(),
+    };
     vec![
-        l.key.clone(),
+        key,
         l.scope.to_string(),
         holder,
         pid,

@@ -12,12 +12,19 @@
 //! run in the order they were queued — a release queued after an acquire (even one whose caller
 //! gave up waiting) runs after it. An acquisition or renewal whose caller is gone is dropped
 //! before it is sent; a release always runs.
+//!
+//! On a Redis Cluster one script may only touch keys of one slot: a batch is split into one
+//! call per slot (an operation's keys share its lock key's slot: `keys::fence`), sent at once;
+//! the order of the operations on one key is kept, as they share a slot.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
+use futures::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::cluster::keyslot;
 use super::conn::{Conn, NodeError};
 
 static LOCK_SCRIPT: LazyLock<Script> =
@@ -89,6 +96,17 @@ impl FenceLife {
 }
 
 impl Op {
+    /// The key whose slot the operation runs in (its other key shares it).
+    fn slot_key(&self) -> &str {
+        match self {
+            Op::Acquire { key, .. }
+            | Op::Release { key, .. }
+            | Op::ReleaseByHolder { key, .. }
+            | Op::Renew { key, .. } => key,
+            Op::RaiseFence { fence_key, .. } | Op::BumpFence { fence_key, .. } => fence_key,
+        }
+    }
+
     /// Operations that are pointless once nobody waits for their answer.
     fn droppable(&self) -> bool {
         matches!(self, Op::Acquire { .. } | Op::Renew { .. })
@@ -177,38 +195,59 @@ async fn drive(conn: Arc<Conn>, mut queue: mpsc::Receiver<Pending>) {
         if batch.is_empty() {
             continue;
         }
-        match run(&conn, &batch).await {
-            Ok(replies) => {
-                for (p, r) in batch.drain(..).zip(replies) {
-                    let _ = p.reply.send(Ok(r));
-                }
-            }
-            Err(e) => {
-                for p in batch.drain(..) {
-                    let _ = p.reply.send(Err(e.clone()));
-                }
-            }
+        let replies = run(&conn, &batch).await;
+        for (p, r) in batch.drain(..).zip(replies) {
+            let _ = p.reply.send(r);
         }
     }
 }
 
-/// One script call for the whole batch; one reply per operation.
-async fn run(conn: &Conn, batch: &[Pending]) -> Result<Vec<Value>, NodeError> {
+/// One script call for the whole batch (on a cluster, one per slot: a master that fails
+/// fails only its own slots' operations); one reply per operation.
+async fn run(conn: &Conn, batch: &[Pending]) -> Vec<Result<Value, NodeError>> {
+    if !conn.is_cluster() {
+        let ops: Vec<&Op> = batch.iter().map(|p| &p.op).collect();
+        return match run_ops(conn, &ops).await {
+            Ok(replies) => replies.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e); batch.len()],
+        };
+    }
+    let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, p) in batch.iter().enumerate() {
+        slots.entry(keyslot(p.op.slot_key())).or_default().push(i);
+    }
+    let calls = slots.values().map(|at| {
+        let ops: Vec<&Op> = at.iter().map(|i| &batch[*i].op).collect();
+        async move { run_ops(conn, &ops).await }
+    });
+    let answers = join_all(calls).await;
+    let mut replies = vec![Ok(Value::Nil); batch.len()];
+    for (at, answer) in slots.values().zip(answers) {
+        match answer {
+            Ok(values) => at.iter().zip(values).for_each(|(i, v)| replies[*i] = Ok(v)),
+            Err(e) => at.iter().for_each(|i| replies[*i] = Err(e.clone())),
+        }
+    }
+    replies
+}
+
+/// One script call running `ops` in order.
+async fn run_ops(conn: &Conn, ops: &[&Op]) -> Result<Vec<Value>, NodeError> {
     let delex = conn.has_delex();
     let mut inv = LOCK_SCRIPT.prepare_invoke();
-    for p in batch {
-        p.op.encode(&mut inv, delex);
+    for op in ops {
+        op.encode(&mut inv, delex);
     }
     let inv = &inv;
     let reply: Value = conn
         .run(|mut c| async move { inv.invoke_async(&mut c).await })
         .await?;
     match reply {
-        Value::Array(items) if items.len() == batch.len() => Ok(items),
+        Value::Array(items) if items.len() == ops.len() => Ok(items),
         other => Err(conn.refused(format!(
             "answered lock.lua with {} replies for {} operations: {other:?}",
             count(&other),
-            batch.len()
+            ops.len()
         ))),
     }
 }

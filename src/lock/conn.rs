@@ -2,15 +2,25 @@
 //! opened multiplexed connection, every command bounded by `redis.command_timeout`, and errors
 //! that name the node's host:port ([`NodeError`]). Below both `node.rs` and
 //! `batch.rs`, so neither reaches into the other for it.
+//!
+//! `redis.url` may name a Redis Cluster (`redis+cluster://…`, [`RedisTarget`]): the connection is
+//! then the redis crate's cluster client, which routes each command to the master of its key's
+//! slot and follows MOVED/ASK. Both kinds are one [`RedisConn`], so every script and command
+//! runs the same way on either; what a cluster forbids (keys of several slots in one script,
+//! pipeline or MULTI) is split by the callers that need it (`batch.rs`, `cluster.rs`).
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Value};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-use crate::config::{host_port, redact_url};
+use crate::config::{redact_url, RedisTarget};
 
 /// How long a failed connect is remembered before the next caller tries again.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
@@ -38,30 +48,134 @@ impl std::fmt::Display for NodeError {
 
 impl std::error::Error for NodeError {}
 
+/// A connection to one node or to a Redis Cluster: the same commands and scripts run on both.
+#[derive(Clone)]
+pub(crate) enum RedisConn {
+    Node(MultiplexedConnection),
+    /// One node behind a reconnecting manager (the API's fast path).
+    Manager(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The main Redis for a long-lived user that reconnects on its own (the API's fast path): a
+/// connection manager on one node, the cluster client (which reconnects per master) on a
+/// cluster.
+pub(crate) async fn open_main(url: &str, timeout: Duration) -> redis::RedisResult<RedisConn> {
+    let invalid =
+        |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.url", e));
+    match RedisTarget::parse(url).map_err(invalid)? {
+        RedisTarget::Single(url) => {
+            let client = redis::Client::open(url.as_str())?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(1);
+            let manager = ConnectionManager::new_with_config(client, config).await?;
+            Ok(RedisConn::Manager(manager))
+        }
+        RedisTarget::Cluster { seeds } => {
+            let client = ClusterClient::builder(seeds)
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .retries(2)
+                .build()?;
+            Ok(RedisConn::Cluster(client.get_async_connection().await?))
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Node(c) => c.req_packed_command(cmd),
+            RedisConn::Manager(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Node(c) => c.get_db(),
+            RedisConn::Manager(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Boxed: both are large and one is made per node, once.
+enum Client {
+    Node(Box<redis::Client>),
+    Cluster(Box<ClusterClient>),
+}
+
+/// True for an answer that says who we are may not do this (a wrong password, an ACL without
+/// the command): the node is up, so "is it running?" would send the operator the wrong way.
+pub(crate) fn is_permission(e: &RedisError) -> bool {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    let text = e.to_string();
+    ["NOPERM", "NOAUTH", "WRONGPASS"]
+        .iter()
+        .any(|c| e.code() == Some(*c) || text.contains(c))
+}
+
 /// The connection side of a node, shared with its batch driver.
 pub(crate) struct Conn {
     pub addr: String,
-    client: redis::Client,
+    /// What the URL names: one node or a cluster's seeds.
+    pub target: RedisTarget,
+    client: Client,
     pub timeout: Duration,
     /// The connection and the runtime whose task drives it: a connection opened on a runtime
     /// that has since shut down is dead, so another runtime opens its own.
-    slot: Mutex<Option<(tokio::runtime::Id, MultiplexedConnection)>>,
-    /// Held while connecting; remembers the last failed connect.
-    connecting: tokio::sync::Mutex<Option<(Instant, String)>>,
+    slot: Mutex<Option<(tokio::runtime::Id, RedisConn)>>,
+    /// Held while connecting; remembers the last failed connect (its problem, and whether the
+    /// node was unreachable rather than refusing us).
+    connecting: tokio::sync::Mutex<Option<(Instant, String, bool)>>,
     /// Whether the server has `DELEX key IFEQ value` (Redis 8.4+), asked once per node.
     delex: OnceLock<bool>,
 }
 
 impl Conn {
     pub fn open(url: &str, timeout: Duration) -> Result<Conn, NodeError> {
-        let addr = host_port(url);
-        let client = redis::Client::open(url).map_err(|e| NodeError {
-            node: addr.clone(),
+        let unusable = |addr: String, e: String| NodeError {
+            node: addr,
             problem: format!("has an unusable URL {}: {e}", redact_url(url)),
             unreachable: false,
-        })?;
+        };
+        let target = RedisTarget::parse(url).map_err(|e| unusable("redis".into(), e))?;
+        let addr = target.describe();
+        let client = match &target {
+            RedisTarget::Single(url) => {
+                redis::Client::open(url.as_str()).map(|c| Client::Node(Box::new(c)))
+            }
+            RedisTarget::Cluster { seeds } => {
+                ClusterClient::builder(seeds.iter().map(String::as_str))
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(2)
+                    .build()
+                    .map(|c| Client::Cluster(Box::new(c)))
+            }
+        }
+        .map_err(|e| unusable(addr.clone(), e.to_string()))?;
         Ok(Conn {
             addr,
+            target,
             client,
             timeout,
             slot: Mutex::new(None),
@@ -93,8 +207,15 @@ impl Conn {
         }
     }
 
+    /// True when this is a Redis Cluster (its scripts and pipelines must stay in one slot).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, RedisTarget::Cluster { .. })
+    }
+
     fn describe(&self, e: &RedisError) -> (String, bool) {
-        if e.is_connection_refusal() {
+        if is_permission(e) {
+            (format!("refused us: {e}"), false)
+        } else if e.is_connection_refusal() {
             ("refused the connection".into(), true)
         } else if e.is_timeout() {
             (
@@ -108,14 +229,53 @@ impl Conn {
         }
     }
 
-    fn cached(&self, runtime: tokio::runtime::Id) -> Option<MultiplexedConnection> {
+    fn cached(&self, runtime: tokio::runtime::Id) -> Option<RedisConn> {
         match &*self.slot.lock().expect("node slot") {
             Some((id, c)) if *id == runtime => Some(c.clone()),
             _ => None,
         }
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, NodeError> {
+    /// A new connection, and whether the server has DELEX (asked once). A user whose ACL does
+    /// not allow COMMAND just goes without DELEX.
+    async fn connect(&self) -> Result<RedisConn, RedisError> {
+        let mut conn = match &self.client {
+            Client::Node(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                RedisConn::Node(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            Client::Cluster(client) => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(self.timeout)
+                    .set_response_timeout(self.timeout);
+                RedisConn::Cluster(client.get_async_connection_with_config(config).await?)
+            }
+        };
+        if self.delex.get().is_none() {
+            // COMMAND INFO answers [nil] for a command the server does not have.
+            let info = redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg("DELEX")
+                .query_async::<Value>(&mut conn)
+                .await;
+            let known = match info {
+                Ok(Value::Array(items)) => items.first().is_some_and(|v| !matches!(v, Value::Nil)),
+                Ok(_) => false,
+                Err(e) if is_permission(&e) => false,
+                Err(e) => return Err(e),
+            };
+            let _ = self.delex.set(known);
+        }
+        Ok(conn)
+    }
+
+    async fn connection(&self) -> Result<RedisConn, NodeError> {
         let runtime = tokio::runtime::Handle::current().id();
         if let Some(c) = self.cached(runtime) {
             return Ok(c);
@@ -124,50 +284,38 @@ impl Conn {
         if let Some(c) = self.cached(runtime) {
             return Ok(c);
         }
-        if let Some((at, problem)) = last_failure.as_ref() {
+        if let Some((at, problem, unreachable)) = last_failure.as_ref() {
             if at.elapsed() < RECONNECT_PAUSE {
-                return Err(self.error(problem.clone()));
+                return Err(self.failure(problem.clone(), *unreachable));
             }
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let connected = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            if self.delex.get().is_none() {
-                // COMMAND INFO answers [nil] for a command the server does not have.
-                let info: Value = redis::cmd("COMMAND")
-                    .arg("INFO")
-                    .arg("DELEX")
-                    .query_async(&mut conn)
-                    .await?;
-                let known = matches!(&info, Value::Array(items) if items.first().is_some_and(|v| !matches!(v, Value::Nil)));
-                let _ = self.delex.set(known);
-            }
-            Ok::<_, RedisError>(conn)
-        };
-        match tokio::time::timeout(self.timeout, connected).await {
+        match tokio::time::timeout(self.timeout, self.connect()).await {
             Ok(Ok(conn)) => {
                 *self.slot.lock().expect("node slot") = Some((runtime, conn.clone()));
                 *last_failure = None;
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                let (problem, _) = self.describe(&e);
-                *last_failure = Some((Instant::now(), problem.clone()));
-                Err(self.error(problem))
+                let (problem, unreachable) = self.describe(&e);
+                *last_failure = Some((Instant::now(), problem.clone(), unreachable));
+                Err(self.failure(problem, unreachable))
             }
             Err(_) => {
                 let problem = format!(
                     "did not accept a connection within {}ms",
                     self.timeout.as_millis()
                 );
-                *last_failure = Some((Instant::now(), problem.clone()));
+                *last_failure = Some((Instant::now(), problem.clone(), true));
                 Err(self.error(problem))
             }
+        }
+    }
+
+    fn failure(&self, problem: String, unreachable: bool) -> NodeError {
+        NodeError {
+            node: self.addr.clone(),
+            problem,
+            unreachable,
         }
     }
 
@@ -180,7 +328,7 @@ impl Conn {
     /// command timeout.
     pub async fn run<T, F, Fut>(&self, f: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         let attempt = async {

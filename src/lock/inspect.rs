@@ -11,6 +11,8 @@
 //! Listing uses SCAN, never KEYS: KEYS blocks a production Redis for as long as it walks the
 //! whole keyspace.
 
+mod cluster;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,6 +77,8 @@ impl LockScan {
 
 /// One node's answer for one key: its state, its fence counter, the commands it refused.
 type NodeAnswer = (NodeLock, Option<i64>, Vec<String>);
+/// The same before it is named by its node.
+type KeyAnswer = (NodeLockState, Option<i64>, Vec<String>);
 
 /// How one node answered the scan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -148,6 +152,8 @@ pub struct LockView {
     /// Commands the Redis user may not run on it (NOPERM), named: a read-only ACL user without
     /// HGETALL still lists the key, and says why it cannot decode it.
     pub denied: Vec<String>,
+    /// On a Redis Cluster: the key's slot (its node is the master serving it).
+    pub slot: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -221,6 +227,7 @@ impl LockView {
             flags: Vec::new(),
             format: LockFormat::Unknown,
             denied: Vec::new(),
+            slot: None,
         };
         view.decode_with(&Decoder::ALL);
         view
@@ -489,6 +496,11 @@ struct LockViewJson<'a> {
     format: &'a LockFormat,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     denied: &'a [String],
+    /// On a Redis Cluster: the master holding the key, and its slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slot: Option<u16>,
 }
 
 /// What one node holds under the key (RedLock, or a node that could not be read).
@@ -528,6 +540,11 @@ impl Serialize for LockView {
             quorum: self.quorum(),
             format: &self.format,
             denied: &self.denied,
+            node: self
+                .slot
+                .and_then(|_| self.nodes.first())
+                .map(|n| n.node.as_str()),
+            slot: self.slot,
         }
         .serialize(s)
     }
@@ -616,36 +633,45 @@ async fn scan_node(
 /// so a key cannot expire between them. The GET of a key of another type (and the HGETALL of a
 /// string) fails alone (`ignore_errors`): one such key — a Redisson lock is a hash — must not
 /// hide every other lock (issue 15).
-async fn fetch_node(
-    node: &Node,
-    keys: &[String],
-) -> Result<Vec<(NodeLockState, Option<i64>, Vec<String>)>, NodeError> {
+async fn fetch_node(node: &Node, keys: &[String]) -> Result<Vec<KeyAnswer>, NodeError> {
+    if node.is_cluster() {
+        return cluster::fetch_each(node, keys).await;
+    }
     let mut out = Vec::with_capacity(keys.len());
     for (i, chunk) in keys.chunks(FETCH_CHUNK).enumerate() {
         if i > 0 {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        let values = match read_chunk(node, chunk, true).await {
-            // A command the ACL user may not run aborts the whole MULTI (EXECABORT): read the
-            // chunk again without it, so each refused command fails alone and is named.
-            Err(e) if e.problem.to_ascii_lowercase().contains("noperm") => {
-                read_chunk(node, chunk, false).await?
-            }
-            other => other?,
-        };
-        out.extend(
-            values
-                .chunks(5)
-                .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]), denied(a))),
-        );
+        out.extend(answers(&read_key_chunk(node, chunk).await?));
     }
     Ok(out)
 }
 
-/// TYPE, GET, PTTL, GET fence and HGETALL of each key, in one MULTI when `atomic`.
+/// The answers of [`read_key_chunk`], key by key.
+fn answers(values: &[Value]) -> Vec<KeyAnswer> {
+    values
+        .chunks(5)
+        .map(|a| (node_lock_state(&a[..3], &a[4]), fence_of(&a[3]), denied(a)))
+        .collect()
+}
+
+/// [`read_chunk`] in one MULTI, or without it when the user may not run one of its commands.
+async fn read_key_chunk(node: &Node, chunk: &[String]) -> Result<Vec<Value>, NodeError> {
+    match read_chunk(node, chunk, true).await {
+        // A command the ACL user may not run aborts the whole MULTI (EXECABORT): read the
+        // chunk again without it, so each refused command fails alone and is named.
+        Err(e) if e.problem.to_ascii_lowercase().contains("noperm") => {
+            read_chunk(node, chunk, false).await
+        }
+        other => other,
+    }
+}
+
+/// TYPE, GET, PTTL, GET fence and HGETALL of each key, in one MULTI when `atomic` (never on a
+/// cluster master reached directly: its keys are in many slots, and MULTI takes one).
 async fn read_chunk(node: &Node, chunk: &[String], atomic: bool) -> Result<Vec<Value>, NodeError> {
     let mut pipe = redis::pipe();
-    if atomic {
+    if atomic && !node.cluster_master {
         pipe.atomic();
     }
     pipe.ignore_errors();
@@ -810,15 +836,20 @@ impl Locks {
     /// unreachable; the others are still listed. Owners are not judged (see [`LockInspector`]).
     pub async fn scan_locks(&self, limit: usize) -> LockScan {
         let patterns = [keys::LOCK_PATTERN.to_string()];
-        scan(&self.inner.nodes, self.inner.mode, limit, &patterns).await
+        match self.inner.nodes.as_slice() {
+            [one] if one.is_cluster() => cluster::scan(one, limit, &patterns).await,
+            nodes => scan(nodes, self.inner.mode, limit, &patterns).await,
+        }
     }
 
     /// One lock key as every node sees it: what a release compares and audits.
     pub async fn inspect(&self, key: &str) -> LockView {
-        fetch(&self.inner.nodes, self.inner.mode, &[key.to_string()])
-            .await
-            .pop()
-            .expect("one view per key")
+        let nodes = &self.inner.nodes;
+        let mut views = fetch(nodes, self.inner.mode, &[key.to_string()]).await;
+        if nodes[0].is_cluster() {
+            cluster::place(&nodes[0], &mut views).await;
+        }
+        views.pop().expect("one view per key")
     }
 
     /// Compare-and-delete of the exact value an operator saw, on every node: a node holding
@@ -834,7 +865,7 @@ impl Locks {
         let nodes = &self.inner.nodes;
         let (key_arc, value): (Arc<str>, Arc<str>) = (key.into(), exact_value.into());
         let answers = join_all(nodes.iter().map(|n| scripts::release(n, &key_arc, &value))).await;
-        let report = ReleaseReport {
+        let mut report = ReleaseReport {
             key: key.to_string(),
             nodes: nodes
                 .iter()
@@ -847,6 +878,10 @@ impl Locks {
                 })
                 .collect(),
         };
+        if nodes[0].is_cluster() {
+            // The cluster client ran it on the key's master: name that master.
+            report.nodes[0].0 = cluster::master_of(&nodes[0], key).await;
+        }
         let fence = LockHolder::from_value(exact_value).map(|h| h.fence);
         self.conclude_release(report, fence, "operator", started)
     }
@@ -993,8 +1028,14 @@ impl LockInspector {
     /// the heartbeats its owners are judged against.
     pub async fn scan(&self, limit: usize) -> LockScan {
         let started = Instant::now();
+        let main = async {
+            match self.main.as_slice() {
+                [one] if one.is_cluster() => cluster::scan(one, limit, &self.patterns).await,
+                nodes => scan(nodes, LockMode::Single, limit, &self.patterns).await,
+            }
+        };
         let (mut out, redlock, live) = tokio::join!(
-            scan(&self.main, LockMode::Single, limit, &self.patterns),
+            main,
             scan(&self.redlock, LockMode::Redlock, limit, &self.patterns),
             self.liveness.live_instances(),
         );
@@ -1019,10 +1060,13 @@ impl LockInspector {
     /// their holders' heartbeats (EXISTS of each holder, never a SCAN of every heartbeat: a
     /// trace stays fast whatever the size of the keyspace). Err when the main Redis is down.
     pub async fn inspect(&self, lock_keys: &[String]) -> Result<InspectedKeys, NodeError> {
-        let (main, redlock) = tokio::join!(
+        let (mut main, redlock) = tokio::join!(
             fetch(&self.main, LockMode::Single, lock_keys),
             fetch(&self.redlock, LockMode::Redlock, lock_keys),
         );
+        if self.main[0].is_cluster() {
+            cluster::place(&self.main[0], &mut main).await;
+        }
         if let Some(NodeLockState::Unreachable { error }) = main.first().map(|v| &v.nodes[0].state)
         {
             return Err(NodeError {

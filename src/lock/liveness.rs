@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::node::Node;
-use super::{LockError, SCAN_COUNT};
+use super::LockError;
 use crate::contracts::{keys, now_ms, Instance};
 
 /// The value of `instance:{id}`: who the process is and when it started (compact JSON).
@@ -118,6 +118,11 @@ impl Liveness {
         if instance_ids.is_empty() {
             return Ok(Vec::new());
         }
+        if self.node.is_cluster() {
+            // Heartbeats live in many slots: one EXISTS each, sent at once, routed by key.
+            let asked = instance_ids.iter().map(|id| self.is_alive(id));
+            return futures::future::join_all(asked).await.into_iter().collect();
+        }
         let mut pipe = redis::pipe();
         for id in instance_ids {
             pipe.cmd("EXISTS").arg(keys::instance(id));
@@ -132,26 +137,16 @@ impl Liveness {
     /// Every instance with a heartbeat (`instance:*`), by SCAN (never KEYS) with the lock
     /// layer's one page size: the console's lock list judges every owner against this set.
     pub async fn live_instances(&self) -> Result<BTreeSet<String>, LockError> {
-        let prefix = keys::instance("");
-        let mut live = BTreeSet::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{prefix}*"))
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
-            let (next, page): (u64, Vec<String>) = self.node.query(&scan).await?;
-            live.extend(
-                page.into_iter()
-                    .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string)),
-            );
-            if next == 0 {
-                return Ok(live);
-            }
-            cursor = next;
+        if !self.node.is_cluster() {
+            return live_on(&self.node).await;
         }
+        // A SCAN walks one node: on a cluster, every master.
+        let (_, masters) = super::cluster::masters(&self.node).await?;
+        let mut live = BTreeSet::new();
+        for found in futures::future::join_all(masters.iter().map(|m| live_on(m))).await {
+            live.extend(found?);
+        }
+        Ok(live)
     }
 
     /// The heartbeat of an instance, if it is alive.
@@ -197,4 +192,14 @@ impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// The instances with a heartbeat on one node, by SCAN (never KEYS) with the lock layer's page.
+async fn live_on(node: &Node) -> Result<BTreeSet<String>, LockError> {
+    let prefix = keys::instance("");
+    let found = super::cluster::scan_all(node, &format!("{prefix}*")).await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+        .collect())
 }

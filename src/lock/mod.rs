@@ -23,6 +23,7 @@
 //! Both modes sit behind one type, [`Locks`], chosen by `lock.mode`.
 
 mod batch;
+pub mod cluster;
 mod conn;
 pub mod formats;
 mod inspect;
@@ -46,6 +47,7 @@ use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, Trace
 use crate::trace::Tracer;
 
 pub use conn::NodeError;
+pub(crate) use conn::{is_permission, open_main, RedisConn};
 /// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
 /// the server well under a millisecond, so other clients are never held up by a reader.
 pub const SCAN_COUNT: usize = 500;

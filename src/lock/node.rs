@@ -7,18 +7,18 @@
 //! and after a failed connect the node answers "down" at once for a short pause instead of
 //! making every caller wait for its own connect timeout.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use super::conn::RedisConn;
 use redis::{FromRedisValue, RedisError, Value};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Pending};
 use super::conn::Conn;
 pub use super::conn::NodeError;
-use crate::config::host_port;
 
 /// One Redis node as the lock layer uses it: its connection, and the queue through which lock
 /// operations are coalesced ([`batch`]).
@@ -28,16 +28,29 @@ pub(crate) struct Node {
     /// The queue of the node's batch driver, started on first use (on the caller's runtime, and
     /// again if that runtime has gone away).
     ops: Mutex<Option<mpsc::Sender<Pending>>>,
+    /// A master of a Redis Cluster reached directly (the inspection's SCAN): its keys live in
+    /// many slots, so it is never read in one MULTI.
+    pub(crate) cluster_master: bool,
+    /// On a cluster connection: a direct connection to each master, by host:port, opened on
+    /// first use ([`super::cluster`]).
+    pub(crate) masters: Mutex<HashMap<String, Arc<Node>>>,
 }
 
 impl Node {
     pub fn open(url: &str, timeout: Duration) -> Result<Node, NodeError> {
         let conn = Conn::open(url, timeout)?;
         Ok(Node {
-            addr: host_port(url),
+            addr: conn.addr.clone(),
             conn: Arc::new(conn),
             ops: Mutex::new(None),
+            cluster_master: false,
+            masters: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// True when this is a cluster connection (see [`Conn::is_cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// One command.
@@ -50,7 +63,7 @@ impl Node {
     /// Anything on the connection, bounded by the command timeout.
     pub async fn run<T, F, Fut>(&self, f: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         self.conn.run(f).await

@@ -333,16 +333,8 @@ pub fn exit_code(outcome: ActionOutcome) -> u8 {
 /// The fast-path store the actions keep in step; opened in this module so its warning names
 /// the actions, not one of them.
 async fn open_fast_path(config: &Config) -> Option<Result<FastPath, String>> {
-    let client = match redis::Client::open(config.redis.url.as_str()) {
-        Ok(c) => c,
-        Err(e) => return Some(Err(format!("the main Redis URL is invalid: {e}"))),
-    };
-    let cm = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.redis.command_timeout))
-        .set_response_timeout(Some(config.redis.command_timeout))
-        .set_number_of_retries(1);
-    match redis::aio::ConnectionManager::new_with_config(client, cm).await {
-        Ok(c) => Some(Ok(FastPath::new(c))),
+    match FastPath::connect(&config.redis.url, config.redis.command_timeout).await {
+        Ok(fast_path) => Some(Ok(fast_path)),
         Err(e) => {
             tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
             // Kept, so every finalize says its key was not updated (issue 20).
