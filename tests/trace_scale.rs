@@ -468,8 +468,9 @@ fn binds_of(name: &str) -> Option<Vec<Bind>> {
         "console_finalize_lock_record"
         | "console_finalize_foreign_get"
         | "console_finalize_foreign_order" => vec![r],
+        // The last is the version seen (the team's version column, when it keeps one).
         "console_finalize_foreign_succeeded" | "console_finalize_foreign_failed" => {
-            vec![Int(422), Text("{}"), r, t]
+            vec![Int(422), Text("{}"), r, t, Int(0)]
         }
         "console_finalize" => vec![
             Text("FAILED"),
@@ -481,6 +482,7 @@ fn binds_of(name: &str) -> Option<Vec<Bind>> {
             Text("R20000"),
             Int(0),
         ],
+        "console_lock_token_requests" => vec![Text(r#"["R20000", "R20001"]"#)],
         "console_audit_outcome" => vec![Text("{}"), Text("done"), Text(""), Int(20_000)],
         _ => return None,
     })
@@ -529,10 +531,13 @@ async fn full_scans(db: &Database, dialect: Dialect, sql: &str, binds: Vec<Bind>
                 let table: Option<String> = row.try_get("table").unwrap();
                 let access: Option<String> = row.try_get("type").unwrap();
                 let table = table.unwrap_or_default();
+                let extra: Option<String> = row.try_get("Extra").ok().flatten();
                 // `ALL` reads every row, `index` every index entry: both grow with the table.
-                // Derived and union results (`<union1,2>`) are not tables.
+                // Derived and union results (`<union1,2>`) are not tables, nor is a JSON_TABLE
+                // of the bound values (its rows are the statement's own parameters).
                 let full = matches!(access.as_deref(), Some("ALL") | Some("index"));
-                if full && !table.starts_with('<') {
+                let bound = extra.is_some_and(|e| e.contains("Table function"));
+                if full && !table.starts_with('<') && !bound {
                     let rows: Option<i64> = row.try_get("rows").ok().flatten();
                     scans.push(format!("{table}: type {access:?}, rows {rows:?}"));
                 }
