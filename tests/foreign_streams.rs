@@ -346,6 +346,65 @@ async fn a_changed_redisson_count_is_refused() {
     assert!(woke.is_err(), "no unlock message for a lock that was kept");
 }
 
+/// The article's §3.2 lock (`setIfAbsent(lockKey, requestId, 30s)`): `release-lock` deletes it
+/// by compare-and-delete of the token seen, says what it cannot guarantee on a foreign lock, and
+/// refuses — keeping the lock — when the token changed since it was seen.
+#[tokio::test]
+async fn a_plain_token_lock_is_released_by_its_token_and_a_changed_one_is_kept() {
+    let config = common::local_config();
+    let p = format!("ft{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let (env, _) = release_env(&p).await;
+    let mut c = redis_conn(&config).await;
+    let key = format!("{p}:order:lock:7");
+    let token = uuid::Uuid::new_v4().to_string();
+    let set = |value: &str| {
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .arg("PX")
+            .arg(30_000)
+            .clone()
+    };
+    let _: () = set(&token).query_async(&mut c).await.unwrap();
+    let r = row(&locks_json(&env), &key).clone();
+    assert_eq!(r["format"]["kind"], "token", "{r}");
+    assert_eq!(r["value"], token.as_str(), "{r}");
+
+    // Another client took it again since the operator saw it: refused, kept as it is.
+    let newer = uuid::Uuid::new_v4().to_string();
+    let _: () = set(&newer).query_async(&mut c).await.unwrap();
+    let refused = release(&env, &key, &token);
+    assert_eq!(refused["outcome"], "changed", "{refused}");
+    let stored: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some(newer.as_str()),
+        "the newer holder keeps it"
+    );
+
+    // The token seen is still the one stored: deleted, audited, and the caveats said.
+    let result = release(&env, &key, &newer);
+    assert_eq!(result["outcome"], "done", "{result}");
+    assert!(result["audit_id"].is_i64(), "{result}");
+    let detail = result["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("NOT guaranteed: there is no fence token to bump")
+            && detail.contains("NOT guaranteed: there is no owner heartbeat"),
+        "{result}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the lock is gone");
+}
+
 // ---------------------------------------------------------------------------------------------
 // item 5: IDs in Kafka message bodies; no trace topic
 // ---------------------------------------------------------------------------------------------

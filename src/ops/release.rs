@@ -22,7 +22,8 @@ struct Deletion {
     /// The value a node holds instead, when it held another one.
     now_held: Option<String>,
     errors: Vec<String>,
-    /// `; fence:{key} raised to N …` when the bump ran.
+    /// `; fence:{key} raised to N …` when the bump ran; on a foreign lock, what a release of it
+    /// cannot guarantee.
     fence_note: String,
     /// A bump was asked for and failed: the old holder's writes are NOT refused.
     fence_failed: bool,
@@ -131,7 +132,11 @@ impl Actions {
         };
         let mut deletion = self.delete_values(&view, &values).await;
         if view.format.is_foreign() {
-            deletion.fence_note = "; no fence token to bump: a foreign lock".into();
+            deletion.fence_note = foreign_caveats(&view)
+                .iter()
+                .skip(1)
+                .map(|c| format!("; {c}"))
+                .collect();
         } else if bump_fence && !deletion.deleted.is_empty() {
             self.bump_after_release(key, &mut deletion).await;
         }

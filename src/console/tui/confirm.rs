@@ -310,6 +310,46 @@ mod tests {
         );
     }
 
+    /// Issue 17, item 3: before the operator confirms the release of a lock idemguard did not
+    /// write, the popup says how it is released and what cannot be guaranteed — and promises
+    /// no fence bump.
+    #[test]
+    fn a_foreign_lock_popup_says_what_cannot_be_guaranteed_before_confirming() {
+        let token = "3f2b8c1e-5d4a-4e7b-9c2d-1a2b3c4d5e6f";
+        let node = LockView::held_on("127.0.0.1:6379", token.into(), 12_000);
+        let mut view = LockView::new("order:lock:7".into(), LockMode::Single, vec![node], None, 0);
+        view.format = crate::lock::formats::decode(
+            "string",
+            Some(token),
+            &[],
+            &crate::lock::formats::Decoder::ALL,
+        );
+        view.judge_owner(None);
+        let c = release(&[&view], 0, "local", false);
+        let has = |needle: &str| c.lines.iter().any(|l| l.contains(needle));
+        assert!(
+            has("FOREIGN LOCK — a plain token: compare-and-delete of the value seen"),
+            "{:?}",
+            c.lines
+        );
+        assert!(
+            has("NOT guaranteed: there is no fence token to bump"),
+            "{:?}",
+            c.lines
+        );
+        assert!(
+            has("NOT guaranteed: there is no owner heartbeat"),
+            "{:?}",
+            c.lines
+        );
+        assert!(
+            !has("so the old holder's writes are refused"),
+            "no fence promise on a foreign lock: {:?}",
+            c.lines
+        );
+        assert!(has(token), "the value compared is shown: {:?}", c.lines);
+    }
+
     #[test]
     fn a_foreign_record_is_finalized_to_the_teams_own_codes() {
         let team = TeamRecord {
