@@ -10,7 +10,7 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::contracts::{keys, Outcome, TraceTarget};
+use crate::contracts::{Outcome, TraceTarget};
 use crate::db::Database;
 use crate::lock::{LockFlag, LockScan};
 
@@ -182,6 +182,8 @@ pub struct OverviewInput<'a> {
     /// Set while the trace topic's last hour is still being read (what is being read): the
     /// rates are not shown until it is, never a 0 that looks like "nothing happened".
     pub rates_reading: Option<&'a str>,
+    /// `foreign_locks.patterns`: where a team's lock key names its order or request.
+    pub lock_patterns: &'a [String],
     pub now_ms: i64,
 }
 
@@ -339,7 +341,7 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     out.push(finding("lock", Severity::Bad, text, Some(Jump::Locks)));
     for l in bad.iter().take(ITEMS_LISTED) {
         let flags: Vec<&str> = l.flags.iter().map(|f| f.as_str()).collect();
-        let jump = match keys::ids_of_lock(&l.key) {
+        let jump = match super::locks::ids_of(l, i.lock_patterns) {
             (Some(o), _) => Jump::Trace(TraceTarget::OrderNo(o)),
             (_, Some(r)) => Jump::Trace(TraceTarget::RequestId(r)),
             _ => Jump::Locks,
@@ -517,6 +519,7 @@ mod tests {
             lag: Some(&lag),
             rates: &r,
             rates_reading: None,
+            lock_patterns: &[],
             now_ms: 0,
         });
         let leak = f.iter().find(|l| l.text.contains("payment_flow")).unwrap();
@@ -537,6 +540,48 @@ mod tests {
         );
     }
 
+    /// A team's lock without a TTL, under its own key pattern: the Overview's line jumps to the
+    /// trace of the order its key names, as Enter on the Locks view does.
+    #[test]
+    fn a_bad_foreign_lock_jumps_to_the_order_its_key_names() {
+        use crate::config::LockMode;
+        use crate::lock::LockView;
+        let node = LockView::held_on("127.0.0.1:6379", "3f2b8c1e-token".into(), -1);
+        let view = LockView::new(
+            "order:lock:O7".into(),
+            LockMode::Single,
+            vec![node],
+            None,
+            0,
+        );
+        let scan = LockScan {
+            locks: vec![view],
+            ..LockScan::default()
+        };
+        let r = rates(vec![]);
+        let input = |patterns| OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: Some(&scan),
+            lag: None,
+            rates: &r,
+            rates_reading: None,
+            lock_patterns: patterns,
+            now_ms: 0,
+        };
+        let jump_of = |f: Vec<Finding>| {
+            f.into_iter()
+                .find(|l| l.text.starts_with("order:lock:O7"))
+                .and_then(|l| l.jump)
+        };
+        let patterns = vec!["order:lock:{orderNo}".to_string()];
+        assert_eq!(
+            jump_of(findings(&input(&patterns))),
+            Some(Jump::Trace(TraceTarget::OrderNo("O7".into())))
+        );
+        assert_eq!(jump_of(findings(&input(&[]))), Some(Jump::Locks));
+    }
+
     #[test]
     fn the_last_minutes_are_compared_with_the_hour() {
         let mut quiet = vec![1; 60];
@@ -555,6 +600,7 @@ mod tests {
             lag: None,
             rates: &r,
             rates_reading: None,
+            lock_patterns: &[],
             now_ms: 0,
         });
         let lines: Vec<&Finding> = f

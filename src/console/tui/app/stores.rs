@@ -488,6 +488,7 @@ impl Stores {
             locks: self.locks.as_ref(),
             lag: self.lag.as_ref(),
             rates: &rates,
+            lock_patterns: &self.lock_patterns,
             now_ms: now,
         })
     }
