@@ -25,11 +25,16 @@ local function keep_fence(fence_key, keep_ms)
 end
 
 -- next_fence: the next token of a key (seeded when the counter is gone), kept `keep_ms` more.
+-- INCR first: an answer of 1 means the counter was gone (a live one is at least its seed), and
+-- it is replaced by seed + 1 with its TTL in the same SET. A new key — every order's lock key is
+-- new — costs INCR + SET instead of EXISTS + SET + INCR + PTTL + PEXPIRE.
 local function next_fence(fence_key, seed, keep_ms)
-  if redis.call('EXISTS', fence_key) == 0 then
-    redis.call('SET', fence_key, seed)
-  end
   local fence = redis.call('INCR', fence_key)
+  if fence == 1 then
+    fence = tonumber(seed) + 1
+    redis.call('SET', fence_key, string.format('%d', fence), 'PX', keep_ms)
+    return fence
+  end
   keep_fence(fence_key, keep_ms)
   return fence
 end
