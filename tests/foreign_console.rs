@@ -185,8 +185,13 @@ async fn the_console_shows_an_article_order_its_lock_and_logs_in_a_real_terminal
     });
 
     t.keys(&[&format!(":trace {}", f.order), "Enter"]);
+    // The sources answer one by one (the database's rows can come last): wait for every one.
     let trace = t.wait_for("the order's records, lock and log lines", WAIT, |s| {
-        s.contains("order created") && s.contains("points granted") && s.contains("= requestId")
+        s.contains("SUCCEEDED")
+            && s.contains("PAID")
+            && s.contains("order created")
+            && s.contains("points granted")
+            && s.contains("= requestId")
     });
     for (what, text) in [
         ("the idempotency record", "SUCCEEDED".to_string()),

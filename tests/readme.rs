@@ -231,12 +231,17 @@ fn the_readme_commands_work_as_written() {
         repo().display()
     );
     let t = tmux::Terminal::run("igreadme", (200, 50), &script);
-    let console = t.wait_for(
-        "the console with the DEMO badge and actions enabled",
+    // The header is drawn before the database answers: wait for both.
+    t.wait_for(
+        "the console with the DEMO badge, actions enabled and the database ok",
         Duration::from_secs(180),
-        |s| s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED"),
+        |s| {
+            s.contains("DEMO")
+                && s.contains("idemguard console")
+                && s.contains("ACTIONS ENABLED")
+                && s.contains("database ok")
+        },
     );
-    assert!(console.contains("database ok"), "{console}");
     // The README's on-call story starts at the Overview: the console opens on it, and it lists
     // the demo's dead-owner lock before any key is pressed.
     let overview = t.wait_for(
