@@ -7,6 +7,8 @@
 
 mod common;
 mod console_fixture;
+#[path = "support/tmux.rs"]
+mod tmux;
 
 use std::time::{Duration, Instant};
 
@@ -1522,35 +1524,9 @@ async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep(
 // The binary: exit statuses, and a real terminal (tmux)
 // ---------------------------------------------------------------------------------------------
 
-fn env_of(w: &World) -> Vec<(&'static str, String)> {
-    vec![
-        ("IDEMGUARD_DATABASE__URL", w.config.database.url.clone()),
-        ("IDEMGUARD_REDIS__URL", w.config.redis.url.clone()),
-        ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
-        (
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-            w.config.kafka.payment_topic.clone(),
-        ),
-        (
-            "IDEMGUARD_KAFKA__TRACE_TOPIC",
-            w.config.kafka.trace_topic.clone(),
-        ),
-        (
-            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
-            w.config.kafka.consumer_group.clone(),
-        ),
-    ]
-}
-
 fn idemguard(w: &World, args: &[&str]) -> std::process::Output {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
-    c.args(args).env(
-        "IDEMGUARD_CONFIG",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
-    );
-    for (k, v) in env_of(w) {
-        c.env(k, v);
-    }
+    c.args(args).envs(tmux::local_env(&w.config));
     c.output().unwrap()
 }
 
@@ -1592,58 +1568,9 @@ async fn binary_exit_statuses_and_a_real_terminal() {
 
     // A real terminal: tmux runs `idemguard console`; it draws; q leaves and the shell's screen
     // is back (the alternate screen is gone, the marker printed after the exit is visible).
-    let session = format!("igt{}", common::unique_suffix());
-    let mut script = String::new();
-    for (k, v) in env_of(&w) {
-        script.push_str(&format!("export {k}='{v}'; "));
-    }
-    script.push_str(&format!(
-        "export IDEMGUARD_CONFIG={}/config/local.toml; {} console; echo CONSOLE-EXITED-$?; sleep 60",
-        env!("CARGO_MANIFEST_DIR"),
-        env!("CARGO_BIN_EXE_idemguard")
-    ));
-    let tmux = |args: &[&str]| {
-        std::process::Command::new("tmux")
-            .args(args)
-            .output()
-            .expect("tmux must be installed (scripts/stack up installs it)")
-    };
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "160",
-        "-y",
-        "40",
-        "bash",
-        "-c",
-        &script,
-    ]);
-    assert!(
-        started.status.success(),
-        "{}",
-        String::from_utf8_lossy(&started.stderr)
-    );
-    let capture = || {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned()
-    };
-    let wait_for = |what: &str, f: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = capture();
-            if f(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tmux: {what} did not appear:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
-    let drawn = wait_for("the console", &|s| {
+    let t = tmux::Terminal::console("igt", (160, 40), &tmux::local_env(&w.config), "");
+    let within = Duration::from_secs(20);
+    let drawn = t.wait_for("the console", within, |s| {
         s.contains("idemguard console") && s.contains("database ok")
     });
     assert!(
@@ -1652,24 +1579,13 @@ async fn binary_exit_statuses_and_a_real_terminal() {
             && drawn.contains("what is wrong now"),
         "{drawn}"
     );
-    tmux(&[
-        "send-keys",
-        "-t",
-        &session,
-        &format!(":trace {}", inc.order_no),
-        "Enter",
-    ]);
-    wait_for("the timeline", &|s| {
+    t.keys(&[&format!(":trace {}", inc.order_no), "Enter"]);
+    t.wait_for("the timeline", within, |s| {
         s.contains("Timeline, oldest first") && s.contains("copy 3 of 3")
     });
-    tmux(&["send-keys", "-t", &session, "q"]);
-    let after = wait_for("the exit", &|s| s.contains("CONSOLE-EXITED-"));
-    assert!(after.contains("CONSOLE-EXITED-0"), "{after}");
-    assert!(
-        !after.contains("idemguard console"),
-        "the terminal is restored (the UI is gone):\n{after}"
-    );
-    tmux(&["kill-session", "-t", &session]);
+    let after = t.quit_console(within);
+    tmux::assert_console_gone(&after);
+    drop(t);
 
     // With its Redis gone, the headless locks say so and exit non-zero.
     w.redis.kill();

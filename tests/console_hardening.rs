@@ -6,8 +6,9 @@
 
 mod common;
 mod console_fixture;
+#[path = "support/tmux.rs"]
+mod tmux;
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use console_fixture::{press, type_str, world, World};
@@ -20,109 +21,14 @@ use idemguard::console::tui::backend::{Backends, Update};
 use idemguard::contracts::RequestId;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
+use tmux::Terminal;
 use tokio::sync::mpsc;
 
-fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux")
-        .args(args)
-        .output()
-        .expect("tmux must be installed (scripts/stack up installs it)")
-}
-
-/// `idemguard console --allow-actions` in a detached tmux session over `w`, with `extra`
-/// variables; the shell prints CONSOLE-EXITED-<status> when it ends.
-struct Terminal {
-    session: String,
-}
-
-impl Terminal {
-    fn open(w: &World, extra: &[(&str, String)]) -> Terminal {
-        let session = format!("igt{}", common::unique_suffix());
-        let mut script = String::new();
-        let vars = [
-            (
-                "IDEMGUARD_CONFIG",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml").to_string(),
-            ),
-            ("IDEMGUARD_DATABASE__URL", w.config.database.url.clone()),
-            ("IDEMGUARD_REDIS__URL", w.config.redis.url.clone()),
-            ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new()),
-            (
-                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-                w.config.kafka.payment_topic.clone(),
-            ),
-            (
-                "IDEMGUARD_KAFKA__TRACE_TOPIC",
-                w.config.kafka.trace_topic.clone(),
-            ),
-            (
-                "IDEMGUARD_KAFKA__CONSUMER_GROUP",
-                w.config.kafka.consumer_group.clone(),
-            ),
-        ];
-        for (k, v) in vars
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .chain(extra.iter().cloned())
-        {
-            script.push_str(&format!("export {k}='{v}'; "));
-        }
-        script.push_str(&format!(
-            "{} console --allow-actions; echo CONSOLE-EXITED-$?; sleep 60",
-            env!("CARGO_BIN_EXE_idemguard")
-        ));
-        let started = tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            &session,
-            "-x",
-            "160",
-            "-y",
-            "45",
-            "bash",
-            "-c",
-            &script,
-        ]);
-        assert!(
-            started.status.success(),
-            "{}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-        Terminal { session }
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
-            .into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", self.session.as_str()];
-        args.extend(keys);
-        tmux(&args);
-    }
-
-    fn wait_for(&self, what: &str, within: Duration, f: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let s = self.screen();
-            if f(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tmux: {what} did not appear:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        tmux(&["kill-session", "-t", &self.session]);
-    }
+/// `idemguard console --allow-actions` in a real terminal over `w`, with `extra` variables.
+fn open_console(w: &World, extra: &[(&str, String)]) -> Terminal {
+    let mut env = tmux::local_env(&w.config);
+    env.extend(extra.iter().cloned());
+    Terminal::console("igt", (160, 45), &env, " --allow-actions")
 }
 
 /// Text only a log line has (tracing's level and target, the decision event's fields).
@@ -160,7 +66,7 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let dir = tempfile::tempdir().unwrap();
     let log_file = dir.path().join("console.log");
-    let t = Terminal::open(
+    let t = open_console(
         &w,
         &[
             ("IDEMGUARD_CONSOLE__STUCK_THRESHOLD", "1s".into()),
@@ -209,11 +115,7 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
     t.wait_for("the help closed", Duration::from_secs(10), |s| {
         !s.contains("LOGS")
     });
-    t.keys(&["q"]);
-    let exit = t.wait_for("the exit", Duration::from_secs(20), |s| {
-        s.contains("CONSOLE-EXITED-")
-    });
-    assert!(exit.contains("CONSOLE-EXITED-0"), "{exit}");
+    let exit = t.quit_console(Duration::from_secs(20));
     assert!(
         !has_log_text(&exit),
         "{dialect}: nothing logged on the terminal after the console either:\n{exit}"
@@ -298,7 +200,7 @@ async fn quitting_cancels_a_topic_read(dialect: Dialect) {
     let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let t = Terminal::open(
+    let t = open_console(
         &w,
         &[(
             "IDEMGUARD_CONSOLE__LOG_FILE",
@@ -314,12 +216,8 @@ async fn quitting_cancels_a_topic_read(dialect: Dialect) {
     });
     std::thread::sleep(Duration::from_millis(700)); // the read of the whole topic is under way
     let asked = Instant::now();
-    t.keys(&["q"]);
-    let exit = t.wait_for("the exit", Duration::from_secs(30), |s| {
-        s.contains("CONSOLE-EXITED-")
-    });
+    t.quit_console(Duration::from_secs(30));
     let took = asked.elapsed();
-    assert!(exit.contains("CONSOLE-EXITED-0"), "{exit}");
     assert!(
         took < Duration::from_millis(1500),
         "{dialect}: q took {took:?} (a full read of the topic takes {full_read:?})"

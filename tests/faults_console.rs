@@ -10,9 +10,11 @@
 mod common;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/tmux.rs"]
+mod tmux;
 
 use std::future::Future;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
@@ -24,6 +26,7 @@ use idemguard::lock::{Acquisition, Locks};
 use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::trace::Tracer;
 use redis_server::RedisServer;
+use tmux::Terminal;
 
 // ---------------------------------------------------------------------------------------------
 // harness: own database, own keys, removed pass or fail
@@ -602,80 +605,8 @@ async fn finalize_reports_a_fast_path_down_since_start_mysql() {
 // claim 7: the terminal is restored after an error and after a panic
 // ---------------------------------------------------------------------------------------------
 
-fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux")
-        .args(args)
-        .output()
-        .expect("tmux must be installed (scripts/stack up installs it)")
-}
-
-/// An interactive shell in a detached tmux pane. `--noediting`: bash reads its lines through
-/// the terminal's own line discipline, so a terminal left in raw mode (no echo, Enter not a
-/// newline) shows: a typed command never runs.
-struct Pane {
-    session: String,
-}
-
-impl Pane {
-    fn open(env: &[(&str, String)]) -> Pane {
-        let session = format!("igt{}", common::unique_suffix());
-        let mut args: Vec<String> = ["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        for (k, v) in env.iter().chain([&("PS1", "$ ".to_string())]) {
-            args.push("-e".into());
-            args.push(format!("{k}={v}"));
-        }
-        args.extend(["bash", "--norc", "--noprofile", "--noediting", "-i"].map(String::from));
-        let started = tmux(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(
-            started.status.success(),
-            "{}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-        Pane { session }
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
-            .into_owned()
-    }
-
-    /// A tmux format of the pane: `#{alternate_on}`, `#{cursor_flag}`.
-    fn flag(&self, format: &str) -> String {
-        String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout)
-            .trim()
-            .to_string()
-    }
-
-    fn type_line(&self, line: &str) {
-        tmux(&["send-keys", "-t", &self.session, "-l", line]);
-        tmux(&["send-keys", "-t", &self.session, "Enter"]);
-    }
-
-    fn wait_for(&self, what: &str, f: impl Fn(&Pane, &str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = self.screen();
-            if f(self, &s) {
-                return s;
-            }
-            let flags = (self.flag("#{alternate_on}"), self.flag("#{cursor_flag}"));
-            assert!(
-                Instant::now() < deadline,
-                "tmux: {what} did not happen (alternate_on, cursor_flag = {flags:?}):\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Pane {
-    fn drop(&mut self) {
-        tmux(&["kill-session", "-t", &self.session]);
-    }
-}
+/// How long the pane may take to show what a step waits for.
+const WAIT: Duration = Duration::from_secs(30);
 
 fn has_line(screen: &str, f: impl Fn(&str) -> bool) -> bool {
     screen.lines().any(|l| f(l.trim_end()))
@@ -713,20 +644,20 @@ async fn terminal_is_restored_after(
             // A backtrace would scroll the panic's message off the 45-line pane.
             ("RUST_BACKTRACE", "0".to_string()),
         ];
-        let pane = Pane::open(&env);
-        pane.wait_for("the shell's prompt", |_, s| s.starts_with('$'));
+        let pane = Terminal::shell("igt", (160, 45), &env);
+        pane.wait_for("the shell's prompt", WAIT, |s| s.starts_with('$'));
         pane.type_line(&format!(
             "{} console; echo EXITED-$?",
             env!("CARGO_BIN_EXE_idemguard")
         ));
         // Its first frame: the alternate screen, the cursor hidden, the header drawn.
-        pane.wait_for("the console's first frame", |p, s| {
-            p.flag("#{alternate_on}") == "1"
-                && p.flag("#{cursor_flag}") == "0"
+        pane.wait_for("the console's first frame", WAIT, |s| {
+            pane.flag("#{alternate_on}") == "1"
+                && pane.flag("#{cursor_flag}") == "0"
                 && s.contains("idemguard console  1:Overview")
         });
-        tmux(&["send-keys", "-t", &pane.session, "j"]);
-        let s = pane.wait_for("the console's exit", |_, s| {
+        pane.keys(&["j"]);
+        let s = pane.wait_for("the console's exit", WAIT, |s| {
             has_line(s, |l| l.starts_with("EXITED-"))
         });
         assert!(
@@ -756,7 +687,7 @@ async fn terminal_is_restored_after(
         }
         // Raw mode is off: a line typed at the shell is echoed and runs on Enter.
         pane.type_line("echo ok-$((40+2))");
-        let s = pane.wait_for("`echo ok` to run", |_, s| has_line(s, |l| l == "ok-42"));
+        let s = pane.wait_for("`echo ok` to run", WAIT, |s| has_line(s, |l| l == "ok-42"));
         assert!(
             s.contains("$ echo ok-$((40+2))"),
             "{fault}: the typed line is echoed:\n{s}"

@@ -8,95 +8,23 @@
 #[path = "common/article.rs"]
 mod article;
 mod common;
+#[path = "support/tmux.rs"]
+mod tmux;
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use article::{
     article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
     PROFILE,
 };
 use idemguard::config::Dialect;
+use tmux::Terminal;
 
 const MINUTE: i64 = 60_000;
 
-fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux")
-        .args(args)
-        .output()
-        .expect("tmux must be installed (scripts/stack up installs it)")
-}
-
-/// `idemguard console` in a detached tmux session with `env`; the shell prints
-/// CONSOLE-EXITED-<status> when it ends.
-struct Terminal {
-    session: String,
-}
-
-impl Terminal {
-    fn open(env: &[(String, String)]) -> Terminal {
-        let session = format!("igf{}", common::unique_suffix());
-        let mut script = String::new();
-        for (k, v) in env {
-            script.push_str(&format!("export {k}='{v}'; "));
-        }
-        script.push_str(&format!(
-            "{} console; echo CONSOLE-EXITED-$?; sleep 60",
-            env!("CARGO_BIN_EXE_idemguard")
-        ));
-        let started = tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            &session,
-            "-x",
-            "220",
-            "-y",
-            "50",
-            "bash",
-            "-c",
-            &script,
-        ]);
-        assert!(
-            started.status.success(),
-            "{}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-        Terminal { session }
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
-            .into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", self.session.as_str()];
-        args.extend(keys);
-        tmux(&args);
-    }
-
-    fn wait_for(&self, what: &str, f: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = self.screen();
-            if f(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tmux: {what} did not appear:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        tmux(&["kill-session", "-t", &self.session]);
-    }
-}
+/// How long the console may take to show what a step waits for.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// A lock the way redis-py's `Lock` takes it (the stack's venv); returns its hex token.
 fn redis_py_lock(name: &str) -> String {
@@ -251,14 +179,19 @@ async fn the_console_shows_an_article_order_its_lock_and_logs_in_a_real_terminal
         ),
         ("IDEMGUARD_TRACE__ENABLED".into(), "false".into()),
     ]);
-    let t = Terminal::open(&env);
-    t.wait_for("the console", |s| {
+    let t = Terminal::console("igf", (220, 50), &env, "");
+    t.wait_for("the console", WAIT, |s| {
         s.contains("idemguard console") && s.contains("database ok")
     });
 
     t.keys(&[&format!(":trace {}", f.order), "Enter"]);
-    let trace = t.wait_for("the order's records, lock and log lines", |s| {
-        s.contains("order created") && s.contains("points granted") && s.contains("= requestId")
+    // The sources answer one by one (the database's rows can come last): wait for every one.
+    let trace = t.wait_for("the order's records, lock and log lines", WAIT, |s| {
+        s.contains("SUCCEEDED")
+            && s.contains("PAID")
+            && s.contains("order created")
+            && s.contains("points granted")
+            && s.contains("= requestId")
     });
     for (what, text) in [
         ("the idempotency record", "SUCCEEDED".to_string()),
@@ -281,7 +214,7 @@ async fn the_console_shows_an_article_order_its_lock_and_logs_in_a_real_terminal
     }
 
     t.keys(&["3"]);
-    let locks = t.wait_for("every format in the Locks view", |s| {
+    let locks = t.wait_for("every format in the Locks view", WAIT, |s| {
         s.contains(&f.redisson_key) && s.contains(&f.py_key) && s.contains(&f.list_key)
     });
     for (what, text) in [
@@ -300,13 +233,8 @@ async fn the_console_shows_an_article_order_its_lock_and_logs_in_a_real_terminal
         );
     }
 
-    t.keys(&["q"]);
-    let after = t.wait_for("the exit", |s| s.contains("CONSOLE-EXITED-"));
-    assert!(after.contains("CONSOLE-EXITED-0"), "{after}");
-    assert!(
-        !after.contains("idemguard console"),
-        "the terminal is restored (the UI is gone):\n{after}"
-    );
+    let after = t.quit_console(WAIT);
+    tmux::assert_console_gone(&after);
 }
 
 /// The start of a requestId as the timeline shows it (long values are shortened on screen).

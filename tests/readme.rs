@@ -18,6 +18,9 @@
 //! `idemguard` databases and 127.0.0.1:8080, as a user's would; the test refuses to start if
 //! something else already listens there.
 
+#[path = "support/tmux.rs"]
+mod tmux;
+
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -223,73 +226,43 @@ fn the_readme_commands_work_as_written() {
     // tmux runs `scripts/demo` as written; the console opens on the incident under the DEMO
     // badge with actions enabled; `q` stops everything the demo started.
     let before = release_processes();
-    let session = format!("igreadme{}", std::process::id());
-    let tmux = |args: &[&str]| {
-        Command::new("tmux")
-            .args(args)
-            .output()
-            .expect("tmux must be installed (scripts/stack up installs it)")
-    };
     let script = format!(
         "cd {} && scripts/demo; echo DEMO-EXITED-$?; sleep 60",
         repo().display()
     );
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "200",
-        "-y",
-        "50",
-        "bash",
-        "-c",
-        &script,
-    ]);
-    assert!(
-        started.status.success(),
-        "{}",
-        String::from_utf8_lossy(&started.stderr)
+    let t = tmux::Terminal::run("igreadme", (200, 50), &script);
+    // The header is drawn before the database answers: wait for both.
+    t.wait_for(
+        "the console with the DEMO badge, actions enabled and the database ok",
+        Duration::from_secs(180),
+        |s| {
+            s.contains("DEMO")
+                && s.contains("idemguard console")
+                && s.contains("ACTIONS ENABLED")
+                && s.contains("database ok")
+        },
     );
-    let capture = || {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &session, "-p"]).stdout).into_owned()
-    };
-    let wait_for = |what: &str, secs: u64, f: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let screen = capture();
-            if f(&screen) {
-                return screen;
-            }
-            if Instant::now() > deadline {
-                tmux(&["kill-session", "-t", &session]);
-                panic!("`scripts/demo` in a terminal: {what} did not appear within {secs} s:\n{screen}");
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    };
-    let console = wait_for(
-        "the console with the DEMO badge and actions enabled",
-        180,
-        &|s| s.contains("DEMO") && s.contains("idemguard console") && s.contains("ACTIONS ENABLED"),
-    );
-    assert!(console.contains("database ok"), "{console}");
     // The README's on-call story starts at the Overview: the console opens on it, and it lists
     // the demo's dead-owner lock before any key is pressed.
-    let overview = wait_for("the Overview with the demo's dead-owner lock", 60, &|s| {
-        s.contains("Overview — what is wrong now") && s.contains("with a dead owner")
-    });
+    let overview = t.wait_for(
+        "the Overview with the demo's dead-owner lock",
+        Duration::from_secs(60),
+        |s| s.contains("Overview — what is wrong now") && s.contains("with a dead owner"),
+    );
     assert!(overview.contains("1:Overview"), "{overview}");
     // `3` is the Locks view, as the README's story says.
     assert!(README.contains("Press `3` (Locks)"));
-    tmux(&["send-keys", "-t", &session, "3"]);
-    wait_for("the demo's dead-owner lock in the Locks view", 60, &|s| {
-        s.contains("dead_owner") && s.contains("Locks [")
+    t.keys(&["3"]);
+    t.wait_for(
+        "the demo's dead-owner lock in the Locks view",
+        Duration::from_secs(60),
+        |s| s.contains("dead_owner") && s.contains("Locks ["),
+    );
+    t.keys(&["q"]);
+    let after = t.wait_for("the demo's exit", Duration::from_secs(60), |s| {
+        s.contains("DEMO-EXITED-")
     });
-    tmux(&["send-keys", "-t", &session, "q"]);
-    let after = wait_for("the demo's exit", 60, &|s| s.contains("DEMO-EXITED-"));
-    tmux(&["kill-session", "-t", &session]);
+    drop(t);
     assert!(after.contains("DEMO-EXITED-0"), "{after}");
     // The demo's children end on their own signal handling (a consumer commits first): give
     // them a bounded while, then any still running is a leak.
