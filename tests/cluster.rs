@@ -19,7 +19,8 @@ use idemguard::console::tui::backend::Backends;
 use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{keys, Instance};
 use idemguard::lock::{Acquisition, Liveness, LockGuard, Locks, NodeRelease};
-use idemguard::trace::Tracer;
+
+use common::locks::locks_for;
 
 const MASTERS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
 /// Only one seed: the client finds the other masters, and keys on them are reached by
@@ -32,16 +33,9 @@ fn cluster_config() -> Config {
     config
 }
 
+/// The cluster tests' holders are `clu-…`: the listings are checked by that prefix.
 fn instance(tag: &str) -> Instance {
-    Instance {
-        id: format!("clu-{tag}-{}", common::unique_suffix()),
-        host: "testhost".into(),
-        pid: 7,
-    }
-}
-
-fn locks_for(config: &Config, who: &Instance) -> Locks {
-    Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
+    common::locks::instance_in("clu", tag)
 }
 
 async fn master(addr: &str) -> redis::aio::MultiplexedConnection {

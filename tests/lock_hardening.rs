@@ -14,22 +14,12 @@ use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::console::{read::locks as console_locks, tui::confirm};
-use idemguard::contracts::{keys, now_ms, Instance, LockHolder, OrderNo};
+use idemguard::contracts::{keys, now_ms, LockHolder, OrderNo};
 use idemguard::lock::{LockGuard, LockInspector, LockView, Locks, NodeLockState};
 use idemguard::ops::{ActionOutcome, Actions};
 use idemguard::trace::Tracer;
 
-fn instance(tag: &str) -> Instance {
-    Instance {
-        id: format!("test-{tag}-{}", common::unique_suffix()),
-        host: "testhost".into(),
-        pid: 1,
-    }
-}
-
-fn locks_for(config: &Config, who: &Instance) -> Locks {
-    Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
-}
+use common::locks::{instance, locks_for};
 
 fn with_mode(config: &Config, mode: LockMode) -> Config {
     let mut c = config.clone();
