@@ -797,8 +797,8 @@ fn fence_on(addr: &str, key: &str, asking: bool) -> i64 {
 
 #[tokio::test]
 async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
-    let _up = stable_cluster().await;
-    drop(_up);
+    // Up; the slot move below waits until no other test reads the slot map.
+    drop(stable_cluster().await);
     let (mut config, _db) = common::migrated_database(Dialect::Postgres).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
     config.kafka.trace_topic = topics[0].clone();
@@ -877,8 +877,8 @@ async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
 
 #[tokio::test]
 async fn release_follows_moved_once_the_slot_changed_master() {
-    let _up = stable_cluster().await;
-    drop(_up);
+    // Up; the slot move below waits until no other test reads the slot map.
+    drop(stable_cluster().await);
     let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
     config.kafka.trace_topic = topics[0].clone();

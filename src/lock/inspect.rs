@@ -689,15 +689,18 @@ async fn read_chunk(node: &Node, chunk: &[String], atomic: bool) -> Result<Vec<V
 
 /// The commands that read each key: TYPE, GET, PTTL, GET of its fence counter, HGETALL.
 fn key_reads(chunk: &[String]) -> impl Iterator<Item = redis::Cmd> + '_ {
-    chunk.iter().flat_map(|k| {
-        let mut fence = redis::cmd("GET");
-        fence.arg(keys::fence(k));
+    let read = |name: &str, key: &str| {
+        let mut cmd = redis::cmd(name);
+        cmd.arg(key);
+        cmd
+    };
+    chunk.iter().flat_map(move |k| {
         [
-            redis::cmd("TYPE").arg(k).clone(),
-            redis::cmd("GET").arg(k).clone(),
-            redis::cmd("PTTL").arg(k).clone(),
-            fence,
-            redis::cmd("HGETALL").arg(k).clone(),
+            read("TYPE", k),
+            read("GET", k),
+            read("PTTL", k),
+            read("GET", &keys::fence(k)),
+            read("HGETALL", k),
         ]
     })
 }
