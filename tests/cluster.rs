@@ -8,7 +8,7 @@ mod common;
 mod console_fixture;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use console_fixture::{press, pump_until, screen, type_str};
 use crossterm::event::KeyCode;
@@ -19,7 +19,11 @@ use idemguard::console::tui::backend::Backends;
 use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{keys, Instance};
 use idemguard::lock::{Acquisition, Liveness, LockGuard, Locks, NodeRelease};
+use idemguard::ops::{self, ActionOutcome, Actions};
 use idemguard::trace::Tracer;
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use common::locks::locks_for;
 
 const MASTERS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
 /// Only one seed: the client finds the other masters, and keys on them are reached by
@@ -32,16 +36,9 @@ fn cluster_config() -> Config {
     config
 }
 
+/// The cluster tests' holders are `clu-…`: the listings are checked by that prefix.
 fn instance(tag: &str) -> Instance {
-    Instance {
-        id: format!("clu-{tag}-{}", common::unique_suffix()),
-        host: "testhost".into(),
-        pid: 7,
-    }
-}
-
-fn locks_for(config: &Config, who: &Instance) -> Locks {
-    Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
+    common::locks::instance_in("clu", tag)
 }
 
 async fn master(addr: &str) -> redis::aio::MultiplexedConnection {
@@ -89,8 +86,15 @@ async fn keyslot(key: &str) -> i64 {
         .unwrap()
 }
 
-/// The cluster is up and serves every slot.
-async fn assert_cluster_ok() {
+/// Held by every test that reads where keys live (the slot map, a master asked directly) for
+/// as long as it runs; taken alone by a test that moves a slot ([`SlotMove`]). A key of another
+/// test can hash into the moved slot by chance: it would then be found on another master, or
+/// answered with ASK.
+static SLOT_MAP: RwLock<()> = RwLock::const_new(());
+
+/// The cluster is up and serves every slot, and no slot moves until the guard is dropped.
+async fn stable_cluster() -> RwLockReadGuard<'static, ()> {
+    let stable = SLOT_MAP.read().await;
     let info: String = redis::cmd("CLUSTER")
         .arg("INFO")
         .query_async(&mut master(MASTERS[0]).await)
@@ -100,20 +104,15 @@ async fn assert_cluster_ok() {
         info.contains("cluster_state:ok"),
         "the stack's Redis Cluster is not ok (scripts/stack up): {info}"
     );
+    stable
 }
 
-/// `n` lock keys under `prefix` per master (by the server's slot map), so that every test
-/// touches all three.
-async fn keys_on_every_master(prefix: &str, n: usize) -> BTreeMap<&'static str, Vec<String>> {
-    let mut slots: Vec<(i64, i64, String)> = Vec::new();
-    let reply: redis::Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut master(MASTERS[0]).await)
-        .await
-        .unwrap();
+/// (first slot, last slot, master host:port) of a `CLUSTER SLOTS` answer.
+fn slot_ranges(reply: &redis::Value) -> Vec<(i64, i64, String)> {
     let redis::Value::Array(ranges) = reply else {
         panic!("CLUSTER SLOTS: {reply:?}")
     };
+    let mut slots = Vec::new();
     for r in ranges {
         let redis::Value::Array(p) = r else { panic!() };
         let (redis::Value::Int(a), redis::Value::Int(b), redis::Value::Array(m)) =
@@ -126,6 +125,18 @@ async fn keys_on_every_master(prefix: &str, n: usize) -> BTreeMap<&'static str, 
         };
         slots.push((*a, *b, format!("127.0.0.1:{port}")));
     }
+    slots
+}
+
+/// `n` lock keys under `prefix` per master (by the server's slot map), so that every test
+/// touches all three.
+async fn keys_on_every_master(prefix: &str, n: usize) -> BTreeMap<&'static str, Vec<String>> {
+    let reply: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut master(MASTERS[0]).await)
+        .await
+        .unwrap();
+    let slots = slot_ranges(&reply);
     let mut out: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let mut i = 0;
     while out.values().map(Vec::len).sum::<usize>() < 3 * n {
@@ -168,7 +179,7 @@ async fn cleanup(keys: &[String]) {
 
 #[tokio::test]
 async fn locks_on_every_master_are_taken_and_released_in_one_batch() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let prefix = format!("clu-batch{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 40).await;
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
@@ -204,7 +215,7 @@ async fn locks_on_every_master_are_taken_and_released_in_one_batch() {
 
 #[tokio::test]
 async fn fence_tokens_increase_per_key_on_every_master() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let prefix = format!("clu-fence{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 2).await;
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
@@ -230,7 +241,7 @@ async fn fence_tokens_increase_per_key_on_every_master() {
 
 #[tokio::test]
 async fn heartbeats_and_the_fast_path_work_across_slots() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let config = cluster_config();
     let liveness = Liveness::from_config(&config).unwrap();
     let who: Vec<Instance> = (0..12).map(|i| instance(&format!("beat{i}"))).collect();
@@ -305,7 +316,7 @@ fn idemguard(config: &Config, args: &[&str]) -> (Option<i32>, String) {
 
 #[tokio::test]
 async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let prefix = format!("clu-list{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 3).await;
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
@@ -363,7 +374,7 @@ async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
 
 #[tokio::test]
 async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let (mut config, _db) = common::migrated_database(Dialect::Postgres).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
     config.kafka.trace_topic = topics[0].clone();
@@ -418,7 +429,7 @@ async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
 
 #[tokio::test]
 async fn a_stale_holder_never_deletes_the_next_holders_lock() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let prefix = format!("clu-stale{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 1).await;
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
@@ -453,7 +464,7 @@ async fn a_stale_holder_never_deletes_the_next_holders_lock() {
 
 #[tokio::test]
 async fn the_locks_view_shows_each_masters_locks_with_node_and_slot() {
-    assert_cluster_ok().await;
+    let _stable = stable_cluster().await;
     let prefix = format!("clu-view{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 2).await;
     let all: Vec<String> = by_master.values().flatten().cloned().collect();
@@ -499,4 +510,452 @@ async fn the_locks_view_shows_each_masters_locks_with_node_and_slot() {
         g.release().await.unwrap();
     }
     cleanup(&all).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A slot moving between masters: the client follows ASK while it migrates and MOVED after
+// ---------------------------------------------------------------------------------------------
+
+/// A master as a slot move names it.
+#[derive(Debug, Clone)]
+struct ClusterMaster {
+    addr: &'static str,
+    id: String,
+}
+
+/// A plain (blocking) connection to one master: a slot move is also undone from `Drop`, which
+/// cannot await.
+fn connect_master(addr: &str) -> redis::RedisResult<redis::Connection> {
+    redis::Client::open(format!("redis://{addr}"))?
+        .get_connection_with_timeout(Duration::from_secs(2))
+}
+
+fn on_master(addr: &str, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+    cmd.query(&mut connect_master(addr)?)
+}
+
+/// `GET key` asked of one master directly, after `ASKING` when `asking` (an importing master
+/// serves its importing slot's keys only then).
+fn direct_get(addr: &str, key: &str, asking: bool) -> redis::RedisResult<Option<String>> {
+    let mut c = connect_master(addr)?;
+    if asking {
+        redis::cmd("ASKING").query::<()>(&mut c)?;
+    }
+    redis::cmd("GET").arg(key).query(&mut c)
+}
+
+fn is_redirect(r: &redis::RedisResult<Option<String>>, kind: redis::ServerErrorKind) -> bool {
+    matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(kind))
+}
+
+/// The master `addr` says serves `slot`.
+fn owner_seen_by(addr: &str, slot: u16) -> redis::RedisResult<String> {
+    let reply = on_master(addr, redis::cmd("CLUSTER").arg("SLOTS"))?;
+    Ok(slot_ranges(&reply)
+        .into_iter()
+        .find(|(a, b, _)| (*a..=*b).contains(&i64::from(slot)))
+        .map(|(_, _, m)| m)
+        .unwrap_or_default())
+}
+
+/// A slot only this test's keys live in (`lock:order:{clu-<what>-<unique>}-<i>`), moved from
+/// its master `from` to the next master `to` by the test. Dropped — whether the test passed or
+/// panicked — it puts the slot back on `from` with every key that is in it (the cluster is
+/// shared by every test on the machine) and deletes this test's keys.
+struct SlotMove {
+    slot: u16,
+    from: ClusterMaster,
+    to: ClusterMaster,
+    third: ClusterMaster,
+    /// This test's lock keys, all in `slot`.
+    keys: Vec<String>,
+    /// Dropped after the slot is back.
+    _alone: RwLockWriteGuard<'static, ()>,
+}
+
+impl SlotMove {
+    /// `n` lock keys sharing a slot that holds no other key on any master and is not moving.
+    async fn own(what: &str, n: usize) -> SlotMove {
+        let alone = SLOT_MAP.write().await;
+        for _ in 0..20 {
+            let tag = format!("{{clu-{what}-{}}}", common::unique_suffix());
+            let keys: Vec<String> = (0..n)
+                .map(|i| keys::order_lock(&format!("{tag}-{i}")))
+                .collect();
+            let slot = keyslot(&keys[0]).await as u16;
+            let mut in_use = false;
+            for m in MASTERS {
+                let count: i64 = redis::cmd("CLUSTER")
+                    .arg("COUNTKEYSINSLOT")
+                    .arg(slot)
+                    .query_async(&mut master(m).await)
+                    .await
+                    .unwrap();
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async(&mut master(m).await)
+                    .await
+                    .unwrap();
+                in_use |= count > 0 || nodes.contains(&format!("[{slot}-"));
+            }
+            if in_use {
+                continue;
+            }
+            let owner = owner_seen_by(MASTERS[0], slot).unwrap();
+            let at = MASTERS
+                .iter()
+                .position(|m| *m == owner)
+                .expect("a stack master");
+            let [from, to, third] = [0, 1, 2].map(|i| {
+                let addr = MASTERS[(at + i) % 3];
+                let id = redis::cmd("CLUSTER")
+                    .arg("MYID")
+                    .query(&mut connect_master(addr).unwrap())
+                    .unwrap();
+                ClusterMaster { addr, id }
+            });
+            return SlotMove {
+                slot,
+                from,
+                to,
+                third,
+                keys,
+                _alone: alone,
+            };
+        }
+        panic!("no free slot in 20 tries: the cluster holds keys in every slot tried");
+    }
+
+    fn setslot(&self, on: &ClusterMaster, state: &str, node: Option<&ClusterMaster>) {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(self.slot).arg(state);
+        if let Some(n) = node {
+            cmd.arg(&n.id);
+        }
+        on_master(on.addr, &cmd)
+            .unwrap_or_else(|e| panic!("SETSLOT {} {state} on {}: {e}", self.slot, on.addr));
+    }
+
+    /// The slot migrates: `to` imports it, `from` answers ASK for a key it no longer has.
+    fn start(&self) {
+        self.setslot(&self.to, "IMPORTING", Some(&self.from));
+        self.setslot(&self.from, "MIGRATING", Some(&self.to));
+    }
+
+    /// `keys` (of the slot) from `from` to `to`.
+    fn migrate(&self, keys: &[String]) {
+        let (host, port) = self.to.addr.split_once(':').unwrap();
+        let mut cmd = redis::cmd("MIGRATE");
+        cmd.arg(host)
+            .arg(port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys);
+        on_master(self.from.addr, &cmd).unwrap_or_else(|e| panic!("MIGRATE {keys:?}: {e}"));
+    }
+
+    /// The migration ends: every master says `to` serves the slot, `from` answers MOVED.
+    fn finish(&self) {
+        for m in [&self.to, &self.from, &self.third] {
+            self.setslot(m, "NODE", Some(&self.to));
+        }
+    }
+
+    /// The slot back on `from`, with every key in it; this test's keys deleted. Whatever state
+    /// the test left (migrating, moved, half moved): the redis-cli --cluster way, backwards.
+    fn restore(&self) -> Result<(), String> {
+        let fail = |step: &str, e: redis::RedisError| format!("slot {}: {step}: {e}", self.slot);
+        let set = |on: &ClusterMaster, state: &str, node: Option<&ClusterMaster>| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(self.slot).arg(state);
+            if let Some(n) = node {
+                cmd.arg(&n.id);
+            }
+            on_master(on.addr, &cmd)
+                .map_err(|e| fail(&format!("SETSLOT {state} on {}", on.addr), e))
+        };
+        if owner_seen_by(self.to.addr, self.slot).map_err(|e| fail("CLUSTER SLOTS", e))?
+            == self.to.addr
+        {
+            // `to` serves it: make every master say so (a move can stop half way), then
+            // migrate it back.
+            for m in [&self.from, &self.third] {
+                if owner_seen_by(m.addr, self.slot).map_err(|e| fail("CLUSTER SLOTS", e))?
+                    != self.to.addr
+                {
+                    set(m, "NODE", Some(&self.to))?;
+                }
+            }
+            set(&self.from, "IMPORTING", Some(&self.to))?;
+            set(&self.to, "MIGRATING", Some(&self.from))?;
+        } else {
+            // `from` still serves it: a migrating `from` would answer the keys sent back with
+            // ASK, a stable one takes them.
+            set(&self.from, "STABLE", None)?;
+        }
+        let mut to = connect_master(self.to.addr).map_err(|e| fail("connect", e))?;
+        let on_to: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(self.slot)
+            .arg(1000)
+            .query(&mut to)
+            .map_err(|e| fail("GETKEYSINSLOT", e))?;
+        if !on_to.is_empty() {
+            // ASKING: while `to` only imports the slot, it shows its keys to nobody else.
+            let (host, port) = self.from.addr.split_once(':').unwrap();
+            redis::pipe()
+                .cmd("ASKING")
+                .ignore()
+                .cmd("MIGRATE")
+                .arg(host)
+                .arg(port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&on_to)
+                .query::<()>(&mut to)
+                .map_err(|e| fail("MIGRATE back", e))?;
+        }
+        // NODE on `from` first: from importing, it also raises its config epoch, so its claim
+        // wins over `to`'s. STABLE clears what NODE leaves (an importing `to`, a migrating
+        // `from` that still holds keys).
+        for m in [&self.from, &self.to, &self.third] {
+            set(m, "NODE", Some(&self.from))?;
+        }
+        for m in [&self.from, &self.to] {
+            set(m, "STABLE", None)?;
+        }
+        let mut del = redis::cmd("DEL");
+        for k in &self.keys {
+            del.arg(k).arg(keys::fence(k));
+        }
+        on_master(self.from.addr, &del).map_err(|e| fail("DEL", e))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut settled = true;
+            for m in MASTERS {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut connect_master(m).map_err(|e| fail("connect", e))?)
+                    .map_err(|e| fail("CLUSTER NODES", e))?;
+                settled &= owner_seen_by(m, self.slot).map_err(|e| fail("CLUSTER SLOTS", e))?
+                    == self.from.addr
+                    && !nodes.contains(&format!("[{}-", self.slot));
+            }
+            if settled {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "slot {} is not back on {} after 10 s",
+                    self.slot, self.from.addr
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for SlotMove {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore() {
+            eprintln!(
+                "CLUSTER LEFT CHANGED: {e}. Put slot {} back on {} by hand (redis-cli --cluster fix 127.0.0.1:7001)",
+                self.slot, self.from.addr
+            );
+        }
+    }
+}
+
+/// Hold `key` as a holder that then "crashes" (no release); its value and fence token.
+async fn hold_and_abandon(locks: &Locks, key: &str) -> (String, i64) {
+    let guard = hold(locks, key, Duration::from_secs(60)).await;
+    let held = (guard.value(), guard.fence().0);
+    std::mem::forget(guard);
+    held
+}
+
+fn listed<'a>(locks_json: &'a serde_json::Value, key: &str) -> &'a serde_json::Value {
+    locks_json["data"]["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["key"] == key)
+        .unwrap_or_else(|| panic!("{key} not listed: {locks_json}"))
+}
+
+fn fence_on(addr: &str, key: &str, asking: bool) -> i64 {
+    direct_get(addr, &keys::fence(key), asking)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no {} on {addr}", keys::fence(key)))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
+    // Up; the slot move below waits until no other test reads the slot map.
+    drop(stable_cluster().await);
+    let (mut config, _db) = common::migrated_database(Dialect::Postgres).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    let moving = SlotMove::own("ask", 1).await;
+    let (from, to) = (moving.from.addr, moving.to.addr);
+    let key = moving.keys[0].clone();
+    let mut cluster = cluster_config();
+    cluster.database.url = config.database.url.clone();
+    let dead = instance("ask");
+    let (value, fence) = hold_and_abandon(&locks_for(&cluster, &dead), &key).await;
+    assert_eq!(holder_of(&key).await, from);
+    assert_eq!(holder_of(&keys::fence(&key)).await, from);
+
+    moving.start();
+    moving.migrate(&[key.clone(), keys::fence(&key)]);
+    // What the client meets: the slot's master answers ASK, the importing one holds the lock.
+    let asked = direct_get(from, &key, false);
+    assert!(
+        is_redirect(&asked, redis::ServerErrorKind::Ask),
+        "{asked:?}"
+    );
+    assert_eq!(direct_get(to, &key, true).unwrap(), Some(value.clone()));
+
+    let (code, out) = idemguard(&config, &["locks", "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let l = listed(&j, &key);
+    assert_eq!(l["node"], to, "listed on the master that holds it: {l}");
+    assert_eq!(l["slot"], moving.slot, "{l}");
+    assert_eq!(l["holder"]["instance"], dead.id.as_str(), "{l}");
+    assert_eq!(l["fence_counter"], fence, "{l}");
+
+    // Owner-checked: an earlier acquisition's value deletes nothing.
+    let mut earlier = idemguard::contracts::LockHolder::from_value(&value).unwrap();
+    earlier.nonce = "0".repeat(32);
+    let (code, out) = idemguard(
+        &config,
+        &[
+            "release-lock",
+            &key,
+            "--expect-value",
+            &earlier.to_value(),
+            "--allow-actions",
+        ],
+    );
+    assert_eq!(code, Some(5), "another value deletes nothing: {out}");
+    assert_eq!(direct_get(to, &key, true).unwrap(), Some(value.clone()));
+
+    let (code, out) = idemguard(
+        &config,
+        &[
+            "release-lock",
+            &key,
+            "--expect-value",
+            &value,
+            "--bump-fence",
+            "--allow-actions",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    assert_eq!(j["outcome"], "done", "{j}");
+    assert_eq!(direct_get(to, &key, true).unwrap(), None, "deleted on {to}");
+    assert!(is_redirect(
+        &direct_get(from, &key, false),
+        redis::ServerErrorKind::Ask
+    ));
+    let raised = fence_on(to, &key, true);
+    assert!(
+        raised > fence,
+        "--bump-fence raised the counter on {to}: {raised} > {fence}"
+    );
+    moving.restore().unwrap();
+}
+
+#[tokio::test]
+async fn release_follows_moved_once_the_slot_changed_master() {
+    // Up; the slot move below waits until no other test reads the slot map.
+    drop(stable_cluster().await);
+    let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    let moving = SlotMove::own("moved", 2).await;
+    let (from, to) = (moving.from.addr, moving.to.addr);
+    let (cached_key, cli_key) = (moving.keys[0].clone(), moving.keys[1].clone());
+    let mut cluster = cluster_config();
+    cluster.database.url = config.database.url.clone();
+    let dead = locks_for(&cluster, &instance("moved"));
+    let (_, cached_fence) = hold_and_abandon(&dead, &cached_key).await;
+    let (cli_value, cli_fence) = hold_and_abandon(&dead, &cli_key).await;
+
+    // The operator's client reads the lock first: its map says `from` serves the slot.
+    let me = instance("operator");
+    let actions = Actions::new(
+        &cluster,
+        db.clone(),
+        locks_for(&cluster, &me),
+        Tracer::log_only(&me),
+        true,
+    )
+    .await;
+    let seen = actions.locks().inspect(&cached_key).await;
+    assert_eq!(seen.nodes[0].node, from, "{seen:?}");
+
+    moving.start();
+    let all: Vec<String> = moving
+        .keys
+        .iter()
+        .flat_map(|k| [k.clone(), keys::fence(k)])
+        .collect();
+    moving.migrate(&all);
+    moving.finish();
+    let asked = direct_get(from, &cached_key, false);
+    assert!(
+        is_redirect(&asked, redis::ServerErrorKind::Moved),
+        "{asked:?}"
+    );
+    assert!(direct_get(to, &cached_key, false).unwrap().is_some());
+
+    // Sent to `from` by the old map, answered MOVED, run on `to`.
+    let r = actions
+        .run(&ops::release_of(&seen, false, true, None))
+        .await;
+    assert_eq!(r.outcome, ActionOutcome::Done, "{}", r.detail);
+    assert!(
+        r.detail.contains(to),
+        "names the master it ran on: {}",
+        r.detail
+    );
+    assert_eq!(direct_get(to, &cached_key, false).unwrap(), None);
+    let raised = fence_on(to, &cached_key, false);
+    assert!(raised > cached_fence, "{raised} > {cached_fence}");
+
+    // A new process reads the new map: listed and released on `to`.
+    let (code, out) = idemguard(&config, &["locks", "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let l = listed(&j, &cli_key);
+    assert_eq!(l["node"], to, "{l}");
+    assert_eq!(l["fence_counter"], cli_fence, "{l}");
+    let (code, out) = idemguard(
+        &config,
+        &[
+            "release-lock",
+            &cli_key,
+            "--expect-value",
+            &cli_value,
+            "--bump-fence",
+            "--allow-actions",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(to), "the report names the key's master: {out}");
+    assert_eq!(direct_get(to, &cli_key, false).unwrap(), None);
+    assert!(fence_on(to, &cli_key, false) > cli_fence);
+    moving.restore().unwrap();
+    db.pool.close().await;
 }

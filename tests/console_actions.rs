@@ -18,17 +18,7 @@ use idemguard::lock::{Acquisition, LockGuard, Locks};
 use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
 use idemguard::trace::Tracer;
 
-fn instance(tag: &str) -> Instance {
-    Instance {
-        id: format!("test-{tag}-{}", common::unique_suffix()),
-        host: "testhost".into(),
-        pid: 1,
-    }
-}
-
-fn locks_for(config: &Config, who: &Instance) -> Locks {
-    Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
-}
+use common::locks::{instance, locks_for};
 
 async fn actions_for(config: &Config, db: &Database, allow: bool) -> Actions {
     let me = instance("operator");

@@ -668,19 +668,41 @@ async fn read_key_chunk(node: &Node, chunk: &[String]) -> Result<Vec<Value>, Nod
 }
 
 /// TYPE, GET, PTTL, GET fence and HGETALL of each key, in one MULTI when `atomic` (never on a
-/// cluster master reached directly: its keys are in many slots, and MULTI takes one).
+/// cluster master reached directly: its keys are in many slots, and MULTI takes one). On a
+/// cluster, a slot that moved or is moving is followed ([`cluster::follow`]).
 async fn read_chunk(node: &Node, chunk: &[String], atomic: bool) -> Result<Vec<Value>, NodeError> {
+    let atomic = atomic && !node.cluster_master;
     let mut pipe = redis::pipe();
-    if atomic && !node.cluster_master {
+    if atomic {
         pipe.atomic();
     }
     pipe.ignore_errors();
-    for k in chunk {
-        pipe.cmd("TYPE").arg(k).cmd("GET").arg(k).cmd("PTTL").arg(k);
-        pipe.cmd("GET").arg(keys::fence(k)).cmd("HGETALL").arg(k);
+    for cmd in key_reads(chunk) {
+        pipe.add_command(cmd);
     }
-    node.run(|mut c| async move { pipe.query_async(&mut c).await })
-        .await
+    let on_cluster = node.is_cluster() || node.cluster_master;
+    let read = node
+        .run(|mut c| async move { cluster::redirected(pipe.query_async(&mut c).await, on_cluster) })
+        .await?;
+    cluster::follow(node, chunk, atomic, read).await
+}
+
+/// The commands that read each key: TYPE, GET, PTTL, GET of its fence counter, HGETALL.
+fn key_reads(chunk: &[String]) -> impl Iterator<Item = redis::Cmd> + '_ {
+    let read = |name: &str, key: &str| {
+        let mut cmd = redis::cmd(name);
+        cmd.arg(key);
+        cmd
+    };
+    chunk.iter().flat_map(move |k| {
+        [
+            read("TYPE", k),
+            read("GET", k),
+            read("PTTL", k),
+            read("GET", &keys::fence(k)),
+            read("HGETALL", k),
+        ]
+    })
 }
 
 fn fence_of(answer: &Value) -> Option<i64> {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod consumer;
+pub mod locks;
 
 use std::cell::RefCell;
 use std::time::Duration;

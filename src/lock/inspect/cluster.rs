@@ -2,11 +2,16 @@
 //! page size used on one node, values read per master in pipelines of `FETCH_CHUNK` keys with a
 //! pause between two, never one MULTI: a master's keys live in many slots), each lock shown
 //! with the master that holds it and its slot. The same patterns and decoders as on one node.
+//!
+//! A slot can move while the cluster runs (resharding). The cluster client follows MOVED and ASK
+//! for one command (the lock scripts), not inside a MULTI: its read of a key is sent again, by
+//! hand, to the master the redirect names ([`follow`]).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::join_all;
+use redis::{RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{fetch_node, ms, scan_patterns, KeyAnswer, LockScan, LockView, NodeLock, NodeScan};
 use crate::config::LockMode;
@@ -134,4 +139,101 @@ pub(super) async fn fetch_each(
         out.extend(r?);
     }
     Ok(out)
+}
+
+/// What a key read answered: its values, or where a MOVED / ASK sent it.
+pub(super) enum Read {
+    Values(Vec<Value>),
+    SentTo { addr: String, ask: bool },
+}
+
+/// `answer` as a [`Read`]: a MULTI aborted by MOVED or ASK (on a cluster only: `on_cluster`)
+/// names the master to ask instead.
+pub(super) fn redirected(answer: RedisResult<Vec<Value>>, on_cluster: bool) -> RedisResult<Read> {
+    let e = match answer {
+        Ok(values) => return Ok(Read::Values(values)),
+        Err(e) => e,
+    };
+    let to = e
+        .clone()
+        .into_server_errors()
+        .and_then(|errs| errs.first().map(|(_, se)| RedisError::from(se.clone())))
+        .and_then(|first| {
+            let ask = first.kind() == redis::ErrorKind::Server(ServerErrorKind::Ask);
+            first
+                .redirect_node()
+                .map(|(addr, _)| (addr.to_string(), ask))
+        });
+    match to {
+        Some((addr, ask)) if on_cluster => Ok(Read::SentTo { addr, ask }),
+        _ => Err(e),
+    }
+}
+
+fn is_moved(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::Moved))
+}
+
+/// The values of `chunk` (see `read_chunk`), following the cluster: a read sent away by MOVED
+/// or ASK runs again on that master (after ASKING for an ASK); keys a master reached directly
+/// found by SCAN but answers MOVED for are in a slot it is importing: read again with ASKING.
+pub(super) async fn follow(
+    node: &Node,
+    chunk: &[String],
+    atomic: bool,
+    read: Read,
+) -> Result<Vec<Value>, NodeError> {
+    match read {
+        Read::Values(values) if node.cluster_master && values.iter().any(is_moved) => {
+            read_on(node, chunk, false, true).await
+        }
+        Read::Values(values) => Ok(values),
+        Read::SentTo { addr, ask } => {
+            let master = cluster::master(node, &addr)?;
+            read_on(&master, chunk, atomic, ask).await
+        }
+    }
+}
+
+/// `chunk` read on `master` directly, in one MULTI when `atomic`. With `ask`, ASKING goes
+/// first: a master importing a slot serves its keys only to a client that says it was sent
+/// (before MULTI, it holds for the whole transaction; otherwise it is needed per command).
+async fn read_on(
+    master: &Node,
+    chunk: &[String],
+    atomic: bool,
+    ask: bool,
+) -> Result<Vec<Value>, NodeError> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    if atomic {
+        if ask {
+            pipe.cmd("ASKING").ignore();
+        }
+        pipe.cmd("MULTI").ignore();
+        for cmd in super::key_reads(chunk) {
+            pipe.add_command(cmd).ignore();
+        }
+        pipe.cmd("EXEC");
+    } else {
+        for cmd in super::key_reads(chunk) {
+            if ask {
+                pipe.cmd("ASKING").ignore();
+            }
+            pipe.add_command(cmd);
+        }
+    }
+    let mut values: Vec<Value> = master
+        .run(|mut c| async move { pipe.query_async(&mut c).await })
+        .await?;
+    if !atomic {
+        return Ok(values);
+    }
+    match values.pop() {
+        Some(Value::Array(values)) => Ok(values),
+        other => Err(master.conn.refused(format!(
+            "answered the read of {} key(s) with {other:?}",
+            chunk.len()
+        ))),
+    }
 }
