@@ -15,8 +15,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use article::{
-    article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
-    PROFILE,
+    article_system, expiring_list, now_ms, redis_conn, redis_py_lock, redisson_lock, set_if_absent,
+    ArticleSystem, RedisKeys, PROFILE,
 };
 use idemguard::config::Dialect;
 use tmux::Terminal;
@@ -25,26 +25,6 @@ const MINUTE: i64 = 60_000;
 
 /// How long the console may take to show what a step waits for.
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A lock the way redis-py's `Lock` takes it (the stack's venv); returns its hex token.
-fn redis_py_lock(name: &str) -> String {
-    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.stack/venv/bin/python");
-    let script = "import sys, redis\n\
-        r = redis.Redis.from_url('redis://127.0.0.1:6379')\n\
-        l = r.lock(sys.argv[1], timeout=30)\n\
-        assert l.acquire(blocking=False)\n\
-        print(l.local.token.decode())\n";
-    let out = Command::new(python)
-        .args(["-c", script, name])
-        .output()
-        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/stack up installs redis-py)"));
-    assert!(
-        out.status.success(),
-        "redis-py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn log_line(ms: i64, service: &str, level: &str, order_no: &str, message: &str) -> String {
     serde_json::json!({
@@ -99,19 +79,8 @@ async fn fixture() -> Fixture {
         &format!("{}:77", uuid::Uuid::new_v4()),
     )
     .await;
-    let py_token = redis_py_lock(&py_key);
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(&list_key)
-        .arg("x")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(&list_key)
-        .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let py_token = redis_py_lock("redis://127.0.0.1:6379", &py_key);
+    expiring_list(&mut c, &list_key).await;
 
     let logs = tempfile::tempdir().unwrap();
     let write = |name: &str, lines: &[String]| {

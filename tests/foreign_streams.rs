@@ -4,6 +4,8 @@
 //! back through the real binary (`locks --json`, `release-lock`). Every test uses its own key
 //! prefix, and deletes what it wrote.
 
+#[path = "common/article.rs"]
+mod article;
 mod common;
 
 use std::time::Duration;
@@ -12,14 +14,7 @@ use futures::StreamExt;
 use idemguard::config::{Config, Dialect};
 use serde_json::Value as Json;
 
-/// Redisson's `tryLockInnerAsync` script (RedissonLock.java): HSET field = 1 (or HINCRBY when
-/// re-entered) and PEXPIRE, returning nil when taken.
-const REDISSON_LOCK: &str = "if (redis.call('exists', KEYS[1]) == 0) then \
-    redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
-    return nil; end; \
-    if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
-    redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); \
-    return nil; end; return redis.call('pttl', KEYS[1]);";
+use article::{expiring_list, redis_py_lock, redisson_lock};
 
 async fn redis_conn(config: &Config) -> redis::aio::MultiplexedConnection {
     redis::Client::open(config.redis.url.as_str())
@@ -27,20 +22,6 @@ async fn redis_conn(config: &Config) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .expect("the main Redis answers (scripts/stack up)")
-}
-
-/// Takes `name` as Redisson does for client `client_id`, thread `thread`.
-async fn redisson_lock(c: &mut redis::aio::MultiplexedConnection, name: &str, field: &str) {
-    let taken: Option<i64> = redis::cmd("EVAL")
-        .arg(REDISSON_LOCK)
-        .arg(1)
-        .arg(name)
-        .arg(30_000)
-        .arg(field)
-        .query_async(c)
-        .await
-        .unwrap();
-    assert_eq!(taken, None, "Redisson's script took {name}");
 }
 
 /// Deletes every key under `prefix` when dropped.
@@ -65,22 +46,8 @@ impl Drop for Keys {
 
 /// Runs the binary with the stack's config, `env` on top.
 fn idemguard(env: &[(&str, String)], args: &[&str]) -> (Option<i32>, String) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
-    cmd.arg("--config")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"))
-        .args(args)
-        .env("IDEMGUARD_TRACE__ENABLED", "false")
-        .env("IDEMGUARD_LOG", "error");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run idemguard");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    article::run_with_config(config, env, args)
 }
 
 fn locks_json(env: &[(&str, String)]) -> Vec<Json> {
@@ -94,27 +61,6 @@ fn row<'a>(rows: &'a [Json], key: &str) -> &'a Json {
     rows.iter()
         .find(|r| r["key"] == key)
         .unwrap_or_else(|| panic!("{key} not listed: {rows:?}"))
-}
-
-/// A lock the way redis-py's `Lock` takes it (its own client, in the stack's venv); returns the
-/// token it stored.
-fn redis_py_lock(url: &str, name: &str) -> String {
-    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.stack/venv/bin/python");
-    let script = "import sys, redis\n\
-        r = redis.Redis.from_url(sys.argv[1])\n\
-        l = r.lock(sys.argv[2], timeout=30)\n\
-        assert l.acquire(blocking=False)\n\
-        print(l.local.token.decode())\n";
-    let out = std::process::Command::new(python)
-        .args(["-c", script, url, name])
-        .output()
-        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/stack up installs redis-py)"));
-    assert!(
-        out.status.success(),
-        "redis-py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -147,18 +93,7 @@ async fn locks_json_lists_every_format_with_its_holder_decoded() {
         .await
         .unwrap();
     let list = format!("{p}:order:lock:3");
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(&list)
-        .arg("x")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(&list)
-        .arg(60_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    expiring_list(&mut c, &list).await;
 
     let patterns = format!("lock:*,{p}:order:lock:*,{p}Lock");
     let rows = locks_json(&[("IDEMGUARD_FOREIGN_LOCKS__PATTERNS", patterns)]);

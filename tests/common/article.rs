@@ -6,6 +6,7 @@
 //! the console reads the names the configuration gives.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idemguard::config::{Config, ConfigSource, Dialect};
@@ -351,9 +352,19 @@ impl ArticleSystem {
 
 /// `idemguard --config <the example profile> args`, with `env`; (exit status, stdout+stderr).
 pub fn run_profiled(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String) {
+    run_with_config(PROFILE, env, args)
+}
+
+/// `idemguard --config <config> args` with `env` on top, trace events off; (exit status,
+/// stdout+stderr).
+pub fn run_with_config<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    config: &str,
+    env: &[(K, V)],
+    args: &[&str],
+) -> (Option<i32>, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
     cmd.arg("--config")
-        .arg(PROFILE)
+        .arg(config)
         .args(args)
         .env("IDEMGUARD_TRACE__ENABLED", "false")
         .env("IDEMGUARD_LOG", "error");
@@ -422,6 +433,43 @@ pub async fn set_if_absent(c: &mut redis::aio::MultiplexedConnection, key: &str,
         .await
         .unwrap();
     assert_eq!(set.as_deref(), Some("OK"), "setIfAbsent took {key}");
+}
+
+/// A lock the way redis-py's `Lock` takes it (its own client, in the stack's venv) on the Redis
+/// at `url`; returns the token it stored.
+pub fn redis_py_lock(url: &str, name: &str) -> String {
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.stack/venv/bin/python");
+    let script = "import sys, redis\n\
+        r = redis.Redis.from_url(sys.argv[1])\n\
+        l = r.lock(sys.argv[2], timeout=30)\n\
+        assert l.acquire(blocking=False)\n\
+        print(l.local.token.decode())\n";
+    let out = std::process::Command::new(python)
+        .args(["-c", script, url, name])
+        .output()
+        .unwrap_or_else(|e| panic!("{python}: {e} (scripts/stack up installs redis-py)"));
+    assert!(
+        out.status.success(),
+        "redis-py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A key of another type (a list) that expires in a minute: what a lock pattern may also match.
+pub async fn expiring_list(c: &mut redis::aio::MultiplexedConnection, key: &str) {
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(key)
+        .arg("x")
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(60_000)
+        .query_async(c)
+        .await
+        .unwrap();
 }
 
 /// Deletes the given Redis keys when dropped (a test's locks on the shared Redis).
