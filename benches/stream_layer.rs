@@ -7,6 +7,14 @@
 //! one after another, synchronous offset commit): concurrent sinks, asynchronous offset commit,
 //! batches of 100 / 500 / 1,000, and the adaptive batch (100 idle, up to 1,000 behind).
 //!
+//! Which resource saturates, measured: every run also prints where the machine's CPU went in its
+//! window (`support/proc_cpu.rs`, from `/proc`): CPU µs per event and cores used by this process
+//! (the consumer under test, librdkafka's threads included), the database server (PostgreSQL:
+//! the postmaster's helpers and the backends of the bench's own database; MariaDB: the whole
+//! `mariadbd`, other clients' work included), the broker (`tansu`), the rest of the machine
+//! ("others") and its idle cores; the report gives the medians for the bare consumer and for
+//! today's and the default consumer.
+//!
 //!   scripts/stack up && cargo bench --bench stream_layer
 //!
 //! Sizes: IDEMGUARD_BENCH_EVENTS (default 20000) events per round, IDEMGUARD_BENCH_ROUNDS
@@ -17,6 +25,9 @@
 #[path = "support/stats.rs"]
 mod stats;
 use stats::{knob, median};
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
+use proc_cpu::{Group, Usage, Watch};
 #[path = "support/bare_consumer.rs"]
 mod bare_consumer;
 #[path = "../tests/common/mod.rs"]
@@ -104,8 +115,14 @@ async fn produce_all(config: &Config, topic: &str, events: &[PaymentSucceeded]) 
     }
 }
 
-/// Events per second through the deduplicating consumer until `n` messages are handled.
-async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<ConsumeStats>) {
+/// Events per second through the deduplicating consumer until `n` messages are handled, and the
+/// CPU each process group used meanwhile.
+async fn dedup_consume(
+    config: &Config,
+    db: &Database,
+    n: usize,
+    watch: &Watch,
+) -> (f64, Arc<ConsumeStats>, Usage) {
     reset(db).await;
     let consumer = PaymentConsumer::new(
         config,
@@ -125,6 +142,7 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let cpu_from = proc_cpu::sample(watch);
     let started = Instant::now();
     loop {
         let handled = ConsumeStats::get(&stats.applied)
@@ -140,9 +158,108 @@ async fn dedup_consume(config: &Config, db: &Database, n: usize) -> (f64, Arc<Co
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = proc_cpu::usage_counting_new(&cpu_from, &proc_cpu::sample(watch));
     stop.cancel();
     handle.await.unwrap().unwrap();
-    (rate, stats)
+    (rate, stats, cpu)
+}
+
+/// The process groups a consumer run uses, as this bench names them (this process is the
+/// consumer under test; the database server is named in [`db_name`]).
+const CPU_GROUPS: [Group; 3] = [Group::Service, Group::Database, Group::Kafka];
+
+fn group_name(dialect: Dialect, g: Group) -> &'static str {
+    match g {
+        Group::Service => "consumer",
+        Group::Database => db_name(dialect),
+        Group::Kafka => "tansu",
+        other => other.name(),
+    }
+}
+
+fn db_name(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "postgres",
+        Dialect::Mysql => "mariadbd",
+    }
+}
+
+/// Where the CPU went in a run (or the medians of several): per group µs per event and cores,
+/// then the rest of the machine and its idle cores.
+struct CpuFigures {
+    groups: Vec<(Group, f64, f64)>,
+    others: f64,
+    idle: f64,
+}
+
+impl CpuFigures {
+    fn of_run(u: &Usage, rate: f64) -> CpuFigures {
+        CpuFigures {
+            groups: CPU_GROUPS
+                .iter()
+                .map(|g| (*g, u.of(*g) / rate.max(1e-9) * 1e6, u.of(*g)))
+                .collect(),
+            others: u.others,
+            idle: u.idle,
+        }
+    }
+
+    /// Adds this run's figures to the series under `key`.
+    fn record(&self, series: &mut Series, key: &str) {
+        let mut put = |k: String, v: f64| series.entry(k).or_default().push(v);
+        for (g, us, cores) in &self.groups {
+            put(format!("{key}|cpu_us|{}", g.name()), *us);
+            put(format!("{key}|cores|{}", g.name()), *cores);
+        }
+        put(format!("{key}|cores|others"), self.others);
+        put(format!("{key}|cores|idle"), self.idle);
+    }
+
+    /// The medians of the runs recorded under `key`.
+    fn medians(series: &Series, key: &str) -> CpuFigures {
+        let m = |k: String| series.get(&k).map_or(0.0, |v| median(v));
+        CpuFigures {
+            groups: CPU_GROUPS
+                .iter()
+                .map(|g| {
+                    (
+                        *g,
+                        m(format!("{key}|cpu_us|{}", g.name())),
+                        m(format!("{key}|cores|{}", g.name())),
+                    )
+                })
+                .collect(),
+            others: m(format!("{key}|cores|others")),
+            idle: m(format!("{key}|cores|idle")),
+        }
+    }
+
+    /// "consumer 310 µs/ev (0.62 cores), postgres 402 µs/ev (0.81 cores), tansu 48 µs/ev (0.10
+    /// cores); others 0.31, idle 0.16 of 2 cores; busiest: postgres".
+    fn line(&self, dialect: Dialect) -> String {
+        let parts: Vec<String> = self
+            .groups
+            .iter()
+            .map(|(g, us, cores)| {
+                format!(
+                    "{} {us:.0} µs/ev ({cores:.2} cores)",
+                    group_name(dialect, *g)
+                )
+            })
+            .collect();
+        let busiest = self
+            .groups
+            .iter()
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .map_or("none", |(g, _, _)| group_name(dialect, *g));
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        format!(
+            "{}; others {:.2}, idle {:.2} of {ncpu} cores; busiest: {busiest}",
+            parts.join(", "),
+            self.others,
+            self.idle
+        )
+    }
 }
 
 /// Orders back to CREATED and the sink tables empty, so every run does the same work.
@@ -223,11 +340,11 @@ const VARIANTS: [Variant; 7] = [
         async_commit: true,
     },
     Variant {
-        name: "adaptive 100..1000, concurrent (default)",
+        name: "adaptive 100..1000, both levers (default)",
         batch: 100,
         batch_max: 1000,
         concurrent: true,
-        async_commit: false,
+        async_commit: true,
     },
 ];
 const DEFAULT: usize = 6;
@@ -242,18 +359,39 @@ fn configure(config: &Config, v: &Variant, topic: &str) -> Config {
     c
 }
 
-/// Events per second of one variant, and its mean batch time (ms) and largest batch.
+/// One variant's run: events per second, mean batch time (ms), largest batch, CPU used.
+struct VariantRun {
+    rate: f64,
+    mean_ms: f64,
+    largest: u64,
+    cpu: Usage,
+}
+
 async fn run_variant(
     config: &Config,
     db: &Database,
     v: &Variant,
     topic: &str,
     n: usize,
-) -> (f64, f64, u64) {
-    let (rate, st) = dedup_consume(&configure(config, v, topic), db, n).await;
+    watch: &Watch,
+) -> VariantRun {
+    let (rate, st, cpu) = dedup_consume(&configure(config, v, topic), db, n, watch).await;
     let batches = ConsumeStats::get(&st.batches).max(1);
-    let mean_ms = ConsumeStats::get(&st.busy_micros) as f64 / batches as f64 / 1000.0;
-    (rate, mean_ms, ConsumeStats::get(&st.largest_batch))
+    VariantRun {
+        rate,
+        mean_ms: ConsumeStats::get(&st.busy_micros) as f64 / batches as f64 / 1000.0,
+        largest: ConsumeStats::get(&st.largest_batch),
+        cpu,
+    }
+}
+
+/// The bench's own database, whose PostgreSQL backends count as the database's CPU.
+fn database_name(config: &Config) -> String {
+    url::Url::parse(&config.database.url)
+        .expect("database url")
+        .path()
+        .trim_start_matches('/')
+        .to_string()
 }
 
 /// Medians of one dialect over the rounds, by series name.
@@ -261,6 +399,10 @@ type Series = std::collections::BTreeMap<String, Vec<f64>>;
 
 async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
     let (config, db) = common::migrated_database(dialect).await;
+    let watch = Watch {
+        client_pid: 0, // no load generator: the producer has finished before the runs
+        database_name: database_name(&config),
+    };
     let orders = seed_orders(&db, n).await;
     let events: Vec<PaymentSucceeded> = orders
         .iter()
@@ -280,24 +422,38 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
     let mut halfset: Vec<PaymentSucceeded> = events[..n / 2].to_vec();
     halfset.extend(events[..n / 2].iter().cloned());
     produce_all(&config, &topics[1], &halfset).await;
-    let mut put = |k: String, v: f64| series.entry(k).or_default().push(v);
+    let put = |s: &mut Series, k: String, v: f64| s.entry(k).or_default().push(v);
     for (t, label) in [(&topics[0], "unique"), (&topics[1], "50% dup")] {
         for batch in [100, 1000] {
             reset(&db).await;
-            let b = bare_consumer::bare_consume(&config, &db, t, n, batch).await;
+            let (b, cpu) = bare_consumer::bare_consume(&config, &db, t, n, batch, &watch).await;
+            let key = format!("{label}|bare {batch}");
+            put(series, key.clone(), b);
+            let cpu = CpuFigures::of_run(&cpu, b);
             println!(
-                "  {dialect} round {r} {label}: bare consumer, batch {batch:>4}: {b:>8.0} ev/s"
+                "  {dialect} round {r} {label}: bare consumer, batch {batch:>4}: {b:>8.0} ev/s\n    cpu: {}",
+                cpu.line(dialect)
             );
-            put(format!("{label}|bare {batch}"), b);
+            cpu.record(series, &key);
         }
         for (i, v) in VARIANTS.iter().enumerate() {
             if label != "unique" && i != 0 && i != DEFAULT {
                 continue;
             }
-            let (rate, ms, largest) = run_variant(&config, &db, v, t, n).await;
-            println!("  {dialect} round {r} {label}: {:<48} {rate:>8.0} ev/s, mean batch {ms:>6.1} ms, largest {largest}", v.name);
-            put(format!("{label}|{i}"), rate);
-            put(format!("{label}|{i}|ms"), ms);
+            let run = run_variant(&config, &db, v, t, n, &watch).await;
+            let key = format!("{label}|{i}");
+            put(series, key.clone(), run.rate);
+            put(series, format!("{key}|ms"), run.mean_ms);
+            let cpu = CpuFigures::of_run(&run.cpu, run.rate);
+            println!(
+                "  {dialect} round {r} {label}: {:<48} {:>8.0} ev/s, mean batch {:>6.1} ms, largest {}\n    cpu: {}",
+                v.name,
+                run.rate,
+                run.mean_ms,
+                run.largest,
+                cpu.line(dialect)
+            );
+            cpu.record(series, &key);
         }
     }
     db.pool.close().await;
@@ -324,6 +480,27 @@ fn report(dialect: Dialect, s: &Series) {
                 rate / bare,
                 if v.batch_max >= 1000 { 1000 } else { 100 },
                 m(&format!("{label}|{i}|ms"))
+            );
+        }
+        println!("{dialect} {label}: CPU per event and cores used (medians), machine idle:");
+        for (key, name) in [
+            (
+                format!("{label}|bare 100"),
+                "bare consumer, batch 100".to_string(),
+            ),
+            (
+                format!("{label}|bare 1000"),
+                "bare consumer, batch 1000".to_string(),
+            ),
+            (format!("{label}|0"), VARIANTS[0].name.to_string()),
+            (
+                format!("{label}|{DEFAULT}"),
+                VARIANTS[DEFAULT].name.to_string(),
+            ),
+        ] {
+            println!(
+                "  {name:<48} {}",
+                CpuFigures::medians(s, &key).line(dialect)
             );
         }
     }

@@ -8,7 +8,8 @@
 //!   across a batch retried after a failed DLQ publish;
 //! - a Kafka receive error (the topic not there yet) is counted and survived;
 //! - a failed offset commit (the member evicted while frozen between its database commit and its
-//!   offset commit) ends `consume` with the error; the member that took over applies nothing twice.
+//!   offset commit) ends `consume` with the error, synchronous or asynchronous
+//!   (`consumer.async_offset_commit`); the member that took over applies nothing twice.
 //!
 //! Every test has its own database, topics and group, removed when it ends, pass or fail.
 
@@ -449,9 +450,17 @@ fn signal(pid: u32, sig: &str) {
 /// test holds uncommitted), then frozen (SIGSTOP); the test lets the row go and waits until
 /// member M2 has taken the partitions over (M1 evicted: no heartbeat). Thawed, M1 finishes its
 /// database work and its offset commit fails: `consume` exits with the error, and M2 — which
-/// received the same batch — applies nothing twice.
+/// received the same batch — applies nothing twice. Both members commit as
+/// `s.config.consumer.async_offset_commit` says: with it on, the refusal arrives while M1 waits
+/// for its next batch, and must end it all the same.
 async fn a_failed_offset_commit(s: &ConsumerSetup) {
     let d = s.dialect;
+    let mode = if s.config.consumer.async_offset_commit {
+        "async commit"
+    } else {
+        "sync commit"
+    };
+    let d = format!("{d}, {mode}");
     let (o, r) = create_order(&s.db, 42).await;
     let events: Vec<PaymentSucceeded> = (0..3).map(|_| payment(&o, &r, 42)).collect();
     for e in &events {
@@ -471,6 +480,10 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
         .unwrap();
     let m1 = s
         .consume_command(&[])
+        .env(
+            "IDEMGUARD_CONSUMER__ASYNC_OFFSET_COMMIT",
+            s.config.consumer.async_offset_commit.to_string(),
+        )
         .env("IDEMGUARD_LOG", "warn")
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -515,4 +528,19 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
     assert_eq!(count(&s.db, "processed_event").await, 3, "{d}");
 }
 
-per_dialect!(a_failed_offset_commit(&consumer_setup) => a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres, a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql);
+/// A consumer test's world whose members commit their offsets synchronously.
+async fn sync_commit_setup(dialect: Dialect) -> ConsumerSetup {
+    let mut s = consumer_setup(dialect).await;
+    s.config.consumer.async_offset_commit = false;
+    s
+}
+
+/// … and asynchronously: each batch's commit answered before the next batch writes anything.
+async fn async_commit_setup(dialect: Dialect) -> ConsumerSetup {
+    let mut s = consumer_setup(dialect).await;
+    s.config.consumer.async_offset_commit = true;
+    s
+}
+
+per_dialect!(a_failed_offset_commit(&sync_commit_setup) => a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres, a_failed_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql);
+per_dialect!(a_failed_offset_commit(&async_commit_setup) => a_refused_async_offset_commit_ends_consume_and_the_redelivery_changes_nothing_postgres, a_refused_async_offset_commit_ends_consume_and_the_redelivery_changes_nothing_mysql);

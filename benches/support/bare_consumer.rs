@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use idemguard::config::{Config, Dialect};
 use idemguard::contracts::{now_ms, PaymentSucceeded};
 use idemguard::db::Database;
+
+use super::proc_cpu::{self, Usage, Watch};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -151,14 +153,16 @@ fn statements(dialect: Dialect, group: &str, rows: &[Row]) -> Vec<String> {
 
 /// Events per second of the bare consumer until `n` messages are written, at `batch` messages
 /// per batch (filled as the deduplicating consumer fills its own: the first, then what arrives
-/// within 20 ms). The clock starts at the first message.
+/// within 20 ms), and the CPU each process group used meanwhile. The clock starts at the first
+/// message.
 pub async fn bare_consume(
     config: &Config,
     db: &Database,
     topic: &str,
     n: usize,
     batch: usize,
-) -> f64 {
+    watch: &Watch,
+) -> (f64, Usage) {
     let group = format!("bare-{}", uuid::Uuid::now_v7().simple());
     let c: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
@@ -173,6 +177,7 @@ pub async fn bare_consume(
         .expect("first message")
         .expect("receive")
         .detach();
+    let cpu_from = proc_cpu::sample(watch);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(600);
     let mut pending = vec![first];
@@ -224,5 +229,9 @@ pub async fn bare_consume(
         done += rows.len();
         pending.clear();
     }
-    n as f64 / started.elapsed().as_secs_f64()
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    (
+        rate,
+        proc_cpu::usage_counting_new(&cpu_from, &proc_cpu::sample(watch)),
+    )
 }

@@ -186,3 +186,20 @@ impl Usage {
         s.join(" ")
     }
 }
+
+/// [`usage`], also counting the processes that started inside the window (all their ticks are
+/// the window's): a connection the pool opens mid-run and its PostgreSQL backend, which
+/// [`usage`] leaves in "others". For benches whose pools grow while they are measured
+/// (`stream_layer`: the consumer's concurrent sinks open connections as they need them).
+pub fn usage_counting_new(before: &Sample, after: &Sample) -> Usage {
+    let mut from = Sample {
+        at: before.at,
+        per_pid: before.per_pid.clone(),
+        machine_busy: before.machine_busy,
+        machine_total: before.machine_total,
+    };
+    for (pid, (group, _)) in &after.per_pid {
+        from.per_pid.entry(*pid).or_insert((*group, 0));
+    }
+    usage(&from, after)
+}

@@ -12,8 +12,10 @@
 //! 3. run each sink in its own transaction (order → PAID; then points and notification,
 //!    concurrently when `consumer.concurrent_sinks`; then `processed_event`); a sink's unique key
 //!    saying "already there" is `sink_duplicate`;
-//! 4. only then commit the offsets — without waiting for the broker's answer when
-//!    `consumer.async_offset_commit` (the last position is committed synchronously at a stop).
+//! 4. only then commit the offsets. With `consumer.async_offset_commit` the loop does not wait
+//!    for the broker's answer here: the commit runs while the next batch is received and looked
+//!    up, and its answer is awaited before that batch writes anything (and at a stop). A refused
+//!    commit ends `consume` either way, before another batch is applied.
 //!
 //! A crash anywhere before step 4 redelivers the batch, and every step is idempotent, so the
 //! redelivery changes nothing. A transient database error retries the whole batch with backoff
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
+use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
@@ -81,22 +84,18 @@ pub struct ConsumeOptions {
 
 /// Logs partition assignment changes; offsets are committed after every batch, so a revoke
 /// never has processed-but-uncommitted work to lose.
-/// Also carries the refusal of an asynchronous offset commit to the loop, which ends `consume`
-/// with it — as a refused synchronous commit does.
-struct RebalanceLog {
-    commit_failed: tokio::sync::watch::Sender<Option<String>>,
-}
+///
+/// No `commit_callback`: librdkafka hands the answer to a manual asynchronous commit
+/// (`rd_kafka_commit(…, async)`) only to an `offset_commit_cb`, which rdkafka never installs —
+/// its OFFSET_COMMIT event carries the auto-commit's answers only. A refusal was never seen there
+/// (librdkafka logged it at warning level, below our `log_level` 3), which is why an evicted
+/// member kept consuming with `async_offset_commit` on. The loop awaits every commit's answer
+/// itself ([`PendingCommit`]).
+struct RebalanceLog;
 
 impl ClientContext for RebalanceLog {}
 
 impl ConsumerContext for RebalanceLog {
-    /// An offset commit the broker refused: the position stays behind, so those batches are
-    /// redelivered to whoever holds the partitions next, and change nothing. The loop ends.
-    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
-        if let Err(e) = result {
-            self.commit_failed.send_replace(Some(e.to_string()));
-        }
-    }
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             tracing::info!(
@@ -126,7 +125,6 @@ pub struct PaymentConsumer {
     orders: Orders,
     tracer: Tracer,
     consumer: Arc<StreamConsumer<RebalanceLog>>,
-    commit_failed: tokio::sync::watch::Receiver<Option<String>>,
     dlq: FutureProducer,
     dlq_topic: String,
     group: String,
@@ -137,13 +135,48 @@ pub struct PaymentConsumer {
     batch_target: usize,
     concurrent_sinks: bool,
     async_commit: bool,
-    /// The next offset per partition of every finished batch: what a stop commits synchronously.
-    done: BTreeMap<(String, i32), i64>,
     dedup: DedupState,
     options: ConsumeOptions,
     stats: Arc<ConsumeStats>,
     retention: crate::config::RetentionConfig,
 }
+
+/// An offset commit on its way to the broker (`consumer.async_offset_commit`), on a blocking
+/// thread: the next batch is received and looked up meanwhile, and writes nothing before its
+/// answer — so a member evicted from its group ends on the refusal exactly as with a synchronous
+/// commit, one round trip to the broker later and nothing applied in between.
+struct PendingCommit(tokio::task::JoinHandle<KafkaResult<()>>);
+
+impl PendingCommit {
+    /// Waits for the broker's answer. Polled again after it was dropped unfinished, it goes on
+    /// waiting (a `select!` may drop it); not polled again once it has answered.
+    async fn answer(&mut self) -> Result<(), CommitRefused> {
+        match (&mut self.0).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(CommitRefused(e.to_string())),
+            Err(e) => Err(CommitRefused(format!("the commit's thread failed: {e}"))),
+        }
+    }
+
+    /// [`PendingCommit::answer`], consuming the commit, as `consume`'s error.
+    async fn await_answer(mut self) -> anyhow::Result<()> {
+        Ok(self.answer().await?)
+    }
+}
+
+/// The broker refused an offset commit (the member was evicted from its group, the coordinator
+/// moved): `consume` ends with it. Never retried as a database error is — the partitions may be
+/// someone else's now.
+#[derive(Debug)]
+struct CommitRefused(String);
+
+impl std::fmt::Display for CommitRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "offset commit failed: {} (the batches since the last committed offset will be redelivered and change nothing)", self.0)
+    }
+}
+
+impl std::error::Error for CommitRefused {}
 
 /// A message that cannot be processed, and why.
 struct Poison {
@@ -164,7 +197,6 @@ impl PaymentConsumer {
             .clone()
             .unwrap_or_else(|| config.kafka.consumer_group.clone());
         let servers = &config.kafka.bootstrap_servers;
-        let (commit_failed_tx, commit_failed) = tokio::sync::watch::channel(None);
         let consumer: StreamConsumer<RebalanceLog> = ClientConfig::new()
             .set("bootstrap.servers", servers)
             .set("group.id", &group)
@@ -180,9 +212,7 @@ impl PaymentConsumer {
             // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
             .set("topic.metadata.refresh.interval.ms", "10000")
             .set("log_level", "3")
-            .create_with_context(RebalanceLog {
-                commit_failed: commit_failed_tx,
-            })
+            .create_with_context(RebalanceLog)
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
@@ -208,7 +238,6 @@ impl PaymentConsumer {
             db,
             tracer,
             consumer: Arc::new(consumer),
-            commit_failed,
             dlq,
             dlq_topic: config.kafka.dlq_topic.clone(),
             group,
@@ -221,7 +250,6 @@ impl PaymentConsumer {
             batch_target: config.consumer.batch_size,
             concurrent_sinks: config.consumer.concurrent_sinks,
             async_commit: config.consumer.async_offset_commit,
-            done: BTreeMap::new(),
             dedup: DedupState::new(
                 config.consumer.dedup_ttl,
                 config.consumer.dedup_memory_entries,
@@ -255,15 +283,11 @@ impl PaymentConsumer {
     }
 
     async fn consume(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let mut commit_failed = self.commit_failed.clone();
+        // The last batch's offset commit while it is in flight (`async_offset_commit`).
+        let mut pending: Option<PendingCommit> = None;
         loop {
-            let batch = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                e = commit_failed.wait_for(Option::is_some) => {
-                    let e = e.map(|e| e.clone().unwrap_or_default()).unwrap_or_default();
-                    anyhow::bail!("offset commit failed: {e} (the batches since the last committed offset will be redelivered and change nothing)");
-                }
-                batch = self.next_batch() => batch?,
+            let Some(batch) = self.receive(&mut pending, shutdown).await? else {
+                break;
             };
             if batch.is_empty() {
                 continue;
@@ -271,7 +295,10 @@ impl PaymentConsumer {
             self.adapt_batch_size(batch.len());
             let next = next_offsets(&batch);
             let started = Instant::now();
-            if !self.process_with_retry(batch, shutdown).await {
+            if !self
+                .process_with_retry(batch, &mut pending, shutdown)
+                .await?
+            {
                 break; // shut down while the database was unavailable: nothing committed
             }
             let st = &self.stats;
@@ -282,16 +309,16 @@ impl PaymentConsumer {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
                 std::process::abort();
             }
-            self.done.extend(next.iter().map(|(k, v)| (k.clone(), *v)));
+            let commit = self.start_commit(to_tpl(&next));
             if self.async_commit {
-                self.commit_async(&next)?;
+                pending = Some(commit);
             } else {
-                self.commit(to_tpl(&next)).await?;
+                commit.await_answer().await?;
             }
         }
-        if self.async_commit && !self.done.is_empty() {
-            // The position of every finished batch, confirmed before `run` returns.
-            self.commit(to_tpl(&self.done)).await?;
+        if let Some(last) = pending {
+            // The last finished batch's position, confirmed before `run` returns.
+            last.await_answer().await?;
         }
         let st = &self.stats;
         let get = ConsumeStats::get;
@@ -305,6 +332,32 @@ impl PaymentConsumer {
             "stopped"
         );
         Ok(())
+    }
+
+    /// The next batch, while the previous batch's offset commit (if in flight) is answered: a
+    /// refusal ends `consume` at once, also when no message comes. `None` once shut down (a
+    /// batch being filled is dropped: its offsets were never committed).
+    async fn receive(
+        &self,
+        pending: &mut Option<PendingCommit>,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<Vec<OwnedMessage>>> {
+        // Pinned outside the loop: an answer arriving while the batch fills must not drop the
+        // messages already taken from the queue.
+        let next = self.next_batch();
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                answer = async { pending.as_mut().expect("guarded by is_some").answer().await },
+                    if pending.is_some() =>
+                {
+                    *pending = None;
+                    answer?;
+                }
+                batch = &mut next => return batch.map(Some),
+            }
+        }
     }
 
     /// The lag, as the batches see it: a full batch means more messages are waiting, so the next
@@ -354,20 +407,23 @@ impl PaymentConsumer {
     }
 
     /// Retries the batch while the database fails transiently; false if shut down meanwhile.
+    /// A refused offset commit of the previous batch is not retried: it ends `consume`.
     async fn process_with_retry(
         &mut self,
         batch: Vec<OwnedMessage>,
+        pending: &mut Option<PendingCommit>,
         shutdown: &CancellationToken,
-    ) -> bool {
+    ) -> anyhow::Result<bool> {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.process(&batch).await {
-                Ok(()) => return true,
+            match self.process(&batch, pending).await {
+                Ok(()) => return Ok(true),
+                Err(e) if e.is::<CommitRefused>() => return Err(e),
                 Err(e) => {
                     self.stats.db_retries.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %format!("{e:#}"), retry_in = ?backoff, "batch failed; retrying (nothing was committed to Kafka, every sink is idempotent)");
                     tokio::select! {
-                        _ = shutdown.cancelled() => return false,
+                        _ = shutdown.cancelled() => return Ok(false),
                         _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -376,11 +432,16 @@ impl PaymentConsumer {
         }
     }
 
-    /// One batch through the pipeline: parse → dedup (memory, then one query) → sink 1 → sinks
-    /// 2 and 3 → the persisted dedup state → poison to the DLQ. One function, long, because the
-    /// order of the steps is the guarantee (poison last, after every write) and each step
-    /// narrows the list the next one sees.
-    async fn process(&mut self, batch: &[OwnedMessage]) -> anyhow::Result<()> {
+    /// One batch through the pipeline: parse → dedup (memory, then one query) → the previous
+    /// batch's offset commit answered → sink 1 → sinks 2 and 3 → the persisted dedup state →
+    /// poison to the DLQ. One function, long, because the order of the steps is the guarantee
+    /// (nothing written before the previous commit is answered, poison last, after every write)
+    /// and each step narrows the list the next one sees.
+    async fn process(
+        &mut self,
+        batch: &[OwnedMessage],
+        pending: &mut Option<PendingCommit>,
+    ) -> anyhow::Result<()> {
         let now = now_ms();
         let mut poison: Vec<Poison> = Vec::new();
         let mut fresh: Vec<Delivery> = Vec::new();
@@ -402,6 +463,12 @@ impl PaymentConsumer {
             .map(|(_, e)| e.event_id.as_str())
             .collect();
         let persisted = sinks::already_processed(&self.db, &self.group, &misses).await?;
+        // Everything above only read. Before the first write, the previous batch's offset commit
+        // must be answered: a member evicted from its group stops here, having applied nothing
+        // of this batch — as it stops on a refused synchronous commit.
+        if let Some(mut previous) = pending.take() {
+            previous.answer().await?;
+        }
         for (m, event) in parsed {
             let started = Instant::now();
             let seen = self.dedup.contains(&event.event_id, now)
@@ -666,29 +733,14 @@ impl PaymentConsumer {
         Ok(())
     }
 
-    /// Hands `next` to librdkafka and returns without waiting for the broker; a refusal is logged
-    /// by [`RebalanceLog::commit_callback`]. Called only once the batch's database commit is known.
-    fn commit_async(&self, next: &BTreeMap<(String, i32), i64>) -> anyhow::Result<()> {
-        self.consumer
-            .commit(&to_tpl(next), CommitMode::Async)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "offset commit failed: {e} (the batch will be redelivered and changes nothing)"
-                )
-            })
-    }
-
-    /// Commits `offsets` (the next offset to read per partition), synchronously, so a consumer
-    /// stopped after this call leaves exactly this position behind.
-    async fn commit(&self, offsets: TopicPartitionList) -> anyhow::Result<()> {
+    /// Starts committing `offsets` (the next offset to read per partition) on a blocking thread.
+    /// Called only once the batch's database commit is known; the answer is awaited right away
+    /// (synchronous commit) or before the next batch writes anything (`async_offset_commit`).
+    fn start_commit(&self, offsets: TopicPartitionList) -> PendingCommit {
         let consumer = self.consumer.clone();
-        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
-            .await?
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "offset commit failed: {e} (the batch will be redelivered and changes nothing)"
-                )
-            })
+        PendingCommit(tokio::task::spawn_blocking(move || {
+            consumer.commit(&offsets, CommitMode::Sync)
+        }))
     }
 }
 
