@@ -182,8 +182,9 @@ pub struct ConsumerConfig {
     pub batch_size_max: usize,
     /// Write the points and notification sinks of a batch as two concurrent transactions.
     pub concurrent_sinks: bool,
-    /// Commit offsets without waiting for the broker's answer (still only after the database
-    /// commit); the last position is committed synchronously when the consumer stops.
+    /// Run a batch's offset commit (still only after its database commit) while the next batch
+    /// is received and looked up; its answer is awaited before that batch writes anything, and
+    /// a refusal ends `consume`. Off: each commit is awaited right after its batch.
     pub async_offset_commit: bool,
 }
 
