@@ -457,14 +457,20 @@ impl<'a> OffsetLookup<'a> {
             .collect())
     }
 
-    /// For each (partition, low, high, ms), one partition each: the first offset in
-    /// `[low, high]` whose message's timestamp is at or after `ms` (`high` when there is none).
-    fn first_at_or_after(&mut self, asks: &[(i32, i64, i64, i64)]) -> anyhow::Result<Vec<i64>> {
+    /// For each (partition, low, high, ms), one partition each: `(lo, hi)` with the first
+    /// offset in `[low, high]` whose message's timestamp is at or after `ms` (`high` when there
+    /// is none) in `[lo, hi]`. With `window_ms` 0 the offset itself (`lo == hi`); else a bound of
+    /// a window of that length that may be read a little past ([`Seek::scanning`]).
+    fn first_at_or_after(
+        &mut self,
+        asks: &[(i32, i64, i64, i64)],
+        window_ms: i64,
+    ) -> anyhow::Result<Vec<(i64, i64)>> {
         if self.broker_truthful != Some(false) {
             let mut out = Vec::with_capacity(asks.len());
             for &(p, low, high, ms) in asks {
                 match self.broker_answer(p, low, high, ms)? {
-                    Some(o) => out.push(o),
+                    Some(o) => out.push((o, o)),
                     None => break,
                 }
             }
@@ -478,9 +484,8 @@ impl<'a> OffsetLookup<'a> {
             .iter()
             .map(|&(p, low, high, ms)| {
                 let known = self.seen.get(&p).map_or(&[][..], Vec::as_slice);
-                let seek = known
-                    .iter()
-                    .fold(Seek::new(low, high, ms), |s, &(at, got)| s.knowing(at, got));
+                let seek = Seek::new(low, high, ms).scanning(window_ms);
+                let seek = known.iter().fold(seek, |s, &(at, got)| s.knowing(at, got));
                 (p, seek)
             })
             .collect();
@@ -502,7 +507,7 @@ impl<'a> OffsetLookup<'a> {
                 seeks[i].1.answer(at, got);
             }
         }
-        Ok(seeks.iter().filter_map(|(_, s)| s.found()).collect())
+        Ok(seeks.iter().filter_map(|(_, s)| s.bracket()).collect())
     }
 
     /// The broker's `offsets_for_times` answer when it checks out against the messages around
@@ -571,7 +576,21 @@ pub fn read_windows(
     plan: &crate::console::read::window::TopicPlan,
     deadline: Duration,
     cancel: &CancellationToken,
-    mut each: impl FnMut(&BorrowedMessage<'_>),
+    each: impl FnMut(&BorrowedMessage<'_>),
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    read_windows_when(config, plan, deadline, cancel, || each)
+}
+
+/// [`read_windows`], its windows found first and `each` asked for only then: a read that can
+/// find its offsets before it knows what to keep (the trace topic's, while the payment topic
+/// is read) waits in `ready`. The wait is the cost's `wait_ms` and does not count against
+/// `deadline`.
+pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    ready: impl FnOnce() -> F,
 ) -> anyhow::Result<crate::console::read::window::TopicCost> {
     use crate::console::read::window::{ReadTimes, TopicCost};
     let servers = &config.kafka.bootstrap_servers;
@@ -589,15 +608,19 @@ pub fn read_windows(
         .collect();
     let ends = lookup.ends(&of_plan)?;
     let looking = Instant::now();
-    let ranges = window_ranges(&mut lookup, &ends, &plan.windows)?;
+    let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
     let mut times = ReadTimes {
         lookup_ms: looking.elapsed().as_millis() as u64,
         ..ReadTimes::default()
     };
     // Everything before the scan that was not a probe: reader, metadata, watermarks, ends.
     times.setup_ms = (started.elapsed().as_millis() as u64).saturating_sub(times.lookup_ms);
+    let waiting = Instant::now();
+    let mut each = ready();
+    let waited = waiting.elapsed();
+    times.wait_ms = waited.as_millis() as u64;
     let scanning = Instant::now();
-    let left = deadline.saturating_sub(started.elapsed());
+    let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
     let scanned = read_ranges(&consumer, servers, topic, &ranges, left, cancel, &mut each)?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
@@ -619,26 +642,31 @@ pub fn read_windows(
 
 /// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,
 /// end), merged per partition: each window's start in every partition together, then its end.
+/// With `past_edges` (a trace's windows) a bound is left unresolved within a few hundred
+/// offsets ([`Seek::scanning`]) and the range widened to hold it: the read gets every message
+/// of the window and a few of either side; without, the ranges are exact.
 fn window_ranges(
     lookup: &mut OffsetLookup<'_>,
     ends: &[(i32, i64, i64)],
     windows: &[crate::console::read::window::TimeWindow],
+    past_edges: bool,
 ) -> anyhow::Result<BTreeMap<i32, Vec<(i64, i64)>>> {
     use crate::console::read::window::merge_ranges;
     let mut of_p: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
     for w in windows {
+        let window_ms = if past_edges { w.to_ms - w.from_ms } else { 0 };
         let asks: Vec<_> = ends
             .iter()
             .map(|&(p, low, end)| (p, low, end, w.from_ms))
             .collect();
-        let starts = lookup.first_at_or_after(&asks)?;
+        let starts = lookup.first_at_or_after(&asks, window_ms)?;
         let asks: Vec<_> = ends
             .iter()
             .zip(&starts)
-            .map(|(&(p, _, end), &s)| (p, s, end, w.to_ms.saturating_add(1)))
+            .map(|(&(p, _, end), &(s, _))| (p, s, end, w.to_ms.saturating_add(1)))
             .collect();
-        let stops = lookup.first_at_or_after(&asks)?;
-        for ((&(p, _, _), s), e) in ends.iter().zip(starts).zip(stops) {
+        let stops = lookup.first_at_or_after(&asks, window_ms)?;
+        for ((&(p, _, _), (s, _)), (_, e)) in ends.iter().zip(starts).zip(stops) {
             of_p.entry(p).or_default().push((s, e));
         }
     }
@@ -786,11 +814,11 @@ pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Resul
         .iter()
         .map(|&(p, low, end)| (p, low, end, since_ms))
         .collect();
-    let starts = lookup.first_at_or_after(&asks)?;
+    let starts = lookup.first_at_or_after(&asks, 0)?;
     let out = ends
         .iter()
         .zip(starts)
-        .map(|(&(partition, low, end), start)| LiveStart {
+        .map(|(&(partition, low, end), (start, _))| LiveStart {
             partition,
             start,
             whole: start <= low,
