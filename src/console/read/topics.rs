@@ -596,7 +596,9 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let consumer = probe_reader(config)?;
+    let consumer = probe_reader(config, Fetch::OneBatch)?;
+    // Created now, so that it is connected by the time the windows are found.
+    let scanner = probe_reader(config, Fetch::Windows)?;
     let marks = watermarks(&consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
@@ -621,7 +623,7 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     times.wait_ms = waited.as_millis() as u64;
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
-    let scanned = read_ranges(&consumer, servers, topic, &ranges, left, cancel, &mut each)?;
+    let scanned = read_ranges(&scanner, servers, topic, &ranges, left, cancel, &mut each)?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
         topic: topic.to_string(),
@@ -677,12 +679,25 @@ fn window_ranges(
         .collect())
 }
 
-/// A reader for probes and windows: small fetches (a probe wants one message, not megabytes),
+/// What a [`probe_reader`] fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// One record batch a fetch (a probe wants one message's timestamp). tansu 0.6.0 answers a
+    /// fetch with up to `fetch.max.bytes` of batches whatever the partition's limit: with the
+    /// readers' 2 MB a probe cost ~60 ms on the bench's payment topic, with 1 KB ~4 ms (the
+    /// payment topic's lookup 568 → 35 ms a trace, median of 20; BENCHMARKS.md). A broker
+    /// always returns at least one whole batch (KIP-74), so no message is ever out of reach.
+    OneBatch,
+    /// Windows of thousands of messages: fetches of up to 64 KB a partition, 2 MB in all.
+    Windows,
+}
+
+/// A reader for probes or windows: small fetches (a probe wants one message, not megabytes),
 /// short fetch waits (a probe past the end must not wait half a second for data).
-fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
-    reader_config(config, "window")
-        // A probe or a window that reaches the end of a partition learns it at once.
-        .set("enable.partition.eof", "true")
+fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<BaseConsumer> {
+    let mut c = reader_config(config, "window");
+    // A probe or a window that reaches the end of a partition learns it at once.
+    c.set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
         // A probe re-assigns the partition at another offset; with the default queue backoff
         // (1 s after a fetch filled the local queue) one probe in three waited a second
@@ -690,14 +705,20 @@ fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
         .set("fetch.queue.backoff.ms", "0")
         .set("fetch.error.backoff.ms", "20")
         .set("fetch.message.max.bytes", "65536")
-        .set("queued.min.messages", "500")
-        .create()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create a Kafka reader for {}: {e}",
-                config.kafka.bootstrap_servers
-            )
-        })
+        .set("queued.min.messages", "500");
+    if fetch == Fetch::OneBatch {
+        // `fetch.max.bytes` may not be below `message.max.bytes` (a producer's limit, unused
+        // by a reader; 1,000 is its least).
+        c.set("message.max.bytes", "1000")
+            .set("fetch.max.bytes", "1024")
+            .set("fetch.message.max.bytes", "1024");
+    }
+    c.create().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create a Kafka reader for {}: {e}",
+            config.kafka.bootstrap_servers
+        )
+    })
 }
 
 /// Reads the offset ranges `[start, end)` of each partition, every partition at once (one
@@ -806,7 +827,7 @@ pub struct LiveStart {
 /// catches up with the last hour in time proportional to the hour, not to the retention.
 pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Result<Vec<LiveStart>> {
     let servers = &config.kafka.bootstrap_servers;
-    let consumer = probe_reader(config)?;
+    let consumer = probe_reader(config, Fetch::OneBatch)?;
     let marks = watermarks(&consumer, servers, topic)?;
     let mut lookup = OffsetLookup::new(&consumer, topic, &CancellationToken::new());
     let ends = lookup.ends(&marks)?;
