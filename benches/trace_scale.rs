@@ -316,24 +316,39 @@ async fn baseline(
 }
 
 /// Where one trace's time went, ms: per topic (payment, trace) the reader's setup, the offset
-/// lookup (with its probes) and the scan of the windows; then the rest of `total` (connecting
-/// to the database, its rows, Redis, assembling), Redis as its status measured it.
+/// lookup (with its probes), the wait for the payment topic's IDs (topics read at the same
+/// time, marked `‖`) and the scan of the windows; then the rest of `total` (connecting to the
+/// database, its rows, Redis, assembling), Redis as its status measured it. Topics read at the
+/// same time overlap: the longest of them counts, not their sum.
 fn phases(
     r: &headless::Document<idemguard::console::read::timeline::Timeline>,
     total: Duration,
 ) -> String {
     let mut out = String::new();
-    let mut topics = 0;
+    let (mut sum, mut longest) = (0, 0);
+    let concurrent = r.data.read_cost.as_ref().is_some_and(|c| c.concurrent);
     for t in r.data.read_cost.iter().flat_map(|c| &c.topics) {
         let name = if t.topic.starts_with("payment") {
             "pay"
         } else {
             "trace"
         };
-        let (s, l, n) = (t.times.setup_ms, t.times.lookup_ms, t.times.scan_ms);
-        topics += s + l + n;
-        out.push_str(&format!("{name} {s}+{l}({}p)+{n} · ", t.offset_probes));
+        let tm = t.times;
+        let (s, l, w, n) = (tm.setup_ms, tm.lookup_ms, tm.wait_ms, tm.scan_ms);
+        sum += s + l + w + n;
+        longest = longest.max(s + l + w + n);
+        let wait = if w > 0 {
+            format!("+w{w}")
+        } else {
+            String::new()
+        };
+        let sep = if concurrent { "‖ " } else { "· " };
+        out.push_str(&format!(
+            "{name} {s}+{l}({}p){wait}+{n} {sep}",
+            t.offset_probes
+        ));
     }
+    let topics = if concurrent { longest } else { sum };
     let redis = r.backends.iter().find(|b| b.name == "redis");
     let rest = (total.as_millis() as u64).saturating_sub(topics);
     out.push_str(&format!(

@@ -276,6 +276,55 @@ async fn a_trace_of_an_order_in_the_middle_reads_only_its_windows() {
     );
 }
 
+/// The rows name the order and the request, so the trace topic is read beside the payment topic
+/// (`read_cost.concurrent`) — and still keeps what only the payment topic names: a copy of the
+/// payment re-published with an eventId the database never saw, whose dedup hit names that
+/// eventId alone (keyed by it, in a partition the order's keys also read), is in the trace.
+#[tokio::test]
+async fn the_topics_read_together_keep_what_the_payment_messages_name() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 2 * DAY_MS;
+    let order = TracedOrder::new("20261126000000000par".into());
+    let partitions = |k: &str| Partitioner::ConsistentRandom.partition_of(k.as_bytes(), 3);
+    let read = [partitions(&order.order_no), partitions(&order.request_id)];
+    let copy = (0..)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .find(|e| read.contains(&partitions(e)))
+        .unwrap();
+    order.write_rows(&db, t).await;
+    let mut out = filler(20_000, 4_000, now);
+    out.extend(order.messages(t));
+    let (o, r) = (&order.order_no, &order.request_id);
+    out.push(payment_message(o, r, &copy, t + 60_000));
+    let hit = TraceEvent::new(Layer::Stream, Outcome::DedupHit).event_id(&copy);
+    out.push(trace_event(hit, t + 60_100));
+    produce(&config, "consistent_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    let cost = r.data.read_cost.clone().unwrap();
+    assert!(cost.concurrent, "{cost:?}");
+    assert_eq!(cost.topics.len(), 2, "{cost:?}");
+    assert_eq!(cost.topics[0].topic, config.kafka.payment_topic);
+    assert_eq!(cost.topics[1].topic, config.kafka.trace_topic);
+    assert_eq!(
+        cost.topics[0].times.wait_ms, 0,
+        "the payment topic never waits"
+    );
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 2, "both copies of the payment: {j:#}");
+    let of_copy: Vec<_> = j["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["layer"] == "stream" && e.to_string().contains(&copy))
+        .collect();
+    assert_eq!(of_copy.len(), 1, "the copy's dedup hit: {j:#}");
+    let table = headless::trace_table(&r);
+    assert!(table.contains("read at the same time"), "{table}");
+}
+
 /// A payment message produced by a Java-compatible producer (librdkafka's `murmur2_random`, the
 /// Java client's default) is found in the one partition Kafka's murmur2 gives its key — chosen
 /// so that librdkafka's default partitioner would point elsewhere.

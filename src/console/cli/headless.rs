@@ -218,14 +218,24 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
             format_ms(w.to_ms)
         ));
     }
+    if cost.concurrent {
+        out.push_str(
+            "the topics were read at the same time (the database named the order and the \
+             request): their times overlap\n",
+        );
+    }
     for t in &cost.topics {
+        let wait = match t.times.wait_ms {
+            0 => String::new(),
+            ms => format!(", {ms} ms waiting for the payment topic's IDs"),
+        };
         let windows: Vec<String> = t
             .windows
             .iter()
             .map(|w| format!("{}–{}", format_ms(w.from_ms), format_ms(w.to_ms)))
             .collect();
         out.push_str(&format!(
-            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s)); {} ms setup, {} ms lookup, {} ms scan\n",
+            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s)); {} ms setup, {} ms lookup{wait}, {} ms scan\n",
             t.topic,
             t.messages_scanned,
             t.windows.len(),

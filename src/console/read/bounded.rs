@@ -137,6 +137,14 @@ impl Keep {
             .collect()
     }
 
+    /// The order and the request are both known: the trace topic's keys ([`trace_keys`]) can
+    /// no longer change, whatever the payment messages say.
+    ///
+    /// [`trace_keys`]: Keep::trace_keys
+    fn names_order_and_request(&self) -> bool {
+        self.order_no.is_some() && self.request_id.is_some()
+    }
+
     fn names(&self, id: Option<&str>) -> bool {
         id.is_some_and(|i| self.ids.contains(i))
     }
@@ -237,7 +245,9 @@ pub async fn read_trace_log_keeping(
 
 /// Both topics, read for one trace in the windows its database rows name ([`window`]): the
 /// payment messages first (they can lead an eventId to its order), then the trace events that
-/// name any ID found so far. An ID without rows is searched in `unknown_id_window`. The cost
+/// name any ID found so far — at the same time when the rows already name the order and the
+/// request ([`ReadCost::concurrent`]: the trace topic's offsets are found meanwhile, its scan
+/// keeps what the payment messages added). An ID without rows is searched in `unknown_id_window`. The cost
 /// says, per topic, what was read. Ends early, with errors, when `cancel` is cancelled.
 pub async fn read_topics_for(
     config: &Config,
@@ -276,6 +286,7 @@ pub async fn read_topics_counting(
     let mut cost = ReadCost {
         topics: Vec::new(),
         unknown_id_window: (basis == WindowBasis::UnknownIdWindow).then_some(unknown_id_window),
+        concurrent: false,
     };
     let plan = |topic: &str, keys: Vec<String>, known_partitions: Vec<i32>| TopicPlan {
         topic: topic.to_string(),
@@ -294,6 +305,42 @@ pub async fn read_topics_counting(
     });
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
+    if config.kafka.trace_topic.is_empty() {
+        let read = read_payments_in(config, payment_plan, keep, cancel, progress).await;
+        let payments = read.map(|(p, _, c)| {
+            cost.topics.push(c);
+            p
+        });
+        return (payments, Err(anyhow::anyhow!(NO_TRACE_TOPIC)), cost);
+    }
+    if keep.names_order_and_request() {
+        // The trace topic's partitions are the order's and the request's, both known: its
+        // offsets are found while the payment topic is read (each lookup is seconds of probes
+        // on a large topic), and only its scan waits for what the payment messages add to keep.
+        let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
+        let (grown, kept) = tokio::sync::oneshot::channel();
+        let payments = async {
+            let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress);
+            let read = read.await;
+            let k = read
+                .as_ref()
+                .map_or_else(|_| keep.clone(), |(_, k, _)| k.clone());
+            let _ = grown.send(k);
+            read
+        };
+        let log = read_trace_log_after(config, trace_plan, keep.clone(), kept, cancel, progress);
+        let (payments, log) = tokio::join!(payments, log);
+        cost.concurrent = true;
+        let payments = payments.map(|(p, _, c)| {
+            cost.topics.push(c);
+            p
+        });
+        let log = log.map(|(l, c)| {
+            cost.topics.push(c);
+            l
+        });
+        return (payments, log, cost);
+    }
     let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress).await;
     let (payments, keep) = match read {
         Ok((p, k, c)) => {
@@ -303,16 +350,12 @@ pub async fn read_topics_counting(
         Err(e) => (Err(e), keep),
     };
     let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let log = if config.kafka.trace_topic.is_empty() {
-        Err(anyhow::anyhow!(NO_TRACE_TOPIC))
-    } else {
-        read_trace_log_in(config, trace_plan, &keep, cancel, progress)
-            .await
-            .map(|(log, c)| {
-                cost.topics.push(c);
-                log
-            })
-    };
+    let log = read_trace_log_in(config, trace_plan, &keep, cancel, progress)
+        .await
+        .map(|(log, c)| {
+            cost.topics.push(c);
+            log
+        });
     (payments, log, cost)
 }
 
@@ -409,6 +452,39 @@ async fn read_payments_in(
             }
         })?;
         Ok((index, keep, cost))
+    })
+    .await
+}
+
+/// The trace events of `plan`'s windows that name what the payment topic's read, running beside
+/// it, hands over through `grown` (what it started from, `keep`, should it end without a
+/// word): the windows' offsets are found before it is needed.
+async fn read_trace_log_after(
+    config: &Config,
+    plan: TopicPlan,
+    keep: Keep,
+    grown: tokio::sync::oneshot::Receiver<Keep>,
+    cancel: &CancellationToken,
+    progress: &Scanned,
+) -> anyhow::Result<(TraceLog, TopicCost)> {
+    let c = config.clone();
+    let (cancel, progress) = (cancel.clone(), progress.clone());
+    blocking(move || {
+        let mut log = TraceLog::default();
+        let into = &mut log;
+        let ready = || {
+            let keep = grown.blocking_recv().unwrap_or(keep);
+            move |m: &rdkafka::message::BorrowedMessage<'_>| {
+                progress.fetch_add(1, Ordering::Relaxed);
+                match topics::trace_event_of(m) {
+                    Some(e) if keep.keeps(&e) => into.ingest(e),
+                    Some(_) => {}
+                    None => into.undecodable += 1,
+                }
+            }
+        };
+        let cost = topics::read_windows_when(&c, &plan, TOPIC_READ_DEADLINE, &cancel, ready)?;
+        Ok((log, cost))
     })
     .await
 }

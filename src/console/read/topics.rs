@@ -457,14 +457,20 @@ impl<'a> OffsetLookup<'a> {
             .collect())
     }
 
-    /// For each (partition, low, high, ms), one partition each: the first offset in
-    /// `[low, high]` whose message's timestamp is at or after `ms` (`high` when there is none).
-    fn first_at_or_after(&mut self, asks: &[(i32, i64, i64, i64)]) -> anyhow::Result<Vec<i64>> {
+    /// For each (partition, low, high, ms), one partition each: `(lo, hi)` with the first
+    /// offset in `[low, high]` whose message's timestamp is at or after `ms` (`high` when there
+    /// is none) in `[lo, hi]`. With `window_ms` 0 the offset itself (`lo == hi`); else a bound of
+    /// a window of that length that may be read a little past ([`Seek::scanning`]).
+    fn first_at_or_after(
+        &mut self,
+        asks: &[(i32, i64, i64, i64)],
+        window_ms: i64,
+    ) -> anyhow::Result<Vec<(i64, i64)>> {
         if self.broker_truthful != Some(false) {
             let mut out = Vec::with_capacity(asks.len());
             for &(p, low, high, ms) in asks {
                 match self.broker_answer(p, low, high, ms)? {
-                    Some(o) => out.push(o),
+                    Some(o) => out.push((o, o)),
                     None => break,
                 }
             }
@@ -478,9 +484,8 @@ impl<'a> OffsetLookup<'a> {
             .iter()
             .map(|&(p, low, high, ms)| {
                 let known = self.seen.get(&p).map_or(&[][..], Vec::as_slice);
-                let seek = known
-                    .iter()
-                    .fold(Seek::new(low, high, ms), |s, &(at, got)| s.knowing(at, got));
+                let seek = Seek::new(low, high, ms).scanning(window_ms);
+                let seek = known.iter().fold(seek, |s, &(at, got)| s.knowing(at, got));
                 (p, seek)
             })
             .collect();
@@ -502,7 +507,7 @@ impl<'a> OffsetLookup<'a> {
                 seeks[i].1.answer(at, got);
             }
         }
-        Ok(seeks.iter().filter_map(|(_, s)| s.found()).collect())
+        Ok(seeks.iter().filter_map(|(_, s)| s.bracket()).collect())
     }
 
     /// The broker's `offsets_for_times` answer when it checks out against the messages around
@@ -571,13 +576,29 @@ pub fn read_windows(
     plan: &crate::console::read::window::TopicPlan,
     deadline: Duration,
     cancel: &CancellationToken,
-    mut each: impl FnMut(&BorrowedMessage<'_>),
+    each: impl FnMut(&BorrowedMessage<'_>),
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    read_windows_when(config, plan, deadline, cancel, || each)
+}
+
+/// [`read_windows`], its windows found first and `each` asked for only then: a read that can
+/// find its offsets before it knows what to keep (the trace topic's, while the payment topic
+/// is read) waits in `ready`. The wait is the cost's `wait_ms` and does not count against
+/// `deadline`.
+pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    ready: impl FnOnce() -> F,
 ) -> anyhow::Result<crate::console::read::window::TopicCost> {
     use crate::console::read::window::{ReadTimes, TopicCost};
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let consumer = probe_reader(config)?;
+    let consumer = probe_reader(config, Fetch::OneBatch)?;
+    // Created now, so that it is connected by the time the windows are found.
+    let scanner = probe_reader(config, Fetch::Windows)?;
     let marks = watermarks(&consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
@@ -589,16 +610,20 @@ pub fn read_windows(
         .collect();
     let ends = lookup.ends(&of_plan)?;
     let looking = Instant::now();
-    let ranges = window_ranges(&mut lookup, &ends, &plan.windows)?;
+    let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
     let mut times = ReadTimes {
         lookup_ms: looking.elapsed().as_millis() as u64,
         ..ReadTimes::default()
     };
     // Everything before the scan that was not a probe: reader, metadata, watermarks, ends.
     times.setup_ms = (started.elapsed().as_millis() as u64).saturating_sub(times.lookup_ms);
+    let waiting = Instant::now();
+    let mut each = ready();
+    let waited = waiting.elapsed();
+    times.wait_ms = waited.as_millis() as u64;
     let scanning = Instant::now();
-    let left = deadline.saturating_sub(started.elapsed());
-    let scanned = read_ranges(&consumer, servers, topic, &ranges, left, cancel, &mut each)?;
+    let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
+    let scanned = read_ranges(&scanner, servers, topic, &ranges, left, cancel, &mut each)?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
         topic: topic.to_string(),
@@ -619,26 +644,31 @@ pub fn read_windows(
 
 /// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,
 /// end), merged per partition: each window's start in every partition together, then its end.
+/// With `past_edges` (a trace's windows) a bound is left unresolved within a few hundred
+/// offsets ([`Seek::scanning`]) and the range widened to hold it: the read gets every message
+/// of the window and a few of either side; without, the ranges are exact.
 fn window_ranges(
     lookup: &mut OffsetLookup<'_>,
     ends: &[(i32, i64, i64)],
     windows: &[crate::console::read::window::TimeWindow],
+    past_edges: bool,
 ) -> anyhow::Result<BTreeMap<i32, Vec<(i64, i64)>>> {
     use crate::console::read::window::merge_ranges;
     let mut of_p: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
     for w in windows {
+        let window_ms = if past_edges { w.to_ms - w.from_ms } else { 0 };
         let asks: Vec<_> = ends
             .iter()
             .map(|&(p, low, end)| (p, low, end, w.from_ms))
             .collect();
-        let starts = lookup.first_at_or_after(&asks)?;
+        let starts = lookup.first_at_or_after(&asks, window_ms)?;
         let asks: Vec<_> = ends
             .iter()
             .zip(&starts)
-            .map(|(&(p, _, end), &s)| (p, s, end, w.to_ms.saturating_add(1)))
+            .map(|(&(p, _, end), &(s, _))| (p, s, end, w.to_ms.saturating_add(1)))
             .collect();
-        let stops = lookup.first_at_or_after(&asks)?;
-        for ((&(p, _, _), s), e) in ends.iter().zip(starts).zip(stops) {
+        let stops = lookup.first_at_or_after(&asks, window_ms)?;
+        for ((&(p, _, _), (s, _)), (_, e)) in ends.iter().zip(starts).zip(stops) {
             of_p.entry(p).or_default().push((s, e));
         }
     }
@@ -649,12 +679,25 @@ fn window_ranges(
         .collect())
 }
 
-/// A reader for probes and windows: small fetches (a probe wants one message, not megabytes),
+/// What a [`probe_reader`] fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// One record batch a fetch (a probe wants one message's timestamp). tansu 0.6.0 answers a
+    /// fetch with up to `fetch.max.bytes` of batches whatever the partition's limit: with the
+    /// readers' 2 MB a probe cost ~60 ms on the bench's payment topic, with 1 KB ~4 ms (the
+    /// payment topic's lookup 568 → 35 ms a trace, median of 20; BENCHMARKS.md). A broker
+    /// always returns at least one whole batch (KIP-74), so no message is ever out of reach.
+    OneBatch,
+    /// Windows of thousands of messages: fetches of up to 64 KB a partition, 2 MB in all.
+    Windows,
+}
+
+/// A reader for probes or windows: small fetches (a probe wants one message, not megabytes),
 /// short fetch waits (a probe past the end must not wait half a second for data).
-fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
-    reader_config(config, "window")
-        // A probe or a window that reaches the end of a partition learns it at once.
-        .set("enable.partition.eof", "true")
+fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<BaseConsumer> {
+    let mut c = reader_config(config, "window");
+    // A probe or a window that reaches the end of a partition learns it at once.
+    c.set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
         // A probe re-assigns the partition at another offset; with the default queue backoff
         // (1 s after a fetch filled the local queue) one probe in three waited a second
@@ -662,14 +705,20 @@ fn probe_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
         .set("fetch.queue.backoff.ms", "0")
         .set("fetch.error.backoff.ms", "20")
         .set("fetch.message.max.bytes", "65536")
-        .set("queued.min.messages", "500")
-        .create()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create a Kafka reader for {}: {e}",
-                config.kafka.bootstrap_servers
-            )
-        })
+        .set("queued.min.messages", "500");
+    if fetch == Fetch::OneBatch {
+        // `fetch.max.bytes` may not be below `message.max.bytes` (a producer's limit, unused
+        // by a reader; 1,000 is its least).
+        c.set("message.max.bytes", "1000")
+            .set("fetch.max.bytes", "1024")
+            .set("fetch.message.max.bytes", "1024");
+    }
+    c.create().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create a Kafka reader for {}: {e}",
+            config.kafka.bootstrap_servers
+        )
+    })
 }
 
 /// Reads the offset ranges `[start, end)` of each partition, every partition at once (one
@@ -778,7 +827,7 @@ pub struct LiveStart {
 /// catches up with the last hour in time proportional to the hour, not to the retention.
 pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Result<Vec<LiveStart>> {
     let servers = &config.kafka.bootstrap_servers;
-    let consumer = probe_reader(config)?;
+    let consumer = probe_reader(config, Fetch::OneBatch)?;
     let marks = watermarks(&consumer, servers, topic)?;
     let mut lookup = OffsetLookup::new(&consumer, topic, &CancellationToken::new());
     let ends = lookup.ends(&marks)?;
@@ -786,11 +835,11 @@ pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Resul
         .iter()
         .map(|&(p, low, end)| (p, low, end, since_ms))
         .collect();
-    let starts = lookup.first_at_or_after(&asks)?;
+    let starts = lookup.first_at_or_after(&asks, 0)?;
     let out = ends
         .iter()
         .zip(starts)
-        .map(|(&(partition, low, end), start)| LiveStart {
+        .map(|(&(partition, low, end), (start, _))| LiveStart {
             partition,
             start,
             whole: start <= low,

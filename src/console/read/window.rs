@@ -72,6 +72,14 @@ pub struct TopicPlan {
 }
 
 impl TopicPlan {
+    /// True for a trace's read: it keeps only the messages that name its IDs, so reading a few
+    /// messages past a window's edges changes its cost by milliseconds and its answer not at all
+    /// (the offset search may stop short, see [`seek`](super::seek)). A read of a window for its
+    /// rates or a report keeps every message: its edges stay exact.
+    pub fn selects_by_id(&self) -> bool {
+        self.basis != WindowBasis::ExplicitWindow
+    }
+
     /// The partitions to read among `partitions`; `None`: all of them.
     pub fn partitions(&self, partitions: i32) -> Option<Vec<i32>> {
         let mut out = partitions_of(&self.keys, self.partitioner, partitions)?;
@@ -109,6 +117,9 @@ pub struct ReadTimes {
     pub setup_ms: u64,
     /// Finding the windows' offsets (the probes).
     pub lookup_ms: u64,
+    /// Waiting, offsets found, for what to keep: the trace topic read beside the payment topic
+    /// waits for the IDs the payment messages add ([`ReadCost::concurrent`]); 0 otherwise.
+    pub wait_ms: u64,
     /// Reading the windows.
     pub scan_ms: u64,
 }
@@ -117,6 +128,11 @@ pub struct ReadTimes {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReadCost {
     pub topics: Vec<TopicCost>,
+    /// The topics were read at the same time (the database rows named the order and the
+    /// request, so the trace topic's partitions and windows did not depend on the payment
+    /// topic's answer): their times overlap, and the read took about the longest topic's
+    /// `setup + lookup + wait + scan`, not their sum. False: one after the other.
+    pub concurrent: bool,
     /// Set when the database knew no row of the ID: the topics were searched in this window
     /// only, and an older message of the ID would not be found.
     pub unknown_id_window: Option<TimeWindow>,
