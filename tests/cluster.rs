@@ -314,6 +314,27 @@ fn idemguard(config: &Config, args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// `release-lock KEY --expect-value VALUE --bump-fence` through the binary: it exits 0 and its
+/// JSON says done; the JSON.
+fn release_with_fence_bump(config: &Config, key: &str, value: &str) -> serde_json::Value {
+    let (code, out) = idemguard(
+        config,
+        &[
+            "release-lock",
+            key,
+            "--expect-value",
+            value,
+            "--bump-fence",
+            "--allow-actions",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    assert_eq!(j["outcome"], "done", "{j}");
+    j
+}
+
 #[tokio::test]
 async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
     let _stable = stable_cluster().await;
@@ -404,21 +425,7 @@ async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
     assert_eq!(code, Some(5), "another value deletes nothing: {out}");
     assert_eq!(holder_of(&key).await, MASTERS[2]);
 
-    let (code, out) = idemguard(
-        &config,
-        &[
-            "release-lock",
-            &key,
-            "--expect-value",
-            &value,
-            "--bump-fence",
-            "--allow-actions",
-            "--json",
-        ],
-    );
-    assert_eq!(code, Some(0), "{out}");
-    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
-    assert_eq!(j["outcome"], "done", "{j}");
+    release_with_fence_bump(&config, &key, &value);
     assert!(
         out.contains(MASTERS[2]),
         "the report names the key's master: {out}"
@@ -847,21 +854,7 @@ async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
     assert_eq!(code, Some(5), "another value deletes nothing: {out}");
     assert_eq!(direct_get(to, &key, true).unwrap(), Some(value.clone()));
 
-    let (code, out) = idemguard(
-        &config,
-        &[
-            "release-lock",
-            &key,
-            "--expect-value",
-            &value,
-            "--bump-fence",
-            "--allow-actions",
-            "--json",
-        ],
-    );
-    assert_eq!(code, Some(0), "{out}");
-    let j: serde_json::Value = serde_json::from_str(&out).expect(&out);
-    assert_eq!(j["outcome"], "done", "{j}");
+    release_with_fence_bump(&config, &key, &value);
     assert_eq!(direct_get(to, &key, true).unwrap(), None, "deleted on {to}");
     assert!(is_redirect(
         &direct_get(from, &key, false),

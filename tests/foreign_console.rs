@@ -11,7 +11,6 @@ mod common;
 #[path = "support/tmux.rs"]
 mod tmux;
 
-use std::process::Command;
 use std::time::Duration;
 
 use article::{
