@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use idemguard::api::server;
-use idemguard::config::{Config, Dialect};
+use idemguard::config::Dialect;
 use idemguard::contracts::{Instance, RequestId};
 use idemguard::db::orders::Orders;
 use idemguard::trace::Tracer;
@@ -276,14 +276,6 @@ async fn finished_keys(
     keys
 }
 
-fn database_name(config: &Config) -> String {
-    url::Url::parse(&config.database.url)
-        .expect("database url")
-        .path()
-        .trim_start_matches('/')
-        .to_string()
-}
-
 async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let (mut config, db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["bench.payment", "bench.trace"]).await;
@@ -311,7 +303,7 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         .get_multiplexed_async_connection()
         .await
         .expect("Redis");
-    let db_name = database_name(&config);
+    let db_name = proc_cpu::database_name(&config.database.url);
     let (ours_url, quiet_url, base_url) = (
         format!("http://{}", service.addr),
         format!("http://{}", quiet.addr),

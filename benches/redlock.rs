@@ -255,6 +255,6 @@ async fn main() {
     println!("{TASKS} clients: idemguard {ot:.0} cycles/s, rslock {tt:.0} cycles/s, ratio {:.2} (target >= 0.70)", ot / tt);
     println!("idemguard, measured (last round): {}", show(&ocalls));
     println!("rslock,    measured (last round): {}", show(&tcalls));
-    println!("from the source: idemguard acquire = 1 EVALSHA per node running GET, EXISTS, INCR, PTTL, SET (+ SET seed and PEXPIRE when the fence counter is new or short-lived); release = 1 EVALSHA per node running GET + DEL (DELEX on Redis 8.4+)");
+    println!("from the source: idemguard acquire = 1 EVALSHA per node running GET, INCR, SET (+ SET of the seed with its TTL when the fence counter is new; PTTL, and PEXPIRE when short-lived, when it exists); release = 1 EVALSHA per node running GET + DEL (DELEX on Redis 8.4+)");
     println!("from the source: rslock 0.10 acquire = SET NX PX per node; release = 1 EVALSHA per node running GET + DEL; both fanned out with join_all (rslock-0.10.0/src/lock.rs exec_or_retry)");
 }

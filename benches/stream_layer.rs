@@ -385,15 +385,6 @@ async fn run_variant(
     }
 }
 
-/// The bench's own database, whose PostgreSQL backends count as the database's CPU.
-fn database_name(config: &Config) -> String {
-    url::Url::parse(&config.database.url)
-        .expect("database url")
-        .path()
-        .trim_start_matches('/')
-        .to_string()
-}
-
 /// Medians of one dialect over the rounds, by series name.
 type Series = std::collections::BTreeMap<String, Vec<f64>>;
 
@@ -401,7 +392,7 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
     let (config, db) = common::migrated_database(dialect).await;
     let watch = Watch {
         client_pid: 0, // no load generator: the producer has finished before the runs
-        database_name: database_name(&config),
+        database_name: proc_cpu::database_name(&config.database.url),
     };
     let orders = seed_orders(&db, n).await;
     let events: Vec<PaymentSucceeded> = orders

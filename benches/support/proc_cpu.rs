@@ -41,6 +41,16 @@ impl Group {
     }
 }
 
+/// The database name of a database URL: the bench's own database, whose PostgreSQL backends
+/// count as the database's CPU.
+pub fn database_name(database_url: &str) -> String {
+    url::Url::parse(database_url)
+        .expect("database url")
+        .path()
+        .trim_start_matches('/')
+        .to_string()
+}
+
 /// Which processes count for which group.
 #[derive(Debug, Clone)]
 pub struct Watch {
