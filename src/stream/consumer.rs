@@ -2,7 +2,7 @@
 //! delivery effectively once (seed §4, §6.3).
 //!
 //! The loop, per batch of `consumer.batch_size` messages when it keeps up, up to
-//! `consumer.batch_size_max` when it is behind (each full batch doubles the next):
+//! `consumer.batch_size_max` when it is behind (a full batch lets the next take up to that):
 //! 1. parse; a poison message (not JSON, missing fields, IDs that disagree with the headers,
 //!    unknown order) goes to the DLQ with its reason and original partition/offset — once per
 //!    group and source position (`processed_event`, outcome `dlq`), so a retried or redelivered
@@ -360,18 +360,12 @@ impl PaymentConsumer {
         }
     }
 
-    /// The lag, as the batches see it: a full batch means more messages are waiting, so the next
-    /// may be twice as big (up to `batch_size_max`); a short one means the consumer keeps up, so
-    /// the next returns to `batch_size` and an event waits at most the 20 ms fill window.
     fn adapt_batch_size(&mut self, got: usize) {
         self.stats
             .largest_batch
             .fetch_max(got as u64, Ordering::Relaxed);
-        self.batch_target = if got >= self.batch_target {
-            (self.batch_target * 2).min(self.batch_size_max)
-        } else {
-            self.batch_size
-        };
+        self.batch_target =
+            next_batch_target(got, self.batch_target, self.batch_size, self.batch_size_max);
     }
 
     /// Up to the adaptive batch size: waits for the first message, then takes what arrives
@@ -826,6 +820,20 @@ fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
     Ok(event)
 }
 
+/// The lag, as the batches see it: a full batch (`got` reached `target`) means more messages
+/// are waiting, so the next may take up to `max` at once — the whole lag up to that bound, not
+/// a ramp that spends the first ~1,500 events of a backlog on small batches; a short one means
+/// the consumer keeps up, so the next returns to `idle` and an event waits at most the 20 ms
+/// fill window. A bigger target never delays an event: a batch takes only what arrives within
+/// that window.
+fn next_batch_target(got: usize, target: usize, idle: usize, max: usize) -> usize {
+    if got >= target {
+        max.max(idle)
+    } else {
+        idle
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -859,5 +867,19 @@ mod tests {
             reason.starts_with("payload is JSON but not a payment event: invalid type"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_full_batch_takes_the_backlog_at_once_and_a_short_one_returns_to_the_idle_size() {
+        // Keeping up: short batches stay at the idle size.
+        assert_eq!(next_batch_target(37, 100, 100, 1000), 100);
+        // Behind: the first full batch lets the next take up to the maximum.
+        assert_eq!(next_batch_target(100, 100, 100, 1000), 1000);
+        assert_eq!(next_batch_target(1000, 1000, 100, 1000), 1000);
+        // Caught up: one short batch and the next is small again.
+        assert_eq!(next_batch_target(640, 1000, 100, 1000), 100);
+        // A maximum at or below the idle size means fixed batches.
+        assert_eq!(next_batch_target(100, 100, 100, 100), 100);
+        assert_eq!(next_batch_target(100, 100, 100, 50), 100);
     }
 }
