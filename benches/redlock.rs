@@ -8,14 +8,20 @@
 //!     node, the commands run inside scripts included (Redis counts them in their own
 //!     `cmdstat_*` lines as well as in `evalsha`). Other users of the nodes add noise; the counts
 //!     read from both sides' source are printed beside them.
+//! (d) where the CPU goes in (a) and (b), from `/proc` (`support/proc_cpu.rs`): cores used by the
+//!     bench process (the client under test and its runtime), the five nodes' redis-servers, the
+//!     rest of the machine, and idle; and CPU µs per cycle in the client and in the nodes.
 //!
 //!   scripts/stack up && cargo bench --bench redlock
 //!
 //! Sizes: IDEMGUARD_BENCH_ROUNDS (default 3) rounds; IDEMGUARD_BENCH_CYCLES (default 2000)
 //! single-client cycles and 5x that many 50-client cycles per side per round.
 
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
 #[path = "support/stats.rs"]
 mod stats;
+use proc_cpu::{Group, Usage};
 use stats::{knob, median, percentile};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,13 +82,21 @@ where
     out
 }
 
-/// Cycles per second of `total` cycles shared by TASKS tasks.
-async fn many<F, Fut>(total: usize, cycle: F) -> f64
+/// `work`'s output and where the CPU went while it ran.
+async fn measured<T>(work: impl std::future::Future<Output = T>) -> (T, Usage) {
+    let before = proc_cpu::sample(&watch());
+    let out = work.await;
+    (out, proc_cpu::usage(&before, &proc_cpu::sample(&watch())))
+}
+
+/// Cycles per second of `total` cycles shared by TASKS tasks, and where the CPU went meanwhile.
+async fn many<F, Fut>(total: usize, cycle: F) -> (f64, Usage)
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let next = Arc::new(AtomicUsize::new(0));
+    let before = proc_cpu::sample(&watch());
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
@@ -101,10 +115,32 @@ where
     tokio::time::timeout(ROUND_LIMIT, futures::future::join_all(tasks))
         .await
         .expect("a round finishes within its limit");
-    total as f64 / started.elapsed().as_secs_f64()
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    (rate, proc_cpu::usage(&before, &proc_cpu::sample(&watch())))
 }
 
-/// `cmdstat_*` calls of every node.
+/// The bench process is the client under test; no load generator, no database of its own.
+fn watch() -> proc_cpu::Watch {
+    proc_cpu::Watch {
+        client_pid: 0,
+        database_name: "idemguard-redlock-bench-uses-no-database".into(),
+    }
+}
+
+/// Cores of the client (this process), the lock nodes, the rest of the machine, and idle; and
+/// CPU µs per cycle in the client and the nodes, at `rate` cycles per second.
+fn cpu_line(u: &Usage, rate: f64) -> String {
+    let (client, nodes) = (u.of(Group::Service), u.of(Group::LockNodes));
+    let rest = u.others + u.cores.values().sum::<f64>() - client - nodes;
+    format!(
+        "cores: client {client:.2} nodes {nodes:.2} rest {rest:.2} idle {:.2}; CPU per cycle: client {:.0} us, nodes {:.0} us",
+        u.idle,
+        client / rate * 1e6,
+        nodes / rate * 1e6
+    )
+}
+
+/// `cmdstat_*` calls of every node, and their server time (µs) under "<name> us".
 async fn commandstats() -> Vec<BTreeMap<String, u64>> {
     let mut out = Vec::new();
     for url in nodes() {
@@ -126,12 +162,14 @@ async fn commandstats() -> Vec<BTreeMap<String, u64>> {
             else {
                 continue;
             };
-            let calls = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            m.insert(name.to_string(), calls);
+            let field = |prefix: &str| -> u64 {
+                rest.split(',')
+                    .find_map(|f| f.strip_prefix(prefix))
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0)
+            };
+            m.insert(name.to_string(), field("calls="));
+            m.insert(format!("{name} us"), field("usec="));
         }
         out.push(m);
     }
@@ -148,7 +186,7 @@ fn per_cycle(
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for (b, a) in before.iter().zip(after) {
         for (name, calls) in a {
-            if name == "info" || name == "client|setinfo" {
+            if name.starts_with("info") || name.starts_with("client|setinfo") {
                 continue;
             }
             let d = calls.saturating_sub(*b.get(name).unwrap_or(&0));
@@ -161,19 +199,24 @@ fn per_cycle(
     out
 }
 
+/// "6.00 commands per cycle per node, scripts' calls included (del 1.00 (0.6 us), …)": a
+/// script's server time includes its calls', which are also listed on their own.
 fn show(counts: &BTreeMap<String, f64>) -> String {
-    let total: f64 = counts
-        .iter()
+    let commands = counts.iter().filter(|(n, _)| !n.ends_with(" us"));
+    let total: f64 = commands
+        .clone()
         .filter(|(n, _)| !n.starts_with("eval"))
         .map(|(_, c)| c)
         .sum();
-    let parts: Vec<String> = counts
-        .iter()
+    let parts: Vec<String> = commands
         .filter(|(_, c)| **c >= 0.05)
-        .map(|(n, c)| format!("{n} {c:.2}"))
+        .map(|(n, c)| {
+            let us = counts.get(&format!("{n} us")).copied().unwrap_or(0.0);
+            format!("{n} {c:.2} ({us:.1} us)")
+        })
         .collect();
     format!(
-        "{total:.2} commands per cycle per node, scripts' calls included ({})",
+        "{total:.2} commands per cycle per node, scripts' calls included; server time per cycle per node in brackets, a script's including its calls' ({})",
         parts.join(", ")
     )
 }
@@ -202,28 +245,28 @@ async fn main() {
     let (mut ocalls, mut tcalls) = (BTreeMap::new(), BTreeMap::new());
     for r in 0..rounds {
         let b = commandstats().await;
-        let ours = single(cycles, |i| {
+        let (ours, o_single) = measured(single(cycles, |i| {
             ours_once(&locks, format!("bench:rl:{run}:{r}:o{i}"))
-        })
+        }))
         .await;
         let m = commandstats().await;
-        let theirs = single(cycles, |i| {
+        let (theirs, t_single) = measured(single(cycles, |i| {
             theirs_once(&manager, format!("bench:rl:{run}:{r}:t{i}"))
-        })
+        }))
         .await;
         let a = commandstats().await;
         ocalls = per_cycle(&b, &m, cycles);
         tcalls = per_cycle(&m, &a, cycles);
         let l = locks.clone();
         let run_o = format!("bench:rl:{run}:{r}:mo");
-        let o_rate = many(cycles * 5, move |i| {
+        let (o_rate, o_cpu) = many(cycles * 5, move |i| {
             let (l, k) = (l.clone(), format!("{run_o}{i}"));
             async move { ours_once(&l, k).await }
         })
         .await;
         let mg = manager.clone();
         let run_t = format!("bench:rl:{run}:{r}:mt");
-        let t_rate = many(cycles * 5, move |i| {
+        let (t_rate, t_cpu) = many(cycles * 5, move |i| {
             let (mg, k) = (mg.clone(), format!("{run_t}{i}"));
             async move { theirs_once(&mg, k).await }
         })
@@ -236,6 +279,16 @@ async fn main() {
             median(&theirs),
             percentile(&theirs, 0.99)
         );
+        println!(
+            "    single client idemguard {}",
+            cpu_line(&o_single, cycles as f64 / o_single.secs)
+        );
+        println!(
+            "    single client rslock    {}",
+            cpu_line(&t_single, cycles as f64 / t_single.secs)
+        );
+        println!("    {TASKS} clients idemguard {}", cpu_line(&o_cpu, o_rate));
+        println!("    {TASKS} clients rslock    {}", cpu_line(&t_cpu, t_rate));
         o50.push(median(&ours));
         o99.push(percentile(&ours, 0.99));
         t50.push(median(&theirs));

@@ -5,7 +5,8 @@
 //! Groups: the service (this process), the load generator (its pid), the database server
 //! (PostgreSQL: the postmaster's helpers and the backends connected to the bench's own
 //! database, never other tests' backends; MariaDB: the whole `mariadbd`), `redis-server` on
-//! 6379, the Kafka broker (`tansu`). "others" is the rest of the machine's busy time — other
+//! 6379, the Kafka broker (`tansu`), the five RedLock nodes (`redis-server` on 6381-6385,
+//! `redlock` only). "others" is the rest of the machine's busy time — other
 //! helpers' compiles and tests on this shared machine.
 #![allow(dead_code)]
 
@@ -19,6 +20,8 @@ pub enum Group {
     Database,
     Redis,
     Kafka,
+    /// The stack's five RedLock nodes (redis-server on 6381-6385).
+    LockNodes,
 }
 
 pub const GROUPS: [Group; 5] = [
@@ -37,6 +40,7 @@ impl Group {
             Group::Database => "db",
             Group::Redis => "redis",
             Group::Kafka => "kafka",
+            Group::LockNodes => "lock nodes",
         }
     }
 }
@@ -76,6 +80,9 @@ impl Watch {
             }
             "mariadbd" | "mysqld" => Some(Group::Database),
             "redis-server" if cmdline.contains(":6379") => Some(Group::Redis),
+            "redis-server" if (6381..=6385).any(|p| cmdline.contains(&format!(":{p}"))) => {
+                Some(Group::LockNodes)
+            }
             "tansu" => Some(Group::Kafka),
             _ => None,
         }
@@ -151,6 +158,8 @@ pub struct Usage {
     pub cores: HashMap<Group, f64>,
     pub others: f64,
     pub idle: f64,
+    /// The window's length.
+    pub secs: f64,
 }
 
 pub fn usage(before: &Sample, after: &Sample) -> Usage {
@@ -177,6 +186,7 @@ pub fn usage(before: &Sample, after: &Sample) -> Usage {
         others: (machine_busy - ours).max(0.0),
         idle: (ncpu - machine_busy).max(0.0),
         cores,
+        secs,
     }
 }
 
