@@ -164,6 +164,31 @@ async fn release_env(p: &str) -> (Vec<(&'static str, String)>, Config) {
     (env, config)
 }
 
+/// A release test's set-up: the stack's config, keys under a prefix of their own (deleted when
+/// the test ends), the binary's environment with a database for the audit, a Redis connection.
+struct ReleaseCase {
+    config: Config,
+    p: String,
+    env: Vec<(&'static str, String)>,
+    c: redis::aio::MultiplexedConnection,
+    _keys: Keys,
+}
+
+async fn release_case(tag: &str) -> ReleaseCase {
+    let config = common::local_config();
+    let p = format!("{tag}{}", common::unique_suffix());
+    let _keys = Keys(config.redis.url.clone(), p.clone());
+    let (env, _) = release_env(&p).await;
+    let c = redis_conn(&config).await;
+    ReleaseCase {
+        config,
+        p,
+        env,
+        c,
+        _keys,
+    }
+}
+
 fn release(env: &[(&str, String)], key: &str, seen: &str) -> Json {
     let (_, out) = idemguard(
         env,
@@ -186,11 +211,13 @@ fn release(env: &[(&str, String)], key: &str, seen: &str) -> Json {
 /// waiting on Redisson's channel receives the unlock message.
 #[tokio::test]
 async fn a_redisson_lock_is_released_safely_and_its_waiter_wakes() {
-    let config = common::local_config();
-    let p = format!("fr{}", common::unique_suffix());
-    let _keys = Keys(config.redis.url.clone(), p.clone());
-    let (env, _) = release_env(&p).await;
-    let mut c = redis_conn(&config).await;
+    let ReleaseCase {
+        config,
+        p,
+        env,
+        mut c,
+        _keys,
+    } = release_case("fr").await;
     let key = format!("{p}:order:lock:9");
     let field = format!("{}:1", uuid::Uuid::new_v4());
     redisson_lock(&mut c, &key, &field).await;
@@ -235,11 +262,13 @@ async fn a_redisson_lock_is_released_safely_and_its_waiter_wakes() {
 /// lock kept, and no unlock message wakes anybody.
 #[tokio::test]
 async fn a_changed_redisson_count_is_refused() {
-    let config = common::local_config();
-    let p = format!("fc{}", common::unique_suffix());
-    let _keys = Keys(config.redis.url.clone(), p.clone());
-    let (env, _) = release_env(&p).await;
-    let mut c = redis_conn(&config).await;
+    let ReleaseCase {
+        config,
+        p,
+        env,
+        mut c,
+        _keys,
+    } = release_case("fc").await;
     let key = format!("{p}:order:lock:5");
     let field = format!("{}:7", uuid::Uuid::new_v4());
     redisson_lock(&mut c, &key, &field).await;
@@ -286,11 +315,13 @@ async fn a_changed_redisson_count_is_refused() {
 /// refuses — keeping the lock — when the token changed since it was seen.
 #[tokio::test]
 async fn a_plain_token_lock_is_released_by_its_token_and_a_changed_one_is_kept() {
-    let config = common::local_config();
-    let p = format!("ft{}", common::unique_suffix());
-    let _keys = Keys(config.redis.url.clone(), p.clone());
-    let (env, _) = release_env(&p).await;
-    let mut c = redis_conn(&config).await;
+    let ReleaseCase {
+        config,
+        p,
+        env,
+        mut c,
+        _keys,
+    } = release_case("ft").await;
     let key = format!("{p}:order:lock:7");
     let token = uuid::Uuid::new_v4().to_string();
     let set = |value: &str| {
