@@ -108,7 +108,9 @@ impl Tracer {
                 "message.timeout.ms",
                 config.trace.delivery_timeout.as_millis().to_string(),
             )
-            .set("linger.ms", "5")
+            // Trace events never wait for the broker; a longer linger packs more of them into
+            // each produce request, which is what the broker's CPU follows (BENCHMARKS.md, API).
+            .set("linger.ms", "20")
             .set("acks", "1")
             .set("log_level", "3")
             .create_with_context(DeliveryCounter {
