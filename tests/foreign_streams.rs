@@ -316,11 +316,11 @@ async fn a_changed_redisson_count_is_refused() {
 #[tokio::test]
 async fn a_plain_token_lock_is_released_by_its_token_and_a_changed_one_is_kept() {
     let ReleaseCase {
-        config,
         p,
         env,
         mut c,
         _keys,
+        ..
     } = release_case("ft").await;
     let key = format!("{p}:order:lock:7");
     let token = uuid::Uuid::new_v4().to_string();
