@@ -18,6 +18,7 @@ use idemguard::console::tui::app::App;
 use idemguard::console::tui::backend::Backends;
 use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{keys, Instance};
+use idemguard::db::Database;
 use idemguard::lock::{Acquisition, Liveness, LockGuard, Locks, NodeRelease};
 use idemguard::ops::{self, ActionOutcome, Actions};
 use idemguard::trace::Tracer;
@@ -314,6 +315,18 @@ fn idemguard(config: &Config, args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// For the tests that run the binary's actions: the stack's config on a migrated database of
+/// the test's own with a fresh trace topic (the audit rows and trace events stay the test's),
+/// the database, and the cluster's config on that database.
+async fn with_database() -> (Config, Database, Config) {
+    let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
+    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
+    config.kafka.trace_topic = topics[0].clone();
+    let mut cluster = cluster_config();
+    cluster.database.url = config.database.url.clone();
+    (config, db, cluster)
+}
+
 /// `release-lock KEY --expect-value VALUE --bump-fence` through the binary: it exits 0 and its
 /// JSON says done; the JSON.
 fn release_with_fence_bump(config: &Config, key: &str, value: &str) -> serde_json::Value {
@@ -414,14 +427,10 @@ async fn locks_json_lists_every_masters_locks_with_node_and_slot() {
 #[tokio::test]
 async fn release_lock_deletes_on_a_master_that_is_not_the_seed() {
     let _stable = stable_cluster().await;
-    let (mut config, _db) = common::migrated_database(Dialect::Postgres).await;
-    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
-    config.kafka.trace_topic = topics[0].clone();
+    let (config, _db, cluster) = with_database().await;
     let prefix = format!("clu-release{}", common::unique_suffix());
     let by_master = keys_on_every_master(&prefix, 1).await;
     let key = by_master[MASTERS[2]][0].clone();
-    let mut cluster = cluster_config();
-    cluster.database.url = config.database.url.clone();
     let dead = locks_for(&cluster, &instance("dead"));
     let guard = hold(&dead, &key, Duration::from_secs(60)).await;
     let value = guard.value();
@@ -812,14 +821,10 @@ fn fence_on(addr: &str, key: &str, asking: bool) -> i64 {
 async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
     // Up; the slot move below waits until no other test reads the slot map.
     drop(stable_cluster().await);
-    let (mut config, _db) = common::migrated_database(Dialect::Postgres).await;
-    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
-    config.kafka.trace_topic = topics[0].clone();
+    let (config, _db, cluster) = with_database().await;
     let moving = SlotMove::own("ask", 1).await;
     let (from, to) = (moving.from.addr, moving.to.addr);
     let key = moving.keys[0].clone();
-    let mut cluster = cluster_config();
-    cluster.database.url = config.database.url.clone();
     let dead = instance("ask");
     let (value, fence) = hold_and_abandon(&locks_for(&cluster, &dead), &key).await;
     assert_eq!(holder_of(&key).await, from);
@@ -866,14 +871,10 @@ async fn release_lock_and_locks_follow_ask_while_the_slot_migrates() {
 async fn release_follows_moved_once_the_slot_changed_master() {
     // Up; the slot move below waits until no other test reads the slot map.
     drop(stable_cluster().await);
-    let (mut config, db) = common::migrated_database(Dialect::Postgres).await;
-    let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
-    config.kafka.trace_topic = topics[0].clone();
+    let (config, db, cluster) = with_database().await;
     let moving = SlotMove::own("moved", 2).await;
     let (from, to) = (moving.from.addr, moving.to.addr);
     let (cached_key, cli_key) = (moving.keys[0].clone(), moving.keys[1].clone());
-    let mut cluster = cluster_config();
-    cluster.database.url = config.database.url.clone();
     let dead = locks_for(&cluster, &instance("moved"));
     let (_, cached_fence) = hold_and_abandon(&dead, &cached_key).await;
     let (cli_value, cli_fence) = hold_and_abandon(&dead, &cli_key).await;

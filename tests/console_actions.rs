@@ -15,22 +15,10 @@ use idemguard::contracts::{keys, Instance, OrderNo, RequestId, TraceTarget};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::Database;
 use idemguard::lock::{Acquisition, LockGuard, Locks};
-use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
+use idemguard::ops::{self, Action, ActionOutcome, AuditRow};
 use idemguard::trace::Tracer;
 
-use common::locks::{instance, locks_for};
-
-async fn actions_for(config: &Config, db: &Database, allow: bool) -> Actions {
-    let me = instance("operator");
-    Actions::new(
-        config,
-        db.clone(),
-        locks_for(config, &me),
-        Tracer::log_only(&me),
-        allow,
-    )
-    .await
-}
+use common::locks::{actions_for, instance, locks_for};
 
 /// Hold `key` as `who` (no watchdog, long TTL) and leave it held: the process "died" holding it.
 async fn hold_and_abandon(locks: &Locks, key: &str) -> String {

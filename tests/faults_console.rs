@@ -19,14 +19,16 @@ use std::time::{Duration, Instant};
 
 use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::config::{Config, Dialect, LockMode};
-use idemguard::contracts::{keys, Instance, OrderNo, RequestId};
+use idemguard::contracts::{keys, OrderNo, RequestId};
 use idemguard::db::orders::{NewOrder, Orders};
 use idemguard::db::Database;
 use idemguard::lock::{Acquisition, Locks};
-use idemguard::ops::{self, Action, ActionOutcome, Actions, AuditRow};
+use idemguard::ops::{self, Action, ActionOutcome, AuditRow};
 use idemguard::trace::Tracer;
 use redis_server::RedisServer;
 use tmux::Terminal;
+
+use common::locks::{actions_for, instance, locks_for};
 
 // ---------------------------------------------------------------------------------------------
 // harness: own database, own keys, removed pass or fail
@@ -41,30 +43,6 @@ where
 {
     let (config, db) = common::migrated_database(dialect).await;
     body(config, db).await;
-}
-
-fn instance(tag: &str) -> Instance {
-    Instance {
-        id: format!("test-{tag}-{}", common::unique_suffix()),
-        host: "testhost".into(),
-        pid: 1,
-    }
-}
-
-fn locks_for(config: &Config, who: &Instance) -> Locks {
-    Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
-}
-
-async fn actions_for(config: &Config, db: &Database) -> Actions {
-    let me = instance("operator");
-    Actions::new(
-        config,
-        db.clone(),
-        locks_for(config, &me),
-        Tracer::log_only(&me),
-        true,
-    )
-    .await
 }
 
 /// Every lock node of `config` (the main Redis in single mode).
@@ -179,7 +157,7 @@ async fn record(db: &Database, request_id: &str) -> IdempotencyRecord {
 async fn record_changed_between_reconcile_and_write(dialect: Dialect) {
     in_own_database(dialect, |config, db| async move {
         let rec = stuck_record(&config, &db).await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let p = common::placeholders(dialect, 1);
         let mut other = db.pool.begin().await.unwrap();
         sqlx::query(&format!("SELECT status FROM idempotency_record WHERE request_id = {p} FOR UPDATE"))
@@ -244,7 +222,7 @@ async fn failed_audit_write_runs_nothing(dialect: Dialect) {
             Duration::from_secs(60),
         )
         .await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let view = ops.locks().inspect(&key).await;
         // The audit table cannot be written (gone, as a broken migration or a revoked grant leaves it).
         sqlx::Executor::execute(&db.pool, "ALTER TABLE ops_audit RENAME TO ops_audit_gone")
@@ -310,7 +288,7 @@ async fn release_of_a_lock_that_expired_after_it_was_displayed_deletes_nothing()
             Duration::from_millis(400),
         )
         .await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let shown = ops.locks().inspect(&key).await;
         assert!(!shown.is_free());
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -360,7 +338,7 @@ async fn redlock_partial_release_deletes_where_the_value_matches_and_names_those
             Duration::from_secs(60),
         )
         .await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let shown = ops.locks().inspect(&key).await;
         assert_eq!(
             shown.values(),
@@ -433,7 +411,7 @@ async fn failed_fence_bump_is_not_reported_as_success(mode: LockMode) {
             Duration::from_secs(60),
         )
         .await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let shown = ops.locks().inspect(&key).await;
         for url in &nodes[..ops.locks().quorum()] {
             let _: () = redis::cmd("SET")
@@ -500,7 +478,7 @@ async fn release_is_refused_when_liveness_cannot_be_read() {
             Duration::from_secs(60),
         )
         .await;
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         let shown = ops.locks().inspect(&key).await;
         main.kill();
 
@@ -559,7 +537,7 @@ async fn finalize_reports_a_fast_path_it_could_not_update(dialect: Dialect, down
         if down_at_start {
             main.kill();
         }
-        let ops = actions_for(&config, &db).await;
+        let ops = actions_for(&config, &db, true).await;
         main.kill();
 
         let r = ops.run(&finalize(&rec)).await;

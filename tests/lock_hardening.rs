@@ -16,10 +16,9 @@ use idemguard::config::{Config, Dialect, LockMode};
 use idemguard::console::{read::locks as console_locks, tui::confirm};
 use idemguard::contracts::{keys, now_ms, LockHolder, OrderNo};
 use idemguard::lock::{LockGuard, LockInspector, LockView, Locks, NodeLockState};
-use idemguard::ops::{ActionOutcome, Actions};
-use idemguard::trace::Tracer;
+use idemguard::ops::ActionOutcome;
 
-use common::locks::{instance, locks_for};
+use common::locks::{actions_for, instance, locks_for};
 
 fn with_mode(config: &Config, mode: LockMode) -> Config {
     let mut c = config.clone();
@@ -100,13 +99,18 @@ impl Drop for Cleanup {
     }
 }
 
-/// Keys matching `pattern` on `url`, by SCAN.
-async fn count_keys(url: &str, pattern: &str) -> usize {
-    let mut c = redis::Client::open(url)
+/// A connection to the Redis node at `url`.
+async fn node(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .expect("redis (scripts/stack up)");
+        .expect("redis (scripts/stack up)")
+}
+
+/// Keys matching `pattern` on `url`, by SCAN.
+async fn count_keys(url: &str, pattern: &str) -> usize {
+    let mut c = node(url).await;
     let mut cursor: u64 = 0;
     let mut n = 0;
     loop {
@@ -129,11 +133,7 @@ async fn count_keys(url: &str, pattern: &str) -> usize {
 
 /// Whether `key` exists on `url` (one EXISTS: a SCAN of a shared server can outlast a counter).
 async fn exists_on(url: &str, key: &str) -> bool {
-    let mut c = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis (scripts/stack up)");
+    let mut c = node(url).await;
     redis::cmd("EXISTS")
         .arg(key)
         .query_async::<i64>(&mut c)
@@ -232,15 +232,7 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
             None,
             "the popup believes the owner dead and needs no reason"
         );
-        let me = instance("operator");
-        let ops = Actions::new(
-            &config,
-            db.clone(),
-            locks_for(&config, &me),
-            Tracer::log_only(&me),
-            true,
-        )
-        .await;
+        let ops = actions_for(&config, &db, true).await;
         for planned in popup.confirmed() {
             let r = ops.run(&planned.action).await;
             assert_eq!(
@@ -410,11 +402,7 @@ async fn a_hash_under_lock_star_is_listed_with_its_type_and_hides_no_lock() {
     let mut all_urls = vec![config.redis.url.clone()];
     all_urls.extend(config.redis.redlock_nodes.iter().cloned());
     for url in &all_urls {
-        let mut c = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut c = node(url).await;
         let _: i64 = redis::cmd("HSET")
             .arg(&redisson)
             .arg(format!("{}:1", uuid::Uuid::new_v4()))

@@ -1,10 +1,12 @@
-//! What the lock tests share (`console_actions`, `lock_hardening`, `cluster`): an instance of
-//! the test's own and the lock layer that takes locks as it, so a holder named in a listing or
-//! an audit row is always one this test created.
+//! What the lock tests share (`console_actions`, `faults_console`, `lock_hardening`, `cluster`):
+//! an instance of the test's own and the lock layer that takes locks as it, so a holder named in
+//! a listing or an audit row is always one this test created; the operator's actions on top.
 
 use idemguard::config::Config;
 use idemguard::contracts::Instance;
+use idemguard::db::Database;
 use idemguard::lock::Locks;
+use idemguard::ops::Actions;
 use idemguard::trace::Tracer;
 
 use super::unique_suffix;
@@ -27,4 +29,18 @@ pub fn instance_in(family: &str, tag: &str) -> Instance {
 /// The lock layer of `config`, taking locks as `who` (trace events only logged).
 pub fn locks_for(config: &Config, who: &Instance) -> Locks {
     Locks::from_config(config, who, Tracer::log_only(who)).expect("lock layer")
+}
+
+/// The console's actions on `config` and `db`, as an operator instance of the test's own;
+/// `allow`: actions allowed (`--allow-actions`).
+pub async fn actions_for(config: &Config, db: &Database, allow: bool) -> Actions {
+    let me = instance("operator");
+    Actions::new(
+        config,
+        db.clone(),
+        locks_for(config, &me),
+        Tracer::log_only(&me),
+        allow,
+    )
+    .await
 }

@@ -489,7 +489,8 @@ async fn read_trace_log_after(
     .await
 }
 
-/// The trace events of `plan`'s windows that name what `keep` keeps.
+/// The trace events of `plan`'s windows that name what `keep` keeps: [`read_trace_log_after`]
+/// with nothing more to wait for.
 async fn read_trace_log_in(
     config: &Config,
     plan: TopicPlan,
@@ -497,22 +498,9 @@ async fn read_trace_log_in(
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
-    let c = config.clone();
-    let keep = keep.clone();
-    let (cancel, progress) = (cancel.clone(), progress.clone());
-    blocking(move || {
-        let mut log = TraceLog::default();
-        let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
-            progress.fetch_add(1, Ordering::Relaxed);
-            match topics::trace_event_of(m) {
-                Some(e) if keep.keeps(&e) => log.ingest(e),
-                Some(_) => {}
-                None => log.undecodable += 1,
-            }
-        })?;
-        Ok((log, cost))
-    })
-    .await
+    let (known, kept) = tokio::sync::oneshot::channel();
+    let _ = known.send(keep.clone());
+    read_trace_log_after(config, plan, keep.clone(), kept, cancel, progress).await
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end): the

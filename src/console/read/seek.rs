@@ -192,17 +192,13 @@ mod tests {
     /// Drives a [`Seek`] over `ts` (timestamps by offset), the first message known as a
     /// partition's end lookup knows it; (answer, probes).
     fn run(ts: &[i64], target: i64) -> (i64, u64) {
-        let mut s = Seek::new(0, ts.len() as i64, target).knowing(0, Some((0, ts[0])));
-        let mut guard = 0;
-        while let Some(at) = s.next_probe() {
-            s.answer(at, ts.get(at as usize).map(|t| (at, *t)));
-            guard += 1;
-            assert!(guard < 200, "the search does not end");
-        }
-        (s.found().unwrap(), s.probes())
+        let ((lo, hi), probes) = run_scanning(ts, target, 0);
+        assert_eq!(lo, hi, "an exact search ends on one offset");
+        (lo, probes)
     }
 
-    /// [`run`] for a bound of a window of `window_ms` that may be read past: (bracket, probes).
+    /// [`run`] for a bound of a window of `window_ms` that may be read past (0: exact):
+    /// (bracket, probes).
     fn run_scanning(ts: &[i64], target: i64, window_ms: i64) -> ((i64, i64), u64) {
         let mut s = Seek::new(0, ts.len() as i64, target)
             .scanning(window_ms)
