@@ -204,6 +204,10 @@ pub struct ConsoleConfig {
     /// Where `:report` writes; empty: the user's data directory (see
     /// `console::cli::report::report_dir`).
     pub report_dir: String,
+    /// A step whose time the rows do not carry (the payment of an order whose table has only
+    /// `created_at`) is searched this far forward from the last time they do carry.
+    #[serde(with = "humantime_serde")]
+    pub forward_search: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -288,6 +292,9 @@ pub enum TimeStorage {
     EpochS,
     /// DATETIME / TIMESTAMP (PostgreSQL `timestamp`), wall clock in `source.time_zone`.
     Datetime,
+    /// An instant, whatever the session's zone: PostgreSQL `timestamptz`, MySQL `TIMESTAMP`
+    /// (read through UNIX_TIMESTAMP); `source.time_zone` does not apply.
+    Timestamptz,
 }
 
 /// Whether a status column holds text or integer codes.
@@ -357,6 +364,34 @@ impl SourceProfile {
             "processed_event" => &self.processed_event,
             _ => return None,
         })
+    }
+
+    /// [`SourceProfile::table`], to change.
+    pub fn table_mut(&mut self, logical: &str) -> Option<&mut SourceTable> {
+        Some(match logical {
+            "idempotency_record" => &mut self.idempotency_record,
+            "order_record" => &mut self.order_record,
+            "inventory" => &mut self.inventory,
+            "stock_movement" => &mut self.stock_movement,
+            "payment_flow" => &mut self.payment_flow,
+            "points_ledger" => &mut self.points_ledger,
+            "notification" => &mut self.notification,
+            "outbox" => &mut self.outbox,
+            "processed_event" => &mut self.processed_event,
+            _ => return None,
+        })
+    }
+
+    /// The physical name of a logical table: the profile's, else `[tables]`'s.
+    pub fn physical_name(&self, tables: &TableNames, logical: &str) -> String {
+        match self.table(logical) {
+            Some(t) if !t.table.is_empty() => t.table.clone(),
+            _ => tables
+                .pairs()
+                .into_iter()
+                .find(|(l, _)| *l == logical)
+                .map_or_else(|| logical.to_string(), |(_, p)| p.to_string()),
+        }
     }
 
     /// The offset of `time_zone` in milliseconds ("+08:00" → 28 800 000).
@@ -793,6 +828,13 @@ impl Config {
                 "console.trace_margin",
                 "must be between 1s and 24h (a trace reads [t - margin, t + margin] around each \
                  time its database rows carry)"
+                    .into(),
+            ));
+        }
+        if self.console.forward_search > Duration::from_secs(7 * 24 * 3600) {
+            return Err(err(
+                "console.forward_search",
+                "must be at most 7days (each hour of it is read from every partition the trace reads)"
                     .into(),
             ));
         }

@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod lock;
 pub mod logging;
 pub mod ops;
+pub mod profile;
 pub mod storm;
 pub mod stream;
 pub mod trace;

@@ -52,6 +52,31 @@ enum LogFormat {
 }
 
 #[derive(Subcommand)]
+enum ProfileCommand {
+    /// Write a commented source profile from what the configured database, Redis, topics and
+    /// log files hold (read-only, with the console's credentials; each source sampled within a
+    /// bound). Every value says what it was based on; check it, then `doctor` validates it.
+    #[command(after_help = "First contact with a team's system:\n  \
+        IDEMGUARD_DATABASE__URL=mysql://reader@db:3306/shop IDEMGUARD_KAFKA__PAYMENT_TOPIC=pay.events \\\n    \
+        IDEMGUARD_LOGS__FILES=/var/log/order/*.log idemguard profile suggest --out shop.toml\n  \
+        idemguard --config shop.toml doctor\n  idemguard --config shop.toml console")]
+    Suggest {
+        /// Write the profile to FILE instead of stdout (refused if FILE exists)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// How long each source may be read
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+        deadline: std::time::Duration,
+        /// Redis keys sampled at most (SCAN)
+        #[arg(long, value_name = "N", default_value_t = 5000)]
+        redis_keys: usize,
+        /// Messages sampled per topic at most (the newest)
+        #[arg(long, value_name = "N", default_value_t = 500)]
+        messages: usize,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Create every table and index in the configured database (safe to run twice, or twice at once)
     Migrate,
@@ -63,6 +88,9 @@ enum Command {
     },
     /// Print the effective configuration (passwords hidden)
     Config,
+    /// The source profile of a team's system, read from the live systems (`profile suggest`)
+    #[command(subcommand)]
+    Profile(ProfileCommand),
     /// A live duplicate-order incident on the local stack, opened in the console: starts the
     /// order service and two consumers, drives double clicks, gateway retries, repeated payment
     /// callbacks and broker redeliveries, kills a service mid-request and a lock holder, then
@@ -319,6 +347,12 @@ async fn run(
 ) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate => apply_migrations(&config).await,
+        Command::Profile(ProfileCommand::Suggest {
+            out,
+            deadline,
+            redis_keys,
+            messages,
+        }) => suggest_profile(&config, out, deadline, redis_keys, messages).await,
         Command::Doctor { json } => {
             let rows = doctor::run(&config).await;
             if json {
@@ -491,6 +525,49 @@ async fn run(
 /// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
 /// its audit.
 /// `idemguard purge`: one retention pass over every table, now.
+async fn suggest_profile(
+    config: &Config,
+    out: Option<PathBuf>,
+    deadline: std::time::Duration,
+    redis_keys: usize,
+    messages: usize,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::profile::suggest;
+    if let Some(path) = out.as_ref().filter(|p| p.exists()) {
+        anyhow::bail!(
+            "{} exists: give another --out (a suggestion never overwrites a profile)",
+            path.display()
+        );
+    }
+    eprintln!("idemguard profile suggest: reading the database, Redis, the topics and the log files (each within {deadline:?}) …");
+    let bounds = suggest::Bounds {
+        deadline,
+        redis_keys,
+        messages,
+    };
+    let s = suggest::suggest(config, &bounds).await;
+    let text = s.to_toml();
+    match &out {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            eprintln!(
+                "idemguard profile suggest: wrote {} — next: idemguard --config {} doctor",
+                path.display(),
+                path.display()
+            );
+        }
+        None => print!("{text}"),
+    }
+    for p in &s.problems {
+        eprintln!(
+            "idemguard profile suggest: not read: {}",
+            idemguard::logging::scrub(p)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     use idemguard::db::retention::{self, Purge};
     let db = Database::connect(config).await?;

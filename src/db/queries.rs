@@ -89,6 +89,17 @@ builtin![
     "fragment_at_epoch_s",
     "fragment_at_datetime",
     "fragment_text",
+    "fragment_ms_timestamptz",
+    "fragment_at_timestamptz",
+    // `profile suggest` and the checks of a profile against the live database (src/profile/)
+    "profile_tables",
+    "profile_columns",
+    "profile_unique_columns",
+    "profile_server_clock",
+    "profile_status_values",
+    "profile_newest_time",
+    "profile_newest_number",
+    "profile_has_value",
     // storm: what a run wrote, and the invariants checked after every scenario (src/storm/)
     "storm_orders_of_run",
     "storm_check_orders_per_request",
@@ -134,6 +145,11 @@ pub struct Queries {
     missing: HashMap<&'static str, String>,
     /// The source profile describes a team's system, not idemguard's own.
     foreign: bool,
+    /// What the statements were templated from, to template them again without the columns a
+    /// live database turned out not to have ([`Queries::without_columns`]).
+    tables: TableNames,
+    source: SourceProfile,
+    override_dir: Option<std::path::PathBuf>,
 }
 
 /// The configuration the statements are templated with.
@@ -184,7 +200,34 @@ impl Queries {
             by_name,
             missing,
             foreign: with.source.is_foreign(),
+            tables: with.tables.clone(),
+            source: with.source.clone(),
+            override_dir: override_dir.map(Path::to_path_buf),
         })
+    }
+
+    /// The same statements templated as if the profile mapped none of `absent` (logical table,
+    /// logical column): a column the live table does not have is shown as unknown (or its view
+    /// says it cannot be shown) instead of failing every statement that names it.
+    pub fn without_columns(&self, absent: &[(String, String)]) -> anyhow::Result<Queries> {
+        let mut source = self.source.clone();
+        for (logical, column) in absent {
+            if let Some(t) = source.table_mut(logical) {
+                t.columns.insert(column.clone(), String::new());
+            }
+        }
+        let with = Templating {
+            tables: &self.tables,
+            source: &source,
+        };
+        let mut q = Queries::load(self.dialect, &with, self.override_dir.as_deref())?;
+        q.foreign = self.foreign;
+        Ok(q)
+    }
+
+    /// The source profile the statements were templated with.
+    pub fn source(&self) -> &SourceProfile {
+        &self.source
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -400,6 +443,7 @@ fn time_read(c: &Col<'_>, ctx: &Ctx<'_>) -> String {
         TimeStorage::EpochMs => col.clone(),
         TimeStorage::EpochS => fragment("fragment_ms_epoch_s", ctx, col, ""),
         TimeStorage::Datetime => fragment("fragment_ms_datetime", ctx, col, ""),
+        TimeStorage::Timestamptz => fragment("fragment_ms_timestamptz", ctx, col, ""),
     }
 }
 
@@ -408,6 +452,7 @@ fn time_param(c: &Col<'_>, param: &str, ctx: &Ctx<'_>) -> String {
         TimeStorage::EpochMs => param.to_string(),
         TimeStorage::EpochS => fragment("fragment_at_epoch_s", ctx, "", param),
         TimeStorage::Datetime => fragment("fragment_at_datetime", ctx, "", param),
+        TimeStorage::Timestamptz => fragment("fragment_at_timestamptz", ctx, "", param),
     }
 }
 

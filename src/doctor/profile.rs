@@ -154,7 +154,7 @@ impl Want {
 fn expected_type(key: &str, t: &SourceTable) -> Option<Want> {
     if key.ends_with("_at") || key == "lease_until" {
         return Some(match t.time {
-            TimeStorage::Datetime => Want::DateTime,
+            TimeStorage::Datetime | TimeStorage::Timestamptz => Want::DateTime,
             TimeStorage::EpochMs | TimeStorage::EpochS => Want::Integer,
         });
     }

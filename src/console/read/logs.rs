@@ -6,7 +6,10 @@
 //! timeline with their service, level and message.
 //!
 //! Read-only and bounded: a file is streamed line by line and only the lines of the trace are
-//! kept (at most [`LINES_KEPT`]); a line that is not JSON, or has no time, is skipped.
+//! kept (at most [`LINES_KEPT`]). The field names of the common encoders are read without
+//! configuration ([`TIME_FIELDS`] …, the configured names first); a line that names a traced ID
+//! but cannot be placed (not JSON, no readable time, outside the windows) is counted with the
+//! reason ([`Unplaced`]) and said in the trace.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
@@ -25,6 +28,14 @@ use crate::stream::partitioner::Partitioner;
 /// Lines one trace keeps: a runaway service logging the same ID in a loop cannot exhaust the
 /// console.
 pub const LINES_KEPT: usize = 5_000;
+
+/// The field names of the common JSON encoders, tried after the configured one: logback's
+/// (`@timestamp`, `message`), zap's and pino's (`ts`, `msg`), Go's slog (`time`), structlog's
+/// (`event`), Google Cloud's `severity`. A line is read whichever its service uses.
+pub const TIME_FIELDS: &[&str] = &["@timestamp", "timestamp", "ts", "time"];
+pub const MESSAGE_FIELDS: &[&str] = &["message", "msg", "event"];
+pub const LEVEL_FIELDS: &[&str] = &["level", "severity"];
+pub const SERVICE_FIELDS: &[&str] = &["service", "app", "application", "appName", "service_name"];
 
 /// One log line of a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,6 +57,100 @@ pub struct LogRead {
     pub lines: Vec<LogLine>,
     pub files_read: usize,
     pub errors: Vec<String>,
+    /// Lines that name a traced ID but could not be placed in the timeline, by reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unplaced: Vec<Unplaced>,
+}
+
+/// Lines that name a traced ID but are not shown, for one reason: counted and said, never
+/// dropped in silence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unplaced {
+    pub reason: String,
+    pub lines: u64,
+    /// Where the first such line is (`file:line`).
+    pub first: String,
+    /// For lines outside the windows: the earliest and latest of their times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub times: Option<(i64, i64)>,
+}
+
+/// Why a line naming a traced ID is not shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Unplaceable {
+    NotJson,
+    NoTime,
+    UnreadableTime,
+    OutsideWindows(i64),
+}
+
+impl Unplaceable {
+    /// The order the reasons are said in.
+    fn rank(self) -> u8 {
+        match self {
+            Unplaceable::NotJson => 0,
+            Unplaceable::NoTime => 1,
+            Unplaceable::UnreadableTime => 2,
+            Unplaceable::OutsideWindows(_) => 3,
+        }
+    }
+
+    fn reason(self, f: &LogsConfig) -> String {
+        let names = std::iter::once(f.time_field.as_str())
+            .chain(TIME_FIELDS.iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match self {
+            Unplaceable::NotJson => "not a JSON object (logs are read as JSON lines)".into(),
+            Unplaceable::NoTime => format!("no time field (looked for {names}): set logs.time_field"),
+            Unplaceable::UnreadableTime => format!("a time that is neither epoch ms/s nor RFC 3339 (fields {names})"),
+            Unplaceable::OutsideWindows(_) => "outside the trace's windows (a wrong source.time_zone, or console.trace_margin too narrow?)".into(),
+        }
+    }
+}
+
+/// The lines a read keeps, and the lines it counts as unplaced.
+#[derive(Default)]
+struct Kept {
+    lines: Vec<LogLine>,
+    unplaced: std::collections::BTreeMap<u8, Unplaced>,
+}
+
+impl Kept {
+    fn keep(&mut self, f: &LogsConfig, parsed: Parsed, source: impl FnOnce() -> String) {
+        match parsed {
+            Parsed::Line(l) => {
+                if self.lines.len() < LINES_KEPT {
+                    self.lines.push(LogLine {
+                        source: source(),
+                        ..l
+                    });
+                }
+            }
+            Parsed::Unplaced(why) => {
+                let u = self.unplaced.entry(why.rank()).or_insert_with(|| Unplaced {
+                    reason: why.reason(f),
+                    lines: 0,
+                    first: source(),
+                    times: None,
+                });
+                u.lines += 1;
+                if let Unplaceable::OutsideWindows(ms) = why {
+                    let (lo, hi) = u.times.unwrap_or((ms, ms));
+                    u.times = Some((lo.min(ms), hi.max(ms)));
+                }
+            }
+            Parsed::Other => {}
+        }
+    }
+}
+
+/// What one line is to a trace.
+enum Parsed {
+    Line(LogLine),
+    Unplaced(Unplaceable),
+    /// Names no traced ID.
+    Other,
 }
 
 /// The lines naming one of `ids`, inside one of `windows`, from the configured files and topic.
@@ -102,6 +207,7 @@ pub async fn read_for_trace(
 fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead {
     let ids: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
     let mut out = LogRead::default();
+    let mut kept = Kept::default();
     for pattern in &config.logs.files {
         let paths = match glob::glob(pattern) {
             Ok(p) => p,
@@ -111,17 +217,19 @@ fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead 
             }
         };
         for path in paths.flatten() {
-            match read_file(&config.logs, &path, &ids, windows, &mut out.lines) {
+            match read_file(&config.logs, &path, &ids, windows, &mut kept) {
                 Ok(()) => out.files_read += 1,
                 Err(e) => out.errors.push(format!("{}: {e}", path.display())),
             }
         }
     }
     if !config.logs.topic.is_empty() {
-        if let Err(e) = read_topic(config, &ids, windows, &mut out.lines) {
+        if let Err(e) = read_topic(config, &ids, windows, &mut kept) {
             out.errors.push(format!("{e:#}"));
         }
     }
+    out.lines = kept.lines;
+    out.unplaced = kept.unplaced.into_values().collect();
     out.lines.sort_by_key(|l| l.at_ms);
     out.lines.truncate(LINES_KEPT);
     out
@@ -133,7 +241,7 @@ fn read_file(
     path: &Path,
     ids: &BTreeSet<&str>,
     windows: &[TimeWindow],
-    out: &mut Vec<LogLine>,
+    out: &mut Kept,
 ) -> std::io::Result<()> {
     let file = std::fs::File::open(path)?;
     let reader: Box<dyn Read> = match path.extension().and_then(|e| e.to_str()) {
@@ -143,11 +251,11 @@ fn read_file(
     for (n, line) in BufReader::new(reader).lines().enumerate() {
         let line = line?;
         let source = || format!("{}:{}", path.display(), n + 1);
-        if let Some(l) = parse_line(fields, line.as_bytes(), ids, windows, source) {
-            if out.len() < LINES_KEPT {
-                out.push(l);
-            }
-        }
+        out.keep(
+            fields,
+            parse_line(fields, line.as_bytes(), ids, windows),
+            source,
+        );
     }
     Ok(())
 }
@@ -157,7 +265,7 @@ fn read_topic(
     config: &Config,
     ids: &BTreeSet<&str>,
     windows: &[TimeWindow],
-    out: &mut Vec<LogLine>,
+    out: &mut Kept,
 ) -> anyhow::Result<()> {
     let plan = TopicPlan {
         topic: config.logs.topic.clone(),
@@ -176,72 +284,124 @@ fn read_topic(
             let (p, o) = (rdkafka::Message::partition(m), rdkafka::Message::offset(m));
             format!("{} p{p}@{o}", config.logs.topic)
         };
-        if let Some(l) = parse_line(&config.logs, payload, ids, windows, source) {
-            if out.len() < LINES_KEPT {
-                out.push(l);
-            }
-        }
+        out.keep(
+            &config.logs,
+            parse_line(&config.logs, payload, ids, windows),
+            source,
+        );
     })?;
     Ok(())
 }
 
-/// A JSON line that names one of `ids` inside one of `windows`.
-fn parse_line(
-    f: &LogsConfig,
-    raw: &[u8],
-    ids: &BTreeSet<&str>,
-    windows: &[TimeWindow],
-    source: impl FnOnce() -> String,
-) -> Option<LogLine> {
-    let v: serde_json::Value = serde_json::from_slice(raw).ok()?;
-    let text = |name: &str| match v.get(name)? {
+/// The first of the configured field and the conventions that the line has.
+fn field<'v>(
+    v: &'v serde_json::Value,
+    configured: &str,
+    conventions: &[&str],
+) -> Option<&'v serde_json::Value> {
+    std::iter::once(configured)
+        .chain(conventions.iter().copied())
+        .find_map(|name| v.get(name).filter(|x| !x.is_null()))
+}
+
+/// What a JSON line is to a trace: one of its lines (named and inside a window), a line that
+/// names a traced ID but cannot be placed (and why), or another line.
+fn parse_line(f: &LogsConfig, raw: &[u8], ids: &BTreeSet<&str>, windows: &[TimeWindow]) -> Parsed {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) else {
+        let named = ids.iter().any(|id| contains(raw, id.as_bytes()));
+        return if named {
+            Parsed::Unplaced(Unplaceable::NotJson)
+        } else {
+            Parsed::Other
+        };
+    };
+    let text = |x: Option<&serde_json::Value>| match x? {
         serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
     };
     let (order_no, request_id, event_id) = (
-        text(&f.order_no_field),
-        text(&f.request_id_field),
-        text(&f.event_id_field),
+        text(v.get(&f.order_no_field)),
+        text(v.get(&f.request_id_field)),
+        text(v.get(&f.event_id_field)),
     );
     let named = [&order_no, &request_id, &event_id]
         .iter()
         .any(|id| id.as_deref().is_some_and(|i| ids.contains(i)));
-    let at_ms = time_ms(v.get(&f.time_field)?)?;
-    let inside = windows
+    if !named {
+        return Parsed::Other;
+    }
+    let Some(time) = field(&v, &f.time_field, TIME_FIELDS) else {
+        return Parsed::Unplaced(Unplaceable::NoTime);
+    };
+    let Some(at_ms) = time_ms(time) else {
+        return Parsed::Unplaced(Unplaceable::UnreadableTime);
+    };
+    if !windows
         .iter()
-        .any(|w| (w.from_ms..=w.to_ms).contains(&at_ms));
-    (named && inside).then(|| LogLine {
+        .any(|w| (w.from_ms..=w.to_ms).contains(&at_ms))
+    {
+        return Parsed::Unplaced(Unplaceable::OutsideWindows(at_ms));
+    }
+    Parsed::Line(LogLine {
         at_ms,
-        service: text(&f.service_field),
-        level: text(&f.level_field),
-        message: text(&f.message_field).unwrap_or_default(),
+        service: text(field(&v, &f.service_field, SERVICE_FIELDS)),
+        level: text(field(&v, &f.level_field, LEVEL_FIELDS)),
+        message: text(field(&v, &f.message_field, MESSAGE_FIELDS)).unwrap_or_default(),
         order_no,
         request_id,
         event_id,
-        source: source(),
+        source: String::new(),
     })
 }
 
-/// Epoch ms from epoch ms or seconds (a number; below 10^11 it is seconds) or RFC 3339 UTC text.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Epoch ms from epoch ms or seconds (a number, or digits; below 10^11 it is seconds) or RFC
+/// 3339 text, UTC (`Z`, or no zone) or with an offset (`+08:00`, `+0800`: logback's).
 fn time_ms(v: &serde_json::Value) -> Option<i64> {
+    let number = |x: f64| {
+        Some(if x < 1e11 {
+            (x * 1000.0) as i64
+        } else {
+            x as i64
+        })
+    };
     match v {
-        serde_json::Value::Number(n) => {
-            let x = n.as_f64()?;
-            Some(if x < 1e11 {
-                (x * 1000.0) as i64
-            } else {
-                x as i64
-            })
+        serde_json::Value::Number(n) => number(n.as_f64()?),
+        serde_json::Value::String(s) if s.bytes().all(|b| b.is_ascii_digit() || b == b'.') => {
+            number(s.parse().ok()?)
         }
-        // UTC text (`…Z`, or without a zone), as log shippers write it.
         serde_json::Value::String(s) => {
-            let t = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')).ok()?;
+            let (clock, offset_ms) = split_offset(s.trim())?;
+            let t = humantime::parse_rfc3339_weak(clock).ok()?;
             let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-            Some(d.as_millis() as i64)
+            Some(d.as_millis() as i64 - offset_ms)
         }
         _ => None,
     }
+}
+
+/// `2026-12-01T10:00:00.123+08:00` → (`2026-12-01T10:00:00.123`, 8 h); `…Z` or no zone: UTC.
+fn split_offset(s: &str) -> Option<(&str, i64)> {
+    if let Some(clock) = s.strip_suffix('Z').or_else(|| s.strip_suffix('z')) {
+        return Some((clock, 0));
+    }
+    let time_at = s.find(['T', ' '])?;
+    let Some(at) = s[time_at..].rfind(['+', '-']).map(|i| time_at + i) else {
+        return Some((s, 0));
+    };
+    let (clock, zone) = s.split_at(at);
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let digits: String = zone[1..].chars().filter(char::is_ascii_digit).collect();
+    if digits.len() != 4 && digits.len() != 2 {
+        return None;
+    }
+    let h: i64 = digits[..2].parse().ok()?;
+    let m: i64 = digits.get(2..).map_or(Some(0), |m| m.parse().ok())?;
+    Some((clock, sign * (h * 3_600_000 + m * 60_000)))
 }
 
 #[cfg(test)]
@@ -257,5 +417,60 @@ mod tests {
             time_ms(&serde_json::json!("2025-12-01T08:00:00Z")),
             Some(ms)
         );
+        // logback's `@timestamp`, with its offset.
+        assert_eq!(
+            time_ms(&serde_json::json!("2025-12-01T16:00:00.000+08:00")),
+            Some(ms)
+        );
+        assert_eq!(
+            time_ms(&serde_json::json!("2025-12-01T03:00:00-0500")),
+            Some(ms)
+        );
+        assert_eq!(time_ms(&serde_json::json!("1764576000000")), Some(ms));
+    }
+
+    fn fields() -> LogsConfig {
+        crate::config::Config::defaults().logs
+    }
+
+    /// zap's `ts`/`msg` and logback's `@timestamp`/`message` are read without configuration;
+    /// a line naming the order without a usable time, or outside the windows, is counted.
+    #[test]
+    fn the_common_conventions_are_read_and_unplaced_lines_counted() {
+        let ids = BTreeSet::from(["ORD1"]);
+        let windows = [TimeWindow {
+            from_ms: 1_000_000,
+            to_ms: 2_000_000,
+        }];
+        let mut kept = Kept::default();
+        let f = fields();
+        let lines = [
+            r#"{"ts": 1500, "msg": "zap line", "level": "info", "orderNo": "ORD1"}"#,
+            r#"{"@timestamp": "1970-01-01T08:25:00.000+08:00", "message": "logback line", "severity": "WARN", "orderNo": "ORD1"}"#,
+            r#"{"msg": "no time", "orderNo": "ORD1"}"#,
+            r#"{"ts": 99999999, "msg": "later", "orderNo": "ORD1"}"#,
+            r#"{"ts": 1500, "msg": "other order", "orderNo": "ORD2"}"#,
+            "plain text naming ORD1",
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            kept.keep(&f, parse_line(&f, l.as_bytes(), &ids, &windows), || {
+                format!("f:{}", i + 1)
+            });
+        }
+        let messages: Vec<(&str, Option<&str>)> = kept
+            .lines
+            .iter()
+            .map(|l| (l.message.as_str(), l.level.as_deref()))
+            .collect();
+        assert_eq!(
+            messages,
+            [("zap line", Some("info")), ("logback line", Some("WARN"))]
+        );
+        let unplaced: Vec<(u64, &str)> = kept
+            .unplaced
+            .values()
+            .map(|u| (u.lines, u.first.as_str()))
+            .collect();
+        assert_eq!(unplaced, [(1, "f:6"), (1, "f:3"), (1, "f:4")]);
     }
 }
