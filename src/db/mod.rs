@@ -5,6 +5,7 @@
 //! between them lives in the SQL files under `queries/<dialect>/`, never in Rust.
 
 mod errors;
+pub mod clock;
 pub mod inventory;
 pub mod migrate;
 pub mod orders;
@@ -27,6 +28,9 @@ pub struct Database {
     pub queries: Arc<Queries>,
     /// The URL with its password hidden, for messages.
     pub shown_url: String,
+    /// The newest wall-clock time of each mapped `datetime` table, read once per connection
+    /// (a `MAX` may read a table): what each trace checks `source.time_zone` against.
+    pub newest_rows: Arc<tokio::sync::OnceCell<Vec<clock::NewestRow>>>,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -73,6 +77,7 @@ impl Database {
             pool,
             queries: Arc::new(queries),
             shown_url: redact_url(url),
+            newest_rows: Arc::default(),
         })
     }
 

@@ -225,6 +225,11 @@ impl Queries {
         Ok(q)
     }
 
+    /// The table names the statements were templated with.
+    pub fn tables(&self) -> &TableNames {
+        &self.tables
+    }
+
     /// The source profile the statements were templated with.
     pub fn source(&self) -> &SourceProfile {
         &self.source

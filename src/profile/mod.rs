@@ -1,7 +1,7 @@
 //! First contact with a team's system: the source profile read from the live systems instead of
 //! written by hand ([`suggest`]), and the checks that keep a profile honest where the console
-//! relies on it ([`clock`]: the zone of wall-clock times; [`messages`]: how a topic is
-//! partitioned). A profile that is wrong must be said, never answered with "not found".
+//! relies on it ([`crate::db::clock`]: the zone of wall-clock times; [`messages`]: how a topic
+//! is partitioned). A profile that is wrong must be said, never answered with "not found".
 //!
 //! - [`schema`]: the database's tables, columns, unique keys, time kinds and status values;
 //! - [`keys`]: a bounded SCAN of Redis, grouped into key patterns with their value shapes;
@@ -9,7 +9,6 @@
 //! - [`loglines`]: the field names of the JSON log lines;
 //! - [`render`]: the commented TOML; [`suggest`]: all of it, bounded in time and size.
 
-pub mod clock;
 pub mod keys;
 pub mod loglines;
 pub mod messages;

@@ -170,6 +170,9 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
         t.order_no.as_deref().unwrap_or("?"),
         t.request_id.as_deref().unwrap_or("?")
     ));
+    for w in &t.warnings {
+        out.push_str(&format!("WARNING: {w}\n"));
+    }
     if !t.found {
         out.push_str("no row, key, message or trace event names this ID\n");
         out.push_str(&read_cost_lines(t.read_cost.as_ref()));
@@ -390,6 +393,9 @@ pub fn rates_table(r: &Document<RatesData>) -> String {
         format_ms(d.rates.first_minute_ms),
         d.rates.events_seen
     );
+    if let Some(w) = &d.rates.undecodable_warning {
+        out.push_str(&format!("WARNING: {w}\n\n"));
+    }
     if let Some(c) = &d.read_cost {
         out.push_str(&format!(
             "read {}: {} message(s) scanned, its last hour only, {} partition(s); offsets by {} ({} probe(s))\n\n",

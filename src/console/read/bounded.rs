@@ -235,7 +235,7 @@ pub async fn read_trace_log_keeping(
             |m| match topics::trace_event_of(m) {
                 Some(e) if keep.keeps(&e) => log.ingest(e),
                 Some(_) => {}
-                None => log.undecodable += 1,
+                None => log.note_undecodable(&c.kafka.trace_topic, || topics::not_a_trace_event(m)),
             },
         )?;
         Ok(log)
@@ -472,6 +472,7 @@ async fn read_trace_log_after(
     blocking(move || {
         let mut log = TraceLog::default();
         let into = &mut log;
+        let topic = plan.topic.clone();
         let ready = || {
             let keep = grown.blocking_recv().unwrap_or(keep);
             move |m: &rdkafka::message::BorrowedMessage<'_>| {
@@ -479,7 +480,7 @@ async fn read_trace_log_after(
                 match topics::trace_event_of(m) {
                     Some(e) if keep.keeps(&e) => into.ingest(e),
                     Some(_) => {}
-                    None => into.undecodable += 1,
+                    None => into.note_undecodable(&topic, || topics::not_a_trace_event(m)),
                 }
             }
         };
@@ -517,7 +518,7 @@ pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<T
             &CancellationToken::new(),
             |m| match topics::trace_event_of(m) {
                 Some(e) => log.ingest(e),
-                None => log.undecodable += 1,
+                None => log.note_undecodable(&c.kafka.trace_topic, || topics::not_a_trace_event(m)),
             },
         )?;
         Ok(log)

@@ -205,6 +205,10 @@ pub struct TraceRows {
     /// What this system's source profile cannot show (a table marked absent…), one line each.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unavailable: Vec<String>,
+    /// What the live database says is wrong with the profile these rows were read through
+    /// (`source.time_zone` against the server's zone and the rows' own times).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl TraceRows {
@@ -272,8 +276,13 @@ const RESOLVE_PASSES: usize = 3;
 pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<TraceRows> {
     let mut ids = start.clone();
     let mut rows = TraceRows::default();
+    let mut read = Reader {
+        db,
+        degraded: None,
+        notes: Vec::new(),
+    };
     for _ in 0..RESOLVE_PASSES {
-        rows = fetch_once(db, &ids).await?;
+        rows = fetch_once(&mut read, &ids).await?;
         let mut next = ids.clone();
         next.absorb(&rows.ids_found());
         if next == ids {
@@ -282,16 +291,28 @@ pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<Trace
         ids = next;
     }
     rows.ids = ids;
+    rows.unavailable.extend(read.notes);
+    if !rows.is_empty() {
+        rows.warnings.extend(crate::db::clock::trace_check(db, &wall_clock_times(&rows)).await);
+    }
     Ok(rows)
 }
 
-async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> {
+/// The times of the rows whose tables store wall clocks, as (`table.column`, epoch ms read).
+fn wall_clock_times(rows: &TraceRows) -> Vec<(String, i64)> {
+    let mut out: Vec<(String, i64)> = Vec::new();
+    out.extend(rows.orders.iter().map(|o| ("order_record.created_at".to_string(), o.created_at)));
+    out.extend(rows.idempotency.iter().map(|r| ("idempotency_record.created_at".to_string(), r.created_at)));
+    out.extend(rows.payments.iter().map(|p| ("payment_flow.created_at".to_string(), p.created_at)));
+    out
+}
+
+async fn fetch_once(read: &mut Reader<'_>, ids: &TraceIds) -> anyhow::Result<TraceRows> {
     let (o, r, e) = (&ids.order_no, &ids.request_id, &ids.event_id);
     let mut rows = TraceRows {
         ids: ids.clone(),
         ..Default::default()
     };
-    let read = Reader { db };
     rows.idempotency = read
         .rows(
             "console_trace_idempotency",
@@ -360,27 +381,54 @@ async fn fetch_once(db: &Database, ids: &TraceIds) -> anyhow::Result<TraceRows> 
 }
 
 /// Runs the console's trace statements, skipping (and saying) those the source profile cannot run.
+/// A statement that names a column the live table does not have is run again without it (the
+/// value shown as unknown, the view degraded and said), never failing the whole trace.
 struct Reader<'a> {
     db: &'a Database,
+    /// The statements templated without the columns the database turned out not to have.
+    degraded: Option<crate::db::Queries>,
+    /// What the degradation costs, said once per trace.
+    notes: Vec<String>,
 }
 
 impl Reader<'_> {
-    async fn rows<T>(
+    fn queries(&self) -> &crate::db::Queries {
+        self.degraded.as_ref().unwrap_or(&self.db.queries)
+    }
+
+    async fn run(
         &self,
+        name: &'static str,
+        binds: &[&Option<String>],
+    ) -> Result<Vec<AnyRow>, sqlx::Error> {
+        let mut q = sqlx::query(self.queries().get(name));
+        for b in binds {
+            q = q.bind((*b).clone());
+        }
+        q.fetch_all(&self.db.pool).await
+    }
+
+    async fn rows<T>(
+        &mut self,
         name: &'static str,
         binds: &[&Option<String>],
         f: fn(&AnyRow) -> Result<T, sqlx::Error>,
         unavailable: &mut Vec<String>,
     ) -> anyhow::Result<Vec<T>> {
-        if let Some(why) = self.db.queries.missing(name) {
+        if let Some(why) = self.queries().missing(name) {
             unavailable.push(format!("{}: not shown ({why})", shown_as(name)));
             return Ok(Vec::new());
         }
-        let mut q = sqlx::query(self.db.sql(name));
-        for b in binds {
-            q = q.bind((*b).clone());
+        let mut result = self.run(name, binds).await;
+        if matches!(&result, Err(e) if is_undefined_column(e)) && self.degraded.is_none() {
+            self.degrade().await?;
+            if let Some(why) = self.queries().missing(name) {
+                unavailable.push(format!("{}: not shown ({why})", shown_as(name)));
+                return Ok(Vec::new());
+            }
+            result = self.run(name, binds).await;
         }
-        let rows = match q.fetch_all(&self.db.pool).await {
+        let rows = match result {
             Ok(rows) => rows,
             // A least-privilege role may lack SELECT on one table: that view says which, the
             // others still show.
@@ -392,6 +440,61 @@ impl Reader<'_> {
             Err(e) => return Err(query_error(self.db, name, e)),
         };
         decode_all(&rows, f)
+    }
+}
+
+impl Reader<'_> {
+    /// The statements again, without every mapped column the live tables do not have; one note
+    /// per such column, naming the profile key.
+    async fn degrade(&mut self) -> anyhow::Result<()> {
+        let source = self.db.queries.source().clone();
+        let mut absent = Vec::new();
+        for logical in crate::config::CONSOLE_TABLES {
+            let Some(t) = source.table(logical).filter(|t| t.table != crate::config::ABSENT) else {
+                continue;
+            };
+            let physical = source.physical_name(self.db.queries.tables(), logical);
+            let live: Vec<String> = sqlx::query_scalar::<_, String>(self.db.sql("doctor_columns"))
+                .bind(physical.clone())
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(|e| query_error(self.db, "doctor_columns", e))?;
+            for (key, column) in t.columns.iter().filter(|(_, c)| !c.is_empty()) {
+                if !live.iter().any(|l| l.eq_ignore_ascii_case(column)) {
+                    absent.push((logical.to_string(), key.clone()));
+                    self.notes.push(format!(
+                        "{}: {key} shown as unknown — column {physical}.{column} does not exist (set source.{logical}.columns.{key} to its column, or \"\" if there is none; `idemguard doctor` lists every such column)",
+                        shown_as_table(logical)
+                    ));
+                }
+            }
+        }
+        self.degraded = Some(self.db.queries.without_columns(&absent)?);
+        Ok(())
+    }
+}
+
+/// True when the database says a column does not exist: PostgreSQL SQLSTATE 42703, MySQL error
+/// 1054 (SQLSTATE 42S22).
+pub fn is_undefined_column(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    matches!(d.code().as_deref(), Some("42703") | Some("42S22"))
+        || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| m.number() == 1054)
+}
+
+fn shown_as_table(logical: &str) -> &'static str {
+    match logical {
+        "idempotency_record" => "idempotency records",
+        "order_record" => "orders",
+        "inventory" => "stock",
+        "stock_movement" => "stock movements",
+        "payment_flow" => "payments",
+        "points_ledger" => "points",
+        "notification" => "notifications",
+        _ => "rows",
     }
 }
 

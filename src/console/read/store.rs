@@ -101,9 +101,29 @@ pub struct TraceLog {
     minutes: BTreeMap<i64, BTreeMap<Outcome, u64>>,
     pub events_seen: u64,
     pub undecodable: u64,
+    /// The first message that was not a trace event, and its topic: said with the count.
+    pub first_undecodable: Option<(String, String)>,
 }
 
 impl TraceLog {
+    /// A message of `topic` that is not a trace event (another producer, another version, a
+    /// wrong topic name): counted, the first kept, never dropped in silence.
+    pub fn note_undecodable(&mut self, topic: &str, why: impl FnOnce() -> String) {
+        self.undecodable += 1;
+        if self.first_undecodable.is_none() {
+            self.first_undecodable = Some((topic.to_string(), why()));
+        }
+    }
+
+    /// "N messages on T could not be read as trace events (first: …)", when there were any.
+    pub fn undecodable_warning(&self) -> Option<String> {
+        let (topic, first) = self.first_undecodable.as_ref()?;
+        Some(format!(
+            "{} message(s) on {topic} could not be read as trace events (first: {first}): another producer, another version, or the wrong topic in kafka.trace_topic?",
+            self.undecodable
+        ))
+    }
+
     pub fn ingest(&mut self, e: TraceEvent) {
         self.events_seen += 1;
         let ms = event_ms(&e).unwrap_or(0);
@@ -249,6 +269,8 @@ impl TraceLog {
             first_minute_ms: first * 60_000,
             series,
             events_seen: self.events_seen,
+            undecodable: self.undecodable,
+            undecodable_warning: self.undecodable_warning(),
         }
     }
 }
@@ -272,6 +294,10 @@ pub struct RateTable {
     pub series: Vec<RateSeries>,
     /// Trace events read so far (all outcomes).
     pub events_seen: u64,
+    /// Messages read that were not trace events, and the sentence that says so.
+    pub undecodable: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undecodable_warning: Option<String>,
 }
 
 /// One payment message as the index keeps it: the orderNo is the index's key and the topic is

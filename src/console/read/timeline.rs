@@ -75,9 +75,22 @@ pub struct Timeline {
     /// What reading the topics cost, per topic (windows, partitions, messages scanned); `null`
     /// when the trace was assembled from stores already read (the TUI, a window report).
     pub read_cost: Option<ReadCost>,
+    /// What the trace found wrong with what it relied on — a time zone, a partition shortcut,
+    /// a column, messages it could not read, log lines it could not place — each naming the
+    /// setting: a trace never answers "not found" in silence when the data may be there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Timeline {
+    /// Adds a warning once.
+    pub fn warn(&mut self, text: impl Into<String>) {
+        let text = text.into();
+        if !self.warnings.contains(&text) {
+            self.warnings.push(text);
+        }
+    }
+
     pub fn stopped_count(&self) -> usize {
         self.interceptions.len()
     }
@@ -107,9 +120,46 @@ impl Timeline {
                 fields: json!({ "error": e }),
             });
         }
+        for u in &read.unplaced {
+            let times = u.times.map_or_else(String::new, |(lo, hi)| {
+                format!(
+                    " ({} … {})",
+                    crate::contracts::format_ms(lo),
+                    crate::contracts::format_ms(hi)
+                )
+            });
+            self.warn(format!(
+                "{} log line(s) name this trace's IDs but are not shown: {}{times}; first at {}",
+                u.lines, u.reason, u.first
+            ));
+        }
         self.found |= !read.lines.is_empty();
         self.entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
     }
+}
+
+/// A payment row and a Kafka copy of its event this far apart were not written at the same time
+/// as their clocks say: the rows' times are read in the wrong zone.
+const DISAGREE_MS: i64 = 30 * 60_000;
+
+/// A warning when a payment row and a Kafka copy of the same event disagree by hours: the rows'
+/// wall-clock times are read in another zone than they were written in.
+fn times_disagree(rows: Option<&TraceRows>, messages: &[PaymentMessage]) -> Option<String> {
+    let rows = rows?;
+    rows.payments.iter().find_map(|p| {
+        let m = messages
+            .iter()
+            .find(|m| m.event_id.as_deref() == Some(p.event_id.as_str()))?;
+        let off = m.timestamp_ms? - p.created_at;
+        (off.abs() >= DISAGREE_MS).then(|| {
+            format!(
+                "payment event {}: its Kafka copy is {} {} its payment row: the rows' times are read in source.time_zone — is that the zone they were written in?",
+                p.event_id,
+                crate::db::clock::span_text(off),
+                if off > 0 { "after" } else { "before" }
+            )
+        })
+    })
 }
 
 /// The pieces a timeline is built from; any may be missing (its backend is down).
@@ -185,6 +235,8 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
             }),
     );
     let events = event_ids.iter().map(|id| effects_of(id, &input)).collect();
+    let mut warnings: Vec<String> = input.rows.map_or_else(Vec::new, |r| r.warnings.clone());
+    warnings.extend(times_disagree(input.rows, input.messages));
     Timeline {
         query: input.target.id().to_string(),
         kind: kind_of(input.target),
@@ -196,6 +248,7 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         interceptions,
         events,
         read_cost: None,
+        warnings,
     }
 }
 

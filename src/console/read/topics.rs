@@ -107,6 +107,26 @@ pub fn trace_event_of(m: &BorrowedMessage<'_>) -> Option<TraceEvent> {
     serde_json::from_slice(m.payload()?).ok()
 }
 
+/// Why a trace topic message is not a trace event: where it is, what it begins with (escaped,
+/// cut), what the decoder said.
+pub fn not_a_trace_event(m: &BorrowedMessage<'_>) -> String {
+    let at = format!("p{}@{}", m.partition(), m.offset());
+    let Some(p) = m.payload() else {
+        return format!("{at}: no payload");
+    };
+    let why = match serde_json::from_slice::<TraceEvent>(p) {
+        Err(e) => e.to_string(),
+        Ok(_) => "decoded".into(),
+    };
+    format!("{at} {:?}…: {why}", excerpt(p, 60))
+}
+
+/// The first `n` characters of a payload, lossy.
+pub fn excerpt(payload: &[u8], n: usize) -> String {
+    let head = &payload[..payload.len().min(n * 4)];
+    String::from_utf8_lossy(head).chars().take(n).collect()
+}
+
 /// The settings of a reader that reads by assignment only (no group membership, no commits).
 pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
     let tag = uuid::Uuid::new_v4().simple().to_string();

@@ -98,14 +98,16 @@ pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> 
             events.sort_by_key(|e| event_ms(e).unwrap_or(0));
         }
     }
-    timeline::build(TimelineInputs {
+    let mut t = timeline::build(TimelineInputs {
         target,
         rows: pieces.rows,
         keys: pieces.keys,
         messages: &messages,
         events: &events,
         now_ms,
-    })
+    });
+    t.warnings.extend(pieces.log.undecodable_warning());
+    t
 }
 
 /// Where [`read_trace`] takes the topics from.

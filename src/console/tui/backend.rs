@@ -137,6 +137,14 @@ pub enum Update {
         result: Result<TraceKeys, String>,
     },
     TraceEvents(Vec<TraceEvent>),
+    /// Messages of the trace topic that were not trace events: how many since the last batch,
+    /// and why the first was not (counted in the Rates view and the Overview, never dropped in
+    /// silence).
+    UndecodableTraceMessages {
+        topic: String,
+        count: u64,
+        first: String,
+    },
     /// The trace events that name `ids`, read from the windows of the trace topic its rows name
     /// when the trace target changed: an order older than the last hour the live reader reads
     /// still has them.
@@ -189,6 +197,7 @@ impl Update {
             | Update::ReportWritten(_) => BackendId::Database,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
             Update::TraceEvents(_)
+            | Update::UndecodableTraceMessages { .. }
             | Update::TraceHistory { .. }
             | Update::TraceRead { .. }
             | Update::TraceTopic(_) => BackendId::TraceTopic,
@@ -1070,6 +1079,7 @@ impl Reader<'_> {
             .map(|s| (s.partition, s.end))
             .collect();
         let mut events: Vec<TraceEvent> = Vec::new();
+        let mut undecodable: (u64, Option<String>) = (0, None);
         let mut payments: Vec<PaymentMessage> = Vec::new();
         let mut first: Option<std::time::Instant> = None;
         while !stop.is_cancelled() {
@@ -1087,7 +1097,15 @@ impl Reader<'_> {
                         remaining.remove(&m.partition());
                     }
                     match self.kind {
-                        TopicKind::Trace => events.extend(topics::trace_event_of(&m)),
+                        TopicKind::Trace => match topics::trace_event_of(&m) {
+                            Some(e) => events.push(e),
+                            None => {
+                                undecodable.0 += 1;
+                                undecodable
+                                    .1
+                                    .get_or_insert_with(|| topics::not_a_trace_event(&m));
+                            }
+                        },
                         TopicKind::Payments => {
                             payments.push(PaymentMessage::from_kafka(&m, self.ids))
                         }
@@ -1128,6 +1146,17 @@ impl Reader<'_> {
                         .is_err()
                 {
                     return;
+                }
+                if let (count @ 1.., Some(first)) = std::mem::take(&mut undecodable) {
+                    let topic = self.topic.to_string();
+                    let update = Update::UndecodableTraceMessages {
+                        topic,
+                        count,
+                        first,
+                    };
+                    if tx.blocking_send(update).is_err() {
+                        return;
+                    }
                 }
                 if !payments.is_empty()
                     && tx

@@ -348,11 +348,10 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         return;
     };
     let [summary, table, detail] = Layout::vertical([
-        Constraint::Length(if ids_on_two_lines(t, area.width) {
-            7
-        } else {
-            6
-        }),
+        Constraint::Length(
+            if ids_on_two_lines(t, area.width) { 7 } else { 6 }
+                + u16::from(!t.warnings.is_empty()),
+        ),
         Constraint::Fill(1),
         // A short terminal gives the timeline the rows: the selected entry's first lines only.
         Constraint::Length(if area.height < 30 { 4 } else { 7 }),
@@ -433,6 +432,17 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             events.join(" | ")
         }),
     ]));
+    if let Some(first) = t.warnings.first() {
+        // What the trace found wrong with what it relied on: before the timeline, never hidden.
+        let more = match t.warnings.len() {
+            1 => String::new(),
+            n => format!(" (+{} more: `idemguard trace` lists them)", n - 1),
+        };
+        lines.push(Line::from(Span::styled(
+            format!("WARNING: {first}{more}"),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )));
+    }
     let mut block = titled(" Trace ".into());
     if let Some(note) = trace_read_note(app, area.width < 110) {
         block = block.title_bottom(Line::from(Span::styled(note, DIM)));
@@ -757,6 +767,13 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
             Span::styled(
                 format!(" {} trace events read", rates.events_seen),
                 Style::new().add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(
+                match &rates.undecodable_warning {
+                    Some(_) => format!(" · {} NOT trace events (see the Overview)", rates.undecodable),
+                    None => String::new(),
+                },
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
             ),
             Span::styled(
                 format!(

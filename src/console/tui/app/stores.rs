@@ -190,6 +190,15 @@ impl Stores {
                 Ok(_) => {}
                 Err(e) => self.down(backend, e),
             },
+            Update::UndecodableTraceMessages {
+                topic,
+                count,
+                first,
+            } => {
+                self.trace_log.note_undecodable(&topic, || first);
+                self.trace_log.undecodable += count - 1;
+                self.trace_stale = true;
+            }
             Update::TraceEvents(events) => {
                 self.ok(backend);
                 for e in events {

@@ -6,7 +6,7 @@
 //! the newest rows (an application that writes its own wall clock, ahead of a server in UTC,
 //! leaves rows "in the future" of the server's clock).
 //!
-//! [`ZoneEvidence`] is read with [`read_evidence`]; what it says is pure ([`ZoneEvidence::rows_zone`],
+//! [`ZoneEvidence`] is read with [`read_evidence`] ([`trace_check`] for a trace); what it says is pure ([`ZoneEvidence::rows_zone`],
 //! [`ZoneEvidence::check`]).
 
 use std::time::Duration;
@@ -14,6 +14,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use crate::config::{SourceProfile, TableNames, TimeStorage, CONSOLE_TABLES};
+
 use crate::db::Database;
 
 /// A row this far ahead of the server's clock was not written by it.
@@ -184,6 +185,39 @@ pub async fn read_evidence(
         }
     }
     Ok(ZoneEvidence { server, newest })
+}
+
+/// How long a trace waits for the newest rows of the wall-clock tables (read once per
+/// connection).
+const NEWEST_ROWS_DEADLINE: Duration = Duration::from_secs(2);
+
+/// A trace's check of `source.time_zone`: against the server's zone, the newest rows of the
+/// wall-clock tables (read once per connection) and `trace_walls` (the trace's own rows, as
+/// (`table.column`, epoch ms read)). `None`: it agrees, or nothing relies on it.
+pub async fn trace_check(db: &Database, trace_walls: &[(String, i64)]) -> Option<String> {
+    let source = db.queries.source();
+    if !profile_uses_wall_clock(source) {
+        return None;
+    }
+    let profile_ms = source.offset_ms().ok()?;
+    let server = server_clock(db).await.ok()?;
+    let tables = db
+        .newest_rows
+        .get_or_init(|| async {
+            let read = read_evidence(db, source, db.queries.tables(), NEWEST_ROWS_DEADLINE);
+            let all = NEWEST_ROWS_DEADLINE * 3;
+            match tokio::time::timeout(all, read).await {
+                Ok(Ok(e)) => e.newest,
+                _ => Vec::new(),
+            }
+        })
+        .await;
+    let mut newest = tables.clone();
+    newest.extend(trace_walls.iter().map(|(column, ms)| NewestRow {
+        column: column.clone(),
+        wall_ms: ms + profile_ms,
+    }));
+    ZoneEvidence { server, newest }.check(profile_ms).err()
 }
 
 #[cfg(test)]
