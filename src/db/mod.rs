@@ -4,8 +4,8 @@
 //! One code base serves PostgreSQL and MySQL/MariaDB through sqlx's `Any` driver; what differs
 //! between them lives in the SQL files under `queries/<dialect>/`, never in Rust.
 
-mod errors;
 pub mod clock;
+mod errors;
 pub mod inventory;
 pub mod migrate;
 pub mod orders;

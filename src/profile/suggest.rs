@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::{redact_url, Config, StatusKind, TimeStorage, ABSENT, OWN_TABLES};
 use crate::console::read::sources::blocking;
-use crate::db::Database;
 use crate::db::clock::{self, offset_text};
+use crate::db::Database;
 use crate::profile::keys::{self, KeySample};
 use crate::profile::loglines::{self, FieldGuess, LogSample};
 use crate::profile::messages::{self, IdPlace, TopicSample};

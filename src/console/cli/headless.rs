@@ -221,6 +221,14 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
             format_ms(w.to_ms)
         ));
     }
+    if let Some(w) = cost.forward_search {
+        out.push_str(&format!(
+            "no row carries the payment's own time: searched forward from {} to {} \
+             (console.forward_search); the topics' windows below include it\n",
+            format_ms(w.from_ms),
+            format_ms(w.to_ms)
+        ));
+    }
     if cost.concurrent {
         out.push_str(
             "the topics were read at the same time (the database named the order and the \
@@ -228,6 +236,9 @@ fn read_cost_lines(cost: Option<&ReadCost>) -> String {
         );
     }
     for t in &cost.topics {
+        if let Some(why) = &t.partitions_widened {
+            out.push_str(&format!("read every partition of {}: {why}\n", t.topic));
+        }
         let wait = match t.times.wait_ms {
             0 => String::new(),
             ms => format!(", {ms} ms waiting for the payment topic's IDs"),

@@ -287,6 +287,7 @@ pub async fn read_topics_counting(
         topics: Vec::new(),
         unknown_id_window: (basis == WindowBasis::UnknownIdWindow).then_some(unknown_id_window),
         concurrent: false,
+        forward_search: rows.and_then(|r| window::forward_window(r, config.console.forward_search)),
     };
     let plan = |topic: &str, keys: Vec<String>, known_partitions: Vec<i32>| TopicPlan {
         topic: topic.to_string(),
@@ -360,7 +361,9 @@ pub async fn read_topics_counting(
 }
 
 /// Where a trace reads: around the times of its database rows, `console.trace_margin` on each
-/// side; `unknown_id_window` when the rows carry no time (the database does not know the ID).
+/// side, and forward from the last of them when none carries the payment's time
+/// ([`window::forward_window`]); `unknown_id_window` when the rows carry no time (the database
+/// does not know the ID). The topics and the logs are read in the same windows.
 pub fn trace_windows(
     config: &Config,
     rows: Option<&TraceRows>,
@@ -370,8 +373,10 @@ pub fn trace_windows(
     if times.is_empty() {
         (WindowBasis::UnknownIdWindow, vec![unknown_id_window])
     } else {
-        let w = window::windows_around(&times, config.console.trace_margin);
-        (WindowBasis::DatabaseTimes, w)
+        let mut w = window::windows_around(&times, config.console.trace_margin);
+        let forward = rows.and_then(|r| window::forward_window(r, config.console.forward_search));
+        w.extend(forward);
+        (WindowBasis::DatabaseTimes, window::merge_windows(w))
     }
 }
 

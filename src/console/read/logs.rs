@@ -22,7 +22,7 @@ use crate::config::{Config, LogsConfig};
 use crate::console::read::bounded::TOPIC_READ_DEADLINE;
 use crate::console::read::sources::blocking;
 use crate::console::read::topics;
-use crate::console::read::window::{self, TimeWindow, TopicPlan, WindowBasis};
+use crate::console::read::window::{TimeWindow, TopicPlan, WindowBasis};
 use crate::stream::partitioner::Partitioner;
 
 /// Lines one trace keeps: a runaway service logging the same ID in a loop cannot exhaust the
@@ -195,12 +195,8 @@ pub async fn read_for_trace(
     rows: Option<&crate::console::read::records::TraceRows>,
     unknown_id_window: TimeWindow,
 ) -> LogRead {
-    let times = rows.map(window::row_times).unwrap_or_default();
-    let windows = if times.is_empty() {
-        vec![unknown_id_window]
-    } else {
-        window::windows_around(&times, config.console.trace_margin)
-    };
+    let (_, windows) =
+        crate::console::read::bounded::trace_windows(config, rows, unknown_id_window);
     read_logs(config, ids, &windows).await
 }
 

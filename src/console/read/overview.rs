@@ -392,7 +392,12 @@ fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     out.push(finding("stream", severity, text, Some(Jump::Rates)));
     if let Some(w) = &i.rates.undecodable_warning {
         // Rates of 0 from a topic of other messages would read as "nothing happened".
-        out.push(finding("kafka", Severity::Warn, w.clone(), Some(Jump::Rates)));
+        out.push(finding(
+            "kafka",
+            Severity::Warn,
+            w.clone(),
+            Some(Jump::Rates),
+        ));
     }
     let mut any = false;
     for s in i

@@ -293,7 +293,8 @@ pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<Trace
     rows.ids = ids;
     rows.unavailable.extend(read.notes);
     if !rows.is_empty() {
-        rows.warnings.extend(crate::db::clock::trace_check(db, &wall_clock_times(&rows)).await);
+        rows.warnings
+            .extend(crate::db::clock::trace_check(db, &wall_clock_times(&rows)).await);
     }
     Ok(rows)
 }
@@ -301,9 +302,21 @@ pub async fn trace_rows(db: &Database, start: &TraceIds) -> anyhow::Result<Trace
 /// The times of the rows whose tables store wall clocks, as (`table.column`, epoch ms read).
 fn wall_clock_times(rows: &TraceRows) -> Vec<(String, i64)> {
     let mut out: Vec<(String, i64)> = Vec::new();
-    out.extend(rows.orders.iter().map(|o| ("order_record.created_at".to_string(), o.created_at)));
-    out.extend(rows.idempotency.iter().map(|r| ("idempotency_record.created_at".to_string(), r.created_at)));
-    out.extend(rows.payments.iter().map(|p| ("payment_flow.created_at".to_string(), p.created_at)));
+    out.extend(
+        rows.orders
+            .iter()
+            .map(|o| ("order_record.created_at".to_string(), o.created_at)),
+    );
+    out.extend(
+        rows.idempotency
+            .iter()
+            .map(|r| ("idempotency_record.created_at".to_string(), r.created_at)),
+    );
+    out.extend(
+        rows.payments
+            .iter()
+            .map(|p| ("payment_flow.created_at".to_string(), p.created_at)),
+    );
     out
 }
 
@@ -450,7 +463,10 @@ impl Reader<'_> {
         let source = self.db.queries.source().clone();
         let mut absent = Vec::new();
         for logical in crate::config::CONSOLE_TABLES {
-            let Some(t) = source.table(logical).filter(|t| t.table != crate::config::ABSENT) else {
+            let Some(t) = source
+                .table(logical)
+                .filter(|t| t.table != crate::config::ABSENT)
+            else {
                 continue;
             };
             let physical = source.physical_name(self.db.queries.tables(), logical);

@@ -643,13 +643,52 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     times.wait_ms = waited.as_millis() as u64;
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
-    let scanned = read_ranges(&scanner, servers, topic, &ranges, left, cancel, &mut each)?;
+    let check = ShortcutCheck::default();
+    let mut checked = |m: &BorrowedMessage<'_>| {
+        check.see(plan.partitioner, partitions_total(&marks), m);
+        each(m)
+    };
+    let mut scanned = read_ranges(
+        &scanner,
+        servers,
+        topic,
+        &ranges,
+        left,
+        cancel,
+        &mut checked,
+    )?;
+    let mut partitions = partitions;
+    let widened = (partitions.len() < marks.len())
+        .then(|| check.failed(plan.partitioner, &partitions))
+        .flatten();
+    if widened.is_some() {
+        // The shortcut does not hold for this topic: the same windows in every other partition.
+        let others: Vec<_> = marks
+            .iter()
+            .filter(|(p, _, _)| !partitions.contains(p))
+            .copied()
+            .collect();
+        let ends = lookup.ends(&others)?;
+        let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
+        let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
+        scanned += read_ranges(
+            &scanner,
+            servers,
+            topic,
+            &ranges,
+            left,
+            cancel,
+            &mut checked,
+        )?;
+        partitions = marks.iter().map(|(p, _, _)| *p).collect();
+    }
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
         topic: topic.to_string(),
         basis: plan.basis,
         windows: plan.windows.clone(),
         partitions_total: marks.len(),
+        partitions_widened: widened,
         partitions_read: partitions,
         offset_lookup: if lookup.broker_truthful == Some(true) {
             "offsets_for_times"
@@ -660,6 +699,60 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
         messages_scanned: scanned,
         times,
     })
+}
+
+fn partitions_total(marks: &[(i32, i64, i64)]) -> i32 {
+    marks.len() as i32
+}
+
+/// What the messages a trace scans say of the partition shortcut (the traced keys' partitions
+/// only): a message without a key, or whose key the partitioner puts elsewhere, was not placed
+/// the way the shortcut assumes — the trace's own copies may be in another partition.
+#[derive(Default)]
+struct ShortcutCheck {
+    scanned: std::cell::Cell<u64>,
+    unkeyed: std::cell::Cell<u64>,
+    misplaced: std::cell::Cell<u64>,
+}
+
+impl ShortcutCheck {
+    fn see(
+        &self,
+        partitioner: crate::stream::partitioner::Partitioner,
+        partitions: i32,
+        m: &BorrowedMessage<'_>,
+    ) {
+        self.scanned.set(self.scanned.get() + 1);
+        match m.key().filter(|k| !k.is_empty()) {
+            None => self.unkeyed.set(self.unkeyed.get() + 1),
+            Some(k) if partitioner.partition_of(k, partitions) != Some(m.partition()) => {
+                self.misplaced.set(self.misplaced.get() + 1)
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Why every partition must be read, if the messages scanned say so.
+    fn failed(
+        &self,
+        partitioner: crate::stream::partitioner::Partitioner,
+        read: &[i32],
+    ) -> Option<String> {
+        let (n, unkeyed, misplaced) =
+            (self.scanned.get(), self.unkeyed.get(), self.misplaced.get());
+        if unkeyed > 0 {
+            Some(format!(
+                "{unkeyed} of {n} message(s) scanned in partition(s) {read:?} have no key, so the producer did not choose their partition by key: this trace's messages may be in any partition"
+            ))
+        } else if misplaced > 0 {
+            Some(format!(
+                "{misplaced} of {n} message(s) scanned in partition(s) {read:?} have keys that {} (kafka.partitioner) puts in another partition: the producer partitions otherwise (`idemguard doctor` shows each topic's observed partitioning)",
+                partitioner.name()
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,

@@ -209,6 +209,14 @@ pub async fn read_trace(
         history: None,
     };
     let mut timeline = assemble(target, &pieces, now_ms());
+    for t in cost.iter().flat_map(|c| &c.topics) {
+        if let Some(why) = &t.partitions_widened {
+            timeline.warn(format!(
+                "{}: the partition shortcut did not hold — {why}; every partition was read",
+                t.topic
+            ));
+        }
+    }
     timeline.read_cost = cost;
     logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
     if config.kafka.trace_topic.is_empty() {

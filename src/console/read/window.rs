@@ -106,6 +106,11 @@ pub struct TopicCost {
     pub offset_probes: u64,
     /// Messages read inside the windows.
     pub messages_scanned: u64,
+    /// Why every partition was read after all, when the partition of the traced keys turned
+    /// out not to hold the topic's messages (unkeyed messages, keys the partitioner does not
+    /// put there): the partitions added were read in the same windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions_widened: Option<String>,
     /// Where the read's time went.
     pub times: ReadTimes,
 }
@@ -136,6 +141,10 @@ pub struct ReadCost {
     /// Set when the database knew no row of the ID: the topics were searched in this window
     /// only, and an older message of the ID would not be found.
     pub unknown_id_window: Option<TimeWindow>,
+    /// Set when no row carried the payment's own time: the window searched forward from the
+    /// last time the rows carry (`console.forward_search`), part of `windows`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_search: Option<TimeWindow>,
 }
 
 impl ReadCost {
@@ -164,6 +173,44 @@ pub fn row_times(rows: &TraceRows) -> Vec<i64> {
     t.extend(rows.notifications.iter().map(|n| n.created_at));
     t.retain(|&ms| ms > 0);
     t
+}
+
+/// Where a step whose time the rows do not carry is searched: forward from the last time they
+/// do carry, `forward` long. The article's `order_record` has only `created_at`: an order whose
+/// payment, processing and sink rows are all missing (a callback that failed, a table the team
+/// does not have) still has its payment events found when they come twenty minutes — or hours,
+/// as providers repeat callbacks — after the order. `None` when a row carries the payment's
+/// time, there is no time at all, or `forward` is zero.
+pub fn forward_window(rows: &TraceRows, forward: Duration) -> Option<TimeWindow> {
+    let payment_timed = !rows.payments.is_empty()
+        || !rows.processed.is_empty()
+        || !rows.points.is_empty()
+        || !rows.notifications.is_empty()
+        || rows
+            .orders
+            .iter()
+            .any(|o| o.updated_at.is_some_and(|u| u > o.created_at));
+    if payment_timed || forward.is_zero() {
+        return None;
+    }
+    let last = row_times(rows).into_iter().max()?;
+    Some(TimeWindow {
+        from_ms: last,
+        to_ms: last + forward.as_millis() as i64,
+    })
+}
+
+/// `windows` sorted and merged where they touch or overlap.
+pub fn merge_windows(mut windows: Vec<TimeWindow>) -> Vec<TimeWindow> {
+    windows.sort_by_key(|w| w.from_ms);
+    let mut out: Vec<TimeWindow> = Vec::new();
+    for w in windows {
+        match out.last_mut() {
+            Some(last) if w.from_ms <= last.to_ms + 1 => last.to_ms = last.to_ms.max(w.to_ms),
+            _ => out.push(w),
+        }
+    }
+    out
 }
 
 /// `[t − margin, t + margin]` around each time, overlapping windows merged, oldest first.

@@ -349,8 +349,11 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     };
     let [summary, table, detail] = Layout::vertical([
         Constraint::Length(
-            if ids_on_two_lines(t, area.width) { 7 } else { 6 }
-                + u16::from(!t.warnings.is_empty()),
+            if ids_on_two_lines(t, area.width) {
+                7
+            } else {
+                6
+            } + u16::from(!t.warnings.is_empty()),
         ),
         Constraint::Fill(1),
         // A short terminal gives the timeline the rows: the selected entry's first lines only.
@@ -770,7 +773,10 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
             ),
             Span::styled(
                 match &rates.undecodable_warning {
-                    Some(_) => format!(" · {} NOT trace events (see the Overview)", rates.undecodable),
+                    Some(_) => format!(
+                        " · {} NOT trace events (see the Overview)",
+                        rates.undecodable
+                    ),
                     None => String::new(),
                 },
                 Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
