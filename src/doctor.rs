@@ -27,6 +27,10 @@ pub struct CheckRow {
     pub detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// Works, but something relied on does not hold (a time zone, a partitioner): `ok` stays
+    /// true, the row says what and how to fix it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warning: bool,
 }
 
 impl CheckRow {
@@ -43,6 +47,21 @@ impl CheckRow {
             latency_ms: started.elapsed().as_secs_f64() * 1000.0,
             detail: detail.into(),
             hint: None,
+            warning: false,
+        }
+    }
+    fn warn(
+        service: impl Into<String>,
+        target: impl Into<String>,
+        started: Instant,
+        detail: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> CheckRow {
+        CheckRow {
+            detail: crate::logging::scrub(&detail.into()),
+            hint: Some(hint.into()),
+            warning: true,
+            ..CheckRow::ok(service, target, started, "")
         }
     }
     fn fail(
@@ -60,6 +79,7 @@ impl CheckRow {
             // A driver's error text could quote a connect parameter; the secrets never show.
             detail: crate::logging::scrub(&error.into()),
             hint: Some(hint.into()),
+            warning: false,
         }
     }
 }
@@ -335,7 +355,8 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         started,
         format!("{} broker(s): {}", brokers.len(), brokers.join(", ")),
     )];
-    for topic in topics {
+    for topic in &topics {
+        let topic = topic.clone();
         match found.iter().find(|(name, _)| *name == topic) {
             Some((_, n)) if *n > 0 => rows.push(CheckRow::ok(
                 format!("topic {topic}"),
@@ -352,7 +373,73 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
             )),
         }
     }
+    for topic in [&config.kafka.payment_topic, &config.kafka.trace_topic] {
+        if found.iter().any(|(name, n)| name == topic && *n > 1) {
+            rows.push(check_partitioning(config, topic).await);
+        }
+    }
     rows
+}
+
+/// Messages sampled per topic for the partitioning row.
+const PARTITIONING_SAMPLE: usize = 300;
+
+/// The topic's observed partitioning against `kafka.partitioner`: a trace reads only its
+/// order's partition when they agree (and checks what it scans when they do not).
+async fn check_partitioning(config: &Config, topic: &str) -> CheckRow {
+    let started = Instant::now();
+    let (c, t) = (config.clone(), topic.to_string());
+    let sample = tokio::task::spawn_blocking(move || {
+        crate::profile::messages::sample(&c, &t, PARTITIONING_SAMPLE, CHECK_TIMEOUT)
+    })
+    .await;
+    let service = format!("topic {topic} partitioning");
+    let servers = config.kafka.bootstrap_servers.clone();
+    let sample = match sample {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return CheckRow::fail(
+                service,
+                servers,
+                started,
+                format!("{e:#}"),
+                "is the broker answering?",
+            )
+        }
+        Err(e) => {
+            return CheckRow::fail(
+                service,
+                servers,
+                started,
+                e.to_string(),
+                "report this as a bug",
+            )
+        }
+    };
+    let observed = crate::profile::messages::partitioning(&sample);
+    let configured = config.kafka.partitioner;
+    let agrees = observed == crate::profile::messages::Partitioning::Empty
+        || observed.partitioner() == configured
+        || configured == crate::stream::partitioner::Partitioner::None;
+    let detail = format!(
+        "{}; kafka.partitioner = {}",
+        observed.describe(),
+        configured.name()
+    );
+    if agrees {
+        CheckRow::ok(service, servers, started, detail)
+    } else {
+        CheckRow::warn(
+            service,
+            servers,
+            started,
+            detail,
+            format!(
+                "set kafka.partitioner = \"{}\" (a trace that reads by the configured one finds its partition's messages unkeyed or keyed elsewhere, says so and reads every partition)",
+                observed.partitioner().name()
+            ),
+        )
+    }
 }
 
 /// The closing line when a check failed: how many, and which services (`None`: all passed).
@@ -388,7 +475,11 @@ pub fn render(rows: &[CheckRow]) -> String {
             "{:<w_service$}  {:<w_target$}  {:<6}  {:>7.1}ms  {}\n",
             r.service,
             r.target,
-            if r.ok { "ok" } else { "FAIL" },
+            match (r.ok, r.warning) {
+                (true, false) => "ok",
+                (true, true) => "warn",
+                (false, _) => "FAIL",
+            },
             r.latency_ms,
             r.detail
         ));

@@ -48,7 +48,42 @@ pub async fn check(config: &crate::config::Config, db: &Database) -> Vec<CheckRo
             format!("{mapped} tables and their columns found with compatible types; {prepared} console statements prepare"),
         ));
     }
+    rows.extend(check_time_zone(config, db).await);
     rows
+}
+
+/// `source.time_zone` against the server's zone and the newest rows of the wall-clock tables
+/// (only those depend on it): a warning, since an application may write its own clock, which
+/// the newest rows then show.
+async fn check_time_zone(config: &crate::config::Config, db: &Database) -> Option<CheckRow> {
+    use crate::db::clock;
+    if !clock::profile_uses_wall_clock(&config.source) {
+        return None;
+    }
+    let started = Instant::now();
+    let offset = config.source.offset_ms().ok()?;
+    let target = "source.time_zone";
+    let evidence =
+        clock::read_evidence(db, &config.source, &config.tables, super::CHECK_TIMEOUT).await;
+    Some(match evidence {
+        Err(e) => CheckRow::fail(
+            SERVICE,
+            target,
+            started,
+            format!("{e:#}"),
+            "the server's clock could not be read",
+        ),
+        Ok(e) => match e.check(offset) {
+            Ok(agrees) => CheckRow::ok(SERVICE, target, started, agrees),
+            Err(warning) => CheckRow::warn(
+                SERVICE,
+                target,
+                started,
+                warning,
+                "a trace says the same on every order until it is fixed",
+            ),
+        },
+    })
 }
 
 fn physical_name(config: &crate::config::Config, logical: &str, t: &SourceTable) -> String {
