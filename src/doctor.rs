@@ -355,7 +355,8 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         started,
         format!("{} broker(s): {}", brokers.len(), brokers.join(", ")),
     )];
-    for topic in &topics {
+    // An empty name is "none" (no trace topic on a team's system), not a topic to look for.
+    for topic in topics.iter().filter(|t| !t.is_empty()) {
         let topic = topic.clone();
         match found.iter().find(|(name, _)| *name == topic) {
             Some((_, n)) if *n > 0 => rows.push(CheckRow::ok(
@@ -374,7 +375,7 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         }
     }
     for topic in [&config.kafka.payment_topic, &config.kafka.trace_topic] {
-        if found.iter().any(|(name, n)| name == topic && *n > 1) {
+        if !topic.is_empty() && found.iter().any(|(name, n)| name == topic && *n > 1) {
             rows.push(check_partitioning(config, topic).await);
         }
     }

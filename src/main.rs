@@ -73,6 +73,10 @@ enum ProfileCommand {
         /// Messages sampled per topic at most (the newest)
         #[arg(long, value_name = "N", default_value_t = 500)]
         messages: usize,
+        /// Sample only the Redis keys matching this glob (a Redis shared by several
+        /// applications: the team's prefix, e.g. 'shop:*')
+        #[arg(long, value_name = "GLOB", default_value = "*")]
+        redis_match: String,
     },
 }
 
@@ -528,9 +532,7 @@ async fn run(
 async fn suggest_profile(
     config: &Config,
     out: Option<PathBuf>,
-    deadline: std::time::Duration,
-    redis_keys: usize,
-    messages: usize,
+    bounds: idemguard::profile::suggest::Bounds,
 ) -> anyhow::Result<ExitCode> {
     use idemguard::profile::suggest;
     if let Some(path) = out.as_ref().filter(|p| p.exists()) {
@@ -539,12 +541,10 @@ async fn suggest_profile(
             path.display()
         );
     }
-    eprintln!("idemguard profile suggest: reading the database, Redis, the topics and the log files (each within {deadline:?}) …");
-    let bounds = suggest::Bounds {
-        deadline,
-        redis_keys,
-        messages,
-    };
+    eprintln!(
+        "idemguard profile suggest: reading the database, Redis, the topics and the log files (each within {:?}) …",
+        bounds.deadline
+    );
     let s = suggest::suggest(config, &bounds).await;
     let text = s.to_toml();
     match &out {

@@ -74,7 +74,9 @@ impl ZoneEvidence {
         if ahead <= AHEAD_TOLERANCE_MS {
             return None;
         }
-        let quarters = (ahead + QUARTER_HOUR_MS / 2) / QUARTER_HOUR_MS;
+        // The newest row is older than now by however long ago it was written: its zone is
+        // at least `ahead` east of the server's, rounded up to the quarter hour.
+        let quarters = (ahead + QUARTER_HOUR_MS - 1) / QUARTER_HOUR_MS;
         let offset = self.server.offset_ms + quarters * QUARTER_HOUR_MS;
         let why = format!(
             "the newest {} is {} ahead of the server's clock ({} {}): the application writes its own wall clock",

@@ -90,9 +90,11 @@ pub fn pattern_of(key: &str) -> (String, Option<String>) {
     (parts.join(":"), id)
 }
 
-/// Samples up to `limit` keys of the main Redis within `deadline`.
+/// Samples up to `limit` keys of the main Redis matching `matching` (SCAN MATCH; `*`: all)
+/// within `deadline`.
 pub async fn sample(
     config: &Config,
+    matching: &str,
     limit: usize,
     deadline: Duration,
 ) -> anyhow::Result<KeySample> {
@@ -120,6 +122,8 @@ pub async fn sample(
     while seen < limit && started.elapsed() < deadline {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
+            .arg("MATCH")
+            .arg(matching)
             .arg("COUNT")
             .arg(500)
             .query_async(&mut conn)

@@ -23,6 +23,9 @@ pub struct Bounds {
     pub redis_keys: usize,
     /// Per topic.
     pub messages: usize,
+    /// The Redis keys sampled (SCAN MATCH): a Redis shared by several applications is sampled
+    /// under the team's prefix.
+    pub redis_match: String,
 }
 
 impl Default for Bounds {
@@ -31,6 +34,7 @@ impl Default for Bounds {
             deadline: Duration::from_secs(10),
             redis_keys: 5_000,
             messages: 500,
+            redis_match: "*".into(),
         }
     }
 }
@@ -66,7 +70,13 @@ pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
         Some(db) => database_side(db, config, bounds, &mut problems).await,
         None => None,
     };
-    let redis = keys::sample(config, bounds.redis_keys, bounds.deadline).await;
+    let redis = keys::sample(
+        config,
+        &bounds.redis_match,
+        bounds.redis_keys,
+        bounds.deadline,
+    )
+    .await;
     let redis = redis
         .map_err(|e| {
             problems.push(format!(

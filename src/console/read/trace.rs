@@ -217,6 +217,16 @@ pub async fn read_trace(
             ));
         }
     }
+    let unsearched = rows.as_ref().and_then(|r| {
+        crate::console::read::window::forward_window(r, std::time::Duration::from_secs(3600))
+    });
+    if unsearched.is_some() && config.console.forward_search.is_zero() {
+        timeline.warn(
+            "no row carries the payment's own time and console.forward_search is 0s: payment \
+             events and log lines later than console.trace_margin after the order were not \
+             searched",
+        );
+    }
     timeline.read_cost = cost;
     logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
     if config.kafka.trace_topic.is_empty() {
