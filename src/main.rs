@@ -356,7 +356,16 @@ async fn run(
             deadline,
             redis_keys,
             messages,
-        }) => suggest_profile(&config, out, deadline, redis_keys, messages).await,
+            redis_match,
+        }) => {
+            let bounds = idemguard::profile::suggest::Bounds {
+                deadline,
+                redis_keys,
+                messages,
+                redis_match,
+            };
+            suggest_profile(&config, out, bounds).await
+        }
         Command::Doctor { json } => {
             let rows = doctor::run(&config).await;
             if json {
