@@ -545,6 +545,11 @@ pub async fn guess_status(db: &Database, g: &mut TableGuess, live: &LiveTable, d
         }
     ));
     let mut unnamed: Vec<&str> = values.iter().map(|(v, _)| v.as_str()).collect();
+    // A table that stores idemguard's own names stores the ones not in the sample the same way.
+    let own_names = g.status_kind == StatusKind::Text
+        && values
+            .iter()
+            .any(|(v, _)| names.iter().any(|(n, _)| n == v));
     for (name, words) in names {
         let value = match g.status_kind {
             StatusKind::Text => values
@@ -553,7 +558,13 @@ pub async fn guess_status(db: &Database, g: &mut TableGuess, live: &LiveTable, d
                 .map(|(v, _)| v.clone()),
             StatusKind::Integer => article_code(g.logical, name).map(str::to_string),
         };
-        let value = value.unwrap_or_default();
+        let value = value.unwrap_or_else(|| {
+            if own_names {
+                name.to_string()
+            } else {
+                String::new()
+            }
+        });
         unnamed.retain(|v| *v != value);
         g.status.push((name.to_string(), value));
     }

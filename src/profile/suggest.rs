@@ -283,7 +283,14 @@ async fn kafka_sections(
                 sample.topic.as_str(),
                 &format!("{} message(s) sampled", sample.messages.len()),
             );
-            k.set("partitioner", p.partitioner().name(), &p.describe());
+            if p == messages::Partitioning::Empty {
+                k.note(&format!(
+                    "partitioner: {}; the configured one stays",
+                    p.describe()
+                ));
+            } else {
+                k.set("partitioner", p.partitioner().name(), &p.describe());
+            }
         }
         Some(Err(e)) => {
             k.note(&format!(
@@ -314,7 +321,13 @@ async fn kafka_sections(
             let places = messages::id_places(sample, id);
             let checked = check_values(db, tables, id, &places).await;
             let list: Vec<String> = places.iter().map(|p| p.place.clone()).collect();
-            ids.set_list(key, &list, &places_note(sample, &places, &checked));
+            if list.is_empty() {
+                ids.note(&format!(
+                    "{key}: not found in any message sampled (by name): the default places stay"
+                ));
+            } else {
+                ids.set_list(key, &list, &places_note(sample, &places, &checked));
+            }
         }
     } else {
         ids.note("no message sampled: the defaults stay (header, JSON body, key)");

@@ -1,0 +1,413 @@
+//! First contact with a team's system, as a new user makes it: `profile suggest` on systems
+//! idemguard never saw (set up here, not by idemguard), `doctor` clean on the file, `trace`
+//! finding the records, locks, every Kafka copy and the log lines — and, with each assumption
+//! deliberately broken, a trace that says what is wrong instead of "not found".
+//!
+//! Two systems:
+//! - the article's (tests/common/article.rs) on both dialects: DATETIME columns written at
+//!   +08:00 on a UTC server, integer status codes, IDs only in message bodies, messages keyed
+//!   by orderNo through librdkafka's partitioner, zap-style JSON logs (`ts`, `msg`), a §3.2
+//!   `setIfAbsent` token and a Redisson lock; one order whose payment exists only in Kafka,
+//!   twenty and fifty minutes after it;
+//! - a PostgreSQL team's own: TIMESTAMPTZ, text status ('INIT', 'DONE'), its own table and
+//!   column names, payment events keyed by orderNumber through Java's murmur2 and events
+//!   without a key, logback JSON logs (`@timestamp`, `message`, MDC fields), Redisson locks
+//!   under the team's prefix.
+//!
+//! Every test has its own database, topics, key prefix and log directory.
+
+#[path = "common/article.rs"]
+mod article;
+mod common;
+#[path = "common/first_contact.rs"]
+mod first_contact;
+
+use std::path::PathBuf;
+
+use article::{
+    article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
+};
+use first_contact::{
+    crc32_partition, entries, kafka_copies, letters, murmur2_partition, produce, suggest, trace,
+    value, warnings, Produced,
+};
+use idemguard::config::Dialect;
+use serde_json::json;
+
+const MINUTE: i64 = 60_000;
+
+/// The article's shop mid-incident: order U created an hour ago, its payment callback booked
+/// nowhere (its events only in Kafka, at +20 and +50 minutes: a provider repeating it), its
+/// §3.2 lock still held; a recent order (the newest row); other orders' payment events.
+struct ArticleIncident {
+    sys: ArticleSystem,
+    order: String,
+    request: String,
+    prefix: String,
+    payment_topic: String,
+    /// A team's own topic of other JSON messages (audit records): not trace events.
+    audit_topic: String,
+    logs: tempfile::TempDir,
+    _keys: RedisKeys,
+}
+
+impl ArticleIncident {
+    /// What a new user sets: the database, the topics and the log files; nothing else.
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "IDEMGUARD_DATABASE__URL".into(),
+                self.sys.config.database.url.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC".into(),
+                self.payment_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__TRACE_TOPIC".into(),
+                self.audit_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_LOGS__FILES".into(),
+                format!("{}/*.log", self.logs.path().display()),
+            ),
+        ]
+    }
+}
+
+/// An order number whose partition under murmur2 differs from librdkafka's (so a wrong
+/// partitioner reads the wrong partition).
+fn order_number(tag: &str) -> String {
+    (0..)
+        .map(|n| format!("2026{n:02}{tag}"))
+        .find(|o| murmur2_partition(o) != crc32_partition(o))
+        .unwrap()
+}
+
+async fn article_incident(dialect: Dialect) -> ArticleIncident {
+    let sys = article_system(dialect).await;
+    let tag = common::unique_suffix();
+    let (order, request) = (order_number(&tag), uuid::Uuid::new_v4().to_string());
+    let t0 = now_ms() - 60 * MINUTE;
+    sys.record(&request, 0, t0).await;
+    sys.order(&request, &order, None, t0).await;
+    let recent = format!("9{tag}");
+    let recent_request = uuid::Uuid::new_v4().to_string();
+    sys.record(&recent_request, 1, now_ms() - 30_000).await;
+    sys.order(&recent_request, &recent, None, now_ms() - 30_000)
+        .await;
+
+    let topics = common::fresh_topics(&sys.config, &["shop-pay", "shop-audit"]).await;
+    let body =
+        |o: &str, e: &str| json!({"orderNo": o, "eventId": e, "amount": 9900, "status": "SUCCESS"});
+    let mut messages = vec![
+        Produced {
+            key: Some(order.clone()),
+            partition: None,
+            body: body(&order, &format!("E1{tag}")),
+            at_ms: t0 + 20 * MINUTE,
+        },
+        Produced {
+            key: Some(order.clone()),
+            partition: None,
+            body: body(&order, &format!("E2{tag}")),
+            at_ms: t0 + 50 * MINUTE,
+        },
+    ];
+    // Other orders' events, in every partition (a partition read by the wrong partitioner has
+    // keys it would put elsewhere).
+    for n in 0..12 {
+        let other = format!("2027{n:02}{tag}");
+        messages.push(Produced {
+            key: Some(other.clone()),
+            partition: None,
+            body: body(&other, &format!("X{n}{tag}")),
+            at_ms: t0 + 20 * MINUTE,
+        });
+    }
+    let servers = sys.config.kafka.bootstrap_servers.clone();
+    produce(&servers, &topics[0], &messages).await;
+    let audit = Produced {
+        key: Some(order.clone()),
+        partition: None,
+        body: json!({"audit": "order.viewed", "orderNo": order}),
+        at_ms: t0 + MINUTE,
+    };
+    produce(&servers, &topics[1], &[audit]).await;
+
+    let prefix = letters(&tag);
+    let (token_key, redisson_key) = (
+        format!("{prefix}:lock:order:{order}"),
+        format!("{prefix}:lock:pay:{recent}"),
+    );
+    let mut c = redis_conn().await;
+    set_if_absent(&mut c, &token_key, &request).await;
+    redisson_lock(
+        &mut c,
+        &redisson_key,
+        &format!("{}:57", uuid::Uuid::new_v4()),
+    )
+    .await;
+
+    let logs = tempfile::tempdir().unwrap();
+    let zap = |ms: i64, svc: &str, msg: &str, event: &str| {
+        json!({"ts": ms as f64 / 1000.0, "level": "info", "msg": msg, "service": svc, "orderNo": order, "requestId": request, "eventId": event}).to_string()
+    };
+    let lines = [
+        zap(t0, "order-svc", "order created", ""),
+        zap(
+            t0 + 20 * MINUTE,
+            "pay-svc",
+            "payment callback",
+            &format!("E1{tag}"),
+        ),
+        zap(
+            t0 + 50 * MINUTE,
+            "pay-svc",
+            "payment callback repeated",
+            &format!("E2{tag}"),
+        ),
+    ];
+    std::fs::write(logs.path().join("shop.log"), lines.join("\n") + "\n").unwrap();
+    ArticleIncident {
+        sys,
+        order,
+        request,
+        prefix,
+        payment_topic: topics[0].clone(),
+        audit_topic: topics[1].clone(),
+        logs,
+        _keys: RedisKeys(vec![token_key, redisson_key]),
+    }
+}
+
+/// The suggestion names what the article's system is, each with what it was based on.
+fn the_article_is_recognised(profile: &str, f: &ArticleIncident) {
+    use article::{IDEM, MESSAGES, ORDERS, PAYMENTS, POINTS};
+    for (logical, table) in [
+        ("idempotency_record", IDEM),
+        ("order_record", ORDERS),
+        ("payment_flow", PAYMENTS),
+        ("points_ledger", POINTS),
+        ("notification", MESSAGES),
+    ] {
+        assert_eq!(
+            value(profile, &format!("source.{logical}"), "table").as_str(),
+            Some(table),
+            "{profile}"
+        );
+    }
+    assert_eq!(
+        value(profile, "source.stock_movement", "table").as_str(),
+        Some("absent")
+    );
+    assert_eq!(
+        value(profile, "source.order_record", "time").as_str(),
+        Some("datetime")
+    );
+    assert_eq!(
+        value(profile, "source", "time_zone").as_str(),
+        Some("+08:00"),
+        "{profile}"
+    );
+    assert!(
+        profile.contains("ahead of the server's clock"),
+        "the zone says what it is based on: {profile}"
+    );
+    assert_eq!(
+        value(profile, "source.idempotency_record", "status.SUCCEEDED").as_str(),
+        Some("1")
+    );
+    assert!(
+        profile.contains("GUESS from the article's convention"),
+        "{profile}"
+    );
+    assert_eq!(
+        value(profile, "source.order_record", "columns.sku_id").as_str(),
+        Some("")
+    );
+    assert_eq!(
+        value(profile, "kafka", "partitioner").as_str(),
+        Some("consistent_random"),
+        "{profile}"
+    );
+    assert_eq!(
+        value(profile, "kafka", "trace_topic").as_str(),
+        Some(""),
+        "{profile}"
+    );
+    assert_eq!(
+        value(profile, "kafka_ids.payment", "order_no")
+            .as_array()
+            .unwrap()[0]
+            .as_str(),
+        Some("json:/orderNo")
+    );
+    assert_eq!(
+        value(profile, "kafka_ids.payment", "event_id")
+            .as_array()
+            .unwrap()[0]
+            .as_str(),
+        Some("json:/eventId")
+    );
+    let patterns = value(profile, "foreign_locks", "patterns");
+    let patterns: Vec<&str> = patterns
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(
+        patterns.contains(&format!("{}:lock:order:{{orderNo}}", f.prefix).as_str()),
+        "{profile}"
+    );
+    assert_eq!(value(profile, "logs", "time_field").as_str(), Some("ts"));
+    assert_eq!(
+        value(profile, "logs", "message_field").as_str(),
+        Some("msg")
+    );
+}
+
+/// `profile suggest` → `doctor` clean → `trace` finds the rows, the lock, both Kafka copies
+/// (searched forward: no row carries the payment's time) and the log lines, with no warning.
+async fn the_article_from_suggest_to_trace(dialect: Dialect) {
+    let f = article_incident(dialect).await;
+    let env = f.env();
+    let (config, profile) = suggest(f.logs.path(), &env, &format!("{}:*", f.prefix));
+    the_article_is_recognised(&profile, &f);
+    first_contact::doctor_is_clean(&config, &[], &profile);
+
+    let t = trace(&config, &[], &f.order);
+    assert_eq!(t["data"]["request_id"], f.request.as_str(), "{t:#}");
+    assert!(
+        warnings(&t).is_empty(),
+        "a clean trace: {:#?}",
+        warnings(&t)
+    );
+    assert!(
+        entries(&t, "db").len() >= 2,
+        "the record and the order: {t:#}"
+    );
+    assert_eq!(
+        kafka_copies(&t, &f.payment_topic),
+        2,
+        "both copies, found forward: {t:#}"
+    );
+    assert!(
+        t["data"]["read_cost"]["forward_search"].is_object(),
+        "{t:#}"
+    );
+    let logs: Vec<&str> = entries(&t, "log")
+        .iter()
+        .filter_map(|e| e["fields"]["message"].as_str())
+        .collect();
+    assert_eq!(
+        logs,
+        [
+            "order created",
+            "payment callback",
+            "payment callback repeated"
+        ],
+        "{t:#}"
+    );
+    let lock = entries(&t, "lock")
+        .into_iter()
+        .find(|e| e["fields"]["format"]["kind"] == "token")
+        .unwrap_or_else(|| panic!("the §3.2 lock: {t:#}"));
+    assert_eq!(lock["fields"]["format"]["request_id"], f.request.as_str());
+    broken_article_assumptions(&f, &config);
+}
+
+/// Each assumption broken on top of the suggested file: the trace says what, naming the key.
+fn broken_article_assumptions(f: &ArticleIncident, config: &PathBuf) {
+    let with = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let said = |env: Vec<(String, String)>, needle: &str| {
+        let t = trace(config, &env, &f.order);
+        let w = warnings(&t);
+        assert!(
+            w.iter().any(|x| x.contains(needle)),
+            "{env:?}: the trace says {needle:?}: {w:#?}"
+        );
+        t
+    };
+    // The example profile's zone on rows read as UTC: 8 hours off, said with the fix; the log
+    // lines outside the (shifted) windows are counted.
+    let t = said(
+        with("IDEMGUARD_SOURCE__TIME_ZONE", "+00:00"),
+        "set source.time_zone = \"+08:00\"",
+    );
+    assert!(
+        warnings(&t)
+            .iter()
+            .any(|w| w.contains("log line(s) name this trace's IDs but are not shown")),
+        "{:#?}",
+        warnings(&t)
+    );
+    // The Java client's partitioner where the producer used librdkafka's: the shortcut is
+    // caught on what it scans, every partition read, both copies found.
+    let t = said(
+        with("IDEMGUARD_KAFKA__PARTITIONER", "murmur2_random"),
+        "the partition shortcut did not hold",
+    );
+    assert_eq!(kafka_copies(&t, &f.payment_topic), 2, "{t:#}");
+    // No forward search: said, not silent.
+    said(
+        with("IDEMGUARD_CONSOLE__FORWARD_SEARCH", "0s"),
+        "console.forward_search is 0s",
+    );
+    // The defaults' field names on zap's lines: read anyway.
+    let env = vec![
+        (
+            "IDEMGUARD_LOGS__TIME_FIELD".to_string(),
+            "timestamp".to_string(),
+        ),
+        (
+            "IDEMGUARD_LOGS__MESSAGE_FIELD".to_string(),
+            "message".to_string(),
+        ),
+    ];
+    let t = trace(config, &env, &f.order);
+    assert_eq!(
+        entries(&t, "log").len(),
+        3,
+        "zap's ts/msg read without configuration: {t:#}"
+    );
+    // A mapped column the table lacks: the order still shows, the column said unknown.
+    let t = trace(
+        config,
+        &with("IDEMGUARD_SOURCE__ORDER_RECORD__COLUMNS__SKU_ID", "sku_id"),
+        &f.order,
+    );
+    let notes: Vec<&str> = entries(&t, "db")
+        .iter()
+        .filter_map(|e| e["summary"].as_str())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("sku_id shown as unknown") && n.contains("does not exist")),
+        "{notes:#?}"
+    );
+    assert!(
+        entries(&t, "db")
+            .iter()
+            .any(|e| e["source"] == "order_record"),
+        "the order row still shows: {t:#}"
+    );
+    // A topic of other messages as the trace topic: counted and said.
+    said(
+        with("IDEMGUARD_KAFKA__TRACE_TOPIC", &f.audit_topic),
+        "could not be read as trace events",
+    );
+    let (_, out, err) = first_contact::run(
+        Some(config),
+        &with("IDEMGUARD_KAFKA__TRACE_TOPIC", &f.audit_topic),
+        &["rates", "--json"],
+    );
+    assert!(
+        out.contains("could not be read as trace events"),
+        "rates: {out}{err}"
+    );
+}
+
+per_dialect!(the_article_from_suggest_to_trace => postgres_the_article_from_suggest_to_trace, mysql_the_article_from_suggest_to_trace);
