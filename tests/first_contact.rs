@@ -22,7 +22,7 @@ mod common;
 #[path = "common/first_contact.rs"]
 mod first_contact;
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use article::{
     article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
@@ -319,7 +319,7 @@ async fn the_article_from_suggest_to_trace(dialect: Dialect) {
 }
 
 /// Each assumption broken on top of the suggested file: the trace says what, naming the key.
-fn broken_article_assumptions(f: &ArticleIncident, config: &PathBuf) {
+fn broken_article_assumptions(f: &ArticleIncident, config: &Path) {
     let with = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
     let said = |env: Vec<(String, String)>, needle: &str| {
         let t = trace(config, &env, &f.order);
@@ -411,3 +411,296 @@ fn broken_article_assumptions(f: &ArticleIncident, config: &PathBuf) {
 }
 
 per_dialect!(the_article_from_suggest_to_trace => postgres_the_article_from_suggest_to_trace, mysql_the_article_from_suggest_to_trace);
+
+/// A team's own checkout system on PostgreSQL: instants (TIMESTAMPTZ), text states, its own
+/// names for every table and column.
+const ACME: &str = "
+CREATE TABLE acme_checkout_request (
+  id BIGSERIAL PRIMARY KEY,
+  idempotency_key VARCHAR(80) NOT NULL UNIQUE,
+  payload_hash VARCHAR(64) NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  http_status INT NULL,
+  created_time TIMESTAMPTZ NOT NULL DEFAULT now(),
+  expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE acme_purchase (
+  id BIGSERIAL PRIMARY KEY,
+  order_number VARCHAR(40) NOT NULL UNIQUE,
+  idempotency_key VARCHAR(80) NOT NULL UNIQUE,
+  buyer_id BIGINT NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  total_amount BIGINT NOT NULL,
+  created_time TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE acme_payment_txn (
+  id BIGSERIAL PRIMARY KEY,
+  txn_no VARCHAR(64) NOT NULL UNIQUE,
+  order_number VARCHAR(40) NOT NULL,
+  event_id VARCHAR(64) NOT NULL,
+  amount BIGINT NOT NULL,
+  status VARCHAR(16) NOT NULL,
+  created_time TIMESTAMPTZ NOT NULL DEFAULT now()
+)";
+
+/// The team's checkout mid-incident: order B paid ten minutes ago, its payment event sent twice
+/// — keyed by orderNumber through murmur2, and again without a key by the provider's retry —
+/// its Redisson lock held under the team's prefix; logback's JSON lines of it.
+struct AcmeIncident {
+    config: idemguard::config::Config,
+    order: String,
+    request: String,
+    prefix: String,
+    payment_topic: String,
+    logs: tempfile::TempDir,
+    _keys: RedisKeys,
+}
+
+async fn acme_incident() -> AcmeIncident {
+    let config = common::fresh_database_config(Dialect::Postgres).await;
+    let db = idemguard::db::Database::connect(&config).await.unwrap();
+    for statement in ACME.split(";\n") {
+        common::exec(&db, statement).await;
+    }
+    let tag = common::unique_suffix();
+    let order = format!("AC-{tag}-7");
+    let request = format!("chk_{tag}");
+    let event = uuid::Uuid::new_v4().to_string();
+    let t0 = now_ms() - 10 * MINUTE;
+    let at = |ms: i64| format!("to_timestamp({ms} / 1000.0)");
+    common::exec(&db, &format!("INSERT INTO acme_checkout_request (idempotency_key, payload_hash, state, http_status, created_time, expires_at) VALUES ('{request}', 'h', 'DONE', 200, {}, {})", at(t0), at(t0 + 86_400_000))).await;
+    common::exec(&db, &format!("INSERT INTO acme_purchase (order_number, idempotency_key, buyer_id, state, total_amount, created_time) VALUES ('{order}', '{request}', 7, 'DONE', 4200, {})", at(t0))).await;
+    common::exec(&db, &format!("INSERT INTO acme_checkout_request (idempotency_key, payload_hash, state, created_time, expires_at) VALUES ('chk_{tag}_b', 'h', 'INIT', now(), now())")).await;
+    common::exec(&db, &format!("INSERT INTO acme_payment_txn (txn_no, order_number, event_id, amount, status, created_time) VALUES ('TX{tag}', '{order}', '{event}', 4200, 'PAID', {})", at(t0 + MINUTE))).await;
+    db.pool.close().await;
+
+    let topics = common::fresh_topics(&config, &["acme-payments"]).await;
+    let body = |o: &str, e: &str| json!({"type": "PaymentSucceeded", "data": {"orderNumber": o, "eventId": e, "idempotencyKey": request}});
+    let home = murmur2_partition(&order);
+    let elsewhere = (home + 1) % 3;
+    let mut messages = vec![
+        Produced {
+            key: Some(order.clone()),
+            partition: Some(home),
+            body: body(&order, &event),
+            at_ms: t0 + MINUTE,
+        },
+        Produced {
+            key: None,
+            partition: Some(elsewhere),
+            body: body(&order, &event),
+            at_ms: t0 + 3 * MINUTE,
+        },
+        // Another order's retry without a key, in B's partition.
+        Produced {
+            key: None,
+            partition: Some(home),
+            body: body("AC-other", "e-other"),
+            at_ms: t0 + 2 * MINUTE,
+        },
+    ];
+    for n in 0..6 {
+        let other = format!("AC-{tag}-{n}x");
+        let p = murmur2_partition(&other);
+        messages.push(Produced {
+            key: Some(other.clone()),
+            partition: Some(p),
+            body: body(&other, &format!("e{n}")),
+            at_ms: t0 + MINUTE,
+        });
+    }
+    produce(&config.kafka.bootstrap_servers, &topics[0], &messages).await;
+
+    let prefix = letters(&tag);
+    let lock = format!("{prefix}:purchase:lock:{order}");
+    redisson_lock(
+        &mut redis_conn().await,
+        &lock,
+        &format!("{}:88", uuid::Uuid::new_v4()),
+    )
+    .await;
+
+    let logs = tempfile::tempdir().unwrap();
+    let logback = |ms: i64, msg: &str| {
+        let at = humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis((ms + 8 * 3_600_000) as u64),
+        );
+        let local = at.to_string().trim_end_matches('Z').to_string() + "+08:00";
+        json!({"@timestamp": local, "@version": "1", "message": msg, "logger_name": "com.acme.checkout.PaymentListener", "thread_name": "kafka-1", "level": "INFO", "orderNumber": order, "idempotencyKey": request, "eventId": event}).to_string()
+    };
+    let lines = [
+        logback(t0, "checkout accepted"),
+        logback(t0 + MINUTE, "payment applied"),
+        logback(t0 + 3 * MINUTE, "duplicate payment ignored"),
+    ];
+    std::fs::write(
+        logs.path().join("checkout.json.log"),
+        lines.join("\n") + "\n",
+    )
+    .unwrap();
+    AcmeIncident {
+        config,
+        order,
+        request,
+        prefix,
+        payment_topic: topics[0].clone(),
+        logs,
+        _keys: RedisKeys(vec![lock]),
+    }
+}
+
+/// The team's system from `profile suggest` to a trace with both copies (one without a key),
+/// the Redisson lock and logback's lines; then with murmur2 assumed for a topic that also has
+/// unkeyed messages, and a column the table lacks.
+#[tokio::test]
+async fn postgres_a_teams_own_system_from_suggest_to_trace() {
+    let f = acme_incident().await;
+    let env = vec![
+        (
+            "IDEMGUARD_DATABASE__URL".to_string(),
+            f.config.database.url.clone(),
+        ),
+        (
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC".to_string(),
+            f.payment_topic.clone(),
+        ),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC".to_string(), String::new()),
+        (
+            "IDEMGUARD_LOGS__FILES".to_string(),
+            format!("{}/*.log", f.logs.path().display()),
+        ),
+    ];
+    let (config, profile) = suggest(f.logs.path(), &env, &format!("{}:*", f.prefix));
+    for (logical, table) in [
+        ("idempotency_record", "acme_checkout_request"),
+        ("order_record", "acme_purchase"),
+        ("payment_flow", "acme_payment_txn"),
+    ] {
+        assert_eq!(
+            value(&profile, &format!("source.{logical}"), "table").as_str(),
+            Some(table),
+            "{profile}"
+        );
+    }
+    assert_eq!(
+        value(&profile, "source.notification", "table").as_str(),
+        Some("absent")
+    );
+    assert_eq!(
+        value(&profile, "source.order_record", "time").as_str(),
+        Some("timestamptz")
+    );
+    assert_eq!(
+        value(&profile, "source.order_record", "columns.order_no").as_str(),
+        Some("order_number")
+    );
+    assert_eq!(
+        value(&profile, "source.order_record", "status.PAID").as_str(),
+        Some("DONE")
+    );
+    assert_eq!(
+        value(&profile, "source.idempotency_record", "status.PROCESSING").as_str(),
+        Some("INIT")
+    );
+    assert_eq!(
+        value(&profile, "kafka", "partitioner").as_str(),
+        Some("none"),
+        "unkeyed messages: {profile}"
+    );
+    assert_eq!(
+        value(&profile, "kafka_ids.payment", "order_no")
+            .as_array()
+            .unwrap()[0]
+            .as_str(),
+        Some("json:/data/orderNumber")
+    );
+    assert_eq!(
+        value(&profile, "logs", "time_field").as_str(),
+        Some("@timestamp")
+    );
+    assert_eq!(
+        value(&profile, "logs", "order_no_field").as_str(),
+        Some("orderNumber")
+    );
+    assert!(
+        profile.contains(&format!("{}:purchase:lock:{{orderNo}}", f.prefix)),
+        "{profile}"
+    );
+    first_contact::doctor_is_clean(&config, &[], &profile);
+
+    let t = trace(&config, &[], &f.order);
+    assert!(
+        warnings(&t).is_empty(),
+        "a clean trace: {:#?}",
+        warnings(&t)
+    );
+    assert_eq!(t["data"]["request_id"], f.request.as_str(), "{t:#}");
+    assert_eq!(
+        kafka_copies(&t, &f.payment_topic),
+        2,
+        "the keyed copy and the unkeyed retry: {t:#}"
+    );
+    assert!(
+        entries(&t, "db")
+            .iter()
+            .any(|e| e["source"] == "payment_flow"),
+        "{t:#}"
+    );
+    assert!(
+        entries(&t, "lock")
+            .iter()
+            .any(|e| e["fields"]["format"]["kind"] == "redisson"),
+        "{t:#}"
+    );
+    let logs: Vec<&str> = entries(&t, "log")
+        .iter()
+        .filter_map(|e| e["fields"]["message"].as_str())
+        .collect();
+    assert_eq!(
+        logs,
+        [
+            "checkout accepted",
+            "payment applied",
+            "duplicate payment ignored"
+        ],
+        "{t:#}"
+    );
+
+    let murmur = vec![(
+        "IDEMGUARD_KAFKA__PARTITIONER".to_string(),
+        "murmur2_random".to_string(),
+    )];
+    let t = trace(&config, &murmur, &f.order);
+    assert!(
+        warnings(&t).iter().any(|w| w.contains("have no key")),
+        "{:#?}",
+        warnings(&t)
+    );
+    assert_eq!(kafka_copies(&t, &f.payment_topic), 2, "{t:#}");
+    let (_, out, _) = first_contact::run(Some(&config), &murmur, &["doctor"]);
+    assert!(
+        out.contains("have no key") && out.contains("set kafka.partitioner = \"none\""),
+        "doctor reports the observed partitioning: {out}"
+    );
+
+    let version = vec![(
+        "IDEMGUARD_SOURCE__ORDER_RECORD__COLUMNS__VERSION".to_string(),
+        "version".to_string(),
+    )];
+    let t = trace(&config, &version, &f.order);
+    let notes: Vec<&str> = entries(&t, "db")
+        .iter()
+        .filter_map(|e| e["summary"].as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("version shown as unknown")
+            && n.contains("acme_purchase.version does not exist")),
+        "{notes:#?}"
+    );
+    assert!(
+        entries(&t, "db")
+            .iter()
+            .any(|e| e["source"] == "order_record"),
+        "the order still shows: {t:#}"
+    );
+}

@@ -13,6 +13,8 @@ use crate::config::{SourceTable, StatusKind, TimeStorage, ABSENT, CONSOLE_TABLES
 use crate::db::Database;
 
 const SERVICE: &str = "source profile";
+/// The row of `source.time_zone`, apart from the profile's own (tables and columns).
+const ZONE: &str = "time zone";
 
 pub async fn check(config: &crate::config::Config, db: &Database) -> Vec<CheckRow> {
     let started = Instant::now();
@@ -67,16 +69,16 @@ async fn check_time_zone(config: &crate::config::Config, db: &Database) -> Optio
         clock::read_evidence(db, &config.source, &config.tables, super::CHECK_TIMEOUT).await;
     Some(match evidence {
         Err(e) => CheckRow::fail(
-            SERVICE,
+            ZONE,
             target,
             started,
             format!("{e:#}"),
             "the server's clock could not be read",
         ),
         Ok(e) => match e.check(offset) {
-            Ok(agrees) => CheckRow::ok(SERVICE, target, started, agrees),
+            Ok(agrees) => CheckRow::ok(ZONE, target, started, agrees),
             Err(warning) => CheckRow::warn(
-                SERVICE,
+                ZONE,
                 target,
                 started,
                 warning,

@@ -41,7 +41,7 @@ pub fn sample_files(globs: &[String]) -> LogSample {
                 continue;
             }
         };
-        paths.sort_by(|a, b| b.0.cmp(&a.0));
+        paths.sort_by_key(|p| std::cmp::Reverse(p.0));
         for (_, path) in paths.into_iter().take(FILES_PER_GLOB) {
             match read_head(&path) {
                 Ok(raw) => {

@@ -274,7 +274,7 @@ pub fn match_tables(
             }
         }
     }
-    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
     let mut chosen: BTreeMap<&str, usize> = BTreeMap::new();
     let mut used = BTreeSet::new();
     for (_, logical, i) in candidates {

@@ -86,7 +86,16 @@ pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
         })
         .ok();
     let topics = topic_side(config, bounds, &mut problems).await;
-    let logs = log_side(config, bounds).await;
+    let mut logs = log_side(config, bounds).await;
+    if let Some(Ok(shipped)) = &topics.logs {
+        // The shipped lines are the same JSON lines: sampled like the files'.
+        for m in &shipped.messages {
+            if let Some(serde_json::Value::Object(map)) = &m.body {
+                logs.lines.push(map.clone());
+            }
+        }
+        logs.sources.push(format!("topic {}", shipped.topic));
+    }
     let mut sections = vec![connections(config)];
     sections.extend(kafka_sections(config, &topics, db.as_ref(), tables.as_ref()).await);
     if let Some(r) = &redis {

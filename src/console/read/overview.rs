@@ -629,4 +629,37 @@ mod tests {
             .iter()
             .any(|l| l.text.starts_with("no message sent to the DLQ")));
     }
+
+    /// A trace topic of other messages is a warning of its own, not rates of 0.
+    #[test]
+    fn messages_that_are_not_trace_events_are_said() {
+        let mut log = crate::console::read::store::TraceLog::default();
+        for _ in 0..3 {
+            log.note_undecodable("orders.audit", || {
+                "p0@7 \"{\\\"audit\\\"…\": missing field".into()
+            });
+        }
+        let r = log.rates(0);
+        let f = findings(&OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: None,
+            rates: &r,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        });
+        let warning = f
+            .iter()
+            .find(|l| l.severity == Severity::Warn && l.layer == "kafka")
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(
+            warning.text.starts_with(
+                "3 message(s) on orders.audit could not be read as trace events (first: p0@7"
+            ),
+            "{}",
+            warning.text
+        );
+    }
 }

@@ -209,13 +209,8 @@ pub async fn read_trace(
         history: None,
     };
     let mut timeline = assemble(target, &pieces, now_ms());
-    for t in cost.iter().flat_map(|c| &c.topics) {
-        if let Some(why) = &t.partitions_widened {
-            timeline.warn(format!(
-                "{}: the partition shortcut did not hold — {why}; every partition was read",
-                t.topic
-            ));
-        }
+    if let Some(c) = &cost {
+        warn_of_cost(&mut timeline, c);
     }
     let unsearched = rows.as_ref().and_then(|r| {
         crate::console::read::window::forward_window(r, std::time::Duration::from_secs(3600))
@@ -240,6 +235,19 @@ pub async fn read_trace(
         });
     }
     TraceRead { timeline, statuses }
+}
+
+/// What reading the topics found wrong with the partition shortcut, as warnings (the one-shot
+/// trace and the TUI's read of a trace's windows alike).
+pub fn warn_of_cost(timeline: &mut Timeline, cost: &crate::console::read::window::ReadCost) {
+    for t in &cost.topics {
+        if let Some(why) = &t.partitions_widened {
+            timeline.warn(format!(
+                "{}: the partition shortcut did not hold — {why}; every partition was read",
+                t.topic
+            ));
+        }
+    }
 }
 
 /// Step 3: an eventId only Kafka knows yet leads to its order — the database is asked again

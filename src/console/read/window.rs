@@ -308,4 +308,47 @@ mod tests {
             [(0, 5), (10, 35)]
         );
     }
+
+    /// An order without a payment-side row is searched forward from its last time; one whose
+    /// payment row carries the time is not.
+    #[test]
+    fn a_step_without_a_time_is_searched_forward() {
+        use crate::console::read::records::{OrderRow, PaymentFlowRow};
+        let order = OrderRow {
+            req_id: "r".into(),
+            order_no: "o".into(),
+            user_id: None,
+            sku_id: None,
+            quantity: None,
+            amount: None,
+            status: "CREATED".into(),
+            version: None,
+            fence: None,
+            payment_event_id: None,
+            created_at: 1_000_000,
+            updated_at: None,
+        };
+        let mut rows = TraceRows {
+            orders: vec![order],
+            ..TraceRows::default()
+        };
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            forward_window(&rows, hour),
+            Some(TimeWindow {
+                from_ms: 1_000_000,
+                to_ms: 4_600_000
+            })
+        );
+        assert_eq!(forward_window(&rows, Duration::ZERO), None);
+        rows.payments.push(PaymentFlowRow {
+            pay_no: "p".into(),
+            order_no: "o".into(),
+            amount: 1,
+            status: "SUCCESS".into(),
+            event_id: "e".into(),
+            created_at: 2_200_000,
+        });
+        assert_eq!(forward_window(&rows, hour), None);
+    }
 }

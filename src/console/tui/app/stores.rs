@@ -429,6 +429,9 @@ impl Stores {
         if let Some(read) = &self.trace_logs {
             timeline.add_log_lines(read);
         }
+        if let Some((_, Some(cost))) = &self.trace_read {
+            trace::warn_of_cost(&mut timeline, cost);
+        }
         if self.no_trace_topic {
             timeline
                 .entries
