@@ -15,6 +15,9 @@ use crate::config::Config;
 use crate::console::read::topics;
 use crate::stream::partitioner::Partitioner;
 
+/// Example values kept per place (checked against the database by the caller).
+const EXAMPLES: usize = 10;
+
 /// Bytes of one message's body kept for the analysis.
 const BODY_BYTES: usize = 16 * 1024;
 
@@ -243,7 +246,7 @@ pub fn id_places(sample: &TopicSample, id: &str) -> Vec<IdPlace> {
             examples: Vec::new(),
         });
         p.found_in += 1;
-        if p.examples.len() < 3 && !value.is_empty() {
+        if p.examples.len() < EXAMPLES && !value.is_empty() {
             p.examples.push(value.to_string());
         }
     };

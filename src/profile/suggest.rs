@@ -67,7 +67,7 @@ pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
         }
     };
     let tables = match &db {
-        Some(db) => database_side(db, config, bounds, &mut problems).await,
+        Some(db) => database_side(db, bounds, &mut problems).await,
         None => None,
     };
     let redis = keys::sample(
@@ -96,7 +96,7 @@ pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
         }
         logs.sources.push(format!("topic {}", shipped.topic));
     }
-    let mut sections = vec![connections(config)];
+    let mut sections = connections(config);
     sections.extend(kafka_sections(config, &topics, db.as_ref(), tables.as_ref()).await);
     if let Some(r) = &redis {
         sections.push(lock_section(r, db.as_ref(), tables.as_ref()).await);
@@ -132,7 +132,6 @@ impl DatabaseSide {
 
 async fn database_side(
     db: &Database,
-    config: &Config,
     bounds: &Bounds,
     problems: &mut Vec<String>,
 ) -> Option<DatabaseSide> {
@@ -164,7 +163,6 @@ async fn database_side(
         schema::guess_status(db, g, &table, bounds.deadline).await;
     }
     let zone = zone_of(db, &guesses, bounds.deadline, problems).await;
-    let _ = config;
     Some(DatabaseSide {
         guesses,
         live,
@@ -261,19 +259,28 @@ async fn log_side(config: &Config, bounds: &Bounds) -> LogSample {
 
 /// Where this run read from: written as keys when they hold no secret (so the file alone points
 /// at the same systems), else as a comment naming the environment variable.
-fn connections(config: &Config) -> Section {
-    let mut s = Section::new("database");
-    s.note("The systems this profile was read from (the console's read-only credentials).");
-    let url = &config.database.url;
-    if redact_url(url) == *url {
-        s.set("url", url.as_str(), "");
-    } else {
-        s.note(&format!(
-            "url = {:?}: give it through IDEMGUARD_DATABASE__URL (it has a password)",
-            redact_url(url)
-        ));
-    }
-    s
+fn connections(config: &Config) -> Vec<Section> {
+    let place = |section: &str, key: &str, url: &str, env: &str| {
+        let mut s = Section::new(section);
+        if redact_url(url) == url {
+            s.set(key, url, "where this profile was read from");
+        } else {
+            let shown = redact_url(url);
+            s.note(&format!(
+                "{key} = {shown:?}: give it through {env} (it has a password)"
+            ));
+        }
+        s
+    };
+    vec![
+        place(
+            "database",
+            "url",
+            &config.database.url,
+            "IDEMGUARD_DATABASE__URL",
+        ),
+        place("redis", "url", &config.redis.url, "IDEMGUARD_REDIS__URL"),
+    ]
 }
 
 /// `[kafka]` and `[kafka_ids.payment]`.
@@ -284,6 +291,11 @@ async fn kafka_sections(
     tables: Option<&DatabaseSide>,
 ) -> Vec<Section> {
     let mut k = Section::new("kafka");
+    k.set(
+        "bootstrap_servers",
+        &config.kafka.bootstrap_servers,
+        "where this profile was read from",
+    );
     match &t.payment {
         Some(Ok(sample)) => {
             let p = messages::partitioning(sample);

@@ -643,45 +643,21 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     times.wait_ms = waited.as_millis() as u64;
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
-    let check = ShortcutCheck::default();
-    let mut checked = |m: &BorrowedMessage<'_>| {
-        check.see(plan.partitioner, partitions_total(&marks), m);
-        each(m)
-    };
-    let mut scanned = read_ranges(
-        &scanner,
+    let scan = Scan {
+        scanner: &scanner,
         servers,
         topic,
+        cancel,
+    };
+    let (scanned, partitions, widened) = scan.checked(
+        &mut lookup,
+        plan,
+        &marks,
+        partitions,
         &ranges,
         left,
-        cancel,
-        &mut checked,
+        &mut each,
     )?;
-    let mut partitions = partitions;
-    let widened = (partitions.len() < marks.len())
-        .then(|| check.failed(plan.partitioner, &partitions))
-        .flatten();
-    if widened.is_some() {
-        // The shortcut does not hold for this topic: the same windows in every other partition.
-        let others: Vec<_> = marks
-            .iter()
-            .filter(|(p, _, _)| !partitions.contains(p))
-            .copied()
-            .collect();
-        let ends = lookup.ends(&others)?;
-        let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
-        let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
-        scanned += read_ranges(
-            &scanner,
-            servers,
-            topic,
-            &ranges,
-            left,
-            cancel,
-            &mut checked,
-        )?;
-        partitions = marks.iter().map(|(p, _, _)| *p).collect();
-    }
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     Ok(TopicCost {
         topic: topic.to_string(),
@@ -701,8 +677,70 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     })
 }
 
-fn partitions_total(marks: &[(i32, i64, i64)]) -> i32 {
-    marks.len() as i32
+/// Where a trace's windows are read.
+struct Scan<'a> {
+    scanner: &'a BaseConsumer,
+    servers: &'a str,
+    topic: &'a str,
+    cancel: &'a CancellationToken,
+}
+
+impl Scan<'_> {
+    /// Reads `ranges` of `partitions`, checking the shortcut on what it scans ([`ShortcutCheck`]);
+    /// when it does not hold, the same windows in every other partition too. Returns the
+    /// messages scanned, the partitions read and why they were widened.
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &self,
+        lookup: &mut OffsetLookup<'_>,
+        plan: &crate::console::read::window::TopicPlan,
+        marks: &[(i32, i64, i64)],
+        partitions: Vec<i32>,
+        ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
+        deadline: Duration,
+        each: &mut impl FnMut(&BorrowedMessage<'_>),
+    ) -> anyhow::Result<(u64, Vec<i32>, Option<String>)> {
+        let started = Instant::now();
+        let check = ShortcutCheck::default();
+        let mut checked = |m: &BorrowedMessage<'_>| {
+            check.see(plan.partitioner, marks.len() as i32, m);
+            each(m)
+        };
+        let (scanner, servers, topic) = (self.scanner, self.servers, self.topic);
+        let mut scanned = read_ranges(
+            scanner,
+            servers,
+            topic,
+            ranges,
+            deadline,
+            self.cancel,
+            &mut checked,
+        )?;
+        let widened = (partitions.len() < marks.len())
+            .then(|| check.failed(plan.partitioner, &partitions))
+            .flatten();
+        if widened.is_none() {
+            return Ok((scanned, partitions, None));
+        }
+        let others: Vec<_> = marks
+            .iter()
+            .filter(|(p, _, _)| !partitions.contains(p))
+            .copied()
+            .collect();
+        let ends = lookup.ends(&others)?;
+        let more = window_ranges(lookup, &ends, &plan.windows, plan.selects_by_id())?;
+        let left = deadline.saturating_sub(started.elapsed());
+        scanned += read_ranges(
+            scanner,
+            servers,
+            topic,
+            &more,
+            left,
+            self.cancel,
+            &mut checked,
+        )?;
+        Ok((scanned, marks.iter().map(|(p, _, _)| *p).collect(), widened))
+    }
 }
 
 /// What the messages a trace scans say of the partition shortcut (the traced keys' partitions
