@@ -75,6 +75,22 @@ impl ArticleIncident {
     }
 }
 
+/// Other orders' numbers: nine of any partition, and three that librdkafka puts in the
+/// partition murmur2 gives `order` while murmur2 puts them elsewhere — what a trace reading by
+/// the wrong partitioner scans there, and must see through.
+fn other_orders(order: &str, tag: &str) -> Vec<String> {
+    let wrong = murmur2_partition(order);
+    let candidates = (0..).map(|n| format!("2027{n:03}{tag}"));
+    let mut out: Vec<String> = candidates.clone().take(9).collect();
+    out.extend(
+        candidates
+            .skip(9)
+            .filter(|o| crc32_partition(o) == wrong && murmur2_partition(o) != wrong)
+            .take(3),
+    );
+    out
+}
+
 /// An order number whose partition under murmur2 differs from librdkafka's (so a wrong
 /// partitioner reads the wrong partition).
 fn order_number(tag: &str) -> String {
@@ -116,8 +132,8 @@ async fn article_incident(dialect: Dialect) -> ArticleIncident {
     ];
     // Other orders' events, in every partition (a partition read by the wrong partitioner has
     // keys it would put elsewhere).
-    for n in 0..12 {
-        let other = format!("2027{n:02}{tag}");
+    for other in other_orders(&order, &tag) {
+        let n = messages.len();
         messages.push(Produced {
             key: Some(other.clone()),
             partition: None,

@@ -762,6 +762,8 @@ impl ShortcutCheck {
     ) {
         self.scanned.set(self.scanned.get() + 1);
         match m.key().filter(|k| !k.is_empty()) {
+            // idemguard's own trace event without an ID (keyed by none) belongs to no trace.
+            None if trace_event_of(m).is_some_and(|e| e.key().is_none()) => {}
             None => self.unkeyed.set(self.unkeyed.get() + 1),
             Some(k) if partitioner.partition_of(k, partitions) != Some(m.partition()) => {
                 self.misplaced.set(self.misplaced.get() + 1)
