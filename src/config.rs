@@ -40,6 +40,7 @@ pub struct Config {
     pub foreign_locks: ForeignLocksConfig,
     pub kafka_ids: KafkaIdsConfig,
     pub logs: LogsConfig,
+    pub mask: MaskConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -478,6 +479,92 @@ pub struct LogsConfig {
     pub event_id_field: String,
 }
 
+/// Fields masked in every face (`src/mask.rs`): what operators of a payment system need not see.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaskConfig {
+    /// Database columns by their logical name (`user_id`: in every table that has one) or as
+    /// `table.column` (`notification.body`).
+    pub columns: Vec<String>,
+    /// JSON pointers into the payment topic's message bodies (`/pay_no`).
+    pub kafka_json: Vec<String>,
+    /// JSON pointers into the log lines read as a trace source (`/message`).
+    pub log_json: Vec<String>,
+    /// Columns masked as well when `environment.production = true`.
+    pub production_columns: Vec<String>,
+}
+
+/// The columns a trace is linked by (and actions act on): never masked, or a trace could not
+/// say which order it shows.
+pub const UNMASKABLE_COLUMNS: [&str; 6] = [
+    "request_id",
+    "req_id",
+    "order_no",
+    "event_id",
+    "source_event_no",
+    "payment_event_id",
+];
+
+impl MaskConfig {
+    fn validate(&self, source: &SourceProfile) -> Result<(), (String, String)> {
+        for (key, names) in [
+            ("mask.columns", &self.columns),
+            ("mask.production_columns", &self.production_columns),
+        ] {
+            for name in names {
+                check_masked_column(source, name).map_err(|m| (key.to_string(), m))?;
+            }
+        }
+        for (key, pointers) in [
+            ("mask.kafka_json", &self.kafka_json),
+            ("mask.log_json", &self.log_json),
+        ] {
+            if let Some(p) = pointers.iter().find(|p| !p.starts_with('/')) {
+                return Err((
+                    key.to_string(),
+                    format!("`{p}` is not a JSON pointer (they start with `/`, e.g. `/userId`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `name` (`column` or `table.column`) names a logical column of the source profile that may be
+/// masked.
+fn check_masked_column(source: &SourceProfile, name: &str) -> Result<(), String> {
+    let (table, column) = match name.split_once('.') {
+        Some((t, c)) => (Some(t), c),
+        None => (None, name),
+    };
+    if UNMASKABLE_COLUMNS.contains(&column) {
+        return Err(format!(
+            "`{name}`: {column} links a trace together and cannot be masked (mask the columns \
+             that carry customer data: user_id, amount, response_body…)"
+        ));
+    }
+    let tables: Vec<&str> = match table {
+        Some(t) if source.table(t).is_none() => {
+            return Err(format!("`{name}`: there is no table `{t}` in the source profile"))
+        }
+        Some(t) => vec![t],
+        None => CONSOLE_TABLES.iter().chain(&OWN_TABLES).copied().collect(),
+    };
+    let known = tables.iter().any(|t| {
+        source
+            .table(t)
+            .is_some_and(|t| t.columns.contains_key(column))
+    });
+    if known {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a column of the source profile (a column is masked by its logical \
+             name, as in [source.*.columns]: user_id, amount, response_body…)"
+        ))
+    }
+}
+
 /// A configuration error: where the value came from, the key, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -619,6 +706,9 @@ impl Config {
         self.validate_connections(&err)?;
         self.validate_limits(&err)?;
         self.source.validate().map_err(|(k, m)| err(&k, m))?;
+        self.mask
+            .validate(&self.source)
+            .map_err(|(k, m)| err(&k, m))?;
         self.validate_environment(&err)
     }
 
