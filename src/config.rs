@@ -545,7 +545,9 @@ fn check_masked_column(source: &SourceProfile, name: &str) -> Result<(), String>
     }
     let tables: Vec<&str> = match table {
         Some(t) if source.table(t).is_none() => {
-            return Err(format!("`{name}`: there is no table `{t}` in the source profile"))
+            return Err(format!(
+                "`{name}`: there is no table `{t}` in the source profile"
+            ))
         }
         Some(t) => vec![t],
         None => CONSOLE_TABLES.iter().chain(&OWN_TABLES).copied().collect(),

@@ -23,6 +23,7 @@ pub mod lock;
 pub mod logging;
 pub mod mask;
 pub mod ops;
+pub mod private_file;
 pub mod storm;
 pub mod stream;
 pub mod trace;

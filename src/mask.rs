@@ -219,7 +219,10 @@ mod tests {
             ("IDEMGUARD_MASK__KAFKA_JSON", "/pay_no,/customer/phone"),
             ("IDEMGUARD_MASK__LOG_JSON", "/message"),
         ]));
-        let row = m.row("order_record", json!({"user_id": 42, "amount": 1, "fence": null}));
+        let row = m.row(
+            "order_record",
+            json!({"user_id": 42, "amount": 1, "fence": null}),
+        );
         assert_eq!(row, json!({"user_id": MASKED, "amount": 1, "fence": null}));
         let mut body = json!({"pay_no": "P1", "customer": {"phone": "555"}, "order_no": "O"});
         m.kafka_body(&mut body);
@@ -230,7 +233,8 @@ mod tests {
         assert!(m.kafka_pointer("/pay_no") && !m.kafka_pointer("/order_no"));
         let f = m.log_line_fields();
         assert!(f.message && !f.service && !f.level);
-        let audit = r#"{"request_id":"R","response_body":"{\"userId\":42}","nested":[{"user_id":7}]}"#;
+        let audit =
+            r#"{"request_id":"R","response_body":"{\"userId\":42}","nested":[{"user_id":7}]}"#;
         let masked: Value = serde_json::from_str(&m.json_text(audit)).unwrap();
         assert_eq!(
             masked,
@@ -250,7 +254,10 @@ mod tests {
             .to_string()
         };
         let e = load("user_idd");
-        assert!(e.contains("mask.columns") && e.contains("`user_idd` is not a column"), "{e}");
+        assert!(
+            e.contains("mask.columns") && e.contains("`user_idd` is not a column"),
+            "{e}"
+        );
         let e = load("order_no");
         assert!(e.contains("cannot be masked"), "{e}");
         let e = load("orders.user_id");
@@ -261,6 +268,9 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(e.contains("mask.log_json") && e.contains("not a JSON pointer"), "{e}");
+        assert!(
+            e.contains("mask.log_json") && e.contains("not a JSON pointer"),
+            "{e}"
+        );
     }
 }

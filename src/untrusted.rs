@@ -171,10 +171,18 @@ mod tests {
         assert_eq!(escape("\u{9b}2J"), "\\u{9b}2J");
         assert_eq!(escape("\u{202e}gnp.exe"), "\\u{202e}gnp.exe");
         assert_eq!(escape("\u{2067}x\u{2069}"), "\\u{2067}x\\u{2069}");
-        assert_eq!(escape("a\u{200b}b\u{2028}c\u{feff}"), "a\\u{200b}b\\u{2028}c\\u{feff}");
+        assert_eq!(
+            escape("a\u{200b}b\u{2028}c\u{feff}"),
+            "a\\u{200b}b\\u{2028}c\\u{feff}"
+        );
         assert_eq!(escape("tag\u{e0041}"), "tag\\u{e0041}");
         // Printable text, other scripts and emoji are untouched (and not copied).
-        for plain in ["APP:ORDER:20261129:0193a1c2", "支付成功 ✓ 🎉", r"C:\logs", "a|b <i>"] {
+        for plain in [
+            "APP:ORDER:20261129:0193a1c2",
+            "支付成功 ✓ 🎉",
+            r"C:\logs",
+            "a|b <i>",
+        ] {
             assert!(matches!(escape(plain), Cow::Borrowed(_)), "{plain}");
         }
     }
@@ -211,9 +219,15 @@ mod tests {
             "\\[pay\\](javascript:alert(1))"
         );
         assert_eq!(markdown("a|b"), "a\\|b");
-        assert_eq!(markdown("**x** `y` ~~z~~ &lt;"), "\\*\\*x\\*\\* \\`y\\` \\~\\~z\\~\\~ \\&lt;");
+        assert_eq!(
+            markdown("**x** `y` ~~z~~ &lt;"),
+            "\\*\\*x\\*\\* \\`y\\` \\~\\~z\\~\\~ \\&lt;"
+        );
         // The visible escapes' backslashes are escaped too, so they render as written.
         assert_eq!(markdown("PN\x1b]0;x\x07"), "PN\\\\x1b\\]0;x\\\\x07");
-        assert_eq!(markdown("APP:ORDER:20261129:0193"), "APP:ORDER:20261129:0193");
+        assert_eq!(
+            markdown("APP:ORDER:20261129:0193"),
+            "APP:ORDER:20261129:0193"
+        );
     }
 }

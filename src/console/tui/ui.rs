@@ -3,6 +3,11 @@
 //!
 //! Tables draw only the rows on screen (the rest are never turned into cells), so a 10,000-row
 //! view costs the same per frame as a 50-row one.
+//!
+//! Every text another system wrote — IDs, rows, lock keys and values, errors quoting them — is
+//! drawn through [`crate::untrusted::escape`] (the table cells in [`columns`], the rest here
+//! through [`shown`]): ratatui drops C0 controls, but not a bidi override or an invisible
+//! character, and dropping hides what is there.
 
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -38,6 +43,23 @@ const HEADER: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
 const SELECTED: Style = Style::new()
     .bg(Color::DarkGray)
     .add_modifier(Modifier::BOLD);
+/// The selected row without colours (`NO_COLOR`): a background colour alone would not show.
+const SELECTED_NO_COLOR: Style =
+    Style::new().add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
+
+/// The selected row's style: its background, or reverse video when there are no colours.
+fn selected_style(app: &App) -> Style {
+    if app.ui.no_color {
+        SELECTED_NO_COLOR
+    } else {
+        SELECTED
+    }
+}
+
+/// Text another system wrote, as drawn: [`crate::untrusted::escape`]d.
+fn shown(s: &str) -> String {
+    crate::untrusted::escape(s).into_owned()
+}
 
 pub fn draw(f: &mut Frame<'_>, app: &App) {
     let down: Vec<BackendId> = BackendId::ALL
@@ -170,7 +192,7 @@ fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::OVERVIEW,
         0,
         findings.len(),
-        Some(app.selected(View::Overview)),
+        Some((app.selected(View::Overview), selected_style(app))),
         |i| {
             let l = &findings[i];
             let (state, style) = match l.severity {
@@ -184,9 +206,9 @@ fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
             };
             // An item is drawn under its finding: no layer, no state of its own.
             let cells = if l.item {
-                vec![String::new(), "  ·".to_string(), l.text.clone()]
+                vec![String::new(), "  ·".to_string(), shown(&l.text)]
             } else {
-                vec![l.layer.to_string(), state.to_string(), l.text.clone()]
+                vec![l.layer.to_string(), state.to_string(), shown(&l.text)]
             };
             (cells, style)
         },
@@ -250,9 +272,13 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
                 // the database itself — so a narrow terminal cuts the rest, not the remedy.
                 Span::styled(
                     if err.starts_with("run `") {
-                        format!(" {err} · {last}")
+                        format!(" {} · {last}", shown(err))
                     } else {
-                        format!(" {last} · {} · {}", app.stores.backend_targets[b], err)
+                        format!(
+                            " {last} · {} · {}",
+                            app.stores.backend_targets[b],
+                            shown(err)
+                        )
                     },
                     Style::new().fg(Color::Red),
                 ),
@@ -280,9 +306,11 @@ fn windowed_table(
     cols: &[Column],
     keep: usize,
     total: usize,
-    selected: Option<usize>,
+    selected: Option<(usize, Style)>,
     mut cells: impl FnMut(usize) -> (Vec<String>, Style),
 ) {
+    let highlight_style = selected.map_or(SELECTED, |(_, style)| style);
+    let selected = selected.map(|(i, _)| i);
     let inner_height = area.height.saturating_sub(3) as usize; // borders + header
     let highlight = selected.is_some() && total > 0;
     let selected = selected.unwrap_or(0).min(total.saturating_sub(1));
@@ -312,7 +340,7 @@ fn windowed_table(
     let table = Table::new(rows, widths)
         .header(header)
         .block(block)
-        .row_highlight_style(SELECTED)
+        .row_highlight_style(highlight_style)
         .column_spacing(1);
     let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
     f.render_stateful_widget(table, area, &mut state);
@@ -361,7 +389,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
 
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("{} ", t.kind.replace('_', " ")), DIM),
-        Span::styled(t.query.clone(), Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(shown(&t.query), Style::new().add_modifier(Modifier::BOLD)),
         if t.found {
             Span::raw("")
         } else {
@@ -371,8 +399,8 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             )
         },
     ])];
-    let order_no = t.order_no.clone().unwrap_or_else(|| "?".into());
-    let request_id = t.request_id.clone().unwrap_or_else(|| "?".into());
+    let order_no = shown(t.order_no.as_deref().unwrap_or("?"));
+    let request_id = shown(t.request_id.as_deref().unwrap_or("?"));
     if ids_on_two_lines(t, area.width) {
         // Narrow: one ID a line, so both stay whole.
         lines.push(Line::from(vec![
@@ -421,7 +449,11 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         .map(|e| {
             format!(
                 "{} ×{} in kafka → processed {} · points {} · notifications {}",
-                e.event_id, e.kafka_copies, e.processed_rows, e.points_rows, e.notification_rows
+                shown(&e.event_id),
+                e.kafka_copies,
+                e.processed_rows,
+                e.points_rows,
+                e.notification_rows
             )
         })
         .collect();
@@ -452,7 +484,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::TIMELINE,
         columns::TIMELINE_ID,
         rows.len(),
-        Some(selected),
+        Some((selected, selected_style(app))),
         |i| {
             let (entry, cells) = &rows[i];
             let e = &t.entries[*entry];
@@ -474,8 +506,8 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     let detail_lines: Vec<Line<'_>> = match rows.get(selected).map(|(i, _)| &t.entries[*i]) {
         Some(e) => {
             let mut v = vec![Line::from(vec![
-                Span::styled(format!("{} ", e.source), HEADER),
-                Span::raw(e.summary.clone()),
+                Span::styled(format!("{} ", shown(&e.source)), HEADER),
+                Span::raw(shown(&e.summary)),
             ])];
             if let Some(obj) = e.fields.as_object() {
                 let pairs: Vec<String> = obj
@@ -483,8 +515,9 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
                     .filter(|(_, v)| !v.is_null())
                     .map(|(k, v)| {
                         format!(
-                            "{k}={}",
-                            v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                            "{}={}",
+                            shown(k),
+                            v.as_str().map_or_else(|| v.to_string(), shown)
                         )
                     })
                     .collect();
@@ -651,7 +684,7 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::LOCKS,
         columns::LOCKS_ID,
         rows.len(),
-        Some(app.selected(View::Locks)),
+        Some((app.selected(View::Locks), selected_style(app))),
         |i| {
             let l = &scan.locks[rows[i]];
             let (mut cells, style) = lock_row(l, now);
@@ -716,7 +749,12 @@ fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
             };
             Line::from(vec![
                 Span::styled(format!(" {:<8}", r.outcome.as_str()), style),
-                Span::raw(format!("{} {} — {}", r.action, r.target, r.detail)),
+                Span::raw(format!(
+                    "{} {} — {}",
+                    r.action,
+                    shown(&r.target),
+                    shown(&r.detail)
+                )),
             ])
         })
         .collect();
@@ -798,7 +836,7 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::RATES,
         1,
         rows.len(),
-        Some(app.selected(View::Rates)),
+        Some((app.selected(View::Rates), selected_style(app))),
         |i| {
             let busy = rows[i][3] != "0";
             (
@@ -832,9 +870,12 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
             );
         }
         Some(Err(e)) => f.render_widget(
-            Paragraph::new(Span::styled(format!(" {e}"), Style::new().fg(Color::Red)))
-                .wrap(Wrap { trim: true })
-                .block(titled(" Consumer lag per partition ".into())),
+            Paragraph::new(Span::styled(
+                format!(" {}", shown(&e.to_string())),
+                Style::new().fg(Color::Red),
+            ))
+            .wrap(Wrap { trim: true })
+            .block(titled(" Consumer lag per partition ".into())),
             lag,
         ),
         None => f.render_widget(
@@ -908,7 +949,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::STUCK,
         columns::STUCK_ID,
         rows.len(),
-        Some(app.selected(View::Stuck)),
+        Some((app.selected(View::Stuck), selected_style(app))),
         |i| {
             let s = &stuck[rows[i]];
             let style = if s.owner_alive == Some(false) {
@@ -936,7 +977,10 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
             summary,
         ),
         Some(Err(e)) => f.render_widget(
-            Paragraph::new(Span::styled(format!(" {e}"), Style::new().fg(Color::Red))),
+            Paragraph::new(Span::styled(
+                format!(" {}", shown(&e.to_string())),
+                Style::new().fg(Color::Red),
+            )),
             summary,
         ),
         Some(Ok(all)) => {
@@ -965,7 +1009,7 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
                 columns::AUDIT,
                 columns::AUDIT_ID,
                 rows.len(),
-                Some(app.selected(View::Audit)),
+                Some((app.selected(View::Audit), selected_style(app))),
                 |i| {
                     let style = match rows[i].outcome.as_str() {
                         "done" => Style::new().fg(Color::Green),
@@ -992,7 +1036,7 @@ fn draw_confirm(
     let mut text: Vec<Line<'_>> = c
         .lines
         .iter()
-        .map(|l| Line::from(Span::raw(format!(" {l}"))))
+        .map(|l| Line::from(Span::raw(format!(" {}", shown(l)))))
         .collect();
     text.push(Line::from(""));
     if app.env.production {
@@ -1020,7 +1064,7 @@ fn draw_confirm(
             " > ",
             Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
         ),
-        Span::raw(c.typed.clone()),
+        Span::raw(shown(&c.typed)),
         Span::styled("█", Style::new().fg(Color::Cyan)),
     ]));
     if let Some(m) = c.missing() {
@@ -1065,7 +1109,7 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                     ":",
                     Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
                 ),
-                Span::raw(s.clone()),
+                Span::raw(shown(s)),
                 Span::styled("█", Style::new().fg(Color::Cyan)),
                 Span::styled(format!("   {}", hint.join("  ")), DIM),
             ])
@@ -1079,14 +1123,14 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
             };
             Line::from(vec![
                 Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
-                Span::raw(s.clone()),
+                Span::raw(shown(s)),
                 Span::styled("█", Style::new().fg(Color::Cyan)),
                 Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.ui.view.title()), DIM),
             ])
         }
         Input::Normal => match &app.ui.message {
             Some((m, level, _)) => Line::from(Span::styled(
-                format!(" {m}"),
+                format!(" {}", shown(m)),
                 if *level == Level::Error {
                     Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
                 } else {

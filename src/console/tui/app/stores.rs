@@ -91,6 +91,8 @@ pub struct Stores {
     pub trace_view: Option<Timeline>,
     trace_stale: bool,
     trace_built_at: Option<Instant>,
+    /// The fields no face shows (`[mask]`): masked in the timeline as it is built.
+    mask: crate::mask::Mask,
 }
 
 impl Stores {
@@ -119,6 +121,7 @@ impl Stores {
                 .map(|b| (*b, b.target(config)))
                 .collect(),
             stuck_threshold: config.console.stuck_threshold,
+            mask: crate::mask::Mask::of(config),
             lock_patterns: config.foreign_locks.patterns.clone(),
             trace_target: None,
             trace_rows: None,
@@ -415,10 +418,11 @@ impl Stores {
             payments: &self.payments,
             log: &self.trace_log,
             history: self.trace_history.as_deref(),
+            mask: &self.mask,
         };
         let mut timeline = trace::assemble(target, &pieces, now);
         if let Some(read) = &self.trace_logs {
-            timeline.add_log_lines(read);
+            timeline.add_log_lines(read, &self.mask);
         }
         if self.no_trace_topic {
             timeline
