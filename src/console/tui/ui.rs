@@ -93,6 +93,18 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     if let Some(c) = &app.actions.confirm {
         draw_confirm(f, app, c, f.area());
     }
+    if app.ui.no_color {
+        without_colours(f);
+    }
+}
+
+/// The frame without a colour, its attributes kept. Under `NO_COLOR` crossterm writes a colour
+/// change as an empty SGR sequence (`ESC [ m`), which resets every attribute: the selected row's
+/// reverse video and the headers' bold would be lost at the first colour change of a frame.
+fn without_colours(f: &mut Frame<'_>) {
+    for cell in f.buffer_mut().content.iter_mut() {
+        cell.set_fg(Color::Reset).set_bg(Color::Reset);
+    }
 }
 
 /// The header: the environment, the views, and on the right — never cut — whether actions are
