@@ -462,6 +462,11 @@ pub async fn stuck(config: &Config) -> Document<StuckData> {
     ];
     let mut records = records.unwrap_or_default();
     records::annotate_stuck(&mut records, live.as_ref().ok());
+    let mask = crate::mask::Mask::of(config);
+    let records = records
+        .iter()
+        .map(|r| r.shown(&mask).into_owned())
+        .collect();
     Document::new(
         config,
         "stuck",

@@ -275,6 +275,15 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         .map_err(|e| records::query_error(&db, "report_contradictions", e))?;
     let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
+                                // An audited record's before/after state holds its response (the customer's order).
+    let mask = crate::mask::Mask::of(config);
+    for a in &mut operator_actions {
+        for state in [&mut a.before_state, &mut a.after_state] {
+            if let Some(s) = state {
+                *s = mask.json_text(s);
+            }
+        }
+    }
     db.pool.close().await;
     if let ReportScope::Id(_) = scope {
         // The IDs an --id report is about: its leaks, actions and rates only.

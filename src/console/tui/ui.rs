@@ -969,7 +969,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
             } else {
                 Style::new()
             };
-            let mut cells = columns::stuck_cells(s, now);
+            let mut cells = columns::stuck_cells(&s.shown(&app.stores.mask), now);
             mark(app, View::Stuck, &s.request_id, &mut cells);
             (cells, style)
         },

@@ -91,8 +91,9 @@ pub struct Stores {
     pub trace_view: Option<Timeline>,
     trace_stale: bool,
     trace_built_at: Option<Instant>,
-    /// The fields no face shows (`[mask]`): masked in the timeline as it is built.
-    mask: crate::mask::Mask,
+    /// The fields no face shows (`[mask]`): masked in the timeline as it is built, and in the
+    /// stuck records as they are drawn (their liveness is judged on the clear owner).
+    pub mask: crate::mask::Mask,
 }
 
 impl Stores {
@@ -361,7 +362,7 @@ impl Stores {
             }),
             View::Stuck => self.stuck.as_ref().map_or_else(Vec::new, |s| {
                 (0..s.len())
-                    .filter(|i| keep(columns::stuck_cells(&s[*i], now)))
+                    .filter(|i| keep(columns::stuck_cells(&s[*i].shown(&self.mask), now)))
                     .collect()
             }),
             _ => return 0,
