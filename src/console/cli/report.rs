@@ -278,10 +278,8 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
                                 // An audited record's before/after state holds its response (the customer's order).
     let mask = crate::mask::Mask::of(config);
     for a in &mut operator_actions {
-        for state in [&mut a.before_state, &mut a.after_state] {
-            if let Some(s) = state {
-                *s = mask.json_text(s);
-            }
+        for s in [&mut a.before_state, &mut a.after_state].into_iter().flatten() {
+            *s = mask.json_text(s);
         }
     }
     db.pool.close().await;
