@@ -329,6 +329,10 @@ async fn tui(w: &World) {
         1,
         "the masked owner is drawn as [masked]"
     );
+    // The Overview lists the stuck record too, as the Stuck view shows it.
+    let overview: String = app.findings().into_iter().map(|f| f.text).collect();
+    let masked = overview.contains("held by [masked]") && !overview.contains(OWNER);
+    assert!(masked, "the Overview: {overview}");
     backends.shutdown().await;
 }
 

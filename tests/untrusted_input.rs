@@ -4,8 +4,8 @@
 //! from a raw producer (headers, key, body), a JSON log line on disk — is filled with every
 //! input of [`HOSTILE`] (terminal escapes, CR/LF, NUL, DEL, C1, bidi overrides and isolates,
 //! invisible characters, HTML, a `javascript:` link, a table pipe), and every face that shows
-//! it is read back: `trace` and `report --id` (table and Markdown), `locks`, `stuck`, the TUI's
-//! Trace, Locks and Stuck views, and `consume`'s text log. Every face must show each input
+//! it is read back: `trace` and `report --id` (table and Markdown), `locks`, `stuck`,
+//! `release-lock`, the TUI's Trace, Locks, Stuck and Overview views, and `consume`'s text log. Every face must show each input
 //! visibly escaped (`\x1b`, `\u{202e}`, `\n`) and never a raw control or bidi character; the
 //! Markdown report no raw HTML, link or extra table cell; the JSON twins the values byte for
 //! byte.
@@ -509,6 +509,39 @@ fn locks(w: &World) {
     }
 }
 
+/// `release-lock` on a key holding an input, its value typed wrong: the result names the key
+/// and nothing is released.
+fn release_lock(w: &World) {
+    // (A command line cannot carry a NUL.)
+    for (i, x) in HOSTILE
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| !x.raw.contains('\0'))
+    {
+        let key = format!("{}:k{i}:{}", w.prefix, x.raw);
+        let args = [
+            "release-lock",
+            &key,
+            "--expect-value",
+            "x",
+            "--allow-actions",
+        ];
+        let (code, out, err) = w.run(&args);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{}: nothing released:\n{out}\n{err}",
+            x.name
+        );
+        assert_no_hidden("release-lock", &format!("{out}{err}"));
+        let shown = format!("{}:k{i}:{}", w.prefix, x.shown);
+        assert!(
+            out.contains(&shown),
+            "{}: release-lock names {shown:?}:\n{out}",
+            x.name
+        );
+    }
+}
+
 /// `stuck` and `stuck --json`: every owner.
 fn stuck(w: &World) {
     let (code, out, err) = w.run(&["stuck"]);
@@ -596,6 +629,12 @@ async fn tui(w: &World) {
             "TUI Stuck: owner {i}:\n{s}"
         );
     }
+    // The Overview lists the locks without a TTL (their keys) and the stuck records' owners.
+    key(&mut app, KeyCode::Char('1'));
+    let s = draw(&mut app);
+    assert_no_hidden("TUI Overview", &s);
+    let first = format!("{p}:k0:{}", HOSTILE[0].shown);
+    assert!(s.contains(&first), "TUI Overview: {first}:\n{s}");
     backends.shutdown().await;
 }
 
@@ -638,12 +677,13 @@ async fn every_face_shows_every_source_escaped(dialect: Dialect) {
     use futures::FutureExt;
     use std::panic::AssertUnwindSafe;
     let w = world(dialect).await;
-    let faces: [(&str, Face); 5] = [
+    let faces: [(&str, Face); 6] = [
         ("trace", trace_table),
         ("trace --json", trace_json),
         ("report", report_markdown),
         ("locks", locks),
         ("stuck", stuck),
+        ("release-lock", release_lock),
     ];
     let mut failed: Vec<&str> = Vec::new();
     for (name, face) in faces {

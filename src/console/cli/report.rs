@@ -275,13 +275,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         .map_err(|e| records::query_error(&db, "report_contradictions", e))?;
     let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
-                                // An audited record's before/after state holds its response (the customer's order).
-    let mask = crate::mask::Mask::of(config);
-    for a in &mut operator_actions {
-        for s in [&mut a.before_state, &mut a.after_state].into_iter().flatten() {
-            *s = mask.json_text(s);
-        }
-    }
+    mask_audited_states(&mut operator_actions, &crate::mask::Mask::of(config));
     db.pool.close().await;
     if let ReportScope::Id(_) = scope {
         // The IDs an --id report is about: its leaks, actions and rates only.
@@ -314,6 +308,19 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         operator_actions,
         errors,
     })
+}
+
+/// An audited record's before/after state holds its response (the customer's order): its
+/// masked members masked.
+fn mask_audited_states(actions: &mut [AuditRow], mask: &crate::mask::Mask) {
+    for a in actions {
+        for s in [&mut a.before_state, &mut a.after_state]
+            .into_iter()
+            .flatten()
+        {
+            *s = mask.json_text(s);
+        }
+    }
 }
 
 /// Where `:report` writes: `console.report_dir`, else `$XDG_DATA_HOME/idemguard/reports`

@@ -6,7 +6,7 @@
 //!
 //! Every text another system wrote — IDs, rows, lock keys and values, errors quoting them — is
 //! drawn through [`crate::untrusted::escape`] (the table cells in [`columns`], the rest here
-//! through [`shown`]): ratatui drops C0 controls, but not a bidi override or an invisible
+//! through `shown`): ratatui drops C0 controls, but not a bidi override or an invisible
 //! character, and dropping hides what is there.
 
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};

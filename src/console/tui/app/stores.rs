@@ -486,10 +486,18 @@ impl Stores {
     pub fn findings(&self, now: i64) -> Vec<Finding> {
         let rates = self.trace_log.rates(now);
         let reading = self.rates_reading();
+        // The Overview lists stuck records' owners too: as the Stuck view shows them (masked).
+        let masked: Option<Vec<StuckRecord>> = self.stuck.as_ref().and_then(|s| {
+            let shown: Vec<_> = s.iter().map(|r| r.shown(&self.mask)).collect();
+            shown
+                .iter()
+                .any(|r| matches!(r, std::borrow::Cow::Owned(_)))
+                .then(|| shown.into_iter().map(|r| r.into_owned()).collect())
+        });
         overview::findings(&OverviewInput {
             rates_reading: reading.as_deref(),
             leaks: self.leaks.as_ref(),
-            stuck: self.stuck.as_deref(),
+            stuck: masked.as_deref().or(self.stuck.as_deref()),
             locks: self.locks.as_ref(),
             lag: self.lag.as_ref(),
             rates: &rates,
