@@ -300,6 +300,13 @@ fn row_entries(rows: &TraceRows, now: i64, mask: &Mask) -> Vec<TimelineEntry> {
         entries.push(entry(p.created_at, "db", "payment_flow", summary, p, mask));
     }
     entries.extend(rows.outbox.iter().map(|o| outbox_entry(o, mask)));
+    entries.extend(consumer_entries(rows, mask));
+    entries
+}
+
+/// The consumer's rows: what it processed, and each sink's row.
+fn consumer_entries(rows: &TraceRows, mask: &Mask) -> Vec<TimelineEntry> {
+    let mut entries: Vec<TimelineEntry> = Vec::new();
     for p in &rows.processed {
         let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("processed_event", c, v);
         let summary = format!(
