@@ -40,6 +40,7 @@ pub struct Config {
     pub foreign_locks: ForeignLocksConfig,
     pub kafka_ids: KafkaIdsConfig,
     pub logs: LogsConfig,
+    pub mask: MaskConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -513,6 +514,94 @@ pub struct LogsConfig {
     pub event_id_field: String,
 }
 
+/// Fields masked in every face (`src/mask.rs`): what operators of a payment system need not see.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaskConfig {
+    /// Database columns by their logical name (`user_id`: in every table that has one) or as
+    /// `table.column` (`notification.body`).
+    pub columns: Vec<String>,
+    /// JSON pointers into the payment topic's message bodies (`/pay_no`).
+    pub kafka_json: Vec<String>,
+    /// JSON pointers into the log lines read as a trace source (`/message`).
+    pub log_json: Vec<String>,
+    /// Columns masked as well when `environment.production = true`.
+    pub production_columns: Vec<String>,
+}
+
+/// The columns a trace is linked by (and actions act on): never masked, or a trace could not
+/// say which order it shows.
+pub const UNMASKABLE_COLUMNS: [&str; 6] = [
+    "request_id",
+    "req_id",
+    "order_no",
+    "event_id",
+    "source_event_no",
+    "payment_event_id",
+];
+
+impl MaskConfig {
+    fn validate(&self, source: &SourceProfile) -> Result<(), (String, String)> {
+        for (key, names) in [
+            ("mask.columns", &self.columns),
+            ("mask.production_columns", &self.production_columns),
+        ] {
+            for name in names {
+                check_masked_column(source, name).map_err(|m| (key.to_string(), m))?;
+            }
+        }
+        for (key, pointers) in [
+            ("mask.kafka_json", &self.kafka_json),
+            ("mask.log_json", &self.log_json),
+        ] {
+            if let Some(p) = pointers.iter().find(|p| !p.starts_with('/')) {
+                return Err((
+                    key.to_string(),
+                    format!("`{p}` is not a JSON pointer (they start with `/`, e.g. `/userId`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `name` (`column` or `table.column`) names a logical column of the source profile that may be
+/// masked.
+fn check_masked_column(source: &SourceProfile, name: &str) -> Result<(), String> {
+    let (table, column) = match name.split_once('.') {
+        Some((t, c)) => (Some(t), c),
+        None => (None, name),
+    };
+    if UNMASKABLE_COLUMNS.contains(&column) {
+        return Err(format!(
+            "`{name}`: {column} links a trace together and cannot be masked (mask the columns \
+             that carry customer data: user_id, amount, response_body…)"
+        ));
+    }
+    let tables: Vec<&str> = match table {
+        Some(t) if source.table(t).is_none() => {
+            return Err(format!(
+                "`{name}`: there is no table `{t}` in the source profile"
+            ))
+        }
+        Some(t) => vec![t],
+        None => CONSOLE_TABLES.iter().chain(&OWN_TABLES).copied().collect(),
+    };
+    let known = tables.iter().any(|t| {
+        source
+            .table(t)
+            .is_some_and(|t| t.columns.contains_key(column))
+    });
+    if known {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a column of the source profile (a column is masked by its logical \
+             name, as in [source.*.columns]: user_id, amount, response_body…)"
+        ))
+    }
+}
+
 /// A configuration error: where the value came from, the key, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -654,6 +743,9 @@ impl Config {
         self.validate_connections(&err)?;
         self.validate_limits(&err)?;
         self.source.validate().map_err(|(k, m)| err(&k, m))?;
+        self.mask
+            .validate(&self.source)
+            .map_err(|(k, m)| err(&k, m))?;
         self.validate_environment(&err)
     }
 
@@ -945,8 +1037,12 @@ impl Config {
         urls.extend(self.redis.redlock_nodes.iter());
         let mut out: Vec<String> = Vec::new();
         for raw in urls {
-            let Ok(u) = url::Url::parse(raw) else {
-                continue;
+            let u = match url::Url::parse(raw) {
+                Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => u,
+                _ => {
+                    out.extend(loose_secrets(raw));
+                    continue;
+                }
             };
             if let Some(p) = u.password() {
                 out.push(p.to_string());
@@ -1066,8 +1162,12 @@ pub fn redact_url(raw: &str) -> String {
     if cluster_scheme(raw).is_some() {
         return redact_cluster_url(raw);
     }
-    let Ok(mut u) = url::Url::parse(raw) else {
-        return "<unparsable url>".into();
+    let mut u = match url::Url::parse(raw) {
+        Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => u,
+        // Without a host the url crate sees no userinfo (`postgres:/root:pw@h/db` is a path to
+        // it): such a string is redacted by its text.
+        Ok(_) => return redact_loose(raw, true),
+        Err(_) => return redact_loose(raw, false),
     };
     if u.password().is_some() && u.set_password(Some("***")).is_err() {
         return "<unparsable url>".into();
@@ -1087,6 +1187,78 @@ pub fn redact_url(raw: &str) -> String {
         u.query_pairs_mut().clear().extend_pairs(pairs);
     }
     u.to_string()
+}
+
+/// [`redact_url`] of a string that is no URL with a host (`postgres:/root:pw@127.0.0.1/db`,
+/// `postgresql:root:pw@h`, `redis:/:pw@h`): its scheme, then everything up to the last `@` (where
+/// a userinfo ends, whatever it holds) hidden, then the rest with its password-like parameters
+/// hidden. Without an `@`, a string that parsed is shown as its scheme alone (`postgres:***`:
+/// what follows could be a user and a password), one that did not as `<unparsable url>`.
+fn redact_loose(raw: &str, parsed: bool) -> String {
+    let scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
+    let (scheme, rest) = match raw.split_once(':') {
+        Some((s, r)) if !s.is_empty() && s.chars().all(scheme_char) => (s, r),
+        _ => return "<unparsable url>".into(),
+    };
+    let Some(at) = rest.rfind('@') else {
+        return if parsed {
+            format!("{scheme}:***")
+        } else {
+            "<unparsable url>".into()
+        };
+    };
+    let slashes = &rest[..rest.len() - rest.trim_start_matches('/').len()];
+    format!(
+        "{scheme}:{slashes}***@{}",
+        redact_query_text(&rest[at + 1..])
+    )
+}
+
+/// `text` (`host:port/path?query`) with the value of every password-like query parameter
+/// replaced by `***`, by its text alone.
+fn redact_query_text(text: &str) -> String {
+    let Some((head, query)) = text.split_once('?') else {
+        return text.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if secret_param_text(name) => format!("{name}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", pairs.join("&"))
+}
+
+/// A query parameter's name, as written or percent-decoded, is password-like.
+fn secret_param_text(name: &str) -> bool {
+    is_secret_param(name) || percent_decoded(name).is_some_and(|n| is_secret_param(&n))
+}
+
+/// The secrets of a string that is no URL with a host, by its text (as [`redact_loose`] hides
+/// them): the userinfo's password (after its first `:`, before the last `@`) and the values of
+/// password-like parameters.
+fn loose_secrets(raw: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let rest = raw.split_once(':').map_or(raw, |(_, r)| r);
+    let rest = rest.trim_start_matches('/');
+    if let Some(at) = rest.rfind('@') {
+        if let Some((_, password)) = rest[..at].split_once(':') {
+            out.push(password.to_string());
+            out.extend(percent_decoded(password));
+        }
+    }
+    if let Some((_, query)) = raw.split_once('?') {
+        for pair in query.split('&') {
+            if let Some((name, value)) = pair.split_once('=') {
+                if secret_param_text(name) {
+                    out.push(value.to_string());
+                    out.extend(percent_decoded(value));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `text` with every URL in it that carries a secret shown through [`redact_url`]: for texts
@@ -1631,6 +1803,44 @@ mod tests {
         ] {
             assert_eq!(redact_url(raw), shown, "{raw}");
         }
+    }
+
+    /// Strings that are no URL with a host: the url crate sees no userinfo in them, so they are
+    /// redacted by their text, and their secrets are still found for the log writer.
+    #[test]
+    fn a_string_that_is_no_url_with_a_host_keeps_its_password_hidden() {
+        for (raw, shown) in [
+            (
+                "postgres:/root:Secret_51@127.0.0.1:5432/db",
+                "postgres:/***@127.0.0.1:5432/db",
+            ),
+            (
+                "postgresql:root:Secret_52@127.0.0.1:5432/db",
+                "postgresql:***@127.0.0.1:5432/db",
+            ),
+            (
+                "redis:/:Secret_53@127.0.0.1:6379",
+                "redis:/***@127.0.0.1:6379",
+            ),
+            ("postgres://root:Secret_54@/db", "postgres://***@/db"),
+            // A password holding `@` or `?`: everything up to the last `@` goes.
+            (
+                "mysql:/u:p@ss?w@h/db?token=Secret_55&x=1",
+                "mysql:/***@h/db?token=***&x=1",
+            ),
+            (
+                "postgres://root:Secret_56@h:99999/db",
+                "postgres://***@h:99999/db",
+            ),
+            ("postgresql:root:Secret_57", "postgresql:***"),
+            ("postgres://root:Secret_58", "<unparsable url>"),
+            ("postgres:/db?password=Secret_59", "postgres:***"),
+        ] {
+            assert_eq!(redact_url(raw), shown, "{raw}");
+        }
+        let mut secrets = loose_secrets("postgres:/root:Secret_51@127.0.0.1:5432/db");
+        secrets.extend(loose_secrets("mysql:/u:p%40ss@h/db?Token=Secret_55"));
+        assert_eq!(secrets, ["Secret_51", "p%40ss", "p@ss", "Secret_55"]);
     }
 
     #[test]

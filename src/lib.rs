@@ -8,7 +8,9 @@
 //! - `api` — the Idempotency-Key layer in front of them;
 //! - [`console`] — the operations console.
 //!
-//! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`].
+//! Shared by all: [`contracts`] (identifiers, keys, trace events), [`config`], [`trace`]; and how
+//! what other systems wrote is shown: [`untrusted`] (escaped, the one way to a terminal, a log
+//! line or a report) and [`mask`] (sensitive fields masked).
 
 pub mod api;
 pub mod config;
@@ -19,8 +21,11 @@ pub mod demo;
 pub mod doctor;
 pub mod lock;
 pub mod logging;
+pub mod mask;
 pub mod ops;
+pub mod private_file;
 pub mod profile;
 pub mod storm;
 pub mod stream;
 pub mod trace;
+pub mod untrusted;

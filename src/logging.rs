@@ -3,12 +3,19 @@
 //!   [`crate::config::redact_url`], but a library can log one on its own (sqlx warns about an
 //!   unrecognised connect parameter — `?sslpassword=…` — with its value);
 //! - goes to stderr, or to a file while the console owns the terminal ([`to_file`]): a line
-//!   written over the console's screen stays there and corrupts its titles and rows.
+//!   written over the console's screen stays there and corrupts its titles and rows;
+//! - in text form, shows every field and message through [`crate::untrusted::escape`]
+//!   ([`EscapedFields`]): a value quoted from a Kafka header, a row or a lock (a DLQ reason, an
+//!   operator action's key) can neither forge a line with `\n` nor act on the terminal that
+//!   reads the log. JSON lines are escaped by the JSON writer.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::MakeWriter;
 
 use crate::config::Config;
@@ -31,7 +38,70 @@ pub fn init(json: bool, ansi: bool) {
     if json {
         builder.json().init();
     } else {
-        builder.init();
+        builder.fmt_fields(EscapedFields).init();
+    }
+}
+
+/// The text log's fields, like the default formatter writes them (`message key="text" n=5`),
+/// each value through [`crate::untrusted::escape`].
+pub struct EscapedFields;
+
+impl<'a> MakeVisitor<Writer<'a>> for EscapedFields {
+    type Visitor = EscapedVisitor<'a>;
+    fn make_visitor(&self, writer: Writer<'a>) -> EscapedVisitor<'a> {
+        EscapedVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        }
+    }
+}
+
+pub struct EscapedVisitor<'a> {
+    writer: Writer<'a>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl EscapedVisitor<'_> {
+    fn field(&mut self, field: &Field, value: &str, quoted: bool) {
+        if self.result.is_err() {
+            return;
+        }
+        let value = crate::untrusted::escape(value);
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        let name = field.name().trim_start_matches("r#");
+        self.result = match (name, quoted) {
+            ("message", _) => write!(self.writer, "{sep}{value}"),
+            (_, true) => write!(
+                self.writer,
+                "{sep}{name}=\"{}\"",
+                value.replace('"', "\\\"")
+            ),
+            (_, false) => write!(self.writer, "{sep}{name}={value}"),
+        };
+    }
+}
+
+impl Visit for EscapedVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.field(field, value, true);
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.field(field, &format!("{value:?}"), false);
+    }
+}
+
+impl VisitOutput<std::fmt::Result> for EscapedVisitor<'_> {
+    fn finish(self) -> std::fmt::Result {
+        self.result
+    }
+}
+
+impl VisitFmt for EscapedVisitor<'_> {
+    fn writer(&mut self) -> &mut dyn std::fmt::Write {
+        &mut self.writer
     }
 }
 
@@ -75,21 +145,24 @@ pub fn console_log_path(config: &Config) -> PathBuf {
     }
 }
 
-/// While the returned guard lives, log lines are appended to `path` instead of stderr.
+/// While the returned guard lives, log lines are appended to `path` instead of stderr. The file
+/// is its owner's only ([`crate::private_file`]): a trace's lines name orders and customers.
 pub fn to_file(path: &Path) -> io::Result<FileGuard> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
+    let file = crate::private_file::open(path, true)?;
     *FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
     Ok(FileGuard(()))
 }
 
 /// Sends log lines back to stderr when dropped.
 pub struct FileGuard(());
+
+impl FileGuard {
+    /// Log lines go to the file until the process ends: what the process logs while it winds
+    /// down after the console belongs to the console's log, not to the shell it returned to.
+    pub fn keep_until_exit(self) {
+        std::mem::forget(self);
+    }
+}
 
 impl Drop for FileGuard {
     fn drop(&mut self) {

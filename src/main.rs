@@ -333,10 +333,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!(
-                "idemguard: {}",
-                idemguard::logging::scrub(&format!("{e:#}"))
-            );
+            // An error may quote what another system wrote (a key, a value): escaped.
+            let text = idemguard::logging::scrub(&format!("{e:#}"));
+            eprintln!("idemguard: {}", idemguard::untrusted::escape_lines(&text));
             ExitCode::FAILURE
         }
     }
@@ -502,7 +501,7 @@ async fn run(
                 report::markdown(&r)
             };
             match output {
-                Some(path) => std::fs::write(&path, text)
+                Some(path) => idemguard::private_file::write(&path, &text)
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
                 None => print!("{text}"),
             }
@@ -732,8 +731,15 @@ async fn run_action(
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        println!("{} {}: {}", result.action, result.target, result.outcome);
-        println!("  {}", result.detail);
+        // The key and the values seen are Redis's, the record's the database's: escaped.
+        use idemguard::untrusted::escape;
+        println!(
+            "{} {}: {}",
+            result.action,
+            escape(&result.target),
+            result.outcome
+        );
+        println!("  {}", escape(&result.detail));
         match result.audit_id {
             Some(id) => println!(
                 "  audited as ops_audit row {id} (operator {}, environment {})",

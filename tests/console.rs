@@ -1044,6 +1044,7 @@ async fn main_loop_runs_scripted_keys_and_quits() {
             &mut app,
             events,
             &mut b.updates,
+            idemguard::console::tui::terminal::QuitSignals::listen().unwrap(),
             |t| copied.push(t.to_string()),
         ),
     )

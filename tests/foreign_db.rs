@@ -102,6 +102,7 @@ async fn trace_of_an_order_shows_its_records(dialect: Dialect) {
         messages: &[],
         events: &[],
         now_ms: now_ms(),
+        mask: &idemguard::mask::Mask::none(),
     });
     assert!(timeline.found);
     let last = &timeline.entries.last().unwrap().summary;

@@ -4,7 +4,8 @@
 //! the database, the replica, the main Redis and the RedLock nodes; then the real binary's
 //! subcommands run against reachable services (success paths) and unreachable ones (error
 //! paths), and every byte of their stdout and stderr (logs at debug level included) is searched
-//! for it.
+//! for it. A string that is no URL with a host (`postgres:/root:S@h`, `postgresql:root:S@h`, an
+//! empty host) is refused at start naming its key, and its password is not echoed either.
 
 mod common;
 #[path = "support/redis_server.rs"]
@@ -207,4 +208,87 @@ async fn secrets_are_never_printed_postgres() {
 #[tokio::test]
 async fn secrets_are_never_printed_mysql() {
     secrets_are_never_printed(Dialect::Mysql).await;
+}
+
+/// A URL that is no URL with a host — one slash (`postgres:/root:S@h`), none
+/// (`postgresql:root:S@h`), an empty host (`postgres://root:S@/db`), a port out of range — has
+/// no userinfo the url crate can see: every URL key, and `--actions-database-url`, refuse it at
+/// start naming the key, and neither the refusal nor any subcommand echoes its password.
+#[tokio::test]
+async fn a_malformed_url_never_echoes_its_password() {
+    let db_shapes = [
+        format!("postgres:/root:{SECRET}@127.0.0.1:5432/idemguard"),
+        format!("postgresql:root:{SECRET}@127.0.0.1:5432/idemguard"),
+        format!("postgres://root:{SECRET}@/idemguard"),
+        format!("postgres://root:{SECRET}@127.0.0.1:99999/idemguard"),
+        format!("postgresql:root:{SECRET}"),
+    ];
+    let redis_shapes = [
+        format!("redis:/:{SECRET}@127.0.0.1:6379"),
+        format!("redis:default:{SECRET}@127.0.0.1:6379"),
+        format!("rediss://:{SECRET}@/0"),
+    ];
+    let keys: [(&str, &str, &[String]); 6] = [
+        ("IDEMGUARD_DATABASE__URL", "database.url", &db_shapes),
+        (
+            "IDEMGUARD_DATABASE__REPLICA_URL",
+            "database.replica_url",
+            &db_shapes,
+        ),
+        (
+            "IDEMGUARD_DATABASE__ACTIONS_URL",
+            "database.actions_url",
+            &db_shapes,
+        ),
+        ("IDEMGUARD_REDIS__URL", "redis.url", &redis_shapes),
+        (
+            "IDEMGUARD_REDIS__REDLOCK_NODES",
+            "redis.redlock_nodes",
+            &redis_shapes,
+        ),
+        (
+            "IDEMGUARD_FOREIGN_LOCKS__ACTIONS_REDIS_URL",
+            "foreign_locks.actions_redis_url",
+            &redis_shapes,
+        ),
+    ];
+    let commands: [&[&str]; 3] = [&["config"], &["doctor"], &["trace", UNKNOWN_ID]];
+    for (var, key, shapes) in keys {
+        for shape in shapes {
+            // A RedLock list with the bad node second: the node is named too.
+            let value = if var.ends_with("REDLOCK_NODES") {
+                format!("redis://127.0.0.1:6381,{shape}")
+            } else {
+                shape.clone()
+            };
+            for args in commands {
+                let (code, out) = idemguard(args, &[(var.to_string(), value.clone())]).await;
+                assert!(
+                    !out.contains(SECRET),
+                    "{var}={value}: `idemguard {}` printed the secret:\n{out}",
+                    args.join(" ")
+                );
+                assert_eq!(code, Some(2), "{var}={value}: refused at start:\n{out}");
+                assert!(
+                    out.contains(&format!("key `{key}`")),
+                    "{var}={value}:\n{out}"
+                );
+            }
+        }
+    }
+    for shape in &db_shapes {
+        let args = [
+            "finalize",
+            UNKNOWN_ID,
+            "--allow-actions",
+            "--actions-database-url",
+            shape.as_str(),
+        ];
+        let (code, out) = idemguard(&args, &[]).await;
+        assert!(
+            !out.contains(SECRET),
+            "--actions-database-url {shape}:\n{out}"
+        );
+        assert_eq!(code, Some(2), "{shape}: refused at start:\n{out}");
+    }
 }

@@ -1,5 +1,6 @@
 //! The columns of each view, written once: the TUI's tables and the headless commands' readable
-//! tables show the same cells, and the `/` filter matches the same text.
+//! tables show the same cells, and the `/` filter matches the same text. A cell is where a key,
+//! a value or a row another system wrote meets the screen: every cell is [escaped](drawn).
 
 use crate::console::format::{age, clock, pttl, short};
 use crate::console::read::records::StuckRecord;
@@ -26,14 +27,26 @@ pub static TIMELINE: &[Column] = &[
     col("STOPPED BY", 10),
 ];
 
+/// Cells as every face draws them: each through [`crate::untrusted::escape`], so a value can
+/// neither act on the terminal nor split a row.
+pub fn drawn(cells: Vec<String>) -> Vec<String> {
+    cells
+        .into_iter()
+        .map(|c| match crate::untrusted::escape(&c) {
+            std::borrow::Cow::Borrowed(_) => c,
+            std::borrow::Cow::Owned(escaped) => escaped,
+        })
+        .collect()
+}
+
 pub fn timeline_cells(e: &TimelineEntry) -> Vec<String> {
-    vec![
+    drawn(vec![
         e.at_ms.map_or_else(|| "now".to_string(), clock),
         e.layer.to_string(),
         e.source.clone(),
         e.summary.clone(),
         e.stopped_by.clone().unwrap_or_default(),
-    ]
+    ])
 }
 
 pub static LOCKS: &[Column] = &[
@@ -104,7 +117,7 @@ pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
         (Some(slot), Some(n)) => format!("{}  @{} slot {slot}", l.key, n.node),
         _ => l.key.clone(),
     };
-    vec![
+    drawn(vec![
         key,
         l.scope.to_string(),
         holder,
@@ -133,7 +146,7 @@ pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
             .map(|f| f.as_str())
             .collect::<Vec<_>>()
             .join(","),
-    ]
+    ])
 }
 
 pub static STUCK: &[Column] = &[
@@ -149,7 +162,7 @@ pub static STUCK: &[Column] = &[
 
 pub fn stuck_cells(s: &StuckRecord, now_ms: i64) -> Vec<String> {
     let left = s.lease_left_ms(now_ms);
-    vec![
+    drawn(vec![
         s.request_id.clone(),
         age(s.age_ms(now_ms)),
         s.owner.clone(),
@@ -168,7 +181,7 @@ pub fn stuck_cells(s: &StuckRecord, now_ms: i64) -> Vec<String> {
             .clone()
             .unwrap_or_else(|| "no order".into()),
         s.order_status.clone().unwrap_or_else(|| "-".into()),
-    ]
+    ])
 }
 
 pub static RATES: &[Column] = &[
@@ -216,13 +229,13 @@ pub static LAG: &[Column] = &[
 ];
 
 pub fn lag_cells(l: &PartitionLag) -> Vec<String> {
-    vec![
+    drawn(vec![
         l.topic.clone(),
         l.partition.to_string(),
         l.committed.map_or_else(|| "-".into(), |c| c.to_string()),
         l.high_watermark.to_string(),
         l.lag.to_string(),
-    ]
+    ])
 }
 
 /// The widths of a table's columns in `total` cells (between the borders), column spacing 1:
@@ -314,7 +327,7 @@ pub const STUCK_ID: usize = 0;
 pub const AUDIT_ID: usize = 4;
 
 pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
-    vec![
+    drawn(vec![
         clock(r.created_at),
         r.operator.clone(),
         r.environment.clone(),
@@ -323,7 +336,7 @@ pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
         r.outcome.clone(),
         r.reason.clone().unwrap_or_default(),
         r.detail.clone().unwrap_or_default(),
-    ]
+    ])
 }
 
 #[cfg(test)]

@@ -43,15 +43,11 @@ pub fn datetime(ms: i64) -> String {
     full.trim_end_matches('Z').replacen('T', " ", 1)
 }
 
-/// At most `n` characters, the rest replaced by `…`.
+/// At most `n` characters, the rest replaced by `…` — escaped first
+/// ([`crate::untrusted::escape_cut`]): what is cut is mostly text other systems wrote (a lock
+/// value, a message body), and a cut must never leave a terminal escape open.
 pub fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
-        out.push('…');
-        out
-    }
+    crate::untrusted::escape_cut(s, n)
 }
 
 #[cfg(test)]
@@ -72,5 +68,6 @@ mod tests {
         assert_eq!(datetime(1_764_425_142_123), "2025-11-29 14:05:42.123");
         assert_eq!(short("abcdef", 4), "abc…");
         assert_eq!(short("abc", 4), "abc");
+        assert_eq!(short("\x1b]0;x\x07", 6), "\\x1b]…");
     }
 }

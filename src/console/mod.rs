@@ -89,6 +89,10 @@
 //! fence, created_at, updated_at, lease_until, replay_count, version, order_exists,
 //! order_status, found_order_no } ] }`, oldest first.
 //!
+//! Values are as stored, byte for byte (JSON escapes them; the tables show them through
+//! [`crate::untrusted::escape`]), except the fields `[mask]` names: the string `"[masked]"`
+//! ([`crate::mask`]) in place of the value, whatever its type.
+//!
 //! Exit status: 0 all answered; 1 a backend failed (the document still has what was read);
 //! 3 `trace` found no trace of the ID anywhere.
 

@@ -94,6 +94,12 @@ impl Terminal {
             .into_owned()
     }
 
+    /// The screen with its attributes and colours as SGR escape sequences (`capture-pane -e`).
+    pub fn screen_with_attributes(&self) -> String {
+        let out = tmux(&["capture-pane", "-e", "-t", &self.session, "-p"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A tmux format of the pane: `#{alternate_on}`, `#{cursor_flag}`.
     pub fn flag(&self, format: &str) -> String {
         String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout)

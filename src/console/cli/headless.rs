@@ -26,6 +26,7 @@ use crate::console::read::topics::{self, PartitionLag};
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 use crate::console::read::window::{ReadCost, TimeWindow, TopicCost};
 use crate::lock::{Liveness, LockInspector, LockScan};
+use crate::untrusted::{escape, escape_lines};
 
 /// The `schema` field of every headless document.
 pub const SCHEMA: &str = "idemguard.console/v1";
@@ -108,7 +109,7 @@ impl<T: Serialize> Document<T> {
                     self.command,
                     b.name,
                     b.target,
-                    b.error.as_deref().unwrap_or("?")
+                    escape_lines(b.error.as_deref().unwrap_or("?"))
                 )
             })
             .collect()
@@ -159,16 +160,17 @@ pub async fn trace_in(
 
 pub fn trace_table(r: &Document<Timeline>) -> String {
     let t = &r.data;
+    // The IDs come from rows, headers and log lines of other systems: escaped like every cell.
     let mut out = format!(
         "{} {}  ({})\n",
         t.kind.replace('_', " "),
-        t.query,
+        escape(&t.query),
         r.environment.name
     );
     out.push_str(&format!(
         "orderNo {} · requestId {}\n",
-        t.order_no.as_deref().unwrap_or("?"),
-        t.request_id.as_deref().unwrap_or("?")
+        escape(t.order_no.as_deref().unwrap_or("?")),
+        escape(t.request_id.as_deref().unwrap_or("?"))
     ));
     for w in &t.warnings {
         out.push_str(&format!("WARNING: {w}\n"));
@@ -190,7 +192,7 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
     for e in &t.events {
         out.push_str(&format!(
             "payment event {}: {} cop{} in kafka → processed {} · points {} · notifications {}\n",
-            e.event_id,
+            escape(&e.event_id),
             e.kafka_copies,
             if e.kafka_copies == 1 { "y" } else { "ies" },
             e.processed_rows,
@@ -325,7 +327,7 @@ pub fn locks_table(r: &Document<LockScan>) -> String {
             if n.ok {
                 format!("{} lock keys, scanned in {:.1}ms", n.keys, n.scan_ms)
             } else {
-                n.error.clone().unwrap_or_default()
+                escape(n.error.as_deref().unwrap_or_default()).into_owned()
             }
         ));
     }
@@ -477,6 +479,11 @@ pub async fn stuck(config: &Config) -> Document<StuckData> {
     ];
     let mut records = records.unwrap_or_default();
     records::annotate_stuck(&mut records, live.as_ref().ok());
+    let mask = crate::mask::Mask::of(config);
+    let records = records
+        .iter()
+        .map(|r| r.shown(&mask).into_owned())
+        .collect();
     Document::new(
         config,
         "stuck",

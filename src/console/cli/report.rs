@@ -275,6 +275,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         .map_err(|e| records::query_error(&db, "report_contradictions", e))?;
     let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
+    mask_audited_states(&mut operator_actions, &crate::mask::Mask::of(config));
     db.pool.close().await;
     if let ReportScope::Id(_) = scope {
         // The IDs an --id report is about: its leaks, actions and rates only.
@@ -307,6 +308,19 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         operator_actions,
         errors,
     })
+}
+
+/// An audited record's before/after state holds its response (the customer's order): its
+/// masked members masked.
+fn mask_audited_states(actions: &mut [AuditRow], mask: &crate::mask::Mask) {
+    for a in actions {
+        for s in [&mut a.before_state, &mut a.after_state]
+            .into_iter()
+            .flatten()
+        {
+            *s = mask.json_text(s);
+        }
+    }
 }
 
 /// Where `:report` writes: `console.report_dir`, else `$XDG_DATA_HOME/idemguard/reports`
@@ -365,7 +379,8 @@ impl std::fmt::Display for Written {
 }
 
 /// `:report`: the same report as `idemguard report --id ID`, as Markdown in [`report_dir`]
-/// (created if missing), named `idemguard-report-{ID}.md`.
+/// (created if missing), named `idemguard-report-{ID}.md`; the owner's only
+/// ([`crate::private_file`]: 0600 in a directory created 0700).
 pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Result<Written> {
     let r = build(config, &ReportScope::Id(target.clone())).await?;
     let safe: String = target
@@ -381,11 +396,11 @@ pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Re
         .collect();
     let dir = report_dir(config);
     let dir = std::path::absolute(&dir).unwrap_or(dir);
-    std::fs::create_dir_all(&dir).map_err(|e| {
+    crate::private_file::create_dir_all(&dir).map_err(|e| {
         anyhow::anyhow!("cannot create {} (console.report_dir): {e}", dir.display())
     })?;
     let path = dir.join(format!("idemguard-report-{safe}.md"));
-    std::fs::write(&path, markdown(&r))
+    crate::private_file::write(&path, &markdown(&r))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     Ok(Written {
         path,
@@ -395,8 +410,10 @@ pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Re
     })
 }
 
+/// A value in the report's text or a table cell: escaped and its Markdown neutralized
+/// ([`crate::untrusted::markdown`]). Never inside a code span: its backslashes would show.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    crate::untrusted::markdown(s)
 }
 
 /// The report as Markdown.
@@ -405,7 +422,7 @@ pub fn markdown(r: &IncidentReport) -> String {
     let _ = writeln!(
         o,
         "# Post-incident report — {}",
-        r.id.clone().unwrap_or_else(|| format!(
+        r.id.as_deref().map(cell).unwrap_or_else(|| format!(
             "{} → {}",
             format_ms(r.since_ms),
             format_ms(r.until_ms)
@@ -449,7 +466,7 @@ fn summary(o: &mut String, r: &IncidentReport) {
     );
     let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
     for e in &r.errors {
-        let _ = writeln!(o, "- ⚠ not read: {e} (the report is partial)");
+        let _ = writeln!(o, "- ⚠ not read: {} (the report is partial)", cell(e));
     }
 }
 
@@ -466,7 +483,7 @@ fn leaks_section(o: &mut String, r: &IncidentReport) {
         for l in &r.leaks {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} = `{}` | `{}` | `{}` |",
+                "| {} | {} | {} = {} | {} | {} |",
                 l.table,
                 l.rows,
                 l.by,
@@ -495,9 +512,9 @@ fn contradictions_section(o: &mut String, r: &IncidentReport) {
         for c in &r.contradictions {
             let _ = writeln!(
                 o,
-                "| `{}` | {} | `{}` | {} |",
+                "| {} | {} | {} | {} |",
                 cell(&c.request_id),
-                c.status,
+                cell(&c.status),
                 cell(&c.order_no),
                 c.problem.replace('_', " ")
             );
@@ -515,12 +532,12 @@ fn actions_section(o: &mut String, r: &IncidentReport) {
         for a in &r.operator_actions {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | `{}` | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} |",
                 format_ms(a.created_at),
                 cell(&a.operator),
-                a.action,
+                cell(&a.action),
                 cell(&a.target),
-                a.outcome,
+                cell(&a.outcome),
                 cell(a.reason.as_deref().unwrap_or("")),
                 cell(a.detail.as_deref().unwrap_or(""))
             );
@@ -552,12 +569,12 @@ fn rates_section(o: &mut String, r: &IncidentReport) {
 fn orders_section(o: &mut String, r: &IncidentReport) {
     let _ = writeln!(o, "\n## Orders\n");
     for t in &r.timelines {
-        let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), t.query);
+        let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), cell(&t.query));
         let _ = writeln!(
             o,
-            "orderNo `{}` · requestId `{}`\n",
-            t.order_no.as_deref().unwrap_or("?"),
-            t.request_id.as_deref().unwrap_or("?")
+            "orderNo {} · requestId {}\n",
+            cell(t.order_no.as_deref().unwrap_or("?")),
+            cell(t.request_id.as_deref().unwrap_or("?"))
         );
         if t.interceptions.is_empty() {
             let _ = writeln!(o, "No duplicate of this order was stopped.\n");
@@ -650,9 +667,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains(
-                "| order_record | 2 | req_id = `APP:ORDER:20261129:abcdefgh` | `A` | `B` |"
-            ),
+            md.contains("| order_record | 2 | req_id = APP:ORDER:20261129:abcdefgh | A | B |"),
             "{md}"
         );
         assert!(

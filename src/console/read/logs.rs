@@ -179,7 +179,7 @@ pub async fn add_to_timeline(
     ids.extend(timeline.request_id.clone());
     ids.extend(timeline.event_ids.iter().cloned());
     let read = read_for_trace(config, &ids, rows, unknown_id_window).await;
-    timeline.add_log_lines(&read);
+    timeline.add_log_lines(&read, &crate::mask::Mask::of(config));
 }
 
 /// True when a log file glob or a shipped-logs topic is configured.

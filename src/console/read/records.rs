@@ -692,6 +692,25 @@ pub struct StuckRecord {
 }
 
 impl StuckRecord {
+    /// The record as the faces show it: its text columns that `[mask]` names (`owner`, the
+    /// order's `status`) replaced by [`crate::mask::MASKED`]. Liveness is judged on the record as
+    /// read, before; its times and counts are no customer data and are shown as they are.
+    pub fn shown(&self, mask: &crate::mask::Mask) -> std::borrow::Cow<'_, StuckRecord> {
+        let owner = mask.column("idempotency_record", "owner");
+        let status = mask.column("order_record", "status") && self.order_status.is_some();
+        if !owner && !status {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut r = self.clone();
+        if owner {
+            r.owner = crate::mask::MASKED.into();
+        }
+        if status {
+            r.order_status = Some(crate::mask::MASKED.into());
+        }
+        std::borrow::Cow::Owned(r)
+    }
+
     pub fn age_ms(&self, now_ms: i64) -> i64 {
         now_ms - self.created_at
     }

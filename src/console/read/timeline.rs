@@ -3,7 +3,8 @@
 //! the layer that stopped it (seed §6.5: "string the whole chain together with one ID").
 //!
 //! Pure: it only arranges what the readers returned, so the TUI and `idemguard trace` show the
-//! same thing.
+//! same thing. The fields `[mask]` names are masked here ([`crate::mask`]), in the entries'
+//! summaries and fields alike, so no face can show them and no filter can find them.
 
 use std::collections::BTreeSet;
 
@@ -19,6 +20,7 @@ use crate::console::read::store::event_ms;
 use crate::console::read::topics::PaymentMessage;
 use crate::console::read::window::ReadCost;
 use crate::lock::LockView;
+use crate::mask::{Mask, MASKED};
 
 /// One thing that happened (or is, for Redis keys) to the traced order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,9 +98,20 @@ impl Timeline {
     }
 
     /// Log lines of the traced IDs (`read/logs.rs`) as `log` entries, in time order with the
-    /// rest; a log source that failed is one entry saying so.
-    pub fn add_log_lines(&mut self, read: &crate::console::read::logs::LogRead) {
+    /// rest, their masked fields masked; a log source that failed is one entry saying so.
+    pub fn add_log_lines(&mut self, read: &crate::console::read::logs::LogRead, mask: &Mask) {
+        let masked = mask.log_line_fields();
         for l in &read.lines {
+            let mut l = l.clone();
+            for (hide, field) in [
+                (masked.message, Some(&mut l.message)),
+                (masked.service, l.service.as_mut()),
+                (masked.level, l.level.as_mut()),
+            ] {
+                if let (true, Some(f)) = (hide, field) {
+                    *f = MASKED.into();
+                }
+            }
             let service = l.service.as_deref().unwrap_or("?");
             let level = l.level.as_deref().unwrap_or("-");
             self.entries.push(TimelineEntry {
@@ -107,7 +120,7 @@ impl Timeline {
                 source: l.source.clone(),
                 summary: format!("{service} {level} {}", short(&l.message, 120)),
                 stopped_by: None,
-                fields: serde_json::to_value(l).unwrap_or_default(),
+                fields: serde_json::to_value(&l).unwrap_or_default(),
             });
         }
         for e in &read.errors {
@@ -171,6 +184,8 @@ pub struct TimelineInputs<'a> {
     pub messages: &'a [PaymentMessage],
     pub events: &'a [TraceEvent],
     pub now_ms: i64,
+    /// The fields not shown (`[mask]`).
+    pub mask: &'a Mask,
 }
 
 pub fn kind_of(target: &TraceTarget) -> &'static str {
@@ -207,14 +222,15 @@ pub fn event_ids_of(
 pub fn build(input: TimelineInputs<'_>) -> Timeline {
     let (order_no, request_id) = ids_named(&input);
     let event_ids = event_ids_of(input.target, input.rows, input.messages);
+    let mask = input.mask;
     let mut entries = input
         .rows
-        .map_or_else(Vec::new, |r| row_entries(r, input.now_ms));
-    entries.extend(message_entries(input.messages));
+        .map_or_else(Vec::new, |r| row_entries(r, input.now_ms, mask));
+    entries.extend(message_entries(input.messages, mask));
     let (decisions, interceptions) = decision_entries(input.events);
     entries.extend(decisions);
     if let Some(keys) = input.keys {
-        entries.extend(key_entries(keys, input.now_ms));
+        entries.extend(key_entries(keys, input.now_ms, mask));
     }
     // Oldest first; state without a time ("now") last; stable within a time.
     entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
@@ -280,44 +296,79 @@ fn ids_named(input: &TimelineInputs<'_>) -> (Option<String>, Option<String>) {
     (order_no, request_id)
 }
 
+/// The entry of one row of `table` (its logical name, also the entry's source), its masked
+/// columns masked in its fields (the summary masks its own).
 fn entry(
     at_ms: i64,
     layer: &'static str,
-    source: &str,
+    table: &str,
     summary: String,
     row: impl Serialize,
+    mask: &Mask,
 ) -> TimelineEntry {
     TimelineEntry {
         at_ms: Some(at_ms),
         layer,
-        source: source.into(),
+        source: table.into(),
         summary,
         stopped_by: None,
-        fields: serde_json::to_value(row).unwrap_or_default(),
+        fields: mask.row(table, serde_json::to_value(row).unwrap_or_default()),
     }
 }
 
 /// One entry per database row, every table of the trace.
-fn row_entries(rows: &TraceRows, now: i64) -> Vec<TimelineEntry> {
+fn row_entries(rows: &TraceRows, now: i64, mask: &Mask) -> Vec<TimelineEntry> {
     let mut entries: Vec<TimelineEntry> = Vec::new();
-    entries.extend(rows.idempotency.iter().map(|r| idempotency_entry(r, now)));
-    entries.extend(rows.orders.iter().map(order_entry));
+    entries.extend(
+        rows.idempotency
+            .iter()
+            .map(|r| idempotency_entry(r, now, mask)),
+    );
+    entries.extend(rows.orders.iter().map(|o| order_entry(o, mask)));
     for s in &rows.stock_movements {
-        let summary = format!("sku {} delta {}", s.sku_id, s.delta);
-        entries.push(entry(s.created_at, "db", "stock_movement", summary, s));
+        let m = |c: &str, v: i64| mask.cell("stock_movement", c, v);
+        let summary = format!(
+            "sku {} delta {}",
+            m("sku_id", s.sku_id),
+            m("delta", s.delta)
+        );
+        entries.push(entry(
+            s.created_at,
+            "db",
+            "stock_movement",
+            summary,
+            s,
+            mask,
+        ));
     }
     for p in &rows.payments {
+        let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("payment_flow", c, v);
         let summary = format!(
             "pay_no {} {} amount {} · event {}",
-            p.pay_no, p.status, p.amount, p.event_id
+            m("pay_no", &p.pay_no),
+            m("status", &p.status),
+            m("amount", &p.amount),
+            p.event_id
         );
-        entries.push(entry(p.created_at, "db", "payment_flow", summary, p));
+        entries.push(entry(p.created_at, "db", "payment_flow", summary, p, mask));
     }
-    entries.extend(rows.outbox.iter().map(outbox_entry));
+    entries.extend(rows.outbox.iter().map(|o| outbox_entry(o, mask)));
+    entries.extend(consumer_entries(rows, mask));
+    entries
+}
+
+/// The consumer's rows: what it processed, and each sink's row.
+fn consumer_entries(rows: &TraceRows, mask: &Mask) -> Vec<TimelineEntry> {
+    let mut entries: Vec<TimelineEntry> = Vec::new();
     for p in &rows.processed {
+        let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("processed_event", c, v);
         let summary = format!(
             "{} by {} · event {} from p{}@{}",
-            p.outcome, p.consumer_group, p.event_id, p.kafka_partition, p.kafka_offset
+            m("outcome", &p.outcome),
+            m("consumer_group", &p.consumer_group),
+            p.event_id,
+            m("kafka_partition", &p.kafka_partition),
+            m("kafka_offset", &p.kafka_offset)
         );
         entries.push(entry(
             p.processed_at,
@@ -325,29 +376,49 @@ fn row_entries(rows: &TraceRows, now: i64) -> Vec<TimelineEntry> {
             "processed_event",
             summary,
             p,
+            mask,
         ));
     }
     for p in &rows.points {
+        let m = |c: &str, v: i64| mask.cell("points_ledger", c, v);
         let summary = format!(
             "+{} points to user {} · event {}",
-            p.points, p.user_id, p.source_event_no
+            m("points", p.points),
+            m("user_id", p.user_id),
+            p.source_event_no
         );
-        entries.push(entry(p.created_at, "sink", "points_ledger", summary, p));
+        entries.push(entry(
+            p.created_at,
+            "sink",
+            "points_ledger",
+            summary,
+            p,
+            mask,
+        ));
     }
     for n in &rows.notifications {
+        let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("notification", c, v);
         let summary = format!(
             "{} to user {}: {} · event {}",
-            n.channel,
-            n.user_id,
-            short(&n.body, 40),
+            m("channel", &n.channel),
+            m("user_id", &n.user_id),
+            m("body", &short(&n.body, 40)),
             n.event_id
         );
-        entries.push(entry(n.created_at, "sink", "notification", summary, n));
+        entries.push(entry(
+            n.created_at,
+            "sink",
+            "notification",
+            summary,
+            n,
+            mask,
+        ));
     }
     entries
 }
 
-fn idempotency_entry(r: &IdempotencyRow, now: i64) -> TimelineEntry {
+fn idempotency_entry(r: &IdempotencyRow, now: i64, mask: &Mask) -> TimelineEntry {
+    let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("idempotency_record", c, v);
     let lease = if r.status == "PROCESSING" {
         match r.lease_until.map(|l| l - now) {
             Some(left) if left >= 0 => format!("lease {} left", age(left)),
@@ -357,54 +428,60 @@ fn idempotency_entry(r: &IdempotencyRow, now: i64) -> TimelineEntry {
     } else {
         format!(
             "response {}",
-            r.response_code.map_or("-".into(), |c| c.to_string())
+            m(
+                "response_code",
+                &r.response_code.map_or("-".into(), |c| c.to_string())
+            )
         )
     };
     let summary = format!(
         "{} owner {} {} · replays {} · hash {} · age {}",
-        r.status,
-        r.owner,
+        m("status", &r.status),
+        m("owner", &r.owner),
         lease,
-        or_unknown(r.replay_count),
-        short(&r.request_hash, 8),
+        m("replay_count", &or_unknown(r.replay_count)),
+        m("request_hash", &short(&r.request_hash, 8)),
         age(now - r.created_at)
     );
-    entry(r.created_at, "api", "idempotency_record", summary, r)
+    entry(r.created_at, "api", "idempotency_record", summary, r, mask)
 }
 
-fn order_entry(o: &OrderRow) -> TimelineEntry {
+fn order_entry(o: &OrderRow, mask: &Mask) -> TimelineEntry {
+    let m = |c: &str, v: Option<i64>| mask.cell("order_record", c, or_unknown(v));
     let summary = format!(
         "{} v{} fence {} · user {} sku {} ×{} amount {}{}",
-        o.status,
-        or_unknown(o.version),
-        or_unknown(o.fence),
-        or_unknown(o.user_id),
-        or_unknown(o.sku_id),
-        or_unknown(o.quantity),
-        or_unknown(o.amount),
+        mask.cell("order_record", "status", &o.status),
+        m("version", o.version),
+        m("fence", o.fence),
+        m("user_id", o.user_id),
+        m("sku_id", o.sku_id),
+        m("quantity", o.quantity),
+        m("amount", o.amount),
         o.payment_event_id
             .as_ref()
             .map(|e| format!(" · paid by event {e}"))
             .unwrap_or_default()
     );
-    entry(o.created_at, "db", "order_record", summary, o)
+    entry(o.created_at, "db", "order_record", summary, o, mask)
 }
 
-fn outbox_entry(o: &OutboxRow) -> TimelineEntry {
+fn outbox_entry(o: &OutboxRow, mask: &Mask) -> TimelineEntry {
+    let m = |c: &str, v: &str| mask.cell("outbox", c, v);
     let summary = format!(
         "{} → {} · event {}{}",
-        o.status,
-        o.topic,
+        m("status", &o.status),
+        m("topic", &o.topic),
         o.event_id,
         o.sent_at
             .map(|s| format!(" · sent after {}", age(s - o.created_at)))
             .unwrap_or_default()
     );
-    entry(o.created_at, "db", "outbox", summary, o)
+    entry(o.created_at, "db", "outbox", summary, o, mask)
 }
 
-/// Kafka: each copy of each payment message, numbered per eventId.
-fn message_entries(messages: &[PaymentMessage]) -> Vec<TimelineEntry> {
+/// Kafka: each copy of each payment message, numbered per eventId; a masked payNo masked.
+fn message_entries(messages: &[PaymentMessage], mask: &Mask) -> Vec<TimelineEntry> {
+    let pay_no_masked = mask.kafka_pointer("/pay_no") || mask.kafka_pointer("/payNo");
     messages
         .iter()
         .map(|m| {
@@ -431,7 +508,13 @@ fn message_entries(messages: &[PaymentMessage]) -> Vec<TimelineEntry> {
                     }
                 ),
                 stopped_by: None,
-                fields: serde_json::to_value(m).unwrap_or_default(),
+                fields: {
+                    let mut fields = serde_json::to_value(m).unwrap_or_default();
+                    if pay_no_masked && m.pay_no.is_some() {
+                        fields["pay_no"] = MASKED.into();
+                    }
+                    fields
+                },
             }
         })
         .collect()
@@ -474,8 +557,9 @@ fn decision_entries(events: &[TraceEvent]) -> (Vec<TimelineEntry>, Vec<Intercept
     (entries, interceptions)
 }
 
-/// Redis: the locks and the fast-path key as they are now.
-fn key_entries(keys: &TraceKeys, now: i64) -> Vec<TimelineEntry> {
+/// Redis: the locks and the fast-path key as they are now. The fast path holds the response the
+/// API stored: masked with `response_body`.
+fn key_entries(keys: &TraceKeys, now: i64, mask: &Mask) -> Vec<TimelineEntry> {
     let mut entries: Vec<TimelineEntry> = keys.locks.iter().map(|l| lock_entry(l, now)).collect();
     entries.extend(keys.notes.iter().map(|n| TimelineEntry {
         at_ms: None,
@@ -491,13 +575,14 @@ fn key_entries(keys: &TraceKeys, now: i64) -> Vec<TimelineEntry> {
         } else {
             f.pttl_ms
         };
+        let value = mask.cell("idempotency_record", "response_body", &f.value);
         entries.push(TimelineEntry {
             at_ms: None,
             layer: "api",
             source: f.key.clone(),
-            summary: format!("fast path {} · PTTL {}", short(&f.value, 48), pttl(left)),
+            summary: format!("fast path {} · PTTL {}", short(&value, 48), pttl(left)),
             stopped_by: None,
-            fields: json!({ "key": f.key, "node": f.node, "value": f.value, "pttl_ms": f.pttl_ms }),
+            fields: json!({ "key": f.key, "node": f.node, "value": value, "pttl_ms": f.pttl_ms }),
         });
     }
     entries

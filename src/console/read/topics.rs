@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::Serialize;
@@ -153,9 +153,34 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
     c
 }
 
+/// The client context of the console's readers. A reader that asks to learn where a partition
+/// ends (`enable.partition.eof`) gets [`KafkaError::PartitionEOF`] from `poll` and uses it; the
+/// client library reports the same event to the context's error callback too, whose default
+/// logs it as an ERROR — a line on stderr on every `trace`. Every other error is logged as the
+/// default does.
+pub struct ReaderContext;
+
+impl rdkafka::ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+            tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+/// A reader of the console (see [`reader_config`]).
+pub type Reader = BaseConsumer<ReaderContext>;
+
+/// A [`Reader`] of `c`.
+pub fn create_reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
+    c.create_with_context(ReaderContext)
+}
+
 /// A blocking reader (see [`reader_config`]).
-pub fn reader(config: &Config, purpose: &str) -> anyhow::Result<BaseConsumer> {
-    reader_config(config, purpose).create().map_err(|e| {
+pub fn reader(config: &Config, purpose: &str) -> anyhow::Result<Reader> {
+    create_reader(&reader_config(config, purpose)).map_err(|e| {
         anyhow::anyhow!(
             "cannot create a Kafka reader for {}: {e}",
             config.kafka.bootstrap_servers
@@ -164,8 +189,8 @@ pub fn reader(config: &Config, purpose: &str) -> anyhow::Result<BaseConsumer> {
 }
 
 /// The partitions of `topic` with their (low, high) watermarks.
-pub fn watermarks(
-    consumer: &impl Consumer,
+pub fn watermarks<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
     servers: &str,
     topic: &str,
 ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
@@ -208,7 +233,7 @@ pub enum StartAt {
 /// offset at or after the time (`Offset::End` when there is none; the beginning when the broker
 /// cannot look offsets up by time).
 fn start_offsets(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     marks: &[(i32, i64, i64)],
     start: StartAt,
@@ -335,13 +360,14 @@ pub fn consumer_lag(
     group: &str,
 ) -> anyhow::Result<Vec<PartitionLag>> {
     let servers = &config.kafka.bootstrap_servers;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("log_level", "0")
-        .create()
-        .map_err(|e| anyhow::anyhow!("cannot create a Kafka client for {servers}: {e}"))?;
+    let consumer: Reader = create_reader(
+        ClientConfig::new()
+            .set("bootstrap.servers", servers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("log_level", "0"),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot create a Kafka client for {servers}: {e}"))?;
     let marks = watermarks(&consumer, servers, topic)?;
     let mut tpl = TopicPartitionList::new();
     for (p, _, _) in &marks {
@@ -389,7 +415,7 @@ type Probed = Option<(i64, i64)>;
 /// together: one fetch request carries one probe of each, so a round costs one round trip
 /// whatever the number of partitions read.
 struct OffsetLookup<'a> {
-    consumer: &'a BaseConsumer,
+    consumer: &'a Reader,
     topic: &'a str,
     /// `Some(false)` once the broker's answer failed a check: it is not asked again.
     broker_truthful: Option<bool>,
@@ -400,7 +426,7 @@ struct OffsetLookup<'a> {
 }
 
 impl<'a> OffsetLookup<'a> {
-    fn new(consumer: &'a BaseConsumer, topic: &'a str, cancel: &CancellationToken) -> Self {
+    fn new(consumer: &'a Reader, topic: &'a str, cancel: &CancellationToken) -> Self {
         OffsetLookup {
             consumer,
             topic,
@@ -569,7 +595,7 @@ impl<'a> OffsetLookup<'a> {
 
 /// The high watermark of `partition` that the last fetch response carried (librdkafka caches
 /// it; the Rust client does not expose it); `None` before any fetch of it.
-fn fetched_high_watermark(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+fn fetched_high_watermark(consumer: &Reader, topic: &str, partition: i32) -> Option<i64> {
     let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: the client pointer is valid while `consumer` lives; `topic` is a NUL-terminated
@@ -847,7 +873,7 @@ enum Fetch {
 
 /// A reader for probes or windows: small fetches (a probe wants one message, not megabytes),
 /// short fetch waits (a probe past the end must not wait half a second for data).
-fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<BaseConsumer> {
+fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<Reader> {
     let mut c = reader_config(config, "window");
     // A probe or a window that reaches the end of a partition learns it at once.
     c.set("enable.partition.eof", "true")
@@ -866,7 +892,7 @@ fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<BaseConsumer> {
             .set("fetch.max.bytes", "1024")
             .set("fetch.message.max.bytes", "1024");
     }
-    c.create().map_err(|e| {
+    create_reader(&c).map_err(|e| {
         anyhow::anyhow!(
             "cannot create a Kafka reader for {}: {e}",
             config.kafka.bootstrap_servers
@@ -878,7 +904,7 @@ fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<BaseConsumer> {
 /// fetch request serves them all), each partition's ranges in order; how many messages were
 /// read. A partition whose ranges are read is paused: its reader must not fetch on.
 fn read_ranges(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     servers: &str,
     topic: &str,
     ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
@@ -942,7 +968,7 @@ fn read_ranges(
 
 /// Partition `p` finished its range: on to its next one, or paused when it has none.
 fn next_range(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     left: &mut BTreeMap<i32, std::collections::VecDeque<(i64, i64)>>,
     p: i32,

@@ -42,6 +42,8 @@ pub struct TracePieces<'a> {
     /// Older events of the target that `log` no longer keeps (the TUI's read of the trace
     /// topic's history); `None` for a one-shot read, whose `log` was read for the target.
     pub history: Option<&'a [TraceEvent]>,
+    /// The fields no face shows (`[mask]`), masked as the timeline is built.
+    pub mask: &'a crate::mask::Mask,
 }
 
 /// The IDs a trace target resolves to, from every source: the database rows first (they link
@@ -105,6 +107,7 @@ pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> 
         messages: &messages,
         events: &events,
         now_ms,
+        mask: pieces.mask,
     });
     t.warnings.extend(pieces.log.undecodable_warning());
     t
@@ -201,12 +204,14 @@ pub async fn read_trace(
     } else {
         None
     };
+    let mask = crate::mask::Mask::of(config);
     let pieces = TracePieces {
         rows: rows.as_ref(),
         keys: keys.as_ref(),
         payments,
         log,
         history: None,
+        mask: &mask,
     };
     let mut timeline = assemble(target, &pieces, now_ms());
     if let Some(c) = &cost {
@@ -361,6 +366,7 @@ mod tests {
             payments: &payments,
             log: &log,
             history: Some(&history),
+            mask: &crate::mask::Mask::none(),
         };
         let t = assemble(&target, &pieces, 10_000);
         assert_eq!((t.kind, t.query.as_str()), ("event_id", event));

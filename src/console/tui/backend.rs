@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
@@ -999,8 +999,7 @@ fn start_reader(
     live: Arc<LiveProgress>,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
-    let consumer: BaseConsumer = topics::reader_config(config, kind.purpose())
-        .create()
+    let consumer = topics::create_reader(&topics::reader_config(config, kind.purpose()))
         .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
     let (config, topic) = (config.clone(), topic.to_string());
     let failure = format!("cannot start the {topic} reader thread");
@@ -1035,7 +1034,7 @@ fn start_reader(
 
 /// Assigns every partition of `topic` at its live start (its beginning when all of it is in
 /// the hour: the order partitions are read in then stays what it was before the live start).
-fn assign_from(consumer: &BaseConsumer, topic: &str, starts: &[LiveStart]) -> anyhow::Result<()> {
+fn assign_from(consumer: &topics::Reader, topic: &str, starts: &[LiveStart]) -> anyhow::Result<()> {
     let mut tpl = TopicPartitionList::new();
     for s in starts {
         let at = if s.whole {
@@ -1052,7 +1051,7 @@ fn assign_from(consumer: &BaseConsumer, topic: &str, starts: &[LiveStart]) -> an
 
 /// The reader thread's state (see [`start_reader`]).
 struct Reader<'a> {
-    consumer: BaseConsumer,
+    consumer: topics::Reader,
     kind: TopicKind,
     servers: &'a str,
     topic: &'a str,

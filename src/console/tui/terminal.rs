@@ -1,7 +1,8 @@
 //! The terminal and the main loop. The loop waits on one `select!` over the terminal's events,
 //! the collectors' updates, a tick and a render interval; it never waits on a backend, so the
 //! console answers keys whatever the services do. The terminal is restored on every way out:
-//! `q`, Ctrl-C (a key in raw mode), SIGINT/SIGTERM, an error, or a panic (panic hook).
+//! `q`, Ctrl-C (a key in raw mode), SIGINT, SIGTERM, SIGHUP (the terminal went away: an ssh
+//! session dropped), SIGQUIT, an error, or a panic (panic hook).
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +96,39 @@ fn injected_fault(config: &Config) -> anyhow::Result<Option<Fault>> {
     Ok(Some(fault))
 }
 
+/// The signals that end the console as `q` does, the terminal restored: SIGINT, SIGTERM, SIGHUP
+/// and SIGQUIT. Listened to from before the console takes the terminal (a signal's default
+/// action would end the process with the terminal raw and on the alternate screen) until it
+/// gives it back.
+pub struct QuitSignals {
+    signals: [tokio::signal::unix::Signal; 4],
+}
+
+impl QuitSignals {
+    pub fn listen() -> io::Result<QuitSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(QuitSignals {
+            signals: [
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::hangup())?,
+                signal(SignalKind::quit())?,
+            ],
+        })
+    }
+
+    /// The next of them.
+    async fn recv(&mut self) {
+        let [a, b, c, d] = &mut self.signals;
+        tokio::select! {
+            _ = a.recv() => {}
+            _ = b.recv() => {}
+            _ = c.recv() => {}
+            _ = d.recv() => {}
+        }
+    }
+}
+
 /// The terminal's event, or the injected fault when it is a key.
 fn inject(fault: Option<Fault>, event: io::Result<Event>) -> io::Result<Event> {
     match (fault, &event) {
@@ -126,6 +160,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
             log_path.display()
         )
     })?;
+    let signals = QuitSignals::listen()?;
     let mut backends = Backends::spawn(&config);
     let mut app = App::new(&config, Some(backends.focus.clone()));
     app.ui.log_file = Some(log_path.display().to_string());
@@ -151,6 +186,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
         &mut app,
         EventStream::new().map(move |e| inject(fault, e)),
         &mut backends.updates,
+        signals,
         |text| {
             // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
             use base64::Engine;
@@ -163,7 +199,10 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     .await;
     drop(terminal);
     drop(guard);
-    drop(logs);
+    // What is logged from here on — a statement `q` cancelled, which sqlx logs as slow when it
+    // is dropped, during the shutdown or the runtime's — stays in the console's log, not on the
+    // shell the terminal was given back to.
+    logs.keep_until_exit();
     backends.shutdown().await;
     result
 }
@@ -175,6 +214,7 @@ pub async fn run_loop<B: Backend, S>(
     app: &mut App,
     mut events: S,
     updates: &mut mpsc::Receiver<Update>,
+    mut signals: QuitSignals,
     mut clipboard: impl FnMut(&str),
 ) -> anyhow::Result<()>
 where
@@ -185,8 +225,6 @@ where
     let mut render = tokio::time::interval(RENDER);
     render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     if let Ok(size) = terminal.size() {
         // How far the help scrolls; kept current by the resize events.
         app.ui.size = (size.width, size.height);
@@ -217,8 +255,7 @@ where
                     terminal.draw(|f| ui::draw(f, app))?;
                 }
             }
-            _ = interrupt.recv() => app.ui.quit = true,
-            _ = terminate.recv() => app.ui.quit = true,
+            _ = signals.recv() => app.ui.quit = true,
         }
         if let Some(text) = app.take_clipboard() {
             clipboard(&text);

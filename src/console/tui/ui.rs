@@ -3,6 +3,11 @@
 //!
 //! Tables draw only the rows on screen (the rest are never turned into cells), so a 10,000-row
 //! view costs the same per frame as a 50-row one.
+//!
+//! Every text another system wrote — IDs, rows, lock keys and values, errors quoting them — is
+//! drawn through [`crate::untrusted::escape`] (the table cells in [`columns`], the rest here
+//! through `shown`): ratatui drops C0 controls, but not a bidi override or an invisible
+//! character, and dropping hides what is there.
 
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -38,6 +43,23 @@ const HEADER: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
 const SELECTED: Style = Style::new()
     .bg(Color::DarkGray)
     .add_modifier(Modifier::BOLD);
+/// The selected row without colours (`NO_COLOR`): a background colour alone would not show.
+const SELECTED_NO_COLOR: Style =
+    Style::new().add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
+
+/// The selected row's style: its background, or reverse video when there are no colours.
+fn selected_style(app: &App) -> Style {
+    if app.ui.no_color {
+        SELECTED_NO_COLOR
+    } else {
+        SELECTED
+    }
+}
+
+/// Text another system wrote, as drawn: [`crate::untrusted::escape`]d.
+fn shown(s: &str) -> String {
+    crate::untrusted::escape(s).into_owned()
+}
 
 pub fn draw(f: &mut Frame<'_>, app: &App) {
     let down: Vec<BackendId> = BackendId::ALL
@@ -70,6 +92,18 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     }
     if let Some(c) = &app.actions.confirm {
         draw_confirm(f, app, c, f.area());
+    }
+    if app.ui.no_color {
+        without_colours(f);
+    }
+}
+
+/// The frame without a colour, its attributes kept. Under `NO_COLOR` crossterm writes a colour
+/// change as an empty SGR sequence (`ESC [ m`), which resets every attribute: the selected row's
+/// reverse video and the headers' bold would be lost at the first colour change of a frame.
+fn without_colours(f: &mut Frame<'_>) {
+    for cell in f.buffer_mut().content.iter_mut() {
+        cell.set_fg(Color::Reset).set_bg(Color::Reset);
     }
 }
 
@@ -170,7 +204,7 @@ fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::OVERVIEW,
         0,
         findings.len(),
-        Some(app.selected(View::Overview)),
+        Some((app.selected(View::Overview), selected_style(app))),
         |i| {
             let l = &findings[i];
             let (state, style) = match l.severity {
@@ -184,9 +218,9 @@ fn draw_overview(f: &mut Frame<'_>, app: &App, area: Rect) {
             };
             // An item is drawn under its finding: no layer, no state of its own.
             let cells = if l.item {
-                vec![String::new(), "  ·".to_string(), l.text.clone()]
+                vec![String::new(), "  ·".to_string(), shown(&l.text)]
             } else {
-                vec![l.layer.to_string(), state.to_string(), l.text.clone()]
+                vec![l.layer.to_string(), state.to_string(), shown(&l.text)]
             };
             (cells, style)
         },
@@ -250,9 +284,13 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
                 // the database itself — so a narrow terminal cuts the rest, not the remedy.
                 Span::styled(
                     if err.starts_with("run `") {
-                        format!(" {err} · {last}")
+                        format!(" {} · {last}", shown(err))
                     } else {
-                        format!(" {last} · {} · {}", app.stores.backend_targets[b], err)
+                        format!(
+                            " {last} · {} · {}",
+                            app.stores.backend_targets[b],
+                            shown(err)
+                        )
                     },
                     Style::new().fg(Color::Red),
                 ),
@@ -280,9 +318,11 @@ fn windowed_table(
     cols: &[Column],
     keep: usize,
     total: usize,
-    selected: Option<usize>,
+    selected: Option<(usize, Style)>,
     mut cells: impl FnMut(usize) -> (Vec<String>, Style),
 ) {
+    let highlight_style = selected.map_or(SELECTED, |(_, style)| style);
+    let selected = selected.map(|(i, _)| i);
     let inner_height = area.height.saturating_sub(3) as usize; // borders + header
     let highlight = selected.is_some() && total > 0;
     let selected = selected.unwrap_or(0).min(total.saturating_sub(1));
@@ -312,7 +352,7 @@ fn windowed_table(
     let table = Table::new(rows, widths)
         .header(header)
         .block(block)
-        .row_highlight_style(SELECTED)
+        .row_highlight_style(highlight_style)
         .column_spacing(1);
     let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
     f.render_stateful_widget(table, area, &mut state);
@@ -363,7 +403,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
 
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("{} ", t.kind.replace('_', " ")), DIM),
-        Span::styled(t.query.clone(), Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(shown(&t.query), Style::new().add_modifier(Modifier::BOLD)),
         if t.found {
             Span::raw("")
         } else {
@@ -373,8 +413,8 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
             )
         },
     ])];
-    let order_no = t.order_no.clone().unwrap_or_else(|| "?".into());
-    let request_id = t.request_id.clone().unwrap_or_else(|| "?".into());
+    let order_no = shown(t.order_no.as_deref().unwrap_or("?"));
+    let request_id = shown(t.request_id.as_deref().unwrap_or("?"));
     if ids_on_two_lines(t, area.width) {
         // Narrow: one ID a line, so both stay whole.
         lines.push(Line::from(vec![
@@ -423,7 +463,11 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         .map(|e| {
             format!(
                 "{} ×{} in kafka → processed {} · points {} · notifications {}",
-                e.event_id, e.kafka_copies, e.processed_rows, e.points_rows, e.notification_rows
+                shown(&e.event_id),
+                e.kafka_copies,
+                e.processed_rows,
+                e.points_rows,
+                e.notification_rows
             )
         })
         .collect();
@@ -465,7 +509,7 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::TIMELINE,
         columns::TIMELINE_ID,
         rows.len(),
-        Some(selected),
+        Some((selected, selected_style(app))),
         |i| {
             let (entry, cells) = &rows[i];
             let e = &t.entries[*entry];
@@ -487,8 +531,8 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
     let detail_lines: Vec<Line<'_>> = match rows.get(selected).map(|(i, _)| &t.entries[*i]) {
         Some(e) => {
             let mut v = vec![Line::from(vec![
-                Span::styled(format!("{} ", e.source), HEADER),
-                Span::raw(e.summary.clone()),
+                Span::styled(format!("{} ", shown(&e.source)), HEADER),
+                Span::raw(shown(&e.summary)),
             ])];
             if let Some(obj) = e.fields.as_object() {
                 let pairs: Vec<String> = obj
@@ -496,8 +540,9 @@ fn draw_trace(f: &mut Frame<'_>, app: &App, area: Rect) {
                     .filter(|(_, v)| !v.is_null())
                     .map(|(k, v)| {
                         format!(
-                            "{k}={}",
-                            v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                            "{}={}",
+                            shown(k),
+                            v.as_str().map_or_else(|| v.to_string(), shown)
                         )
                     })
                     .collect();
@@ -664,7 +709,7 @@ fn draw_locks(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::LOCKS,
         columns::LOCKS_ID,
         rows.len(),
-        Some(app.selected(View::Locks)),
+        Some((app.selected(View::Locks), selected_style(app))),
         |i| {
             let l = &scan.locks[rows[i]];
             let (mut cells, style) = lock_row(l, now);
@@ -729,7 +774,12 @@ fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
             };
             Line::from(vec![
                 Span::styled(format!(" {:<8}", r.outcome.as_str()), style),
-                Span::raw(format!("{} {} — {}", r.action, r.target, r.detail)),
+                Span::raw(format!(
+                    "{} {} — {}",
+                    r.action,
+                    shown(&r.target),
+                    shown(&r.detail)
+                )),
             ])
         })
         .collect();
@@ -821,7 +871,7 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::RATES,
         1,
         rows.len(),
-        Some(app.selected(View::Rates)),
+        Some((app.selected(View::Rates), selected_style(app))),
         |i| {
             let busy = rows[i][3] != "0";
             (
@@ -855,9 +905,12 @@ fn draw_rates(f: &mut Frame<'_>, app: &App, area: Rect) {
             );
         }
         Some(Err(e)) => f.render_widget(
-            Paragraph::new(Span::styled(format!(" {e}"), Style::new().fg(Color::Red)))
-                .wrap(Wrap { trim: true })
-                .block(titled(" Consumer lag per partition ".into())),
+            Paragraph::new(Span::styled(
+                format!(" {}", shown(&e.to_string())),
+                Style::new().fg(Color::Red),
+            ))
+            .wrap(Wrap { trim: true })
+            .block(titled(" Consumer lag per partition ".into())),
             lag,
         ),
         None => f.render_widget(
@@ -931,7 +984,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
         columns::STUCK,
         columns::STUCK_ID,
         rows.len(),
-        Some(app.selected(View::Stuck)),
+        Some((app.selected(View::Stuck), selected_style(app))),
         |i| {
             let s = &stuck[rows[i]];
             let style = if s.owner_alive == Some(false) {
@@ -939,7 +992,7 @@ fn draw_stuck(f: &mut Frame<'_>, app: &App, area: Rect) {
             } else {
                 Style::new()
             };
-            let mut cells = columns::stuck_cells(s, now);
+            let mut cells = columns::stuck_cells(&s.shown(&app.stores.mask), now);
             mark(app, View::Stuck, &s.request_id, &mut cells);
             (cells, style)
         },
@@ -959,7 +1012,10 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
             summary,
         ),
         Some(Err(e)) => f.render_widget(
-            Paragraph::new(Span::styled(format!(" {e}"), Style::new().fg(Color::Red))),
+            Paragraph::new(Span::styled(
+                format!(" {}", shown(&e.to_string())),
+                Style::new().fg(Color::Red),
+            )),
             summary,
         ),
         Some(Ok(all)) => {
@@ -988,7 +1044,7 @@ fn draw_audit(f: &mut Frame<'_>, app: &App, area: Rect) {
                 columns::AUDIT,
                 columns::AUDIT_ID,
                 rows.len(),
-                Some(app.selected(View::Audit)),
+                Some((app.selected(View::Audit), selected_style(app))),
                 |i| {
                     let style = match rows[i].outcome.as_str() {
                         "done" => Style::new().fg(Color::Green),
@@ -1015,7 +1071,7 @@ fn draw_confirm(
     let mut text: Vec<Line<'_>> = c
         .lines
         .iter()
-        .map(|l| Line::from(Span::raw(format!(" {l}"))))
+        .map(|l| Line::from(Span::raw(format!(" {}", shown(l)))))
         .collect();
     text.push(Line::from(""));
     if app.env.production {
@@ -1043,7 +1099,7 @@ fn draw_confirm(
             " > ",
             Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
         ),
-        Span::raw(c.typed.clone()),
+        Span::raw(shown(&c.typed)),
         Span::styled("█", Style::new().fg(Color::Cyan)),
     ]));
     if let Some(m) = c.missing() {
@@ -1088,7 +1144,7 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                     ":",
                     Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
                 ),
-                Span::raw(s.clone()),
+                Span::raw(shown(s)),
                 Span::styled("█", Style::new().fg(Color::Cyan)),
                 Span::styled(format!("   {}", hint.join("  ")), DIM),
             ])
@@ -1102,14 +1158,14 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
             };
             Line::from(vec![
                 Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
-                Span::raw(s.clone()),
+                Span::raw(shown(s)),
                 Span::styled("█", Style::new().fg(Color::Cyan)),
                 Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.ui.view.title()), DIM),
             ])
         }
         Input::Normal => match &app.ui.message {
             Some((m, level, _)) => Line::from(Span::styled(
-                format!(" {m}"),
+                format!(" {}", shown(m)),
                 if *level == Level::Error {
                     Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
                 } else {

@@ -91,6 +91,9 @@ pub struct Stores {
     pub trace_view: Option<Timeline>,
     trace_stale: bool,
     trace_built_at: Option<Instant>,
+    /// The fields no face shows (`[mask]`): masked in the timeline as it is built, and in the
+    /// stuck records as they are drawn (their liveness is judged on the clear owner).
+    pub mask: crate::mask::Mask,
 }
 
 impl Stores {
@@ -119,6 +122,7 @@ impl Stores {
                 .map(|b| (*b, b.target(config)))
                 .collect(),
             stuck_threshold: config.console.stuck_threshold,
+            mask: crate::mask::Mask::of(config),
             lock_patterns: config.foreign_locks.patterns.clone(),
             trace_target: None,
             trace_rows: None,
@@ -367,7 +371,7 @@ impl Stores {
             }),
             View::Stuck => self.stuck.as_ref().map_or_else(Vec::new, |s| {
                 (0..s.len())
-                    .filter(|i| keep(columns::stuck_cells(&s[*i], now)))
+                    .filter(|i| keep(columns::stuck_cells(&s[*i].shown(&self.mask), now)))
                     .collect()
             }),
             _ => return 0,
@@ -424,10 +428,11 @@ impl Stores {
             payments: &self.payments,
             log: &self.trace_log,
             history: self.trace_history.as_deref(),
+            mask: &self.mask,
         };
         let mut timeline = trace::assemble(target, &pieces, now);
         if let Some(read) = &self.trace_logs {
-            timeline.add_log_lines(read);
+            timeline.add_log_lines(read, &self.mask);
         }
         if let Some((_, Some(cost))) = &self.trace_read {
             trace::warn_of_cost(&mut timeline, cost);
@@ -493,10 +498,18 @@ impl Stores {
     pub fn findings(&self, now: i64) -> Vec<Finding> {
         let rates = self.trace_log.rates(now);
         let reading = self.rates_reading();
+        // The Overview lists stuck records' owners too: as the Stuck view shows them (masked).
+        let masked: Option<Vec<StuckRecord>> = self.stuck.as_ref().and_then(|s| {
+            let shown: Vec<_> = s.iter().map(|r| r.shown(&self.mask)).collect();
+            shown
+                .iter()
+                .any(|r| matches!(r, std::borrow::Cow::Owned(_)))
+                .then(|| shown.into_iter().map(|r| r.into_owned()).collect())
+        });
         overview::findings(&OverviewInput {
             rates_reading: reading.as_deref(),
             leaks: self.leaks.as_ref(),
-            stuck: self.stuck.as_deref(),
+            stuck: masked.as_deref().or(self.stuck.as_deref()),
             locks: self.locks.as_ref(),
             lag: self.lag.as_ref(),
             rates: &rates,

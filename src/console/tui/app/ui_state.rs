@@ -74,6 +74,9 @@ pub struct UiState {
     /// The last text copied with `y` (and written to the terminal as OSC 52).
     pub copied: Option<String>,
     clipboard_out: Option<String>,
+    /// `NO_COLOR` is set (no-color.org): the terminal gets no colours, so the selected row is
+    /// shown in reverse video rather than by its background colour alone.
+    pub no_color: bool,
 }
 
 impl UiState {
@@ -94,6 +97,7 @@ impl UiState {
             dirty: true,
             copied: None,
             clipboard_out: None,
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         }
     }
 
