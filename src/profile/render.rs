@@ -51,18 +51,11 @@ impl Section {
     }
 }
 
-/// Text safe in a TOML comment and on a terminal: control characters (a newline would end the
-/// comment; an escape sequence would drive the terminal) written as `\u{…}`.
+/// Text safe in a TOML comment and on a terminal: what other systems wrote, through the one
+/// escaping function (a newline would end the comment; an escape sequence would drive the
+/// terminal).
 pub fn comment_safe(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_unicode().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    crate::untrusted::escape(text).into_owned()
 }
 
 /// A key as TOML writes it: bare when it can be (`status.PAID` is a dotted key of two bare

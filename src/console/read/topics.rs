@@ -118,7 +118,11 @@ pub fn not_a_trace_event(m: &BorrowedMessage<'_>) -> String {
         Err(e) => e.to_string(),
         Ok(_) => "decoded".into(),
     };
-    format!("{at} {:?}…: {why}", excerpt(p, 60))
+    format!(
+        "{at} `{}`: {}",
+        crate::untrusted::escape_cut(&excerpt(p, 60), 61),
+        crate::untrusted::escape(&why)
+    )
 }
 
 /// The first `n` characters of a payload, lossy.
@@ -705,7 +709,7 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
 
 /// Where a trace's windows are read.
 struct Scan<'a> {
-    scanner: &'a BaseConsumer,
+    scanner: &'a Reader,
     servers: &'a str,
     topic: &'a str,
     cancel: &'a CancellationToken,
