@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -335,8 +335,7 @@ async fn pay_orders(bar: &ProgressBar, client: &StormClient, paid: &[(String, St
 
 /// Re-produces the first `n` payment events (an MQ replay).
 async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
-    let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+    let reader: BaseConsumer = crate::kafka_client::client_config(&config.kafka)
         .set(
             "group.id",
             format!("demo-replayer-{}", uuid::Uuid::new_v4()),
@@ -347,9 +346,7 @@ async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
         tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Beginning)?;
     }
     reader.assign(&tpl)?;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .create()?;
+    let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka).create()?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut sent = 0;
     while sent < n && Instant::now() < deadline {

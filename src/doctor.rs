@@ -9,7 +9,6 @@ mod profile;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
 use serde::Serialize;
 
 use crate::config::{host_port, redact_url, Config};
@@ -312,10 +311,9 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         config.kafka.dlq_topic.clone(),
         config.kafka.trace_topic.clone(),
     ];
-    let servers_for_task = servers.clone();
+    let kafka = config.kafka.clone();
     let metadata = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &servers_for_task)
+        let consumer: BaseConsumer = crate::kafka_client::client_config(&kafka)
             .set("log_level", "0")
             .create()
             .map_err(|e| e.to_string())?;

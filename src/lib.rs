@@ -19,6 +19,7 @@ pub mod contracts;
 pub mod db;
 pub mod demo;
 pub mod doctor;
+pub mod kafka_client;
 pub mod lock;
 pub mod logging;
 pub mod mask;

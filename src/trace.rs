@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
@@ -97,31 +96,31 @@ impl Tracer {
             return Ok(Tracer::log_only(instance));
         }
         let stats = Arc::new(TraceStats::default());
-        let producer: ThreadedProducer<DeliveryCounter> = ClientConfig::new()
-            .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-            .set("client.id", format!("idemguard-trace-{}", instance.id))
-            .set(
-                "queue.buffering.max.messages",
-                config.trace.buffer.to_string(),
-            )
-            .set(
-                "message.timeout.ms",
-                config.trace.delivery_timeout.as_millis().to_string(),
-            )
-            // Trace events never wait for the broker; a longer linger packs more of them into
-            // each produce request, which is what the broker's CPU follows (BENCHMARKS.md, API).
-            .set("linger.ms", "20")
-            .set("acks", "1")
-            .set("log_level", "3")
-            .create_with_context(DeliveryCounter {
-                stats: stats.clone(),
-            })
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot create the trace producer for {}: {e}",
-                    config.kafka.bootstrap_servers
+        let producer: ThreadedProducer<DeliveryCounter> =
+            crate::kafka_client::client_config(&config.kafka)
+                .set("client.id", format!("idemguard-trace-{}", instance.id))
+                .set(
+                    "queue.buffering.max.messages",
+                    config.trace.buffer.to_string(),
                 )
-            })?;
+                .set(
+                    "message.timeout.ms",
+                    config.trace.delivery_timeout.as_millis().to_string(),
+                )
+                // Trace events never wait for the broker; a longer linger packs more of them into
+                // each produce request, which is what the broker's CPU follows (BENCHMARKS.md, API).
+                .set("linger.ms", "20")
+                .set("acks", "1")
+                .set("log_level", "3")
+                .create_with_context(DeliveryCounter {
+                    stats: stats.clone(),
+                })
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot create the trace producer for {}: {e}",
+                        config.kafka.bootstrap_servers
+                    )
+                })?;
         Ok(Tracer {
             inner: Arc::new(Inner {
                 instance: instance.id.clone(),

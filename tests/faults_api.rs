@@ -821,12 +821,9 @@ async fn sigint_on_serve_finishes_in_flight(dialect: Dialect) {
         "every booked payment's event is on the topic"
     );
 
-    let (servers, topic) = (
-        config.kafka.bootstrap_servers.clone(),
-        config.kafka.trace_topic.clone(),
-    );
+    let (kafka, topic) = (config.kafka.clone(), config.kafka.trace_topic.clone());
     let trace =
-        tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30)))
+        tokio::task::spawn_blocking(move || read_trace(&kafka, &topic, Duration::from_secs(30)))
             .await
             .unwrap()
             .unwrap();
@@ -1024,11 +1021,8 @@ async fn guarded_service(
 }
 
 async fn trace_of(config: &Config) -> Vec<idemguard::contracts::TraceEvent> {
-    let (servers, topic) = (
-        config.kafka.bootstrap_servers.clone(),
-        config.kafka.trace_topic.clone(),
-    );
-    tokio::task::spawn_blocking(move || read_trace(&servers, &topic, Duration::from_secs(30)))
+    let (kafka, topic) = (config.kafka.clone(), config.kafka.trace_topic.clone());
+    tokio::task::spawn_blocking(move || read_trace(&kafka, &topic, Duration::from_secs(30)))
         .await
         .unwrap()
         .unwrap()

@@ -68,13 +68,13 @@ async fn send_event(s: &ConsumerSetup, key: &str, e: &PaymentSucceeded) {
 
 /// The group's committed offsets on the payment topic, summed over partitions.
 async fn committed_total(s: &ConsumerSetup) -> i64 {
-    let (servers, topic, group) = (
-        s.config.kafka.bootstrap_servers.clone(),
+    let (kafka, topic, group) = (
+        s.config.kafka.clone(),
         s.config.kafka.payment_topic.clone(),
         s.group.clone(),
     );
     tokio::task::spawn_blocking(move || {
-        consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap()
+        consumer_lag(&kafka, &group, &topic, Duration::from_secs(10)).unwrap()
     })
     .await
     .unwrap()

@@ -92,13 +92,13 @@ fn rewind(config: &Config, group: &str) {
 }
 
 async fn committed_total(config: &Config, group: &str) -> i64 {
-    let (servers, topic, group) = (
-        config.kafka.bootstrap_servers.clone(),
+    let (kafka, topic, group) = (
+        config.kafka.clone(),
         config.kafka.payment_topic.clone(),
         group.to_string(),
     );
     tokio::task::spawn_blocking(move || {
-        consumer_lag(&servers, &group, &topic, Duration::from_secs(10)).unwrap()
+        consumer_lag(&kafka, &group, &topic, Duration::from_secs(10)).unwrap()
     })
     .await
     .unwrap()

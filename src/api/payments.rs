@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -255,8 +254,7 @@ impl RelayCrash {
 
 impl OutboxRelay {
     pub fn new(config: &Config, db: Database, tracer: Tracer) -> anyhow::Result<OutboxRelay> {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka)
             .set(
                 "client.id",
                 format!("idemguard-relay-{}", tracer.instance_id()),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
 
 use super::client::ReplyKind;
@@ -131,12 +131,12 @@ impl InterceptionTable {
 /// Reads every event on `topic` from the beginning up to the high watermarks, then until the
 /// topic is quiet (bounded by `within`). Blocking: call from `spawn_blocking`.
 pub fn read_trace(
-    bootstrap_servers: &str,
+    kafka: &crate::config::KafkaConfig,
     topic: &str,
     within: Duration,
 ) -> anyhow::Result<Vec<TraceEvent>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap_servers)
+    let bootstrap_servers = &kafka.bootstrap_servers;
+    let consumer: BaseConsumer = crate::kafka_client::client_config(kafka)
         .set(
             "group.id",
             format!("idemguard-storm-reader-{}", uuid::Uuid::now_v7()),

@@ -249,12 +249,12 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     // The trace is the last reader of the run's topics; they go whatever happened, so a failed
     // storm leaves none behind either.
     let traced = if played.is_ok() && settled.is_ok() && stopped.is_ok() {
-        let (servers, topic) = (
-            rig.config.kafka.bootstrap_servers.clone(),
+        let (kafka, topic) = (
+            rig.config.kafka.clone(),
             rig.config.kafka.trace_topic.clone(),
         );
         match tokio::task::spawn_blocking(move || {
-            interception::read_trace(&servers, &topic, Duration::from_secs(60))
+            interception::read_trace(&kafka, &topic, Duration::from_secs(60))
         })
         .await
         {

@@ -10,7 +10,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::processes::ChildConfig;
@@ -232,13 +232,13 @@ impl Rig {
 
     /// Messages on the payment topic the run's group has not committed.
     pub async fn lag(&self) -> anyhow::Result<i64> {
-        let (servers, group, topic) = (
-            self.config.kafka.bootstrap_servers.clone(),
+        let (kafka, group, topic) = (
+            self.config.kafka.clone(),
             self.run.group(),
             self.config.kafka.payment_topic.clone(),
         );
         let lags = tokio::task::spawn_blocking(move || {
-            consumer_lag(&servers, &group, &topic, Duration::from_secs(10))
+            consumer_lag(&kafka, &group, &topic, Duration::from_secs(10))
         })
         .await??;
         Ok(lags.iter().map(|p| p.lag).sum())
@@ -247,14 +247,14 @@ impl Rig {
     /// Moves the run's group back to the start of every partition (an operator's rewind). The
     /// group must have no live member: stop the consumer first.
     pub async fn rewind_group(&self) -> anyhow::Result<()> {
-        let (servers, group, topic) = (
-            self.config.kafka.bootstrap_servers.clone(),
+        let (kafka, group, topic) = (
+            self.config.kafka.clone(),
             self.run.group(),
             self.config.kafka.payment_topic.clone(),
         );
+        let servers = kafka.bootstrap_servers.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let c: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &servers)
+            let c: BaseConsumer = crate::kafka_client::client_config(&kafka)
                 .set("group.id", &group)
                 .set("enable.auto.commit", "false")
                 .set("log_level", "3")
@@ -287,8 +287,7 @@ impl Rig {
                 .await?)
         })
         .await?;
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
+        let producer: FutureProducer = crate::kafka_client::client_config(&self.config.kafka)
             .set("acks", "all")
             .set("log_level", "3")
             .create()?;
@@ -402,8 +401,7 @@ impl Rig {
 
     /// Deletes the run's topics (best effort: the broker may not support it).
     pub async fn delete_topics(&self) {
-        let Ok(admin) = ClientConfig::new()
-            .set("bootstrap.servers", &self.config.kafka.bootstrap_servers)
+        let Ok(admin) = crate::kafka_client::client_config(&self.config.kafka)
             .set("log_level", "3")
             .create::<AdminClient<DefaultClientContext>>()
         else {
@@ -479,10 +477,10 @@ async fn delete_matching(url: &str, pattern: &str) -> redis::RedisResult<()> {
 
 async fn create_topics(config: &Config) -> anyhow::Result<()> {
     let servers = &config.kafka.bootstrap_servers;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .set("log_level", "3")
-        .create()?;
+    let admin: AdminClient<DefaultClientContext> =
+        crate::kafka_client::client_config(&config.kafka)
+            .set("log_level", "3")
+            .create()?;
     let k = &config.kafka;
     let topics: Vec<NewTopic> = [&k.payment_topic, &k.dlq_topic, &k.trace_topic]
         .iter()

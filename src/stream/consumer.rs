@@ -32,7 +32,7 @@ use rdkafka::consumer::{
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::dedup::DedupState;
@@ -197,23 +197,23 @@ impl PaymentConsumer {
             .clone()
             .unwrap_or_else(|| config.kafka.consumer_group.clone());
         let servers = &config.kafka.bootstrap_servers;
-        let consumer: StreamConsumer<RebalanceLog> = ClientConfig::new()
-            .set("bootstrap.servers", servers)
-            .set("group.id", &group)
-            .set(
-                "client.id",
-                format!("idemguard-consume-{}", tracer.instance_id()),
-            )
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "1000")
-            // A topic created (or partitions added) after the consumer started is seen within
-            // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
-            .set("topic.metadata.refresh.interval.ms", "10000")
-            .set("log_level", "3")
-            .create_with_context(RebalanceLog)
-            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
+        let consumer: StreamConsumer<RebalanceLog> =
+            crate::kafka_client::client_config(&config.kafka)
+                .set("group.id", &group)
+                .set(
+                    "client.id",
+                    format!("idemguard-consume-{}", tracer.instance_id()),
+                )
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("session.timeout.ms", "10000")
+                .set("heartbeat.interval.ms", "1000")
+                // A topic created (or partitions added) after the consumer started is seen within
+                // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
+                .set("topic.metadata.refresh.interval.ms", "10000")
+                .set("log_level", "3")
+                .create_with_context(RebalanceLog)
+                .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
             .map_err(|e| {
@@ -222,8 +222,7 @@ impl PaymentConsumer {
                     config.kafka.payment_topic
                 )
             })?;
-        let dlq: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", servers)
+        let dlq: FutureProducer = crate::kafka_client::client_config(&config.kafka)
             .set(
                 "client.id",
                 format!("idemguard-dlq-{}", tracer.instance_id()),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,13 +21,13 @@ pub struct PartitionLag {
 /// Lag of `group` on every partition of `topic`. Blocking (network round trips): call it from
 /// `spawn_blocking` in async code.
 pub fn consumer_lag(
-    bootstrap_servers: &str,
+    kafka: &crate::config::KafkaConfig,
     group: &str,
     topic: &str,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PartitionLag>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap_servers)
+    let bootstrap_servers = &kafka.bootstrap_servers;
+    let consumer: BaseConsumer = crate::kafka_client::client_config(kafka)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("log_level", "3")

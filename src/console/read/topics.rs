@@ -134,8 +134,8 @@ pub fn excerpt(payload: &[u8], n: usize) -> String {
 /// The settings of a reader that reads by assignment only (no group membership, no commits).
 pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
     let tag = uuid::Uuid::new_v4().simple().to_string();
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &config.kafka.bootstrap_servers)
+    let mut c = crate::kafka_client::client_config(&config.kafka);
+    c
         // A group id is required by the client library; it is never joined or committed to.
         // Unique per reader, like the client id: readers of one process must never share
         // broker-side state (fetch sessions, coordinators) with each other.
@@ -365,8 +365,7 @@ pub fn consumer_lag(
 ) -> anyhow::Result<Vec<PartitionLag>> {
     let servers = &config.kafka.bootstrap_servers;
     let consumer: Reader = create_reader(
-        ClientConfig::new()
-            .set("bootstrap.servers", servers)
+        crate::kafka_client::client_config(&config.kafka)
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("log_level", "0"),
