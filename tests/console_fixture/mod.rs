@@ -141,7 +141,12 @@ async fn insert(w: &World, table: &str, cols: &[&str], vals: Vec<V>) {
 fn order_no_in_partition_zero(config: &Config) -> String {
     loop {
         let order_no = OrderNo::generate().to_string();
-        if config.kafka.partitioner.partition_of(order_no.as_bytes(), 3) == Some(0) {
+        if config
+            .kafka
+            .partitioner
+            .partition_of(order_no.as_bytes(), 3)
+            == Some(0)
+        {
             return order_no;
         }
     }
