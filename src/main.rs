@@ -483,7 +483,7 @@ async fn run(
             json,
             output,
         } => {
-            use idemguard::console::cli::report;
+            use idemguard::console::report;
             let scope = match (id, since, until) {
                 (Some(id), _, _) => {
                     report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
@@ -628,7 +628,7 @@ fn trace_window(
     if since.is_none() && until.is_none() {
         return Ok(None);
     }
-    use idemguard::console::cli::report::parse_time;
+    use idemguard::console::report::parse_time;
     let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
     let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
     let from_ms = since.map_or(Ok(to_ms - DEFAULT_UNKNOWN_WINDOW.as_millis() as i64), parse)?;

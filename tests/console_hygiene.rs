@@ -353,7 +353,7 @@ async fn reports_and_the_console_log_are_their_owners_only() {
 
     w.config.console.report_dir = root.join("reports/x").display().to_string();
     let target = idemguard::contracts::TraceTarget::classify(&order);
-    let written = idemguard::console::cli::report::write_markdown(&w.config, &target)
+    let written = idemguard::console::report::write_markdown(&w.config, &target)
         .await
         .unwrap();
     assert_eq!(mode(&written.path), 0o600, ":report");

@@ -346,7 +346,7 @@ async fn executor_task(
             _ = cancel.cancelled() => return,
         };
         if let ExecRequest::Report(target) = req {
-            let written = crate::console::cli::report::write_markdown(&config, &target)
+            let written = crate::console::report::write_markdown(&config, &target)
                 .await
                 .map(|w| w.to_string())
                 .map_err(|e| format!("{e:#}"));
