@@ -212,7 +212,7 @@ fn orders_section(o: &mut String, r: &IncidentReport) {
 mod tests {
     use super::*;
 
-    use crate::console::cli::headless::EnvironmentInfo;
+    use crate::console::read::sources::EnvironmentInfo;
     use crate::console::report::Leak;
 
     #[test]

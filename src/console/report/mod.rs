@@ -23,8 +23,8 @@ use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
-use crate::console::cli::headless::EnvironmentInfo;
 use crate::console::read::bounded::read_window;
+use crate::console::read::sources::EnvironmentInfo;
 // The leak and contradiction queries are the Overview's too: one reader, two faces.
 pub use crate::console::read::overview::{contradictions, leaks, Contradiction, Leak};
 use crate::console::read::records;
