@@ -241,6 +241,7 @@ mod tests {
             contradictions: vec![],
             operator_actions: vec![],
             rates: vec![],
+            rate_minutes: Default::default(),
             errors: vec![],
         };
         let md = markdown(&r);

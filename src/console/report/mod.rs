@@ -1,15 +1,22 @@
-//! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown
-//! (or JSON, schema `idemguard.report/v1`). For each affected order its cross-layer timeline
+//! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown,
+//! as an HTML page (`--format html`) or as JSON (schema `idemguard.report/v1`). For each affected order its cross-layer timeline
 //! (the Trace view's: the same [`read_trace`]) and which layer stopped each duplicate; every
 //! duplicate that got through (two effects for one requestId or one order in any table); the
 //! operator actions taken (`ops_audit`); and the interception rates over the window. `:report`
-//! writes it into `console.report_dir` ([`write_markdown`]).
+//! writes it into `console.report_dir` ([`write`]).
 //!
 //! Below every face: `idemguard report` and the TUI's `:report` both call it. [`build`] reads
-//! the report once; [`markdown`] lays it out.
+//! the report once; [`markdown`] lays it out for a ticket, [`html`] as a page for the review
+//! whose [`svg`] pictures ([`picture`] of each order on a broken time [`axis`]) show which line
+//! of defense stopped each copy, and any copy that got through.
 
+pub mod axis;
+pub mod html;
 pub mod markdown;
+pub mod picture;
+pub mod svg;
 
+pub use html::html;
 pub use markdown::markdown;
 
 use std::collections::BTreeMap;
@@ -29,7 +36,7 @@ use crate::console::read::sources::EnvironmentInfo;
 pub use crate::console::read::overview::{contradictions, leaks, Contradiction, Leak};
 use crate::console::read::records;
 use crate::console::read::sources::BackendId;
-use crate::console::read::store::{PaymentIndex, TraceLog};
+use crate::console::read::store::{PaymentIndex, RateTable, TraceLog};
 use crate::console::read::timeline::Timeline;
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 use crate::console::read::window::TimeWindow;
@@ -73,6 +80,10 @@ pub struct IncidentReport {
     pub contradictions: Vec<Contradiction>,
     pub operator_actions: Vec<AuditRow>,
     pub rates: Vec<RateLine>,
+    /// The interceptions of [`IncidentReport::rates`] per minute, as the Rates view counts them
+    /// (the HTML report's chart; not in the JSON, whose `rates` say the same per window).
+    #[serde(skip)]
+    pub rate_minutes: RateTable,
     /// Sources that could not be read (the report is partial).
     pub errors: Vec<String>,
 }
@@ -264,6 +275,27 @@ fn rates_of(scope: &ReportScope, traced: &Traced, now: i64) -> Vec<RateLine> {
         .collect()
 }
 
+/// The interceptions per minute over the report's minutes: for a window every interception of
+/// the trace topic in it, for an ID those of its timeline (the same events [`rates_of`] counts).
+fn rate_minutes(scope: &ReportScope, traced: &Traced, now: i64) -> RateTable {
+    match scope {
+        ReportScope::Window { .. } => traced.log.rates_between(traced.since_ms, traced.until_ms),
+        ReportScope::Id(_) => {
+            let mut by: BTreeMap<(i64, &str), u64> = BTreeMap::new();
+            for i in traced.timelines.iter().flat_map(|t| &t.interceptions) {
+                let minute = i.at_ms.unwrap_or(now).div_euclid(60_000);
+                *by.entry((minute, i.outcome.as_str())).or_default() += 1;
+            }
+            let minutes = || by.keys().map(|(m, _)| *m);
+            let first = minutes().min().unwrap_or(now.div_euclid(60_000));
+            let last = minutes().max().unwrap_or(first);
+            RateTable::over(first, last, |m, outcome| {
+                by.get(&(m, outcome.as_str())).copied().unwrap_or(0)
+            })
+        }
+    }
+}
+
 /// Build the report (reads the database and both topics; bounded).
 pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<IncidentReport> {
     let mut c = config.clone();
@@ -308,6 +340,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         until_ms,
         orders_in_window: traced.orders_in_window,
         rates: rates_of(scope, &traced, now),
+        rate_minutes: rate_minutes(scope, &traced, now),
         timelines: traced.timelines,
         leaks,
         contradictions,
@@ -384,10 +417,39 @@ impl std::fmt::Display for Written {
     }
 }
 
-/// `:report`: the same report as `idemguard report --id ID`, as Markdown in [`report_dir`]
-/// (created if missing), named `idemguard-report-{ID}.md`; the owner's only
-/// ([`crate::private_file`]: 0600 in a directory created 0700).
-pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Result<Written> {
+/// How a report is written out (the JSON document is the report itself, serialized).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// Pastes into a ticket.
+    Markdown,
+    /// One self-contained page with a picture of each order ([`html`]).
+    Html,
+}
+
+impl ReportFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ReportFormat::Markdown => "md",
+            ReportFormat::Html => "html",
+        }
+    }
+
+    pub fn render(self, r: &IncidentReport) -> String {
+        match self {
+            ReportFormat::Markdown => markdown(r),
+            ReportFormat::Html => html(r),
+        }
+    }
+}
+
+/// `:report [html]`: the same report as `idemguard report --id ID [--format html]`, in
+/// [`report_dir`] (created if missing), named `idemguard-report-{ID}.md` (or `.html`); the
+/// owner's only ([`crate::private_file`]: 0600 in a directory created 0700).
+pub async fn write(
+    config: &Config,
+    target: &TraceTarget,
+    format: ReportFormat,
+) -> anyhow::Result<Written> {
     let r = build(config, &ReportScope::Id(target.clone())).await?;
     let safe: String = target
         .id()
@@ -405,8 +467,8 @@ pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Re
     crate::private_file::create_dir_all(&dir).map_err(|e| {
         anyhow::anyhow!("cannot create {} (console.report_dir): {e}", dir.display())
     })?;
-    let path = dir.join(format!("idemguard-report-{safe}.md"));
-    crate::private_file::write(&path, &markdown(&r))
+    let path = dir.join(format!("idemguard-report-{safe}.{}", format.extension()));
+    crate::private_file::write(&path, &format.render(&r))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     Ok(Written {
         path,
