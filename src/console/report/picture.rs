@@ -511,4 +511,37 @@ pub(crate) mod tests {
         assert!(p.crossings.is_empty());
         assert_eq!(p.unplaced_leaks.len(), 1);
     }
+
+    #[test]
+    fn the_operator_actions_on_this_order_are_flags() {
+        let action = |target: &str, at: i64| AuditRow {
+            id: at,
+            operator: "alice".into(),
+            environment: "prod".into(),
+            action: "release_lock".into(),
+            target: target.into(),
+            before_state: None,
+            after_state: None,
+            reason: Some("stale".into()),
+            outcome: "done".into(),
+            detail: None,
+            created_at: at,
+        };
+        let actions = [
+            action("lock:order:202611290001", 10),
+            action("APP:ORDER:20261129:x", 20),
+            action("lock:order:someone-else", 30),
+        ];
+        let p = picture(&demo_like(), &[], &actions);
+        let at: Vec<i64> = p.flags.iter().map(|f| f.at_ms).collect();
+        assert_eq!(
+            at,
+            [10, 20],
+            "by orderNo and by requestId, not another order's"
+        );
+        assert!(p.flags[0]
+            .title
+            .contains("release_lock by alice on lock:order:202611290001"));
+        assert!(p.times().contains(&10), "a flag is on the axis");
+    }
 }

@@ -585,6 +585,27 @@ mod tests {
     }
 
     #[test]
+    fn a_flag_stands_on_the_operator_lane() {
+        let mut p = picture(&demo_like(), &[], &[]);
+        let t0 = p.marks[0].at_ms.unwrap();
+        p.flags.push(crate::console::report::picture::Flag {
+            at_ms: t0 + 30,
+            label: "finalize".into(),
+            title: "finalize <by> bob".into(),
+        });
+        let layout = Layout::of(&p);
+        let (top, h) = layout.lane(Lane::Operator);
+        let svg = swimlanes(&p, "order");
+        let flag = svg.split(r#"<g class="flag""#).nth(1).unwrap();
+        let y = |name: &str| -> f64 {
+            let v = flag.split(&format!(r#"{name}=""#)).nth(1).unwrap();
+            v.split('"').next().unwrap().parse().unwrap()
+        };
+        assert!(y("y1") >= top && y("y2") <= top + h, "{flag}");
+        assert!(flag.contains("finalize &lt;by&gt; bob"));
+    }
+
+    #[test]
     fn hostile_values_are_text_in_the_svg() {
         let mut t = demo_like();
         t.entries[1].summary = "<script>alert(1)</script> javascript:alert(2)".into();
