@@ -320,7 +320,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
     CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
     CommandSpec { name: "audit", aliases: &["a", "au"], args: "", help: "operator actions from ops_audit, newest first" },
-    CommandSpec { name: "report", aliases: &["rep"], args: "[html] [ID]", help: "write the post-incident report of ID (default: the order traced) into console.report_dir, as Markdown or html" },
+    CommandSpec { name: "report", aliases: &["rep"], args: "[html] [ID]", help: "write the report of ID (default: the order traced) to console.report_dir, as Markdown or html" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
     CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
