@@ -606,6 +606,29 @@ mod tests {
     }
 
     #[test]
+    fn a_row_without_a_time_is_drawn_in_a_column_of_its_own() {
+        let mut t = demo_like();
+        t.entries
+            .push(crate::console::read::timeline::TimelineEntry {
+                at_ms: None,
+                layer: "db",
+                source: "source profile".into(),
+                summary: "points_ledger is absent in the source profile".into(),
+                stopped_by: None,
+                fields: serde_json::Value::Null,
+            });
+        let p = picture(&t, &[], &[]);
+        let layout = Layout::of(&p);
+        let (x, _) = layout.marks[t.entries.len() - 1];
+        let timed = layout.marks[..t.entries.len() - 1]
+            .iter()
+            .map(|(x, _)| *x)
+            .fold(f64::MIN, f64::max);
+        assert!(x > timed + 20.0, "{x} vs {timed}");
+        assert!(swimlanes(&p, "order").contains(">no time</text>"));
+    }
+
+    #[test]
     fn hostile_values_are_text_in_the_svg() {
         let mut t = demo_like();
         t.entries[1].summary = "<script>alert(1)</script> javascript:alert(2)".into();
