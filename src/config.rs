@@ -203,7 +203,7 @@ pub struct ConsoleConfig {
     pub operator: String,
     pub log_file: String,
     /// Where `:report` writes; empty: the user's data directory (see
-    /// `console::cli::report::report_dir`).
+    /// `console::report::report_dir`).
     pub report_dir: String,
     /// A step whose time the rows do not carry (the payment of an order whose table has only
     /// `created_at`) is searched this far forward from the last time they do carry.

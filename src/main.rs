@@ -51,6 +51,18 @@ enum LogFormat {
     Json,
 }
 
+/// How `idemguard report` writes the report.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReportOutput {
+    /// For a ticket
+    Markdown,
+    /// One self-contained page: each order's swimlanes (which line of defense stopped each
+    /// copy), then its table; opens offline
+    Html,
+    /// The `idemguard.report/v1` document
+    Json,
+}
+
 #[derive(Subcommand)]
 enum ProfileCommand {
     /// Write a commented source profile from what the configured database, Redis, topics and
@@ -252,9 +264,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Post-incident report (Markdown, or --json): each affected order's cross-layer timeline,
-    /// which layer stopped each duplicate, every duplicate that got through, operator actions,
-    /// rates. Exit 0, or 6 when a duplicate got through or a record contradicts the orders
+    /// Post-incident report (Markdown, HTML with a picture of each order, or JSON): each
+    /// affected order's cross-layer timeline, which layer stopped each duplicate, every
+    /// duplicate that got through, operator actions, rates. Exit 0, or 6 when a duplicate got
+    /// through or a record contradicts the orders
     Report {
         /// One orderNo, requestId or eventId
         #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
@@ -265,11 +278,14 @@ enum Command {
         /// Window end (exclusive)
         #[arg(long, requires = "since")]
         until: Option<String>,
-        /// Print the `idemguard.report/v1` JSON document
-        #[arg(long)]
+        /// markdown, html (one self-contained page: the swimlanes of each order) or json
+        #[arg(long, value_enum, default_value = "markdown")]
+        format: ReportOutput,
+        /// The same as --format json
+        #[arg(long, conflicts_with = "format")]
         json: bool,
         /// Write to this file instead of stdout
-        #[arg(long, short = 'o', value_name = "FILE")]
+        #[arg(long, short = 'o', visible_alias = "out", value_name = "FILE")]
         output: Option<PathBuf>,
     },
     /// Delete what is past its retention, once (for a cron; `serve` and `consume` also do it every
@@ -480,10 +496,11 @@ async fn run(
             id,
             since,
             until,
+            format,
             json,
             output,
         } => {
-            use idemguard::console::cli::report;
+            use idemguard::console::report;
             let scope = match (id, since, until) {
                 (Some(id), _, _) => {
                     report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
@@ -495,10 +512,10 @@ async fn run(
                 _ => anyhow::bail!("give --id ID, or --since T and --until T"),
             };
             let r = report::build(&config, &scope).await?;
-            let text = if json {
-                serde_json::to_string_pretty(&r)? + "\n"
-            } else {
-                report::markdown(&r)
+            let text = match (json, format) {
+                (true, _) | (_, ReportOutput::Json) => serde_json::to_string_pretty(&r)? + "\n",
+                (_, ReportOutput::Markdown) => report::ReportFormat::Markdown.render(&r),
+                (_, ReportOutput::Html) => report::ReportFormat::Html.render(&r),
             };
             match output {
                 Some(path) => idemguard::private_file::write(&path, &text)
@@ -628,7 +645,7 @@ fn trace_window(
     if since.is_none() && until.is_none() {
         return Ok(None);
     }
-    use idemguard::console::cli::report::parse_time;
+    use idemguard::console::report::parse_time;
     let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
     let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
     let from_ms = since.map_or(Ok(to_ms - DEFAULT_UNKNOWN_WINDOW.as_millis() as i64), parse)?;

@@ -19,6 +19,10 @@
 //! - [`markdown`] — [`escape`], then Markdown and HTML neutralized, for reports: no raw HTML, no
 //!   link or image (`[x](javascript:…)`, `<javascript:…>`), no emphasis, no table cell split by
 //!   a `|`; the rendered text reads exactly as the value.
+//! - [`html`] — [`escape`], then `&`, `<`, `>`, `"` and `'` as character references, for the
+//!   HTML report's text, attribute values and inline SVG: a value is text there, never a tag, an
+//!   attribute, a script or a link (`javascript:…` is shown, never followed: the report puts no
+//!   value in a URL attribute).
 //!
 //! The JSON twins do not use it: serde escapes every control character, and a JSON reader must
 //! get the value byte for byte. Masking sensitive fields is another matter ([`crate::mask`]).
@@ -160,6 +164,25 @@ pub fn markdown(s: &str) -> String {
     out
 }
 
+/// [`escape`], then HTML's and XML's five special characters as character references: for a
+/// value in the HTML report's text or in a quoted attribute value, and in inline SVG (its text
+/// and `<title>`s). The page shows exactly the value, never markup made of it.
+pub fn html(s: &str) -> String {
+    let shown = escape(s);
+    let mut out = String::with_capacity(shown.len() + 8);
+    for c in shown.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +252,22 @@ mod tests {
             markdown("APP:ORDER:20261129:0193"),
             "APP:ORDER:20261129:0193"
         );
+    }
+
+    #[test]
+    fn html_shows_the_value_as_text_and_nothing_else() {
+        assert_eq!(
+            html("<script>alert(1)</script>"),
+            "&lt;script&gt;alert(1)&lt;/script&gt;"
+        );
+        assert_eq!(
+            html("\" onmouseover='x' a=\"&amp;"),
+            "&quot; onmouseover=&#39;x&#39; a=&quot;&amp;amp;"
+        );
+        // `javascript:` stays text: the report never puts a value in a URL attribute.
+        assert_eq!(html("javascript:alert(1)"), "javascript:alert(1)");
+        // Controls and bidi overrides are shown escaped first, as everywhere else.
+        assert_eq!(html("a\u{202e}b\x1b[2J"), "a\\u{202e}b\\x1b[2J");
+        assert_eq!(html("支付成功 ✓"), "支付成功 ✓");
     }
 }

@@ -1382,8 +1382,8 @@ async fn headless_trace_json_mysql() {
 /// names the order's IDs, not the newest N messages.
 #[tokio::test]
 async fn a_trace_finds_its_kafka_side_behind_more_messages_than_the_stores_keep() {
-    use idemguard::console::cli::report::{self, ReportScope};
     use idemguard::console::read::store::{PAYMENT_MESSAGES_KEPT, TRACE_EVENTS_KEPT};
+    use idemguard::console::report::{self, ReportScope};
     use idemguard::contracts::{headers, Layer, Outcome, TraceEvent};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

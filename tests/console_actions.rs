@@ -1211,7 +1211,7 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
 // ---------------------------------------------------------------------------------------------
 
 async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: Dialect) {
-    use idemguard::console::cli::report::{self, ReportScope};
+    use idemguard::console::report::{self, ReportScope};
     let (mut config, db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace", "payment.succeeded"]).await;
     config.kafka.trace_topic = topics[0].clone();

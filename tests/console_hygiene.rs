@@ -353,9 +353,13 @@ async fn reports_and_the_console_log_are_their_owners_only() {
 
     w.config.console.report_dir = root.join("reports/x").display().to_string();
     let target = idemguard::contracts::TraceTarget::classify(&order);
-    let written = idemguard::console::cli::report::write_markdown(&w.config, &target)
-        .await
-        .unwrap();
+    let written = idemguard::console::report::write(
+        &w.config,
+        &target,
+        idemguard::console::report::ReportFormat::Markdown,
+    )
+    .await
+    .unwrap();
     assert_eq!(mode(&written.path), 0o600, ":report");
     assert_eq!(mode(&root.join("reports")), 0o700);
     assert_eq!(mode(&root.join("reports/x")), 0o700);

@@ -1,13 +1,21 @@
 //! `idemguard demo --no-tui`, the real binary on the real stack: it reaches a state with a stuck
 //! record (owner dead) and a lock whose owner is dead within 60 s, and stops cleanly, leaving no
-//! process behind.
+//! process behind. The review's picture of the order clicked five times — `idemguard report
+//! --format html` — is then looked at in headless Chromium (the README's screenshot is this
+//! test's `target/tmp/demo_report/demo-report.png`).
 
+#[path = "support/chromium.rs"]
+mod chromium;
 mod common;
+#[path = "support/report_page.rs"]
+mod report_page;
 
 use std::time::Duration;
 
 use common::*;
-use idemguard::config::Dialect;
+use idemguard::config::{Config, Dialect};
+use idemguard::console::report::{self, ReportScope};
+use idemguard::contracts::TraceTarget;
 
 #[tokio::test]
 async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
@@ -86,4 +94,62 @@ async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
                 .contains(") Z ");
         assert!(!alive, "process {pid} started by the demo is still running");
     }
+
+    let mut config = config;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.trace_topic = topics[1].clone();
+    let clicked = state["clicked_five_times"].as_str().unwrap();
+    the_clicked_orders_report_shows_who_stopped_each_copy(&config, clicked).await;
+}
+
+/// `report --id ORDER --format html --out FILE` of the clicked order, rendered: the page is
+/// quiet (no console message, no request), every row is a mark on its lane, and the clicks the
+/// API bounced are stop marks on the API lane; nothing got through.
+async fn the_clicked_orders_report_shows_who_stopped_each_copy(config: &Config, order: &str) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo_report");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("demo-report.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "report",
+            "--id",
+            order,
+            "--format",
+            "html",
+            "--out",
+        ])
+        .arg(&page)
+        .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "report: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = report::build(config, &ReportScope::Id(TraceTarget::classify(order)))
+        .await
+        .unwrap();
+    let shown = chromium::render(&page, 1060, 1010, &dir.join("demo-report.png"));
+    assert!(shown.console.is_empty(), "{:?}", shown.console);
+    assert!(shown.page_requests.is_empty(), "{:?}", shown.page_requests);
+    let stopped = report_page::assert_report_page(&shown.dom, &r, false);
+    let on = |lane: &str| stopped[0].iter().find(|(l, _)| l == lane).unwrap().1;
+    assert!(
+        on("api") >= 4,
+        "the clicks that found the first one in flight or finished: {stopped:?}"
+    );
+    assert_eq!(
+        stopped[0].iter().map(|(_, n)| n).sum::<usize>(),
+        r.duplicates_stopped(),
+        "every duplicate stopped is a stop mark"
+    );
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use idemguard::api::idempotency::{self, ClaimRequest};
 use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect};
-use idemguard::console::cli::report;
+use idemguard::console::report;
 use idemguard::contracts::{Instance, OrderNo, RequestId};
 use idemguard::db::orders::{find_order, NewOrder, OrderError, OrderKey, Orders};
 use idemguard::db::{migrate, Database};

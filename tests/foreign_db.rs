@@ -9,9 +9,9 @@ mod common;
 
 use article::{article_system, now_ms, ArticleSystem};
 use idemguard::config::Dialect;
-use idemguard::console::cli::report::{self, ReportScope};
 use idemguard::console::read::records::{self, TraceIds};
 use idemguard::console::read::timeline;
+use idemguard::console::report::{self, ReportScope};
 use idemguard::contracts::Instance;
 use idemguard::db::{queries, Database};
 use idemguard::lock::Locks;

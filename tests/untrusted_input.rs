@@ -4,11 +4,11 @@
 //! from a raw producer (headers, key, body), a JSON log line on disk — is filled with every
 //! input of [`HOSTILE`] (terminal escapes, CR/LF, NUL, DEL, C1, bidi overrides and isolates,
 //! invisible characters, HTML, a `javascript:` link, a table pipe), and every face that shows
-//! it is read back: `trace` and `report --id` (table and Markdown), `locks`, `stuck`,
+//! it is read back: `trace` and `report --id` (table, Markdown and HTML), `locks`, `stuck`,
 //! `release-lock`, the TUI's Trace, Locks, Stuck and Overview views, and `consume`'s text log. Every face must show each input
 //! visibly escaped (`\x1b`, `\u{202e}`, `\n`) and never a raw control or bidi character; the
-//! Markdown report no raw HTML, link or extra table cell; the JSON twins the values byte for
-//! byte.
+//! Markdown report no raw HTML, link or extra table cell; the HTML report no element or
+//! attribute of a value's making; the JSON twins the values byte for byte.
 //!
 //! Data-driven: a new hostile input is one line of [`HOSTILE`], a new face one function that
 //! reads it back.
@@ -16,6 +16,8 @@
 mod common;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/report_page.rs"]
+mod report_page;
 
 use std::time::{Duration, Instant};
 
@@ -477,6 +479,28 @@ fn report_markdown(w: &World) {
     }
 }
 
+/// `report --id ORDER --format html`: every value is text of the page (escaped as in the
+/// terminal), and the page holds no element or attribute a value made.
+fn report_html(w: &World) {
+    let (code, page, err) = w.run(&["report", "--id", &w.order_no, "--format", "html"]);
+    assert!(matches!(code, Some(0 | 6)), "{page}\n{err}");
+    assert_no_hidden("report --format html", &page);
+    let dom = scraper::Html::parse_document(&page);
+    report_page::assert_inert(&dom);
+    let text: String = dom.root_element().text().collect();
+    assert_shown("report --format html: pay_no", &text, &w.db_inputs, |i| {
+        format!("pay_no PN{i}:")
+    });
+    let all: Vec<&Hostile> = HOSTILE.iter().collect();
+    assert_shown("report --format html: a log line", &text, &all, |i| {
+        format!("log{i}:")
+    });
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{page}"
+    );
+}
+
 /// `locks` and `locks --json`: every key, value and Redisson client id.
 fn locks(w: &World) {
     let (code, out, err) = w.run(&["locks"]);
@@ -677,10 +701,11 @@ async fn every_face_shows_every_source_escaped(dialect: Dialect) {
     use futures::FutureExt;
     use std::panic::AssertUnwindSafe;
     let w = world(dialect).await;
-    let faces: [(&str, Face); 6] = [
+    let faces: [(&str, Face); 7] = [
         ("trace", trace_table),
         ("trace --json", trace_json),
         ("report", report_markdown),
+        ("report --format html", report_html),
         ("locks", locks),
         ("stuck", stuck),
         ("release-lock", release_lock),

@@ -11,8 +11,8 @@
 //! **Audit** (operator actions). `idemguard trace ID`, `locks`, `rates` and `stuck` print the
 //! same data once, as a table or as JSON.
 //!
-//! How it is built (collection → store → widget, one direction), in three parts; the faces
-//! depend on [`read`], [`read`] on no face, and [`cli`] never on [`tui`]:
+//! How it is built (collection → store → widget, one direction), in four parts; the faces
+//! depend on [`read`] and [`report`], these two on no face, and [`cli`] never on [`tui`]:
 //! - [`read`]: the readers every face shares — the sources ([`read::sources`]), database
 //!   records ([`read::records`], SQL under `queries/*/console_*.sql`), locks ([`read::locks`],
 //!   `SCAN`, never `KEYS`), topics ([`read::topics`], assigned partitions, never a group join or
@@ -26,8 +26,9 @@
 //!   stores and the actions pane, each with one owner), every key and command, popups' included
 //!   ([`tui::keymap`]), drawing, pure ([`tui::ui`]), and the `select!` loop that restores the
 //!   terminal ([`tui::terminal`]);
-//! - [`cli`]: the one-shot twins ([`cli::headless`], each printing a [`cli::headless::Document`])
-//!   and the post-incident report ([`cli::report`], an [`cli::report::IncidentReport`]).
+//! - [`cli`]: the one-shot twins ([`cli::headless`], each printing a [`cli::headless::Document`]);
+//! - [`report`]: the post-incident report (an [`report::IncidentReport`], as Markdown), below
+//!   both faces: `idemguard report` and the TUI's `:report` call it.
 //!
 //! Actions ([`crate::ops`]): releasing a stale lock (`x` in Locks) and finalizing a stuck record
 //! (`f` in Stuck) are values shown in a confirmation popup ([`tui::confirm`]) with their exact
@@ -100,6 +101,7 @@ pub mod cli;
 pub mod columns;
 pub mod format;
 pub mod read;
+pub mod report;
 pub mod tui;
 
 pub use tui::terminal::run;

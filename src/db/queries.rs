@@ -126,7 +126,7 @@ builtin![
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
-    // the post-incident report (src/console/cli/report.rs)
+    // the post-incident report (src/console/report/)
     "report_leaks_order",
     "report_leaks_stock",
     "report_leaks_payment",

@@ -18,7 +18,7 @@ use crate::console::read::bounded::read_trace_log_window;
 use crate::console::read::locks;
 use crate::console::read::records::{self, StuckRecord};
 use crate::console::read::sources::{
-    blocking, connect_database, BackendId, BackendStatus, POLL_TIMEOUT,
+    blocking, connect_database, BackendId, BackendStatus, EnvironmentInfo, POLL_TIMEOUT,
 };
 use crate::console::read::store::{RateTable, RATE_WINDOW_MINUTES};
 use crate::console::read::timeline::Timeline;
@@ -34,23 +34,6 @@ pub const SCHEMA: &str = "idemguard.console/v1";
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_BACKEND_FAILED: u8 = 1;
 pub const EXIT_UNKNOWN_ID: u8 = 3;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EnvironmentInfo {
-    pub name: String,
-    pub color: String,
-    pub production: bool,
-}
-
-impl EnvironmentInfo {
-    pub fn of(config: &Config) -> EnvironmentInfo {
-        EnvironmentInfo {
-            name: config.environment.name.clone(),
-            color: config.environment.color.clone(),
-            production: config.environment.production,
-        }
-    }
-}
 
 /// The one document every headless command prints with `--json`: the envelope (schema,
 /// environment, when, how each source answered) around one view's `data`.

@@ -17,6 +17,24 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections the console's database pool may hold (reads only).
 pub const DB_CONNECTIONS: u32 = 4;
 
+/// The environment the sources belong to, as every document and report names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvironmentInfo {
+    pub name: String,
+    pub color: String,
+    pub production: bool,
+}
+
+impl EnvironmentInfo {
+    pub fn of(config: &Config) -> EnvironmentInfo {
+        EnvironmentInfo {
+            name: config.environment.name.clone(),
+            color: config.environment.color.clone(),
+            production: config.environment.production,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BackendId {
     Database,

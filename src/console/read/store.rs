@@ -242,36 +242,38 @@ impl TraceLog {
     pub fn rates(&self, now_ms: i64) -> RateTable {
         let last = now_ms.div_euclid(60_000);
         let first = last - RATE_WINDOW_MINUTES as i64 + 1;
-        let series = RATE_SERIES
-            .iter()
-            .map(|(layer, outcome, label)| {
-                let per_minute: Vec<u64> = (first..=last)
-                    .map(|m| {
-                        self.minutes
-                            .get(&m)
-                            .and_then(|c| c.get(outcome))
-                            .copied()
-                            .unwrap_or(0)
-                    })
-                    .collect();
-                RateSeries {
-                    layer: *layer,
-                    outcome: *outcome,
-                    label,
-                    total: per_minute.iter().sum(),
-                    last_minute: *per_minute.last().unwrap_or(&0),
-                    per_minute,
-                }
-            })
-            .collect();
         RateTable {
-            window_minutes: RATE_WINDOW_MINUTES,
-            first_minute_ms: first * 60_000,
-            series,
             events_seen: self.events_seen,
             undecodable: self.undecodable,
             undecodable_warning: self.undecodable_warning(),
+            ..RateTable::over(first, last, |minute, outcome| {
+                self.minutes
+                    .get(&minute)
+                    .and_then(|c| c.get(&outcome))
+                    .copied()
+                    .unwrap_or(0)
+            })
         }
+    }
+
+    /// The Rates view's table over the minutes of `[since_ms, until_ms)`, counted from the
+    /// events kept (the per-minute counts keep two hours only): a window report's rates.
+    pub fn rates_between(&self, since_ms: i64, until_ms: i64) -> RateTable {
+        let mut counts: BTreeMap<(i64, Outcome), u64> = BTreeMap::new();
+        for e in self
+            .events
+            .iter()
+            .filter(|e| e.ms >= since_ms && e.ms < until_ms)
+        {
+            *counts
+                .entry((e.ms.div_euclid(60_000), e.outcome))
+                .or_default() += 1;
+        }
+        RateTable::over(
+            since_ms.div_euclid(60_000),
+            (until_ms - 1).max(since_ms).div_euclid(60_000),
+            |minute, outcome| counts.get(&(minute, outcome)).copied().unwrap_or(0),
+        )
     }
 }
 
@@ -286,7 +288,7 @@ pub struct RateSeries {
     pub last_minute: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RateTable {
     pub window_minutes: usize,
     /// Epoch ms of the first minute of `per_minute`.
@@ -298,6 +300,35 @@ pub struct RateTable {
     pub undecodable: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undecodable_warning: Option<String>,
+}
+
+impl RateTable {
+    /// The series of [`RATE_SERIES`] over the epoch minutes `first..=last`, each minute's count
+    /// from `count(minute, outcome)`: the one shape of the Rates view and the report's chart.
+    pub fn over(first: i64, last: i64, count: impl Fn(i64, Outcome) -> u64) -> RateTable {
+        let series = RATE_SERIES
+            .iter()
+            .map(|(layer, outcome, label)| {
+                let per_minute: Vec<u64> = (first..=last).map(|m| count(m, *outcome)).collect();
+                RateSeries {
+                    layer: *layer,
+                    outcome: *outcome,
+                    label,
+                    total: per_minute.iter().sum(),
+                    last_minute: *per_minute.last().unwrap_or(&0),
+                    per_minute,
+                }
+            })
+            .collect();
+        RateTable {
+            window_minutes: (last - first + 1).max(0) as usize,
+            first_minute_ms: first * 60_000,
+            series,
+            events_seen: 0,
+            undecodable: 0,
+            undecodable_warning: None,
+        }
+    }
 }
 
 /// One payment message as the index keeps it: the orderNo is the index's key and the topic is

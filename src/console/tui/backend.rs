@@ -23,6 +23,7 @@ use crate::db::Database;
 use crate::lock::Locks;
 use crate::trace::Tracer;
 
+use crate::console::report::ReportFormat;
 use crate::console::tui::confirm::Planned;
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
@@ -318,9 +319,9 @@ pub enum ExecRequest {
     /// A confirmed batch: each action individually conditional, run in order.
     Run(Vec<Planned>),
     LoadAudit,
-    /// Write the post-incident report of this target (the order on screen) to a Markdown file
-    /// in `console.report_dir`.
-    Report(TraceTarget),
+    /// Write the post-incident report of this target (the order on screen) to a Markdown or
+    /// HTML file in `console.report_dir`.
+    Report(TraceTarget, ReportFormat),
 }
 
 /// How often the database collector looks for duplicates that got through.
@@ -345,8 +346,8 @@ async fn executor_task(
             r = rx.recv() => match r { Some(r) => r, None => return },
             _ = cancel.cancelled() => return,
         };
-        if let ExecRequest::Report(target) = req {
-            let written = crate::console::cli::report::write_markdown(&config, &target)
+        if let ExecRequest::Report(target, format) = req {
+            let written = crate::console::report::write(&config, &target, format)
                 .await
                 .map(|w| w.to_string())
                 .map_err(|e| format!("{e:#}"));
@@ -367,7 +368,7 @@ async fn executor_task(
                                 .map(|p| not_performed(p, format!("not performed: {e}")))
                                 .collect(),
                         ),
-                        ExecRequest::LoadAudit | ExecRequest::Report(_) => Update::Audit(Err(e)),
+                        ExecRequest::LoadAudit | ExecRequest::Report(..) => Update::Audit(Err(e)),
                     };
                     let _ = tx.send(update).await;
                     continue;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use crate::console::report::ReportFormat;
+
 /// The views, in tab order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum View {
@@ -318,7 +320,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
     CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
     CommandSpec { name: "audit", aliases: &["a", "au"], args: "", help: "operator actions from ops_audit, newest first" },
-    CommandSpec { name: "report", aliases: &["rep"], args: "[ID]", help: "write the post-incident report of ID (default: the order traced) into console.report_dir" },
+    CommandSpec { name: "report", aliases: &["rep"], args: "[html] [ID]", help: "write the report of ID (default: the order traced) to console.report_dir, as Markdown or html" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
     CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
@@ -330,8 +332,11 @@ pub enum Command {
     Trace(String),
     Show(View),
     Refresh(Duration),
-    /// `:report [ID]`; None = the order on screen.
-    Report(Option<String>),
+    /// `:report [html] [ID]`; no ID = the order on screen.
+    Report {
+        id: Option<String>,
+        format: ReportFormat,
+    },
     Help,
     Quit,
 }
@@ -369,11 +374,25 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
                     Ok(Command::Refresh(d))
                 }
             }),
-        "report" => Ok(Command::Report(
-            (!rest.is_empty()).then(|| rest.to_string()),
-        )),
+        "report" => Ok(report_command(rest)),
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
+    }
+}
+
+/// `:report [html|md] [ID]`: the format word first, if any (no ID is spelled `html` or `md`).
+fn report_command(rest: &str) -> Command {
+    let (word, id) = rest
+        .split_once(char::is_whitespace)
+        .map_or((rest, ""), |(w, r)| (w, r.trim()));
+    let (format, id) = match word.to_ascii_lowercase().as_str() {
+        "html" => (ReportFormat::Html, id),
+        "md" | "markdown" => (ReportFormat::Markdown, id),
+        _ => (ReportFormat::Markdown, rest),
+    };
+    Command::Report {
+        id: (!id.is_empty()).then(|| id.to_string()),
+        format,
     }
 }
 
@@ -447,6 +466,33 @@ mod tests {
         assert!(parse_command("pods")
             .unwrap_err()
             .contains("known: overview, trace, locks"));
+    }
+
+    #[test]
+    fn report_takes_a_format_word_then_an_id() {
+        let report = |id: Option<&str>, format| {
+            Ok(Command::Report {
+                id: id.map(str::to_string),
+                format,
+            })
+        };
+        assert_eq!(
+            parse_command("report"),
+            report(None, ReportFormat::Markdown)
+        );
+        assert_eq!(parse_command("rep html"), report(None, ReportFormat::Html));
+        assert_eq!(
+            parse_command(":report HTML 2026112915552791788bf4f7b15dd"),
+            report(Some("2026112915552791788bf4f7b15dd"), ReportFormat::Html)
+        );
+        assert_eq!(
+            parse_command("report APP:ORDER:20261129:x"),
+            report(Some("APP:ORDER:20261129:x"), ReportFormat::Markdown)
+        );
+        assert_eq!(
+            parse_command("report md O1"),
+            report(Some("O1"), ReportFormat::Markdown)
+        );
     }
 
     #[test]

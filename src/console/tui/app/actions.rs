@@ -82,7 +82,7 @@ impl ActionsPane {
         let what = match &req {
             ExecRequest::Run(_) => "the batch",
             ExecRequest::LoadAudit => "the audit reload",
-            ExecRequest::Report(_) => "the report",
+            ExecRequest::Report(..) => "the report",
         };
         let Some(tx) = &self.executor else {
             return match req {

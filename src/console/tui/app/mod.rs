@@ -25,6 +25,7 @@ use crate::console::columns;
 use crate::console::read::overview::{Finding, Jump};
 use crate::console::read::records::TraceIds;
 use crate::console::read::timeline::{self, Timeline};
+use crate::console::report::ReportFormat;
 use crate::console::tui::backend::{ExecRequest, Focus, Update};
 use crate::console::tui::confirm;
 use crate::console::tui::keymap::{self, Command, PopupKey, UiAction, View, HELP_KEYS, LINE_KEYS};
@@ -233,15 +234,15 @@ impl App {
             Ok(Command::Trace(id)) => self.trace(&id),
             Ok(Command::Show(v)) => self.show_view(v),
             Ok(Command::Refresh(d)) => self.set_refresh(d),
-            Ok(Command::Report(id)) => self.report(id),
+            Ok(Command::Report { id, format }) => self.report(id, format),
             Ok(Command::Help) => self.ui.help = Some(0),
             Ok(Command::Quit) => self.ui.quit = true,
             Err(e) => self.ui.say(e, Level::Error),
         }
     }
 
-    /// `:report [ID]`: the typed ID, else the order (or request) on screen.
-    fn report(&mut self, id: Option<String>) {
+    /// `:report [html] [ID]`: the typed ID, else the order (or request) on screen.
+    fn report(&mut self, id: Option<String>, format: ReportFormat) {
         let ids = self.stores.resolved_ids();
         // The typed ID is parsed here, at the edge; the resolved IDs are typed already.
         let target = id
@@ -253,7 +254,7 @@ impl App {
             Some(target) if self.actions.has_executor() => {
                 let text = format!("writing the report of {}…", target.id());
                 self.ui.say(text, Level::Info);
-                self.request(ExecRequest::Report(target));
+                self.request(ExecRequest::Report(target, format));
             }
             Some(_) => self.ui.say(
                 "no executor: reports are written by `idemguard report --id ID`",

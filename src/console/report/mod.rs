@@ -1,13 +1,26 @@
-//! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown
-//! (or JSON, schema `idemguard.report/v1`). For each affected order its cross-layer timeline
+//! The post-incident report: `idemguard report --id ID` or `--since T --until T`, as Markdown,
+//! as an HTML page (`--format html`) or as JSON (schema `idemguard.report/v1`). For each affected order its cross-layer timeline
 //! (the Trace view's: the same [`read_trace`]) and which layer stopped each duplicate; every
 //! duplicate that got through (two effects for one requestId or one order in any table); the
 //! operator actions taken (`ops_audit`); and the interception rates over the window. `:report`
-//! writes it into `console.report_dir` ([`write_markdown`]).
+//! writes it into `console.report_dir` ([`write`]).
+//!
+//! Below every face: `idemguard report` and the TUI's `:report` both call it. [`build`] reads
+//! the report once; [`markdown`] lays it out for a ticket, [`html`] as a page for the review
+//! whose [`svg`] pictures ([`picture`] of each order on a broken time [`axis`]) show which line
+//! of defense stopped each copy, and any copy that got through.
+
+pub mod axis;
+pub mod html;
+pub mod markdown;
+pub mod picture;
+pub mod svg;
+
+pub use html::html;
+pub use markdown::markdown;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -17,13 +30,13 @@ use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, TraceTarget};
 use crate::db::Database;
 
-use crate::console::cli::headless::EnvironmentInfo;
 use crate::console::read::bounded::read_window;
+use crate::console::read::sources::EnvironmentInfo;
 // The leak and contradiction queries are the Overview's too: one reader, two faces.
 pub use crate::console::read::overview::{contradictions, leaks, Contradiction, Leak};
 use crate::console::read::records;
 use crate::console::read::sources::BackendId;
-use crate::console::read::store::{PaymentIndex, TraceLog};
+use crate::console::read::store::{PaymentIndex, RateTable, TraceLog};
 use crate::console::read::timeline::Timeline;
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 use crate::console::read::window::TimeWindow;
@@ -67,6 +80,10 @@ pub struct IncidentReport {
     pub contradictions: Vec<Contradiction>,
     pub operator_actions: Vec<AuditRow>,
     pub rates: Vec<RateLine>,
+    /// The interceptions of [`IncidentReport::rates`] per minute, as the Rates view counts them
+    /// (the HTML report's chart; not in the JSON, whose `rates` say the same per window).
+    #[serde(skip)]
+    pub rate_minutes: RateTable,
     /// Sources that could not be read (the report is partial).
     pub errors: Vec<String>,
 }
@@ -258,6 +275,27 @@ fn rates_of(scope: &ReportScope, traced: &Traced, now: i64) -> Vec<RateLine> {
         .collect()
 }
 
+/// The interceptions per minute over the report's minutes: for a window every interception of
+/// the trace topic in it, for an ID those of its timeline (the same events [`rates_of`] counts).
+fn rate_minutes(scope: &ReportScope, traced: &Traced, now: i64) -> RateTable {
+    match scope {
+        ReportScope::Window { .. } => traced.log.rates_between(traced.since_ms, traced.until_ms),
+        ReportScope::Id(_) => {
+            let mut by: BTreeMap<(i64, &str), u64> = BTreeMap::new();
+            for i in traced.timelines.iter().flat_map(|t| &t.interceptions) {
+                let minute = i.at_ms.unwrap_or(now).div_euclid(60_000);
+                *by.entry((minute, i.outcome.as_str())).or_default() += 1;
+            }
+            let minutes = || by.keys().map(|(m, _)| *m);
+            let first = minutes().min().unwrap_or(now.div_euclid(60_000));
+            let last = minutes().max().unwrap_or(first);
+            RateTable::over(first, last, |m, outcome| {
+                by.get(&(m, outcome.as_str())).copied().unwrap_or(0)
+            })
+        }
+    }
+}
+
 /// Build the report (reads the database and both topics; bounded).
 pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<IncidentReport> {
     let mut c = config.clone();
@@ -302,6 +340,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         until_ms,
         orders_in_window: traced.orders_in_window,
         rates: rates_of(scope, &traced, now),
+        rate_minutes: rate_minutes(scope, &traced, now),
         timelines: traced.timelines,
         leaks,
         contradictions,
@@ -378,10 +417,39 @@ impl std::fmt::Display for Written {
     }
 }
 
-/// `:report`: the same report as `idemguard report --id ID`, as Markdown in [`report_dir`]
-/// (created if missing), named `idemguard-report-{ID}.md`; the owner's only
-/// ([`crate::private_file`]: 0600 in a directory created 0700).
-pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Result<Written> {
+/// How a report is written out (the JSON document is the report itself, serialized).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// Pastes into a ticket.
+    Markdown,
+    /// One self-contained page with a picture of each order ([`html`]).
+    Html,
+}
+
+impl ReportFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ReportFormat::Markdown => "md",
+            ReportFormat::Html => "html",
+        }
+    }
+
+    pub fn render(self, r: &IncidentReport) -> String {
+        match self {
+            ReportFormat::Markdown => markdown(r),
+            ReportFormat::Html => html(r),
+        }
+    }
+}
+
+/// `:report [html]`: the same report as `idemguard report --id ID [--format html]`, in
+/// [`report_dir`] (created if missing), named `idemguard-report-{ID}.md` (or `.html`); the
+/// owner's only ([`crate::private_file`]: 0600 in a directory created 0700).
+pub async fn write(
+    config: &Config,
+    target: &TraceTarget,
+    format: ReportFormat,
+) -> anyhow::Result<Written> {
     let r = build(config, &ReportScope::Id(target.clone())).await?;
     let safe: String = target
         .id()
@@ -399,8 +467,8 @@ pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Re
     crate::private_file::create_dir_all(&dir).map_err(|e| {
         anyhow::anyhow!("cannot create {} (console.report_dir): {e}", dir.display())
     })?;
-    let path = dir.join(format!("idemguard-report-{safe}.md"));
-    crate::private_file::write(&path, &markdown(&r))
+    let path = dir.join(format!("idemguard-report-{safe}.{}", format.extension()));
+    crate::private_file::write(&path, &format.render(&r))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     Ok(Written {
         path,
@@ -408,207 +476,6 @@ pub async fn write_markdown(config: &Config, target: &TraceTarget) -> anyhow::Re
         leaks: r.leaks.len(),
         operator_actions: r.operator_actions.len(),
     })
-}
-
-/// A value in the report's text or a table cell: escaped and its Markdown neutralized
-/// ([`crate::untrusted::markdown`]). Never inside a code span: its backslashes would show.
-fn cell(s: &str) -> String {
-    crate::untrusted::markdown(s)
-}
-
-/// The report as Markdown.
-pub fn markdown(r: &IncidentReport) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# Post-incident report — {}",
-        r.id.as_deref().map(cell).unwrap_or_else(|| format!(
-            "{} → {}",
-            format_ms(r.since_ms),
-            format_ms(r.until_ms)
-        ))
-    );
-    let _ = writeln!(
-        o,
-        "\nEnvironment **{}**{} · generated {}\n",
-        r.environment.name,
-        if r.environment.production {
-            " (production)"
-        } else {
-            ""
-        },
-        r.generated_at
-    );
-    summary(&mut o, r);
-    leaks_section(&mut o, r);
-    contradictions_section(&mut o, r);
-    actions_section(&mut o, r);
-    rates_section(&mut o, r);
-    orders_section(&mut o, r);
-    o
-}
-
-/// The summary: what was found, counted.
-fn summary(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "## Summary\n");
-    let _ = writeln!(
-        o,
-        "- orders: {} ({} with a timeline below)",
-        r.orders_in_window,
-        r.timelines.len()
-    );
-    let _ = writeln!(o, "- duplicates stopped: {}", r.duplicates_stopped());
-    let _ = writeln!(o, "- **duplicates that got through: {}**", r.leaks.len());
-    let _ = writeln!(
-        o,
-        "- **records that contradict the orders (duplicate risk): {}**",
-        r.contradictions.len()
-    );
-    let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
-    for e in &r.errors {
-        let _ = writeln!(o, "- ⚠ not read: {} (the report is partial)", cell(e));
-    }
-}
-
-/// Every duplicate that got through.
-fn leaks_section(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "\n## Duplicates that got through\n");
-    if r.leaks.is_empty() {
-        let _ = writeln!(o, "None: no requestId or order has two effects in orders, stock movements, payment flows, points or notifications.");
-    } else {
-        let _ = writeln!(
-            o,
-            "| table | rows | shared column = key | first | last |\n|---|---|---|---|---|"
-        );
-        for l in &r.leaks {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} = {} | {} | {} |",
-                l.table,
-                l.rows,
-                l.by,
-                cell(&l.key),
-                cell(&l.first),
-                cell(&l.last)
-            );
-        }
-    }
-}
-
-/// Records whose status contradicts the order tables.
-fn contradictions_section(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "\n## Records that contradict the orders\n");
-    if r.contradictions.is_empty() {
-        let _ = writeln!(
-            o,
-            "None: every FAILED record has no order and every SUCCEEDED record's order exists."
-        );
-    } else {
-        let _ = writeln!(o, "A FAILED record with an order told its client to send a new key although the order exists: a second order may follow.\n");
-        let _ = writeln!(
-            o,
-            "| requestId | record status | order | problem |\n|---|---|---|---|"
-        );
-        for c in &r.contradictions {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                cell(&c.request_id),
-                cell(&c.status),
-                cell(&c.order_no),
-                c.problem.replace('_', " ")
-            );
-        }
-    }
-}
-
-/// The operator actions taken, oldest first.
-fn actions_section(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "\n## Operator actions\n");
-    if r.operator_actions.is_empty() {
-        let _ = writeln!(o, "None.");
-    } else {
-        let _ = writeln!(o, "| time | operator | action | target | outcome | reason | detail |\n|---|---|---|---|---|---|---|");
-        for a in &r.operator_actions {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                format_ms(a.created_at),
-                cell(&a.operator),
-                cell(&a.action),
-                cell(&a.target),
-                cell(&a.outcome),
-                cell(a.reason.as_deref().unwrap_or("")),
-                cell(a.detail.as_deref().unwrap_or(""))
-            );
-        }
-    }
-}
-
-/// Interceptions per layer and outcome.
-fn rates_section(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "\n## Rates\n");
-    if r.rates.is_empty() {
-        let _ = writeln!(o, "No trace events in the window.");
-    } else {
-        let _ = writeln!(
-            o,
-            "| layer | outcome | count | per minute |\n|---|---|---|---|"
-        );
-        for x in &r.rates {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {:.2} |",
-                x.layer, x.outcome, x.count, x.per_minute
-            );
-        }
-    }
-}
-
-/// Each order's timeline and the layer that stopped each duplicate.
-fn orders_section(o: &mut String, r: &IncidentReport) {
-    let _ = writeln!(o, "\n## Orders\n");
-    for t in &r.timelines {
-        let _ = writeln!(o, "### {} {}\n", t.kind.replace('_', " "), cell(&t.query));
-        let _ = writeln!(
-            o,
-            "orderNo {} · requestId {}\n",
-            cell(t.order_no.as_deref().unwrap_or("?")),
-            cell(t.request_id.as_deref().unwrap_or("?"))
-        );
-        if t.interceptions.is_empty() {
-            let _ = writeln!(o, "No duplicate of this order was stopped.\n");
-        } else {
-            let _ = writeln!(o, "Duplicates stopped:\n");
-            for i in &t.interceptions {
-                let _ = writeln!(
-                    o,
-                    "- {} by **{}** ({}): {}",
-                    i.at_ms.map_or("?".into(), format_ms),
-                    i.layer,
-                    i.outcome,
-                    cell(&i.detail)
-                );
-            }
-            let _ = writeln!(o);
-        }
-        let _ = writeln!(
-            o,
-            "| time | layer | source | what | stopped by |\n|---|---|---|---|---|"
-        );
-        for e in &t.entries {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} | {} |",
-                e.at_ms.map_or("now".into(), format_ms),
-                e.layer,
-                cell(&e.source),
-                cell(&e.summary),
-                e.stopped_by.as_deref().unwrap_or("")
-            );
-        }
-        let _ = writeln!(o);
-    }
 }
 
 #[cfg(test)]
@@ -631,48 +498,5 @@ mod tests {
             PathBuf::from("/home/a/.local/share/idemguard/reports")
         );
         assert_eq!(report_dir_of("", None, None), PathBuf::from("reports"));
-    }
-
-    #[test]
-    fn the_leaks_table_header_names_its_column_and_no_placeholder() {
-        let r = IncidentReport {
-            schema: "idemguard.report/v1",
-            environment: EnvironmentInfo {
-                name: "local".into(),
-                color: "green".into(),
-                production: false,
-            },
-            generated_at: "2026-11-29T23:07:42.123Z".into(),
-            id: Some("APP:ORDER:20261129:abcdefgh".into()),
-            since_ms: 0,
-            until_ms: 0,
-            orders_in_window: 2,
-            timelines: vec![],
-            leaks: vec![Leak {
-                table: "order_record".into(),
-                by: "req_id".into(),
-                key: "APP:ORDER:20261129:abcdefgh".into(),
-                rows: 2,
-                first: "A".into(),
-                last: "B".into(),
-            }],
-            contradictions: vec![],
-            operator_actions: vec![],
-            rates: vec![],
-            errors: vec![],
-        };
-        let md = markdown(&r);
-        assert!(
-            md.contains("| table | rows | shared column = key | first | last |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| order_record | 2 | req_id = APP:ORDER:20261129:abcdefgh | A | B |"),
-            "{md}"
-        );
-        assert!(
-            !md.contains('{'),
-            "a format placeholder was printed literally: {md}"
-        );
     }
 }
