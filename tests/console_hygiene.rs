@@ -15,7 +15,7 @@ mod tmux;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idemguard::config::{Config, Dialect};
 use idemguard::contracts::OrderNo;
@@ -297,10 +297,24 @@ async fn without_colours_the_selected_row_is_reverse_video() {
         first_frame(&pane);
         pane.keys(&["3"]);
         pane.wait_for("the lock", WAIT, |s| s.contains(&w.lock_key));
-        // A frame or two later, so the row is drawn with its style.
-        std::thread::sleep(Duration::from_millis(300));
-        let screen = pane.screen_with_attributes();
-        let (reverse, colour, seqs) = sgr_on_line(&screen, &w.lock_key);
+        // The row is selected a frame or more after it is drawn (later on a loaded machine):
+        // read the screen until the row carries the style this mode expects, or WAIT ends.
+        let expected = |reverse: bool, colour: bool| {
+            if no_color {
+                reverse && !colour
+            } else {
+                colour && !reverse
+            }
+        };
+        let deadline = Instant::now() + WAIT;
+        let (reverse, colour, seqs) = loop {
+            let screen = pane.screen_with_attributes();
+            let (reverse, colour, seqs) = sgr_on_line(&screen, &w.lock_key);
+            if expected(reverse, colour) || Instant::now() > deadline {
+                break (reverse, colour, seqs);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         if no_color {
             assert!(
                 reverse,
