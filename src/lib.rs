@@ -29,4 +29,5 @@ pub mod profile;
 pub mod storm;
 pub mod stream;
 pub mod trace;
+pub mod tls;
 pub mod untrusted;

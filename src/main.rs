@@ -655,6 +655,7 @@ async fn consume(
         crash_after_db_commit,
         group,
     };
+    idemguard::kafka_client::stop_on_refusal(&config.kafka).await?;
     let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
