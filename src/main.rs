@@ -89,6 +89,10 @@ enum Command {
         /// Print the rows as JSON
         #[arg(long)]
         json: bool,
+        /// Exit non-zero on a warning too: in a production environment, a plaintext or
+        /// unverified connection
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the effective configuration (passwords hidden)
     Config,
@@ -365,14 +369,15 @@ async fn run(
             };
             suggest_profile(&config, out, bounds).await
         }
-        Command::Doctor { json } => {
+        Command::Doctor { json, strict } => {
             let rows = doctor::run(&config).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print!("{}", doctor::render(&rows));
             }
-            match doctor::failures(&rows) {
+            let strict = strict.then(|| doctor::warnings(&rows)).flatten();
+            match doctor::failures(&rows).or(strict) {
                 Some(line) => {
                     eprintln!("idemguard doctor: {line}");
                     Ok(ExitCode::FAILURE)
