@@ -143,6 +143,7 @@ fn fetch_metadata(
     let reported = Reported::default();
     let consumer: BaseConsumer<Reported> = client_config(kafka)
         .set("log_level", "4")
+        .set_log_level(RDKafkaLogLevel::Warning)
         .create_with_context(reported.clone())
         .map_err(|e| (format!("kafka client: {e}"), vec![]))?;
     match consumer.fetch_metadata(None, timeout) {
@@ -158,7 +159,13 @@ fn fetch_metadata(
                 .map(|t| (t.name().to_string(), t.partitions().len()))
                 .collect(),
         }),
-        Err(e) => Err((e.to_string(), reported.lines())),
+        Err(e) => {
+            // librdkafka's logs and errors wait on the client's queue until it is polled.
+            for _ in 0..5 {
+                let _ = consumer.poll(Duration::from_millis(20));
+            }
+            Err((e.to_string(), reported.lines()))
+        }
     }
 }
 
@@ -177,7 +184,14 @@ pub async fn explain_failure(
     let servers = &kafka.bootstrap_servers;
     let first = servers.split(',').next().unwrap_or(servers).trim();
     let all = reported.join("\n");
-    if let Some(r) = reported.iter().find_map(|l| Refusal::of_text(l)) {
+    if let Some(mut r) = reported.iter().find_map(|l| Refusal::of_text(l)) {
+        // OpenSSL says "certificate verify failed" for an unknown CA and a wrong name alike.
+        if r == Refusal::Untrusted {
+            let ca = (!kafka.ssl_ca_file.is_empty()).then_some(kafka.ssl_ca_file.as_str());
+            if let Some(precise) = crate::tls::certificate_refusal(Backend::Kafka, first, ca).await {
+                r = precise;
+            }
+        }
         return refused(format!("kafka {servers}: {}", r.explain(Backend::Kafka, first)));
     }
     if let Some(line) = reported.iter().find(|l| l.contains("SASL") || l.contains("sasl")) {

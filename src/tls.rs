@@ -127,6 +127,41 @@ pub async fn speaks_tls(backend: Backend, addr: &str) -> bool {
     )
 }
 
+/// The certificate refusal rustls finds for the server at `addr`, verified against `ca` (a PEM
+/// file; `None`: the platform's roots) for the host name of `addr`: a client whose library says
+/// only "certificate verify failed" (OpenSSL under librdkafka) learns which check failed.
+pub async fn certificate_refusal(backend: Backend, addr: &str, ca: Option<&str>) -> Option<Refusal> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in CertificateDer::pem_file_iter(path).ok()? {
+                roots.add(cert.ok()?).ok()?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let attempt = async {
+        let mut tcp = TcpStream::connect(addr).await.ok()?;
+        preamble(backend, &mut tcp).await.ok()?;
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string()).ok()?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        match connector.connect(name, tcp).await {
+            Ok(_) => None,
+            Err(e) => Refusal::of_text(&e.to_string()),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), attempt).await.ok().flatten()
+}
+
 /// What a server's TLS showed us.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerCertificate {
