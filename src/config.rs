@@ -143,7 +143,10 @@ impl KafkaSecurityProtocol {
     }
 
     pub fn tls(self) -> bool {
-        matches!(self, KafkaSecurityProtocol::Ssl | KafkaSecurityProtocol::SaslSsl)
+        matches!(
+            self,
+            KafkaSecurityProtocol::Ssl | KafkaSecurityProtocol::SaslSsl
+        )
     }
 
     pub fn sasl(self) -> bool {
@@ -198,7 +201,11 @@ fn client_properties<'de, D: serde::Deserializer<'de>>(
                 toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
                     drop(out.insert(name, v.to_string()))
                 }
-                _ => return Err(format!("`{name}`: a property is a string, number or boolean")),
+                _ => {
+                    return Err(format!(
+                        "`{name}`: a property is a string, number or boolean"
+                    ))
+                }
             }
         }
         Ok(())
@@ -1016,23 +1023,48 @@ impl Config {
             }
         }
         for (a, va, b, vb) in [
-            ("redis.tls_cert_file", &r.tls_cert_file, "redis.tls_key_file", &r.tls_key_file),
-            ("kafka.ssl_cert_file", &k.ssl_cert_file, "kafka.ssl_key_file", &k.ssl_key_file),
+            (
+                "redis.tls_cert_file",
+                &r.tls_cert_file,
+                "redis.tls_key_file",
+                &r.tls_key_file,
+            ),
+            (
+                "kafka.ssl_cert_file",
+                &k.ssl_cert_file,
+                "kafka.ssl_key_file",
+                &k.ssl_key_file,
+            ),
         ] {
             if va.is_empty() != vb.is_empty() {
-                return Err(err(a, format!("a client certificate needs its key: set {a} and {b} together")));
+                return Err(err(
+                    a,
+                    format!("a client certificate needs its key: set {a} and {b} together"),
+                ));
             }
         }
         for (a, va, b, vb) in [
-            ("kafka.sasl_password", &k.sasl_password, "kafka.sasl_password_file", &k.sasl_password_file),
-            ("kafka.ssl_key_password", &k.ssl_key_password, "kafka.ssl_key_password_file", &k.ssl_key_password_file),
+            (
+                "kafka.sasl_password",
+                &k.sasl_password,
+                "kafka.sasl_password_file",
+                &k.sasl_password_file,
+            ),
+            (
+                "kafka.ssl_key_password",
+                &k.ssl_key_password,
+                "kafka.ssl_key_password_file",
+                &k.ssl_key_password_file,
+            ),
         ] {
             if !va.is_empty() && !vb.is_empty() {
                 return Err(err(b, format!("{a} is set too: give the secret one way")));
             }
         }
         let redis_tls = r.tls_insecure
-            || [&r.tls_ca_file, &r.tls_cert_file].iter().any(|f| !f.is_empty());
+            || [&r.tls_ca_file, &r.tls_cert_file]
+                .iter()
+                .any(|f| !f.is_empty());
         let any_rediss = std::iter::once(&r.url)
             .chain(&r.redlock_nodes)
             .chain(std::iter::once(&self.foreign_locks.actions_redis_url))
@@ -1064,7 +1096,10 @@ impl Config {
         }
         if k.security_protocol.sasl() {
             if k.sasl_username.is_empty() {
-                return Err(err("kafka.sasl_username", format!("kafka.security_protocol = \"{protocol}\" needs the SASL user")));
+                return Err(err(
+                    "kafka.sasl_username",
+                    format!("kafka.security_protocol = \"{protocol}\" needs the SASL user"),
+                ));
             }
             if k.sasl_password.is_empty() && k.sasl_password_file.is_empty() {
                 return Err(err("kafka.sasl_password", "the SASL user needs its password: IDEMGUARD_KAFKA__SASL_PASSWORD or kafka.sasl_password_file".into()));
@@ -1073,7 +1108,10 @@ impl Config {
         let mut check = rdkafka::ClientConfig::new();
         for (name, value) in &k.client {
             if let Some((_, own)) = KAFKA_OWN_PROPERTIES.iter().find(|(p, _)| p == name) {
-                return Err(err("kafka.client", format!("`{name}` is set by {own}: set it there")));
+                return Err(err(
+                    "kafka.client",
+                    format!("`{name}` is set by {own}: set it there"),
+                ));
             }
             check.set(name, value);
         }
@@ -1810,7 +1848,9 @@ fn overlay(
         };
         match (default, v) {
             // A table of free names (`[kafka.client]`): taken whole, checked when validated.
-            (toml::Value::Table(_), toml::Value::Table(_)) if FREE_TABLES.contains(&key.as_str()) => {
+            (toml::Value::Table(_), toml::Value::Table(_))
+                if FREE_TABLES.contains(&key.as_str()) =>
+            {
                 set(merged, &key, v.clone());
                 origins.insert(key, origin.into());
             }

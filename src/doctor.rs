@@ -188,7 +188,11 @@ async fn check_database(config: &Config, service: &str, url: &str) -> Vec<CheckR
     rows
 }
 
-async fn check_database_row(config: &Config, service: &str, url: &str) -> (CheckRow, Option<String>) {
+async fn check_database_row(
+    config: &Config,
+    service: &str,
+    url: &str,
+) -> (CheckRow, Option<String>) {
     let started = Instant::now();
     let target = redact_url(url);
     let mut c = config.clone();
@@ -322,13 +326,27 @@ async fn check_redis(config: &Config, service: &str, url: &str) -> Vec<CheckRow>
                 format!("{pong}; redis {version}; role {role}"),
             );
             let verification = security::redis_verification(url, &config.redis);
-            let client = (!config.redis.tls_cert_file.is_empty())
-                .then_some((config.redis.tls_cert_file.as_str(), config.redis.tls_key_file.as_str()));
+            let client = (!config.redis.tls_cert_file.is_empty()).then_some((
+                config.redis.tls_cert_file.as_str(),
+                config.redis.tls_key_file.as_str(),
+            ));
             let cert = match verification {
                 security::Verification::Plaintext => None,
                 _ => security::peer(crate::tls::Backend::Redis, &target, client).await,
             };
-            return vec![row, security::row(config, service, &target, started, &verification, "", cert.as_ref(), &user)];
+            return vec![
+                row,
+                security::row(
+                    config,
+                    service,
+                    &target,
+                    started,
+                    &verification,
+                    "",
+                    cert.as_ref(),
+                    &user,
+                ),
+            ];
         }
     };
     vec![row]
@@ -352,7 +370,8 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         config.kafka.dlq_topic.clone(),
         config.kafka.trace_topic.clone(),
     ];
-    let (brokers, found) = match crate::kafka_client::preflight(&config.kafka, CHECK_TIMEOUT).await {
+    let (brokers, found) = match crate::kafka_client::preflight(&config.kafka, CHECK_TIMEOUT).await
+    {
         Ok(md) => (md.brokers, md.topics),
         Err(e) => {
             let hint = if e.refused {
@@ -403,7 +422,8 @@ async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
     let k = &config.kafka;
     let first = k.bootstrap_servers.split(',').next().unwrap_or("").trim();
     let verification = security::kafka_verification(k);
-    let client = (!k.ssl_cert_file.is_empty()).then_some((k.ssl_cert_file.as_str(), k.ssl_key_file.as_str()));
+    let client = (!k.ssl_cert_file.is_empty())
+        .then_some((k.ssl_cert_file.as_str(), k.ssl_key_file.as_str()));
     let cert = match verification {
         security::Verification::Plaintext => None,
         _ => security::peer(crate::tls::Backend::Kafka, first, client).await,
@@ -415,7 +435,16 @@ async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
     } else {
         String::new()
     };
-    security::row(config, "kafka", &k.bootstrap_servers, started, &verification, "", cert.as_ref(), &user)
+    security::row(
+        config,
+        "kafka",
+        &k.bootstrap_servers,
+        started,
+        &verification,
+        "",
+        cert.as_ref(),
+        &user,
+    )
 }
 
 /// Messages sampled per topic for the partitioning row.
@@ -497,7 +526,13 @@ pub fn warnings(rows: &[CheckRow]) -> Option<String> {
         .filter(|r| r.ok && r.warning)
         .map(|r| format!("{} ({})", r.service, r.target))
         .collect();
-    (!warned.is_empty()).then(|| format!("--strict: {} warning(s): {}", warned.len(), warned.join(", ")))
+    (!warned.is_empty()).then(|| {
+        format!(
+            "--strict: {} warning(s): {}",
+            warned.len(),
+            warned.join(", ")
+        )
+    })
 }
 
 /// The rows as a table for people.
@@ -523,7 +558,11 @@ pub fn render(rows: &[CheckRow]) -> String {
         let red = r.detail.contains("NOT VERIFIED")
             && std::io::IsTerminal::is_terminal(&std::io::stdout())
             && std::env::var_os("NO_COLOR").is_none();
-        let (on, off) = if red { ("\x1b[31m", "\x1b[0m") } else { ("", "") };
+        let (on, off) = if red {
+            ("\x1b[31m", "\x1b[0m")
+        } else {
+            ("", "")
+        };
         out.push_str(&format!(
             "{on}{:<w_service$}  {:<w_target$}  {:<6}  {:>7.1}ms  {}{off}\n",
             r.service,

@@ -172,11 +172,7 @@ fn fetch_metadata(
 /// The sentence for a failed metadata request: the refusal the reports show, a SASL refusal,
 /// a plaintext client on a TLS listener (found by a handshake of our own), else librdkafka's
 /// own error with the last thing it reported.
-pub async fn explain_failure(
-    kafka: &KafkaConfig,
-    error: &str,
-    reported: &[String],
-) -> Unreachable {
+pub async fn explain_failure(kafka: &KafkaConfig, error: &str, reported: &[String]) -> Unreachable {
     let refused = |message: String| Unreachable {
         message,
         refused: true,
@@ -188,15 +184,25 @@ pub async fn explain_failure(
         // OpenSSL says "certificate verify failed" for an unknown CA and a wrong name alike.
         if r == Refusal::Untrusted {
             let ca = (!kafka.ssl_ca_file.is_empty()).then_some(kafka.ssl_ca_file.as_str());
-            if let Some(precise) = crate::tls::certificate_refusal(Backend::Kafka, first, ca).await {
+            if let Some(precise) = crate::tls::certificate_refusal(Backend::Kafka, first, ca).await
+            {
                 r = precise;
             }
         }
-        return refused(format!("kafka {servers}: {}", r.explain(Backend::Kafka, first)));
+        return refused(format!(
+            "kafka {servers}: {}",
+            r.explain(Backend::Kafka, first)
+        ));
     }
-    if let Some(line) = reported.iter().find(|l| l.contains("SASL") || l.contains("sasl")) {
+    if let Some(line) = reported
+        .iter()
+        .find(|l| l.contains("SASL") || l.contains("sasl"))
+    {
         let mechanisms = if line.contains("mechanism") {
-            format!(" (and kafka.sasl_mechanism = \"{}\")", kafka.sasl_mechanism.as_str())
+            format!(
+                " (and kafka.sasl_mechanism = \"{}\")",
+                kafka.sasl_mechanism.as_str()
+            )
         } else {
             String::new()
         };
@@ -210,10 +216,16 @@ pub async fn explain_failure(
         let plaintext_refused =
             crate::tls::diagnose(Backend::Kafka, first, &format!("{error}\n{all}"), true).await;
         if let Some(r) = plaintext_refused {
-            return refused(format!("kafka {servers}: {}", r.explain(Backend::Kafka, first)));
+            return refused(format!(
+                "kafka {servers}: {}",
+                r.explain(Backend::Kafka, first)
+            ));
         }
     }
-    let last = reported.last().map(|l| format!(" — {l}")).unwrap_or_default();
+    let last = reported
+        .last()
+        .map(|l| format!(" — {l}"))
+        .unwrap_or_default();
     Unreachable {
         message: format!(
             "kafka {servers}: {error}{last} (is the broker running? `scripts/stack up` starts the local one)"

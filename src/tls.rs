@@ -50,17 +50,43 @@ impl Refusal {
     pub fn of_text(text: &str) -> Option<Refusal> {
         let t = text.to_ascii_lowercase();
         let any = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
-        if any(&["notvalidforname", "not valid for name", "hostname mismatch", "does not match host name"]) {
+        if any(&[
+            "notvalidforname",
+            "not valid for name",
+            "hostname mismatch",
+            "does not match host name",
+        ]) {
             Some(Refusal::HostName)
-        } else if any(&["certificaterequired", "certificate required", "peer did not return a certificate", "alert bad certificate", "badcertificate"]) {
+        } else if any(&[
+            "certificaterequired",
+            "certificate required",
+            "peer did not return a certificate",
+            "alert bad certificate",
+            "badcertificate",
+        ]) {
             Some(Refusal::ClientCertificate)
         } else if any(&["expired", "notvalidyet", "not yet valid"]) {
             Some(Refusal::Expired)
-        } else if any(&["unknownissuer", "unknown issuer", "certificate verify failed", "unable to get local issuer", "self-signed certificate", "self signed certificate", "badsignature"]) {
+        } else if any(&[
+            "unknownissuer",
+            "unknown issuer",
+            "certificate verify failed",
+            "unable to get local issuer",
+            "self-signed certificate",
+            "self signed certificate",
+            "badsignature",
+        ]) {
             Some(Refusal::Untrusted)
         } else if any(&["no encryption", "insecure transport"]) {
             Some(Refusal::PlaintextRefused)
-        } else if any(&["does not support tls", "does not support ssl", "corrupt message", "invalidcontenttype", "wrong version number", "packet length too long"]) {
+        } else if any(&[
+            "does not support tls",
+            "does not support ssl",
+            "corrupt message",
+            "invalidcontenttype",
+            "wrong version number",
+            "packet length too long",
+        ]) {
             Some(Refusal::NoTls)
         } else {
             None
@@ -71,10 +97,26 @@ impl Refusal {
     pub fn explain(self, backend: Backend, host: &str) -> String {
         use Backend::*;
         let (ca, cert, tls_on) = match backend {
-            Postgres => ("sslrootcert=… in the database URL", "sslcert=… and sslkey=… in the database URL", "sslmode=verify-full (with sslrootcert=…) in the database URL"),
-            Mysql => ("ssl-ca=… in the database URL", "ssl-cert=… and ssl-key=… in the database URL", "ssl-mode=VERIFY_IDENTITY (with ssl-ca=…) in the database URL"),
-            Redis => ("redis.tls_ca_file", "redis.tls_cert_file and redis.tls_key_file", "a rediss:// URL (with redis.tls_ca_file)"),
-            Kafka => ("kafka.ssl_ca_file", "kafka.ssl_cert_file and kafka.ssl_key_file", "kafka.security_protocol = \"SSL\" or \"SASL_SSL\" (with kafka.ssl_ca_file)"),
+            Postgres => (
+                "sslrootcert=… in the database URL",
+                "sslcert=… and sslkey=… in the database URL",
+                "sslmode=verify-full (with sslrootcert=…) in the database URL",
+            ),
+            Mysql => (
+                "ssl-ca=… in the database URL",
+                "ssl-cert=… and ssl-key=… in the database URL",
+                "ssl-mode=VERIFY_IDENTITY (with ssl-ca=…) in the database URL",
+            ),
+            Redis => (
+                "redis.tls_ca_file",
+                "redis.tls_cert_file and redis.tls_key_file",
+                "a rediss:// URL (with redis.tls_ca_file)",
+            ),
+            Kafka => (
+                "kafka.ssl_ca_file",
+                "kafka.ssl_cert_file and kafka.ssl_key_file",
+                "kafka.security_protocol = \"SSL\" or \"SASL_SSL\" (with kafka.ssl_ca_file)",
+            ),
         };
         let name_fix = match backend {
             Postgres => "connect by a name the certificate has, or set sslmode=verify-ca to check the CA only",
@@ -104,14 +146,28 @@ impl Refusal {
 
 /// The refusal behind a failed connection: from the error's text, else — when the server only
 /// dropped a plaintext connection — from whether the port answers a TLS handshake.
-pub async fn diagnose(backend: Backend, addr: &str, error: &str, plaintext: bool) -> Option<Refusal> {
+pub async fn diagnose(
+    backend: Backend,
+    addr: &str,
+    error: &str,
+    plaintext: bool,
+) -> Option<Refusal> {
     if let Some(r) = Refusal::of_text(error) {
         return Some(r);
     }
     let t = error.to_ascii_lowercase();
-    let dropped = ["reset", "broken pipe", "closed", "eof", "disconnected", "transport failure", "timed out", "did not answer"]
-        .iter()
-        .any(|n| t.contains(n));
+    let dropped = [
+        "reset",
+        "broken pipe",
+        "closed",
+        "eof",
+        "disconnected",
+        "transport failure",
+        "timed out",
+        "did not answer",
+    ]
+    .iter()
+    .any(|n| t.contains(n));
     if plaintext && dropped && speaks_tls(backend, addr).await {
         return Some(Refusal::PlaintextRefused);
     }
@@ -130,7 +186,11 @@ pub async fn speaks_tls(backend: Backend, addr: &str) -> bool {
 /// The certificate refusal rustls finds for the server at `addr`, verified against `ca` (a PEM
 /// file; `None`: the platform's roots) for the host name of `addr`: a client whose library says
 /// only "certificate verify failed" (OpenSSL under librdkafka) learns which check failed.
-pub async fn certificate_refusal(backend: Backend, addr: &str, ca: Option<&str>) -> Option<Refusal> {
+pub async fn certificate_refusal(
+    backend: Backend,
+    addr: &str,
+    ca: Option<&str>,
+) -> Option<Refusal> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match ca {
@@ -159,7 +219,10 @@ pub async fn certificate_refusal(backend: Backend, addr: &str, ca: Option<&str>)
             Err(e) => Refusal::of_text(&e.to_string()),
         }
     };
-    tokio::time::timeout(Duration::from_secs(3), attempt).await.ok().flatten()
+    tokio::time::timeout(Duration::from_secs(3), attempt)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// What a server's TLS showed us.
@@ -193,7 +256,9 @@ pub async fn inspect(
 ) -> Result<PeerCertificate, Probe> {
     match tokio::time::timeout(timeout, handshake(backend, addr, client)).await {
         Ok(r) => r,
-        Err(_) => Err(Probe::Unreachable(format!("no TLS answer within {timeout:?}"))),
+        Err(_) => Err(Probe::Unreachable(format!(
+            "no TLS answer within {timeout:?}"
+        ))),
     }
 }
 
@@ -247,7 +312,9 @@ async fn preamble(backend: Backend, tcp: &mut TcpStream) -> Result<(), Probe> {
     match backend {
         Backend::Redis | Backend::Kafka => Ok(()),
         Backend::Postgres => {
-            tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]).await.map_err(io)?;
+            tcp.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+                .await
+                .map_err(io)?;
             let mut answer = [0u8; 1];
             tcp.read_exact(&mut answer).await.map_err(io)?;
             if answer[0] == b'S' {
@@ -265,7 +332,9 @@ async fn preamble(backend: Backend, tcp: &mut TcpStream) -> Result<(), Probe> {
             // protocol(1) version\0 thread(4) auth(8) filler(1) capabilities(2)
             let nul = greeting.iter().skip(1).position(|b| *b == 0).unwrap_or(0) + 1;
             let at = nul + 1 + 4 + 8 + 1;
-            let caps = greeting.get(at..at + 2).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
+            let caps = greeting
+                .get(at..at + 2)
+                .map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
             const CLIENT_SSL: u16 = 0x0800;
             if caps & CLIENT_SSL == 0 {
                 return Err(Probe::NotTls("the server does not offer TLS".into()));
@@ -285,9 +354,14 @@ async fn preamble(backend: Backend, tcp: &mut TcpStream) -> Result<(), Probe> {
 fn client_auth(
     cert: &[u8],
     key: &[u8],
-) -> Option<(Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)> {
+) -> Option<(
+    Vec<CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+)> {
     use rustls::pki_types::pem::PemObject;
-    let chain = CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>().ok()?;
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
     let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key).ok()?;
     Some((chain, key))
 }
@@ -382,7 +456,10 @@ mod tests {
     #[test]
     fn each_explanation_names_the_setting_of_its_backend() {
         let e = Refusal::Untrusted.explain(Backend::Redis, "127.0.0.1:6390");
-        assert!(e.contains("redis.tls_ca_file") && e.contains("unknown issuer"), "{e}");
+        assert!(
+            e.contains("redis.tls_ca_file") && e.contains("unknown issuer"),
+            "{e}"
+        );
         let e = Refusal::PlaintextRefused.explain(Backend::Postgres, "127.0.0.1:5433");
         assert!(e.contains("sslmode=verify-full"), "{e}");
         let e = Refusal::HostName.explain(Backend::Mysql, "127.0.0.2:3307");

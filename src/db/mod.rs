@@ -67,9 +67,10 @@ impl Database {
             .then(|| std::path::Path::new(&config.database.queries_dir));
         let queries = Queries::load(dialect, &queries::Templating::of(config), override_dir)?;
         probe_tcp(url, config.database.connect_timeout).await?;
-        let with_password = config.database.url_with_password(url).map_err(|e| {
-            anyhow::anyhow!("database {}: {e}", redact_url(url))
-        })?;
+        let with_password = config
+            .database
+            .url_with_password(url)
+            .map_err(|e| anyhow::anyhow!("database {}: {e}", redact_url(url)))?;
         let connected = AnyPoolOptions::new()
             .max_connections(config.database.max_connections)
             .acquire_timeout(config.database.connect_timeout)
@@ -77,7 +78,11 @@ impl Database {
             .await;
         let pool = match connected {
             Ok(pool) => pool,
-            Err(e) => return Err(tls_refusal(url, &e).await.unwrap_or_else(|| connect_error(url, &e))),
+            Err(e) => {
+                return Err(tls_refusal(url, &e)
+                    .await
+                    .unwrap_or_else(|| connect_error(url, &e)))
+            }
         };
         Ok(Database {
             pool,
@@ -153,7 +158,10 @@ async fn tls_refusal(url: &str, e: &sqlx::Error) -> Option<anyhow::Error> {
         refusal = Some(crate::tls::Refusal::PlaintextRefused);
     }
     let why = refusal?.explain(backend, &target);
-    Some(anyhow::anyhow!("database {} ({target}): {why}", redact_url(url)))
+    Some(anyhow::anyhow!(
+        "database {} ({target}): {why}",
+        redact_url(url)
+    ))
 }
 
 /// A connection error that names the database and says what to do.

@@ -98,7 +98,11 @@ fn or_platform(ca: &str) -> String {
 }
 
 /// The server's certificate as a probe of `addr` sees it (with our client certificate, if any).
-pub async fn peer(backend: Backend, addr: &str, client: Option<(&str, &str)>) -> Option<PeerCertificate> {
+pub async fn peer(
+    backend: Backend,
+    addr: &str,
+    client: Option<(&str, &str)>,
+) -> Option<PeerCertificate> {
     let client = client.and_then(|(c, k)| Some((std::fs::read(c).ok()?, std::fs::read(k).ok()?)));
     match inspect(backend, addr, client, PROBE_TIMEOUT).await {
         Ok(cert) | Err(Probe::Handshake(cert)) => Some(cert),
@@ -124,24 +128,41 @@ pub fn row(
             true
         }
         Verification::Unverified(why) => {
-            parts.push(format!("{} NOT VERIFIED ({why}): anyone in the path can pose as the server", version(tls_version, cert)));
+            parts.push(format!(
+                "{} NOT VERIFIED ({why}): anyone in the path can pose as the server",
+                version(tls_version, cert)
+            ));
             true
         }
-        Verification::Verified { against, host_checked } => {
-            let host = if *host_checked { "host name checked" } else { "host name NOT checked" };
-            parts.push(format!("{}, verified against {against} ({host})", version(tls_version, cert)));
+        Verification::Verified {
+            against,
+            host_checked,
+        } => {
+            let host = if *host_checked {
+                "host name checked"
+            } else {
+                "host name NOT checked"
+            };
+            parts.push(format!(
+                "{}, verified against {against} ({host})",
+                version(tls_version, cert)
+            ));
             false
         }
     };
     if let Some(c) = cert.filter(|_| *verification != Verification::Plaintext) {
-        parts.push(format!("server {}, expires in {} days", c.subject, c.days_left));
+        parts.push(format!(
+            "server {}, expires in {} days",
+            c.subject, c.days_left
+        ));
     }
     if !user.is_empty() {
         parts.push(format!("user {user}"));
     }
     let detail = parts.join("; ");
     let service = format!("{service} security");
-    let insecure = matches!(verification, Verification::Unverified(why) if why.contains("tls_insecure"));
+    let insecure =
+        matches!(verification, Verification::Unverified(why) if why.contains("tls_insecure"));
     if insecure || (weak && config.environment.production) {
         let hint = match verification {
             Verification::Plaintext => "production: encrypt it (README \"Connecting to production\")",
@@ -168,7 +189,13 @@ fn version(tls_version: &str, cert: Option<&PeerCertificate>) -> String {
 
 /// The database's row: the session's TLS version and user (`connection_security.sql`), the
 /// URL's mode, the certificate the server presents.
-pub async fn database(config: &Config, service: &str, url: &str, version_user: &str, started: Instant) -> CheckRow {
+pub async fn database(
+    config: &Config,
+    service: &str,
+    url: &str,
+    version_user: &str,
+    started: Instant,
+) -> CheckRow {
     let (version, user) = version_user.split_once('|').unwrap_or(("", version_user));
     let verification = database_verification(url, version);
     let backend = match Dialect::of_url(url) {
@@ -181,5 +208,14 @@ pub async fn database(config: &Config, service: &str, url: &str, version_user: &
         peer(backend, &host_port(url), None).await
     };
     let target = crate::config::redact_url(url);
-    row(config, service, &target, started, &verification, version, cert.as_ref(), user)
+    row(
+        config,
+        service,
+        &target,
+        started,
+        &verification,
+        version,
+        cert.as_ref(),
+        user,
+    )
 }

@@ -19,8 +19,8 @@ use redis::aio::{
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    AsyncConnectionConfig, ClientTlsConfig, Cmd, Pipeline, RedisError, RedisFuture, TlsCertificates,
-    Value,
+    AsyncConnectionConfig, ClientTlsConfig, Cmd, Pipeline, RedisError, RedisFuture,
+    TlsCertificates, Value,
 };
 
 use crate::config::{redact_url, RedisConfig, RedisTarget};
@@ -124,7 +124,8 @@ impl RedisAccess {
 
     /// The client of one node's URL, with this access's TLS and password.
     pub fn client(&self, url: &str) -> redis::RedisResult<redis::Client> {
-        let invalid = |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis", e));
+        let invalid =
+            |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis", e));
         if let Some(problem) = &self.problem {
             return Err(invalid(problem.clone()));
         }
@@ -148,7 +149,11 @@ impl RedisAccess {
     /// The cluster client of a cluster's seeds, with this access's TLS and password.
     pub fn cluster(&self, seeds: &[String]) -> redis::RedisResult<ClusterClient> {
         if let Some(problem) = &self.problem {
-            return Err(RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis", problem.clone())));
+            return Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "redis",
+                problem.clone(),
+            )));
         }
         let tls = seeds.first().is_some_and(|s| s.starts_with("rediss://"));
         let mut builder = ClusterClient::builder(seeds.iter().map(String::as_str))

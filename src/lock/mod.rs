@@ -47,8 +47,8 @@ use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, Trace
 use crate::trace::Tracer;
 
 pub use conn::NodeError;
-pub(crate) use conn::{is_permission, open_main, refusal, RedisConn};
 pub use conn::RedisAccess;
+pub(crate) use conn::{is_permission, open_main, refusal, RedisConn};
 /// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
 /// the server well under a millisecond, so other clients are never held up by a reader.
 pub const SCAN_COUNT: usize = 500;

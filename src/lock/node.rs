@@ -16,8 +16,8 @@ use redis::{FromRedisValue, RedisError, Value};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Pending};
-use super::conn::{Conn, RedisAccess};
 pub use super::conn::NodeError;
+use super::conn::{Conn, RedisAccess};
 
 /// One Redis node as the lock layer uses it: its connection, and the queue through which lock
 /// operations are coalesced ([`batch`]).
