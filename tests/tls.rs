@@ -59,6 +59,9 @@ fn tls_config(dialect: Dialect) -> Config {
     c.redis.tls_cert_file = tls_file("client.pem");
     c.redis.tls_key_file = tls_file("client.key");
     c.redis.password_file = tls_file("redis.password");
+    // A TLS connect (the platform roots read, a handshake) on a loaded 2-core machine, debug
+    // build: well above the default 500ms at times.
+    c.redis.command_timeout = Duration::from_secs(3);
     c.kafka.bootstrap_servers = "localhost:9093".into();
     c.kafka.security_protocol = KafkaSecurityProtocol::Ssl;
     c.kafka.ssl_ca_file = tls_file("ca.pem");
