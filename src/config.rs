@@ -2112,6 +2112,110 @@ mod tests {
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
+    /// `[kafka.client]`: quoted or dotted names, values as text; a property a `[kafka]` key sets
+    /// and one librdkafka does not know are refused, naming the key.
+    #[test]
+    fn kafka_client_properties_are_passed_as_written_and_checked() {
+        let c = load_with(
+            Some("[kafka.client]\n\"client.id\" = \"prod\"\nsocket.keepalive.enable = true\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.client["client.id"], "prod");
+        assert_eq!(c.kafka.client["socket.keepalive.enable"], "true");
+        let c = load_with(
+            None,
+            &[("IDEMGUARD_KAFKA__CLIENT", "{ \"client.id\" = \"env\" }")],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.client["client.id"], "env");
+        let e = load_with(Some("[kafka.client]\n\"sasl.password\" = \"x\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(e.message.contains("kafka.sasl_password"), "{e}");
+        let e = load_with(Some("[kafka.client]\n\"no.such.property\" = \"x\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(e.message.contains("no.such.property"), "{e}");
+    }
+
+    /// TLS and SASL settings that cannot work are refused at start, naming the key; a password
+    /// file's content is never in the message.
+    #[test]
+    fn security_settings_that_cannot_work_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("pw");
+        std::fs::write(&secret, "Fil3Secret\n").unwrap();
+        let pw = secret.display().to_string();
+        let missing = dir.path().join("absent").display().to_string();
+        for (env, key) in [
+            (
+                vec![("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")],
+                "kafka.sasl_username",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL"),
+                    ("IDEMGUARD_KAFKA__SASL_USERNAME", "u"),
+                ],
+                "kafka.sasl_password",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_KAFKA__SASL_PASSWORD", "x"),
+                    ("IDEMGUARD_KAFKA__SASL_PASSWORD_FILE", pw.as_str()),
+                ],
+                "kafka.sasl_password_file",
+            ),
+            (
+                vec![("IDEMGUARD_KAFKA__SSL_CA_FILE", pw.as_str())],
+                "kafka.ssl_ca_file",
+            ),
+            (
+                vec![("IDEMGUARD_REDIS__TLS_CA_FILE", pw.as_str())],
+                "redis.tls_ca_file",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_REDIS__URL", "rediss://h:1"),
+                    ("IDEMGUARD_REDIS__TLS_CERT_FILE", pw.as_str()),
+                ],
+                "redis.tls_cert_file",
+            ),
+            (
+                vec![("IDEMGUARD_DATABASE__PASSWORD_FILE", missing.as_str())],
+                "database.password_file",
+            ),
+        ] {
+            let e = load_with(None, &env).unwrap_err();
+            assert_eq!(e.key, key, "{env:?}: {e}");
+            assert!(!e.to_string().contains("Fil3Secret"), "{e}");
+        }
+        let c = load_with(
+            None,
+            &[
+                ("IDEMGUARD_DATABASE__URL", "postgres://app@db:5432/orders"),
+                ("IDEMGUARD_DATABASE__PASSWORD_FILE", pw.as_str()),
+                ("IDEMGUARD_KAFKA__SASL_PASSWORD", "Kafk4Secret"),
+                (
+                    "IDEMGUARD_KAFKA__CLIENT",
+                    "{ \"sasl.oauthbearer.client.secret\" = \"0authSecret\" }",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.database.url_with_password(&c.database.url).unwrap(),
+            "postgres://app:Fil3Secret@db:5432/orders"
+        );
+        let shown = c.to_redacted_toml();
+        for s in ["Fil3Secret", "Kafk4Secret", "0authSecret"] {
+            assert!(!shown.contains(s), "{shown}");
+            assert!(
+                c.secrets().contains(&s.to_string()),
+                "{s} is scrubbed from logs"
+            );
+        }
+    }
+
     #[test]
     fn a_cluster_url_is_parsed_once_into_its_seeds_and_redacted() {
         let raw = "redis+cluster://app:s3cret@127.0.0.1:7001,127.0.0.1:7002/0?password=s3cret";

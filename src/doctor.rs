@@ -341,10 +341,12 @@ async fn check_redis(config: &Config, service: &str, url: &str) -> Vec<CheckRow>
                     service,
                     &target,
                     started,
-                    &verification,
-                    "",
-                    cert.as_ref(),
-                    &user,
+                    security::Secured {
+                        verification: &verification,
+                        tls_version: "",
+                        cert: cert.as_ref(),
+                        user: &user,
+                    },
                 ),
             ];
         }
@@ -440,10 +442,12 @@ async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
         "kafka",
         &k.bootstrap_servers,
         started,
-        &verification,
-        "",
-        cert.as_ref(),
-        &user,
+        security::Secured {
+            verification: &verification,
+            tls_version: "",
+            cert: cert.as_ref(),
+            user: &user,
+        },
     )
 }
 

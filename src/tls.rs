@@ -225,6 +225,99 @@ pub async fn certificate_refusal(
         .flatten()
 }
 
+/// What the connection's settings make the driver check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verification {
+    Plaintext,
+    /// TLS without checking who answers: the reason (the setting that says so).
+    Unverified(String),
+    Verified {
+        against: String,
+        host_checked: bool,
+    },
+}
+
+/// The database URL's TLS mode: `sslmode` / `ssl-mode` and the CA file it names.
+/// `tls_version`: the session's, as the server reports it ("" when plaintext).
+pub fn database_verification(url: &str, tls_version: &str) -> Verification {
+    if tls_version.is_empty() {
+        Verification::Plaintext
+    } else {
+        configured_database(url)
+    }
+}
+
+/// What the URL's mode asks for, before any session says what it got (`disable`: plaintext;
+/// `prefer`, the default, and `require`: TLS without verification).
+pub fn configured_database(url: &str) -> Verification {
+    let u = url::Url::parse(url).ok();
+    let param = |names: &[&str]| {
+        u.as_ref().and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| names.contains(&k.as_ref()))
+                .map(|(_, v)| v.into_owned())
+        })
+    };
+    let mode = param(&["sslmode", "ssl-mode"])
+        .unwrap_or_else(|| "prefer".into())
+        .to_ascii_lowercase();
+    let against = match param(&["sslrootcert", "ssl-ca"]) {
+        Some(ca) => format!("{ca} and the platform's roots"),
+        None => "the platform's roots".into(),
+    };
+    let key = match crate::config::Dialect::of_url(url) {
+        crate::config::Dialect::Postgres => "sslmode",
+        crate::config::Dialect::Mysql => "ssl-mode",
+    };
+    match mode.as_str() {
+        "verify-full" | "verify_identity" => Verification::Verified {
+            against,
+            host_checked: true,
+        },
+        "verify-ca" | "verify_ca" => Verification::Verified {
+            against,
+            host_checked: false,
+        },
+        "disable" | "disabled" => Verification::Plaintext,
+        other => Verification::Unverified(format!("{key}={other} does not verify the server")),
+    }
+}
+
+pub fn redis_verification(url: &str, redis: &crate::config::RedisConfig) -> Verification {
+    if !url.starts_with("rediss") {
+        Verification::Plaintext
+    } else if redis.tls_insecure {
+        Verification::Unverified("redis.tls_insecure = true".into())
+    } else {
+        Verification::Verified {
+            against: or_platform(&redis.tls_ca_file),
+            host_checked: true,
+        }
+    }
+}
+
+pub fn kafka_verification(kafka: &crate::config::KafkaConfig) -> Verification {
+    let client = |name: &str| kafka.client.get(name).map(String::as_str);
+    if !kafka.security_protocol.tls() {
+        Verification::Plaintext
+    } else if client("enable.ssl.certificate.verification") == Some("false") {
+        Verification::Unverified("enable.ssl.certificate.verification = false".into())
+    } else {
+        Verification::Verified {
+            against: or_platform(&kafka.ssl_ca_file),
+            host_checked: client("ssl.endpoint.identification.algorithm") != Some("none"),
+        }
+    }
+}
+
+fn or_platform(ca: &str) -> String {
+    if ca.is_empty() {
+        "the platform's roots".into()
+    } else {
+        ca.to_string()
+    }
+}
+
 /// What a server's TLS showed us.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerCertificate {

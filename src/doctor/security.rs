@@ -7,95 +7,12 @@
 use std::time::{Duration, Instant};
 
 use super::CheckRow;
-use crate::config::{host_port, Config, Dialect, KafkaConfig, RedisConfig};
+use crate::config::{host_port, Config, Dialect};
+pub use crate::tls::{database_verification, kafka_verification, redis_verification, Verification};
 use crate::tls::{inspect, Backend, PeerCertificate, Probe};
 
 /// How long the certificate probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// What the connection's settings make the driver check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verification {
-    Plaintext,
-    /// TLS without checking who answers: the reason (the setting that says so).
-    Unverified(String),
-    Verified {
-        against: String,
-        host_checked: bool,
-    },
-}
-
-/// The database URL's TLS mode: `sslmode` / `ssl-mode` and the CA file it names.
-pub fn database_verification(url: &str, tls_version: &str) -> Verification {
-    let u = url::Url::parse(url).ok();
-    let param = |names: &[&str]| {
-        u.as_ref().and_then(|u| {
-            u.query_pairs()
-                .find(|(k, _)| names.contains(&k.as_ref()))
-                .map(|(_, v)| v.into_owned())
-        })
-    };
-    if tls_version.is_empty() {
-        return Verification::Plaintext;
-    }
-    let mode = param(&["sslmode", "ssl-mode"])
-        .unwrap_or_else(|| "prefer".into())
-        .to_ascii_lowercase();
-    let against = match param(&["sslrootcert", "ssl-ca"]) {
-        Some(ca) => format!("{ca} and the platform's roots"),
-        None => "the platform's roots".into(),
-    };
-    let key = match Dialect::of_url(url) {
-        Dialect::Postgres => "sslmode",
-        Dialect::Mysql => "ssl-mode",
-    };
-    match mode.as_str() {
-        "verify-full" | "verify_identity" => Verification::Verified {
-            against,
-            host_checked: true,
-        },
-        "verify-ca" | "verify_ca" => Verification::Verified {
-            against,
-            host_checked: false,
-        },
-        other => Verification::Unverified(format!("{key}={other} does not verify the server")),
-    }
-}
-
-pub fn redis_verification(url: &str, redis: &RedisConfig) -> Verification {
-    if !url.starts_with("rediss") {
-        Verification::Plaintext
-    } else if redis.tls_insecure {
-        Verification::Unverified("redis.tls_insecure = true".into())
-    } else {
-        Verification::Verified {
-            against: or_platform(&redis.tls_ca_file),
-            host_checked: true,
-        }
-    }
-}
-
-pub fn kafka_verification(kafka: &KafkaConfig) -> Verification {
-    let client = |name: &str| kafka.client.get(name).map(String::as_str);
-    if !kafka.security_protocol.tls() {
-        Verification::Plaintext
-    } else if client("enable.ssl.certificate.verification") == Some("false") {
-        Verification::Unverified("enable.ssl.certificate.verification = false".into())
-    } else {
-        Verification::Verified {
-            against: or_platform(&kafka.ssl_ca_file),
-            host_checked: client("ssl.endpoint.identification.algorithm") != Some("none"),
-        }
-    }
-}
-
-fn or_platform(ca: &str) -> String {
-    if ca.is_empty() {
-        "the platform's roots".into()
-    } else {
-        ca.to_string()
-    }
-}
 
 /// The server's certificate as a probe of `addr` sees it (with our client certificate, if any).
 pub async fn peer(
@@ -110,17 +27,29 @@ pub async fn peer(
     }
 }
 
+/// What one connection showed: the check its settings asked for, the TLS version the session
+/// reports ("" when it reports none), the server's certificate, the authenticated user.
+pub struct Secured<'a> {
+    pub verification: &'a Verification,
+    pub tls_version: &'a str,
+    pub cert: Option<&'a PeerCertificate>,
+    pub user: &'a str,
+}
+
 /// The row: `service security`, its detail, a warning where the environment asks for one.
 pub fn row(
     config: &Config,
     service: &str,
     target: &str,
     started: Instant,
-    verification: &Verification,
-    tls_version: &str,
-    cert: Option<&PeerCertificate>,
-    user: &str,
+    seen: Secured<'_>,
 ) -> CheckRow {
+    let Secured {
+        verification,
+        tls_version,
+        cert,
+        user,
+    } = seen;
     let mut parts = Vec::new();
     let weak = match verification {
         Verification::Plaintext => {
@@ -213,9 +142,11 @@ pub async fn database(
         service,
         &target,
         started,
-        &verification,
-        version,
-        cert.as_ref(),
-        user,
+        Secured {
+            verification: &verification,
+            tls_version: version,
+            cert: cert.as_ref(),
+            user,
+        },
     )
 }
