@@ -1116,7 +1116,13 @@ impl Config {
             check.set(name, value);
         }
         check.create_native_config().map_err(|e| {
-            let shown = redact_urls_in(&e.to_string());
+            // librdkafka's message quotes the value: a secret property's is never shown.
+            let mut shown = redact_urls_in(&e.to_string());
+            for (name, value) in &k.client {
+                if is_secret_property(name) && !value.is_empty() {
+                    shown = shown.replace(value.as_str(), "***");
+                }
+            }
             err("kafka.client", format!("librdkafka refuses it: {shown}"))
         })?;
         Ok(())
@@ -2197,7 +2203,7 @@ mod tests {
                 ("IDEMGUARD_KAFKA__SASL_PASSWORD", "Kafk4Secret"),
                 (
                     "IDEMGUARD_KAFKA__CLIENT",
-                    "{ \"sasl.oauthbearer.client.secret\" = \"0authSecret\" }",
+                    "{ \"sasl.oauthbearer.config\" = \"0authSecret\" }",
                 ),
             ],
         )
@@ -2206,6 +2212,17 @@ mod tests {
             c.database.url_with_password(&c.database.url).unwrap(),
             "postgres://app:Fil3Secret@db:5432/orders"
         );
+        // A property this build refuses (OIDC needs curl) is refused without its secret value.
+        let e = load_with(
+            None,
+            &[(
+                "IDEMGUARD_KAFKA__CLIENT",
+                "{ \"sasl.oauthbearer.client.secret\" = \"0idcSecret\" }",
+            )],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(!e.to_string().contains("0idcSecret"), "{e}");
         let shown = c.to_redacted_toml();
         for s in ["Fil3Secret", "Kafk4Secret", "0authSecret"] {
             assert!(!shown.contains(s), "{shown}");

@@ -319,6 +319,8 @@ async fn the_password_files_and_kafka_secrets_are_never_printed() {
             ),
             ("IDEMGUARD_REDIS__URL".into(), redis.into()),
             ("IDEMGUARD_REDIS__REDLOCK_NODES".into(), String::new()),
+            // Sixteen processes connecting over TLS at once on a small machine.
+            ("IDEMGUARD_REDIS__COMMAND_TIMEOUT".into(), "3s".into()),
             ("IDEMGUARD_REDIS__TLS_CA_FILE".into(), ca.clone()),
             ("IDEMGUARD_REDIS__TLS_CERT_FILE".into(), file("client.pem")),
             ("IDEMGUARD_REDIS__TLS_KEY_FILE".into(), file("client.key")),
@@ -334,7 +336,7 @@ async fn the_password_files_and_kafka_secrets_are_never_printed() {
             ("IDEMGUARD_KAFKA__SASL_USERNAME".into(), "alice".into()),
             (
                 "IDEMGUARD_KAFKA__CLIENT".into(),
-                format!("{{ \"sasl.oauthbearer.client.secret\" = \"{SECRET}\" }}"),
+                format!("{{ \"sasl.oauthbearer.config\" = \"principal={SECRET}\" }}"),
             ),
         ]
     };
@@ -384,7 +386,7 @@ async fn the_password_files_and_kafka_secrets_are_never_printed() {
         if args == ["config"] {
             assert_eq!(code, Some(0), "{setup}: {out}");
             assert!(
-                out.contains("\"sasl.oauthbearer.client.secret\" = \"***\""),
+                out.contains("\"sasl.oauthbearer.config\" = \"***\""),
                 "{setup}: {out}"
             );
         }
