@@ -325,29 +325,20 @@ async fn check_redis(config: &Config, service: &str, url: &str) -> Vec<CheckRow>
                 started,
                 format!("{pong}; redis {version}; role {role}"),
             );
-            let verification = security::redis_verification(url, &config.redis);
             let client = (!config.redis.tls_cert_file.is_empty()).then_some((
                 config.redis.tls_cert_file.as_str(),
                 config.redis.tls_key_file.as_str(),
             ));
-            let cert = match verification {
-                security::Verification::Plaintext => None,
-                _ => security::peer(crate::tls::Backend::Redis, &target, client).await,
+            let endpoint = security::Endpoint {
+                backend: crate::tls::Backend::Redis,
+                addr: &target,
+                client,
+                verification: security::redis_verification(url, &config.redis),
+                user: &user,
             };
             return vec![
                 row,
-                security::row(
-                    config,
-                    service,
-                    &target,
-                    started,
-                    security::Secured {
-                        verification: &verification,
-                        tls_version: "",
-                        cert: cert.as_ref(),
-                        user: &user,
-                    },
-                ),
+                security::endpoint_row(config, service, &target, started, endpoint).await,
             ];
         }
     };
@@ -423,13 +414,8 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
 async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
     let k = &config.kafka;
     let first = k.bootstrap_servers.split(',').next().unwrap_or("").trim();
-    let verification = security::kafka_verification(k);
     let client = (!k.ssl_cert_file.is_empty())
         .then_some((k.ssl_cert_file.as_str(), k.ssl_key_file.as_str()));
-    let cert = match verification {
-        security::Verification::Plaintext => None,
-        _ => security::peer(crate::tls::Backend::Kafka, first, client).await,
-    };
     let user = if k.security_protocol.sasl() {
         format!("{} (SASL {})", k.sasl_username, k.sasl_mechanism.as_str())
     } else if !k.ssl_cert_file.is_empty() {
@@ -437,18 +423,14 @@ async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
     } else {
         String::new()
     };
-    security::row(
-        config,
-        "kafka",
-        &k.bootstrap_servers,
-        started,
-        security::Secured {
-            verification: &verification,
-            tls_version: "",
-            cert: cert.as_ref(),
-            user: &user,
-        },
-    )
+    let endpoint = security::Endpoint {
+        backend: crate::tls::Backend::Kafka,
+        addr: first,
+        client,
+        verification: security::kafka_verification(k),
+        user: &user,
+    };
+    security::endpoint_row(config, "kafka", &k.bootstrap_servers, started, endpoint).await
 }
 
 /// Messages sampled per topic for the partitioning row.

@@ -116,6 +116,37 @@ fn version(tls_version: &str, cert: Option<&PeerCertificate>) -> String {
     }
 }
 
+/// A connection whose session reports no TLS version (Redis, Kafka): its settings' check, the
+/// address to probe for the certificate (with our client certificate, if any), the user.
+pub struct Endpoint<'a> {
+    pub backend: Backend,
+    pub addr: &'a str,
+    pub client: Option<(&'a str, &'a str)>,
+    pub verification: Verification,
+    pub user: &'a str,
+}
+
+/// The row of an [`Endpoint`]: the certificate probed unless the connection is plaintext.
+pub async fn endpoint_row(
+    config: &Config,
+    service: &str,
+    target: &str,
+    started: Instant,
+    e: Endpoint<'_>,
+) -> CheckRow {
+    let cert = match e.verification {
+        Verification::Plaintext => None,
+        _ => peer(e.backend, e.addr, e.client).await,
+    };
+    let seen = Secured {
+        verification: &e.verification,
+        tls_version: "",
+        cert: cert.as_ref(),
+        user: e.user,
+    };
+    row(config, service, target, started, seen)
+}
+
 /// The database's row: the session's TLS version and user (`connection_security.sql`), the
 /// URL's mode, the certificate the server presents.
 pub async fn database(
