@@ -310,7 +310,7 @@ async fn check(file: &Path, r: &Refused) {
 
 /// Each refusal, for each backend: a certificate that does not verify (a CA that did not issue
 /// it), a host name not in it, plaintext to a server that refuses it; and the mutual-TLS and
-/// SASL refusals.
+/// SASL refusals. All at once, each within 15 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_refusal_says_which_and_the_setting_to_fix() {
     let dir = tempfile::tempdir().unwrap();
@@ -320,12 +320,32 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
         toml::to_string(&tls_config(Dialect::Postgres)).unwrap(),
     )
     .unwrap();
+    let cases: Vec<Refused> = [database_refusals(), redis_refusals(), kafka_refusals()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let checks: Vec<_> = cases.iter().map(|r| check(&file, r)).collect();
+    futures::future::join_all(checks).await;
+}
+
+/// `migrate` on each dialect's TLS server: another CA, 127.0.0.2, plaintext.
+fn database_refusals() -> Vec<Refused> {
     let other = tls_file("other-ca.pem");
     let mut cases = Vec::new();
     for dialect in common::DIALECTS {
-        let (mode, param, plain) = match dialect {
-            Dialect::Postgres => ("sslmode=verify-full", "sslrootcert", "sslmode=disable"),
-            Dialect::Mysql => ("ssl-mode=VERIFY_IDENTITY", "ssl-ca", "ssl-mode=DISABLED"),
+        let (mode, param, plain, by_ca) = match dialect {
+            Dialect::Postgres => (
+                "sslmode=verify-full",
+                "sslrootcert",
+                "sslmode=disable",
+                "sslmode=verify-ca",
+            ),
+            Dialect::Mysql => (
+                "ssl-mode=VERIFY_IDENTITY",
+                "ssl-ca",
+                "ssl-mode=DISABLED",
+                "ssl-mode=VERIFY_CA",
+            ),
         };
         let good = tls_server_url(dialect, "localhost", "idemguard");
         let untrusted = good.replace(&tls_file("ca.pem"), &other);
@@ -336,7 +356,7 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
             (
                 "host name",
                 wrong_name,
-                ["not valid for the host name `127.0.0.2`", "VERIFY_CA"],
+                ["not valid for the host name `127.0.0.2`", by_ca],
             ),
             (
                 "plaintext",
@@ -344,14 +364,6 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
                 ["refuses unencrypted connections", mode],
             ),
         ] {
-            let says = if what == "host name" && dialect == Dialect::Postgres {
-                [
-                    "not valid for the host name `127.0.0.2`",
-                    "sslmode=verify-ca",
-                ]
-            } else {
-                says
-            };
             cases.push(Refused {
                 what: format!("{dialect} {what}"),
                 args: &["migrate"],
@@ -360,6 +372,11 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
             });
         }
     }
+    cases
+}
+
+/// `locks` on the mutual-TLS Redis: another CA, 127.0.0.2, plaintext, no client certificate.
+fn redis_refusals() -> Vec<Refused> {
     let no_redlock = ("IDEMGUARD_REDIS__REDLOCK_NODES", String::new());
     let redis = |what: &str, env: Vec<(&'static str, String)>, says| Refused {
         what: format!("redis {what}"),
@@ -367,85 +384,73 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
         env: [vec![no_redlock.clone()], env].concat(),
         says,
     };
-    cases.push(redis(
-        "untrusted",
-        vec![("IDEMGUARD_REDIS__TLS_CA_FILE", other.clone())],
-        ["unknown issuer", "redis.tls_ca_file"],
-    ));
-    cases.push(redis(
-        "host name",
-        vec![(
-            "IDEMGUARD_REDIS__URL",
-            "rediss://idemguard@127.0.0.2:6390".into(),
-        )],
-        [
-            "not valid for the host name `127.0.0.2`",
-            "name the certificate has",
-        ],
-    ));
-    cases.push(redis(
-        "plaintext",
+    let no_client = vec![
+        ("IDEMGUARD_REDIS__TLS_CERT_FILE", String::new()),
+        ("IDEMGUARD_REDIS__TLS_KEY_FILE", String::new()),
+    ];
+    let plaintext = [
         vec![
             (
                 "IDEMGUARD_REDIS__URL",
                 "redis://idemguard@localhost:6390".into(),
             ),
             ("IDEMGUARD_REDIS__TLS_CA_FILE", String::new()),
-            ("IDEMGUARD_REDIS__TLS_CERT_FILE", String::new()),
-            ("IDEMGUARD_REDIS__TLS_KEY_FILE", String::new()),
         ],
-        ["refuses unencrypted connections", "rediss://"],
-    ));
-    cases.push(redis(
-        "no client certificate",
-        vec![
-            ("IDEMGUARD_REDIS__TLS_CERT_FILE", String::new()),
-            ("IDEMGUARD_REDIS__TLS_KEY_FILE", String::new()),
-        ],
-        ["requires a client certificate", "redis.tls_cert_file"],
-    ));
+        no_client.clone(),
+    ]
+    .concat();
+    vec![
+        redis(
+            "untrusted",
+            vec![("IDEMGUARD_REDIS__TLS_CA_FILE", tls_file("other-ca.pem"))],
+            ["unknown issuer", "redis.tls_ca_file"],
+        ),
+        redis(
+            "host name",
+            vec![(
+                "IDEMGUARD_REDIS__URL",
+                "rediss://idemguard@127.0.0.2:6390".into(),
+            )],
+            [
+                "not valid for the host name `127.0.0.2`",
+                "name the certificate has",
+            ],
+        ),
+        redis(
+            "plaintext",
+            plaintext,
+            ["refuses unencrypted connections", "rediss://"],
+        ),
+        redis(
+            "no client certificate",
+            no_client,
+            ["requires a client certificate", "redis.tls_cert_file"],
+        ),
+    ]
+}
+
+/// `consume` on the brokers behind stunnel: another CA, 127.0.0.2, plaintext, no client
+/// certificate; and a SASL login tansu refuses (it stores no SCRAM credential: every login is).
+fn kafka_refusals() -> Vec<Refused> {
     let kafka = |what: &str, env: Vec<(&'static str, String)>, says| Refused {
         what: format!("kafka {what}"),
         args: &["consume"],
         env,
         says,
     };
-    cases.push(kafka(
-        "untrusted",
-        vec![("IDEMGUARD_KAFKA__SSL_CA_FILE", other.clone())],
-        ["unknown issuer", "kafka.ssl_ca_file"],
-    ));
-    cases.push(kafka(
-        "host name",
-        vec![(
-            "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
-            "127.0.0.2:9093".into(),
-        )],
-        [
-            "not valid for the host name `127.0.0.2`",
-            "kafka.bootstrap_servers",
-        ],
-    ));
-    cases.push(kafka(
-        "plaintext",
+    let no_client = vec![
+        ("IDEMGUARD_KAFKA__SSL_CERT_FILE", String::new()),
+        ("IDEMGUARD_KAFKA__SSL_KEY_FILE", String::new()),
+    ];
+    let plaintext = [
         vec![
             ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "PLAINTEXT".into()),
             ("IDEMGUARD_KAFKA__SSL_CA_FILE", String::new()),
-            ("IDEMGUARD_KAFKA__SSL_CERT_FILE", String::new()),
-            ("IDEMGUARD_KAFKA__SSL_KEY_FILE", String::new()),
         ],
-        ["refuses unencrypted connections", "kafka.security_protocol"],
-    ));
-    cases.push(kafka(
-        "no client certificate",
-        vec![
-            ("IDEMGUARD_KAFKA__SSL_CERT_FILE", String::new()),
-            ("IDEMGUARD_KAFKA__SSL_KEY_FILE", String::new()),
-        ],
-        ["requires a client certificate", "kafka.ssl_cert_file"],
-    ));
-    cases.push(kafka(
-        "SASL login refused",
+        no_client.clone(),
+    ]
+    .concat();
+    let sasl = [
         vec![
             (
                 "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
@@ -454,13 +459,43 @@ async fn each_refusal_says_which_and_the_setting_to_fix() {
             ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL".into()),
             ("IDEMGUARD_KAFKA__SASL_USERNAME", "alice".into()),
             ("IDEMGUARD_KAFKA__SASL_PASSWORD", "not-her-password".into()),
-            ("IDEMGUARD_KAFKA__SSL_CERT_FILE", String::new()),
-            ("IDEMGUARD_KAFKA__SSL_KEY_FILE", String::new()),
         ],
-        ["refused the SASL login of `alice`", "kafka.sasl_password"],
-    ));
-    let checks: Vec<_> = cases.iter().map(|r| check(&file, r)).collect();
-    futures::future::join_all(checks).await;
+        no_client.clone(),
+    ]
+    .concat();
+    vec![
+        kafka(
+            "untrusted",
+            vec![("IDEMGUARD_KAFKA__SSL_CA_FILE", tls_file("other-ca.pem"))],
+            ["unknown issuer", "kafka.ssl_ca_file"],
+        ),
+        kafka(
+            "host name",
+            vec![(
+                "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+                "127.0.0.2:9093".into(),
+            )],
+            [
+                "not valid for the host name `127.0.0.2`",
+                "kafka.bootstrap_servers",
+            ],
+        ),
+        kafka(
+            "plaintext",
+            plaintext,
+            ["refuses unencrypted connections", "kafka.security_protocol"],
+        ),
+        kafka(
+            "no client certificate",
+            no_client,
+            ["requires a client certificate", "kafka.ssl_cert_file"],
+        ),
+        kafka(
+            "SASL login refused",
+            sasl,
+            ["refused the SASL login of `alice`", "kafka.sasl_password"],
+        ),
+    ]
 }
 
 /// The six worked configurations of the README's "Connecting to production", as written there:
