@@ -87,11 +87,11 @@ fn tls() -> Config {
 async fn world(config: &mut Config) -> (String, Database, String) {
     let suffix = format!("{:x}", rand::random::<u32>());
     let name = format!("igb_tls_{suffix}");
-    let server = config
-        .database
-        .url
-        .replace("/idemguard?", "/postgres?")
-        .replace("/idemguard", "/postgres");
+    let server = {
+        let mut u = url::Url::parse(&config.database.url).unwrap();
+        u.set_path("/postgres");
+        u.to_string()
+    };
     let admin = Database::connect_url(config, &server)
         .await
         .expect("the database");
