@@ -63,6 +63,12 @@ pub struct DatabaseConfig {
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     pub queries_dir: String,
+    // Credentials kept off the command line (README "Connecting to production"); TLS is set by
+    // the URLs' own parameters (sslmode, sslrootcert… / ssl-mode, ssl-ca…).
+    /// A file holding the password of `url` and `replica_url`, for URLs that carry none.
+    pub password_file: String,
+    /// A file holding the password of `actions_url`, when it carries none.
+    pub actions_password_file: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,6 +80,19 @@ pub struct RedisConfig {
     pub redlock_nodes: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    // How every `rediss://` connection (main, cluster, RedLock nodes) is secured.
+    /// PEM file of the CA(s) the servers are verified against (intermediates may be included);
+    /// empty: the platform's roots.
+    pub tls_ca_file: String,
+    /// Client certificate and key (PEM) for mutual TLS; both or neither.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// Accept any server certificate (no verification): only when asked for by name; `doctor`
+    /// says so in red.
+    pub tls_insecure: bool,
+    /// A file holding the password of every Redis URL that carries none (the URL names the
+    /// ACL user).
+    pub password_file: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,6 +106,114 @@ pub struct KafkaConfig {
     /// How the producers of the payment and trace topics pick a partition for a key, so the
     /// console reads only the partition of an order (`none`: read every partition).
     pub partitioner: crate::stream::partitioner::Partitioner,
+    // How every librdkafka client reaches the brokers (src/kafka_client.rs).
+    pub security_protocol: KafkaSecurityProtocol,
+    pub sasl_mechanism: SaslMechanism,
+    pub sasl_username: String,
+    pub sasl_password: String,
+    pub sasl_password_file: String,
+    pub ssl_ca_file: String,
+    pub ssl_cert_file: String,
+    pub ssl_key_file: String,
+    pub ssl_key_password: String,
+    pub ssl_key_password_file: String,
+    /// Any other librdkafka property, passed as written (`kcat -X`): `[kafka.client]`.
+    #[serde(deserialize_with = "client_properties")]
+    pub client: BTreeMap<String, String>,
+}
+
+/// `kafka.security_protocol`, librdkafka's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum KafkaSecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl KafkaSecurityProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KafkaSecurityProtocol::Plaintext => "PLAINTEXT",
+            KafkaSecurityProtocol::Ssl => "SSL",
+            KafkaSecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            KafkaSecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn tls(self) -> bool {
+        matches!(
+            self,
+            KafkaSecurityProtocol::Ssl | KafkaSecurityProtocol::SaslSsl
+        )
+    }
+
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            KafkaSecurityProtocol::SaslPlaintext | KafkaSecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// `kafka.sasl_mechanism`, librdkafka's `sasl.mechanism` (used with the SASL protocols).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// `[kafka.client]` as librdkafka names its properties: `"socket.keepalive.enable" = true` and
+/// the unquoted `socket.keepalive.enable = true` (a nested table to TOML) both give
+/// `socket.keepalive.enable`; numbers and booleans become their text.
+fn client_properties<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    fn flatten(
+        prefix: &str,
+        table: &toml::Table,
+        out: &mut BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        for (k, v) in table {
+            let name = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(t) => flatten(&name, t, out)?,
+                toml::Value::String(s) => drop(out.insert(name, s.clone())),
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                    drop(out.insert(name, v.to_string()))
+                }
+                _ => {
+                    return Err(format!(
+                        "`{name}`: a property is a string, number or boolean"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+    let table = toml::Table::deserialize(d)?;
+    let mut out = BTreeMap::new();
+    flatten("", &table, &mut out).map_err(serde::de::Error::custom)?;
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -741,6 +868,7 @@ impl Config {
             message,
         };
         self.validate_connections(&err)?;
+        self.validate_security(&err)?;
         self.validate_limits(&err)?;
         self.source.validate().map_err(|(k, m)| err(&k, m))?;
         self.mask
@@ -860,6 +988,143 @@ impl Config {
                 return Err(err(key, "must be longer than zero".into()));
             }
         }
+        Ok(())
+    }
+
+    /// How the connections are secured: every file named is readable, a certificate comes with
+    /// its key, a secret has one source, TLS settings have a TLS URL or protocol to apply to,
+    /// SASL has its user and password, `[kafka.client]` holds properties librdkafka knows.
+    fn validate_security(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let (d, r, k) = (&self.database, &self.redis, &self.kafka);
+        for (key, file) in [
+            ("database.password_file", &d.password_file),
+            ("database.actions_password_file", &d.actions_password_file),
+            ("redis.password_file", &r.password_file),
+            ("kafka.sasl_password_file", &k.sasl_password_file),
+            ("kafka.ssl_key_password_file", &k.ssl_key_password_file),
+        ] {
+            if !file.is_empty() {
+                read_secret_file(file).map_err(|m| err(key, m))?;
+            }
+        }
+        for (key, file) in [
+            ("redis.tls_ca_file", &r.tls_ca_file),
+            ("redis.tls_cert_file", &r.tls_cert_file),
+            ("redis.tls_key_file", &r.tls_key_file),
+            ("kafka.ssl_ca_file", &k.ssl_ca_file),
+            ("kafka.ssl_cert_file", &k.ssl_cert_file),
+            ("kafka.ssl_key_file", &k.ssl_key_file),
+        ] {
+            if !file.is_empty() {
+                std::fs::read(file).map_err(|e| err(key, format!("cannot read `{file}`: {e}")))?;
+            }
+        }
+        for (a, va, b, vb) in [
+            (
+                "redis.tls_cert_file",
+                &r.tls_cert_file,
+                "redis.tls_key_file",
+                &r.tls_key_file,
+            ),
+            (
+                "kafka.ssl_cert_file",
+                &k.ssl_cert_file,
+                "kafka.ssl_key_file",
+                &k.ssl_key_file,
+            ),
+        ] {
+            if va.is_empty() != vb.is_empty() {
+                return Err(err(
+                    a,
+                    format!("a client certificate needs its key: set {a} and {b} together"),
+                ));
+            }
+        }
+        for (a, va, b, vb) in [
+            (
+                "kafka.sasl_password",
+                &k.sasl_password,
+                "kafka.sasl_password_file",
+                &k.sasl_password_file,
+            ),
+            (
+                "kafka.ssl_key_password",
+                &k.ssl_key_password,
+                "kafka.ssl_key_password_file",
+                &k.ssl_key_password_file,
+            ),
+        ] {
+            if !va.is_empty() && !vb.is_empty() {
+                return Err(err(b, format!("{a} is set too: give the secret one way")));
+            }
+        }
+        let redis_tls = r.tls_insecure
+            || [&r.tls_ca_file, &r.tls_cert_file]
+                .iter()
+                .any(|f| !f.is_empty());
+        let any_rediss = std::iter::once(&r.url)
+            .chain(&r.redlock_nodes)
+            .chain(std::iter::once(&self.foreign_locks.actions_redis_url))
+            .any(|u| u.starts_with("rediss"));
+        if redis_tls && !any_rediss {
+            return Err(err(
+                "redis.tls_ca_file",
+                "redis.tls_* is set but no Redis URL uses TLS: write rediss:// (or rediss+cluster://)".into(),
+            ));
+        }
+        self.validate_kafka_security(err)
+    }
+
+    fn validate_kafka_security(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        let protocol = k.security_protocol.as_str();
+        if !k.security_protocol.tls() {
+            for (key, v) in [
+                ("kafka.ssl_ca_file", &k.ssl_ca_file),
+                ("kafka.ssl_cert_file", &k.ssl_cert_file),
+            ] {
+                if !v.is_empty() {
+                    return Err(err(key, format!("is set but kafka.security_protocol = \"{protocol}\" does not use TLS: set SSL or SASL_SSL")));
+                }
+            }
+        }
+        if k.security_protocol.sasl() {
+            if k.sasl_username.is_empty() {
+                return Err(err(
+                    "kafka.sasl_username",
+                    format!("kafka.security_protocol = \"{protocol}\" needs the SASL user"),
+                ));
+            }
+            if k.sasl_password.is_empty() && k.sasl_password_file.is_empty() {
+                return Err(err("kafka.sasl_password", "the SASL user needs its password: IDEMGUARD_KAFKA__SASL_PASSWORD or kafka.sasl_password_file".into()));
+            }
+        }
+        let mut check = rdkafka::ClientConfig::new();
+        for (name, value) in &k.client {
+            if let Some((_, own)) = KAFKA_OWN_PROPERTIES.iter().find(|(p, _)| p == name) {
+                return Err(err(
+                    "kafka.client",
+                    format!("`{name}` is set by {own}: set it there"),
+                ));
+            }
+            check.set(name, value);
+        }
+        check.create_native_config().map_err(|e| {
+            // librdkafka's message quotes the value: a secret property's is never shown.
+            let mut shown = redact_urls_in(&e.to_string());
+            for (name, value) in &k.client {
+                if is_secret_property(name) && !value.is_empty() {
+                    shown = shown.replace(value.as_str(), "***");
+                }
+            }
+            err("kafka.client", format!("librdkafka refuses it: {shown}"))
+        })?;
         Ok(())
     }
 
@@ -1019,6 +1284,19 @@ impl Config {
             .iter()
             .map(|u| redact_url(u))
             .collect();
+        for secret in [
+            &mut shown.kafka.sasl_password,
+            &mut shown.kafka.ssl_key_password,
+        ] {
+            if !secret.is_empty() {
+                *secret = "***".into();
+            }
+        }
+        for (name, value) in shown.kafka.client.iter_mut() {
+            if is_secret_property(name) {
+                *value = "***".into();
+            }
+        }
         toml::to_string_pretty(&shown)
             .unwrap_or_else(|e| format!("# cannot render configuration: {e}"))
     }
@@ -1058,9 +1336,39 @@ impl Config {
                 }
             }
         }
+        out.extend(self.secret_values());
         out.retain(|s| s.len() >= 4);
         out.sort();
         out.dedup();
+        out
+    }
+
+    /// The secrets that are no part of a URL: the Kafka passwords, the secret `[kafka.client]`
+    /// properties and the content of every password file (each as written and percent-encoded,
+    /// as it may appear in a URL idemguard built).
+    fn secret_values(&self) -> Vec<String> {
+        let k = &self.kafka;
+        let mut out = vec![k.sasl_password.clone(), k.ssl_key_password.clone()];
+        out.extend(
+            k.client
+                .iter()
+                .filter(|(n, _)| is_secret_property(n))
+                .map(|(_, v)| v.clone()),
+        );
+        for file in [
+            &self.database.password_file,
+            &self.database.actions_password_file,
+            &self.redis.password_file,
+            &k.sasl_password_file,
+            &k.ssl_key_password_file,
+        ] {
+            if let Ok(secret) = read_secret_file(file) {
+                let encoded: String =
+                    url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+                out.push(secret);
+                out.push(encoded);
+            }
+        }
         out
     }
 
@@ -1100,6 +1408,93 @@ fn login_name(uid: libc::uid_t) -> Option<String> {
         .to_string_lossy()
         .into_owned();
     (!name.is_empty()).then_some(name)
+}
+
+/// The librdkafka properties `[kafka]`'s own keys set: refused in `[kafka.client]`, so each has
+/// one place (and `doctor` reports what is really used).
+pub const KAFKA_OWN_PROPERTIES: [(&str, &str); 10] = [
+    ("bootstrap.servers", "kafka.bootstrap_servers"),
+    ("security.protocol", "kafka.security_protocol"),
+    ("sasl.mechanism", "kafka.sasl_mechanism"),
+    ("sasl.mechanisms", "kafka.sasl_mechanism"),
+    ("sasl.username", "kafka.sasl_username"),
+    ("sasl.password", "kafka.sasl_password"),
+    ("ssl.ca.location", "kafka.ssl_ca_file"),
+    ("ssl.certificate.location", "kafka.ssl_cert_file"),
+    ("ssl.key.location", "kafka.ssl_key_file"),
+    ("ssl.key.password", "kafka.ssl_key_password"),
+];
+
+/// A `[kafka.client]` property whose value is a secret (a client secret, a key or keystore
+/// password, a PEM key, the OAUTHBEARER configuration): shown as `***`, removed from logs.
+pub fn is_secret_property(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    is_secret_param(&name)
+        || (name.ends_with(".pem") && name.contains("key"))
+        || name == "sasl.oauthbearer.config"
+}
+
+/// The content of a secret file without its trailing newline: a password kept off the command
+/// line and out of the configuration. The errors name the file, never its content.
+pub fn read_secret_file(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    let secret = text.trim_end_matches(['\n', '\r']);
+    if secret.is_empty() {
+        return Err(format!("`{path}` is empty"));
+    }
+    Ok(secret.to_string())
+}
+
+impl DatabaseConfig {
+    /// `url` as the driver is given it: with the password of its file (`actions_password_file`
+    /// for `actions_url`, else `password_file`) when it carries none. Never shown.
+    pub fn url_with_password(&self, url: &str) -> Result<String, String> {
+        let file = if !self.actions_url.is_empty() && url == self.actions_url {
+            &self.actions_password_file
+        } else {
+            &self.password_file
+        };
+        let Ok(mut u) = url::Url::parse(url) else {
+            return Ok(url.to_string());
+        };
+        if file.is_empty() || u.password().is_some() {
+            return Ok(url.to_string());
+        }
+        let password = read_secret_file(file)?;
+        u.set_password(Some(&password))
+            .map_err(|_| format!("{} cannot carry a password", redact_url(url)))?;
+        Ok(u.to_string())
+    }
+}
+
+impl RedisConfig {
+    /// The password of `password_file` (for Redis URLs that carry none), if one is configured.
+    pub fn password(&self) -> Result<Option<String>, String> {
+        if self.password_file.is_empty() {
+            return Ok(None);
+        }
+        read_secret_file(&self.password_file).map(Some)
+    }
+}
+
+impl KafkaConfig {
+    /// The SASL password: `sasl_password`, else the content of `sasl_password_file`.
+    pub fn sasl_password(&self) -> Result<String, String> {
+        secret_of(&self.sasl_password, &self.sasl_password_file)
+    }
+
+    /// The client key's passphrase: `ssl_key_password`, else its file's content.
+    pub fn ssl_key_password(&self) -> Result<String, String> {
+        secret_of(&self.ssl_key_password, &self.ssl_key_password_file)
+    }
+}
+
+fn secret_of(value: &str, file: &str) -> Result<String, String> {
+    if file.is_empty() {
+        Ok(value.to_string())
+    } else {
+        read_secret_file(file)
+    }
 }
 
 /// The two SQL dialects idemguard speaks. The SQL itself lives in `queries/<dialect>/`.
@@ -1431,6 +1826,10 @@ fn check_url(raw: &str, schemes: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// Tables whose keys are not idemguard's (librdkafka's properties): not checked against the
+/// defaults.
+const FREE_TABLES: [&str; 1] = ["kafka.client"];
+
 /// Lays `file` over `merged`, refusing keys the defaults do not have.
 fn overlay(
     defaults: &toml::Table,
@@ -1454,6 +1853,13 @@ fn overlay(
             });
         };
         match (default, v) {
+            // A table of free names (`[kafka.client]`): taken whole, checked when validated.
+            (toml::Value::Table(_), toml::Value::Table(_))
+                if FREE_TABLES.contains(&key.as_str()) =>
+            {
+                set(merged, &key, v.clone());
+                origins.insert(key, origin.into());
+            }
             (toml::Value::Table(_), toml::Value::Table(sub)) => {
                 overlay(defaults, merged, sub, &key, origin, origins)?
             }
@@ -1710,6 +2116,121 @@ mod tests {
         )
         .unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    /// `[kafka.client]`: quoted or dotted names, values as text; a property a `[kafka]` key sets
+    /// and one librdkafka does not know are refused, naming the key.
+    #[test]
+    fn kafka_client_properties_are_passed_as_written_and_checked() {
+        let c = load_with(
+            Some("[kafka.client]\n\"client.id\" = \"prod\"\nsocket.keepalive.enable = true\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.client["client.id"], "prod");
+        assert_eq!(c.kafka.client["socket.keepalive.enable"], "true");
+        let c = load_with(
+            None,
+            &[("IDEMGUARD_KAFKA__CLIENT", "{ \"client.id\" = \"env\" }")],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.client["client.id"], "env");
+        let e = load_with(Some("[kafka.client]\n\"sasl.password\" = \"x\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(e.message.contains("kafka.sasl_password"), "{e}");
+        let e = load_with(Some("[kafka.client]\n\"no.such.property\" = \"x\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(e.message.contains("no.such.property"), "{e}");
+    }
+
+    /// TLS and SASL settings that cannot work are refused at start, naming the key; a password
+    /// file's content is never in the message.
+    #[test]
+    fn security_settings_that_cannot_work_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("pw");
+        std::fs::write(&secret, "Fil3Secret\n").unwrap();
+        let pw = secret.display().to_string();
+        let missing = dir.path().join("absent").display().to_string();
+        for (env, key) in [
+            (
+                vec![("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")],
+                "kafka.sasl_username",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL"),
+                    ("IDEMGUARD_KAFKA__SASL_USERNAME", "u"),
+                ],
+                "kafka.sasl_password",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_KAFKA__SASL_PASSWORD", "x"),
+                    ("IDEMGUARD_KAFKA__SASL_PASSWORD_FILE", pw.as_str()),
+                ],
+                "kafka.sasl_password_file",
+            ),
+            (
+                vec![("IDEMGUARD_KAFKA__SSL_CA_FILE", pw.as_str())],
+                "kafka.ssl_ca_file",
+            ),
+            (
+                vec![("IDEMGUARD_REDIS__TLS_CA_FILE", pw.as_str())],
+                "redis.tls_ca_file",
+            ),
+            (
+                vec![
+                    ("IDEMGUARD_REDIS__URL", "rediss://h:1"),
+                    ("IDEMGUARD_REDIS__TLS_CERT_FILE", pw.as_str()),
+                ],
+                "redis.tls_cert_file",
+            ),
+            (
+                vec![("IDEMGUARD_DATABASE__PASSWORD_FILE", missing.as_str())],
+                "database.password_file",
+            ),
+        ] {
+            let e = load_with(None, &env).unwrap_err();
+            assert_eq!(e.key, key, "{env:?}: {e}");
+            assert!(!e.to_string().contains("Fil3Secret"), "{e}");
+        }
+        let c = load_with(
+            None,
+            &[
+                ("IDEMGUARD_DATABASE__URL", "postgres://app@db:5432/orders"),
+                ("IDEMGUARD_DATABASE__PASSWORD_FILE", pw.as_str()),
+                ("IDEMGUARD_KAFKA__SASL_PASSWORD", "Kafk4Secret"),
+                (
+                    "IDEMGUARD_KAFKA__CLIENT",
+                    "{ \"sasl.oauthbearer.config\" = \"0authSecret\" }",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.database.url_with_password(&c.database.url).unwrap(),
+            "postgres://app:Fil3Secret@db:5432/orders"
+        );
+        // A property this build refuses (OIDC needs curl) is refused without its secret value.
+        let e = load_with(
+            None,
+            &[(
+                "IDEMGUARD_KAFKA__CLIENT",
+                "{ \"sasl.oauthbearer.client.secret\" = \"0idcSecret\" }",
+            )],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(!e.to_string().contains("0idcSecret"), "{e}");
+        let shown = c.to_redacted_toml();
+        for s in ["Fil3Secret", "Kafk4Secret", "0authSecret"] {
+            assert!(!shown.contains(s), "{shown}");
+            assert!(
+                c.secrets().contains(&s.to_string()),
+                "{s} is scrubbed from logs"
+            );
+        }
     }
 
     #[test]

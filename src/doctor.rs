@@ -5,10 +5,10 @@
 //! the others.
 
 mod profile;
+mod security;
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use crate::config::{host_port, redact_url, Config};
@@ -89,7 +89,7 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
     {
         let c = config.clone();
         checks.push(tokio::spawn(async move {
-            let mut rows = vec![check_database(&c, "database", &c.database.url).await];
+            let mut rows = check_database(&c, "database", &c.database.url).await;
             if c.source.is_foreign() {
                 rows.extend(check_profile(&c).await);
             }
@@ -99,7 +99,7 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
     if !config.database.replica_url.is_empty() {
         let c = config.clone();
         checks.push(tokio::spawn(async move {
-            vec![check_database(&c, "database replica", &c.database.replica_url).await]
+            check_database(&c, "database replica", &c.database.replica_url).await
         }));
     }
     {
@@ -114,15 +114,16 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
             } else {
                 format!("redis seed {}", i + 1)
             };
+            let c = config.clone();
             checks.push(tokio::spawn(
-                async move { vec![check_redis(&name, &url).await] },
+                async move { check_redis(&c, &name, &url).await },
             ));
         }
     }
     for (i, node) in config.redis.redlock_nodes.iter().enumerate() {
-        let url = node.clone();
+        let (c, url) = (config.clone(), node.clone());
         checks.push(tokio::spawn(async move {
-            vec![check_redis(&format!("redlock node {}", i + 1), &url).await]
+            check_redis(&c, &format!("redlock node {}", i + 1), &url).await
         }));
     }
     {
@@ -176,7 +177,22 @@ async fn check_profile(config: &Config) -> Vec<CheckRow> {
     }
 }
 
-async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
+/// The database's row, then how its connection is secured.
+async fn check_database(config: &Config, service: &str, url: &str) -> Vec<CheckRow> {
+    let started = Instant::now();
+    let (row, secured) = check_database_row(config, service, url).await;
+    let mut rows = vec![row];
+    if let Some(secured) = secured {
+        rows.push(security::database(config, service, url, &secured, started).await);
+    }
+    rows
+}
+
+async fn check_database_row(
+    config: &Config,
+    service: &str,
+    url: &str,
+) -> (CheckRow, Option<String>) {
     let started = Instant::now();
     let target = redact_url(url);
     let mut c = config.clone();
@@ -191,10 +207,18 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
         if schema > 0 {
             migrate::check_columns(&db).await?;
         }
+        let secured: String = sqlx::query_scalar(db.sql("connection_security"))
+            .fetch_one(&db.pool)
+            .await?;
         db.pool.close().await;
-        anyhow::Ok((version, schema))
+        anyhow::Ok((version, schema, secured))
     };
-    match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
+    let (outcome, secured) = match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
+        Ok(Ok((version, schema, secured))) => (Ok(Ok((version, schema))), Some(secured)),
+        Ok(Err(e)) => (Ok(Err(e)), None),
+        Err(e) => (Err(e), None),
+    };
+    let row = match outcome {
         Err(_) => CheckRow::fail(
             service,
             target,
@@ -245,16 +269,19 @@ async fn check_database(config: &Config, service: &str, url: &str) -> CheckRow {
                 )
             }
         }
-    }
+    };
+    (row, secured)
 }
 
-async fn check_redis(service: &str, url: &str) -> CheckRow {
+/// A Redis node's row (PING, version, role), then how its connection is secured.
+async fn check_redis(config: &Config, service: &str, url: &str) -> Vec<CheckRow> {
     let started = Instant::now();
     let target = host_port(url);
     let hint =
         format!("redis node {target} did not answer (is it running? `scripts/stack status`)");
+    let access = crate::lock::RedisAccess::of(&config.redis);
     let attempt = async {
-        let client = redis::Client::open(url)?;
+        let client = access.client(url)?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
         let server: String = redis::cmd("INFO")
@@ -265,32 +292,57 @@ async fn check_redis(service: &str, url: &str) -> CheckRow {
             .arg("replication")
             .query_async(&mut conn)
             .await?;
-        anyhow::Ok((
+        // An ACL that does not allow it leaves the user unsaid.
+        let user: String = redis::cmd("ACL")
+            .arg("WHOAMI")
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        Ok::<_, redis::RedisError>((
             pong,
             info_field(&server, "redis_version"),
             info_field(&replication, "role"),
+            user,
         ))
     };
-    match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
-        Err(_) => CheckRow::fail(service, target, started, "no answer within 5s", hint),
+    let row = match tokio::time::timeout(CHECK_TIMEOUT, attempt).await {
+        Err(_) => CheckRow::fail(service, &target, started, "no answer within 5s", hint),
         // A node that refuses our user or password is up: "is it running?" would mislead.
-        Ok(Err(e))
-            if e.downcast_ref::<redis::RedisError>()
-                .is_some_and(crate::lock::is_permission) =>
-        {
+        Ok(Err(e)) if crate::lock::is_permission(&e) => {
             let hint = format!(
                 "redis node {target} refused the user or password of the URL (check its ACL)"
             );
-            CheckRow::fail(service, target, started, e.to_string(), hint)
+            CheckRow::fail(service, &target, started, e.to_string(), hint)
         }
-        Ok(Err(e)) => CheckRow::fail(service, target, started, e.to_string(), hint),
-        Ok(Ok((pong, version, role))) => CheckRow::ok(
-            service,
-            target,
-            started,
-            format!("{pong}; redis {version}; role {role}"),
-        ),
-    }
+        Ok(Err(e)) => match crate::lock::refusal(&target, url, &e).await {
+            Some(why) => CheckRow::fail(service, &target, started, e.to_string(), why),
+            None => CheckRow::fail(service, &target, started, e.to_string(), hint),
+        },
+        Ok(Ok((pong, version, role, user))) => {
+            let row = CheckRow::ok(
+                service,
+                &target,
+                started,
+                format!("{pong}; redis {version}; role {role}"),
+            );
+            let client = (!config.redis.tls_cert_file.is_empty()).then_some((
+                config.redis.tls_cert_file.as_str(),
+                config.redis.tls_key_file.as_str(),
+            ));
+            let endpoint = security::Endpoint {
+                backend: crate::tls::Backend::Redis,
+                addr: &target,
+                client,
+                verification: security::redis_verification(url, &config.redis),
+                user: &user,
+            };
+            return vec![
+                row,
+                security::endpoint_row(config, service, &target, started, endpoint).await,
+            ];
+        }
+    };
+    vec![row]
 }
 
 fn info_field(info: &str, field: &str) -> String {
@@ -311,40 +363,16 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         config.kafka.dlq_topic.clone(),
         config.kafka.trace_topic.clone(),
     ];
-    let kafka = config.kafka.clone();
-    let metadata = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = crate::kafka_client::client_config(&kafka)
-            .set("log_level", "0")
-            .create()
-            .map_err(|e| e.to_string())?;
-        let md = consumer
-            .fetch_metadata(None, CHECK_TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        let brokers = md
-            .brokers()
-            .iter()
-            .map(|b| format!("{}:{}", b.host(), b.port()))
-            .collect::<Vec<_>>();
-        let topics = md
-            .topics()
-            .iter()
-            .map(|t| (t.name().to_string(), t.partitions().len()))
-            .collect::<Vec<_>>();
-        Ok::<_, String>((brokers, topics))
-    })
-    .await;
-    let hint = format!("is the broker running on {servers}? `scripts/stack up` starts one");
-    let (brokers, found) = match metadata {
-        Ok(Ok(m)) => m,
-        Ok(Err(e)) => return vec![CheckRow::fail("kafka", servers, started, e, hint)],
+    let (brokers, found) = match crate::kafka_client::preflight(&config.kafka, CHECK_TIMEOUT).await
+    {
+        Ok(md) => (md.brokers, md.topics),
         Err(e) => {
-            return vec![CheckRow::fail(
-                "kafka",
-                servers,
-                started,
-                e.to_string(),
-                hint,
-            )]
+            let hint = if e.refused {
+                "the brokers refused our TLS or SASL settings (above)".to_string()
+            } else {
+                format!("is the broker running on {servers}? `scripts/stack up` starts one")
+            };
+            return vec![CheckRow::fail("kafka", servers, started, e.message, hint)];
         }
     };
     let mut rows = vec![CheckRow::ok(
@@ -353,6 +381,7 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         started,
         format!("{} broker(s): {}", brokers.len(), brokers.join(", ")),
     )];
+    rows.push(kafka_security(config, started).await);
     // An empty name is "none" (no trace topic on a team's system), not a topic to look for.
     for topic in topics.iter().filter(|t| !t.is_empty()) {
         let topic = topic.clone();
@@ -378,6 +407,30 @@ async fn check_kafka(config: &Config) -> Vec<CheckRow> {
         }
     }
     rows
+}
+
+/// How the Kafka clients are secured: the protocol's TLS and verification, the first bootstrap
+/// server's certificate, the SASL user.
+async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
+    let k = &config.kafka;
+    let first = k.bootstrap_servers.split(',').next().unwrap_or("").trim();
+    let client = (!k.ssl_cert_file.is_empty())
+        .then_some((k.ssl_cert_file.as_str(), k.ssl_key_file.as_str()));
+    let user = if k.security_protocol.sasl() {
+        format!("{} (SASL {})", k.sasl_username, k.sasl_mechanism.as_str())
+    } else if !k.ssl_cert_file.is_empty() {
+        "by client certificate".into()
+    } else {
+        String::new()
+    };
+    let endpoint = security::Endpoint {
+        backend: crate::tls::Backend::Kafka,
+        addr: first,
+        client,
+        verification: security::kafka_verification(k),
+        user: &user,
+    };
+    security::endpoint_row(config, "kafka", &k.bootstrap_servers, started, endpoint).await
 }
 
 /// Messages sampled per topic for the partitioning row.
@@ -451,6 +504,23 @@ pub fn failures(rows: &[CheckRow]) -> Option<String> {
     (!failed.is_empty()).then(|| format!("{} check(s) failed: {}", failed.len(), failed.join(", ")))
 }
 
+/// The closing line of `doctor --strict` when a row is a warning (a plaintext or unverified
+/// connection in production, an insecure Redis, a partitioning that disagrees).
+pub fn warnings(rows: &[CheckRow]) -> Option<String> {
+    let warned: Vec<String> = rows
+        .iter()
+        .filter(|r| r.ok && r.warning)
+        .map(|r| format!("{} ({})", r.service, r.target))
+        .collect();
+    (!warned.is_empty()).then(|| {
+        format!(
+            "--strict: {} warning(s): {}",
+            warned.len(),
+            warned.join(", ")
+        )
+    })
+}
+
 /// The rows as a table for people.
 pub fn render(rows: &[CheckRow]) -> String {
     let w_service = rows
@@ -470,8 +540,17 @@ pub fn render(rows: &[CheckRow]) -> String {
         "SERVICE", "TARGET", "STATUS", "LATENCY"
     );
     for r in rows {
+        // An unverified connection is said in red on a terminal (NO_COLOR respected).
+        let red = r.detail.contains("NOT VERIFIED")
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::env::var_os("NO_COLOR").is_none();
+        let (on, off) = if red {
+            ("\x1b[31m", "\x1b[0m")
+        } else {
+            ("", "")
+        };
         out.push_str(&format!(
-            "{:<w_service$}  {:<w_target$}  {:<6}  {:>7.1}ms  {}\n",
+            "{on}{:<w_service$}  {:<w_target$}  {:<6}  {:>7.1}ms  {}{off}\n",
             r.service,
             r.target,
             match (r.ok, r.warning) {

@@ -28,5 +28,6 @@ pub mod private_file;
 pub mod profile;
 pub mod storm;
 pub mod stream;
+pub mod tls;
 pub mod trace;
 pub mod untrusted;

@@ -101,6 +101,10 @@ enum Command {
         /// Print the rows as JSON
         #[arg(long)]
         json: bool,
+        /// Exit non-zero on a warning too: in a production environment, a plaintext or
+        /// unverified connection
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the effective configuration (passwords hidden)
     Config,
@@ -381,14 +385,15 @@ async fn run(
             };
             suggest_profile(&config, out, bounds).await
         }
-        Command::Doctor { json } => {
+        Command::Doctor { json, strict } => {
             let rows = doctor::run(&config).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print!("{}", doctor::render(&rows));
             }
-            match doctor::failures(&rows) {
+            let strict = strict.then(|| doctor::warnings(&rows)).flatten();
+            match doctor::failures(&rows).or(strict) {
                 Some(line) => {
                     eprintln!("idemguard doctor: {line}");
                     Ok(ExitCode::FAILURE)
@@ -672,6 +677,7 @@ async fn consume(
         crash_after_db_commit,
         group,
     };
+    idemguard::kafka_client::stop_on_refusal(&config.kafka).await?;
     let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();

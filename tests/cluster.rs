@@ -270,7 +270,10 @@ async fn heartbeats_and_the_fast_path_work_across_slots() {
     }
     assert!(!liveness.is_alive(&ids[0]).await.unwrap());
 
-    let fast = FastPath::connect(CLUSTER_URL, Duration::from_secs(1))
+    let mut redis = common::local_config().redis;
+    redis.url = CLUSTER_URL.into();
+    redis.command_timeout = Duration::from_secs(1);
+    let fast = FastPath::connect(&redis)
         .await
         .expect("fast path on the cluster");
     let ttl = Duration::from_secs(30);

@@ -168,10 +168,27 @@ async fn doctor_passes_on_the_stack(dialect: Dialect) {
         ))));
     assert_eq!(
         rows.iter()
-            .filter(|r| r.service.starts_with("redlock node"))
+            .filter(|r| r.service.starts_with("redlock node") && !r.service.ends_with("security"))
             .count(),
         5
     );
+    // Each connection says how it is secured: the plaintext stack, outside production, no warning.
+    let security: Vec<_> = rows
+        .iter()
+        .filter(|r| r.service.ends_with(" security"))
+        .collect();
+    assert_eq!(security.len(), 1 + 1 + 5 + 1, "{rows:#?}");
+    // Outside production no warning: Redis and Kafka plaintext; the database plaintext (MariaDB,
+    // TLS off) or TLS that sslmode=prefer (the default) does not verify (the stack's PostgreSQL
+    // serves Debian's snakeoil certificate).
+    assert!(security.iter().all(|r| !r.warning), "{security:#?}");
+    for r in &security {
+        let expected = match (r.service.as_str(), dialect) {
+            ("database security", Dialect::Postgres) => "NOT VERIFIED (sslmode=prefer",
+            _ => "plaintext",
+        };
+        assert!(r.detail.contains(expected), "{dialect}: {r:#?}");
+    }
     assert!(
         rows.iter()
             .any(|r| r.service == "topic payment.succeeded" && r.detail == "3 partitions"),

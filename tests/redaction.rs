@@ -292,3 +292,117 @@ async fn a_malformed_url_never_echoes_its_password() {
         assert_eq!(code, Some(2), "{shape}: refused at start:\n{out}");
     }
 }
+
+/// The secrets that are no part of a URL: the Kafka SASL password and key passphrase (given
+/// directly, through the environment, or in a file), a secret `[kafka.client]` property, and the
+/// passwords read from `database.password_file` and `redis.password_file` — none is printed by
+/// any subcommand, on the working paths (the TLS database and Redis, logged in with those files)
+/// and the failing ones (a SASL login the broker refuses; every service unreachable).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_password_files_and_kafka_secrets_are_never_printed() {
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".stack/tls");
+    let file = |name: &str| tls.join(name).display().to_string();
+    let real: Vec<String> = ["database.password", "redis.password"]
+        .iter()
+        .map(|f| std::fs::read_to_string(file(f)).expect("scripts/stack up makes .stack/tls"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("kafka.password");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let ca = file("ca.pem");
+    let common_env = |db: &str, redis: &str| -> Vec<(String, String)> {
+        vec![
+            ("IDEMGUARD_DATABASE__URL".into(), db.into()),
+            (
+                "IDEMGUARD_DATABASE__PASSWORD_FILE".into(),
+                file("database.password"),
+            ),
+            ("IDEMGUARD_REDIS__URL".into(), redis.into()),
+            ("IDEMGUARD_REDIS__REDLOCK_NODES".into(), String::new()),
+            // Sixteen processes connecting over TLS at once on a small machine.
+            ("IDEMGUARD_REDIS__COMMAND_TIMEOUT".into(), "3s".into()),
+            ("IDEMGUARD_REDIS__TLS_CA_FILE".into(), ca.clone()),
+            ("IDEMGUARD_REDIS__TLS_CERT_FILE".into(), file("client.pem")),
+            ("IDEMGUARD_REDIS__TLS_KEY_FILE".into(), file("client.key")),
+            (
+                "IDEMGUARD_REDIS__PASSWORD_FILE".into(),
+                file("redis.password"),
+            ),
+            (
+                "IDEMGUARD_KAFKA__SECURITY_PROTOCOL".into(),
+                "SASL_SSL".into(),
+            ),
+            ("IDEMGUARD_KAFKA__SSL_CA_FILE".into(), ca.clone()),
+            ("IDEMGUARD_KAFKA__SASL_USERNAME".into(), "alice".into()),
+            (
+                "IDEMGUARD_KAFKA__CLIENT".into(),
+                format!("{{ \"sasl.oauthbearer.config\" = \"principal={SECRET}\" }}"),
+            ),
+        ]
+    };
+    let db = format!(
+        "postgres://idemguard@localhost:5433/idemguard?sslmode=verify-full&sslrootcert={ca}"
+    );
+    let mut working = common_env(&db, "rediss://idemguard@localhost:6390");
+    working.push((
+        "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS".into(),
+        "localhost:9094".into(),
+    ));
+    working.push(("IDEMGUARD_KAFKA__SASL_PASSWORD".into(), SECRET.into()));
+    working.push(("IDEMGUARD_KAFKA__SSL_KEY_PASSWORD".into(), SECRET.into()));
+    let mut unreachable = common_env(&db.replace(":5433", ":1"), "rediss://idemguard@localhost:1");
+    unreachable.push((
+        "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS".into(),
+        "localhost:1".into(),
+    ));
+    unreachable.push((
+        "IDEMGUARD_KAFKA__SASL_PASSWORD_FILE".into(),
+        secret_file.display().to_string(),
+    ));
+    let commands: &[&[&str]] = &[
+        &["config"],
+        &["doctor"],
+        &["doctor", "--json"],
+        &["--log-format", "json", "doctor"],
+        &["migrate"],
+        &["locks", "--json"],
+        &["stuck"],
+        &["trace", UNKNOWN_ID, "--json"],
+    ];
+    let mut runs = Vec::new();
+    for (setup, env) in [("working", &working), ("unreachable", &unreachable)] {
+        for args in commands {
+            runs.push(async move { (setup, *args, idemguard(args, env).await) });
+        }
+    }
+    for (setup, args, (code, out)) in futures::future::join_all(runs).await {
+        for secret in std::iter::once(SECRET).chain(real.iter().map(|s| s.trim())) {
+            assert!(
+                !out.contains(secret),
+                "{setup}: `idemguard {}` (exit {code:?}) printed a secret:\n{out}",
+                args.join(" ")
+            );
+        }
+        if args == ["config"] {
+            assert_eq!(code, Some(0), "{setup}: {out}");
+            assert!(
+                out.contains("\"sasl.oauthbearer.config\" = \"***\""),
+                "{setup}: {out}"
+            );
+        }
+        if setup == "working" && args == ["locks", "--json"] {
+            assert_eq!(
+                code,
+                Some(0),
+                "the TLS Redis, its password from the file: {out}"
+            );
+        }
+        if setup == "working" && args == ["migrate"] {
+            assert_eq!(
+                code,
+                Some(0),
+                "the TLS database, its password from the file: {out}"
+            );
+        }
+    }
+}

@@ -47,9 +47,13 @@ pub struct FastPath {
 }
 
 impl FastPath {
-    /// The fast path on the main Redis (`redis.url`, one node or a cluster).
-    pub async fn connect(url: &str, timeout: Duration) -> redis::RedisResult<FastPath> {
-        Ok(FastPath::new(crate::lock::open_main(url, timeout).await?))
+    /// The fast path on the main Redis (`redis.url`, one node or a cluster, reached as
+    /// `[redis]` says).
+    pub async fn connect(redis: &crate::config::RedisConfig) -> redis::RedisResult<FastPath> {
+        let access = crate::lock::RedisAccess::of(redis);
+        Ok(FastPath::new(
+            crate::lock::open_main(&redis.url, &access).await?,
+        ))
     }
 
     pub(crate) fn new(redis: RedisConn) -> FastPath {

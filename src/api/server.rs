@@ -539,16 +539,22 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
         }
     };
     let fast_path = if config.idempotency.fast_path {
-        match FastPath::connect(&config.redis.url, config.redis.command_timeout).await {
+        match FastPath::connect(&config.redis).await {
             Ok(fast_path) => Some(fast_path),
             Err(e) => {
-                tracing::warn!(error = %e, "fast path off: Redis {} unreachable; the database decides every request", crate::config::host_port(&config.redis.url));
+                let node = crate::config::host_port(&config.redis.url);
+                // Our TLS refused is a configuration to fix, not an outage to ride out.
+                if let Some(why) = crate::lock::refusal(&node, &config.redis.url, &e).await {
+                    anyhow::bail!("redis {node}: {why}");
+                }
+                tracing::warn!(error = %e, "fast path off: Redis {node} unreachable; the database decides every request");
                 None
             }
         }
     } else {
         None
     };
+    crate::kafka_client::stop_on_refusal(&config.kafka).await?;
     let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?
         .with_crash(faults.crash_before_publish, faults.crash_after_publish);
     let relay_wake = relay.waker();

@@ -67,12 +67,23 @@ impl Database {
             .then(|| std::path::Path::new(&config.database.queries_dir));
         let queries = Queries::load(dialect, &queries::Templating::of(config), override_dir)?;
         probe_tcp(url, config.database.connect_timeout).await?;
-        let pool = AnyPoolOptions::new()
+        let with_password = config
+            .database
+            .url_with_password(url)
+            .map_err(|e| anyhow::anyhow!("database {}: {e}", redact_url(url)))?;
+        let connected = AnyPoolOptions::new()
             .max_connections(config.database.max_connections)
             .acquire_timeout(config.database.connect_timeout)
-            .connect(url)
-            .await
-            .map_err(|e| connect_error(url, &e))?;
+            .connect(&with_password)
+            .await;
+        let pool = match connected {
+            Ok(pool) => pool,
+            Err(e) => {
+                return Err(tls_refusal(url, &e)
+                    .await
+                    .unwrap_or_else(|| connect_error(url, &e)))
+            }
+        };
         Ok(Database {
             pool,
             queries: Arc::new(queries),
@@ -118,6 +129,39 @@ async fn probe_tcp(url: &str, timeout: std::time::Duration) -> anyhow::Result<()
         Ok(Err(e)) => anyhow::bail!("database {shown} ({target}) refused the connection: {e} (is it running? `scripts/stack up` starts the local stack)"),
         Err(_) => anyhow::bail!("database {shown} ({target}) did not answer within {timeout:?} (is the host reachable?)"),
     }
+}
+
+/// A connection our TLS settings (or their absence) made fail: which refusal, and the URL
+/// parameter that fixes it. MariaDB answers a plaintext login on a server that requires TLS with
+/// "Access denied", as it does a wrong password: when the URL said `ssl-mode=DISABLED` and the
+/// server offers TLS, that is said as the likelier cause.
+async fn tls_refusal(url: &str, e: &sqlx::Error) -> Option<anyhow::Error> {
+    let dialect = Dialect::of_url(url);
+    let backend = match dialect {
+        Dialect::Postgres => crate::tls::Backend::Postgres,
+        Dialect::Mysql => crate::tls::Backend::Mysql,
+    };
+    let target = host_port(url);
+    let text = format!("{e} {:?}", e.as_database_error().map(|d| d.message()));
+    let mut refusal = crate::tls::Refusal::of_text(&text);
+    let mode = url::Url::parse(url).ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "ssl-mode" || k == "sslmode")
+            .map(|(_, v)| v.to_ascii_uppercase())
+    });
+    if refusal.is_none()
+        && dialect == Dialect::Mysql
+        && text.contains("Access denied")
+        && mode.as_deref() == Some("DISABLED")
+        && crate::tls::speaks_tls(backend, &target).await
+    {
+        refusal = Some(crate::tls::Refusal::PlaintextRefused);
+    }
+    let why = refusal?.explain(backend, &target);
+    Some(anyhow::anyhow!(
+        "database {} ({target}): {why}",
+        redact_url(url)
+    ))
 }
 
 /// A connection error that names the database and says what to do.

@@ -29,6 +29,7 @@ builtin![
     "schema_version",
     "schema_version_record",
     "server_version",
+    "connection_security",
     "schema_check",
     // stream: the payment-event consumer's sinks and dedup state
     "stream_points_existing",

@@ -128,7 +128,7 @@ pub(crate) fn master(cluster: &Node, addr: &str) -> Result<Arc<Node>, NodeError>
             .conn
             .refused(format!("names a master {addr:?} we cannot reach"))
     })?;
-    let mut node = Node::open(&url, cluster.conn.timeout)?;
+    let mut node = Node::open(&url, &cluster.conn.access)?;
     node.cluster_master = true;
     let node = Arc::new(node);
     cluster

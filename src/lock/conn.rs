@@ -18,9 +18,13 @@ use redis::aio::{
 };
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{
+    AsyncConnectionConfig, ClientTlsConfig, Cmd, Pipeline, RedisError, RedisFuture,
+    TlsCertificates, Value,
+};
 
-use crate::config::{redact_url, RedisTarget};
+use crate::config::{redact_url, RedisConfig, RedisTarget};
+use crate::tls::{Backend, Refusal};
 
 /// How long a failed connect is remembered before the next caller tries again.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
@@ -57,15 +61,144 @@ pub(crate) enum RedisConn {
     Cluster(ClusterConnection),
 }
 
+/// How idemguard reaches every Redis: the command timeout and, from `[redis]`, the TLS files of
+/// `rediss://` URLs (CA, client certificate), the insecure switch and the password of the URLs
+/// that carry none — read once, when a node is opened, and the same for the main Redis, a
+/// cluster's seeds and masters, and each RedLock node.
+#[derive(Clone)]
+pub struct RedisAccess {
+    pub timeout: Duration,
+    certificates: Option<TlsCertificates>,
+    insecure: bool,
+    password: Option<String>,
+    /// A file that could not be read: every node opened with this access says so.
+    problem: Option<String>,
+}
+
+impl RedisAccess {
+    pub fn of(config: &RedisConfig) -> RedisAccess {
+        let mut access = RedisAccess::plain(config.command_timeout);
+        access.insecure = config.tls_insecure;
+        let read = |key: &str, path: &str| {
+            std::fs::read(path).map_err(|e| format!("{key}: cannot read `{path}`: {e}"))
+        };
+        let certificates = (|| {
+            let root_cert = match config.tls_ca_file.as_str() {
+                "" => None,
+                path => Some(read("redis.tls_ca_file", path)?),
+            };
+            let client_tls = match config.tls_cert_file.as_str() {
+                "" => None,
+                path => Some(ClientTlsConfig {
+                    client_cert: read("redis.tls_cert_file", path)?,
+                    client_key: read("redis.tls_key_file", &config.tls_key_file)?,
+                }),
+            };
+            Ok::<_, String>((root_cert.is_some() || client_tls.is_some()).then_some(
+                TlsCertificates {
+                    client_tls,
+                    root_cert,
+                },
+            ))
+        })();
+        match (certificates, config.password()) {
+            (Ok(c), Ok(p)) => {
+                access.certificates = c;
+                access.password = p;
+            }
+            (Err(e), _) | (_, Err(e)) => access.problem = Some(e),
+        }
+        access
+    }
+
+    /// No TLS files, no password file: the URL alone (tools and tests on the plaintext stack).
+    pub fn plain(timeout: Duration) -> RedisAccess {
+        RedisAccess {
+            timeout,
+            certificates: None,
+            insecure: false,
+            password: None,
+            problem: None,
+        }
+    }
+
+    /// The client of one node's URL, with this access's TLS and password.
+    pub fn client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        let invalid =
+            |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis", e));
+        if let Some(problem) = &self.problem {
+            return Err(invalid(problem.clone()));
+        }
+        let tls = url.starts_with("rediss://");
+        let url = if tls && self.insecure && !url.contains('#') {
+            format!("{url}#insecure")
+        } else {
+            url.to_string()
+        };
+        let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str())?;
+        if let (Some(password), None) = (&self.password, info.redis_settings().password()) {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        match (&self.certificates, tls) {
+            (Some(certificates), true) => redis::Client::build_with_tls(info, certificates.clone()),
+            _ => redis::Client::open(info),
+        }
+    }
+
+    /// The cluster client of a cluster's seeds, with this access's TLS and password.
+    pub fn cluster(&self, seeds: &[String]) -> redis::RedisResult<ClusterClient> {
+        if let Some(problem) = &self.problem {
+            return Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "redis",
+                problem.clone(),
+            )));
+        }
+        let tls = seeds.first().is_some_and(|s| s.starts_with("rediss://"));
+        let mut builder = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .connection_timeout(self.timeout)
+            .response_timeout(self.timeout)
+            .retries(2);
+        let has_password = seeds
+            .first()
+            .and_then(|s| url::Url::parse(s).ok())
+            .is_some_and(|u| u.password().is_some());
+        if let (Some(password), false) = (&self.password, has_password) {
+            builder = builder.password(password);
+        }
+        if tls {
+            if let Some(certificates) = &self.certificates {
+                builder = builder.certs(certificates.clone());
+            }
+            if self.insecure {
+                builder = builder.tls(redis::TlsMode::Insecure);
+            }
+        }
+        builder.build()
+    }
+}
+
+/// The sentence for a Redis that refused our TLS (or our plaintext): which refusal and the
+/// setting to fix; `None` when the error is no such refusal.
+pub(crate) async fn refusal(addr: &str, url: &str, e: &RedisError) -> Option<String> {
+    let plaintext = !url.starts_with("rediss");
+    let text = format!("{e} {:?}", e.detail());
+    crate::tls::diagnose(Backend::Redis, addr, &text, plaintext)
+        .await
+        .map(|r: Refusal| r.explain(Backend::Redis, addr))
+}
+
 /// The main Redis for a long-lived user that reconnects on its own (the API's fast path): a
 /// connection manager on one node, the cluster client (which reconnects per master) on a
 /// cluster.
-pub(crate) async fn open_main(url: &str, timeout: Duration) -> redis::RedisResult<RedisConn> {
+pub(crate) async fn open_main(url: &str, access: &RedisAccess) -> redis::RedisResult<RedisConn> {
     let invalid =
         |e: String| RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.url", e));
+    let timeout = access.timeout;
     match RedisTarget::parse(url).map_err(invalid)? {
         RedisTarget::Single(url) => {
-            let client = redis::Client::open(url.as_str())?;
+            let client = access.client(&url)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout))
@@ -74,11 +207,7 @@ pub(crate) async fn open_main(url: &str, timeout: Duration) -> redis::RedisResul
             Ok(RedisConn::Manager(manager))
         }
         RedisTarget::Cluster { seeds } => {
-            let client = ClusterClient::builder(seeds)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2)
-                .build()?;
+            let client = access.cluster(&seeds)?;
             Ok(RedisConn::Cluster(client.get_async_connection().await?))
         }
     }
@@ -140,6 +269,8 @@ pub(crate) struct Conn {
     pub target: RedisTarget,
     client: Client,
     pub timeout: Duration,
+    /// How this node is reached (TLS, password): a cluster's masters are opened with it too.
+    pub access: RedisAccess,
     /// The connection and the runtime whose task drives it: a connection opened on a runtime
     /// that has since shut down is dead, so another runtime opens its own.
     slot: Mutex<Option<(tokio::runtime::Id, RedisConn)>>,
@@ -151,7 +282,8 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn open(url: &str, timeout: Duration) -> Result<Conn, NodeError> {
+    pub fn open(url: &str, access: &RedisAccess) -> Result<Conn, NodeError> {
+        let timeout = access.timeout;
         let unusable = |addr: String, e: String| NodeError {
             node: addr,
             problem: format!("has an unusable URL {}: {e}", redact_url(url)),
@@ -160,16 +292,9 @@ impl Conn {
         let target = RedisTarget::parse(url).map_err(|e| unusable("redis".into(), e))?;
         let addr = target.describe();
         let client = match &target {
-            RedisTarget::Single(url) => {
-                redis::Client::open(url.as_str()).map(|c| Client::Node(Box::new(c)))
-            }
+            RedisTarget::Single(url) => access.client(url).map(|c| Client::Node(Box::new(c))),
             RedisTarget::Cluster { seeds } => {
-                ClusterClient::builder(seeds.iter().map(String::as_str))
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .retries(2)
-                    .build()
-                    .map(|c| Client::Cluster(Box::new(c)))
+                access.cluster(seeds).map(|c| Client::Cluster(Box::new(c)))
             }
         }
         .map_err(|e| unusable(addr.clone(), e.to_string()))?;
@@ -178,6 +303,7 @@ impl Conn {
             target,
             client,
             timeout,
+            access: access.clone(),
             slot: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(None),
             delex: OnceLock::new(),
@@ -226,6 +352,17 @@ impl Conn {
             (format!("dropped the connection ({e})"), true)
         } else {
             (format!("answered with an error: {e}"), false)
+        }
+    }
+
+    async fn tls_refusal(&self, e: &RedisError) -> Option<String> {
+        match &self.target {
+            RedisTarget::Single(url) => refusal(&crate::config::host_port(url), url, e).await,
+            RedisTarget::Cluster { seeds } => {
+                let text = format!("{e} {:?}", e.detail());
+                let first = crate::config::host_port(&seeds[0]);
+                Refusal::of_text(&text).map(|r| r.explain(Backend::Redis, &first))
+            }
         }
     }
 
@@ -296,7 +433,12 @@ impl Conn {
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                let (problem, unreachable) = self.describe(&e);
+                // A TLS refusal is our configuration, not an outage: said as such, with the
+                // setting to fix.
+                let (problem, unreachable) = match self.tls_refusal(&e).await {
+                    Some(why) => (why, false),
+                    None => self.describe(&e),
+                };
                 *last_failure = Some((Instant::now(), problem.clone(), unreachable));
                 Err(self.failure(problem, unreachable))
             }

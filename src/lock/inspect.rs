@@ -1024,13 +1024,13 @@ pub struct InspectedKeys {
 
 impl LockInspector {
     pub fn from_config(config: &Config) -> Result<LockInspector, LockError> {
-        let timeout = config.redis.command_timeout;
-        let main = Arc::new(Node::open(&config.redis.url, timeout)?);
+        let access = super::RedisAccess::of(&config.redis);
+        let main = Arc::new(Node::open(&config.redis.url, &access)?);
         let redlock = config
             .redis
             .redlock_nodes
             .iter()
-            .map(|u| Node::open(u, timeout).map(Arc::new))
+            .map(|u| Node::open(u, &access).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LockInspector {
             liveness: Liveness::new(main.clone(), config.instance.heartbeat_ttl),

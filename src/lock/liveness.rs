@@ -39,7 +39,10 @@ impl Liveness {
     /// Liveness on its own (the console needs no lock service to ask it).
     pub fn from_config(config: &crate::config::Config) -> Result<Liveness, LockError> {
         Ok(Liveness::new(
-            Arc::new(Node::open(&config.redis.url, config.redis.command_timeout)?),
+            Arc::new(Node::open(
+                &config.redis.url,
+                &super::RedisAccess::of(&config.redis),
+            )?),
             config.instance.heartbeat_ttl,
         ))
     }

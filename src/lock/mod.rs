@@ -47,7 +47,8 @@ use crate::contracts::{keys, now_ms, Instance, Layer, LockHolder, Outcome, Trace
 use crate::trace::Tracer;
 
 pub use conn::NodeError;
-pub(crate) use conn::{is_permission, open_main, RedisConn};
+pub use conn::RedisAccess;
+pub(crate) use conn::{is_permission, open_main, refusal, RedisConn};
 /// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
 /// the server well under a millisecond, so other clients are never held up by a reader.
 pub const SCAN_COUNT: usize = 500;
@@ -320,8 +321,8 @@ impl Locks {
         instance: &Instance,
         tracer: Tracer,
     ) -> Result<Locks, LockError> {
-        let timeout = config.redis.command_timeout;
-        let main = Arc::new(Node::open(&config.redis.url, timeout)?);
+        let access = RedisAccess::of(&config.redis);
+        let main = Arc::new(Node::open(&config.redis.url, &access)?);
         let nodes = match config.lock.mode {
             LockMode::Single => vec![main.clone()],
             LockMode::Redlock => {
@@ -335,7 +336,7 @@ impl Locks {
                     .redis
                     .redlock_nodes
                     .iter()
-                    .map(|u| Node::open(u, timeout).map(Arc::new))
+                    .map(|u| Node::open(u, &access).map(Arc::new))
                     .collect::<Result<Vec<_>, _>>()?
             }
         };

@@ -10,15 +10,14 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::conn::RedisConn;
 use redis::{FromRedisValue, RedisError, Value};
 use tokio::sync::mpsc;
 
 use super::batch::{self, Pending};
-use super::conn::Conn;
 pub use super::conn::NodeError;
+use super::conn::{Conn, RedisAccess};
 
 /// One Redis node as the lock layer uses it: its connection, and the queue through which lock
 /// operations are coalesced ([`batch`]).
@@ -37,8 +36,8 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub fn open(url: &str, timeout: Duration) -> Result<Node, NodeError> {
-        let conn = Conn::open(url, timeout)?;
+    pub fn open(url: &str, access: &RedisAccess) -> Result<Node, NodeError> {
+        let conn = Conn::open(url, access)?;
         Ok(Node {
             addr: conn.addr.clone(),
             conn: Arc::new(conn),

@@ -333,7 +333,7 @@ pub fn exit_code(outcome: ActionOutcome) -> u8 {
 /// The fast-path store the actions keep in step; opened in this module so its warning names
 /// the actions, not one of them.
 async fn open_fast_path(config: &Config) -> Option<Result<FastPath, String>> {
-    match FastPath::connect(&config.redis.url, config.redis.command_timeout).await {
+    match FastPath::connect(&config.redis).await {
         Ok(fast_path) => Some(Ok(fast_path)),
         Err(e) => {
             tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");

@@ -113,7 +113,7 @@ pub async fn sample(
         ),
     };
     let started = Instant::now();
-    let client = redis::Client::open(url.as_str())?;
+    let client = crate::lock::RedisAccess::of(&config.redis).client(&url)?;
     let mut conn = tokio::time::timeout(deadline, client.get_multiplexed_async_connection())
         .await
         .map_err(|_| anyhow::anyhow!("redis {node} did not answer within {deadline:?}"))??;

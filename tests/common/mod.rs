@@ -10,11 +10,10 @@ pub mod locks;
 use std::cell::RefCell;
 use std::time::Duration;
 
-use idemguard::config::{Config, ConfigSource, Dialect};
+use idemguard::config::{Config, ConfigSource, Dialect, KafkaConfig};
 use idemguard::db::{migrate, Database};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 
 /// Where the test databases are created. Override with IDEMGUARD_TEST_POSTGRES_URL /
 /// IDEMGUARD_TEST_MYSQL_URL (a URL of the server; the path is replaced).
@@ -92,10 +91,10 @@ pub async fn migrated_database_with(
 
 /// Creates topics unique to this test (3 partitions); returns their names in order.
 pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .create()
-        .expect("kafka admin client");
+    let admin: AdminClient<DefaultClientContext> =
+        idemguard::kafka_client::client_config(&config.kafka)
+            .create()
+            .expect("kafka admin client");
     let suffix = unique_suffix();
     let names: Vec<String> = base.iter().map(|b| format!("{b}.t{suffix}")).collect();
     let topics: Vec<NewTopic> = names
@@ -112,10 +111,7 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
                 config.kafka.bootstrap_servers
             )
         });
-    remove_at_end(|l| {
-        l.topics
-            .push((config.kafka.bootstrap_servers.clone(), names.clone()))
-    });
+    remove_at_end(|l| l.topics.push((config.kafka.clone(), names.clone())));
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
@@ -126,7 +122,11 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
 #[derive(Default)]
 struct Created {
     databases: Vec<(Dialect, String)>,
-    topics: Vec<(String, Vec<String>)>,
+    /// Topics, with the `[kafka]` that reaches their broker (TLS included).
+    topics: Vec<(KafkaConfig, Vec<String>)>,
+    /// Databases on a server reached with a configuration of their own (the TLS servers): the
+    /// configuration, the server's URL, the name.
+    databases_on: Vec<(Config, String, String)>,
     mysql_users: Vec<String>,
 }
 
@@ -148,7 +148,10 @@ fn remove_at_end(record: impl FnOnce(&mut Created)) {
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        if self.0.databases.is_empty() && self.0.topics.is_empty() && self.0.mysql_users.is_empty()
+        if self.0.databases.is_empty()
+            && self.0.topics.is_empty()
+            && self.0.mysql_users.is_empty()
+            && self.0.databases_on.is_empty()
         {
             return;
         }
@@ -193,11 +196,26 @@ impl Created {
                 eprintln!("test cleanup: cannot drop MariaDB user {user}: {e:#}");
             }
         }
-        for (bootstrap, topics) in &self.topics {
-            let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new()
-                .set("bootstrap.servers", bootstrap)
-                .set("log_level", "3")
-                .create();
+        for (config, server, name) in &self.databases_on {
+            let dropped = async {
+                let admin = Database::connect_url(config, server).await?;
+                let sql = match admin.dialect() {
+                    Dialect::Postgres => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                    Dialect::Mysql => format!("DROP DATABASE IF EXISTS {name}"),
+                };
+                sqlx::Executor::execute(&admin.pool, sql.as_str()).await?;
+                admin.pool.close().await;
+                anyhow::Ok(())
+            };
+            if let Err(e) = dropped.await {
+                eprintln!("test cleanup: cannot drop database {name}: {e:#}");
+            }
+        }
+        for (kafka, topics) in &self.topics {
+            let admin: Result<AdminClient<DefaultClientContext>, _> =
+                idemguard::kafka_client::client_config(kafka)
+                    .set("log_level", "3")
+                    .create();
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
             let deleted = match admin {
                 Ok(admin) => admin
@@ -304,10 +322,25 @@ pub async fn count(db: &Database, tail: &str) -> i64 {
 /// Records topics the test created itself (not through [`fresh_topics`]), to be deleted when the
 /// test ends.
 pub fn remove_topics_at_end(config: &Config, names: &[String]) {
-    remove_at_end(|l| {
-        l.topics
-            .push((config.kafka.bootstrap_servers.clone(), names.to_vec()))
+    remove_at_end(|l| l.topics.push((config.kafka.clone(), names.to_vec())));
+}
+
+/// A fresh database named `name` on the server at `server` (reached with `config`: its TLS and
+/// password file), dropped when the test ends.
+pub async fn fresh_database_on(config: &Config, server: &str) -> String {
+    let name = format!("igt_{}", unique_suffix());
+    let admin = Database::connect_url(config, server).await.unwrap_or_else(|e| {
+        panic!("the test server {server} is not reachable: {e:#}. Start the stack: scripts/stack up")
     });
+    sqlx::Executor::execute(&admin.pool, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create test database");
+    admin.pool.close().await;
+    remove_at_end(|l| {
+        l.databases_on
+            .push((config.clone(), server.to_string(), name.clone()))
+    });
+    name
 }
 
 /// `SQL` on `db`, panicking with the statement when it fails (test fixtures and faults).

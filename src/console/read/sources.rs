@@ -51,6 +51,27 @@ impl BackendId {
         BackendId::PaymentTopic,
     ];
 
+    /// In a production environment, how this backend's connection falls short: "PLAINTEXT" or
+    /// "UNVERIFIED" (the console's health line says so in red); `None` otherwise.
+    pub fn insecurity(self, config: &Config) -> Option<&'static str> {
+        use crate::tls::Verification;
+        if !config.environment.production {
+            return None;
+        }
+        let v = match self {
+            BackendId::Database => crate::tls::configured_database(&config.database.url),
+            BackendId::Redis => crate::tls::redis_verification(&config.redis.url, &config.redis),
+            BackendId::TraceTopic | BackendId::PaymentTopic => {
+                crate::tls::kafka_verification(&config.kafka)
+            }
+        };
+        match v {
+            Verification::Plaintext => Some("PLAINTEXT"),
+            Verification::Unverified(_) => Some("UNVERIFIED"),
+            Verification::Verified { .. } => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             BackendId::Database => "database",

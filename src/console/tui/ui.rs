@@ -249,6 +249,10 @@ fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
         spans.push(Span::styled(format!(" {dot} "), style));
         spans.push(Span::raw(format!("{} ", b.name())));
         spans.push(Span::styled(word, style));
+        if let Some(weak) = s.insecurity {
+            let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+            spans.push(Span::styled(format!(" {weak}"), red));
+        }
         if let (Health::Down(_), Some(t)) = (&s.health, s.last_ok_ms) {
             spans.push(Span::styled(format!(" (data {} old)", age(now - t)), DIM));
         }

@@ -41,6 +41,8 @@ pub struct BackendState {
     pub health: Health,
     /// When it last delivered good data (epoch ms).
     pub last_ok_ms: Option<i64>,
+    /// How its connection falls short in production ([`BackendId::insecurity`]).
+    pub insecurity: Option<&'static str>,
 }
 
 /// What [`Stores::apply`] changed that the rest of the app must follow.
@@ -104,6 +106,7 @@ impl Stores {
                 let state = BackendState {
                     health: Health::Connecting,
                     last_ok_ms: None,
+                    insecurity: b.insecurity(config),
                 };
                 (*b, state)
             })

@@ -336,3 +336,34 @@ fn updates_keep_the_selection_inside_the_filtered_rows() {
     key(&mut a, KeyCode::Enter);
     assert_eq!(a.row_count(View::Locks), 0);
 }
+
+/// In production, the health line marks a plaintext or unverified backend in red words; a
+/// verified one, or any backend outside production, has no mark.
+#[test]
+fn the_health_line_marks_a_plaintext_or_unverified_backend_in_production() {
+    let mut config = Config::defaults();
+    config.environment.production = true;
+    config.database.url = "postgres://app@db.example.com/orders?sslmode=require".into();
+    config.redis.url = "redis://cache.example.com:6379".into();
+    let mut prod = App::new(&config, None);
+    let shown = screen(&mut prod, 170, 10);
+    let health = shown.lines().find(|l| l.contains("database")).unwrap();
+    assert!(
+        health.contains("database connecting UNVERIFIED"),
+        "{health}"
+    );
+    assert!(health.contains("redis connecting PLAINTEXT"), "{health}");
+    assert!(
+        health.contains("payment topic connecting PLAINTEXT"),
+        "{health}"
+    );
+    config.database.url = "postgres://app@db.example.com/orders?sslmode=verify-full".into();
+    let mut verified = App::new(&config, None);
+    let shown = screen(&mut verified, 170, 10);
+    assert!(!shown.contains("database connecting UNVERIFIED"), "{shown}");
+    config.environment.production = false;
+    config.database.url = "postgres://app@db.example.com/orders?sslmode=disable".into();
+    let mut local = App::new(&config, None);
+    let shown = screen(&mut local, 170, 10);
+    assert!(!shown.contains("PLAINTEXT"), "{shown}");
+}
