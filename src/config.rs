@@ -62,6 +62,13 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// The server-side bound of every statement of the services' sessions (`0s`: none).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    /// The bound of every statement of the read faces' sessions (console, its twins, report,
+    /// doctor), server-side and client-side: [`Config::for_reads`].
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
     pub queries_dir: String,
     // Credentials kept off the command line (README "Connecting to production"); TLS is set by
     // the URLs' own parameters (sslmode, sslrootcert… / ssl-mode, ssl-ca…).
@@ -314,6 +321,12 @@ pub struct ConsumerConfig {
     /// is received and looked up; its answer is awaited before that batch writes anything, and
     /// a refusal ends `consume`. Off: each commit is awaited right after its batch.
     pub async_offset_commit: bool,
+    /// A payment message larger than this (key, payload and headers) is poison, kept only as
+    /// an excerpt: its payload is never copied whole.
+    pub max_message_bytes: usize,
+    /// The largest message the DLQ topic takes (its `max.message.bytes`): the DLQ producer's
+    /// `message.max.bytes`, and what a record of a poison message is cut to fit.
+    pub dlq_max_message_bytes: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -639,6 +652,11 @@ pub struct LogsConfig {
     pub order_no_field: String,
     pub request_id_field: String,
     pub event_id_field: String,
+    /// Bytes read of one file at most (decompressed), of all files of one trace, and the
+    /// longest line kept (`src/console/read/logs.rs`).
+    pub max_file_bytes: u64,
+    pub max_trace_bytes: u64,
+    pub max_line_bytes: usize,
 }
 
 /// Fields masked in every face (`src/mask.rs`): what operators of a payment system need not see.
@@ -856,6 +874,17 @@ impl Config {
         c
     }
 
+    /// The configuration the read faces run with — the console, `trace`, `locks`, `stuck`,
+    /// `report`, `doctor` (`profile suggest`, with its own `--deadline`): every statement of
+    /// their sessions bounded by `database.read_timeout` instead of the services'
+    /// `database.statement_timeout`, so a read behind a locked table gives up (and leaves no
+    /// statement queued on the lock) in seconds.
+    pub fn for_reads(&self) -> Config {
+        let mut c = self.clone();
+        c.database.statement_timeout = c.database.read_timeout;
+        c
+    }
+
     /// Defaults only (tests, and tools that need no file).
     pub fn defaults() -> Config {
         Config::load(&ConfigSource::default()).expect("the built-in defaults are valid")
@@ -869,6 +898,7 @@ impl Config {
         };
         self.validate_connections(&err)?;
         self.validate_security(&err)?;
+        self.validate_statement_bounds(&err)?;
         self.validate_limits(&err)?;
         self.source.validate().map_err(|(k, m)| err(&k, m))?;
         self.mask
@@ -1129,6 +1159,30 @@ impl Config {
     }
 
     /// Sizes, periods and limits that must be positive or ordered.
+    /// How long a statement may take: the services' bound may be off (`0s`), a read's may not.
+    fn validate_statement_bounds(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let (least, most) = (Duration::from_millis(100), Duration::from_secs(24 * 3600));
+        let s = self.database.statement_timeout;
+        if !s.is_zero() && !(least..=most).contains(&s) {
+            return Err(err(
+                "database.statement_timeout",
+                "must be 0s (no bound) or between 100ms and 24h".into(),
+            ));
+        }
+        if !(least..=Duration::from_secs(3600)).contains(&self.database.read_timeout) {
+            return Err(err(
+                "database.read_timeout",
+                "must be between 100ms and 1h: every read of the console, its twins, report \
+                 and doctor is bounded"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_limits(
         &self,
         err: &dyn Fn(&str, String) -> ConfigError,
@@ -1197,6 +1251,32 @@ impl Config {
         }
         if self.trace.buffer == 0 {
             return Err(err("trace.buffer", "must be at least 1".into()));
+        }
+        let logs = &self.logs;
+        if logs.max_line_bytes < 1024
+            || logs.max_file_bytes < logs.max_line_bytes as u64
+            || logs.max_trace_bytes < logs.max_file_bytes
+        {
+            return Err(err(
+                "logs.max_line_bytes",
+                "the log budgets must be ordered: 1024 <= logs.max_line_bytes <= \
+                 logs.max_file_bytes <= logs.max_trace_bytes"
+                    .into(),
+            ));
+        }
+        for (key, bytes) in [
+            (
+                "consumer.max_message_bytes",
+                self.consumer.max_message_bytes,
+            ),
+            (
+                "consumer.dlq_max_message_bytes",
+                self.consumer.dlq_max_message_bytes,
+            ),
+        ] {
+            if !(1_000..=100_000_000).contains(&bytes) {
+                return Err(err(key, "must be between 1000 and 100000000 bytes".into()));
+            }
         }
         if self.consumer.batch_size == 0 {
             return Err(err("consumer.batch_size", "must be at least 1".into()));

@@ -149,7 +149,7 @@ pub async fn run(config: &Config) -> Vec<CheckRow> {
 /// The source profile against the database it describes (a team's system: no idemguard schema).
 async fn check_profile(config: &Config) -> Vec<CheckRow> {
     let started = Instant::now();
-    let mut c = config.clone();
+    let mut c = config.for_reads();
     c.database.max_connections = 1;
     c.database.connect_timeout = CHECK_TIMEOUT;
     let attempt = async {
@@ -195,7 +195,7 @@ async fn check_database_row(
 ) -> (CheckRow, Option<String>) {
     let started = Instant::now();
     let target = redact_url(url);
-    let mut c = config.clone();
+    let mut c = config.for_reads();
     c.database.max_connections = 1;
     c.database.connect_timeout = CHECK_TIMEOUT;
     let attempt = async {

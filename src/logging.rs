@@ -25,12 +25,21 @@ static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 /// Set while the console owns the terminal.
 static FILE: Mutex<Option<std::fs::File>> = Mutex::new(None);
 
-/// Installs the subscriber: `IDEMGUARD_LOG` (default `warn,idemguard=info`), text or JSON,
+/// Installs the subscriber: `IDEMGUARD_LOG` (default `warn,idemguard=info`; sqlx's statement
+/// lines only when it names `sqlx`), text or JSON,
 /// ANSI colours only when asked (when stderr is a terminal that no console will take over).
 pub fn init(json: bool, ansi: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("IDEMGUARD_LOG")
+    let asked = std::env::var("IDEMGUARD_LOG").unwrap_or_default();
+    let mut filter = EnvFilter::try_from_env("IDEMGUARD_LOG")
         .unwrap_or_else(|_| EnvFilter::new("warn,idemguard=info"));
+    // sqlx's statement lines quote the SQL (a read ended by its bound logs one as "slow"): not
+    // in idemguard's output unless asked for by name.
+    if !asked.contains("sqlx") {
+        if let Ok(quiet) = "sqlx::query=error".parse() {
+            filter = filter.add_directive(quiet);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)

@@ -621,7 +621,11 @@ async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
 
 /// `idemguard migrate`: apply the schema, saying whether anything was to do.
 async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
-    let db = Database::connect(config).await?;
+    // No statement bound: an index on a big table may take longer than any a service has, and
+    // the operator who runs `migrate` watches it.
+    let mut unbounded = config.clone();
+    unbounded.database.statement_timeout = std::time::Duration::ZERO;
+    let db = Database::connect(&unbounded).await?;
     let report = migrate::migrate(&db).await?;
     if report.version_before >= migrate::SCHEMA_VERSION {
         println!(

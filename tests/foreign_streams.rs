@@ -310,6 +310,47 @@ async fn a_changed_redisson_count_is_refused() {
     assert!(woke.is_err(), "no unlock message for a lock that was kept");
 }
 
+/// Another thread of another client took the same Redisson lock's hash since it was seen (a
+/// second field): the key is still there, so the release says the lock changed — naming what it
+/// holds now — never that it is gone, and keeps it.
+#[tokio::test]
+async fn a_redisson_lock_that_gained_a_field_is_said_changed_not_gone() {
+    let ReleaseCase {
+        p,
+        env,
+        mut c,
+        _keys,
+        ..
+    } = release_case("fg").await;
+    let key = format!("{p}:order:lock:6");
+    let field = format!("{}:3", uuid::Uuid::new_v4());
+    redisson_lock(&mut c, &key, &field).await;
+    let seen = format!("{field}=1");
+    let other = format!("{}:4", uuid::Uuid::new_v4());
+    let _: i64 = redis::cmd("HSET")
+        .arg(&key)
+        .arg(&other)
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let result = release(&env, &key, &seen);
+    assert_eq!(result["outcome"], "changed", "{result}");
+    let detail = result["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("changed since it was displayed")
+            && detail.contains(&format!("{other}=1"))
+            && !detail.contains("gone"),
+        "{result}"
+    );
+    let fields: i64 = redis::cmd("HLEN")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fields, 2, "the lock is kept as it is");
+}
+
 /// The article's §3.2 lock (`setIfAbsent(lockKey, requestId, 30s)`): `release-lock` deletes it
 /// by compare-and-delete of the token seen, says what it cannot guarantee on a foreign lock, and
 /// refuses — keeping the lock — when the token changed since it was seen.

@@ -132,8 +132,9 @@ pub fn profile_uses_wall_clock(source: &SourceProfile) -> bool {
 
 /// The server's clock.
 pub async fn server_clock(db: &Database) -> anyhow::Result<ServerClock> {
-    let row = sqlx::query(db.sql("profile_server_clock"))
-        .fetch_one(&db.pool)
+    let read = sqlx::query(db.sql("profile_server_clock")).fetch_one(&db.pool);
+    let row = db
+        .bounded(read)
         .await
         .map_err(|e| anyhow::anyhow!("reading the server's clock ({}): {e}", db.shown_url))?;
     Ok(ServerClock {

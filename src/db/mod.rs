@@ -4,6 +4,7 @@
 //! One code base serves PostgreSQL and MySQL/MariaDB through sqlx's `Any` driver; what differs
 //! between them lives in the SQL files under `queries/<dialect>/`, never in Rust.
 
+pub mod bounds;
 pub mod clock;
 mod errors;
 pub mod inventory;
@@ -31,6 +32,9 @@ pub struct Database {
     /// The newest wall-clock time of each mapped `datetime` table, read once per connection
     /// (a `MAX` may read a table): what each trace checks `source.time_zone` against.
     pub newest_rows: Arc<tokio::sync::OnceCell<Vec<clock::NewestRow>>>,
+    /// How long the server lets one statement of this pool's sessions run (zero: no bound):
+    /// [`bounds`].
+    pub statement_bound: std::time::Duration,
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -41,8 +45,10 @@ impl Database {
         Database::connect_url(config, &config.database.url).await
     }
 
-    /// The replica when one is configured (console reads only), else the primary.
+    /// The replica when one is configured (console reads only), else the primary; each
+    /// statement bounded by `database.read_timeout` ([`Config::for_reads`]).
     pub async fn connect_for_reads(config: &Config) -> anyhow::Result<Database> {
+        let config = &config.for_reads();
         if config.database.replica_url.is_empty() {
             Database::connect(config).await
         } else {
@@ -74,6 +80,10 @@ impl Database {
         let connected = AnyPoolOptions::new()
             .max_connections(config.database.max_connections)
             .acquire_timeout(config.database.connect_timeout)
+            .after_connect(bounds::after_connect(
+                queries.get("session_bound").to_string(),
+                config.database.statement_timeout,
+            ))
             .connect(&with_password)
             .await;
         let pool = match connected {
@@ -89,6 +99,7 @@ impl Database {
             queries: Arc::new(queries),
             shown_url: redact_url(url),
             newest_rows: Arc::default(),
+            statement_bound: config.database.statement_timeout,
         })
     }
 

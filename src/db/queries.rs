@@ -31,6 +31,8 @@ builtin![
     "server_version",
     "connection_security",
     "schema_check",
+    // every session's statement bound, set as it is opened (src/db/bounds.rs)
+    "session_bound",
     // stream: the payment-event consumer's sinks and dedup state
     "stream_points_existing",
     "stream_points_insert",
@@ -254,6 +256,35 @@ impl Queries {
             })
     }
 
+    /// The physical tables statement `name` names, in the order they first appear: what a
+    /// statement that did not answer was waiting for ([`crate::db::bounds::no_answer`]).
+    pub fn tables_in(&self, name: &str) -> Vec<String> {
+        let Some(sql) = self.by_name.get(name) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = self
+            .tables
+            .pairs()
+            .iter()
+            .map(|(_, t)| t.to_string())
+            .collect();
+        names.extend(
+            crate::config::CONSOLE_TABLES
+                .iter()
+                .map(|l| self.source.physical_name(&self.tables, l)),
+        );
+        let mut found: Vec<(usize, String)> = Vec::new();
+        for t in names {
+            if let Some(at) = word_at(sql, &t) {
+                if !found.iter().any(|(_, f)| *f == t) {
+                    found.push((at, t));
+                }
+            }
+        }
+        found.sort();
+        found.into_iter().map(|(_, t)| t).collect()
+    }
+
     /// True when the source profile maps a team's own idempotency record or orders.
     pub fn is_foreign(&self) -> bool {
         self.foreign
@@ -273,6 +304,24 @@ impl Queries {
                 || n.starts_with("report_")
         })
     }
+}
+
+/// Where `word` first stands alone in `sql` (not inside a longer identifier), outside comments.
+fn word_at(sql: &str, word: &str) -> Option<usize> {
+    let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut offset = 0;
+    for line in sql.split_inclusive('\n') {
+        let code = line.split("--").next().unwrap_or("");
+        for (i, _) in code.match_indices(word) {
+            let before = code[..i].chars().next_back();
+            let after = code[i + word.len()..].chars().next();
+            if !ident(before) && !ident(after) {
+                return Some(offset + i);
+            }
+        }
+        offset += line.len();
+    }
+    None
 }
 
 /// The built-in text of `name`, or the file of the same name under `queries_dir`.

@@ -32,12 +32,12 @@ pub async fn audit_rows(
     until_ms: i64,
     limit: i64,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
-    sqlx::query_as::<_, AuditRow>(db.sql("console_audit_list"))
+    let read = sqlx::query_as::<_, AuditRow>(db.sql("console_audit_list"))
         .bind(since_ms)
         .bind(until_ms)
         .bind(limit)
-        .fetch_all(&db.pool)
-        .await
+        .fetch_all(&db.pool);
+    db.bounded(read).await
 }
 
 impl Actions {

@@ -9,7 +9,7 @@
 use super::{json, Action, ActionOutcome, ActionResult, Actions};
 use crate::contracts::{keys, LockHolder};
 use crate::lock::formats::{self, LockFormat};
-use crate::lock::{LockView, NodeRelease};
+use crate::lock::{LockView, NodeLockState, NodeRelease};
 
 const GONE: &str =
     "the lock is gone (it expired or was released since it was displayed); nothing was deleted";
@@ -265,9 +265,14 @@ impl Actions {
             );
             return Err(self.fail_unperformed(action, before.clone(), detail).await);
         }
-        let detail = match stored.first() {
-            None => GONE.to_string(),
-            Some(raw) => not_matched(expect, view.holder(), raw),
+        let detail = match (stored.first(), undecoded(view)) {
+            (Some(raw), _) => not_matched(expect, view.holder(), raw),
+            (None, Some(now)) => format!(
+                "the lock changed since it was displayed: {} now holds {now}, which no decoder \
+                 reads as a lock; nothing was deleted",
+                view.key
+            ),
+            (None, None) => GONE.to_string(),
         };
         Err(self
             .changed_without_write(action, before.clone(), detail)
@@ -333,6 +338,31 @@ impl Deletion {
         }
         (outcome, detail)
     }
+}
+
+/// What a key that is still there holds when no decoder reads it (a Redisson lock whose hash
+/// gained a second field: another client's thread took it meanwhile): its type and, for a hash,
+/// its first fields. `None`: the key holds a lock value, or nothing.
+fn undecoded(view: &LockView) -> Option<String> {
+    view.nodes.iter().find_map(|n| match &n.state {
+        NodeLockState::Other {
+            redis_type, fields, ..
+        } if !fields.is_empty() => {
+            let shown: Vec<String> = fields
+                .iter()
+                .take(3)
+                .map(|(f, v)| format!("{f}={v}"))
+                .collect();
+            let more = if fields.len() > 3 { ", …" } else { "" };
+            Some(format!(
+                "a {redis_type} of {} field(s): {}{more}",
+                fields.len(),
+                shown.join(", ")
+            ))
+        }
+        NodeLockState::Other { redis_type, .. } => Some(format!("a {redis_type}")),
+        _ => None,
+    })
 }
 
 /// Why the stored value is none of those given. "Changed hands" only when another instance

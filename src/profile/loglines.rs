@@ -58,7 +58,11 @@ pub fn sample_files(globs: &[String]) -> LogSample {
 }
 
 fn read_head(path: &std::path::Path) -> std::io::Result<Vec<String>> {
-    let file = std::fs::File::open(path)?;
+    // Only a regular file (a FIFO would block for ever, a device never end): the trace's rule.
+    let file = match logs::open_regular(path)? {
+        Ok((file, _)) => file,
+        Err(why) => return Err(std::io::Error::other(why)),
+    };
     let reader: Box<dyn Read> = match path.extension().and_then(|e| e.to_str()) {
         Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(file)),
         _ => Box::new(file),

@@ -56,7 +56,10 @@ impl Suggestion {
 pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
     let started = Instant::now();
     let mut problems = Vec::new();
-    let db = match Database::connect(config).await {
+    // Each statement is bounded by the server too: by `--deadline`, the bound asked for here.
+    let mut reads = config.for_reads();
+    reads.database.statement_timeout = bounds.deadline;
+    let db = match Database::connect(&reads).await {
         Ok(db) => Some(db),
         Err(e) => {
             problems.push(format!(

@@ -4,9 +4,11 @@
 //! The loop, per batch of `consumer.batch_size` messages when it keeps up, up to
 //! `consumer.batch_size_max` when it is behind (a full batch lets the next take up to that):
 //! 1. parse; a poison message (not JSON, missing fields, IDs that disagree with the headers,
-//!    unknown order) goes to the DLQ with its reason and original partition/offset — once per
-//!    group and source position (`processed_event`, outcome `dlq`), so a retried or redelivered
-//!    batch does not publish it again;
+//!    unknown order, larger than `consumer.max_message_bytes`) goes to the DLQ with its reason
+//!    and original partition/offset — once per group and source position (`processed_event`,
+//!    outcome `dlq`), so a retried or redelivered batch does not publish it again. One too large
+//!    for the DLQ is published as a record of it cut to fit, or kept as `dlq_failed` when even
+//!    that is refused ([`super::poison`]): no message holds up the batch;
 //! 2. drop events the dedup state has seen within the TTL — memory first, then
 //!    `processed_event` — before any sink work (`dedup_hit`);
 //! 3. run each sink in its own transaction (order → PAID; then points and notification,
@@ -21,7 +23,7 @@
 //! redelivery changes nothing. A transient database error retries the whole batch with backoff
 //! (never the DLQ): the partition waits rather than losing or doubling anything.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,13 +31,14 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::dedup::DedupState;
+use super::poison;
 use super::sinks::{self, DeadLetter, Delivery, PaidDecision, SinkWrite};
 use crate::config::Config;
 use crate::contracts::{headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent};
@@ -56,8 +59,12 @@ pub struct ConsumeStats {
     pub db_retries: AtomicU64,
     /// Poison not published again: this group's `processed_event` already records it sent.
     pub dlq_duplicates: AtomicU64,
-    /// DLQ publications the broker refused or did not acknowledge (the batch is retried).
+    /// DLQ publications the broker refused or did not acknowledge (a refusal for good is
+    /// followed by a record of the message; anything else retries the batch).
     pub dlq_failures: AtomicU64,
+    /// Poison messages the DLQ refused even as a record: kept in `processed_event` as
+    /// `dlq_failed` ([`poison`]).
+    pub dlq_unpublished: AtomicU64,
     /// Errors from the broker while receiving (the loop logs them and goes on).
     pub receive_errors: AtomicU64,
     /// Time spent processing batches, from the batch in hand to its database commit (µs).
@@ -91,17 +98,35 @@ pub struct ConsumeOptions {
 /// (librdkafka logged it at warning level, below our `log_level` 3), which is why an evicted
 /// member kept consuming with `async_offset_commit` on. The loop awaits every commit's answer
 /// itself ([`PendingCommit`]).
-struct RebalanceLog;
+///
+/// It counts the assignments lost (`lost`): a member whose group session timed out — frozen or
+/// starved for `session.timeout.ms` — has its partitions revoked as lost by librdkafka itself,
+/// which then rejoins. A batch applied across such a loss must not go on as if nothing happened:
+/// its late commit is refused by the broker, or — when librdkafka rejoined before sending it —
+/// accepted under the new membership; which of the two is a race between librdkafka's session
+/// timer and the commit. [`PendingCommit::answer`] treats both alike.
+#[derive(Default)]
+struct RebalanceLog {
+    lost: AtomicU64,
+}
 
 impl ClientContext for RebalanceLog {}
 
 impl ConsumerContext for RebalanceLog {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            tracing::info!(
-                partitions = tpl.count(),
-                "partitions revoked (offsets of finished batches are already committed)"
-            );
+            if consumer.assignment_lost() {
+                self.lost.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(
+                    partitions = tpl.count(),
+                    "partitions revoked as lost (the group session timed out)"
+                );
+            } else {
+                tracing::info!(
+                    partitions = tpl.count(),
+                    "partitions revoked (offsets of finished batches are already committed)"
+                );
+            }
         }
     }
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -139,23 +164,49 @@ pub struct PaymentConsumer {
     options: ConsumeOptions,
     stats: Arc<ConsumeStats>,
     retention: crate::config::RetentionConfig,
+    /// `consumer.max_message_bytes` and `consumer.dlq_max_message_bytes` ([`poison`]).
+    max_message_bytes: usize,
+    dlq_max_message_bytes: usize,
+    /// The messages of the batch in hand kept cut ([`poison::kept`]), by partition and offset:
+    /// their whole size.
+    cut: HashMap<(i32, i64), usize>,
 }
 
 /// An offset commit on its way to the broker (`consumer.async_offset_commit`), on a blocking
 /// thread: the next batch is received and looked up meanwhile, and writes nothing before its
 /// answer — so a member evicted from its group ends on the refusal exactly as with a synchronous
 /// commit, one round trip to the broker later and nothing applied in between.
-struct PendingCommit(tokio::task::JoinHandle<KafkaResult<()>>);
+struct PendingCommit {
+    answer: tokio::task::JoinHandle<KafkaResult<()>>,
+    consumer: Arc<StreamConsumer<RebalanceLog>>,
+    /// [`RebalanceLog::lost`] when the batch was received.
+    lost_before: u64,
+}
 
 impl PendingCommit {
     /// Waits for the broker's answer. Polled again after it was dropped unfinished, it goes on
-    /// waiting (a `select!` may drop it); not polled again once it has answered.
+    /// waiting (a `select!` may drop it); not polled again once it has answered. An accepted
+    /// commit of a batch the member lost its assignment across is refused all the same
+    /// ([`RebalanceLog`]): the outcome no longer depends on who won the race.
     async fn answer(&mut self) -> Result<(), CommitRefused> {
-        match (&mut self.0).await {
+        match (&mut self.answer).await {
+            Ok(Ok(())) if self.assignment_lost() => Err(CommitRefused(
+                "the member's partitions were revoked as lost while it applied the batch (no \
+                 heartbeat within session.timeout.ms: the process was frozen or starved), so \
+                 another member may own them now"
+                    .into(),
+            )),
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(CommitRefused(e.to_string())),
             Err(e) => Err(CommitRefused(format!("the commit's thread failed: {e}"))),
         }
+    }
+
+    /// Lost since the batch was received: still lost (librdkafka's own flag, until the member is
+    /// assigned again), or lost and assigned again meanwhile (the count went up).
+    fn assignment_lost(&self) -> bool {
+        self.consumer.assignment_lost()
+            || self.consumer.context().lost.load(Ordering::SeqCst) != self.lost_before
     }
 
     /// [`PendingCommit::answer`], consuming the commit, as `consume`'s error.
@@ -182,6 +233,16 @@ impl std::error::Error for CommitRefused {}
 struct Poison {
     message: OwnedMessage,
     reason: String,
+    /// Its whole size when it was kept cut ([`poison::kept`]).
+    cut_from: Option<usize>,
+}
+
+/// What became of a poison message at the DLQ ([`PaymentConsumer::dead_letter_one`]).
+enum DeadLettered {
+    /// Published, whole or as a record of it cut to fit (recorded as `dlq`).
+    Published,
+    /// Refused for good even as a record: kept in `processed_event` as `dlq_failed`.
+    Refused,
 }
 
 impl PaymentConsumer {
@@ -211,8 +272,15 @@ impl PaymentConsumer {
                 // A topic created (or partitions added) after the consumer started is seen within
                 // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
                 .set("topic.metadata.refresh.interval.ms", "10000")
+                // Bounded reads: a fetch, a partition's share of it, what is read ahead.
+                .set("fetch.max.bytes", poison::FETCH_MAX_BYTES)
+                .set(
+                    "max.partition.fetch.bytes",
+                    poison::PARTITION_FETCH_MAX_BYTES,
+                )
+                .set("queued.max.messages.kbytes", poison::QUEUED_MAX_KBYTES)
                 .set("log_level", "3")
-                .create_with_context(RebalanceLog)
+                .create_with_context(RebalanceLog::default())
                 .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
@@ -229,6 +297,10 @@ impl PaymentConsumer {
             )
             .set("acks", "all")
             .set("message.timeout.ms", "30000")
+            .set(
+                "message.max.bytes",
+                config.consumer.dlq_max_message_bytes.to_string(),
+            )
             .set("log_level", "3")
             .create()
             .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the DLQ producer: {e}"))?;
@@ -256,6 +328,9 @@ impl PaymentConsumer {
             options,
             stats: Arc::new(ConsumeStats::default()),
             retention: config.retention.clone(),
+            max_message_bytes: config.consumer.max_message_bytes,
+            dlq_max_message_bytes: config.consumer.dlq_max_message_bytes,
+            cut: HashMap::new(),
         })
     }
 
@@ -292,6 +367,7 @@ impl PaymentConsumer {
                 continue;
             }
             self.adapt_batch_size(batch.len());
+            let lost_before = self.consumer.context().lost.load(Ordering::SeqCst);
             let next = next_offsets(&batch);
             let started = Instant::now();
             if !self
@@ -308,7 +384,7 @@ impl PaymentConsumer {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
                 std::process::abort();
             }
-            let commit = self.start_commit(to_tpl(&next));
+            let commit = self.start_commit(to_tpl(&next), lost_before);
             if self.async_commit {
                 pending = Some(commit);
             } else {
@@ -337,7 +413,7 @@ impl PaymentConsumer {
     /// refusal ends `consume` at once, also when no message comes. `None` once shut down (a
     /// batch being filled is dropped: its offsets were never committed).
     async fn receive(
-        &self,
+        &mut self,
         pending: &mut Option<PendingCommit>,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<OwnedMessage>>> {
@@ -367,13 +443,15 @@ impl PaymentConsumer {
             next_batch_target(got, self.batch_target, self.batch_size, self.batch_size_max);
     }
 
-    /// Up to the adaptive batch size: waits for the first message, then takes what arrives
-    /// within 20 ms.
-    async fn next_batch(&self) -> anyhow::Result<Vec<OwnedMessage>> {
+    /// Up to the adaptive batch size and [`BATCH_BYTES`]: waits for the first message, then
+    /// takes what arrives within 20 ms. A message too large is kept cut ([`poison::kept`]).
+    async fn next_batch(&mut self) -> anyhow::Result<Vec<OwnedMessage>> {
         let mut batch = Vec::new();
+        self.cut.clear();
+        let max = self.max_message_bytes;
         let first = self.consumer.recv().await;
         match first {
-            Ok(m) => batch.push(m.detach()),
+            Ok(m) => batch.push(keep(&m, max, &mut self.cut)),
             Err(e) => {
                 self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "kafka receive error; retrying");
@@ -382,9 +460,14 @@ impl PaymentConsumer {
             }
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
-        while batch.len() < self.batch_target {
+        let mut bytes = batch.iter().map(poison::size_of).sum::<usize>();
+        while batch.len() < self.batch_target && bytes < BATCH_BYTES {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
-                Ok(Ok(m)) => batch.push(m.detach()),
+                Ok(Ok(m)) => {
+                    let kept = keep(&m, max, &mut self.cut);
+                    bytes += poison::size_of(&kept);
+                    batch.push(kept);
+                }
                 Ok(Err(e)) => {
                     self.stats.receive_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(error = %e, "kafka receive error");
@@ -441,11 +524,17 @@ impl PaymentConsumer {
         let mut in_batch: HashSet<String> = HashSet::new();
         let mut parsed: Vec<(&OwnedMessage, PaymentSucceeded)> = Vec::new();
         for m in batch {
-            match parse(m) {
+            let cut_from = self.cut.get(&(m.partition(), m.offset())).copied();
+            let read = match cut_from {
+                Some(size) => Err(poison::too_large(size, self.max_message_bytes)),
+                None => parse(m),
+            };
+            match read {
                 Ok(e) => parsed.push((m, e)),
                 Err(reason) => poison.push(Poison {
                     message: m.clone(),
                     reason,
+                    cut_from,
                 }),
             }
         }
@@ -554,6 +643,7 @@ impl PaymentConsumer {
                     poison.push(Poison {
                         message: message.clone(),
                         reason,
+                        cut_from: None,
                     });
                 }
             }
@@ -618,14 +708,18 @@ impl PaymentConsumer {
                 self.stats.dlq_duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            match self.send_to_dlq(p, id).await {
-                Ok(()) => sent.push(DeadLetter {
+            match self.dead_letter_one(p, id).await {
+                Ok(how) => sent.push(DeadLetter {
                     id,
                     order_no: header_str(&p.message, headers::ORDER_NO)
                         .filter(|o| crate::contracts::OrderNo::parse(o).is_ok()),
                     topic: p.message.topic(),
                     partition: p.message.partition(),
                     offset: p.message.offset(),
+                    outcome: match how {
+                        DeadLettered::Published => "dlq",
+                        DeadLettered::Refused => "dlq_failed",
+                    },
                 }),
                 Err(e) => {
                     self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
@@ -658,14 +752,69 @@ impl PaymentConsumer {
         self.tracer.emit(event);
     }
 
-    /// Publishes the original message to the DLQ with the reason and where it came from, and
-    /// waits for the broker to acknowledge it: only then may its offset be committed.
-    async fn send_to_dlq(&self, p: &Poison, id: &str) -> anyhow::Result<()> {
+    /// One poison message to the DLQ ([`poison`]): whole; refused for good (its size), a
+    /// record of it cut to fit the DLQ — as it is at once for a message kept cut; refused even
+    /// so, nothing is published: the caller keeps it in `processed_event` as `dlq_failed`, and
+    /// the consumer goes on. Err: the DLQ did not answer (the batch is retried).
+    async fn dead_letter_one(&self, p: &Poison, id: &str) -> anyhow::Result<DeadLettered> {
+        let dlq_error = |e: KafkaError| {
+            anyhow::anyhow!("cannot publish to the DLQ topic {}: {e}", self.dlq_topic)
+        };
+        if p.cut_from.is_none() {
+            match self.send_to_dlq(p, id, None).await {
+                Ok(()) => return Ok(DeadLettered::Published),
+                Err(e) if poison::refused_for_good(&e) => {
+                    self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => return Err(dlq_error(e)),
+            }
+        }
+        let fit = poison::excerpt_that_fits(&p.message, &p.reason, self.dlq_max_message_bytes);
+        match self.send_to_dlq(p, id, Some(fit)).await {
+            Ok(()) => Ok(DeadLettered::Published),
+            Err(e) if poison::refused_for_good(&e) => {
+                self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
+                self.unpublished(p, &e);
+                Ok(DeadLettered::Refused)
+            }
+            Err(e) => Err(dlq_error(e)),
+        }
+    }
+
+    /// A poison message the DLQ refused even as a record: said at ERROR with where it is, its
+    /// size and why, and traced; `processed_event` keeps it as `dlq_failed`.
+    fn unpublished(&self, p: &Poison, refused: &KafkaError) {
+        let m = &p.message;
+        let size = p.cut_from.unwrap_or_else(|| poison::size_of(m));
+        self.stats.dlq_unpublished.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(topic = m.topic(), partition = m.partition(), offset = m.offset(), size,
+            reason = %p.reason, refused = %refused,
+            "poison message NOT in the DLQ: it refused even a record of it; kept in processed_event as dlq_failed, and the consumer goes on");
+        self.tracer.emit(poison_event(
+            m,
+            format!(
+                "NOT published to the DLQ ({refused}), kept in processed_event as dlq_failed: {} \
+                 ({size} bytes, partition {} offset {})",
+                p.reason,
+                m.partition(),
+                m.offset()
+            ),
+        ));
+    }
+
+    /// Publishes the poison message to the DLQ with the reason and where it came from — whole,
+    /// or (`cut`: `Some(n)`) as a record of it: its payload's first `n` bytes, `dlq.size` and
+    /// `dlq.cut` ([`poison::cut_headers`]) — and waits for the broker to acknowledge it: only
+    /// then may its offset be committed.
+    async fn send_to_dlq(&self, p: &Poison, id: &str, cut: Option<usize>) -> KafkaResult<()> {
         let m = &p.message;
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
         let mut headers = OwnedHeaders::new();
-        if let Some(orig) = m.headers() {
+        if let Some(orig) = m
+            .headers()
+            .filter(|_| cut.is_none() || poison::headers_fit_a_record(m))
+        {
             for h in orig.iter() {
                 headers = headers.insert(Header {
                     key: h.key,
@@ -694,7 +843,12 @@ impl PaymentConsumer {
                 key: "dlq.source.offset",
                 value: Some(offset.as_bytes()),
             });
-        let payload = m.payload().unwrap_or_default();
+        let mut payload = m.payload().unwrap_or_default();
+        if let Some(n) = cut {
+            let size = p.cut_from.unwrap_or_else(|| poison::size_of(m));
+            headers = poison::cut_headers(headers, size, n.min(payload.len()));
+            payload = &payload[..n.min(payload.len())];
+        }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dlq_topic)
             .payload(payload)
             .headers(headers);
@@ -704,37 +858,66 @@ impl PaymentConsumer {
         self.dlq
             .send(record, Duration::from_secs(30))
             .await
-            .map_err(|(e, _)| {
-                anyhow::anyhow!("cannot publish to the DLQ topic {}: {e}", self.dlq_topic)
-            })?;
+            .map_err(|(e, _)| e)?;
         self.stats.dlq.fetch_add(1, Ordering::Relaxed);
-        let header = |name: &str| header_str(m, name);
-        let mut ev = TraceEvent::new(Layer::Stream, Outcome::Dlq).detail(format!(
-            "{} (partition {partition} offset {offset})",
-            p.reason
+        let cut_note = cut.map_or(String::new(), |n| format!("; published cut to {n} bytes"));
+        self.tracer.emit(poison_event(
+            m,
+            format!(
+                "{} (partition {partition} offset {offset}){cut_note}",
+                p.reason
+            ),
         ));
-        if let Some(v) = header(headers::ORDER_NO) {
-            ev = ev.order_no(v);
-        }
-        if let Some(v) = header(headers::REQUEST_ID) {
-            ev = ev.request_id(v);
-        }
-        if let Some(v) = header(headers::EVENT_ID) {
-            ev = ev.event_id(v);
-        }
-        self.tracer.emit(ev);
         Ok(())
     }
 
     /// Starts committing `offsets` (the next offset to read per partition) on a blocking thread.
     /// Called only once the batch's database commit is known; the answer is awaited right away
     /// (synchronous commit) or before the next batch writes anything (`async_offset_commit`).
-    fn start_commit(&self, offsets: TopicPartitionList) -> PendingCommit {
+    fn start_commit(&self, offsets: TopicPartitionList, lost_before: u64) -> PendingCommit {
         let consumer = self.consumer.clone();
-        PendingCommit(tokio::task::spawn_blocking(move || {
-            consumer.commit(&offsets, CommitMode::Sync)
-        }))
+        PendingCommit {
+            answer: tokio::task::spawn_blocking(move || {
+                consumer.commit(&offsets, CommitMode::Sync)
+            }),
+            consumer: self.consumer.clone(),
+            lost_before,
+        }
     }
+}
+
+/// `m` as the batch keeps it ([`poison::kept`]); a message kept cut is noted in `cut` with its
+/// whole size.
+fn keep(
+    m: &rdkafka::message::BorrowedMessage<'_>,
+    max: usize,
+    cut: &mut HashMap<(i32, i64), usize>,
+) -> OwnedMessage {
+    let (kept, whole) = poison::kept(m, max);
+    if let Some(size) = whole {
+        cut.insert((m.partition(), m.offset()), size);
+    }
+    kept
+}
+
+/// A batch stops taking messages once it holds this many bytes (kept messages are at most
+/// `consumer.max_message_bytes` each): the batch in memory stays bounded whatever arrives.
+const BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// The trace event of a poison message, with the IDs its headers name.
+fn poison_event(m: &OwnedMessage, detail: String) -> TraceEvent {
+    let header = |name: &str| header_str(m, name);
+    let mut ev = TraceEvent::new(Layer::Stream, Outcome::Dlq).detail(detail);
+    if let Some(v) = header(headers::ORDER_NO) {
+        ev = ev.order_no(v);
+    }
+    if let Some(v) = header(headers::REQUEST_ID) {
+        ev = ev.request_id(v);
+    }
+    if let Some(v) = header(headers::EVENT_ID) {
+        ev = ev.event_id(v);
+    }
+    ev
 }
 
 /// For each partition in the batch, the offset after its last message.

@@ -7,6 +7,7 @@ pub mod consumer;
 pub mod dedup;
 pub mod lag;
 pub mod partitioner;
+pub mod poison;
 pub mod sinks;
 
 pub use consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer};

@@ -215,8 +215,9 @@ pub async fn record_processed(
     .await
 }
 
-/// A poison message published to the DLQ, recorded in `processed_event` under its source
-/// position (outcome `dlq`), so that a retried or redelivered batch does not publish it again.
+/// A poison message dead-lettered, recorded in `processed_event` under its source position
+/// (outcome `dlq`, or `dlq_failed` when the DLQ refused even a record of it), so that a retried
+/// or redelivered batch does not publish it again.
 #[derive(Debug, Clone)]
 pub struct DeadLetter<'a> {
     pub id: &'a str,
@@ -224,6 +225,9 @@ pub struct DeadLetter<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
+    /// `dlq` (published, whole or as a record cut to fit) or `dlq_failed` (the DLQ refused even
+    /// a record of it: this row is all there is of it).
+    pub outcome: &'static str,
 }
 
 pub async fn record_dead_letters(
@@ -241,7 +245,7 @@ pub async fn record_dead_letters(
         .iter()
         .map(|d| {
             serde_json::json!({"event_id": d.id, "order_no": d.order_no, "topic": d.topic,
-                "kafka_partition": d.partition, "kafka_offset": d.offset, "outcome": "dlq"})
+                "kafka_partition": d.partition, "kafka_offset": d.offset, "outcome": d.outcome})
         })
         .collect();
     write_batch(

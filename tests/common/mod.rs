@@ -343,6 +343,13 @@ pub async fn fresh_database_on(config: &Config, server: &str) -> String {
     name
 }
 
+/// The peak resident memory of process `pid` so far (VmHWM, kB); `None` once it has gone.
+pub fn peak_memory_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `SQL` on `db`, panicking with the statement when it fails (test fixtures and faults).
 pub async fn exec(db: &Database, sql: &str) {
     sqlx::query(sql)

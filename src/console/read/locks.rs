@@ -118,11 +118,13 @@ pub async fn link_tokens(db: &Database, locks: &mut [LockView]) -> anyhow::Resul
     let tokens: Vec<String> = tokens.into_iter().collect();
     let mut known: HashMap<String, Option<String>> = HashMap::new();
     for chunk in tokens.chunks(TOKENS_PER_STATEMENT) {
-        let rows = sqlx::query(db.sql(STATEMENT))
+        let read = sqlx::query(db.sql(STATEMENT))
             .bind(serde_json::to_string(chunk)?)
-            .fetch_all(&db.pool)
-            .await
-            .map_err(|e| anyhow::anyhow!("lock tokens not linked to requests: {e}"))?;
+            .fetch_all(&db.pool);
+        let rows = db.bounded(read).await.map_err(|e| {
+            let e = crate::console::read::records::query_error(db, STATEMENT, e);
+            anyhow::anyhow!("lock tokens not linked to requests: {e:#}")
+        })?;
         for r in rows {
             known.insert(r.try_get("request_id")?, r.try_get("order_no")?);
         }

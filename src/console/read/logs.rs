@@ -1,4 +1,4 @@
-//! Logs as a trace source (issue 17): a team's services write JSON lines that carry orderNo,
+//! Logs as a trace source: a team's services write JSON lines that carry orderNo,
 //! requestId and eventId (the article's §6.5: "string the whole chain together with one ID"),
 //! and have no idemguard trace topic. The lines of one trace are read from files (globs; rotated
 //! and gzip-compressed files included) and/or the Kafka topic the logs are shipped to, within the
@@ -6,14 +6,22 @@
 //! timeline with their service, level and message.
 //!
 //! Read-only and bounded: a file is streamed line by line and only the lines of the trace are
-//! kept (at most [`LINES_KEPT`]). The field names of the common encoders are read without
+//! kept (at most [`LINES_KEPT`]). The files are other systems' and may be anything: only regular
+//! files are read — a symlink to one followed once; a FIFO (which would block the read for
+//! ever), a device (`/dev/zero` never ends), a directory or a symlink to a symlink is skipped —
+//! each file once by its identity (device and inode: a `**` glob through a symlink loop names
+//! one file dozens of times), at most `logs.max_file_bytes` of each and `logs.max_trace_bytes`
+//! of all, a line never held beyond `logs.max_line_bytes` (a 1.5 GB line in a 6 MB `.gz` cost
+//! 1.5 GB), and a line that is not UTF-8 read with its bad bytes replaced — that line only (one
+//! `\xff` used to end the file's read, losing every later line). What was skipped, and why, is
+//! said in the trace ([`Skipped`]). The field names of the common encoders are read without
 //! configuration ([`TIME_FIELDS`] …, the configured names first); a line that names a traced ID
 //! but cannot be placed (not JSON, no readable time, outside the windows) is counted with the
 //! reason ([`Unplaced`]) and said in the trace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +68,19 @@ pub struct LogRead {
     /// Lines that name a traced ID but could not be placed in the timeline, by reason.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unplaced: Vec<Unplaced>,
+    /// Files, and parts of files, not read, by reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// What a read of the log files did not read, for one reason: said, never in silence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub reason: String,
+    /// How many files (or lines, for a line too long) it applies to.
+    pub count: u64,
+    /// The first (`file` or `file:line`).
+    pub first: String,
 }
 
 /// Lines that name a traced ID but are not shown, for one reason: counted and said, never
@@ -204,6 +225,7 @@ fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead 
     let ids: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
     let mut out = LogRead::default();
     let mut kept = Kept::default();
+    let mut files = FileWalk::new(&config.logs);
     for pattern in &config.logs.files {
         let paths = match glob::glob(pattern) {
             Ok(p) => p,
@@ -212,9 +234,18 @@ fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead 
                 continue;
             }
         };
-        for path in paths.flatten() {
-            match read_file(&config.logs, &path, &ids, windows, &mut kept) {
-                Ok(()) => out.files_read += 1,
+        for (n, path) in paths.flatten().enumerate() {
+            if n == PATHS_PER_GLOB {
+                let why = format!("more than {PATHS_PER_GLOB} paths match {pattern:?}");
+                files.skip(why, &path.display());
+                break;
+            }
+            let read = |file: &Path, lines: &mut FileLines| {
+                read_file(&config.logs, file, lines, &ids, windows, &mut kept)
+            };
+            match files.read(&path, read) {
+                Ok(true) => out.files_read += 1,
+                Ok(false) => {}
                 Err(e) => out.errors.push(format!("{}: {e}", path.display())),
             }
         }
@@ -226,27 +257,245 @@ fn read_all(config: &Config, ids: &[String], windows: &[TimeWindow]) -> LogRead 
     }
     out.lines = kept.lines;
     out.unplaced = kept.unplaced.into_values().collect();
+    out.skipped = files.skipped.into_values().collect();
     out.lines.sort_by_key(|l| l.at_ms);
     out.lines.truncate(LINES_KEPT);
     out
 }
 
-/// One file, gzip-compressed when it ends in `.gz`.
+/// Paths one glob may name: a glob over a huge tree (or a symlink loop) is cut, and said.
+const PATHS_PER_GLOB: usize = 10_000;
+
+/// The files one trace reads: each regular file once, within the byte budgets of `[logs]`, and
+/// what it skipped.
+struct FileWalk {
+    /// (device, inode) of every file read.
+    seen: HashSet<(u64, u64)>,
+    /// Bytes the trace may still read.
+    left: u64,
+    max_file: u64,
+    max_line: usize,
+    skipped: BTreeMap<String, Skipped>,
+}
+
+impl FileWalk {
+    fn new(c: &LogsConfig) -> FileWalk {
+        FileWalk {
+            seen: HashSet::new(),
+            left: c.max_trace_bytes,
+            max_file: c.max_file_bytes,
+            max_line: c.max_line_bytes,
+            skipped: BTreeMap::new(),
+        }
+    }
+
+    fn skip(&mut self, reason: String, at: &dyn std::fmt::Display) {
+        let s = self
+            .skipped
+            .entry(reason.clone())
+            .or_insert_with(|| Skipped {
+                reason,
+                count: 0,
+                first: at.to_string(),
+            });
+        s.count += 1;
+    }
+
+    /// Reads `path` with `read` when it is a regular file not read yet and the trace's budget
+    /// is not spent (true), else says why not (false).
+    fn read(
+        &mut self,
+        path: &Path,
+        read: impl FnOnce(&Path, &mut FileLines) -> std::io::Result<()>,
+    ) -> std::io::Result<bool> {
+        let (file, identity) = match open_regular(path)? {
+            Ok(opened) => opened,
+            Err(why) => {
+                self.skip(why, &path.display());
+                return Ok(false);
+            }
+        };
+        if !self.seen.insert(identity) {
+            let why = "the same file as one already read (a symlink, or globs that overlap)";
+            self.skip(why.into(), &path.display());
+            return Ok(false);
+        }
+        if self.left == 0 {
+            let why = "the trace's log budget is spent (logs.max_trace_bytes)";
+            self.skip(why.into(), &path.display());
+            return Ok(false);
+        }
+        let reader: Box<dyn Read> = match path.extension().and_then(|e| e.to_str()) {
+            Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(file)),
+            _ => Box::new(file),
+        };
+        let budget = self.max_file.min(self.left);
+        let mut lines = FileLines::new(reader, budget, self.max_line);
+        let result = read(path, &mut lines);
+        self.left -= lines.read;
+        if lines.cut {
+            let why = if budget < self.max_file {
+                "read only up to the trace's log budget (logs.max_trace_bytes)"
+            } else {
+                "read only its first logs.max_file_bytes"
+            };
+            self.skip(why.into(), &path.display());
+        }
+        if let Some(first) = lines.first_too_long {
+            let why = format!("lines longer than logs.max_line_bytes ({})", self.max_line);
+            self.skip(why.clone(), &format!("{}:{first}", path.display()));
+            if let Some(s) = self.skipped.get_mut(&why) {
+                s.count += lines.too_long - 1;
+            }
+        }
+        result.map(|()| true)
+    }
+}
+
+/// A log file opened for reading, and its identity (device, inode).
+pub type OpenedFile = (std::fs::File, (u64, u64));
+
+/// `path` opened for reading when it is a regular file, or a symlink to one (followed once),
+/// with its identity; else why it is not read. Opened without blocking and checked on the open
+/// file itself: a FIFO put in its place meanwhile is never waited on.
+pub fn open_regular(path: &Path) -> std::io::Result<Result<OpenedFile, String>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let link = std::fs::symlink_metadata(path)?;
+    let target: PathBuf = if link.file_type().is_symlink() {
+        let to = std::fs::read_link(path)?;
+        let to = path.parent().map_or(to.clone(), |dir| dir.join(&to));
+        match std::fs::symlink_metadata(&to) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Ok(Err("a symlink to a symlink (one link is followed)".into()))
+            }
+            Ok(_) => to,
+            Err(e) => return Ok(Err(format!("a symlink to nothing readable ({e})"))),
+        }
+    } else {
+        path.to_path_buf()
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(&target)?;
+    let m = file.metadata()?;
+    if !m.file_type().is_file() {
+        return Ok(Err(format!("not a regular file ({})", kind_of(&m))));
+    }
+    Ok(Ok((file, (m.dev(), m.ino()))))
+}
+
+/// What a file that is not a regular file is.
+fn kind_of(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+/// The lines of one file, within its byte budget, a line never held beyond `max_line` bytes.
+pub struct FileLines {
+    reader: BufReader<Box<dyn Read>>,
+    budget: u64,
+    max_line: usize,
+    /// Bytes read so far.
+    read: u64,
+    /// The budget ended the read before the end of the file.
+    cut: bool,
+    /// Lines longer than `max_line`, and the number of the first.
+    too_long: u64,
+    first_too_long: Option<u64>,
+    /// Lines returned or skipped so far.
+    number: u64,
+}
+
+impl FileLines {
+    fn new(reader: Box<dyn Read>, budget: u64, max_line: usize) -> FileLines {
+        FileLines {
+            reader: BufReader::new(reader),
+            budget,
+            max_line,
+            read: 0,
+            cut: false,
+            too_long: 0,
+            first_too_long: None,
+            number: 0,
+        }
+    }
+
+    /// The next line (without its newline) into `buf`, with its number; `None` at the end of
+    /// the file or of the budget. A line longer than `max_line` is counted and skipped.
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> std::io::Result<Option<u64>> {
+        loop {
+            buf.clear();
+            let mut long = false;
+            let mut any = false;
+            loop {
+                if self.read >= self.budget {
+                    self.cut = self.reader.fill_buf().is_ok_and(|b| !b.is_empty());
+                    return Ok(None);
+                }
+                let avail = self.reader.fill_buf()?;
+                if avail.is_empty() {
+                    if !any {
+                        return Ok(None);
+                    }
+                    break;
+                }
+                any = true;
+                let allowed = avail.len().min((self.budget - self.read) as usize);
+                let chunk = &avail[..allowed];
+                let (part, used, newline) = match chunk.iter().position(|b| *b == b'\n') {
+                    Some(i) => (&chunk[..i], i + 1, true),
+                    None => (chunk, chunk.len(), false),
+                };
+                if !long && buf.len() + part.len() > self.max_line {
+                    long = true;
+                    buf.clear();
+                }
+                if !long {
+                    buf.extend_from_slice(part);
+                }
+                self.reader.consume(used);
+                self.read += used as u64;
+                if newline {
+                    break;
+                }
+            }
+            self.number += 1;
+            if !long {
+                return Ok(Some(self.number));
+            }
+            self.too_long += 1;
+            self.first_too_long.get_or_insert(self.number);
+        }
+    }
+}
+
+/// The lines of one file: each as text (bytes that are not UTF-8 replaced, in that line only).
 fn read_file(
     fields: &LogsConfig,
     path: &Path,
+    lines: &mut FileLines,
     ids: &BTreeSet<&str>,
     windows: &[TimeWindow],
     out: &mut Kept,
 ) -> std::io::Result<()> {
-    let file = std::fs::File::open(path)?;
-    let reader: Box<dyn Read> = match path.extension().and_then(|e| e.to_str()) {
-        Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(file)),
-        _ => Box::new(file),
-    };
-    for (n, line) in BufReader::new(reader).lines().enumerate() {
-        let line = line?;
-        let source = || format!("{}:{}", path.display(), n + 1);
+    let mut buf = Vec::new();
+    while let Some(n) = lines.next_line(&mut buf)? {
+        let line = String::from_utf8_lossy(&buf);
+        let source = || format!("{}:{n}", path.display());
         out.keep(
             fields,
             parse_line(fields, line.as_bytes(), ids, windows),

@@ -15,7 +15,7 @@ use crate::db::Database;
 use crate::lock::{LockFlag, LockScan};
 
 use crate::console::format::{age, short};
-use crate::console::read::records::StuckRecord;
+use crate::console::read::records::{query_error, StuckRecord};
 use crate::console::read::store::RateTable;
 use crate::console::read::topics::PartitionLag;
 
@@ -62,17 +62,20 @@ pub const LEAK_QUERIES: [&str; 5] = [
 
 /// Duplicates that got through among the rows created in `[since_ms, until_ms)`, in the tables
 /// the source profile has.
-pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> Result<Vec<Leak>, sqlx::Error> {
+pub async fn leaks(db: &Database, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<Leak>> {
     let mut out = Vec::new();
     for name in LEAK_QUERIES
         .iter()
         .filter(|n| db.queries.missing(n).is_none())
     {
-        let rows = sqlx::query(db.sql(name))
+        let read = sqlx::query(db.sql(name))
             .bind(since_ms)
             .bind(until_ms)
-            .fetch_all(&db.pool)
-            .await?;
+            .fetch_all(&db.pool);
+        let rows = db
+            .bounded(read)
+            .await
+            .map_err(|e| query_error(db, name, e))?;
         for r in &rows {
             out.push(Leak {
                 table: r.try_get("tbl")?,
@@ -104,13 +107,18 @@ pub async fn contradictions(
     db: &Database,
     since_ms: i64,
     until_ms: i64,
-) -> Result<Vec<Contradiction>, sqlx::Error> {
-    sqlx::query(db.sql("report_contradictions"))
+) -> anyhow::Result<Vec<Contradiction>> {
+    const STATEMENT: &str = "report_contradictions";
+    let read = sqlx::query(db.sql(STATEMENT))
         .bind(since_ms)
         .bind(until_ms)
         .bind(10_000_i64)
-        .fetch_all(&db.pool)
-        .await?
+        .fetch_all(&db.pool);
+    let rows = db
+        .bounded(read)
+        .await
+        .map_err(|e| query_error(db, STATEMENT, e))?;
+    let found: Result<Vec<Contradiction>, sqlx::Error> = rows
         .iter()
         .map(|r| {
             Ok(Contradiction {
@@ -120,7 +128,8 @@ pub async fn contradictions(
                 problem: r.try_get("problem")?,
             })
         })
-        .collect()
+        .collect();
+    Ok(found?)
 }
 
 /// Where Enter on a finding goes. The views are named here, not imported: `read/` knows no face.

@@ -35,7 +35,9 @@ pub fn is_permission_denied(e: &sqlx::Error) -> bool {
 /// without the schema it says what to do first, so a status line cut to its width still says
 /// it; any other error keeps the database's own text.
 pub fn query_error(db: &Database, name: &str, e: sqlx::Error) -> anyhow::Error {
-    if is_undefined_table(&e) {
+    if crate::db::bounds::is_timeout(&e) {
+        crate::db::bounds::no_answer(db, name, &e)
+    } else if is_undefined_table(&e) {
         anyhow::anyhow!(
             "run `idemguard migrate`: the database {} has no idemguard schema ({name}: table \
              missing)",
@@ -418,7 +420,7 @@ impl Reader<'_> {
         for b in binds {
             q = q.bind((*b).clone());
         }
-        q.fetch_all(&self.db.pool).await
+        self.db.bounded(q.fetch_all(&self.db.pool)).await
     }
 
     async fn rows<T>(
@@ -470,9 +472,12 @@ impl Reader<'_> {
                 continue;
             };
             let physical = source.physical_name(self.db.queries.tables(), logical);
-            let live: Vec<String> = sqlx::query_scalar::<_, String>(self.db.sql("doctor_columns"))
+            let read = sqlx::query_scalar::<_, String>(self.db.sql("doctor_columns"))
                 .bind(physical.clone())
-                .fetch_all(&self.db.pool)
+                .fetch_all(&self.db.pool);
+            let live: Vec<String> = self
+                .db
+                .bounded(read)
                 .await
                 .map_err(|e| query_error(self.db, "doctor_columns", e))?;
             for (key, column) in t.columns.iter().filter(|(_, c)| !c.is_empty()) {
@@ -730,10 +735,12 @@ pub async fn stuck_records(
     threshold: std::time::Duration,
 ) -> anyhow::Result<Vec<StuckRecord>> {
     let cutoff = now_ms - threshold.as_millis() as i64;
-    let rows = sqlx::query(db.sql("console_stuck"))
+    let read = sqlx::query(db.sql("console_stuck"))
         .bind(cutoff)
         .bind(STUCK_LIMIT)
-        .fetch_all(&db.pool)
+        .fetch_all(&db.pool);
+    let rows = db
+        .bounded(read)
         .await
         .map_err(|e| query_error(db, "console_stuck", e))?;
     let mut records = decode_all(&rows, stuck_row)?;

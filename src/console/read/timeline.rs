@@ -146,6 +146,12 @@ impl Timeline {
                 u.lines, u.reason, u.first
             ));
         }
+        for s in &read.skipped {
+            self.warn(format!(
+                "log files not read in full: {} — {} time(s), the first {}",
+                s.reason, s.count, s.first
+            ));
+        }
         self.found |= !read.lines.is_empty();
         self.entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
     }

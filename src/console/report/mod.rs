@@ -172,11 +172,13 @@ async fn timeline_of(
 /// The orders a window report is about: every order created in it (counted), the first
 /// [`MAX_ORDERS`] traced.
 async fn orders_in(db: &Database, since_ms: i64, until_ms: i64) -> anyhow::Result<Vec<String>> {
-    let rows = sqlx::query(db.sql("report_orders"))
+    let read = sqlx::query(db.sql("report_orders"))
         .bind(since_ms)
         .bind(until_ms)
         .bind(i64::MAX / 2)
-        .fetch_all(&db.pool)
+        .fetch_all(&db.pool);
+    let rows = db
+        .bounded(read)
         .await
         .map_err(|e| records::query_error(db, "report_orders", e))?;
     Ok(rows
@@ -298,19 +300,13 @@ fn rate_minutes(scope: &ReportScope, traced: &Traced, now: i64) -> RateTable {
 
 /// Build the report (reads the database and both topics; bounded).
 pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<IncidentReport> {
-    let mut c = config.clone();
-    c.database.max_connections = c.database.max_connections.min(4);
-    let db = Database::connect_for_reads(&c).await?;
+    let db = crate::console::read::sources::connect_database(config).await?;
     let now = now_ms();
     let mut errors = Vec::new();
     let traced = trace_scope(config, &db, scope, now, &mut errors).await?;
     let (since_ms, until_ms) = (traced.since_ms, traced.until_ms);
-    let mut leaks = leaks(&db, since_ms, until_ms)
-        .await
-        .map_err(|e| records::query_error(&db, "report_leaks_*", e))?;
-    let mut contradictions = contradictions(&db, since_ms, until_ms)
-        .await
-        .map_err(|e| records::query_error(&db, "report_contradictions", e))?;
+    let mut leaks = leaks(&db, since_ms, until_ms).await?;
+    let mut contradictions = contradictions(&db, since_ms, until_ms).await?;
     let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
     operator_actions.reverse(); // oldest first, as a timeline
     mask_audited_states(&mut operator_actions, &crate::mask::Mask::of(config));

@@ -65,7 +65,12 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     let down: Vec<BackendId> = BackendId::ALL
         .iter()
         .copied()
-        .filter(|b| matches!(app.stores.backends[b].health, Health::Down(_)))
+        .filter(|b| {
+            matches!(
+                app.stores.backends[b].health,
+                Health::Down(_) | Health::Slow(_)
+            )
+        })
         .collect();
     let [header, status, alerts, body, footer] = Layout::vertical([
         Constraint::Length(1),
@@ -240,6 +245,11 @@ fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
                 "connecting".to_string(),
             ),
             Health::Degraded(_) => ("◐", Style::new().fg(Color::Yellow), "degraded".to_string()),
+            Health::Slow(_) => (
+                "◐",
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+                "SLOW".to_string(),
+            ),
             Health::Down(_) => (
                 "●",
                 Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
@@ -253,7 +263,7 @@ fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
             let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
             spans.push(Span::styled(format!(" {weak}"), red));
         }
-        if let (Health::Down(_), Some(t)) = (&s.health, s.last_ok_ms) {
+        if let (Health::Down(_) | Health::Slow(_), Some(t)) = (&s.health, s.last_ok_ms) {
             spans.push(Span::styled(format!(" (data {} old)", age(now - t)), DIM));
         }
         spans.push(Span::raw("  "));
@@ -267,27 +277,30 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
         .iter()
         .map(|b| {
             let s = &app.stores.backends[b];
-            let err = if let Health::Down(e) = &s.health {
-                e.as_str()
+            let (err, word, colour) = match &s.health {
+                Health::Down(e) => (e.as_str(), "DOWN", Color::Red),
+                Health::Slow(e) => (e.as_str(), "SLOW", Color::Yellow),
+                _ => ("", "", Color::Red),
+            };
+            let on = if colour == Color::Red {
+                Color::White
             } else {
-                ""
+                Color::Black
             };
             let last = s.last_ok_ms.map_or("no data yet".to_string(), |t| {
                 format!("last good data {} ago", age(now - t))
             });
             Line::from(vec![
                 Span::styled(
-                    format!(" {} DOWN ", b.name()),
-                    Style::new()
-                        .bg(Color::Red)
-                        .fg(Color::White)
-                        .add_modifier(Modifier::BOLD),
+                    format!(" {} {word} ", b.name()),
+                    Style::new().bg(colour).fg(on).add_modifier(Modifier::BOLD),
                 ),
                 // An error that says what to do first (a database without the schema: "run
                 // `idemguard migrate`: the database … has no schema") is shown first — it names
                 // the database itself — so a narrow terminal cuts the rest, not the remedy.
                 Span::styled(
-                    if err.starts_with("run `") {
+                    // So is a slow read's reason: the table it waits for and where to look.
+                    if err.starts_with("run `") || word == "SLOW" {
                         format!(" {} · {last}", shown(err))
                     } else {
                         format!(
@@ -296,7 +309,7 @@ fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
                             shown(err)
                         )
                     },
-                    Style::new().fg(Color::Red),
+                    Style::new().fg(colour),
                 ),
             ])
         })

@@ -33,6 +33,9 @@ pub enum Health {
     Up,
     /// Answering, but part of it is not (a RedLock node).
     Degraded(String),
+    /// Connected, but a read has not answered for a while or was ended for taking too long
+    /// (a table locked by another session): why, and where to look.
+    Slow(String),
     Down(String),
 }
 
@@ -271,6 +274,17 @@ impl Stores {
             Update::PaymentTopic { progress, lag } => {
                 self.apply_payment_topic(backend, progress, lag)
             }
+            Update::Slow { reason, .. } => {
+                let s = self
+                    .backends
+                    .get_mut(&backend)
+                    .expect("every backend has a state");
+                match reason {
+                    Some(why) => s.health = Health::Slow(why),
+                    None if matches!(s.health, Health::Slow(_)) => s.health = Health::Up,
+                    None => {}
+                }
+            }
             Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => {}
         }
         if let Some(view) = table {
@@ -323,12 +337,17 @@ impl Stores {
         }
     }
 
+    /// `b` delivered good data. A slow backend stays slow: one read answering says nothing of
+    /// the others (a locked table's reads still time out); a round that answered in time clears
+    /// it ([`Update::Slow`]).
     fn ok(&mut self, b: BackendId) {
         let s = self
             .backends
             .get_mut(&b)
             .expect("every backend has a state");
-        s.health = Health::Up;
+        if !matches!(s.health, Health::Slow(_)) {
+            s.health = Health::Up;
+        }
         s.last_ok_ms = Some(now_ms());
     }
 
