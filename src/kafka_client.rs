@@ -8,7 +8,8 @@
 //! retries for ever, logging. [`preflight`] asks the brokers for their metadata once, bounded,
 //! with a context that keeps what librdkafka reported, and turns a refusal into one sentence
 //! that says which it is and the setting to fix — `serve`, `consume` and `doctor` call it
-//! before they rely on the brokers.
+//! before they rely on the brokers, the console's reads when one failed
+//! ([`explain_read_failure`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -231,6 +232,16 @@ pub async fn explain_failure(kafka: &KafkaConfig, error: &str, reported: &[Strin
             "kafka {servers}: {error}{last} (is the broker running? `scripts/stack up` starts the local one)"
         ),
         refused: false,
+    }
+}
+
+/// The sentence for a read that failed against the brokers: when they refuse our TLS or SASL
+/// (asked once more by [`preflight`], within 5 s), that refusal and the setting to fix — a
+/// reader's own error says only that a transport failed; otherwise the read's `error` as it was.
+pub async fn explain_read_failure(kafka: &KafkaConfig, error: String) -> String {
+    match preflight(kafka, Duration::from_secs(5)).await {
+        Err(e) if e.refused => e.message,
+        _ => error,
     }
 }
 

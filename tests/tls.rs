@@ -431,6 +431,7 @@ fn redis_refusals() -> Vec<Refused> {
 
 /// `consume` on the brokers behind stunnel: another CA, 127.0.0.2, plaintext, no client
 /// certificate; and a SASL login tansu refuses (it stores no SCRAM credential: every login is).
+/// A `trace` reads the topics through readers of its own: its plaintext refusal is said too.
 fn kafka_refusals() -> Vec<Refused> {
     let kafka = |what: &str, env: Vec<(&'static str, String)>, says| Refused {
         what: format!("kafka {what}"),
@@ -482,9 +483,15 @@ fn kafka_refusals() -> Vec<Refused> {
         ),
         kafka(
             "plaintext",
-            plaintext,
+            plaintext.clone(),
             ["refuses unencrypted connections", "kafka.security_protocol"],
         ),
+        Refused {
+            what: "kafka plaintext, as the console's trace reads".into(),
+            args: &["trace", "ORD-TLS-REFUSED"],
+            env: plaintext.clone(),
+            says: ["refuses unencrypted connections", "kafka.security_protocol"],
+        },
         kafka(
             "no client certificate",
             no_client,

@@ -160,14 +160,16 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
 /// The client context of the console's readers. A reader that asks to learn where a partition
 /// ends (`enable.partition.eof`) gets [`KafkaError::PartitionEOF`] from `poll` and uses it; the
 /// client library reports the same event to the context's error callback too, whose default
-/// logs it as an ERROR — a line on stderr on every `trace`. Every other error is logged as the
-/// default does.
+/// logs it as an ERROR — a line on stderr on every `trace`. The other errors (brokers down, a
+/// refused handshake) come back from the read that met them, which says them once, with the
+/// refusal explained ([`crate::kafka_client::explain_read_failure`]); repeated here as ERRORs
+/// they were a screen of `AllBrokersDown` before the answer, so they go to the debug log.
 pub struct ReaderContext;
 
 impl rdkafka::ClientContext for ReaderContext {
     fn error(&self, error: KafkaError, reason: &str) {
         if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
-            tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+            tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
         }
     }
 }

@@ -177,7 +177,8 @@ pub async fn read_trace(
             let (payments, log, c) =
                 bounded::read_topics_for(config, target, rows.as_ref(), window, &never).await;
             cost = Some(c);
-            let (trace_error, payment_error) = (failed(&log), failed(&payments));
+            let (trace_error, payment_error) =
+                explained(config, failed(&log), failed(&payments)).await;
             read = (payments.unwrap_or_default(), log.unwrap_or_default());
             let status = |b, error| BackendStatus::of(config, b, t_kafka, error);
             // No trace topic is a configuration, not a failure: the timeline says so instead.
@@ -275,6 +276,23 @@ async fn reread_rows(
 
 fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {
     r.as_ref().err().map(|e| format!("{e:#}"))
+}
+
+/// The topic reads' errors, said as the brokers' refusal of our TLS or SASL when they refused
+/// (one question to the brokers for both).
+async fn explained(
+    config: &Config,
+    trace: Option<String>,
+    payments: Option<String>,
+) -> (Option<String>, Option<String>) {
+    let Some(first) = trace.clone().or_else(|| payments.clone()) else {
+        return (None, None);
+    };
+    let said = crate::kafka_client::explain_read_failure(&config.kafka, first.clone()).await;
+    if said == first {
+        return (trace, payments);
+    }
+    (trace.map(|_| said.clone()), payments.map(|_| said))
 }
 
 /// The lock and fast-path keys of the order and the request (idemguard's own and those the

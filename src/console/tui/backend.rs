@@ -938,7 +938,10 @@ async fn topic_task(
                     },
                 }
             }
-            Err(e) => topic_error(kind, e),
+            Err(e) => {
+                let e = crate::kafka_client::explain_read_failure(&config.kafka, e).await;
+                topic_error(kind, e)
+            }
         };
         if tx.send(u).await.is_err() || !next_round(&mut focus, f.refresh, &cancel).await {
             break;
