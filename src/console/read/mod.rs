@@ -18,6 +18,7 @@
 //!   the pure findings of the Overview.
 
 pub mod bounded;
+pub mod idle;
 pub mod locks;
 pub mod logs;
 pub mod overview;
