@@ -212,6 +212,17 @@ fn the_readme_commands_work_as_written() {
         panic!("something already listens on 127.0.0.1:8080, where the README starts the order service (an `idemguard serve` left running?) — stop it and rerun");
     }
 
+    // ---- the release binary the demo and the README run --------------------------------------
+    // Built first, with a bound of its own: on a fresh clone it compiles every dependency
+    // optimized, the vendored OpenSSL and librdkafka among them (20 minutes on two busy cores),
+    // and the bounds below are for the commands themselves.
+    let (ok, _, err) = run_bash(
+        "cargo build --release --locked --bin idemguard",
+        &repo(),
+        Duration::from_secs(2700),
+    );
+    assert!(ok, "the release build failed:\n{}", tail(&err, 40));
+
     // ---- the demo, headless -------------------------------------------------------------------
     let (ok, out, err) = run_bash("scripts/demo --no-tui", &repo(), Duration::from_secs(1200));
     assert!(ok, "`scripts/demo --no-tui` failed:\n{}", tail(&err, 40));
