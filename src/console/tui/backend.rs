@@ -1170,6 +1170,7 @@ impl Reader<'_> {
         let mut payments: Vec<PaymentMessage> = Vec::new();
         let mut first: Option<std::time::Instant> = None;
         while !stop.is_cancelled() {
+            let mut caught_up = false;
             if focus.borrow().paused {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
@@ -1217,14 +1218,14 @@ impl Reader<'_> {
                             }
                         }
                     }
-                    if remaining.is_empty() {
-                        self.live.done.store(true, Ordering::Release);
-                    }
+                    caught_up = remaining.is_empty();
                 }
             }
+            // Caught up: what is in hand goes now, and only then is the catch-up said done — the
+            // Rates view counts from what was sent, and must not say "done" short of it.
             let due = events.len() >= BATCH
                 || payments.len() >= BATCH
-                || first.is_some_and(|t| t.elapsed() >= flush_after);
+                || first.is_some_and(|t| caught_up || t.elapsed() >= flush_after);
             if due {
                 first = None;
                 if !events.is_empty()
@@ -1252,6 +1253,9 @@ impl Reader<'_> {
                 {
                     return;
                 }
+            }
+            if caught_up {
+                self.live.done.store(true, Ordering::Release);
             }
         }
     }
