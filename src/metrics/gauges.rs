@@ -1,0 +1,92 @@
+//! The gauges a query computes, refreshed by `serve` on an interval: PROCESSING records and
+//! unpublished outbox rows (count and oldest age, on `metrics.refresh_interval`), and the
+//! duplicates that got through (`metrics.leak_check_interval`).
+//!
+//! The leak gauge runs the Overview's own leak queries (`queries/<dialect>/report_leaks_*.sql`
+//! through [`crate::console::read::overview::leaks`]) over the rows created in the last
+//! `metrics.leak_window`, which the `created_at` indexes bound. Every `serve` instance runs
+//! them: the statements are bounded reads, and the alert rules take the `max` over instances,
+//! so N instances cost N small reads per interval and never N alerts.
+
+use std::time::Duration;
+
+use sqlx::Row;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::MetricsConfig;
+use crate::db::Database;
+
+/// The tables the leak queries read (their `tbl` column).
+const LEAK_TABLES: [&str; 5] = [
+    "order_record",
+    "stock_movement",
+    "payment_flow",
+    "points_ledger",
+    "notification",
+];
+
+/// Refreshes the gauges until `stop`.
+pub fn spawn(
+    db: Database,
+    config: MetricsConfig,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut counts = tokio::time::interval(config.refresh_interval);
+        let mut leaks = tokio::time::interval(config.leak_check_interval);
+        for t in [&mut counts, &mut leaks] {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        loop {
+            let refreshed = tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = counts.tick() => refresh_counts(&db).await,
+                _ = leaks.tick() => refresh_leaks(&db, config.leak_window).await,
+            };
+            if let Err(e) = refreshed {
+                super::global().gauge_refresh_failures.inc();
+                tracing::warn!(error = %format!("{e:#}"), "a metrics gauge was not refreshed");
+            }
+        }
+    })
+}
+
+/// PROCESSING records and unpublished outbox rows, with the oldest one's age.
+pub async fn refresh_counts(db: &Database) -> anyhow::Result<()> {
+    let m = super::global();
+    let now = crate::contracts::now_ms();
+    let (n, oldest) = count_and_oldest(db, "metrics_processing").await?;
+    m.processing_records.set(n);
+    m.processing_oldest_seconds.set(age_seconds(now, oldest));
+    let (n, oldest) = count_and_oldest(db, "metrics_outbox_pending").await?;
+    m.outbox_pending_rows.set(n);
+    m.outbox_oldest_seconds.set(age_seconds(now, oldest));
+    Ok(())
+}
+
+async fn count_and_oldest(db: &Database, name: &str) -> anyhow::Result<(i64, Option<i64>)> {
+    let row = db
+        .bounded(sqlx::query(db.sql(name)).fetch_one(&db.pool))
+        .await
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    Ok((row.try_get("n")?, row.try_get("oldest")?))
+}
+
+fn age_seconds(now_ms: i64, oldest_ms: Option<i64>) -> f64 {
+    oldest_ms.map_or(0.0, |t| (now_ms - t).max(0) as f64 / 1000.0)
+}
+
+/// The leak gauge, one series per table (0 when the window holds none).
+pub async fn refresh_leaks(db: &Database, window: Duration) -> anyhow::Result<()> {
+    let until = crate::contracts::now_ms() + 1;
+    let since = until - window.as_millis() as i64;
+    let found = crate::console::read::overview::leaks(db, since, until).await?;
+    for table in LEAK_TABLES {
+        let n = found.iter().filter(|l| l.table == table).count();
+        super::global()
+            .leaks
+            .get_or_create(&super::TableLabels { table })
+            .set(n as i64);
+    }
+    Ok(())
+}
