@@ -1305,7 +1305,9 @@ impl Config {
             ));
         }
         let m = &self.metrics;
-        if m.refresh_interval.is_zero() || m.leak_check_interval.is_zero() || m.leak_window.is_zero()
+        if m.refresh_interval.is_zero()
+            || m.leak_check_interval.is_zero()
+            || m.leak_window.is_zero()
         {
             return Err(err(
                 "metrics.leak_check_interval",

@@ -695,6 +695,9 @@ async fn consume(
     let instance = Instance::current();
     let db = Database::connect(&config).await?;
     let tracer = Tracer::from_config(&config, &instance)?;
+    let metrics_group = group
+        .clone()
+        .unwrap_or_else(|| config.kafka.consumer_group.clone());
     let options = ConsumeOptions {
         crash_after_db_commit,
         group,
@@ -702,7 +705,8 @@ async fn consume(
     idemguard::kafka_client::stop_on_refusal(&config.kafka).await?;
     let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
     let shutdown = CancellationToken::new();
-    let metrics = idemguard::metrics::exposition::start_consume(&config.metrics, &shutdown).await?;
+    let metrics =
+        idemguard::metrics::exposition::start_consume(&config, &metrics_group, &shutdown).await?;
     if let Some(m) = &metrics {
         println!("idemguard consume: metrics on http://{}/metrics", m.addr);
     }

@@ -3,17 +3,19 @@
 
 use std::net::SocketAddr;
 
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::MetricsConfig;
+use crate::config::{Config, MetricsConfig};
 use crate::db::Database;
 
-/// The content type of prometheus-client's encoder (OpenMetrics text).
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of prometheus-client's encoder, for a scraper that asks for it.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text format, for every other reader (`promtool check metrics`, curl).
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A running exposition: its address and the tasks that end when `stop` is cancelled.
 pub struct Exposition {
@@ -45,15 +47,25 @@ pub async fn start_serve(
     Ok(Some(exposition))
 }
 
-/// `consume`'s exposition when `metrics.listen` is set (its metrics are counted as it works).
+/// `consume`'s exposition when `metrics.listen` is set, with the group's lag on `topic`.
 pub async fn start_consume(
-    config: &MetricsConfig,
+    config: &Config,
+    group: &str,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Exposition>> {
-    if config.listen.is_empty() {
+    if config.metrics.listen.is_empty() {
         return Ok(None);
     }
-    Ok(Some(start(&config.listen, stop.clone()).await?))
+    let mut exposition = start(&config.metrics.listen, stop.clone()).await?;
+    let lag = super::gauges::spawn_lag(
+        config.kafka.clone(),
+        group.to_string(),
+        config.kafka.payment_topic.clone(),
+        config.metrics.refresh_interval,
+        stop.clone(),
+    );
+    exposition.tasks.push(lag);
+    Ok(Some(exposition))
 }
 
 /// Serves `/metrics` on `listen` until `stop`.
@@ -78,9 +90,44 @@ pub async fn start(listen: &str, stop: CancellationToken) -> anyhow::Result<Expo
     })
 }
 
-async fn metrics() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        super::global().encode(),
-    )
+/// OpenMetrics when the scraper accepts it (Prometheus does), else the Prometheus text format.
+async fn metrics(headers: HeaderMap) -> impl IntoResponse {
+    let openmetrics = headers.get_all(header::ACCEPT).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.contains("application/openmetrics-text"))
+    });
+    let text = super::global().encode();
+    if openmetrics {
+        ([(header::CONTENT_TYPE, OPENMETRICS)], text)
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            prometheus_text(&text),
+        )
+    }
+}
+
+/// OpenMetrics text as the Prometheus text format: a counter's family is named with its
+/// `_total` suffix there, and the `# UNIT` and `# EOF` lines do not exist.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }

@@ -51,6 +51,53 @@ pub fn spawn(
     })
 }
 
+/// `consume`'s lag gauge: the group's lag on every partition of `topic`, until `stop`. Each
+/// member reads every partition (the committed offsets are the group's): the alert takes `max`.
+pub fn spawn_lag(
+    kafka: crate::config::KafkaConfig,
+    group: String,
+    topic: String,
+    every: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let (k, g, t) = (kafka.clone(), group.clone(), topic.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                crate::stream::lag::consumer_lag(&k, &g, &t, Duration::from_secs(5))
+            })
+            .await;
+            match read {
+                Ok(Ok(lags)) => {
+                    for l in lags {
+                        let labels = super::PartitionLabels {
+                            topic: l.topic,
+                            partition: l.partition,
+                        };
+                        super::global()
+                            .consumer_lag
+                            .get_or_create(&labels)
+                            .set(l.lag);
+                    }
+                }
+                Ok(Err(e)) => {
+                    super::global().gauge_refresh_failures.inc();
+                    tracing::warn!(error = %format!("{e:#}"), "the consumer lag gauge was not refreshed");
+                }
+                Err(_) => {
+                    super::global().gauge_refresh_failures.inc();
+                }
+            }
+        }
+    })
+}
+
 /// PROCESSING records and unpublished outbox rows, with the oldest one's age.
 pub async fn refresh_counts(db: &Database) -> anyhow::Result<()> {
     let m = super::global();

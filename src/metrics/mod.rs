@@ -57,7 +57,88 @@ pub struct TableLabels {
     pub table: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub topic: String,
+    pub partition: i32,
+}
+
 type Seconds = Gauge<f64, AtomicU64>;
+
+/// The outcomes of each layer, created at zero when the process starts: a rate over a series
+/// that does not exist yet is no data, not 0, and an alert on it could never be tested.
+const OUTCOMES: &[(Layer, &[Outcome])] = &[
+    (
+        Layer::Api,
+        &[
+            Outcome::Claimed,
+            Outcome::Replayed,
+            Outcome::InFlightRejected,
+            Outcome::PayloadMismatch,
+            Outcome::KeyRejected,
+            Outcome::Reclaimed,
+            Outcome::AnsweredFromOrders,
+            Outcome::Finalized,
+        ],
+    ),
+    (
+        Layer::Lock,
+        &[
+            Outcome::LockAcquired,
+            Outcome::LockContended,
+            Outcome::LockRenewed,
+            Outcome::LockLost,
+            Outcome::LockReleased,
+            Outcome::LockReleaseRefused,
+        ],
+    ),
+    (
+        Layer::Db,
+        &[
+            Outcome::OrderCreated,
+            Outcome::UniqueViolationReplayed,
+            Outcome::StockRejected,
+            Outcome::TransitionApplied,
+            Outcome::TransitionAlreadyApplied,
+            Outcome::TransitionRejected,
+            Outcome::FenceRejected,
+            Outcome::PaymentRecorded,
+            Outcome::DuplicatePayment,
+            Outcome::PayNoConflict,
+            Outcome::EventPublished,
+        ],
+    ),
+    (
+        Layer::Stream,
+        &[
+            Outcome::DedupHit,
+            Outcome::SinkApplied,
+            Outcome::SinkDuplicate,
+            Outcome::Dlq,
+        ],
+    ),
+];
+
+/// The API's routes and outcomes ([`crate::api::metered`]), created at zero likewise.
+pub const API_ROUTES: [&str; 5] = [
+    "create_order",
+    "payment_callback",
+    "get_order",
+    "healthz",
+    "other",
+];
+pub const API_OUTCOMES: [&str; 10] = [
+    "created",
+    "ok",
+    "replayed",
+    "in_flight_rejected",
+    "key_reused",
+    "business_refusal",
+    "not_found",
+    "bad_input",
+    "abandoned",
+    "error",
+];
 
 /// Every metric of the process. Cheap to update from any thread (atomics).
 pub struct Metrics {
@@ -76,6 +157,7 @@ pub struct Metrics {
     pub outbox_pending_rows: Gauge,
     pub outbox_oldest_seconds: Seconds,
     pub leaks: Family<TableLabels, Gauge>,
+    pub consumer_lag: Family<PartitionLabels, Gauge>,
     pub gauge_refresh_failures: Counter,
 }
 
@@ -102,8 +184,24 @@ impl Metrics {
             outbox_pending_rows: Gauge::default(),
             outbox_oldest_seconds: Seconds::default(),
             leaks: Family::default(),
+            consumer_lag: Family::default(),
             gauge_refresh_failures: Counter::default(),
         };
+        for (layer, outcomes) in OUTCOMES {
+            for outcome in *outcomes {
+                let labels = DecisionLabels {
+                    layer: layer.as_str(),
+                    outcome: outcome.as_str(),
+                };
+                m.decisions.get_or_create(&labels);
+            }
+        }
+        for route in API_ROUTES {
+            for outcome in API_OUTCOMES {
+                m.api_requests
+                    .get_or_create(&RequestLabels { route, outcome });
+            }
+        }
         m.register()
     }
 
@@ -111,19 +209,70 @@ impl Metrics {
         let r = &mut self.registry;
         r.register("decisions", "Decisions of every layer by layer and outcome, named as the trace events' (lock_contended, fence_rejected, dedup_hit, dlq, ...)", self.decisions.clone());
         r.register("api_requests", "Requests answered by the API, by route and outcome (created, replayed, in_flight_rejected, key_reused, bad_input, business_refusal, abandoned, not_found, ok)", self.api_requests.clone());
-        r.register_with_unit("api_request_duration", "Time to answer a request, by route", Unit::Seconds, self.api_request_seconds.clone());
-        r.register_with_unit("lock_acquire_duration", "Time to acquire a lock, by outcome (lock_acquired, lock_contended)", Unit::Seconds, self.lock_acquire_seconds.clone());
-        r.register_with_unit("lock_held_duration", "Time a lock was held, from acquisition to release", Unit::Seconds, self.lock_held_seconds.clone());
-        r.register("consumer_batch_messages", "Messages per batch applied by the consumer", self.consumer_batch_messages.clone());
-        r.register_with_unit("consumer_batch_duration", "Time to apply a batch, from the batch in hand to its database commit", Unit::Seconds, self.consumer_batch_seconds.clone());
+        r.register_with_unit(
+            "api_request_duration",
+            "Time to answer a request, by route",
+            Unit::Seconds,
+            self.api_request_seconds.clone(),
+        );
+        r.register_with_unit(
+            "lock_acquire_duration",
+            "Time to acquire a lock, by outcome (lock_acquired, lock_contended)",
+            Unit::Seconds,
+            self.lock_acquire_seconds.clone(),
+        );
+        r.register_with_unit(
+            "lock_held_duration",
+            "Time a lock was held, from acquisition to release",
+            Unit::Seconds,
+            self.lock_held_seconds.clone(),
+        );
+        r.register(
+            "consumer_batch_messages",
+            "Messages per batch applied by the consumer",
+            self.consumer_batch_messages.clone(),
+        );
+        r.register_with_unit(
+            "consumer_batch_duration",
+            "Time to apply a batch, from the batch in hand to its database commit",
+            Unit::Seconds,
+            self.consumer_batch_seconds.clone(),
+        );
         r.register("consumer_offset_commit_failures", "Offset commits the broker refused (the consumer stops; the batches since are redelivered)", self.consumer_commit_failures.clone());
-        r.register("dlq_publish_failures", "Poison messages the consumer could not publish to the DLQ (the batch is retried)", self.dlq_publish_failures.clone());
-        r.register("processing_records", "Idempotency records PROCESSING now", self.processing_records.clone());
-        r.register_with_unit("processing_oldest_age", "Age of the oldest PROCESSING idempotency record (0 when none)", Unit::Seconds, self.processing_oldest_seconds.clone());
-        r.register("outbox_pending_rows", "Outbox rows the relay has not published yet", self.outbox_pending_rows.clone());
-        r.register_with_unit("outbox_oldest_pending_age", "Age of the oldest unpublished outbox row (0 when none)", Unit::Seconds, self.outbox_oldest_seconds.clone());
+        r.register(
+            "dlq_publish_failures",
+            "Poison messages the consumer could not publish to the DLQ (the batch is retried)",
+            self.dlq_publish_failures.clone(),
+        );
+        r.register(
+            "processing_records",
+            "Idempotency records PROCESSING now",
+            self.processing_records.clone(),
+        );
+        r.register_with_unit(
+            "processing_oldest_age",
+            "Age of the oldest PROCESSING idempotency record (0 when none)",
+            Unit::Seconds,
+            self.processing_oldest_seconds.clone(),
+        );
+        r.register(
+            "outbox_pending_rows",
+            "Outbox rows the relay has not published yet",
+            self.outbox_pending_rows.clone(),
+        );
+        r.register_with_unit(
+            "outbox_oldest_pending_age",
+            "Age of the oldest unpublished outbox row (0 when none)",
+            Unit::Seconds,
+            self.outbox_oldest_seconds.clone(),
+        );
         r.register("leaks", "Duplicates that got through: keys with two effects (two orders for one requestId, two payments for one order, ...) among the rows created in metrics.leak_window, by table", self.leaks.clone());
-        r.register("gauge_refresh_failures", "Refreshes of the query-backed gauges that failed (the gauges keep their last value)", self.gauge_refresh_failures.clone());
+        r.register("consumer_lag_messages", "Messages of the payment topic not yet committed by the consumer's group, by topic and partition", self.consumer_lag.clone());
+        r.register(
+            "metrics_refresh_failures",
+            "Refreshes of the query-backed gauges that failed (the gauges keep their last value)",
+            self.gauge_refresh_failures.clone(),
+        );
         self
     }
 
