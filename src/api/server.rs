@@ -605,7 +605,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
             replays.flush(&db).await;
         })
     };
-    let metrics = crate::metrics::exposition::start_serve(&config.metrics, &db, &shutdown).await?;
+    let metrics = crate::metrics::exposition::start_serve(&config, &db, &shutdown).await?;
     let metrics_addr = metrics.as_ref().map(|m| m.addr);
     let app = router(state);
     let stop = shutdown.clone();

@@ -9,8 +9,9 @@ use axum::routing::get;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, MetricsConfig};
+use crate::config::Config;
 use crate::db::Database;
+use crate::lock::LockInspector;
 
 /// The content type of prometheus-client's encoder, for a scraper that asks for it.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -34,15 +35,16 @@ impl Exposition {
 
 /// `serve`'s exposition when `metrics.listen` is set, with the query-backed gauges.
 pub async fn start_serve(
-    config: &MetricsConfig,
+    config: &Config,
     db: &Database,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Exposition>> {
-    if config.listen.is_empty() {
+    if config.metrics.listen.is_empty() {
         return Ok(None);
     }
-    let mut exposition = start(&config.listen, stop.clone()).await?;
-    let gauges = super::gauges::spawn(db.clone(), config.clone(), stop.clone());
+    let inspector = LockInspector::from_config(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut exposition = start(&config.metrics.listen, stop.clone()).await?;
+    let gauges = super::gauges::spawn(db.clone(), inspector, config.metrics.clone(), stop.clone());
     exposition.tasks.push(gauges);
     Ok(Some(exposition))
 }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MetricsConfig;
 use crate::db::Database;
+use crate::lock::{LockFlag, LockInspector};
 
 /// The tables the leak queries read (their `tbl` column).
 const LEAK_TABLES: [&str; 5] = [
@@ -25,9 +26,13 @@ const LEAK_TABLES: [&str; 5] = [
     "notification",
 ];
 
+/// Lock keys read per node for the flag gauge, as the Locks view's scan.
+const LOCK_SCAN_LIMIT: usize = 10_000;
+
 /// Refreshes the gauges until `stop`.
 pub fn spawn(
     db: Database,
+    inspector: LockInspector,
     config: MetricsConfig,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -41,7 +46,10 @@ pub fn spawn(
             let refreshed = tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = counts.tick() => refresh_counts(&db).await,
-                _ = leaks.tick() => refresh_leaks(&db, config.leak_window).await,
+                _ = leaks.tick() => {
+                    refresh_locks(&inspector).await;
+                    refresh_leaks(&db, config.leak_window).await
+                }
             };
             if let Err(e) = refreshed {
                 super::global().gauge_refresh_failures.inc();
@@ -121,6 +129,34 @@ async fn count_and_oldest(db: &Database, name: &str) -> anyhow::Result<(i64, Opt
 
 fn age_seconds(now_ms: i64, oldest_ms: Option<i64>) -> f64 {
     oldest_ms.map_or(0.0, |t| (now_ms - t).max(0) as f64 / 1000.0)
+}
+
+/// The lock flag gauge, one series per flag: what the Locks view (`idemguard locks`) flags.
+pub async fn refresh_locks(inspector: &LockInspector) {
+    let scan = inspector.scan(LOCK_SCAN_LIMIT).await;
+    if !scan.all_nodes_ok() {
+        super::global().gauge_refresh_failures.inc();
+    }
+    for flag in [
+        LockFlag::NoTtl,
+        LockFlag::DeadOwner,
+        LockFlag::Undecodable,
+        LockFlag::NoQuorum,
+        LockFlag::OtherType,
+    ] {
+        let n = scan
+            .locks
+            .iter()
+            .filter(|l| l.flags.contains(&flag))
+            .count();
+        let labels = super::FlagLabels {
+            flag: flag.as_str(),
+        };
+        super::global()
+            .locks_flagged
+            .get_or_create(&labels)
+            .set(n as i64);
+    }
 }
 
 /// The leak gauge, one series per table (0 when the window holds none).

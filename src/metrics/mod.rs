@@ -63,6 +63,11 @@ pub struct PartitionLabels {
     pub partition: i32,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlagLabels {
+    pub flag: &'static str,
+}
+
 type Seconds = Gauge<f64, AtomicU64>;
 
 /// The outcomes of each layer, created at zero when the process starts: a rate over a series
@@ -158,6 +163,7 @@ pub struct Metrics {
     pub outbox_oldest_seconds: Seconds,
     pub leaks: Family<TableLabels, Gauge>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
+    pub locks_flagged: Family<FlagLabels, Gauge>,
     pub gauge_refresh_failures: Counter,
 }
 
@@ -185,6 +191,7 @@ impl Metrics {
             outbox_oldest_seconds: Seconds::default(),
             leaks: Family::default(),
             consumer_lag: Family::default(),
+            locks_flagged: Family::default(),
             gauge_refresh_failures: Counter::default(),
         };
         for (layer, outcomes) in OUTCOMES {
@@ -193,12 +200,13 @@ impl Metrics {
                     layer: layer.as_str(),
                     outcome: outcome.as_str(),
                 };
-                m.decisions.get_or_create(&labels);
+                let _ = m.decisions.get_or_create(&labels);
             }
         }
         for route in API_ROUTES {
             for outcome in API_OUTCOMES {
-                m.api_requests
+                let _ = m
+                    .api_requests
                     .get_or_create(&RequestLabels { route, outcome });
             }
         }
@@ -268,6 +276,7 @@ impl Metrics {
         );
         r.register("leaks", "Duplicates that got through: keys with two effects (two orders for one requestId, two payments for one order, ...) among the rows created in metrics.leak_window, by table", self.leaks.clone());
         r.register("consumer_lag_messages", "Messages of the payment topic not yet committed by the consumer's group, by topic and partition", self.consumer_lag.clone());
+        r.register("locks_flagged", "Locks on the lock nodes with something wrong, by flag (no_ttl, dead_owner, undecodable, no_quorum, other_type), as the Locks view shows them", self.locks_flagged.clone());
         r.register(
             "metrics_refresh_failures",
             "Refreshes of the query-backed gauges that failed (the gauges keep their last value)",
