@@ -85,7 +85,7 @@ pub async fn start(listen: &str, stop: CancellationToken) -> anyhow::Result<Expo
             tracing::warn!(error = %e, "the /metrics listener stopped");
         }
     });
-    tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    tracing::info!(%addr, "serving /metrics");
     Ok(Exposition {
         addr,
         tasks: vec![done],

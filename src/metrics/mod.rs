@@ -309,6 +309,16 @@ impl Metrics {
         }
     }
 
+    /// Payment events the consumer applied (its sinks written), counted as the trace's
+    /// `sink_applied` outcome of the stream layer.
+    pub fn applied(&self, n: u64) {
+        let labels = DecisionLabels {
+            layer: Layer::Stream.as_str(),
+            outcome: Outcome::SinkApplied.as_str(),
+        };
+        self.decisions.get_or_create(&labels).inc_by(n);
+    }
+
     /// One answered API request.
     pub fn api_request(&self, route: &'static str, outcome: &'static str, took: Duration) {
         self.api_requests

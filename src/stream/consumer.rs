@@ -685,6 +685,8 @@ impl PaymentConsumer {
             self.stats
                 .applied
                 .fetch_add(applied as u64, Ordering::Relaxed);
+            // Applied events are not traced one by one; the metric says the trace's word.
+            crate::metrics::global().applied(applied as u64);
             self.report_sink("points_ledger", &effects, &points);
             let notes = notes?;
             self.report_sink("notification", &effects, &notes);
