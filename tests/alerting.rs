@@ -2,7 +2,7 @@
 //! and unit-tests every rule of config/prometheus/; a real `serve` and `consume` expose metrics
 //! promtool lints; and a real Prometheus (Debian's, started here on a free port with its own
 //! data directory) scrapes both during a few orders, replays and payments, until every
-//! expression of the rules returns data and the counters agree with what was sent.
+//! expression of the rules and of the dashboard (config/grafana/) returns data and the counters agree with what was sent.
 //! promtool and prometheus come from `scripts/stack up` (Debian's `prometheus` package).
 
 mod common;
@@ -27,6 +27,7 @@ const RULE_TESTS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/config/prometheus/idemguard.rules.test.yml"
 );
+const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/grafana/idemguard.json");
 /// How long the real Prometheus may take to hold data for every expression.
 const SCRAPE_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -99,6 +100,25 @@ fn every_rule_is_valid_has_a_runbook_and_is_unit_tested() {
             "{alert} is tested firing and quiet ({cases} cases)"
         );
     }
+}
+
+/// Every `expr` of the dashboard's panels.
+fn dashboard_expressions() -> Vec<String> {
+    let text = std::fs::read_to_string(DASHBOARD).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let out: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("a target has an expr")
+                .to_string()
+        })
+        .collect();
+    assert!(out.len() >= 15, "the dashboard has its panels: {out:?}");
+    out
 }
 
 /// The sides of an alert's comparison: each must return data for the alert to mean anything.
@@ -288,7 +308,8 @@ async fn real_prometheus_scrapes_a_real_serve_and_consume(dialect: Dialect) {
     }
 
     let (_prometheus, base) = prometheus(dir.path(), &[&serve_metrics, &consume_metrics]).await;
-    let expressions: Vec<String> = rules().iter().flat_map(|(_, e)| signals(e)).collect();
+    let mut expressions: Vec<String> = rules().iter().flat_map(|(_, e)| signals(e)).collect();
+    expressions.extend(dashboard_expressions());
     let deadline = Instant::now() + SCRAPE_DEADLINE;
     // The consumer's applied payment is part of what must be seen.
     let applied = "sum(idemguard_decisions_total{outcome=\"sink_applied\"}) >= 1";
