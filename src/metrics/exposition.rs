@@ -76,6 +76,7 @@ pub async fn start(listen: &str, stop: CancellationToken) -> anyhow::Result<Expo
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for /metrics on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    super::set_recording(true);
     let app = Router::new().route("/metrics", get(metrics));
     let done = tokio::spawn(async move {
         let served = axum::serve(listener, app)

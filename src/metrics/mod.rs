@@ -17,7 +17,7 @@
 pub mod exposition;
 pub mod gauges;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -331,9 +331,20 @@ impl Metrics {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+static RECORDING: AtomicBool = AtomicBool::new(false);
 
-/// The process's metrics. One per process: `serve` and `consume` are separate processes, and
-/// in-process tests read deltas.
+/// The process's metrics. One per process: `serve` and `consume` are separate processes.
 pub fn global() -> &'static Metrics {
     &METRICS
+}
+
+/// The metrics while they are recorded: from the start of an exposition ([`exposition::start`]),
+/// so a process without `metrics.listen` pays one relaxed load per decision and nothing more.
+pub fn recording() -> Option<&'static Metrics> {
+    RECORDING.load(Ordering::Relaxed).then(global)
+}
+
+/// Turns recording on or off: the exposition turns it on; the API bench compares both.
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
 }

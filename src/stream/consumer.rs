@@ -190,8 +190,8 @@ impl PendingCommit {
     /// ([`RebalanceLog`]): the outcome no longer depends on who won the race.
     async fn answer(&mut self) -> Result<(), CommitRefused> {
         let answer = self.answer_of_broker().await;
-        if answer.is_err() {
-            crate::metrics::global().consumer_commit_failures.inc();
+        if let (Err(_), Some(m)) = (&answer, crate::metrics::recording()) {
+            m.consumer_commit_failures.inc();
         }
         answer
     }
@@ -388,11 +388,11 @@ impl PaymentConsumer {
             let st = &self.stats;
             st.busy_micros
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-            let metrics = crate::metrics::global();
-            metrics.consumer_batch_messages.observe(batch_len as f64);
-            metrics
-                .consumer_batch_seconds
-                .observe(started.elapsed().as_secs_f64());
+            if let Some(m) = crate::metrics::recording() {
+                m.consumer_batch_messages.observe(batch_len as f64);
+                m.consumer_batch_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
             let n = st.batches.fetch_add(1, Ordering::Relaxed) + 1;
             if self.options.crash_after_db_commit == Some(n) {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
@@ -686,7 +686,9 @@ impl PaymentConsumer {
                 .applied
                 .fetch_add(applied as u64, Ordering::Relaxed);
             // Applied events are not traced one by one; the metric says the trace's word.
-            crate::metrics::global().applied(applied as u64);
+            if let Some(m) = crate::metrics::recording() {
+                m.applied(applied as u64);
+            }
             self.report_sink("points_ledger", &effects, &points);
             let notes = notes?;
             self.report_sink("notification", &effects, &notes);
@@ -739,7 +741,9 @@ impl PaymentConsumer {
                 }),
                 Err(e) => {
                     self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
-                    crate::metrics::global().dlq_publish_failures.inc();
+                    if let Some(m) = crate::metrics::recording() {
+                        m.dlq_publish_failures.inc();
+                    }
                     failure = Some(e);
                     break;
                 }
