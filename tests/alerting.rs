@@ -332,6 +332,16 @@ async fn real_prometheus_scrapes_a_real_serve_and_consume(dialect: Dialect) {
         "{dialect}: expressions without data after {SCRAPE_DEADLINE:?}: {missing:#?}"
     );
 
+    // What the query-backed gauges cost here (printed with --nocapture; README "Alerting").
+    let cost = "sum by (gauges) (idemguard_metrics_refresh_duration_seconds_sum) \
+                / sum by (gauges) (idemguard_metrics_refresh_duration_seconds_count)";
+    for s in query(&http, &base, cost).await {
+        println!(
+            "{dialect}: mean refresh of {}: {} s",
+            s["metric"]["gauges"], s["value"][1]
+        );
+    }
+
     // The counters say what was sent: one replay, one key reused, two creations.
     let requests = |outcome: &str, route: &str| {
         format!("idemguard_api_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}}")

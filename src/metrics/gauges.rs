@@ -45,10 +45,14 @@ pub fn spawn(
         loop {
             let refreshed = tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = counts.tick() => refresh_counts(&db).await,
+                _ = counts.tick() => timed("counts", refresh_counts(&db)).await,
                 _ = leaks.tick() => {
-                    refresh_locks(&inspector).await;
-                    refresh_leaks(&db, config.leak_window).await
+                    let locks = async {
+                        refresh_locks(&inspector).await;
+                        Ok(())
+                    };
+                    let _ = timed("locks", locks).await;
+                    timed("leaks", refresh_leaks(&db, config.leak_window)).await
                 }
             };
             if let Err(e) = refreshed {
@@ -57,6 +61,20 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// `refresh`, its duration observed under `gauges`.
+async fn timed(
+    gauges: &'static str,
+    refresh: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let result = refresh.await;
+    super::global()
+        .refresh_seconds
+        .get_or_create(&super::RefreshLabels { gauges })
+        .observe(started.elapsed().as_secs_f64());
+    result
 }
 
 /// `consume`'s lag gauge: the group's lag on every partition of `topic`, until `stop`. Each
@@ -77,10 +95,15 @@ pub fn spawn_lag(
                 _ = tick.tick() => {}
             }
             let (k, g, t) = (kafka.clone(), group.clone(), topic.clone());
+            let started = std::time::Instant::now();
             let read = tokio::task::spawn_blocking(move || {
                 crate::stream::lag::consumer_lag(&k, &g, &t, Duration::from_secs(5))
             })
             .await;
+            super::global()
+                .refresh_seconds
+                .get_or_create(&super::RefreshLabels { gauges: "lag" })
+                .observe(started.elapsed().as_secs_f64());
             match read {
                 Ok(Ok(lags)) => {
                     for l in lags {

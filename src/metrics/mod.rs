@@ -68,6 +68,11 @@ pub struct FlagLabels {
     pub flag: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefreshLabels {
+    pub gauges: &'static str,
+}
+
 type Seconds = Gauge<f64, AtomicU64>;
 
 /// The outcomes of each layer, created at zero when the process starts: a rate over a series
@@ -164,6 +169,7 @@ pub struct Metrics {
     pub leaks: Family<TableLabels, Gauge>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
     pub locks_flagged: Family<FlagLabels, Gauge>,
+    pub refresh_seconds: Family<RefreshLabels, Histogram>,
     pub gauge_refresh_failures: Counter,
 }
 
@@ -192,6 +198,7 @@ impl Metrics {
             leaks: Family::default(),
             consumer_lag: Family::default(),
             locks_flagged: Family::default(),
+            refresh_seconds: Family::new_with_constructor(latency_buckets),
             gauge_refresh_failures: Counter::default(),
         };
         for (layer, outcomes) in OUTCOMES {
@@ -277,6 +284,7 @@ impl Metrics {
         r.register("leaks", "Duplicates that got through: keys with two effects (two orders for one requestId, two payments for one order, ...) among the rows created in metrics.leak_window, by table", self.leaks.clone());
         r.register("consumer_lag_messages", "Messages of the payment topic not yet committed by the consumer's group, by topic and partition", self.consumer_lag.clone());
         r.register("locks_flagged", "Locks on the lock nodes with something wrong, by flag (no_ttl, dead_owner, undecodable, no_quorum, other_type), as the Locks view shows them", self.locks_flagged.clone());
+        r.register_with_unit("metrics_refresh_duration", "Time to refresh the query-backed gauges, by what was refreshed (counts: PROCESSING and outbox; locks; leaks; lag): their cost", Unit::Seconds, self.refresh_seconds.clone());
         r.register(
             "metrics_refresh_failures",
             "Refreshes of the query-backed gauges that failed (the gauges keep their last value)",
