@@ -134,3 +134,22 @@ pub fn prometheus_text(openmetrics: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_text;
+
+    #[test]
+    fn a_counter_family_is_named_with_its_total_and_openmetrics_only_lines_go() {
+        let openmetrics = "# HELP idemguard_x Things.\n# TYPE idemguard_x counter\n\
+                           idemguard_x_total{a=\"b\"} 3\n# HELP idemguard_d Time.\n\
+                           # TYPE idemguard_d_seconds histogram\n# UNIT idemguard_d_seconds seconds\n\
+                           idemguard_d_seconds_count 0\n# EOF\n";
+        assert_eq!(
+            prometheus_text(openmetrics),
+            "# HELP idemguard_x_total Things.\n# TYPE idemguard_x_total counter\n\
+             idemguard_x_total{a=\"b\"} 3\n# HELP idemguard_d Time.\n\
+             # TYPE idemguard_d_seconds histogram\nidemguard_d_seconds_count 0\n"
+        );
+    }
+}
