@@ -11,7 +11,9 @@
 //!   50 keep-alive connections. Target ≥ 0.8.
 //!
 //! Each comparison also measures idemguard with `trace.enabled = false` (a second service on
-//! the same database): the trace events' share of the difference.
+//! the same database): the trace events' share of the difference; and idemguard with its
+//! metrics off (the same service, `metrics::set_recording(false)` while that side runs; on for
+//! the others, as with `metrics.listen` set): what the metrics cost. Target ≥ 0.98 of off.
 //!
 //! Both dialects. The load generator is this binary re-executed as a child process
 //! (`support/load_client.rs`), so the service is measured, not the client; each measurement
@@ -181,9 +183,13 @@ async fn measure(
     (r, u, per_request(&before, &after, sent))
 }
 
-/// The sides of a comparison: the baseline, idemguard, and idemguard with `trace.enabled =
-/// false` (the trace events' share of the difference).
-const SIDES: [&str; 3] = ["baseline ", "idemguard", "no trace "];
+/// The sides of a comparison: the baseline, idemguard, idemguard with `trace.enabled = false`
+/// (the trace events' share of the difference), and idemguard with its metrics off.
+const SIDES: [&str; 4] = ["baseline ", "idemguard", "no trace ", "no metric"];
+/// The side that runs with metrics off.
+const METRICS_OFF: usize = 3;
+/// Metrics on against off, new orders and replays.
+const METRICS_TARGET: f64 = 0.98;
 
 /// The three sides for `rounds` rounds, the first side of a round rotating; returns each
 /// side's measurements and the median ratios of idemguard and of idemguard without trace
@@ -191,15 +197,16 @@ const SIDES: [&str; 3] = ["baseline ", "idemguard", "no trace "];
 async fn compare(
     what: &str,
     rounds: usize,
-    loads: [&Load; 3],
+    loads: [&Load; 4],
     db_name: &str,
     redis: &mut redis::aio::MultiplexedConnection,
-) -> ([Side; 3], f64, f64) {
-    let mut sides: [Side; 3] = Default::default();
-    let (mut ratios, mut quiet_ratios) = (Vec::new(), Vec::new());
+) -> ([Side; 4], f64, f64, f64) {
+    let mut sides: [Side; 4] = Default::default();
+    let (mut ratios, mut quiet_ratios, mut metric_ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
-        for k in 0..3 {
-            let i = (round - 1 + k) % 3;
+        for k in 0..4 {
+            let i = (round - 1 + k) % 4;
+            idemguard::metrics::set_recording(i != METRICS_OFF);
             let (r, u, (calls, which)) = measure(loads[i], db_name, redis).await;
             println!(
                 "  {what} round {round} {}: {:>7.0}/s p50 {:>5.1} ms p99 {:>5.1} ms | cores: {}",
@@ -214,15 +221,23 @@ async fn compare(
         }
         let rate = |i: usize| sides[i].rates[round - 1];
         let (ratio, quiet) = (rate(1) / rate(0), rate(2) / rate(0));
-        println!("  {what} round {round} ratio {ratio:.2} (no trace {quiet:.2})");
+        let metrics = rate(1) / rate(METRICS_OFF);
+        println!("  {what} round {round} ratio {ratio:.2} (no trace {quiet:.2}); metrics on / off {metrics:.3}");
         ratios.push(ratio);
         quiet_ratios.push(quiet);
+        metric_ratios.push(metrics);
     }
-    (sides, median(&ratios), median(&quiet_ratios))
+    (
+        sides,
+        median(&ratios),
+        median(&quiet_ratios),
+        median(&metric_ratios),
+    )
 }
 
-fn summary(dialect: Dialect, what: &str, sides: &[Side; 3], ratio: f64, quiet: f64) {
-    let [base, ours, _] = sides;
+fn summary(dialect: Dialect, what: &str, sides: &[Side; 4], ratios: (f64, f64, f64)) {
+    let (ratio, quiet, metrics) = ratios;
+    let [base, ours, _, _] = sides;
     println!(
         "{dialect}: {what}: idemguard median {:.0}/s (p50 {:.1} ms, p99 {:.1} ms) vs baseline {:.0}/s (p50 {:.1} ms, p99 {:.1} ms): ratio {ratio:.2} (target >= {TARGET}: {}); with trace.enabled = false {quiet:.2}",
         median(&ours.rates),
@@ -232,6 +247,14 @@ fn summary(dialect: Dialect, what: &str, sides: &[Side; 3], ratio: f64, quiet: f
         median(&base.p50),
         median(&base.p99),
         if ratio >= TARGET { "met" } else { "NOT met" }
+    );
+    println!(
+        "{dialect}: {what}: metrics on / off {metrics:.3} (target >= {METRICS_TARGET}: {})",
+        if metrics >= METRICS_TARGET {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     for (name, side) in SIDES.iter().zip(sides) {
         println!(
@@ -327,16 +350,17 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         new_order(format!("{base_url}/orders")),
         new_order(format!("{ours_url}/orders")),
         new_order(format!("{quiet_url}/orders")),
+        new_order(format!("{ours_url}/orders")),
     ];
-    let (sides, ratio, no_trace) = compare(
+    let (sides, ratio, no_trace, metrics) = compare(
         "new orders",
         rounds,
-        [&loads[0], &loads[1], &loads[2]],
+        [&loads[0], &loads[1], &loads[2], &loads[3]],
         &db_name,
         &mut redis,
     )
     .await;
-    summary(dialect, "new orders", &sides, ratio, no_trace);
+    summary(dialect, "new orders", &sides, (ratio, no_trace, metrics));
 
     let keys = finished_keys(&ours_url, &prefix, &mut redis).await;
     let replay = |url: String, header: bool| Load {
@@ -353,16 +377,17 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         replay(format!("{base_url}/replays"), false),
         replay(format!("{ours_url}/orders"), true),
         replay(format!("{quiet_url}/orders"), true),
+        replay(format!("{ours_url}/orders"), true),
     ];
-    let (sides, ratio, no_trace) = compare(
+    let (sides, ratio, no_trace, metrics) = compare(
         "replays",
         rounds,
-        [&loads[0], &loads[1], &loads[2]],
+        [&loads[0], &loads[1], &loads[2], &loads[3]],
         &db_name,
         &mut redis,
     )
     .await;
-    summary(dialect, "replays", &sides, ratio, no_trace);
+    summary(dialect, "replays", &sides, (ratio, no_trace, metrics));
     let (rate, p99) = (median(&sides[1].rates), median(&sides[1].p99));
     println!(
         "{dialect}: replays, issue 5's absolute target >= 20000/s with p99 < 5 ms: {} ({rate:.0}/s, p99 {p99:.1} ms); load {}",

@@ -35,6 +35,7 @@ pub struct Config {
     pub console: ConsoleConfig,
     pub trace: TraceConfig,
     pub retention: RetentionConfig,
+    pub metrics: MetricsConfig,
     pub tables: TableNames,
     pub source: SourceProfile,
     pub foreign_locks: ForeignLocksConfig,
@@ -369,6 +370,22 @@ pub struct RetentionConfig {
     pub batch: u32,
     #[serde(with = "humantime_serde")]
     pub outbox_sent: Duration,
+}
+
+/// The Prometheus exposition of `serve` and `consume` (src/metrics/).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of `/metrics`; empty: no exposition.
+    pub listen: String,
+    /// How often `serve` counts PROCESSING records and unpublished outbox rows.
+    #[serde(with = "humantime_serde")]
+    pub refresh_interval: Duration,
+    /// How often `serve` runs the leak queries, over the rows created in the last `leak_window`.
+    #[serde(with = "humantime_serde")]
+    pub leak_check_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub leak_window: Duration,
 }
 
 /// Physical table names. Every SQL file refers to tables as `{{logical_name}}`.
@@ -1285,6 +1302,16 @@ impl Config {
             return Err(err(
                 "retention.interval",
                 "retention.interval and retention.outbox_sent must be longer than zero".into(),
+            ));
+        }
+        let m = &self.metrics;
+        if m.refresh_interval.is_zero()
+            || m.leak_check_interval.is_zero()
+            || m.leak_window.is_zero()
+        {
+            return Err(err(
+                "metrics.leak_check_interval",
+                "metrics.refresh_interval, leak_check_interval and leak_window must be longer than zero".into(),
             ));
         }
         if self.retention.batch == 0 {

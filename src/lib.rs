@@ -23,6 +23,7 @@ pub mod kafka_client;
 pub mod lock;
 pub mod logging;
 pub mod mask;
+pub mod metrics;
 pub mod ops;
 pub mod private_file;
 pub mod profile;

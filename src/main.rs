@@ -131,6 +131,9 @@ enum Command {
         /// Consumer group (default: kafka.consumer_group)
         #[arg(long)]
         group: Option<String>,
+        /// Serve GET /metrics (Prometheus) on this address [default: metrics.listen, off when empty]
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
     },
     /// Run the order service: POST /orders, POST /payments/callback, GET /orders/{orderNo},
     /// GET /healthz, with the Idempotency-Key layer and the outbox relay; Ctrl-C finishes the
@@ -139,6 +142,9 @@ enum Command {
         /// Address to listen on [default: api.listen]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// Serve GET /metrics (Prometheus) on this address [default: metrics.listen, off when empty]
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
         /// Fault injection: abort the process mid-request, once the request lock is held and
         /// before the database is written (leaves a stuck record and a dead owner's lock)
         #[arg(long, hide = true)]
@@ -404,9 +410,17 @@ async fn run(
         Command::Consume {
             crash_after_db_commit,
             group,
-        } => consume(config, crash_after_db_commit, group).await,
+            metrics_listen,
+        } => {
+            let mut config = config;
+            if let Some(m) = metrics_listen {
+                config.metrics.listen = m;
+            }
+            consume(config, crash_after_db_commit, group).await
+        }
         Command::Serve {
             listen,
+            metrics_listen,
             crash_after_request_lock,
             crash_before_publish,
             crash_after_publish,
@@ -416,6 +430,10 @@ async fn run(
                 crash_before_publish,
                 crash_after_publish,
             };
+            let mut config = config;
+            if let Some(m) = metrics_listen {
+                config.metrics.listen = m;
+            }
             serve(config, listen, faults).await
         }
         Command::Demo { no_tui } => {
@@ -677,6 +695,9 @@ async fn consume(
     let instance = Instance::current();
     let db = Database::connect(&config).await?;
     let tracer = Tracer::from_config(&config, &instance)?;
+    let metrics_group = group
+        .clone()
+        .unwrap_or_else(|| config.kafka.consumer_group.clone());
     let options = ConsumeOptions {
         crash_after_db_commit,
         group,
@@ -684,13 +705,23 @@ async fn consume(
     idemguard::kafka_client::stop_on_refusal(&config.kafka).await?;
     let consumer = PaymentConsumer::new(&config, db, tracer.clone(), options)?;
     let shutdown = CancellationToken::new();
+    let metrics =
+        idemguard::metrics::exposition::start_consume(&config, &metrics_group, &shutdown).await?;
+    if let Some(m) = &metrics {
+        println!("idemguard consume: metrics on http://{}/metrics", m.addr);
+    }
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("idemguard consume: stopping after the current batch");
         on_signal.cancel();
     });
-    consumer.run(shutdown).await?;
+    let run = consumer.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(m) = metrics {
+        m.stop().await;
+    }
+    run?;
     tracer.flush(std::time::Duration::from_secs(5));
     Ok(ExitCode::SUCCESS)
 }
@@ -704,6 +735,9 @@ async fn serve(
     let listen = listen.unwrap_or_else(|| config.api.listen.clone());
     let server = idemguard::api::server::start_with(config, &listen, faults).await?;
     println!("idemguard serve: listening on http://{}", server.addr);
+    if let Some(m) = server.metrics_addr {
+        println!("idemguard serve: metrics on http://{m}/metrics");
+    }
     let _ = tokio::signal::ctrl_c().await;
     eprintln!("idemguard serve: finishing requests in flight");
     server.shutdown.cancel();

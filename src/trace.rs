@@ -151,6 +151,9 @@ impl Tracer {
     pub fn emit(&self, mut event: TraceEvent) {
         event.instance.clone_from(&self.inner.instance);
         log_event(&event);
+        if let Some(m) = crate::metrics::recording() {
+            m.decision(event.layer, event.outcome, event.latency_us);
+        }
         let stats = &self.inner.stats;
         stats.emitted.fetch_add(1, Ordering::Relaxed);
         let Some(producer) = &self.inner.producer else {

@@ -6,6 +6,7 @@ pub mod edge;
 pub mod fast_path;
 pub mod guard;
 pub mod idempotency;
+pub mod metered;
 pub mod payments;
 pub mod problem;
 pub mod server;

@@ -112,6 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             edge::read_body,
         ))
         .layer(middleware::from_fn(edge::problem_for_bare_errors))
+        .layer(middleware::from_fn(super::metered::count))
 }
 
 /// The body as JSON; only `application/json` is read (a form or text body is a client mistake
@@ -505,6 +506,8 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
 /// A running service: its address and what stops it.
 pub struct Server {
     pub addr: SocketAddr,
+    /// Where `/metrics` answers (`metrics.listen`); `None` when it is off.
+    pub metrics_addr: Option<SocketAddr>,
     pub shutdown: CancellationToken,
     pub done: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -602,6 +605,8 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
             replays.flush(&db).await;
         })
     };
+    let metrics = crate::metrics::exposition::start_serve(&config, &db, &shutdown).await?;
+    let metrics_addr = metrics.as_ref().map(|m| m.addr);
     let app = router(state);
     let stop = shutdown.clone();
     let done = tokio::spawn(async move {
@@ -610,6 +615,9 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
         let _ = relay_task.await;
         let _ = purge_task.await;
         let _ = flusher.await;
+        if let Some(m) = metrics {
+            m.stop().await;
+        }
         if let Some(h) = heartbeat {
             let _ = h.stop().await;
         }
@@ -619,6 +627,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     tracing::info!(%addr, instance = %instance.id, "serving");
     Ok(Server {
         addr,
+        metrics_addr,
         shutdown,
         done,
     })

@@ -116,6 +116,9 @@ builtin![
     "storm_check_notification",
     "storm_outbox_pending",
     "storm_outbox_events",
+    // metrics: the gauges `serve` refreshes (src/metrics/gauges.rs)
+    "metrics_processing",
+    "metrics_outbox_pending",
     // the console's actions and their audit (src/ops/)
     "console_finalize",
     "console_finalize_lock_wait",

@@ -784,6 +784,10 @@ impl LockGuard {
 
 async fn release_held(locks: &Locks, held: &Held) -> Result<ReleaseReport, LockError> {
     let started = Instant::now();
+    let held_ms = (now_ms() - held.holder.acquired_at).max(0);
+    if let Some(m) = crate::metrics::recording() {
+        m.lock_held_seconds.observe(held_ms as f64 / 1000.0);
+    }
     let report = locks
         .release_claims(&held.key, &held.holds, &held.parts)
         .await;

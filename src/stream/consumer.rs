@@ -189,6 +189,14 @@ impl PendingCommit {
     /// commit of a batch the member lost its assignment across is refused all the same
     /// ([`RebalanceLog`]): the outcome no longer depends on who won the race.
     async fn answer(&mut self) -> Result<(), CommitRefused> {
+        let answer = self.answer_of_broker().await;
+        if let (Err(_), Some(m)) = (&answer, crate::metrics::recording()) {
+            m.consumer_commit_failures.inc();
+        }
+        answer
+    }
+
+    async fn answer_of_broker(&mut self) -> Result<(), CommitRefused> {
         match (&mut self.answer).await {
             Ok(Ok(())) if self.assignment_lost() => Err(CommitRefused(
                 "the member's partitions were revoked as lost while it applied the batch (no \
@@ -366,7 +374,8 @@ impl PaymentConsumer {
             if batch.is_empty() {
                 continue;
             }
-            self.adapt_batch_size(batch.len());
+            let batch_len = batch.len();
+            self.adapt_batch_size(batch_len);
             let lost_before = self.consumer.context().lost.load(Ordering::SeqCst);
             let next = next_offsets(&batch);
             let started = Instant::now();
@@ -379,6 +388,11 @@ impl PaymentConsumer {
             let st = &self.stats;
             st.busy_micros
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            if let Some(m) = crate::metrics::recording() {
+                m.consumer_batch_messages.observe(batch_len as f64);
+                m.consumer_batch_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
             let n = st.batches.fetch_add(1, Ordering::Relaxed) + 1;
             if self.options.crash_after_db_commit == Some(n) {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
@@ -671,6 +685,10 @@ impl PaymentConsumer {
             self.stats
                 .applied
                 .fetch_add(applied as u64, Ordering::Relaxed);
+            // Applied events are not traced one by one; the metric says the trace's word.
+            if let Some(m) = crate::metrics::recording() {
+                m.applied(applied as u64);
+            }
             self.report_sink("points_ledger", &effects, &points);
             let notes = notes?;
             self.report_sink("notification", &effects, &notes);
@@ -723,6 +741,9 @@ impl PaymentConsumer {
                 }),
                 Err(e) => {
                     self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = crate::metrics::recording() {
+                        m.dlq_publish_failures.inc();
+                    }
                     failure = Some(e);
                     break;
                 }

@@ -1,0 +1,389 @@
+//! The alerting an on-call engineer relies on, proved against the real things: promtool checks
+//! and unit-tests every rule of config/prometheus/; a real `serve` and `consume` expose metrics
+//! promtool lints; and a real Prometheus (Debian's, started here on a free port with its own
+//! data directory) scrapes both during a few orders, replays and payments, until every
+//! expression of the rules and of the dashboard (config/grafana/) returns data and the counters agree with what was sent.
+//! promtool and prometheus come from `scripts/stack up` (Debian's `prometheus` package).
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use idemguard::config::{Config, Dialect};
+use idemguard::db::orders::Orders;
+use idemguard::trace::Tracer;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use common::consumer::consumer_setup;
+
+const RULES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/prometheus/idemguard.rules.yml"
+);
+const RULE_TESTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/prometheus/idemguard.rules.test.yml"
+);
+const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/grafana/idemguard.json");
+/// How long the real Prometheus may take to hold data for every expression.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// `promtool ARGS…`, its output in the panic message when it fails.
+fn promtool(args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = std::process::Command::new("promtool")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "promtool not found ({e}): run scripts/stack up (it installs Debian's prometheus)"
+            )
+        });
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().expect("piped");
+        input
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .expect("promtool reads its input");
+    }
+    let out = child.wait_with_output().expect("promtool runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?} failed:\n{text}");
+    text
+}
+
+/// The alert names and one-line `expr:`s of the rules file.
+fn rules() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(RULES).unwrap();
+    let mut out = Vec::new();
+    let mut alert = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(a) = line.strip_prefix("- alert: ") {
+            alert = Some(a.to_string());
+        } else if let Some(e) = line.strip_prefix("expr: ") {
+            out.push((
+                alert.take().expect("an expr follows its alert"),
+                e.to_string(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_rule_is_valid_has_a_runbook_and_is_unit_tested() {
+    promtool(&["check", "rules", RULES], None);
+    let tested = promtool(&["test", "rules", RULE_TESTS], None);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    let rules = rules();
+    assert!(rules.len() >= 9, "the rules file has its rules: {rules:?}");
+    let text = std::fs::read_to_string(RULES).unwrap();
+    assert_eq!(
+        text.matches("runbook: ").count(),
+        rules.len(),
+        "every rule has a runbook"
+    );
+    let tests = std::fs::read_to_string(RULE_TESTS).unwrap();
+    for (alert, _) in &rules {
+        let cases = tests.matches(&format!("alertname: {alert}\n")).count();
+        assert!(
+            cases >= 2,
+            "{alert} is tested firing and quiet ({cases} cases)"
+        );
+    }
+}
+
+/// Every `expr` of the dashboard's panels.
+fn dashboard_expressions() -> Vec<String> {
+    let text = std::fs::read_to_string(DASHBOARD).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let out: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("a target has an expr")
+                .to_string()
+        })
+        .collect();
+    assert!(out.len() >= 15, "the dashboard has its panels: {out:?}");
+    out
+}
+
+/// The sides of an alert's comparison: each must return data for the alert to mean anything.
+fn signals(expr: &str) -> Vec<String> {
+    expr.split(" > ")
+        .map(str::trim)
+        .filter(|s| s.parse::<f64>().is_err())
+        .map(String::from)
+        .collect()
+}
+
+/// A child that says where it listens on stdout: its lines, read until `wanted` are all seen.
+async fn spawn_and_read(mut command: Command, wanted: &[&str]) -> (Child, Vec<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the idemguard binary starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut found = vec![String::new(); wanted.len()];
+    let read = async {
+        while found.iter().any(String::is_empty) {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the process says where it listens before exiting");
+            for (i, w) in wanted.iter().enumerate() {
+                if let Some(rest) = line.split_once(w) {
+                    found[i] = rest.1.trim_end_matches("/metrics").to_string();
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the process is listening within 60 s");
+    (child, found)
+}
+
+fn idemguard(config: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_idemguard"));
+    c.arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("IDEMGUARD_CONFIG")
+        .stdin(Stdio::null());
+    c
+}
+
+/// A real Prometheus on a free port, its data in `dir`, scraping `targets` every second.
+async fn prometheus(dir: &Path, targets: &[&str]) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - '{RULES}'\n\
+         scrape_configs:\n  - job_name: idemguard\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    );
+    let file = dir.join("prometheus.yml");
+    std::fs::write(&file, config).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus not found: run scripts/stack up (it installs Debian's prometheus)");
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+/// The instant vector of `query`, empty when Prometheus is not up yet.
+async fn query(http: &reqwest::Client, base: &str, query: &str) -> Vec<serde_json::Value> {
+    let answer = http
+        .get(format!("{base}/api/v1/query"))
+        .query(&[("query", query)])
+        .send()
+        .await;
+    let Ok(answer) = answer else { return vec![] };
+    let body: serde_json::Value = answer.json().await.unwrap_or_default();
+    body["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The sum of a query's samples.
+async fn value(http: &reqwest::Client, base: &str, q: &str) -> f64 {
+    query(http, base, &format!("sum({q})"))
+        .await
+        .first()
+        .and_then(|s| s["value"][1].as_str()?.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// Orders, a replay, a key reused with another body, a payment the consumer applies.
+async fn traffic(http: &reqwest::Client, api: &str) {
+    let post = |path: &str, key: &str, body: serde_json::Value| {
+        http.post(format!("http://{api}{path}"))
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let key = format!("APP:ORDER:20261202:{}", uuid::Uuid::now_v7());
+    let order = serde_json::json!({"userId": 42, "skuId": 11, "quantity": 1, "amount": 1999});
+    let first = post("/orders", &key, order.clone()).await.unwrap();
+    assert_eq!(first.status(), 201, "the order is created");
+    let created: serde_json::Value = first.json().await.unwrap();
+    let replay = post("/orders", &key, order).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let other = serde_json::json!({"userId": 42, "skuId": 11, "quantity": 2, "amount": 1999});
+    assert_eq!(post("/orders", &key, other).await.unwrap().status(), 422);
+    let pay_key = format!("APP:PAY:20261202:{}", uuid::Uuid::now_v7());
+    let callback = serde_json::json!({
+        "payNo": format!("PAY{}", common::unique_suffix()),
+        "orderNo": created["orderNo"],
+        "amount": 1999,
+    });
+    let paid = post("/payments/callback", &pay_key, callback)
+        .await
+        .unwrap();
+    assert!(
+        paid.status().is_success(),
+        "the payment is booked: {}",
+        paid.status()
+    );
+}
+
+async fn real_prometheus_scrapes_a_real_serve_and_consume(dialect: Dialect) {
+    let setup = consumer_setup(dialect).await;
+    Orders::new(
+        setup.db.clone(),
+        Tracer::log_only(&idemguard::contracts::Instance::current()),
+    )
+    .set_stock(11, 100)
+    .await
+    .unwrap();
+    let mut config: Config = setup.config.clone();
+    config.metrics.listen = "127.0.0.1:0".into();
+    config.metrics.refresh_interval = Duration::from_secs(1);
+    config.metrics.leak_check_interval = Duration::from_secs(1);
+    config.api.listen = "127.0.0.1:0".into();
+    config.kafka.consumer_group = setup.group.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idemguard.toml");
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+
+    let (_serve, at) = spawn_and_read(
+        idemguard(&file, &["serve"]),
+        &["listening on http://", "metrics on http://"],
+    )
+    .await;
+    let (api, serve_metrics) = (at[0].clone(), at[1].clone());
+    let (_consume, at) =
+        spawn_and_read(idemguard(&file, &["consume"]), &["metrics on http://"]).await;
+    let consume_metrics = at[0].clone();
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    traffic(&http, &api).await;
+
+    // promtool lints both expositions as a scraper without OpenMetrics reads them.
+    for target in [&serve_metrics, &consume_metrics] {
+        let text = http
+            .get(format!("http://{target}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains("idemguard_decisions_total"), "{text}");
+        promtool(&["check", "metrics"], Some(&text));
+    }
+
+    let (_prometheus, base) = prometheus(dir.path(), &[&serve_metrics, &consume_metrics]).await;
+    let mut expressions: Vec<String> = rules().iter().flat_map(|(_, e)| signals(e)).collect();
+    expressions.extend(dashboard_expressions());
+    let deadline = Instant::now() + SCRAPE_DEADLINE;
+    // The consumer's applied payment is part of what must be seen.
+    let applied = "sum(idemguard_decisions_total{outcome=\"sink_applied\"}) >= 1";
+    let mut missing = expressions.clone();
+    missing.push(applied.into());
+    while !missing.is_empty() && Instant::now() < deadline {
+        let mut still = Vec::new();
+        for e in &missing {
+            if query(&http, &base, e).await.is_empty() {
+                still.push(e.clone());
+            }
+        }
+        missing = still;
+        if !missing.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{dialect}: expressions without data after {SCRAPE_DEADLINE:?}: {missing:#?}"
+    );
+
+    // What the query-backed gauges cost here (printed with --nocapture; README "Alerting").
+    let cost = "sum by (gauges) (idemguard_metrics_refresh_duration_seconds_sum) \
+                / sum by (gauges) (idemguard_metrics_refresh_duration_seconds_count)";
+    for s in query(&http, &base, cost).await {
+        println!(
+            "{dialect}: mean refresh of {}: {} s",
+            s["metric"]["gauges"], s["value"][1]
+        );
+    }
+
+    // The counters say what was sent: one replay, one key reused, two creations.
+    let requests = |outcome: &str, route: &str| {
+        format!("idemguard_api_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}}")
+    };
+    assert_eq!(
+        value(&http, &base, &requests("replayed", "create_order")).await,
+        1.0
+    );
+    assert_eq!(
+        value(&http, &base, &requests("key_reused", "create_order")).await,
+        1.0
+    );
+    assert_eq!(
+        value(&http, &base, &requests("created", "create_order")).await,
+        1.0
+    );
+    assert_eq!(
+        value(&http, &base, &requests("created", "payment_callback")).await,
+        1.0
+    );
+    assert_eq!(
+        value(&http, &base, "idemguard_leaks").await,
+        0.0,
+        "{dialect}: no leak"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_prometheus_scrapes_a_real_serve_and_consume_postgres() {
+    real_prometheus_scrapes_a_real_serve_and_consume(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_prometheus_scrapes_a_real_serve_and_consume_mysql() {
+    real_prometheus_scrapes_a_real_serve_and_consume(Dialect::Mysql).await;
+}
+
+#[test]
+fn a_comparison_is_split_into_the_signals_that_must_return_data() {
+    assert_eq!(
+        signals("sum(rate(a[5m])) > 3 * sum(rate(a[1h])) + 1"),
+        vec!["sum(rate(a[5m]))", "3 * sum(rate(a[1h])) + 1"]
+    );
+    assert_eq!(signals("max(b) > 300"), vec!["max(b)"]);
+}
