@@ -1,4 +1,4 @@
-//! Benchmark of the API layer (issues 5 and 19), against baselines doing the same durable work
+//! Benchmark of the API layer, against baselines doing the same durable work
 //! on the same HTTP server, client and database, in one run on the loopback stack:
 //!
 //! - new orders through idemguard's `POST /orders` (every layer on: key validation, request
@@ -390,7 +390,7 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     summary(dialect, "replays", &sides, (ratio, no_trace, metrics));
     let (rate, p99) = (median(&sides[1].rates), median(&sides[1].p99));
     println!(
-        "{dialect}: replays, issue 5's absolute target >= 20000/s with p99 < 5 ms: {} ({rate:.0}/s, p99 {p99:.1} ms); load {}",
+        "{dialect}: replays, the absolute target >= 20000/s with p99 < 5 ms: {} ({rate:.0}/s, p99 {p99:.1} ms); load {}",
         if rate >= 20_000.0 && p99 < 5.0 { "met" } else { "NOT met" },
         load_average()
     );

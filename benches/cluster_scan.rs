@@ -1,4 +1,4 @@
-//! The Locks view on a Redis Cluster (issue 18, item 4): a full scan of 100,000 locks spread
+//! The Locks view on a Redis Cluster: a full scan of 100,000 locks spread
 //! over the stack's three masters (127.0.0.1:7001-7003), and the latency another client sees
 //! for GET and SET on those masters while it runs — against the same scan and probe on one node
 //! (the stack's 127.0.0.1:6379), measured in the same run.

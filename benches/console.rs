@@ -1,4 +1,4 @@
-//! The console's benchmark (issue 7): trace lookup p99 over a large order database, a full lock
+//! The console's benchmark: trace lookup p99 over a large order database, a full lock
 //! scan of 100,000 keys and the latency it causes to another client, the frame render time of a
 //! 10,000-row table, and resident memory with every store at its bound.
 //!

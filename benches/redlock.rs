@@ -1,4 +1,4 @@
-//! RedLock against the `rslock` crate (issue 19), same run, on the stack's five RedLock nodes
+//! RedLock against the `rslock` crate, same run, on the stack's five RedLock nodes
 //! (127.0.0.1:6381-6385, `scripts/stack up`), keys unique to the run:
 //!
 //! (a) one client, acquire+release cycles one after another: p50 and p99 of a cycle, both

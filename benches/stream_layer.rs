@@ -1,9 +1,9 @@
-//! Benchmark of line 3 (issue 19): events/second through the deduplicating consumer against a
+//! Benchmark of line 3: events/second through the deduplicating consumer against a
 //! bare rdkafka consumer doing the same durable work with none of the logic
 //! (`support/bare_consumer.rs`: per batch one transaction — the order update and one multi-row
 //! insert per sink table that skips conflicts — then the offset commit), same broker, same
 //! database, same run; on unique events and on a topic where half the messages are duplicates.
-//! The levers of issue 19 are measured one by one against today's behaviour (batch 100, sinks
+//! The levers are measured one by one against today's behaviour (batch 100, sinks
 //! one after another, synchronous offset commit): concurrent sinks, asynchronous offset commit,
 //! batches of 100 / 500 / 1,000, and the adaptive batch (100 idle, up to 1,000 behind).
 //!

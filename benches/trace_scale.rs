@@ -1,4 +1,4 @@
-//! A trace on a large trace topic (issue 18): `idemguard trace` of orders spread through seven
+//! A trace on a large trace topic: `idemguard trace` of orders spread through seven
 //! days of history, read in windows (this issue) against the whole-topic read it replaces (the
 //! baseline, measured in the same run).
 //!
@@ -285,7 +285,7 @@ async fn write_rows(db: &Database, (o, r, e, t): &(String, String, String, i64))
 }
 
 /// The read this issue replaced: the rows, then both topics from their beginning, keeping what
-/// names the order (`bounded::read_topics_for` before issue 18). Its time, or why it failed (the
+/// names the order (before `bounded::read_topics_for` read windows). Its time, or why it failed (the
 /// 30 s read deadline on a large topic).
 async fn baseline(
     config: &Config,

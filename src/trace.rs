@@ -91,7 +91,7 @@ impl Tracer {
     /// Sends to the configured trace topic (when `trace.enabled`), and logs.
     /// Creating it never contacts the broker, so it succeeds with Kafka down.
     pub fn from_config(config: &Config, instance: &Instance) -> anyhow::Result<Tracer> {
-        // No trace topic (a team's system that has none, issue 17): log only.
+        // No trace topic (a team's system that has none): log only.
         if !config.trace.enabled || config.kafka.trace_topic.is_empty() {
             return Ok(Tracer::log_only(instance));
         }

@@ -1,4 +1,4 @@
-//! The HTTP edge attacked as issue 15 attacked it, against the real service on both dialects:
+//! The HTTP edge attacked from outside, against the real service on both dialects:
 //! internal errors never reach the client, identifiers are checked before anything is written,
 //! slow and greedy clients are cut off, payment callbacks cannot book a payNo twice or an order
 //! twice, and every error is problem+json — plus the standing bad-input suite, each row with
@@ -900,7 +900,7 @@ fn bad_identifiers(order_no: &str) -> Vec<Row> {
     ]
 }
 
-/// The standing bad-input suite (issue 15): every row gets its status as problem+json and
+/// The standing bad-input suite: every row gets its status as problem+json and
 /// writes nothing to idempotency_record, order_record, payment_flow or outbox.
 async fn bad_input_is_refused_and_writes_nothing(dialect: Dialect) {
     let s = service(dialect).await;

@@ -295,7 +295,7 @@ async fn console_over_a_real_incident(dialect: Dialect) {
     insta::with_settings!({ filters => live_redactions(), prepend_module_to_snapshot => false }, {
         insta::assert_snapshot!(format!("live_trace_view_{}", dialect.dir()), head);
     });
-    // What the snapshot redacts, on the drawn cells (issue 20): the configured refresh; the
+    // What the snapshot redacts, on the drawn cells: the configured refresh; the
     // TIME cells oldest first, the Redis state ("now") last; the selected record's age no
     // more than the time since the incident began.
     assert_refresh_drawn(&drawn, w.config.console.refresh);

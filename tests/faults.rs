@@ -1,5 +1,5 @@
 //! The README's guarantees about faults, each proven under the fault it is about, against the
-//! real services, on both dialects (issue 20):
+//! real services, on both dialects:
 //! - line 3: a database that kills the consumer's sessions mid-batch or refuses connections is
 //!   retried with backoff — nothing to the DLQ, nothing lost or doubled, `db_retries` counted;
 //! - line 3: a member killed with a batch applied but its offsets not committed loses its

@@ -1,4 +1,4 @@
-//! The order service's guarantees, each under the fault it is about (issue 20, claims 1, 3, 5),
+//! The order service's guarantees, each under the fault it is about,
 //! against the real stack and the real binaries, both dialects:
 //! - a crash of `idemguard serve` between the commit and the publish, and between the publish
 //!   and the mark, loses no event and applies none twice;
@@ -1000,7 +1000,7 @@ async fn sigint_on_consume_commits_what_it_applied(dialect: Dialect) {
 per_dialect!(sigint_on_consume_commits_what_it_applied => sigint_on_consume_commits_what_it_applied_postgres, sigint_on_consume_commits_what_it_applied_mysql);
 
 // ---------------------------------------------------------------------------------------------
-// Guard branches under their faults (issue 20), produced from outside through Redis and the
+// Guard branches under their faults, produced from outside through Redis and the
 // database.
 
 /// The service on a private Redis, with its trace on the test's topic.

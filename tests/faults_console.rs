@@ -138,7 +138,7 @@ fn finalize(rec: &IdempotencyRecord) -> Action {
     Action::Finalize {
         request_id: rec.request_id.clone(),
         expect_version: Some(rec.version),
-        reason: Some("issue 20".into()),
+        reason: Some("fault test".into()),
     }
 }
 

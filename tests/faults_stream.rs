@@ -1,5 +1,5 @@
 //! Line of defense 3's fault branches, each reached through the real consumer against the real
-//! broker and both databases (issue 20):
+//! broker and both databases:
 //! - the order sink's refusals: a second payment (`paid_by_other`), a CANCELLED order
 //!   (`rejected`), an eventId that already paid another order (DLQ) — no points, no notification;
 //! - each parse rejection (non-UUID eventId, headers that disagree with the body, a negative

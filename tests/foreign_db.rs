@@ -1,4 +1,4 @@
-//! The console pointed at an order system idemguard did not build (issue 17, database side):
+//! The console pointed at an order system idemguard did not build (database side):
 //! the article's DDL as written (tests/common/article.rs), read through the example profile
 //! config/profiles/article-mysql.toml — trace, stuck records, finalize, report, doctor and the
 //! least-privilege roles, on MariaDB and PostgreSQL.

@@ -199,7 +199,7 @@ fn release(env: &[(&str, String)], key: &str, seen: &str) -> Json {
             seen,
             "--force",
             "--reason",
-            "issue 17 test",
+            "foreign streams test",
             "--allow-actions",
             "--json",
         ],

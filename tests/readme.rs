@@ -1,4 +1,4 @@
-//! The README's commands, run as written, so the README cannot rot (issue 10).
+//! The README's commands, run as written, so the README cannot rot.
 //!
 //! Every ```` ```sh ```` block of `README.md` runs here, in README order, in one bash session
 //! from the repository root — the way a new user types them — except the last one (the tests:

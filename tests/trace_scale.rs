@@ -1,4 +1,4 @@
-//! Production scale (issue 18): a trace reads windows of the topics around what the database
+//! Production scale: a trace reads windows of the topics around what the database
 //! knows, in the partitions its keys hash to, and says what that cost; the database side stays
 //! index-only. Real broker and databases, the test's own topics and databases; topics of tens of
 //! thousands of messages with Kafka timestamps spread over seven days, so the assertions are on
@@ -433,7 +433,7 @@ async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The database side stays index-only at scale (issue 18 item 5)
+// The database side stays index-only at scale
 // ---------------------------------------------------------------------------------------------
 
 /// Rows per order-sized table: enough that a planner with statistics prefers an index wherever
@@ -682,7 +682,7 @@ fn rates_screen(app: &mut idemguard::console::tui::app::App) -> String {
         .collect()
 }
 
-/// The console's live readers start at the last hour of each topic (issue 18): with seven days
+/// The console's live readers start at the last hour of each topic: with seven days
 /// of older events on the topics, they read only the hour's — the count each reader scanned —
 /// and the rates are the hour's. Until the hour is read, the Rates view and the Overview say it
 /// is being read, never a 0 that looks like "nothing happened".

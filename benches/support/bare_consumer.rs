@@ -1,4 +1,4 @@
-//! The consumer's yardstick (issue 19): a bare rdkafka consumer doing the durable work the
+//! The consumer's yardstick: a bare rdkafka consumer doing the durable work the
 //! deduplicating consumer must do, with none of its logic — per batch, in ONE transaction, the
 //! order update (CREATED → PAID), one multi-row insert into each sink table that skips conflicts
 //! (`ON CONFLICT DO NOTHING` / `INSERT IGNORE`), then the offset commit once the database commit

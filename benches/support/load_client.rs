@@ -1,5 +1,5 @@
 //! The API bench's load generator, run in a process of its own so that the service's CPU is the
-//! service's: until issue 19 the 50 reqwest clients shared one tokio runtime with the service
+//! service's: once, the 50 reqwest clients shared one tokio runtime with the service
 //! and took 75 % of the machine, and every figure included them.
 //!
 //! The bench binary re-executes itself with [`CLIENT_ENV`] set ([`drive`]); the child reads one

@@ -275,7 +275,7 @@ async fn place_order(
             None,
         )),
         // An operator finalized this request FAILED while it was in flight, and the create
-        // routine refused it: answer what the record now says, byte for byte (issue 15, item 5).
+        // routine refused it: answer what the record now says, byte for byte.
         Err(e @ OrderError::RequestAbandoned { .. }) => {
             let rec = super::idempotency::get(&s.guard.db, claimed.request_id.as_str()).await?;
             rec.as_ref()
@@ -586,7 +586,7 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     // PENDING until the next start.
     let drained = CancellationToken::new();
     let relay_task = tokio::spawn(relay.run(drained.clone()));
-    // Finished records and published outbox rows past their retention (issue 15, item 10).
+    // Finished records and published outbox rows past their retention.
     let purge_task = crate::db::retention::spawn(
         db.clone(),
         crate::db::retention::Purge::SERVE,

@@ -16,8 +16,8 @@ use crate::contracts::now_ms;
 
 /// The schema version `queries/<dialect>/schema.sql` and the create routine make. 2: the
 /// create transaction became the `{order_record}_create` routine. 3: the routine locks the
-/// idempotency record row first and refuses a request finalized FAILED (issue 15, item 5). 4: the
-/// report's created_at indexes (issue 18, item 5). An older database is upgraded by `migrate`
+/// idempotency record row first and refuses a request finalized FAILED. 4: the
+/// report's created_at indexes. An older database is upgraded by `migrate`
 /// itself: the routine is replaced and missing indexes are created on every run.
 pub const SCHEMA_VERSION: i64 = 4;
 

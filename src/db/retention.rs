@@ -1,4 +1,4 @@
-//! Retention (issue 15, item 10): what is past its retention is deleted, so no table grows with
+//! Retention: what is past its retention is deleted, so no table grows with
 //! traffic for ever. `serve` purges finished idempotency records and published outbox rows,
 //! `consume` purges the dedup state (`processed_event`), both in a background task every
 //! `retention.interval`; `idemguard purge` runs one full pass for a cron.

@@ -1,4 +1,4 @@
-//! Lock formats of systems idemguard did not build (issue 17): a team's Redis holds locks
+//! Lock formats of systems idemguard did not build: a team's Redis holds locks
 //! written by Redisson's `RLock`, by `setIfAbsent(lockKey, requestId, 30s)` (the article's
 //! §3.2), by redis-py's `Lock` or by redsync / node-redlock. Each format is one decoder; the
 //! configuration (`foreign_locks.decoders`) says which are tried, in which order, and

@@ -632,7 +632,7 @@ async fn scan_node(
 /// TYPE, GET, HGETALL and PTTL of `keys` on `node` with their `fence:{key}` counters, in MULTI
 /// so a key cannot expire between them. The GET of a key of another type (and the HGETALL of a
 /// string) fails alone (`ignore_errors`): one such key — a Redisson lock is a hash — must not
-/// hide every other lock (issue 15).
+/// hide every other lock.
 async fn fetch_node(node: &Node, keys: &[String]) -> Result<Vec<KeyAnswer>, NodeError> {
     if node.is_cluster() {
         return cluster::fetch_each(node, keys).await;

@@ -63,7 +63,7 @@ pub fn fence_step(key: &str, seen: Option<&LockView>) -> String {
 }
 
 /// What a release cannot guarantee on a lock idemguard did not write, said before the operator
-/// confirms (issue 17). Empty for idemguard's own locks.
+/// confirms. Empty for idemguard's own locks.
 pub fn foreign_caveats(seen: &LockView) -> Vec<String> {
     let how = match &seen.format {
         LockFormat::Idemguard => return Vec::new(),
@@ -104,7 +104,7 @@ impl Actions {
             Ok(seen) => seen,
             Err(r) => return r,
         };
-        // Only what is stored counts (issue 15: a value typed with a dead instance and the live
+        // Only what is stored counts (a value typed with a dead instance and the live
         // holder's nonce got the live holder's lock deleted). The release deletes the stored
         // values equal, byte for byte, to a value the operator gave; their owners are judged
         // from those stored values.

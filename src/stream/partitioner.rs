@@ -1,5 +1,5 @@
 //! Which partition a producer put a keyed message in, computed the way the producer computes it,
-//! so the console reads one partition of a topic instead of all of them (issue 18).
+//! so the console reads one partition of a topic instead of all of them.
 //!
 //! Two partitioners cover the producers of this pattern: librdkafka's default
 //! (`consistent_random`: CRC-32 of the key, modulo the partition count, for a non-empty key —

@@ -825,7 +825,7 @@ macro_rules! snapshot {
 pub(crate) use snapshot;
 
 // ---------------------------------------------------------------------------------------------
-// Reading the drawn cells the snapshots redact (issue 20)
+// Reading the drawn cells the snapshots redact
 // ---------------------------------------------------------------------------------------------
 
 /// A duration as the console draws it (`console::format::age`): `350ms`, `4.2s`, `4m12s`,

@@ -1,5 +1,5 @@
 //! The first offset of a partition whose message is at or after a time, found by reading single
-//! messages' timestamps (issue 18): tansu 0.6.0 answers ListOffsets-by-timestamp with 0, so a
+//! messages' timestamps: tansu 0.6.0 answers ListOffsets-by-timestamp with 0, so a
 //! window's offsets cannot be asked for; they are searched.
 //!
 //! A binary search needs log₂ n probes: ~23 a bound on a partition of 6,700,000 messages, and a

@@ -32,7 +32,7 @@ pub const RENDER: Duration = Duration::from_millis(50);
 /// Whether the console has taken the terminal (raw mode, alternate screen) and not given it
 /// back. Restoring twice is not harmless: leaving the alternate screen again moves the cursor
 /// back to where it was when the console started (tmux, xterm), so the panic hook's message
-/// would be written over by the shell (issue 20, claim 7).
+/// would be written over by the shell.
 static TERMINAL_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Puts the terminal back as it was: raw mode off, main screen, cursor shown. Only the first
@@ -68,7 +68,7 @@ fn install_panic_hook() {
     }));
 }
 
-/// FAULT INJECTION (issue 20, claim 7): `IDEMGUARD_FAULT_CONSOLE=panic` or `=error` makes the
+/// FAULT INJECTION: `IDEMGUARD_FAULT_CONSOLE=panic` or `=error` makes the
 /// first key pressed panic, or fail the loop as a broken terminal would, so a test in a real
 /// terminal can check it is restored on both ways out. Refused in production.
 #[derive(Debug, Clone, Copy)]
