@@ -244,6 +244,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The messages of kafka.dlq_topic, newest first, each with its reason, source, IDs, age,
+    /// redrive and what the consumer would do with it now (still poison, would apply, already
+    /// applied)
+    Dlq {
+        /// From this time, RFC 3339 or epoch ms [default: 7 days before --until]
+        #[arg(long)]
+        since: Option<String>,
+        /// ... up to this time [default: now]
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish DLQ messages again to their source topic and partition, each once (the ops_audit
+    /// row, written first, is the record: a second redrive is refused; a failed publish may be
+    /// retried). Exit 0 done, 4 refused, 1 error (the worst of the messages)
+    Redrive {
+        /// The DLQ message's position, PARTITION:OFFSET (repeat for several)
+        #[arg(long = "dlq", value_name = "PARTITION:OFFSET", required = true, value_parser = parse_dlq_position)]
+        positions: Vec<(i32, i64)>,
+        /// Show what would be published where, and what the consumer would do with it now;
+        /// write nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Why (written to ops_audit)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Release a stale lock: compare-and-delete of the exact value you saw (idemguard locks), on
     /// every node; refused when the owner is alive unless --force --reason. Audited in ops_audit.
     /// Exit 0 done, 4 refused, 5 the lock changed hands (nothing deleted), 1 error
@@ -539,6 +572,34 @@ async fn run(
             ))
         }
         Command::Purge { json } => purge(&config, json).await,
+        Command::Dlq { since, until, json } => {
+            let window = dlq_window(since.as_deref(), until.as_deref())?;
+            let r = headless::dlq(&config, window).await;
+            Ok(print_report(&r, json, headless::dlq_table))
+        }
+        Command::Redrive {
+            positions,
+            dry_run: true,
+            json,
+            ..
+        } => redrive_dry_run(&config, &positions, json).await,
+        Command::Redrive {
+            positions,
+            reason,
+            allow_actions,
+            json,
+            ..
+        } => {
+            let mut worst = ExitCode::SUCCESS;
+            for (p, o) in positions {
+                let action = Action::redrive(&config.kafka.dlq_topic, p, o, reason.clone());
+                let code = run_action(&config, action, allow_actions, json).await?;
+                if code != ExitCode::SUCCESS {
+                    worst = code;
+                }
+            }
+            Ok(worst)
+        }
         Command::Finalize {
             request_id,
             expect_version,
@@ -662,6 +723,80 @@ fn trace_window(
         anyhow::bail!("--since must not be after --until");
     }
     Ok(Some(TimeWindow { from_ms, to_ms }))
+}
+
+/// `--dlq PARTITION:OFFSET`.
+fn parse_dlq_position(s: &str) -> Result<(i32, i64), String> {
+    let (p, o) = s.split_once(':').ok_or_else(|| {
+        format!("`{s}`: give PARTITION:OFFSET, e.g. 0:42 (idemguard dlq lists them)")
+    })?;
+    let p = p.parse().map_err(|e| format!("partition `{p}`: {e}"))?;
+    let o = o.parse().map_err(|e| format!("offset `{o}`: {e}"))?;
+    Ok((p, o))
+}
+
+/// `idemguard dlq`'s window: `--since/--until`, 7 days before now by default.
+fn dlq_window(
+    since: Option<&str>,
+    until: Option<&str>,
+) -> anyhow::Result<idemguard::console::read::window::TimeWindow> {
+    use idemguard::console::read::dlq::DEFAULT_DLQ_WINDOW;
+    use idemguard::console::read::window::TimeWindow;
+    use idemguard::console::report::parse_time;
+    let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
+    let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
+    let from_ms = since.map_or(Ok(to_ms - DEFAULT_DLQ_WINDOW.as_millis() as i64), parse)?;
+    if from_ms > to_ms {
+        anyhow::bail!("--since must not be after --until");
+    }
+    Ok(TimeWindow { from_ms, to_ms })
+}
+
+/// `idemguard redrive --dry-run`: per message, the exact effect and what the consumer would do
+/// with it now; nothing is written, nothing audited.
+async fn redrive_dry_run(
+    config: &Config,
+    positions: &[(i32, i64)],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::console::read::dlq::one;
+    use idemguard::untrusted::escape;
+    let db = idemguard::console::read::sources::connect_database(config).await?;
+    let mut plans = Vec::new();
+    for &(p, o) in positions {
+        let action = Action::redrive(&config.kafka.dlq_topic, p, o, None);
+        let message = one(config, &db, p, o).await?;
+        plans.push(serde_json::json!({
+            "target": action.target(),
+            "effect": action.effect(Some(db.dialect())),
+            "message": message,
+        }));
+        if json {
+            continue;
+        }
+        println!(
+            "redrive {} (dry run: nothing written)",
+            escape(action.target())
+        );
+        for line in action.effect(Some(db.dialect())) {
+            println!("  {}", escape(&line));
+        }
+        match message {
+            None => println!("  the DLQ holds no message there"),
+            Some(m) => {
+                let cells =
+                    idemguard::console::columns::dlq_cells(&m, idemguard::contracts::now_ms());
+                for (c, v) in idemguard::console::columns::DLQ.iter().zip(cells) {
+                    println!("  {:<9} {v}", c.header);
+                }
+            }
+        }
+    }
+    db.pool.close().await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plans)?);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `idemguard consume`: the payment consumer until Ctrl-C.

@@ -1,6 +1,7 @@
-//! The operator's actions: release a stale lock, finalize a stuck idempotency record — and their
-//! audit. One place for each rule; the TUI's confirm popup and the headless twins
-//! (`idemguard release-lock`, `idemguard finalize`) both call [`Actions::run`].
+//! The operator's actions: release a stale lock, finalize a stuck idempotency record, redrive a
+//! DLQ message — and their audit. One place for each rule; the TUI's confirm popup and the
+//! headless twins (`idemguard release-lock`, `idemguard finalize`, `idemguard redrive`) all call
+//! [`Actions::run`].
 //!
 //! Why each rule exists (issue 8: operators used a bare `DEL` or a hand-written `UPDATE`):
 //! - a release is a compare-and-delete of the exact value(s) the operator saw, on every node
@@ -36,6 +37,7 @@ use crate::trace::Tracer;
 mod audit;
 mod finalize;
 pub use finalize::{TeamRecord, UNFENCED};
+mod redrive;
 mod release;
 
 pub use audit::{audit_rows, AuditRow};
@@ -65,14 +67,36 @@ pub enum Action {
         expect_version: Option<i64>,
         reason: Option<String>,
     },
+    /// Publish a DLQ message again to its source topic and partition — once: its `ops_audit`
+    /// row is the record ([`redrive`]).
+    Redrive {
+        /// The ops_audit target, `dlq:{dlq_topic}:{partition}:{offset}`.
+        target: String,
+        dlq_topic: String,
+        partition: i32,
+        offset: i64,
+        reason: Option<String>,
+    },
 }
 
 impl Action {
+    /// A redrive of the message at `partition`@`offset` of `dlq_topic`.
+    pub fn redrive(dlq_topic: &str, partition: i32, offset: i64, reason: Option<String>) -> Action {
+        Action::Redrive {
+            target: crate::stream::redrive::audit_target(dlq_topic, partition, offset),
+            dlq_topic: dlq_topic.to_string(),
+            partition,
+            offset,
+            reason,
+        }
+    }
+
     /// The `action` column of `ops_audit`.
     pub fn name(&self) -> &'static str {
         match self {
             Action::ReleaseLock { .. } => "release_lock",
             Action::Finalize { .. } => "finalize",
+            Action::Redrive { .. } => "redrive",
         }
     }
 
@@ -81,14 +105,15 @@ impl Action {
         match self {
             Action::ReleaseLock { key, .. } => key,
             Action::Finalize { request_id, .. } => request_id,
+            Action::Redrive { target, .. } => target,
         }
     }
 
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Action::ReleaseLock { reason, .. } | Action::Finalize { reason, .. } => {
-                reason.as_deref()
-            }
+            Action::ReleaseLock { reason, .. }
+            | Action::Finalize { reason, .. }
+            | Action::Redrive { reason, .. } => reason.as_deref(),
         }
     }
 
@@ -148,6 +173,12 @@ impl Action {
                     format!("then overwrite {} with the final response", keys::idempotency_fast_path(request_id)),
                 ]
             }
+            Action::Redrive {
+                dlq_topic,
+                partition,
+                offset,
+                ..
+            } => redrive::effect(dlq_topic, *partition, *offset),
         }
     }
 }
@@ -214,6 +245,8 @@ pub struct Actions {
     lock_patterns: Vec<String>,
     /// The team's record in its own terms, when the profile maps a foreign one.
     team: Option<finalize::TeamRecord>,
+    /// The configuration, for a redrive's Kafka clients (the DLQ read, the publish).
+    config: Config,
 }
 
 impl Actions {
@@ -246,6 +279,7 @@ impl Actions {
                 .min(config.idempotency.retention),
             lock_patterns: config.foreign_locks.patterns.clone(),
             team: finalize::TeamRecord::of(config),
+            config: config.clone(),
         }
     }
     pub fn allowed(&self) -> bool {
@@ -290,6 +324,9 @@ impl Actions {
                 self.finalize(action, request_id, *expect_version, reason.as_deref())
                     .await
             }
+            Action::Redrive {
+                partition, offset, ..
+            } => self.redrive(action, *partition, *offset).await,
         };
         let mut event = TraceEvent::new(Layer::Console, Outcome::OperatorAction)
             .detail(format!(
@@ -309,6 +346,7 @@ impl Actions {
                 event.request_id = request_id;
             }
             Action::Finalize { request_id, .. } => event = event.request_id(request_id.clone()),
+            Action::Redrive { .. } => {}
         }
         self.tracer.emit(event);
         result

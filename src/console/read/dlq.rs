@@ -286,3 +286,30 @@ async fn redrives_since(
 
 /// At most this many redrive rows are read for one listing.
 const REDRIVES_READ: i64 = 10_000;
+
+/// The DLQ message at `partition`@`offset` with its redrive and verdict looked up now (a
+/// redrive's `--dry-run`, the TUI's confirmation); `None` when the DLQ holds no message there.
+pub async fn one(
+    config: &Config,
+    db: &Database,
+    partition: i32,
+    offset: i64,
+) -> anyhow::Result<Option<DlqMessage>> {
+    let c = config.clone();
+    let entry = blocking(move || crate::stream::redrive::read_entry(&c, partition, offset)).await?;
+    let Some(entry) = entry else {
+        return Ok(None);
+    };
+    let mut listing = DlqListing {
+        topic: config.kafka.dlq_topic.clone(),
+        window: TimeWindow {
+            from_ms: entry.timestamp_ms.unwrap_or(0),
+            to_ms: crate::contracts::now_ms(),
+        },
+        messages: vec![DlqMessage::of(&entry, config)],
+        truncated: false,
+        read_cost: None,
+    };
+    look_up(config, db, &mut listing).await?;
+    Ok(listing.messages.pop())
+}

@@ -71,9 +71,9 @@ impl Confirm {
             .cloned()
             .map(|mut p| {
                 match &mut p.action {
-                    Action::ReleaseLock { reason: r, .. } | Action::Finalize { reason: r, .. } => {
-                        *r = reason.clone()
-                    }
+                    Action::ReleaseLock { reason: r, .. }
+                    | Action::Finalize { reason: r, .. }
+                    | Action::Redrive { reason: r, .. } => *r = reason.clone(),
                 }
                 p
             })
