@@ -187,7 +187,7 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
         "{d}: {bad_m:?}"
     );
     assert!(l.iter().all(|m| m.redriven.is_none()), "{d}: {l:?}");
-    let target = late_m.target(&s.config.kafka.dlq_topic);
+    let target = late_m.target.clone();
 
     // --dry-run: the verdict, and nothing written.
     let (code, plan) = redrive(s, &late_m, &["--dry-run"]).await;

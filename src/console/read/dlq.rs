@@ -65,6 +65,8 @@ pub struct RedriveRecord {
 /// One DLQ message as the view shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DlqMessage {
+    /// Its `ops_audit` target, `dlq:TOPIC:PARTITION:OFFSET` (what a redrive names).
+    pub target: String,
     pub partition: i32,
     pub offset: i64,
     pub timestamp_ms: Option<i64>,
@@ -93,6 +95,7 @@ impl DlqMessage {
         let ids = &config.kafka_ids.payment;
         let at = |places: &[String]| id_at(m, body.as_ref(), places);
         DlqMessage {
+            target: audit_target(&config.kafka.dlq_topic, entry.partition, entry.offset),
             partition: entry.partition,
             offset: entry.offset,
             timestamp_ms: entry.timestamp_ms,
@@ -109,11 +112,6 @@ impl DlqMessage {
             },
             parsed: crate::stream::consumer::parse(m),
         }
-    }
-
-    /// Its `ops_audit` target.
-    pub fn target(&self, dlq_topic: &str) -> String {
-        audit_target(dlq_topic, self.partition, self.offset)
     }
 
     /// True when one filter term matches its reason or one of its IDs (case-insensitive).
@@ -198,7 +196,7 @@ pub async fn look_up(
     let group = &config.kafka.consumer_group;
     let processed = crate::stream::sinks::already_processed(db, group, &ids).await?;
     for m in &mut listing.messages {
-        m.redriven = redrives.get(&m.target(&listing.topic)).cloned();
+        m.redriven = redrives.get(&m.target).cloned();
         m.verdict = verdict_of(db, m, &processed).await?;
     }
     Ok(())
