@@ -11,6 +11,8 @@
 //! Every test has its own database, topics and consumer group.
 
 mod common;
+#[path = "support/tmux.rs"]
+mod tmux;
 
 use std::time::{Duration, Instant};
 
@@ -125,6 +127,45 @@ async fn audit_outcomes(s: &ConsumerSetup, target: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// The console's DLQ view in a real terminal (tmux): `:dlq` lists the late event as "would
+/// apply"; `/` narrows it to its order; `r` opens the confirmation with its destination and
+/// expected outcome (Esc: nothing runs); Enter traces its order.
+fn dlq_view_in_a_terminal(config: &idemguard::config::Config, late: &DlqMessage) {
+    let mut env = tmux::local_env(config);
+    env.push(("IDEMGUARD_KAFKA__DLQ_TOPIC", config.kafka.dlq_topic.clone()));
+    let t = tmux::Terminal::console("igr", (220, 40), &env, " --allow-actions");
+    let within = Duration::from_secs(30);
+    t.wait_for("the console", within, |s| s.contains("idemguard console"));
+    t.keys(&[":dlq", "Enter"]);
+    let listed = t.wait_for("the DLQ view", within, |s| s.contains("3 message(s) in"));
+    assert!(
+        listed.contains("7:DLQ") && listed.contains("would apply"),
+        "{listed}"
+    );
+    assert!(listed.contains("still poison"), "{listed}");
+    let order_no = late.order_no.clone().unwrap();
+    t.keys(&["/"]);
+    t.type_line(&order_no);
+    let filtered = t.wait_for("the filter", within, |s| s.contains("[1 of 3"));
+    assert!(filtered.contains(&order_no), "{filtered}");
+    t.keys(&["r"]);
+    let popup = t.wait_for("the confirmation", within, |s| {
+        s.contains("Redrive 1 DLQ message(s)")
+    });
+    assert!(
+        popup.contains("the consumer applies it once") && popup.contains("redrive.audit_id"),
+        "{popup}"
+    );
+    t.keys(&["Escape"]);
+    t.wait_for("the popup closed", within, |s| !s.contains("Redrive 1 DLQ"));
+    t.keys(&["Enter"]);
+    t.wait_for("the order's trace", within, |s| {
+        s.contains("Timeline, oldest first") && s.contains(&order_no)
+    });
+    let after = t.quit_console(within);
+    tmux::assert_console_gone(&after);
+}
+
 async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
     let d = s.dialect;
     let mut config = s.config.clone();
@@ -196,6 +237,13 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
         plan[0]["message"]["verdict"]["verdict"], "would_apply",
         "{d}: {plan}"
     );
+    assert!(audit_outcomes(s, &target).await.is_empty(), "{d}");
+
+    // The TUI: the same listing, the confirmation cancelled, nothing written.
+    let (c, m) = (s.config.clone(), late_m.clone());
+    tokio::task::spawn_blocking(move || dlq_view_in_a_terminal(&c, &m))
+        .await
+        .unwrap();
     assert!(audit_outcomes(s, &target).await.is_empty(), "{d}");
 
     // Without --allow-actions: refused, audited.
