@@ -206,10 +206,10 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
     },
-    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck and Audit views,
+    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck, Audit and DLQ views,
     /// live. Read-only unless --allow-actions or environment.allow_actions
     Console {
-        /// Enable the actions (x release a lock, f finalize a record), each confirmed and audited
+        /// Enable the actions (x release a lock, f finalize a record, r redrive a DLQ message), each confirmed and audited
         #[arg(long)]
         allow_actions: bool,
     },
