@@ -94,13 +94,18 @@ async fn redrive(s: &ConsumerSetup, m: &DlqMessage, extra: &[&str]) -> (i32, ser
         .expect("redrive ends within 60 s")
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let json = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
             "redrive printed no JSON ({e}): {stdout}\nstderr: {}",
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    (out.status.code().unwrap_or(-1), json)
+    // One message: its result; a dry run: its plans.
+    let one = match json.get("results") {
+        Some(results) => results[0].clone(),
+        None => json,
+    };
+    (out.status.code().unwrap_or(-1), one)
 }
 
 async fn points_of(s: &ConsumerSetup, event_id: &str) -> i64 {
@@ -339,3 +344,102 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] redrive_once_and_never_loop(&consumer_setup) => redrive_postgres, redrive_mysql);
+
+/// A bulk redrive of every message with one reason, interrupted (SIGINT) after its first
+/// progress line: it stops between messages, and `ops_audit` holds exactly the messages it
+/// published — each `done`, none left at `attempt` — and nothing of the ones it never started.
+async fn bulk_redrive_interrupted_audits_what_it_published(s: &ConsumerSetup) {
+    use tokio::io::AsyncBufReadExt;
+    let d = s.dialect;
+    let member = s.start_member().await;
+    let p = producer(&s.config);
+    const N: u64 = 20;
+    for i in 0..N {
+        let order_no = OrderNo::generate().to_string();
+        let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+        produce(
+            &p,
+            &s.config.kafka.payment_topic,
+            &payment(&order_no, &req, 80 + i as i64),
+        )
+        .await;
+    }
+    member
+        .until("every late event in the DLQ", 60, |st| get(&st.dlq) >= N)
+        .await;
+    until_listed(s, N as usize).await;
+
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            config,
+            "redrive",
+            "--all-with-reason",
+            "unknown order",
+        ])
+        .args(["--allow-actions", "--json"])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &s.group)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.starts_with("[1/") {
+                return l;
+            }
+        }
+        panic!("redrive ended before its first message");
+    })
+    .await
+    .expect("a first progress line within 60 s");
+    assert!(
+        first.contains(&format!("[1/{N}]")) && first.contains(" done:"),
+        "{d}: {first}"
+    );
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    assert!(kill.unwrap().success());
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("redrive stops within 60 s of Ctrl-C")
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["cancelled"], true, "{d}: {summary}");
+    assert_eq!(out.status.code(), Some(130), "{d}: {summary}");
+    let done = summary["done"].as_u64().unwrap();
+    let not_attempted = summary["not_attempted"].as_u64().unwrap();
+    assert!(
+        done >= 1 && not_attempted >= 1,
+        "{d}: stopped midway: {summary}"
+    );
+    assert_eq!(done + not_attempted, N, "{d}: {summary}");
+    let sql = "SELECT outcome FROM ops_audit WHERE action = 'redrive' ORDER BY id";
+    let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(&s.db.pool).await.unwrap();
+    assert_eq!(
+        rows,
+        vec!["done"; done as usize],
+        "{d}: exactly what it published"
+    );
+    member
+        .until("each published message back in the DLQ", 60, |st| {
+            get(&st.dlq) >= N + done
+        })
+        .await;
+    member.stop().await;
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] bulk_redrive_interrupted_audits_what_it_published(&consumer_setup) => bulk_redrive_postgres, bulk_redrive_mysql);

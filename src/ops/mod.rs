@@ -353,6 +353,76 @@ impl Actions {
     }
 }
 
+/// What a batch run with [`Actions::run_batch`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchSummary {
+    pub done: usize,
+    pub refused: usize,
+    pub changed: usize,
+    pub errors: usize,
+    /// Never started: the batch was cancelled before them (nothing written, not audited).
+    pub not_attempted: usize,
+    pub cancelled: bool,
+    pub results: Vec<ActionResult>,
+}
+
+impl BatchSummary {
+    /// The exit status: the worst outcome (error before refused before changed), 130 when
+    /// cancelled with nothing worse.
+    pub fn exit_code(&self) -> u8 {
+        if self.errors > 0 {
+            1
+        } else if self.refused > 0 {
+            4
+        } else if self.changed > 0 {
+            5
+        } else if self.cancelled {
+            130
+        } else {
+            0
+        }
+    }
+}
+
+impl Actions {
+    /// Runs `batch` one action after the other, each with every guard, until `cancel`: a
+    /// cancellation stops BETWEEN actions, never inside one, so every action is either audited
+    /// with its outcome or not attempted at all. `progress` hears of each result as it comes.
+    pub async fn run_batch(
+        &self,
+        batch: &[Action],
+        cancel: &tokio_util::sync::CancellationToken,
+        mut progress: impl FnMut(usize, &ActionResult),
+    ) -> BatchSummary {
+        let mut s = BatchSummary {
+            done: 0,
+            refused: 0,
+            changed: 0,
+            errors: 0,
+            not_attempted: 0,
+            cancelled: false,
+            results: Vec::new(),
+        };
+        for (i, action) in batch.iter().enumerate() {
+            if cancel.is_cancelled() {
+                s.cancelled = true;
+                s.not_attempted = batch.len() - i;
+                break;
+            }
+            let r = self.run(action).await;
+            match r.outcome {
+                ActionOutcome::Done => s.done += 1,
+                ActionOutcome::Refused => s.refused += 1,
+                ActionOutcome::Changed => s.changed += 1,
+                ActionOutcome::Error => s.errors += 1,
+            }
+            progress(i, &r);
+            s.results.push(r);
+        }
+        s
+    }
+}
+
 fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v)
         .unwrap_or_else(|e| format!("{{\"unserializable\":{:?}}}", e.to_string()))
