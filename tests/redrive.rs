@@ -285,6 +285,23 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
         ["refused", "done", "refused"],
         "{d}"
     );
+    // `report --id ORDER` lists the redrives of its event (their audit rows name the order).
+    use idemguard::console::report::{build, ReportScope};
+    let scope = ReportScope::Id(idemguard::contracts::TraceTarget::classify(&late_no));
+    let report = build(&s.config, &scope).await.unwrap();
+    let redrives: Vec<_> = report
+        .operator_actions
+        .iter()
+        .filter(|a| a.action == "redrive")
+        .map(|a| a.outcome.as_str())
+        .collect();
+    // (The read-only refusal read nothing, so it names no order.)
+    assert_eq!(
+        redrives,
+        ["done", "refused"],
+        "{d}: {:?}",
+        report.operator_actions
+    );
 
     // Already applied: the redrive publishes, the consumer drops it, nothing changes.
     let hits = member.get(|st| &st.dedup_hits);

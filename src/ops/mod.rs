@@ -298,6 +298,7 @@ impl Actions {
     /// case nothing is done and the result says so with `audit_id: None`).
     pub async fn run(&self, action: &Action) -> ActionResult {
         let started = Instant::now();
+        let mut redriven = redrive::RedrivenIds::default();
         let result = match action {
             Action::ReleaseLock {
                 key,
@@ -326,7 +327,11 @@ impl Actions {
             }
             Action::Redrive {
                 partition, offset, ..
-            } => self.redrive(action, *partition, *offset).await,
+            } => {
+                let (result, ids) = self.redrive(action, *partition, *offset).await;
+                redriven = ids;
+                result
+            }
         };
         let mut event = TraceEvent::new(Layer::Console, Outcome::OperatorAction)
             .detail(format!(
@@ -346,7 +351,11 @@ impl Actions {
                 event.request_id = request_id;
             }
             Action::Finalize { request_id, .. } => event = event.request_id(request_id.clone()),
-            Action::Redrive { .. } => {}
+            Action::Redrive { .. } => {
+                event.order_no = redriven.order_no;
+                event.request_id = redriven.request_id;
+                event.event_id = redriven.event_id;
+            }
         }
         self.tracer.emit(event);
         result

@@ -37,11 +37,36 @@ pub fn effect(dlq_topic: &str, partition: i32, offset: i64) -> Vec<String> {
     ]
 }
 
+/// The IDs a DLQ message's headers name (orderNo, requestId, eventId): the redrive's trace
+/// event carries them, so the order's timeline shows the redrive in place, and the audit row's
+/// `before_state` names them, so `report --id ORDER` lists it.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RedrivenIds {
+    pub order_no: Option<String>,
+    pub request_id: Option<String>,
+    pub event_id: Option<String>,
+}
+
+impl RedrivenIds {
+    fn of(entry: &DlqEntry) -> RedrivenIds {
+        use crate::contracts::headers;
+        use crate::stream::redrive::header_text;
+        let m = &entry.message;
+        RedrivenIds {
+            order_no: header_text(m, headers::ORDER_NO),
+            request_id: header_text(m, headers::REQUEST_ID),
+            event_id: header_text(m, headers::EVENT_ID),
+        }
+    }
+}
+
 /// What a redrive saw of the DLQ message (the audit row's `before_state`).
 #[derive(Serialize)]
 struct Seen<'a> {
     dlq_partition: i32,
     dlq_offset: i64,
+    #[serde(flatten)]
+    ids: &'a RedrivenIds,
     reason: &'a str,
     source: Option<&'a SourcePosition>,
     returned_from: Option<&'a RedriveMark>,
@@ -56,14 +81,16 @@ struct Published<'a> {
 }
 
 impl Actions {
+    /// The redrive, and the IDs of the message it read (none when it read nothing).
     pub(super) async fn redrive(
         &self,
         action: &Action,
         partition: i32,
         offset: i64,
-    ) -> ActionResult {
+    ) -> (ActionResult, RedrivenIds) {
         if !self.allowed {
-            return self.refuse(action, None, self.read_only_hint()).await;
+            let r = self.refuse(action, None, self.read_only_hint()).await;
+            return (r, RedrivenIds::default());
         }
         let entry = match self.read_dlq_entry(partition, offset).await {
             Ok(Some(e)) => e,
@@ -72,21 +99,35 @@ impl Actions {
                     "the DLQ {} holds no message at {partition}@{offset} (past its end, or removed by retention): nothing to redrive",
                     self.config.kafka.dlq_topic
                 );
-                return self.refuse(action, None, why).await;
+                return (self.refuse(action, None, why).await, RedrivenIds::default());
             }
             Err(e) => {
                 let why = format!("not performed: the DLQ message could not be read: {e:#}");
-                return self.fail_unperformed(action, None, why).await;
+                let r = self.fail_unperformed(action, None, why).await;
+                return (r, RedrivenIds::default());
             }
         };
+        let ids = RedrivenIds::of(&entry);
+        (self.redrive_entry(action, &entry, &ids).await, ids)
+    }
+
+    /// The message read: the refusals, then our audit row, then the publish.
+    async fn redrive_entry(
+        &self,
+        action: &Action,
+        entry: &DlqEntry,
+        ids: &RedrivenIds,
+    ) -> ActionResult {
+        let (partition, offset) = (entry.partition, entry.offset);
         let before = Some(json(&Seen {
             dlq_partition: partition,
             dlq_offset: offset,
+            ids,
             reason: &entry.reason,
             source: entry.source.as_ref(),
             returned_from: entry.returned_from.as_ref(),
         }));
-        let source = match not_redrivable(&entry) {
+        let source = match not_redrivable(entry) {
             Err(why) => return self.refuse(action, before, why).await,
             Ok(source) => source,
         };
@@ -110,7 +151,7 @@ impl Actions {
             Ok(id) => id,
             Err(result) => return result,
         };
-        self.publish_once(action, id, before, &entry, source).await
+        self.publish_once(action, id, before, entry, source).await
     }
 
     /// Our row written: checked again against a redrive that wrote its row meanwhile, then
