@@ -340,6 +340,7 @@ impl App {
                     Some(Jump::Locks) => self.show_view(View::Locks),
                     Some(Jump::Stuck) => self.show_view(View::Stuck),
                     Some(Jump::Rates) => self.show_view(View::Rates),
+                    Some(Jump::Dlq) => self.show_view(View::Dlq),
                     None => self.ui.say("nothing to open on this line", Level::Info),
                 }
             }
