@@ -212,10 +212,11 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
     },
-    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck and Audit views,
+    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck, Audit and DLQ views,
     /// live. Read-only unless --allow-actions or environment.allow_actions
     Console {
-        /// Enable the actions (x release a lock, f finalize a record), each confirmed and audited
+        /// Enable the actions (x release a lock, f finalize a record, r redrive a DLQ message),
+        /// each confirmed and audited
         #[arg(long)]
         allow_actions: bool,
     },
@@ -247,6 +248,46 @@ enum Command {
     },
     /// PROCESSING idempotency records older than console.stuck_threshold, oldest first
     Stuck {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The messages of kafka.dlq_topic, newest first, each with its reason, source, IDs, age,
+    /// redrive and what the consumer would do with it now (still poison, would apply, already
+    /// applied)
+    Dlq {
+        /// From this time, RFC 3339 or epoch ms [default: 7 days before --until]
+        #[arg(long)]
+        since: Option<String>,
+        /// ... up to this time [default: now]
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish DLQ messages again to their source topic and partition, each once (the ops_audit
+    /// row, written first, is the record: a second redrive is refused; a failed publish may be
+    /// retried). Exit 0 done, 4 refused, 1 error (the worst of the messages), 130 interrupted
+    Redrive {
+        /// The DLQ message's position, PARTITION:OFFSET (repeat for several)
+        #[arg(long = "dlq", value_name = "PARTITION:OFFSET", required_unless_present = "all_with_reason", value_parser = parse_dlq_position)]
+        positions: Vec<(i32, i64)>,
+        /// Every DLQ message of the window whose reason contains TEXT and that was not redriven
+        /// yet, one after the other, with progress; Ctrl-C stops between messages
+        #[arg(long, value_name = "TEXT", conflicts_with = "positions")]
+        all_with_reason: Option<String>,
+        /// With --all-with-reason: from this time, RFC 3339 or epoch ms [default: 7 days ago]
+        #[arg(long)]
+        since: Option<String>,
+        /// Show what would be published where, and what the consumer would do with it now;
+        /// write nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Why (written to ops_audit)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Enable actions for this run (otherwise environment.allow_actions decides)
+        #[arg(long)]
+        allow_actions: bool,
         #[arg(long)]
         json: bool,
     },
@@ -557,6 +598,33 @@ async fn run(
             ))
         }
         Command::Purge { json } => purge(&config, json).await,
+        Command::Dlq { since, until, json } => {
+            let window = dlq_window(since.as_deref(), until.as_deref())?;
+            let r = headless::dlq(&config, window).await;
+            Ok(print_report(&r, json, headless::dlq_table))
+        }
+        Command::Redrive {
+            positions,
+            all_with_reason,
+            since,
+            dry_run,
+            reason,
+            allow_actions,
+            json,
+        } => {
+            let positions = match all_with_reason {
+                None => positions,
+                Some(text) => not_redriven_with_reason(&config, &text, since.as_deref()).await?,
+            };
+            if dry_run {
+                return redrive_dry_run(&config, &positions, json).await;
+            }
+            let batch: Vec<Action> = positions
+                .iter()
+                .map(|&(p, o)| Action::redrive(&config.kafka.dlq_topic, p, o, reason.clone()))
+                .collect();
+            run_batch(&config, &batch, allow_actions, json).await
+        }
         Command::Finalize {
             request_id,
             expect_version,
@@ -680,6 +748,164 @@ fn trace_window(
         anyhow::bail!("--since must not be after --until");
     }
     Ok(Some(TimeWindow { from_ms, to_ms }))
+}
+
+/// `--dlq PARTITION:OFFSET`.
+fn parse_dlq_position(s: &str) -> Result<(i32, i64), String> {
+    let (p, o) = s.split_once(':').ok_or_else(|| {
+        format!("`{s}`: give PARTITION:OFFSET, e.g. 0:42 (idemguard dlq lists them)")
+    })?;
+    let p = p.parse().map_err(|e| format!("partition `{p}`: {e}"))?;
+    let o = o.parse().map_err(|e| format!("offset `{o}`: {e}"))?;
+    Ok((p, o))
+}
+
+/// `idemguard dlq`'s window: `--since/--until`, 7 days before now by default.
+fn dlq_window(
+    since: Option<&str>,
+    until: Option<&str>,
+) -> anyhow::Result<idemguard::console::read::window::TimeWindow> {
+    use idemguard::console::read::dlq::DEFAULT_DLQ_WINDOW;
+    use idemguard::console::read::window::TimeWindow;
+    use idemguard::console::report::parse_time;
+    let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
+    let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
+    let from_ms = since.map_or(Ok(to_ms - DEFAULT_DLQ_WINDOW.as_millis() as i64), parse)?;
+    if from_ms > to_ms {
+        anyhow::bail!("--since must not be after --until");
+    }
+    Ok(TimeWindow { from_ms, to_ms })
+}
+
+/// The positions of the DLQ messages in the window whose reason contains `text` and that are
+/// neither redriven (done or under way) nor back from a redrive.
+async fn not_redriven_with_reason(
+    config: &Config,
+    text: &str,
+    since: Option<&str>,
+) -> anyhow::Result<Vec<(i32, i64)>> {
+    let window = dlq_window(since, None)?;
+    let listing = headless::dlq(config, window).await;
+    if !listing.ok {
+        anyhow::bail!("the DLQ could not be read:\n{}", listing.failures());
+    }
+    Ok(listing
+        .data
+        .messages
+        .iter()
+        .rev() // oldest first: the order they were refused in
+        .filter(|m| m.reason.contains(text) && m.returned_from.is_none())
+        .filter(|m| m.redriven.as_ref().is_none_or(|r| r.outcome == "error"))
+        .map(|m| (m.partition, m.offset))
+        .collect())
+}
+
+/// `idemguard redrive`: the batch through the executor, one after the other, a progress line
+/// on stderr per message and a summary; Ctrl-C stops between messages (what was published is
+/// audited, what was not attempted is not).
+async fn run_batch(
+    config: &Config,
+    batch: &[Action],
+    allow_actions: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::lock::Locks;
+    use idemguard::untrusted::escape;
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance)?;
+    let db = Database::connect_for_actions(config).await?;
+    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
+    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_signal = cancel.clone();
+    let listener = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("idemguard redrive: interrupted — stopping after the message in flight");
+            on_signal.cancel();
+        }
+    });
+    let n = batch.len();
+    eprintln!("idemguard redrive: {n} message(s)");
+    let summary = actions
+        .run_batch(batch, &cancel, |i, r| {
+            let audit = r
+                .audit_id
+                .map_or("NOT audited".into(), |id| format!("ops_audit row {id}"));
+            eprintln!(
+                "[{}/{n}] {} {}: {} ({audit})",
+                i + 1,
+                escape(&r.target),
+                r.outcome,
+                escape(&r.detail)
+            );
+        })
+        .await;
+    listener.abort();
+    tracer.flush(std::time::Duration::from_secs(5));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "{} done, {} refused, {} error(s), {} not attempted{}",
+            summary.done,
+            summary.refused,
+            summary.errors,
+            summary.not_attempted,
+            if summary.cancelled {
+                " (interrupted)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(ExitCode::from(summary.exit_code()))
+}
+
+/// `idemguard redrive --dry-run`: per message, the exact effect and what the consumer would do
+/// with it now; nothing is written, nothing audited.
+async fn redrive_dry_run(
+    config: &Config,
+    positions: &[(i32, i64)],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::console::read::dlq::one;
+    use idemguard::untrusted::escape;
+    let db = idemguard::console::read::sources::connect_database(config).await?;
+    let mut plans = Vec::new();
+    for &(p, o) in positions {
+        let action = Action::redrive(&config.kafka.dlq_topic, p, o, None);
+        let message = one(config, &db, p, o).await?;
+        plans.push(serde_json::json!({
+            "target": action.target(),
+            "effect": action.effect(Some(db.dialect())),
+            "message": message,
+        }));
+        if json {
+            continue;
+        }
+        println!(
+            "redrive {} (dry run: nothing written)",
+            escape(action.target())
+        );
+        for line in action.effect(Some(db.dialect())) {
+            println!("  {}", escape(&line));
+        }
+        match message {
+            None => println!("  the DLQ holds no message there"),
+            Some(m) => {
+                let cells =
+                    idemguard::console::columns::dlq_cells(&m, idemguard::contracts::now_ms());
+                for (c, v) in idemguard::console::columns::DLQ.iter().zip(cells) {
+                    println!("  {:<9} {v}", c.header);
+                }
+            }
+        }
+    }
+    db.pool.close().await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plans)?);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `idemguard consume`: the payment consumer until Ctrl-C.

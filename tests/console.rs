@@ -948,8 +948,8 @@ async fn scripted_keys_trace_filter_switch_views() {
     press(&mut app, KeyCode::BackTab);
     assert_eq!(
         app.ui.view,
-        View::Audit,
-        "shift-tab from the first view wraps to the last, Audit"
+        View::Dlq,
+        "shift-tab from the first view wraps to the last, the DLQ"
     );
 
     // Help generated from the keymap; it scrolls (G: its end); any other key closes it.

@@ -1186,7 +1186,7 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
         "{msg}\n{md}"
     );
 
-    // Space still pauses outside Locks and Stuck; p pauses everywhere; the help says so.
+    // Space still pauses outside Locks, Stuck and the DLQ; p pauses everywhere; the help says so.
     press(&mut app, KeyCode::Char('4'));
     press(&mut app, KeyCode::Char(' '));
     assert!(app.ui.paused);
@@ -1196,9 +1196,10 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
     press(&mut app, KeyCode::Char('?'));
     let help = screen(&mut app, 170, 50);
     assert!(
-        help.contains("Locks, Stuck: tag / untag the row")
+        help.contains("Locks, Stuck, DLQ: tag / untag the row")
             && help.contains("pause / resume live updates (every view)")
-            && help.contains(":audit"),
+            && help.contains(":audit")
+            && help.contains("DLQ: redrive the selected"),
         "{help}"
     );
     heartbeat.stop().await.unwrap();

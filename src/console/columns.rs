@@ -325,6 +325,49 @@ pub const TIMELINE_ID: usize = 2;
 pub const LOCKS_ID: usize = 0;
 pub const STUCK_ID: usize = 0;
 pub const AUDIT_ID: usize = 4;
+pub const DLQ_ID: usize = 3;
+
+pub static DLQ: &[Column] = &[
+    col("AGE", 7),
+    col("AT", 10),
+    col("SOURCE", 16),
+    col("ORDER", 30),
+    col("EVENT ID", 36),
+    col("REDRIVEN", 14),
+    col("NOW", 28),
+    col("REASON", 0),
+];
+
+pub fn dlq_cells(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> Vec<String> {
+    use crate::console::read::dlq::Verdict;
+    let redriven = match (&m.redriven, &m.returned_from) {
+        (Some(r), _) => format!("{} #{}", r.outcome, r.audit_id),
+        (None, Some(back)) => format!("returned #{}", back.audit_id),
+        (None, None) => "no".into(),
+    };
+    let now = match &m.verdict {
+        Verdict::StillPoison {
+            same_reason: true, ..
+        } => "still poison".into(),
+        Verdict::StillPoison { reason, .. } => format!("poison: {reason}"),
+        Verdict::WouldApply => "would apply".into(),
+        Verdict::WouldBeRejected { status } => format!("would be rejected ({status})"),
+        Verdict::AlreadyApplied { how } => format!("already applied: {how}"),
+        Verdict::NotLookedUp { why } => format!("? {why}"),
+    };
+    drawn(vec![
+        m.timestamp_ms.map_or("?".into(), |t| age(now_ms - t)),
+        format!("{}@{}", m.partition, m.offset),
+        m.source
+            .as_ref()
+            .map_or("?".into(), |s| format!("{}@{}", s.partition, s.offset)),
+        m.order_no.clone().unwrap_or_default(),
+        m.event_id.clone().unwrap_or_default(),
+        redriven,
+        now,
+        m.reason.clone(),
+    ])
+}
 
 pub fn audit_cells(r: &crate::ops::AuditRow) -> Vec<String> {
     drawn(vec![

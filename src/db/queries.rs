@@ -132,6 +132,8 @@ builtin![
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
+    "console_audit_redrives",
+    "console_audit_live_redrives",
     // the post-incident report (src/console/report/)
     "report_leaks_order",
     "report_leaks_stock",

@@ -1,6 +1,7 @@
-//! The operator's actions: release a stale lock, finalize a stuck idempotency record — and their
-//! audit. One place for each rule; the TUI's confirm popup and the headless twins
-//! (`idemguard release-lock`, `idemguard finalize`) both call [`Actions::run`].
+//! The operator's actions: release a stale lock, finalize a stuck idempotency record, redrive a
+//! DLQ message — and their audit. One place for each rule; the TUI's confirm popup and the
+//! headless twins (`idemguard release-lock`, `idemguard finalize`, `idemguard redrive`) all call
+//! [`Actions::run`].
 //!
 //! Why each rule exists (issue 8: operators used a bare `DEL` or a hand-written `UPDATE`):
 //! - a release is a compare-and-delete of the exact value(s) the operator saw, on every node
@@ -36,6 +37,7 @@ use crate::trace::Tracer;
 mod audit;
 mod finalize;
 pub use finalize::{TeamRecord, UNFENCED};
+mod redrive;
 mod release;
 
 pub use audit::{audit_rows, AuditRow};
@@ -65,14 +67,36 @@ pub enum Action {
         expect_version: Option<i64>,
         reason: Option<String>,
     },
+    /// Publish a DLQ message again to its source topic and partition — once: its `ops_audit`
+    /// row is the record ([`redrive`]).
+    Redrive {
+        /// The ops_audit target, `dlq:{dlq_topic}:{partition}:{offset}`.
+        target: String,
+        dlq_topic: String,
+        partition: i32,
+        offset: i64,
+        reason: Option<String>,
+    },
 }
 
 impl Action {
+    /// A redrive of the message at `partition`@`offset` of `dlq_topic`.
+    pub fn redrive(dlq_topic: &str, partition: i32, offset: i64, reason: Option<String>) -> Action {
+        Action::Redrive {
+            target: crate::stream::redrive::audit_target(dlq_topic, partition, offset),
+            dlq_topic: dlq_topic.to_string(),
+            partition,
+            offset,
+            reason,
+        }
+    }
+
     /// The `action` column of `ops_audit`.
     pub fn name(&self) -> &'static str {
         match self {
             Action::ReleaseLock { .. } => "release_lock",
             Action::Finalize { .. } => "finalize",
+            Action::Redrive { .. } => "redrive",
         }
     }
 
@@ -81,14 +105,15 @@ impl Action {
         match self {
             Action::ReleaseLock { key, .. } => key,
             Action::Finalize { request_id, .. } => request_id,
+            Action::Redrive { target, .. } => target,
         }
     }
 
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Action::ReleaseLock { reason, .. } | Action::Finalize { reason, .. } => {
-                reason.as_deref()
-            }
+            Action::ReleaseLock { reason, .. }
+            | Action::Finalize { reason, .. }
+            | Action::Redrive { reason, .. } => reason.as_deref(),
         }
     }
 
@@ -148,6 +173,12 @@ impl Action {
                     format!("then overwrite {} with the final response", keys::idempotency_fast_path(request_id)),
                 ]
             }
+            Action::Redrive {
+                dlq_topic,
+                partition,
+                offset,
+                ..
+            } => redrive::effect(dlq_topic, *partition, *offset),
         }
     }
 }
@@ -214,6 +245,8 @@ pub struct Actions {
     lock_patterns: Vec<String>,
     /// The team's record in its own terms, when the profile maps a foreign one.
     team: Option<finalize::TeamRecord>,
+    /// The configuration, for a redrive's Kafka clients (the DLQ read, the publish).
+    config: Config,
 }
 
 impl Actions {
@@ -246,6 +279,7 @@ impl Actions {
                 .min(config.idempotency.retention),
             lock_patterns: config.foreign_locks.patterns.clone(),
             team: finalize::TeamRecord::of(config),
+            config: config.clone(),
         }
     }
     pub fn allowed(&self) -> bool {
@@ -264,6 +298,7 @@ impl Actions {
     /// case nothing is done and the result says so with `audit_id: None`).
     pub async fn run(&self, action: &Action) -> ActionResult {
         let started = Instant::now();
+        let mut redriven = redrive::RedrivenIds::default();
         let result = match action {
             Action::ReleaseLock {
                 key,
@@ -290,6 +325,13 @@ impl Actions {
                 self.finalize(action, request_id, *expect_version, reason.as_deref())
                     .await
             }
+            Action::Redrive {
+                partition, offset, ..
+            } => {
+                let (result, ids) = self.redrive(action, *partition, *offset).await;
+                redriven = ids;
+                result
+            }
         };
         let mut event = TraceEvent::new(Layer::Console, Outcome::OperatorAction)
             .detail(format!(
@@ -309,9 +351,84 @@ impl Actions {
                 event.request_id = request_id;
             }
             Action::Finalize { request_id, .. } => event = event.request_id(request_id.clone()),
+            Action::Redrive { .. } => {
+                event.order_no = redriven.order_no;
+                event.request_id = redriven.request_id;
+                event.event_id = redriven.event_id;
+            }
         }
         self.tracer.emit(event);
         result
+    }
+}
+
+/// What a batch run with [`Actions::run_batch`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchSummary {
+    pub done: usize,
+    pub refused: usize,
+    pub changed: usize,
+    pub errors: usize,
+    /// Never started: the batch was cancelled before them (nothing written, not audited).
+    pub not_attempted: usize,
+    pub cancelled: bool,
+    pub results: Vec<ActionResult>,
+}
+
+impl BatchSummary {
+    /// The exit status: the worst outcome (error before refused before changed), 130 when
+    /// cancelled with nothing worse.
+    pub fn exit_code(&self) -> u8 {
+        if self.errors > 0 {
+            1
+        } else if self.refused > 0 {
+            4
+        } else if self.changed > 0 {
+            5
+        } else if self.cancelled {
+            130
+        } else {
+            0
+        }
+    }
+}
+
+impl Actions {
+    /// Runs `batch` one action after the other, each with every guard, until `cancel`: a
+    /// cancellation stops BETWEEN actions, never inside one, so every action is either audited
+    /// with its outcome or not attempted at all. `progress` hears of each result as it comes.
+    pub async fn run_batch(
+        &self,
+        batch: &[Action],
+        cancel: &tokio_util::sync::CancellationToken,
+        mut progress: impl FnMut(usize, &ActionResult),
+    ) -> BatchSummary {
+        let mut s = BatchSummary {
+            done: 0,
+            refused: 0,
+            changed: 0,
+            errors: 0,
+            not_attempted: 0,
+            cancelled: false,
+            results: Vec::new(),
+        };
+        for (i, action) in batch.iter().enumerate() {
+            if cancel.is_cancelled() {
+                s.cancelled = true;
+                s.not_attempted = batch.len() - i;
+                break;
+            }
+            let r = self.run(action).await;
+            match r.outcome {
+                ActionOutcome::Done => s.done += 1,
+                ActionOutcome::Refused => s.refused += 1,
+                ActionOutcome::Changed => s.changed += 1,
+                ActionOutcome::Error => s.errors += 1,
+            }
+            progress(i, &r);
+            s.results.push(r);
+        }
+        s
     }
 }
 

@@ -831,6 +831,9 @@ impl PaymentConsumer {
         let m = &p.message;
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
+        // A redriven message still poison says so: it is back once, and never redriven again.
+        let returned = super::redrive::RedriveMark::of(m);
+        let reason = p.reason.clone() + &returned.map_or(String::new(), |r| r.still_poison_note());
         let mut headers = OwnedHeaders::new();
         if let Some(orig) = m
             .headers()
@@ -850,7 +853,7 @@ impl PaymentConsumer {
             })
             .insert(Header {
                 key: "dlq.reason",
-                value: Some(p.reason.as_bytes()),
+                value: Some(reason.as_bytes()),
             })
             .insert(Header {
                 key: "dlq.source.topic",
@@ -884,10 +887,7 @@ impl PaymentConsumer {
         let cut_note = cut.map_or(String::new(), |n| format!("; published cut to {n} bytes"));
         self.tracer.emit(poison_event(
             m,
-            format!(
-                "{} (partition {partition} offset {offset}){cut_note}",
-                p.reason
-            ),
+            format!("{reason} (partition {partition} offset {offset}){cut_note}"),
         ));
         Ok(())
     }
@@ -998,7 +998,7 @@ fn poison_reason(e: &serde_json::Error) -> String {
 }
 
 /// A payment event, or the reason it is poison.
-fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
+pub fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
     let payload = m.payload().ok_or("empty message")?;
     let event: PaymentSucceeded = serde_json::from_slice(payload).map_err(|e| poison_reason(&e))?;
     if uuid::Uuid::try_parse(&event.event_id).is_err() {

@@ -8,6 +8,7 @@ pub mod dedup;
 pub mod lag;
 pub mod partitioner;
 pub mod poison;
+pub mod redrive;
 pub mod sinks;
 
 pub use consumer::{ConsumeOptions, ConsumeStats, PaymentConsumer};

@@ -1,4 +1,4 @@
-//! The headless twins of the views: `idemguard trace ID`, `locks`, `rates`, `stuck` — the same
+//! The headless twins of the views: `idemguard trace ID`, `locks`, `rates`, `stuck`, `dlq` — the same
 //! readers and the same timeline as the TUI, run once, printed as a table (default) or as JSON
 //! (`--json`, the schema is in the [module docs](super)).
 //!
@@ -40,7 +40,7 @@ pub const EXIT_UNKNOWN_ID: u8 = 3;
 #[derive(Debug, Clone, Serialize)]
 pub struct Document<T: Serialize> {
     pub schema: &'static str,
-    /// `trace`, `locks`, `rates` or `stuck`.
+    /// `trace`, `locks`, `rates`, `stuck` or `dlq`.
     pub command: &'static str,
     pub environment: EnvironmentInfo,
     pub generated_at: String,
@@ -486,5 +486,73 @@ pub fn stuck_table(r: &Document<StuckData>) -> String {
         .map(|s| columns::stuck_cells(s, now))
         .collect();
     out.push_str(&columns::text_table(columns::STUCK, &rows));
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// dlq
+// ---------------------------------------------------------------------------------------------
+
+/// `idemguard dlq`: the DLQ's messages in `window`, newest first, each with what the consumer
+/// would do with it now (the database answers that; without it the verdicts say "not looked
+/// up" and the document is not ok).
+pub async fn dlq(
+    config: &Config,
+    window: TimeWindow,
+) -> Document<crate::console::read::dlq::DlqListing> {
+    use crate::console::read::dlq::{look_up, read_dlq, DlqListing};
+    let t_kafka = Instant::now();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let read = read_dlq(config, window, &cancel).await;
+    let mut backends = vec![BackendStatus::of(
+        config,
+        BackendId::DlqTopic,
+        t_kafka,
+        read.as_ref().err().map(|e| format!("{e:#}")),
+    )];
+    let mut listing = read.unwrap_or_else(|_| DlqListing {
+        topic: config.kafka.dlq_topic.clone(),
+        window,
+        messages: Vec::new(),
+        truncated: false,
+        read_cost: None,
+    });
+    let t_db = Instant::now();
+    let looked = async {
+        let db = connect_database(config).await?;
+        let r = look_up(config, &db, &mut listing).await;
+        db.pool.close().await;
+        r
+    }
+    .await;
+    backends.push(BackendStatus::of(
+        config,
+        BackendId::Database,
+        t_db,
+        looked.as_ref().err().map(|e| format!("{e:#}")),
+    ));
+    Document::new(config, "dlq", backends, listing)
+}
+
+pub fn dlq_table(r: &Document<crate::console::read::dlq::DlqListing>) -> String {
+    let l = &r.data;
+    let mut out = format!(
+        "{} message(s) in the DLQ {} from {} to {}, newest first{}\n\n",
+        l.messages.len(),
+        escape(&l.topic),
+        format_ms(l.window.from_ms),
+        format_ms(l.window.to_ms),
+        if l.truncated {
+            " (more in the window: narrow it with --since/--until)"
+        } else {
+            ""
+        }
+    );
+    let rows: Vec<Vec<String>> = l
+        .messages
+        .iter()
+        .map(|m| columns::dlq_cells(m, r.generated_at_ms))
+        .collect();
+    out.push_str(&columns::text_table(columns::DLQ, &rows));
     out
 }

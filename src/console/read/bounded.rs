@@ -425,7 +425,8 @@ pub async fn read_trace_log_window(
     read_trace_log_in(config, plan, &Keep::all(), cancel, &Scanned::default()).await
 }
 
-fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPlan {
+/// The plan of a read of `window` of `topic`, every partition, its edges exact.
+pub fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPlan {
     TopicPlan {
         topic: topic.to_string(),
         basis: WindowBasis::ExplicitWindow,

@@ -15,9 +15,11 @@
 //!   from a target parsed once — [`trace::read_trace`] for the one-shot faces,
 //!   [`trace::assemble`] over the TUI's stores;
 //! - [`overview`]: what is wrong now — the leak and contradiction queries (the report's too) and
-//!   the pure findings of the Overview.
+//!   the pure findings of the Overview;
+//! - [`dlq`]: the DLQ's messages in a window, each with what the consumer would do with it now.
 
 pub mod bounded;
+pub mod dlq;
 pub mod idle;
 pub mod locks;
 pub mod logs;

@@ -139,6 +139,8 @@ pub enum Jump {
     Locks,
     Stuck,
     Rates,
+    /// The DLQ's messages, each with what the consumer would do with it now.
+    Dlq,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -398,7 +400,9 @@ fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
             ),
         )
     };
-    out.push(finding("stream", severity, text, Some(Jump::Rates)));
+    // Messages in the DLQ are stuck work: Enter opens them; none: the rates say so.
+    let jump = if dlq == 0 { Jump::Rates } else { Jump::Dlq };
+    out.push(finding("stream", severity, text, Some(jump)));
     if let Some(w) = &i.rates.undecodable_warning {
         // Rates of 0 from a topic of other messages would read as "nothing happened".
         out.push(finding(

@@ -41,6 +41,10 @@ pub enum BackendId {
     Redis,
     TraceTopic,
     PaymentTopic,
+    /// Read by the DLQ view only (not one of the sources every view polls: not in [`ALL`]).
+    ///
+    /// [`ALL`]: BackendId::ALL
+    DlqTopic,
 }
 
 impl BackendId {
@@ -61,7 +65,7 @@ impl BackendId {
         let v = match self {
             BackendId::Database => crate::tls::configured_database(&config.database.url),
             BackendId::Redis => crate::tls::redis_verification(&config.redis.url, &config.redis),
-            BackendId::TraceTopic | BackendId::PaymentTopic => {
+            BackendId::TraceTopic | BackendId::PaymentTopic | BackendId::DlqTopic => {
                 crate::tls::kafka_verification(&config.kafka)
             }
         };
@@ -78,6 +82,7 @@ impl BackendId {
             BackendId::Redis => "redis",
             BackendId::TraceTopic => "trace topic",
             BackendId::PaymentTopic => "payment topic",
+            BackendId::DlqTopic => "dlq topic",
         }
     }
 
@@ -106,6 +111,10 @@ impl BackendId {
             BackendId::PaymentTopic => format!(
                 "{} {}",
                 config.kafka.bootstrap_servers, config.kafka.payment_topic
+            ),
+            BackendId::DlqTopic => format!(
+                "{} {}",
+                config.kafka.bootstrap_servers, config.kafka.dlq_topic
             ),
         }
     }

@@ -73,7 +73,7 @@ impl PaymentMessage {
 
 /// The first of `places` (`header:NAME`, `json:/POINTER`, `key`) that names a non-empty value.
 pub fn id_at(
-    m: &BorrowedMessage<'_>,
+    m: &impl Message,
     body: Option<&serde_json::Value>,
     places: &[String],
 ) -> Option<String> {

@@ -322,7 +322,10 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         let mine = |s: &str| named.iter().any(|n| s.contains(n.as_str()));
         leaks.retain(|l| mine(&l.key));
         contradictions.retain(|c| mine(&c.request_id));
-        operator_actions.retain(|a| mine(&a.target));
+        // A redrive's target is its DLQ position; its `before_state` names the message's IDs.
+        let redrive_of_mine =
+            |a: &AuditRow| a.action == "redrive" && a.before_state.as_deref().is_some_and(mine);
+        operator_actions.retain(|a| mine(&a.target) || redrive_of_mine(a));
     }
     Ok(IncidentReport {
         schema: SCHEMA,

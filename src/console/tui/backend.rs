@@ -28,6 +28,7 @@ use crate::console::tui::confirm::Planned;
 use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
+use crate::console::read::dlq::{look_up, read_dlq, DlqListing, DEFAULT_DLQ_WINDOW};
 use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::logs::{self, LogRead};
 use crate::console::read::overview::{self, Leak};
@@ -192,6 +193,8 @@ pub enum Update {
     Audit(Result<Vec<AuditRow>, String>),
     /// `:report`: the file written, or why not.
     ReportWritten(Result<String, String>),
+    /// The DLQ view's listing, verdicts looked up (or why not).
+    Dlq(Result<Box<DlqListing>, String>),
 }
 
 impl Update {
@@ -203,6 +206,7 @@ impl Update {
             | Update::ActionResults(_)
             | Update::Audit(_)
             | Update::ReportWritten(_) => BackendId::Database,
+            Update::Dlq(_) => BackendId::DlqTopic,
             Update::Locks(_) | Update::TraceKeys { .. } => BackendId::Redis,
             Update::TraceEvents(_)
             | Update::UndecodableTraceMessages { .. }
@@ -327,6 +331,8 @@ pub enum ExecRequest {
     /// A confirmed batch: each action individually conditional, run in order.
     Run(Vec<Planned>),
     LoadAudit,
+    /// Read the DLQ (its last 7 days) and look up what the consumer would do with each message.
+    LoadDlq,
     /// Write the post-incident report of this target (the order on screen) to a Markdown or
     /// HTML file in `console.report_dir`.
     Report(TraceTarget, ReportFormat),
@@ -364,6 +370,16 @@ async fn executor_task(
             }
             continue;
         }
+        if let ExecRequest::LoadDlq = req {
+            if tx
+                .send(Update::Dlq(load_dlq(&config, &cancel).await))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
         if ready.is_none() {
             match executors(&config, allow).await {
                 Ok(r) => ready = Some(r),
@@ -376,7 +392,9 @@ async fn executor_task(
                                 .map(|p| not_performed(p, format!("not performed: {e}")))
                                 .collect(),
                         ),
-                        ExecRequest::LoadAudit | ExecRequest::Report(..) => Update::Audit(Err(e)),
+                        ExecRequest::LoadAudit | ExecRequest::LoadDlq | ExecRequest::Report(..) => {
+                            Update::Audit(Err(e))
+                        }
                     };
                     let _ = tx.send(update).await;
                     continue;
@@ -389,6 +407,17 @@ async fn executor_task(
             if tx.send(Update::ActionResults(results)).await.is_err() {
                 return;
             }
+            // A redrive changes the DLQ view's rows: it is read again.
+            if batch
+                .iter()
+                .any(|p| matches!(p.action, ops::Action::Redrive { .. }))
+                && tx
+                    .send(Update::Dlq(load_dlq(&config, &cancel).await))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
         }
         let audit = ops::audit_rows(single.database(), 0, i64::MAX, AUDIT_ROWS)
             .await
@@ -397,6 +426,25 @@ async fn executor_task(
             return;
         }
     }
+}
+
+/// The DLQ view's listing: the last [`DEFAULT_DLQ_WINDOW`] of the DLQ, verdicts looked up.
+async fn load_dlq(config: &Config, cancel: &CancellationToken) -> Result<Box<DlqListing>, String> {
+    let until = crate::contracts::now_ms();
+    let window = crate::console::read::window::TimeWindow {
+        from_ms: until - DEFAULT_DLQ_WINDOW.as_millis() as i64,
+        to_ms: until,
+    };
+    let mut listing = read_dlq(config, window, cancel)
+        .await
+        .map_err(|e| format!("reading the DLQ: {e:#}"))?;
+    let db = crate::console::read::sources::connect_database(config)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let looked = look_up(config, &db, &mut listing).await;
+    db.pool.close().await;
+    looked.map_err(|e| format!("looking up the DLQ's verdicts: {e:#}"))?;
+    Ok(Box::new(listing))
 }
 
 /// A confirmed batch, in order, each action on the actions of its lock scope.

@@ -71,9 +71,9 @@ impl Confirm {
             .cloned()
             .map(|mut p| {
                 match &mut p.action {
-                    Action::ReleaseLock { reason: r, .. } | Action::Finalize { reason: r, .. } => {
-                        *r = reason.clone()
-                    }
+                    Action::ReleaseLock { reason: r, .. }
+                    | Action::Finalize { reason: r, .. }
+                    | Action::Redrive { reason: r, .. } => *r = reason.clone(),
                 }
                 p
             })
@@ -240,6 +240,69 @@ pub fn finalize(
         planned,
         lines,
         phrase: phrase("finalize", rows.len(), env, production),
+        needs_reason: false,
+        typed: String::new(),
+    }
+}
+
+/// Redrive the given DLQ messages: per message, where it goes and what the consumer would do
+/// with it now (the verdict the view shows), then the exact effect.
+pub fn redrive(
+    rows: &[&crate::console::read::dlq::DlqMessage],
+    dlq_topic: &str,
+    env: &str,
+    production: bool,
+) -> Confirm {
+    use crate::console::read::dlq::Verdict;
+    let mut lines = Vec::new();
+    let mut planned = Vec::new();
+    for m in rows {
+        let action = Action::redrive(dlq_topic, m.partition, m.offset, None);
+        let to = m
+            .source
+            .as_ref()
+            .map_or("an unknown source: will be refused".into(), |s| {
+                format!("{} partition {}", s.topic, s.partition)
+            });
+        let expected = match &m.verdict {
+            Verdict::WouldApply => {
+                "the consumer applies it once (order → PAID, points, notification)".into()
+            }
+            Verdict::AlreadyApplied { how } => format!("changes nothing: {how}"),
+            Verdict::WouldBeRejected { status } => {
+                format!("recorded as rejected: the order is {status}")
+            }
+            Verdict::StillPoison { reason, .. } => {
+                format!("still poison ({reason}): back in the DLQ once, never again")
+            }
+            Verdict::NotLookedUp { why } => format!("not known: {why}"),
+        };
+        lines.push(format!(
+            "{} {}@{} → {to}: {expected}",
+            dlq_topic, m.partition, m.offset
+        ));
+        if m.redriven.is_some() || m.returned_from.is_some() {
+            lines.push("  already redriven: will be refused".into());
+        }
+        planned.push(Planned {
+            scope: LockMode::Single,
+            action,
+        });
+    }
+    if let Some(p) = planned.first() {
+        lines.extend(
+            p.action
+                .effect(None)
+                .into_iter()
+                .skip(1)
+                .map(|l| format!("  {l}")),
+        );
+    }
+    Confirm {
+        title: format!(" Redrive {} DLQ message(s) ", rows.len()),
+        planned,
+        lines,
+        phrase: phrase("redrive", rows.len(), env, production),
         needs_reason: false,
         typed: String::new(),
     }

@@ -18,16 +18,19 @@ pub enum View {
     Rates,
     Stuck,
     Audit,
+    /// The DLQ's messages and what the consumer would do with each now.
+    Dlq,
 }
 
 impl View {
-    pub const ALL: [View; 6] = [
+    pub const ALL: [View; 7] = [
         View::Overview,
         View::Trace,
         View::Locks,
         View::Rates,
         View::Stuck,
         View::Audit,
+        View::Dlq,
     ];
 
     pub fn title(self) -> &'static str {
@@ -38,6 +41,7 @@ impl View {
             View::Rates => "Rates",
             View::Stuck => "Stuck",
             View::Audit => "Audit",
+            View::Dlq => "DLQ",
         }
     }
 
@@ -62,6 +66,8 @@ pub enum UiAction {
     Release,
     /// Finalize the selected (or tagged) stuck record(s) — Stuck view.
     Finalize,
+    /// Redrive the selected (or tagged) DLQ message(s) — DLQ view.
+    Redrive,
     Faster,
     Slower,
     Copy,
@@ -116,14 +122,15 @@ pub struct Binding {
 
 /// The keymap. Order = order in the help screen.
 pub static KEYMAP: &[Binding] = &[
-    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:overview, :trace ID, :locks, :rates, :stuck, :audit)", footer: Some("cmd") },
+    Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:overview, :trace ID, :locks, :rates, :stuck, :audit, :dlq)", footer: Some("cmd") },
     Binding { keys: &[Key::Char('/')], label: "/", action: UiAction::Filter, help: "filter this view's rows (/!text inverts); remembered per view", footer: Some("filter") },
-    Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "Overview: open the finding's view or trace; Locks, Stuck: trace the row", footer: Some("open") },
+    Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "Overview: open the finding's view or trace; Locks, Stuck, DLQ: trace the row", footer: Some("open") },
     Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
-    Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
+    Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck, DLQ: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
     Binding { keys: &[Key::Char('p')], label: "p", action: UiAction::Pause, help: "pause / resume live updates (every view)", footer: None },
     Binding { keys: &[Key::Char('x')], label: "x", action: UiAction::Release, help: "Locks: release the selected (or tagged) lock(s) — compare-and-delete of the value shown; needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('f')], label: "f", action: UiAction::Finalize, help: "Stuck: finalize the selected (or tagged) record(s) after reconciling; needs --allow-actions", footer: None },
+    Binding { keys: &[Key::Char('r')], label: "r", action: UiAction::Redrive, help: "DLQ: redrive the selected (or tagged) message(s) to their source topic, each once; needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('+'), Key::Char('=')], label: "+", action: UiAction::Faster, help: "refresh faster", footer: Some("faster") },
     Binding { keys: &[Key::Char('-')], label: "-", action: UiAction::Slower, help: "refresh slower", footer: Some("slower") },
     Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Overview), help: "Overview: what is wrong now (the first screen)", footer: None },
@@ -132,6 +139,7 @@ pub static KEYMAP: &[Binding] = &[
     Binding { keys: &[Key::Char('4')], label: "4", action: UiAction::Show(View::Rates), help: "Rates view", footer: None },
     Binding { keys: &[Key::Char('5')], label: "5", action: UiAction::Show(View::Stuck), help: "Stuck view", footer: None },
     Binding { keys: &[Key::Char('6')], label: "6", action: UiAction::Show(View::Audit), help: "Audit view (operator actions)", footer: None },
+    Binding { keys: &[Key::Char('7')], label: "7", action: UiAction::Show(View::Dlq), help: "DLQ view: the DLQ's messages, what the consumer would do with each now", footer: None },
     Binding { keys: &[Key::Code(KeyCode::Tab)], label: "tab", action: UiAction::NextView, help: "next view", footer: Some("view") },
     Binding { keys: &[Key::Code(KeyCode::BackTab)], label: "shift-tab", action: UiAction::PrevView, help: "previous view", footer: None },
     Binding { keys: &[Key::Char('j'), Key::Code(KeyCode::Down)], label: "j ↓", action: UiAction::Down, help: "next row", footer: None },
@@ -320,6 +328,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "rates", aliases: &["r", "rate"], args: "", help: "interceptions per layer per minute; consumer lag" },
     CommandSpec { name: "stuck", aliases: &["s", "st"], args: "", help: "PROCESSING records older than the stuck threshold" },
     CommandSpec { name: "audit", aliases: &["a", "au"], args: "", help: "operator actions from ops_audit, newest first" },
+    CommandSpec { name: "dlq", aliases: &["d", "dead"], args: "", help: "the DLQ's messages (last 7 days), their reason and what the consumer would do now" },
     CommandSpec { name: "report", aliases: &["rep"], args: "[html] [ID]", help: "write the report of ID (default: the order traced) to console.report_dir, as Markdown or html" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
@@ -365,6 +374,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "rates" => Ok(Command::Show(View::Rates)),
         "stuck" => Ok(Command::Show(View::Stuck)),
         "audit" => Ok(Command::Show(View::Audit)),
+        "dlq" => Ok(Command::Show(View::Dlq)),
         "refresh" => humantime::parse_duration(rest)
             .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
             .and_then(|d| {

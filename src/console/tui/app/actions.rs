@@ -50,6 +50,7 @@ pub struct ActionsPane {
 pub fn view_of(action: &str) -> View {
     match action {
         "finalize" => View::Stuck,
+        "redrive" => View::Dlq,
         _ => View::Locks,
     }
 }
@@ -82,6 +83,7 @@ impl ActionsPane {
         let what = match &req {
             ExecRequest::Run(_) => "the batch",
             ExecRequest::LoadAudit => "the audit reload",
+            ExecRequest::LoadDlq => "the DLQ reload",
             ExecRequest::Report(..) => "the report",
         };
         let Some(tx) = &self.executor else {

@@ -189,11 +189,14 @@ impl App {
             UiAction::Help => self.ui.help = Some(0),
             UiAction::CommandLine => self.ui.input = Input::Command(String::new()),
             UiAction::Filter => self.ui.input = Input::Filter(String::new()),
-            UiAction::TagOrPause if matches!(self.ui.view, View::Locks | View::Stuck) => {
+            UiAction::TagOrPause
+                if matches!(self.ui.view, View::Locks | View::Stuck | View::Dlq) =>
+            {
                 self.toggle_tag()
             }
             UiAction::Release => self.propose_release(),
             UiAction::Finalize => self.propose_finalize(),
+            UiAction::Redrive => self.propose_redrive(),
             UiAction::Pause | UiAction::TagOrPause => {
                 self.ui.toggle_pause();
                 self.publish_focus();
@@ -225,6 +228,9 @@ impl App {
         self.publish_focus();
         if v == View::Audit {
             self.request(ExecRequest::LoadAudit);
+        }
+        if v == View::Dlq {
+            self.request(ExecRequest::LoadDlq);
         }
     }
 
@@ -315,6 +321,7 @@ impl App {
             View::Locks | View::Stuck => self.stores.filtered.get(&view).map_or(0, Vec::len),
             View::Rates => self.rate_rows().len(),
             View::Audit => self.audit_rows().len(),
+            View::Dlq => self.dlq_rows().len(),
         }
     }
 
@@ -333,6 +340,7 @@ impl App {
                     Some(Jump::Locks) => self.show_view(View::Locks),
                     Some(Jump::Stuck) => self.show_view(View::Stuck),
                     Some(Jump::Rates) => self.show_view(View::Rates),
+                    Some(Jump::Dlq) => self.show_view(View::Dlq),
                     None => self.ui.say("nothing to open on this line", Level::Info),
                 }
             }
@@ -354,6 +362,16 @@ impl App {
                 if let Some(r) = self.selected_stuck() {
                     let id = r.request_id.clone();
                     self.trace(&id);
+                }
+            }
+            View::Dlq => {
+                let Some(m) = self.selected_dlq() else { return };
+                let id = m.order_no.clone().or_else(|| m.event_id.clone());
+                match id {
+                    Some(id) => self.trace(&id),
+                    None => self
+                        .ui
+                        .say("this DLQ message names no order or event", Level::Error),
                 }
             }
             View::Trace if self.stores.trace_target.is_none() => {
@@ -395,6 +413,7 @@ impl App {
                 }
             }
             View::Rates => None,
+            View::Dlq => self.selected_dlq().map(|m| m.target.clone()),
         }
     }
 
@@ -477,6 +496,49 @@ impl App {
         };
         let c = confirm::finalize(&rows, how, env, production);
         self.offer(c, "finalizing a record");
+    }
+
+    fn propose_redrive(&mut self) {
+        if self.ui.view != View::Dlq {
+            let text = "r redrives DLQ messages: open the DLQ view (7)";
+            return self.ui.say(text, Level::Error);
+        }
+        let Some(Ok(listing)) = &self.stores.dlq else {
+            return;
+        };
+        let selected = self.selected_dlq();
+        let topic = listing.topic.clone();
+        let idx = self.actions.action_rows(
+            View::Dlq,
+            &listing.messages,
+            |m| m.target.as_str(),
+            selected,
+        );
+        if idx.is_empty() {
+            return self.ui.say("no DLQ message selected", Level::Error);
+        }
+        let rows: Vec<_> = idx.iter().map(|i| &listing.messages[*i]).collect();
+        let c = confirm::redrive(&rows, &topic, &self.env.name, self.env.production);
+        self.offer(c, "redriving a DLQ message");
+    }
+
+    /// The DLQ view's rows after its filter (reason, IDs and every other cell).
+    pub fn dlq_rows(&self) -> Vec<&crate::console::read::dlq::DlqMessage> {
+        let f = self.filter(View::Dlq);
+        let needle = f.text.to_lowercase();
+        let now = self.now_ms();
+        match &self.stores.dlq {
+            Some(Ok(l)) => l
+                .messages
+                .iter()
+                .filter(|m| columns::passes(&columns::dlq_cells(m, now), &needle, f.invert))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn selected_dlq(&self) -> Option<&crate::console::read::dlq::DlqMessage> {
+        self.dlq_rows().get(self.selected(View::Dlq)).copied()
     }
 
     /// The Audit view's rows after its filter.

@@ -86,6 +86,8 @@ pub struct Stores {
     pub lag: Option<Result<Vec<PartitionLag>, String>>,
     pub locks: Option<LockScan>,
     pub stuck: Option<Vec<StuckRecord>>,
+    /// The DLQ view's listing, read by the executor when the view is shown and after a redrive.
+    pub dlq: Option<Result<Box<crate::console::read::dlq::DlqListing>, String>>,
     /// Duplicates that got through in the Overview's window ([`overview::LEAK_WINDOW_MS`]).
     pub leaks: Option<Result<Vec<Leak>, String>>,
     pub live_instances: Option<BTreeSet<String>>,
@@ -145,6 +147,7 @@ impl Stores {
             lag: None,
             locks: None,
             stuck: None,
+            dlq: None,
             leaks: None,
             live_instances: None,
             filtered: BTreeMap::new(),
@@ -285,6 +288,7 @@ impl Stores {
                     None => {}
                 }
             }
+            Update::Dlq(listing) => self.dlq = Some(listing),
             Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => {}
         }
         if let Some(view) = table {

@@ -135,23 +135,20 @@ fn result(action: &'static str, target: &str) -> ActionResult {
 fn the_console_opens_on_the_overview_and_digits_switch_views() {
     let mut a = app();
     assert_eq!(a.ui.view, View::Overview);
-    for (c, v) in ['2', '3', '4', '5', '6', '1'].into_iter().zip([
+    for (c, v) in ['2', '3', '4', '5', '6', '7', '1'].into_iter().zip([
         View::Trace,
         View::Locks,
         View::Rates,
         View::Stuck,
         View::Audit,
+        View::Dlq,
         View::Overview,
     ]) {
         key(&mut a, KeyCode::Char(c));
         assert_eq!(a.ui.view, v, "key {c}");
     }
     key(&mut a, KeyCode::BackTab);
-    assert_eq!(
-        a.ui.view,
-        View::Audit,
-        "shift-tab from the first view wraps"
-    );
+    assert_eq!(a.ui.view, View::Dlq, "shift-tab from the first view wraps");
 }
 
 #[test]

@@ -1,0 +1,462 @@
+//! The DLQ view and redrive, against the real broker, the real consumer and both databases:
+//! - `idemguard dlq`'s read model lists each DLQ message with what the consumer would do with it
+//!   now: a late event (its order created since) would apply, a malformed one is still poison,
+//!   one re-published by hand since is already applied;
+//! - `redrive --dry-run` writes nothing; a redriven late event is applied once; a second
+//!   redrive of the same DLQ message is refused (its ops_audit row is the record);
+//! - a redrive of an event already applied changes nothing (no second points row);
+//! - a message still poison returns to the DLQ once, its redrive noted, and a redrive of the
+//!   returned message is refused: it never loops.
+//!
+//! Every test has its own database, topics and consumer group.
+
+mod common;
+#[path = "support/tmux.rs"]
+mod tmux;
+
+use std::time::{Duration, Instant};
+
+use common::consumer::*;
+use common::*;
+use idemguard::console::cli::headless;
+use idemguard::console::read::dlq::{DlqMessage, Verdict};
+use idemguard::console::read::window::TimeWindow;
+use idemguard::contracts::{now_ms, OrderNo};
+
+/// The DLQ as `idemguard dlq` reads it: the last hour, verdicts looked up.
+async fn listing(s: &ConsumerSetup) -> Vec<DlqMessage> {
+    let window = TimeWindow {
+        from_ms: now_ms() - 3_600_000,
+        to_ms: now_ms() + 60_000,
+    };
+    let d = headless::dlq(&s.config, window).await;
+    assert!(d.ok, "every backend answered: {:?}", d.backends);
+    d.data.messages
+}
+
+/// Waits (bounded) until the DLQ lists `n` messages.
+async fn until_listed(s: &ConsumerSetup, n: usize) -> Vec<DlqMessage> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let l = listing(s).await;
+        if l.len() >= n {
+            return l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the DLQ lists {} of {n}: {l:?}",
+            l.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn by_event<'a>(l: &'a [DlqMessage], event_id: &str) -> &'a DlqMessage {
+    l.iter()
+        .find(|m| m.event_id.as_deref() == Some(event_id))
+        .unwrap_or_else(|| panic!("no DLQ message of {event_id}: {l:?}"))
+}
+
+/// An order with a given orderNo, CREATED (the order a late event names, arriving after it).
+async fn insert_order(s: &ConsumerSetup, order_no: &str, req: &str, user_id: i64) {
+    let sql = format!(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ({}, 1, 1, 1999, 'CREATED', 0, 0)",
+        placeholders(s.dialect, 3)
+    );
+    sqlx::query(&sql)
+        .bind(req)
+        .bind(order_no)
+        .bind(user_id)
+        .execute(&s.db.pool)
+        .await
+        .unwrap();
+}
+
+/// `idemguard redrive --dlq P:O --json` (plus `extra`) on the test's database and topics:
+/// its exit code and its JSON.
+async fn redrive(s: &ConsumerSetup, m: &DlqMessage, extra: &[&str]) -> (i32, serde_json::Value) {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    let position = format!("{}:{}", m.partition, m.offset);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["--config", config, "redrive", "--dlq", &position, "--json"])
+        .args(extra)
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &s.group)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("redrive ends within 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "redrive printed no JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    // One message: its result; a dry run: its plans.
+    let one = match json.get("results") {
+        Some(results) => results[0].clone(),
+        None => json,
+    };
+    (out.status.code().unwrap_or(-1), one)
+}
+
+async fn points_of(s: &ConsumerSetup, event_id: &str) -> i64 {
+    let sql = format!(
+        "SELECT COUNT(*) FROM points_ledger WHERE source_event_no = {}",
+        placeholders(s.dialect, 1)
+    );
+    sqlx::query_scalar(&sql)
+        .bind(event_id)
+        .fetch_one(&s.db.pool)
+        .await
+        .unwrap()
+}
+
+async fn audit_outcomes(s: &ConsumerSetup, target: &str) -> Vec<String> {
+    let sql = format!(
+        "SELECT outcome FROM ops_audit WHERE target = {} ORDER BY id",
+        placeholders(s.dialect, 1)
+    );
+    sqlx::query_scalar(&sql)
+        .bind(target)
+        .fetch_all(&s.db.pool)
+        .await
+        .unwrap()
+}
+
+/// The console's DLQ view in a real terminal (tmux): `:dlq` lists the late event as "would
+/// apply"; `/` narrows it to its order; `r` opens the confirmation with its destination and
+/// expected outcome (Esc: nothing runs); Enter traces its order.
+fn dlq_view_in_a_terminal(config: &idemguard::config::Config, late: &DlqMessage) {
+    let mut env = tmux::local_env(config);
+    env.push(("IDEMGUARD_KAFKA__DLQ_TOPIC", config.kafka.dlq_topic.clone()));
+    let t = tmux::Terminal::console("igr", (220, 40), &env, " --allow-actions");
+    let within = Duration::from_secs(30);
+    t.wait_for("the console", within, |s| s.contains("idemguard console"));
+    t.keys(&[":dlq", "Enter"]);
+    let listed = t.wait_for("the DLQ view", within, |s| s.contains("3 message(s) in"));
+    assert!(
+        listed.contains("7:DLQ") && listed.contains("would apply"),
+        "{listed}"
+    );
+    assert!(listed.contains("still poison"), "{listed}");
+    let order_no = late.order_no.clone().unwrap();
+    t.keys(&["/"]);
+    t.type_line(&order_no);
+    let filtered = t.wait_for("the filter", within, |s| s.contains("[1 of 3"));
+    assert!(filtered.contains(&order_no), "{filtered}");
+    t.keys(&["r"]);
+    let popup = t.wait_for("the confirmation", within, |s| {
+        s.contains("Redrive 1 DLQ message(s)")
+    });
+    assert!(
+        popup.contains("the consumer applies it once") && popup.contains("redrive.audit_id"),
+        "{popup}"
+    );
+    t.keys(&["Escape"]);
+    t.wait_for("the popup closed", within, |s| !s.contains("Redrive 1 DLQ"));
+    t.keys(&["Enter"]);
+    t.wait_for("the order's trace", within, |s| {
+        s.contains("Timeline, oldest first") && s.contains(&order_no)
+    });
+    let after = t.quit_console(within);
+    tmux::assert_console_gone(&after);
+}
+
+async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
+    let d = s.dialect;
+    let mut config = s.config.clone();
+    config.kafka.consumer_group = s.group.clone();
+    let s = &ConsumerSetup {
+        dialect: d,
+        config,
+        db: s.db.clone(),
+        group: s.group.clone(),
+    };
+    let member = s.start_member().await;
+    let p = producer(&s.config);
+    let topic = &s.config.kafka.payment_topic;
+    // A late event: its order does not exist yet.
+    let late_no = OrderNo::generate().to_string();
+    let late_req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+    let late = payment(&late_no, &late_req, 71);
+    produce(&p, topic, &late).await;
+    // A late event whose order arrives and which is then re-published by hand.
+    let again_no = OrderNo::generate().to_string();
+    let again_req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+    let again = payment(&again_no, &again_req, 72);
+    produce(&p, topic, &again).await;
+    // Poison for good: its eventId is not a UUID.
+    let (bad_no, bad_req) = create_order(&s.db, 73).await;
+    let mut bad = payment(&bad_no, &bad_req, 73);
+    bad.event_id = format!("not-a-uuid-{}", unique_suffix());
+    produce(&p, topic, &bad).await;
+    member
+        .until("3 messages in the DLQ", 60, |st| get(&st.dlq) >= 3)
+        .await;
+
+    insert_order(s, &late_no, &late_req, 71).await;
+    insert_order(s, &again_no, &again_req, 72).await;
+    produce(&p, topic, &again).await;
+    member.until_applied(1, 60).await;
+    assert_eq!(points_of(s, &again.event_id).await, 1, "{d}");
+
+    let l = until_listed(s, 3).await;
+    let (late_m, again_m, bad_m) = (
+        by_event(&l, &late.event_id).clone(),
+        by_event(&l, &again.event_id).clone(),
+        by_event(&l, &bad.event_id).clone(),
+    );
+    assert_eq!(late_m.verdict, Verdict::WouldApply, "{d}: {late_m:?}");
+    assert!(late_m.reason.contains("unknown order"), "{d}: {late_m:?}");
+    assert_eq!(late_m.source.as_ref().unwrap().topic, *topic, "{d}");
+    assert!(
+        matches!(&again_m.verdict, Verdict::AlreadyApplied { .. }),
+        "{d}: {again_m:?}"
+    );
+    assert!(
+        matches!(
+            &bad_m.verdict,
+            Verdict::StillPoison {
+                same_reason: true,
+                ..
+            }
+        ),
+        "{d}: {bad_m:?}"
+    );
+    assert!(l.iter().all(|m| m.redriven.is_none()), "{d}: {l:?}");
+    let target = late_m.target.clone();
+
+    // --dry-run: the verdict, and nothing written.
+    let (code, plan) = redrive(s, &late_m, &["--dry-run"]).await;
+    assert_eq!(code, 0, "{d}: {plan}");
+    assert_eq!(
+        plan[0]["message"]["verdict"]["verdict"], "would_apply",
+        "{d}: {plan}"
+    );
+    assert!(audit_outcomes(s, &target).await.is_empty(), "{d}");
+
+    // The TUI: the same listing, the confirmation cancelled, nothing written.
+    let (c, m) = (s.config.clone(), late_m.clone());
+    tokio::task::spawn_blocking(move || dlq_view_in_a_terminal(&c, &m))
+        .await
+        .unwrap();
+    assert!(audit_outcomes(s, &target).await.is_empty(), "{d}");
+
+    // Without --allow-actions: refused, audited.
+    let (code, r) = redrive(s, &late_m, &[]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (4, Some("refused")),
+        "{d}: {r}"
+    );
+
+    // The late event, redriven: applied once.
+    let (code, r) = redrive(
+        s,
+        &late_m,
+        &["--allow-actions", "--reason", "order arrived late"],
+    )
+    .await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    member.until_applied(2, 60).await;
+    assert_eq!(points_of(s, &late.event_id).await, 1, "{d}");
+    // A second redrive of the same DLQ message: refused, nothing published.
+    let (code, r) = redrive(s, &late_m, &["--allow-actions"]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (4, Some("refused")),
+        "{d}: {r}"
+    );
+    assert!(
+        r["detail"].as_str().unwrap().contains("already redriven"),
+        "{d}: {r}"
+    );
+    assert_eq!(
+        audit_outcomes(s, &target).await,
+        ["refused", "done", "refused"],
+        "{d}"
+    );
+    // `report --id ORDER` lists the redrives of its event (their audit rows name the order).
+    use idemguard::console::report::{build, ReportScope};
+    let scope = ReportScope::Id(idemguard::contracts::TraceTarget::classify(&late_no));
+    let report = build(&s.config, &scope).await.unwrap();
+    let redrives: Vec<_> = report
+        .operator_actions
+        .iter()
+        .filter(|a| a.action == "redrive")
+        .map(|a| a.outcome.as_str())
+        .collect();
+    // (The read-only refusal read nothing, so it names no order.)
+    assert_eq!(
+        redrives,
+        ["done", "refused"],
+        "{d}: {:?}",
+        report.operator_actions
+    );
+
+    // Already applied: the redrive publishes, the consumer drops it, nothing changes.
+    let hits = member.get(|st| &st.dedup_hits);
+    let (code, r) = redrive(s, &again_m, &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    member
+        .until("the redriven copy dropped", 60, |st| {
+            get(&st.dedup_hits) > hits
+        })
+        .await;
+    assert_eq!(points_of(s, &again.event_id).await, 1, "{d}");
+    assert_eq!(member.get(|st| &st.applied), 2, "{d}");
+
+    // Still poison: back in the DLQ once, noted; its return is not redriven again.
+    let (code, r) = redrive(s, &bad_m, &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    let audit_id = r["audit_id"].as_i64().unwrap();
+    member
+        .until("the poison back in the DLQ", 60, |st| get(&st.dlq) >= 4)
+        .await;
+    let l = until_listed(s, 4).await;
+    let back = l
+        .iter()
+        .find(|m| m.returned_from.is_some())
+        .unwrap_or_else(|| panic!("{d}: no returned message: {l:?}"))
+        .clone();
+    let mark = back.returned_from.as_ref().unwrap();
+    assert_eq!(
+        (mark.audit_id, mark.dlq_partition, mark.dlq_offset),
+        (audit_id, bad_m.partition, bad_m.offset),
+        "{d}"
+    );
+    assert!(
+        back.reason.contains("still poison after its redrive"),
+        "{d}: {back:?}"
+    );
+    let (code, r) = redrive(s, &back, &["--allow-actions"]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (4, Some("refused")),
+        "{d}: {r}"
+    );
+    assert!(
+        r["detail"].as_str().unwrap().contains("not redriven again"),
+        "{d}: {r}"
+    );
+    let l = listing(s).await;
+    assert_eq!(l.len(), 4, "{d}: exactly one return: {l:?}");
+    let shown = by_event(&l, &late.event_id);
+    assert_eq!(
+        shown.redriven.as_ref().map(|r| r.outcome.as_str()),
+        Some("done"),
+        "{d}: {shown:?}"
+    );
+    let stats = member.stop().await;
+    assert_eq!(get(&stats.dlq), 4, "{d}: {stats:?}");
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] redrive_once_and_never_loop(&consumer_setup) => redrive_postgres, redrive_mysql);
+
+/// A bulk redrive of every message with one reason, interrupted (SIGINT) after its first
+/// progress line: it stops between messages, and `ops_audit` holds exactly the messages it
+/// published — each `done`, none left at `attempt` — and nothing of the ones it never started.
+async fn bulk_redrive_interrupted_audits_what_it_published(s: &ConsumerSetup) {
+    use tokio::io::AsyncBufReadExt;
+    let d = s.dialect;
+    let member = s.start_member().await;
+    let p = producer(&s.config);
+    const N: u64 = 20;
+    for i in 0..N {
+        let order_no = OrderNo::generate().to_string();
+        let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+        produce(
+            &p,
+            &s.config.kafka.payment_topic,
+            &payment(&order_no, &req, 80 + i as i64),
+        )
+        .await;
+    }
+    member
+        .until("every late event in the DLQ", 60, |st| get(&st.dlq) >= N)
+        .await;
+    until_listed(s, N as usize).await;
+
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            config,
+            "redrive",
+            "--all-with-reason",
+            "unknown order",
+        ])
+        .args(["--allow-actions", "--json"])
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &s.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &s.group)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.starts_with("[1/") {
+                return l;
+            }
+        }
+        panic!("redrive ended before its first message");
+    })
+    .await
+    .expect("a first progress line within 60 s");
+    assert!(
+        first.contains(&format!("[1/{N}]")) && first.contains(" done:"),
+        "{d}: {first}"
+    );
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    assert!(kill.unwrap().success());
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("redrive stops within 60 s of Ctrl-C")
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["cancelled"], true, "{d}: {summary}");
+    assert_eq!(out.status.code(), Some(130), "{d}: {summary}");
+    let done = summary["done"].as_u64().unwrap();
+    let not_attempted = summary["not_attempted"].as_u64().unwrap();
+    assert!(
+        done >= 1 && not_attempted >= 1,
+        "{d}: stopped midway: {summary}"
+    );
+    assert_eq!(done + not_attempted, N, "{d}: {summary}");
+    let sql = "SELECT outcome FROM ops_audit WHERE action = 'redrive' ORDER BY id";
+    let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(&s.db.pool).await.unwrap();
+    assert_eq!(
+        rows,
+        vec!["done"; done as usize],
+        "{d}: exactly what it published"
+    );
+    member
+        .until("each published message back in the DLQ", 60, |st| {
+            get(&st.dlq) >= N + done
+        })
+        .await;
+    member.stop().await;
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] bulk_redrive_interrupted_audits_what_it_published(&consumer_setup) => bulk_redrive_postgres, bulk_redrive_mysql);
