@@ -60,7 +60,7 @@ const INCIDENT_ENTRIES: usize = 23;
 /// only every half second; a loaded CI machine adds seconds, never minutes.
 const SLACK_MS: i64 = 5_000;
 
-/// A Locks row as drawn (issue 20: the snapshot redacts these cells): HELD is the time since the
+/// A Locks row as drawn (the snapshot redacts these cells): HELD is the time since the
 /// holder's `acquired_at`, PTTL is within (0, the key's TTL] (or "no TTL"), OWNER is the
 /// liveness the fixture set.
 #[track_caller]
@@ -236,7 +236,7 @@ async fn trace_view(dialect: Dialect) {
     .await;
     let s = screen(&mut app, 170, 46);
     snapshot!(format!("trace_view_{}", dialect.dir()), s.clone());
-    // What the snapshot redacts, checked on the drawn cells (issue 20): every TIME is the
+    // What the snapshot redacts, checked on the drawn cells: every TIME is the
     // fixture's, the Redis state is "now"; the record's age and the lock's "since" are the time
     // since t0; the lock's PTTL and owner (cut in the row) read whole in the Selected pane.
     assert_refresh_drawn(&s, w.config.console.refresh);
@@ -443,7 +443,7 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     .await;
     let s = screen(&mut app, 170, 20);
     snapshot!("locks_view", s.clone());
-    // What the snapshot redacts, on the drawn cells (issue 20).
+    // What the snapshot redacts, on the drawn cells.
     assert_refresh_drawn(&s, w.config.console.refresh);
     assert_lock_row(
         &s,
@@ -559,7 +559,7 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     .await;
     let s = screen(&mut app, 170, 12);
     snapshot!("stuck_view", s.clone());
-    // What the snapshot redacts, on the drawn cells (issue 20): ages, liveness, leases.
+    // What the snapshot redacts, on the drawn cells: ages, liveness, leases.
     assert_refresh_drawn(&s, w.config.console.refresh);
     let created = inc.stuck_created_at;
     assert_stuck_row(
@@ -593,7 +593,7 @@ async fn stuck_and_rates_views_and_their_headless_twins() {
     .await;
     let s = screen(&mut app, 170, 28);
     snapshot!("rates_view", s.clone());
-    // What the snapshot redacts, on the drawn cells (issue 20): each interception's sparkline
+    // What the snapshot redacts, on the drawn cells: each interception's sparkline
     // has one full bar, in the incident's minute (counted from the right end, "now"); every
     // other row's is blank; the figures are the fixture's counts.
     assert_refresh_drawn(&s, w.config.console.refresh);
@@ -750,7 +750,7 @@ async fn overview(dialect: Dialect) {
         snapshot!("overview_80x24", screen(&mut app, 80, 24));
         let wide = screen(&mut app, 160, 45);
         snapshot!("overview_160x45", wide.clone());
-        // What the snapshots redact, checked on the drawn cells (issue 20): the stuck record was
+        // What the snapshots redact, checked on the drawn cells: the stuck record was
         // created five minutes ago and its owner has no heartbeat.
         let row = wide.lines().find(|l| l.contains(&inc.stuck_dead)).unwrap();
         assert!(row.contains("DEAD ") && row.contains(" · 5m"), "{row}");
@@ -1174,7 +1174,7 @@ async fn redis_killed_mid_session_shows_down_and_the_ui_keeps_answering() {
         "{s}"
     );
     snapshot!("locks_view_redis_down", s.clone());
-    // What the snapshot redacts, on the drawn cells (issue 20): the last good data is as old
+    // What the snapshot redacts, on the drawn cells: the last good data is as old
     // as the time since the kill (plus a poll), and its rows still read as written.
     assert_refresh_drawn(&s, w.config.console.refresh);
     let since_kill = killed.elapsed().as_millis() as i64;

@@ -1,4 +1,4 @@
-//! The console's actions (issue 8) on the real services: releasing a stale lock, finalizing a
+//! The console's actions on the real services: releasing a stale lock, finalizing a
 //! stuck record, read-only mode, and the audit of every attempt. Finalize runs on PostgreSQL and
 //! MySQL; lock releases use the shared Redis (single node) and the RedLock nodes, with keys unique
 //! to each test.
@@ -895,7 +895,7 @@ async fn console_release_finalize_bulk_and_audit_through_the_confirm_popup() {
         "{s}"
     );
     snapshot!("actions_confirm_release", popup(&s));
-    // What the snapshot redacts, on the drawn cells (issue 20): the PTTL is within the lock's
+    // What the snapshot redacts, on the drawn cells: the PTTL is within the lock's
     // 60 s TTL, the holder's acquired_at is when the world was made.
     let left = age_after(&s, "· PTTL ");
     assert!(left > 0 && left <= 60_000, "PTTL {left} ms: {s}");
@@ -1112,7 +1112,7 @@ async fn read_only_console_greys_the_action_keys_and_audits_the_refused_attempt(
         .map(|(_, l)| l)
         .collect();
     snapshot!("actions_locks_read_only", stable.join("\n"));
-    // What the snapshot redacts, on the drawn cells (issue 20): HELD is at most the time since
+    // What the snapshot redacts, on the drawn cells: HELD is at most the time since
     // the world was made, the PTTL within the 60 s TTL; the refresh is the configured one.
     assert_refresh_drawn(&s, config.console.refresh);
     let get = |h: &str| cell(&s, idemguard::console::columns::LOCKS, DEAD_KEY, h);

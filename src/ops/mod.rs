@@ -3,7 +3,7 @@
 //! headless twins (`idemguard release-lock`, `idemguard finalize`, `idemguard redrive`) all call
 //! [`Actions::run`].
 //!
-//! Why each rule exists (issue 8: operators used a bare `DEL` or a hand-written `UPDATE`):
+//! Why each rule exists (operators used a bare `DEL` or a hand-written `UPDATE`):
 //! - a release is a compare-and-delete of the exact value(s) the operator saw, on every node
 //!   ([`Locks::release_if_value`]): a lock re-acquired since it was displayed is not deleted;
 //! - whose lock it is, is read from the value stored in Redis, never from the value typed: a
@@ -13,7 +13,7 @@
 //!   reconciles with `order_record` under that lock and writes with
 //!   `WHERE request_id = ? AND status = 'PROCESSING' AND version = ?`: a record that finished a
 //!   second earlier is left alone, and the database — not timing — orders a FAILED answer and a
-//!   create still in flight (issue 15: a killed instance's statement committed after FAILED);
+//!   create still in flight (a killed instance's statement committed after FAILED);
 //! - a FAILED answer respects the lease the API respects
 //!   ([`crate::api::idempotency::may_reclaim`]), and is
 //!   422 `request-abandoned`, never 409, which clients retry with the same key for ever;
@@ -454,7 +454,7 @@ async fn open_fast_path(config: &Config) -> Option<Result<FastPath, String>> {
         Ok(fast_path) => Some(Ok(fast_path)),
         Err(e) => {
             tracing::warn!(error = %e, "the main Redis is not reachable: the API's fast-path keys (idem:*) will not be updated");
-            // Kept, so every finalize says its key was not updated (issue 20).
+            // Kept, so every finalize says its key was not updated.
             Some(Err(format!(
                 "the main Redis was unreachable when the console started: {e}"
             )))

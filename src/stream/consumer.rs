@@ -350,7 +350,7 @@ impl PaymentConsumer {
     /// are committed.
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!(group = %self.group, topic = %self.topic, "consuming");
-        // The dedup state past its TTL (issue 15, item 10), beside the loop, stopped with it.
+        // The dedup state past its TTL, beside the loop, stopped with it.
         let stop_purge = shutdown.child_token();
         let purge_task = crate::db::retention::spawn(
             self.db.clone(),

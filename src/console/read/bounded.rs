@@ -1,6 +1,6 @@
 //! Bounded reads of the two topics into the stores, within [`TOPIC_READ_DEADLINE`], keeping
-//! what [`Keep`] keeps. Every face reads windows of time, never a topic from its beginning
-//! (issue 18): a trace ([`read_topics_for`]: `idemguard trace`, `report --id`, the TUI's read of
+//! what [`Keep`] keeps. Every face reads windows of time, never a topic from its beginning:
+//! a trace ([`read_topics_for`]: `idemguard trace`, `report --id`, the TUI's read of
 //! a trace target's history) only the windows and partitions its IDs name ([`window`]); the
 //! rates their last hour and a window report its incident window ([`read_window`]), in every
 //! partition. Every read ends within one poll of its cancellation token. The whole-topic reads

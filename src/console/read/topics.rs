@@ -403,7 +403,7 @@ pub fn consumer_lag(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Windows: a trace reads what its times name, not the topic (issue 18, see `window.rs`)
+// Windows: a trace reads what its times name, not the topic (see `window.rs`)
 // ---------------------------------------------------------------------------------------------
 
 /// How long one probe (the message at one offset) may take before the read fails.

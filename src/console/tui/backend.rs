@@ -1124,7 +1124,7 @@ fn topic_error(kind: TopicKind, e: String) -> Update {
 /// tail, and sends batches: full ones at once, others 100 ms after their first message — live
 /// enough for the trace view, few enough updates for the UI. It waits (never drops) when the UI
 /// is behind, and stops reading while paused. Reading from the beginning instead took minutes
-/// on a topic of millions of events, and the Rates view said 0 meanwhile (issue 18).
+/// on a topic of millions of events, and the Rates view said 0 meanwhile.
 fn start_reader(
     config: &Config,
     topic: &str,

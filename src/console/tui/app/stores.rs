@@ -498,7 +498,7 @@ impl Stores {
     }
 
     /// What the rates still wait for, while the trace topic's last hour is being read: the
-    /// rates computed so far would look like "nothing happened" (issue 18). `None` once read.
+    /// rates computed so far would look like "nothing happened". `None` once read.
     pub fn rates_reading(&self) -> Option<String> {
         let minutes = crate::console::read::store::RATE_WINDOW_MINUTES;
         if self.no_trace_topic {
