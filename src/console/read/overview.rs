@@ -330,9 +330,12 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         .locks
         .iter()
         .filter(|l| {
-            l.flags
-                .iter()
-                .any(|f| matches!(f, LockFlag::DeadOwner | LockFlag::NoTtl))
+            l.flags.iter().any(|f| {
+                matches!(
+                    f,
+                    LockFlag::DeadOwner | LockFlag::NoTtl | LockFlag::HeldLong
+                )
+            })
         })
         .collect();
     if bad.is_empty() {
@@ -344,11 +347,18 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         return;
     }
     let count = |flag| bad.iter().filter(|l| l.flags.contains(&flag)).count();
-    let text = format!(
+    let mut text = format!(
         "{} lock(s) with a dead owner, {} without a TTL",
         count(LockFlag::DeadOwner),
         count(LockFlag::NoTtl)
     );
+    // A lock renewed for ever: its PTTL looks healthy, only its holding time gives it away.
+    if count(LockFlag::HeldLong) > 0 {
+        text.push_str(&format!(
+            ", {} held past console.lock_held_warning",
+            count(LockFlag::HeldLong)
+        ));
+    }
     out.push(finding("lock", Severity::Bad, text, Some(Jump::Locks)));
     for l in bad.iter().take(ITEMS_LISTED) {
         let flags: Vec<&str> = l.flags.iter().map(|f| f.as_str()).collect();
