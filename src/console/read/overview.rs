@@ -616,6 +616,48 @@ mod tests {
         assert_eq!(jump_of(findings(&input(&[]))), Some(Jump::Locks));
     }
 
+    /// A lock renewed for ever (its PTTL healthy) held past the warning is listed as bad.
+    #[test]
+    fn a_lock_held_past_the_warning_is_listed() {
+        use crate::config::LockMode;
+        use crate::lock::LockView;
+        let node = LockView::held_on("127.0.0.1:6379", "3f2b8c1e-token".into(), 20_000);
+        let mut view = LockView::new(
+            "order:lock:O8".into(),
+            LockMode::Single,
+            vec![node],
+            None,
+            0,
+        );
+        crate::lock::judge_held(&mut view, -600_000, std::time::Duration::from_secs(300));
+        let scan = LockScan {
+            locks: vec![view],
+            ..LockScan::default()
+        };
+        let r = rates(vec![]);
+        let input = OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: Some(&scan),
+            lag: None,
+            rates: &r,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        };
+        let texts: Vec<String> = findings(&input).into_iter().map(|f| f.text).collect();
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.ends_with("1 held past console.lock_held_warning")),
+            "{texts:?}"
+        );
+        assert!(
+            texts.iter().any(|t| t == "order:lock:O8 held_long"),
+            "{texts:?}"
+        );
+    }
+
     #[test]
     fn the_last_minutes_are_compared_with_the_hour() {
         let mut quiet = vec![1; 60];
