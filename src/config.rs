@@ -350,6 +350,9 @@ pub struct ConsoleConfig {
     /// `created_at`) is searched this far forward from the last time they do carry.
     #[serde(with = "humantime_serde")]
     pub forward_search: Duration,
+    /// A lock value held longer than this is flagged `held_long`; 0s: 10 × `lock.ttl`.
+    #[serde(with = "humantime_serde")]
+    pub lock_held_warning: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1263,6 +1266,16 @@ impl Config {
             return Err(err(
                 "console.forward_search",
                 "must be at most 7days (each hour of it is read from every partition the trace reads)"
+                    .into(),
+            ));
+        }
+        if !self.console.lock_held_warning.is_zero()
+            && self.console.lock_held_warning < self.lock.ttl
+        {
+            return Err(err(
+                "console.lock_held_warning",
+                "must be 0s (10 × lock.ttl) or at least lock.ttl (a lock is held up to its TTL \
+                 without renewal)"
                     .into(),
             ));
         }

@@ -107,6 +107,13 @@ pub fn lock_cells(l: &LockView, now_ms: i64) -> Vec<String> {
         ),
         None => foreign_cells(l),
     };
+    // A value counted from when this reader first saw it was held at least that long.
+    let held = match l.held {
+        Some(h) if h.since == crate::lock::HeldSince::FirstSeen => {
+            format!("≥{}", age(h.held_ms + (now_ms - l.read_at_ms).max(0)))
+        }
+        _ => held,
+    };
     // The fence counter ahead of the holder's token means a newer holder took a token since.
     let fence = match (l.fence_counter, l.holder()) {
         (Some(c), Some(h)) if c != h.fence => format!("{fence}{:+}", c - h.fence),

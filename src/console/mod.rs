@@ -73,7 +73,8 @@
 //! type: "string" (every lock value) | "hash" (a Redisson lock) | …, value ("" unless a string),
 //! holder: { instance, host, pid, acquired_at, ttl_ms, fence, nonce } | null, pttl_ms
 //! (-1 = no TTL), read_at_ms, owner_alive: bool|null, fence_counter, flags: ["no_ttl",
-//! "dead_owner", "undecodable", "no_quorum", "other_type"], nodes: [ { node, value, pttl_ms,
+//! "dead_owner", "undecodable", "no_quorum", "other_type", "held_long", "fair_lock_leftover"],
+//! held: { since_ms, held_ms, since: "acquired_at"|"first_seen" } | null, nodes: [ { node, value, pttl_ms,
 //! agrees, error? } ] (redlock, or a node that could not be read; `agrees`: same holder nonce as
 //! the majority), quorum: { agreeing, nodes, reached } (redlock), format: { kind: "idemguard" |
 //! "redisson" (client_id, thread_id, count, seen) | "token" (token, shape; request_id and

@@ -23,6 +23,7 @@ use serde::{Serialize, Serializer};
 
 use super::batch::FenceLife;
 use super::formats::{self, Decoder, LockFormat};
+use super::held::LockHeld;
 use super::liveness::Liveness;
 use super::node::{Node, NodeError};
 use super::scripts::{self, NodeRelease};
@@ -109,6 +110,12 @@ pub enum LockFlag {
     /// The key is not a string (a Redisson lock is a hash): another tool's lock, listed with its
     /// type and TTL, never read as a value.
     OtherType,
+    /// The same value held longer than `console.lock_held_warning`: renewed for ever, it looks
+    /// healthy while it blocks every other copy (`lock/held.rs`).
+    HeldLong,
+    /// A Redisson fair lock's queue or timeout key (`redisson_lock_queue:{…}`,
+    /// `redisson_lock_timeout:{…}`) left without a TTL by a client that died waiting.
+    FairLockLeftover,
 }
 
 impl LockFlag {
@@ -119,6 +126,8 @@ impl LockFlag {
             LockFlag::Undecodable => "undecodable",
             LockFlag::NoQuorum => "no_quorum",
             LockFlag::OtherType => "other_type",
+            LockFlag::HeldLong => "held_long",
+            LockFlag::FairLockLeftover => "fair_lock_leftover",
         }
     }
 }
@@ -154,6 +163,8 @@ pub struct LockView {
     pub denied: Vec<String>,
     /// On a Redis Cluster: the key's slot (its node is the master serving it).
     pub slot: Option<u16>,
+    /// How long the value shown has been held; None until judged (`lock/held.rs`).
+    pub held: Option<LockHeld>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -228,6 +239,7 @@ impl LockView {
             format: LockFormat::Unknown,
             denied: Vec::new(),
             slot: None,
+            held: None,
         };
         view.decode_with(&Decoder::ALL);
         view
@@ -246,12 +258,15 @@ impl LockView {
             Some((t, v, f)) => formats::decode(t, v, f, order),
             None => LockFormat::Unknown,
         };
-        let dead = self.flags.contains(&LockFlag::DeadOwner);
+        let judged: Vec<LockFlag> = self
+            .flags
+            .iter()
+            .copied()
+            .filter(|f| matches!(f, LockFlag::DeadOwner | LockFlag::HeldLong))
+            .collect();
         self.flags = self.flags_seen();
-        if dead {
-            self.flags.push(LockFlag::DeadOwner);
-            self.flags.sort();
-        }
+        self.flags.extend(judged);
+        self.flags.sort();
     }
 
     /// One node holding `value` with `pttl_ms` (single mode: the main Redis).
@@ -279,6 +294,9 @@ impl LockView {
         }
         if self.quorum().is_some_and(|q| !q.reached) {
             flags.push(LockFlag::NoQuorum);
+        }
+        if self.pttl_ms() == Some(-1) && is_fair_lock_leftover(&self.key) {
+            flags.push(LockFlag::FairLockLeftover);
         }
         flags.sort();
         flags
@@ -489,6 +507,8 @@ struct LockViewJson<'a> {
     owner_alive: Option<bool>,
     fence_counter: Option<i64>,
     flags: &'a [LockFlag],
+    /// How long the value has been held, and from what (`acquired_at` or first seen).
+    held: Option<LockHeld>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     nodes: Vec<NodeHoldingJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -536,6 +556,7 @@ impl Serialize for LockView {
             owner_alive: self.owner_alive,
             fence_counter: self.fence_counter,
             flags: &self.flags,
+            held: self.held,
             nodes,
             quorum: self.quorum(),
             format: &self.format,
@@ -571,6 +592,13 @@ fn node_json<'a>(n: &'a NodeLock, shown: Option<&LockHolder>) -> NodeHoldingJson
         agrees,
         error,
     }
+}
+
+/// A Redisson fair lock's waiting queue or timeouts (`redisson_lock_queue:{name}`,
+/// `redisson_lock_timeout:{name}`): Redisson expires them itself, so one without a TTL was left
+/// by a client that died while waiting.
+fn is_fair_lock_leftover(key: &str) -> bool {
+    key.starts_with("redisson_lock_queue:{") || key.starts_with("redisson_lock_timeout:{")
 }
 
 /// One acquisition seen on two nodes: the same instance and nonce (the fence may differ).

@@ -26,6 +26,7 @@ mod batch;
 pub mod cluster;
 mod conn;
 pub mod formats;
+mod held;
 mod inspect;
 mod liveness;
 mod node;
@@ -49,6 +50,7 @@ use crate::trace::Tracer;
 pub use conn::NodeError;
 pub use conn::RedisAccess;
 pub(crate) use conn::{is_permission, open_main, refusal, RedisConn};
+pub use held::{judge_held, warning as lock_held_warning, FirstSeen, HeldSince, LockHeld};
 /// Keys asked for per `SCAN` call (and heartbeats per page): small enough that one call costs
 /// the server well under a millisecond, so other clients are never held up by a reader.
 pub const SCAN_COUNT: usize = 500;

@@ -166,6 +166,7 @@ pub async fn refresh_locks(inspector: &LockInspector) {
         LockFlag::Undecodable,
         LockFlag::NoQuorum,
         LockFlag::OtherType,
+        LockFlag::FairLockLeftover,
     ] {
         let n = scan
             .locks

@@ -267,6 +267,10 @@ pub async fn locks(config: &Config) -> Document<LockScan> {
         ),
     };
     link_tokens(config, &mut scan.locks).await;
+    // Run once, this reader sees a Redisson lock or a token for the first time now: only an
+    // idemguard value's holding time is known here (the console's counts across its scans).
+    let warning = crate::lock::lock_held_warning(config);
+    crate::lock::FirstSeen::default().judge(&mut scan.locks, warning);
     let err = (!scan.all_nodes_ok()).then(|| {
         scan.nodes
             .iter()

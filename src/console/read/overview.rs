@@ -330,9 +330,12 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         .locks
         .iter()
         .filter(|l| {
-            l.flags
-                .iter()
-                .any(|f| matches!(f, LockFlag::DeadOwner | LockFlag::NoTtl))
+            l.flags.iter().any(|f| {
+                matches!(
+                    f,
+                    LockFlag::DeadOwner | LockFlag::NoTtl | LockFlag::HeldLong
+                )
+            })
         })
         .collect();
     if bad.is_empty() {
@@ -344,11 +347,18 @@ fn lock_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
         return;
     }
     let count = |flag| bad.iter().filter(|l| l.flags.contains(&flag)).count();
-    let text = format!(
+    let mut text = format!(
         "{} lock(s) with a dead owner, {} without a TTL",
         count(LockFlag::DeadOwner),
         count(LockFlag::NoTtl)
     );
+    // A lock renewed for ever: its PTTL looks healthy, only its holding time gives it away.
+    if count(LockFlag::HeldLong) > 0 {
+        text.push_str(&format!(
+            ", {} held past console.lock_held_warning",
+            count(LockFlag::HeldLong)
+        ));
+    }
     out.push(finding("lock", Severity::Bad, text, Some(Jump::Locks)));
     for l in bad.iter().take(ITEMS_LISTED) {
         let flags: Vec<&str> = l.flags.iter().map(|f| f.as_str()).collect();
@@ -604,6 +614,48 @@ mod tests {
             Some(Jump::Trace(TraceTarget::OrderNo("O7".into())))
         );
         assert_eq!(jump_of(findings(&input(&[]))), Some(Jump::Locks));
+    }
+
+    /// A lock renewed for ever (its PTTL healthy) held past the warning is listed as bad.
+    #[test]
+    fn a_lock_held_past_the_warning_is_listed() {
+        use crate::config::LockMode;
+        use crate::lock::LockView;
+        let node = LockView::held_on("127.0.0.1:6379", "3f2b8c1e-token".into(), 20_000);
+        let mut view = LockView::new(
+            "order:lock:O8".into(),
+            LockMode::Single,
+            vec![node],
+            None,
+            0,
+        );
+        crate::lock::judge_held(&mut view, -600_000, std::time::Duration::from_secs(300));
+        let scan = LockScan {
+            locks: vec![view],
+            ..LockScan::default()
+        };
+        let r = rates(vec![]);
+        let input = OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: Some(&scan),
+            lag: None,
+            rates: &r,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        };
+        let texts: Vec<String> = findings(&input).into_iter().map(|f| f.text).collect();
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.ends_with("1 held past console.lock_held_warning")),
+            "{texts:?}"
+        );
+        assert!(
+            texts.iter().any(|t| t == "order:lock:O8 held_long"),
+            "{texts:?}"
+        );
     }
 
     #[test]

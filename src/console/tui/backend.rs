@@ -840,6 +840,9 @@ async fn redis_task(
     // Token locks are linked to their requests through the database (connected when one is
     // first seen; a database that is down leaves them raw and is tried again next round).
     let mut links = TokenLinks::default();
+    // When each Redisson or token value was first seen, so a lock renewed for ever is flagged.
+    let mut first_seen = crate::lock::FirstSeen::default();
+    let held_warning = crate::lock::lock_held_warning(&config);
     loop {
         let f = focus.borrow_and_update().clone();
         if !f.paused {
@@ -862,6 +865,7 @@ async fn redis_task(
                     }
                 };
                 links.link(&config, &mut scan.locks).await;
+                first_seen.judge(&mut scan.locks, held_warning);
                 next_scan = tokio::time::Instant::now() + f.refresh.max(started.elapsed() * 2);
                 if tx.send(Update::Locks(scan)).await.is_err() {
                     return;

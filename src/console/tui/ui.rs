@@ -741,7 +741,9 @@ fn lock_row(l: &crate::lock::LockView, now: i64) -> (Vec<String>, Style) {
     let style = if l.flags.iter().any(|f| {
         matches!(
             f,
-            crate::lock::LockFlag::DeadOwner | crate::lock::LockFlag::NoQuorum
+            crate::lock::LockFlag::DeadOwner
+                | crate::lock::LockFlag::NoQuorum
+                | crate::lock::LockFlag::HeldLong
         )
     }) {
         Style::new().fg(Color::Red)
