@@ -285,65 +285,6 @@ per_dialect!(#[tokio::test(flavor = "multi_thread")] the_three_lines_and_the_con
     => the_three_lines_and_the_console_run_over_verified_tls_postgres,
        the_three_lines_and_the_console_run_over_verified_tls_mysql);
 
-/// Trace after trace in one process (the console's life) reads the topics over the TLS
-/// connections the first trace opened: its Kafka readers are kept, not made anew with a
-/// handshake each — and what the second trace reads is what the first read.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_second_trace_reuses_the_kafka_connections_of_the_first() {
-    let (config, _dir, _file, _db) = tls_world(Dialect::Postgres).await;
-    let target = idemguard::contracts::TraceTarget::classify("ORD-TLS-REUSED");
-    let mut seen = Vec::new();
-    for _ in 0..2 {
-        let doc = idemguard::console::cli::headless::trace(&config, &target).await;
-        let kafka: Vec<_> = doc
-            .backends
-            .iter()
-            .filter(|b| b.name.contains("topic"))
-            .collect();
-        assert!(
-            kafka.len() == 2 && kafka.iter().all(|b| b.ok),
-            "both topics read over TLS: {kafka:?}"
-        );
-        let read = (
-            doc.data.found,
-            doc.data.entries.len(),
-            doc.data.events.len(),
-        );
-        seen.push((broker_sockets(9093), read));
-    }
-    assert!(
-        !seen[0].0.is_empty(),
-        "the first trace's readers stay connected"
-    );
-    assert_eq!(
-        seen[0].0, seen[1].0,
-        "the second trace opened no connection of its own"
-    );
-    assert_eq!(seen[0].1, seen[1].1, "the same answer both times");
-}
-
-/// This process's open TCP connections to 127.0.0.1:`port`, by socket inode.
-fn broker_sockets(port: u16) -> std::collections::BTreeSet<String> {
-    let ours: std::collections::BTreeSet<String> = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().to_string();
-            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
-        })
-        .collect();
-    let remote = format!("0100007F:{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() > 9 && f[2] == remote && f[3] == "01")
-        .map(|f| f[9].to_string())
-        .filter(|inode| ours.contains(inode))
-        .collect()
-}
-
 /// One refusal: what was run, what the message must say (which refusal, the setting).
 struct Refused {
     what: String,

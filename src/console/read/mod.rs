@@ -20,7 +20,6 @@
 
 pub mod bounded;
 pub mod dlq;
-pub mod idle;
 pub mod locks;
 pub mod logs;
 pub mod overview;

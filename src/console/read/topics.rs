@@ -16,7 +16,6 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TopicIds};
-use crate::console::read::idle::Idle;
 use crate::console::read::seek::Seek;
 use crate::contracts::{PaymentSucceeded, TraceEvent};
 
@@ -651,7 +650,7 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     let consumer = probe_reader(config, Fetch::OneBatch)?;
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
-    let marks = watermarks(&*consumer, servers, topic)?;
+    let marks = watermarks(&consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
     let mut lookup = OffsetLookup::new(&consumer, topic, cancel);
@@ -877,56 +876,9 @@ enum Fetch {
     Windows,
 }
 
-/// Probe and window readers a finished read handed back: a trace reads two topics at once,
-/// each with a probe and a scanner — four, twice over for a process that alternates two
-/// configurations (a bench comparing plaintext and TLS).
-static IDLE_READERS: Idle<Reader> = Idle::new(8);
-
-/// A probe or window reader, connected already when an earlier read of this process handed one
-/// of the same settings back ([`crate::console::read::idle`]); handed back when dropped.
-pub struct KeptReader {
-    key: String,
-    reader: Option<Reader>,
-}
-
-impl std::ops::Deref for KeptReader {
-    type Target = Reader;
-
-    fn deref(&self) -> &Reader {
-        self.reader.as_ref().expect("a reader until dropped")
-    }
-}
-
-impl Drop for KeptReader {
-    /// Handed back with nothing assigned: what it fetched for this read is dropped with the
-    /// assignment, and a partition it paused is resumed (a pause outlives an assignment).
-    fn drop(&mut self) {
-        let Some(reader) = self.reader.take() else {
-            return;
-        };
-        if let Ok(assigned) = reader.assignment() {
-            let _ = reader.resume(&assigned);
-        }
-        if reader.unassign().is_ok() {
-            IDLE_READERS.put(std::mem::take(&mut self.key), reader);
-        }
-    }
-}
-
-/// The key a reader is kept by: every setting but the names unique to each reader.
-fn settings_key(c: &ClientConfig) -> String {
-    let mut key = String::new();
-    for (name, value) in c.config_map() {
-        if name != "group.id" && name != "client.id" {
-            key.push_str(&format!("{name}={value}\n"));
-        }
-    }
-    key
-}
-
 /// A reader for probes or windows: small fetches (a probe wants one message, not megabytes),
 /// short fetch waits (a probe past the end must not wait half a second for data).
-fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<KeptReader> {
+fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<Reader> {
     let mut c = reader_config(config, "window");
     // A probe or a window that reaches the end of a partition learns it at once.
     c.set("enable.partition.eof", "true")
@@ -945,19 +897,11 @@ fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<KeptReader> {
             .set("fetch.max.bytes", "1024")
             .set("fetch.message.max.bytes", "1024");
     }
-    let key = settings_key(&c);
-    let reader = match IDLE_READERS.take(&key) {
-        Some(kept) => kept,
-        None => create_reader(&c).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create a Kafka reader for {}: {e}",
-                config.kafka.bootstrap_servers
-            )
-        })?,
-    };
-    Ok(KeptReader {
-        key,
-        reader: Some(reader),
+    create_reader(&c).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create a Kafka reader for {}: {e}",
+            config.kafka.bootstrap_servers
+        )
     })
 }
 
@@ -1068,7 +1012,7 @@ pub struct LiveStart {
 pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Result<Vec<LiveStart>> {
     let servers = &config.kafka.bootstrap_servers;
     let consumer = probe_reader(config, Fetch::OneBatch)?;
-    let marks = watermarks(&*consumer, servers, topic)?;
+    let marks = watermarks(&consumer, servers, topic)?;
     let mut lookup = OffsetLookup::new(&consumer, topic, &CancellationToken::new());
     let ends = lookup.ends(&marks)?;
     let asks: Vec<_> = ends
