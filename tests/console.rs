@@ -405,15 +405,18 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
         (live.scope.as_str(), live.owner_alive, live.fence_counter),
         ("single", Some(true), Some(3))
     );
+    // Its holder is alive and its TTL fresh, but it was acquired at the incident, ten minutes
+    // ago: twenty TTLs, past `console.lock_held_warning` (10 × lock.ttl) — a lock renewed for
+    // ever, flagged for that alone.
     assert!(
-        live.flags.is_empty() && live.pttl_ms().unwrap() > 500_000,
+        live.flags == [idemguard::lock::LockFlag::HeldLong] && live.pttl_ms().unwrap() > 500_000,
         "{live:?}"
     );
     let dead = by_key(&keys::request_lock(&inc.stuck_dead));
     assert_eq!((dead.owner_alive, dead.pttl_ms()), (Some(false), Some(-1)));
     assert_eq!(
         dead.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
-        ["no_ttl", "dead_owner"]
+        ["no_ttl", "dead_owner", "held_long"]
     );
     let q = by_key(&quorum_key);
     assert_eq!(q.scope.as_str(), "redlock");
@@ -503,7 +506,10 @@ async fn locks_view_shows_holders_liveness_and_quorum() {
     let d = get(&keys::request_lock(&inc.stuck_dead));
     assert_eq!(d["pttl_ms"], -1);
     assert_eq!(d["owner_alive"], false);
-    assert_eq!(d["flags"], serde_json::json!(["no_ttl", "dead_owner"]));
+    assert_eq!(
+        d["flags"],
+        serde_json::json!(["no_ttl", "dead_owner", "held_long"])
+    );
     let q = get(&quorum_key);
     assert_eq!(
         q["quorum"],
