@@ -30,6 +30,15 @@ pub struct MetricsSeen {
     pub not_compared: Option<String>,
 }
 
+impl MetricsSeen {
+    /// The series of `layer`/`outcome`, when it moved during the run.
+    pub fn delta(&self, layer: Layer, outcome: Outcome) -> Option<&Delta> {
+        self.deltas
+            .iter()
+            .find(|d| d.layer == layer.as_str() && d.outcome == outcome.as_str())
+    }
+}
+
 /// The counters the database can count: an order row per `order_created`, a payment flow per
 /// `payment_recorded`.
 const HELD_TO_TRUTH: [(Layer, Outcome, &str); 2] = [

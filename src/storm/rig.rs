@@ -18,9 +18,9 @@ use crate::api::server::{self, Server};
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, Instance};
 use crate::db::Database;
+use crate::metrics::Metrics;
 use crate::stream::lag::consumer_lag;
 use crate::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
-use crate::metrics::Metrics;
 use crate::trace::Tracer;
 
 /// Partitions of each storm topic.
