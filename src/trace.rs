@@ -154,6 +154,15 @@ impl Tracer {
         self
     }
 
+    /// Where what this tracer's holder measures is counted: its own registry
+    /// ([`Tracer::metered`]), else the process's while it records.
+    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        match &self.metrics {
+            Some(m) => Some(m),
+            None => crate::metrics::recording(),
+        }
+    }
+
     pub fn instance_id(&self) -> &str {
         &self.inner.instance
     }
@@ -162,9 +171,7 @@ impl Tracer {
     pub fn emit(&self, mut event: TraceEvent) {
         event.instance.clone_from(&self.inner.instance);
         log_event(&event);
-        if let Some(m) = &self.metrics {
-            m.decision(event.layer, event.outcome, event.latency_us);
-        } else if let Some(m) = crate::metrics::recording() {
+        if let Some(m) = self.metrics() {
             m.decision(event.layer, event.outcome, event.latency_us);
         }
         let stats = &self.inner.stats;

@@ -235,6 +235,8 @@ async fn mq_replay() {
     assert_eq!(paid.map(|d| (d.counted, d.database)), Some((30, Some(30))));
     let hits = r.metrics.delta(Layer::Stream, Outcome::DedupHit);
     assert_eq!(hits.map(|d| d.counted), Some(60), "{}", r.render());
+    let applied = r.metrics.delta(Layer::Stream, Outcome::SinkApplied);
+    assert_eq!(applied.map(|d| d.counted), Some(30), "{}", r.render());
 }
 
 #[tokio::test]
