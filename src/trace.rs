@@ -78,6 +78,8 @@ impl ProducerContext for DeliveryCounter {
 #[derive(Clone)]
 pub struct Tracer {
     inner: Arc<Inner>,
+    /// Where this tracer's decisions are counted when not in the process's registry.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 struct Inner {
@@ -128,6 +130,7 @@ impl Tracer {
                 producer: Some(producer),
                 stats,
             }),
+            metrics: None,
         })
     }
 
@@ -140,6 +143,23 @@ impl Tracer {
                 producer: None,
                 stats: Arc::new(TraceStats::default()),
             }),
+            metrics: None,
+        }
+    }
+
+    /// Counts this tracer's decisions in `metrics`, always, instead of the process's registry:
+    /// a storm's service and consumer, which share their process with other storms.
+    pub fn metered(mut self, metrics: Arc<crate::metrics::Metrics>) -> Tracer {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Where what this tracer's holder measures is counted: its own registry
+    /// ([`Tracer::metered`]), else the process's while it records.
+    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        match &self.metrics {
+            Some(m) => Some(m),
+            None => crate::metrics::recording(),
         }
     }
 
@@ -151,7 +171,7 @@ impl Tracer {
     pub fn emit(&self, mut event: TraceEvent) {
         event.instance.clone_from(&self.inner.instance);
         log_event(&event);
-        if let Some(m) = crate::metrics::recording() {
+        if let Some(m) = self.metrics() {
             m.decision(event.layer, event.outcome, event.latency_us);
         }
         let stats = &self.inner.stats;

@@ -2,7 +2,8 @@
 //! invariants (double-click and flash-sale on both dialects); with the API record, fast path and
 //! request lock switched off the database alone still stops a double click — and the
 //! interception table says so; a leak written behind the system's back fails the check and
-//! names the event and the order.
+//! names the event and the order; the run's metrics agree with the database, storms side by
+//! side never mix their counts, and a counter that drifts from the database fails the run.
 
 mod common;
 
@@ -41,6 +42,15 @@ async fn storm_on(
 
 fn assert_passed(r: &StormReport) {
     assert!(r.passed, "{}", r.render());
+    if r.scenario != "chaos" {
+        assert!(
+            r.invariants
+                .iter()
+                .any(|c| c.name == "metrics_agree_with_database"),
+            "the metrics were held to the database: {}",
+            r.render()
+        );
+    }
     assert!(
         r.invariants.len() >= 8,
         "every invariant was checked: {:?}",
@@ -69,9 +79,42 @@ async fn double_click(dialect: Dialect) {
     assert_eq!(api, 119, "{}", r.render());
     assert!(r.interception.mismatches.is_empty(), "{}", r.render());
     assert_eq!(r.interception.main_stopper(), Some(Layer::Api));
+    // The metrics said the same: one order created, the other copies replayed or rejected.
+    let created = r.metrics.delta(Layer::Db, Outcome::OrderCreated);
+    assert_eq!(created.map(|d| (d.counted, d.database)), Some((1, Some(1))));
+    let replayed = [Outcome::Replayed, Outcome::InFlightRejected]
+        .map(|o| r.metrics.delta(Layer::Api, o).map_or(0, |d| d.counted));
+    assert_eq!(replayed.iter().sum::<u64>(), 119, "{}", r.render());
 }
 
 per_dialect!(double_click => double_click_postgres, double_click_mysql);
+
+/// Two storms at once in one process: each report counts its own run only (one registry per
+/// rig), not the other's.
+#[tokio::test]
+async fn storms_side_by_side_count_only_their_own_run() {
+    let (a, b) = tokio::join!(
+        storm_on(Dialect::Postgres, Scenario::DoubleClick, 40, |_| {}),
+        storm_on(Dialect::Postgres, Scenario::DoubleClick, 40, |_| {}),
+    );
+    for (_, r) in [a, b] {
+        assert_passed(&r);
+        let created = r.metrics.delta(Layer::Db, Outcome::OrderCreated);
+        assert_eq!(created.map(|d| d.counted), Some(1), "{}", r.render());
+        let api: u64 = r
+            .metrics
+            .deltas
+            .iter()
+            .filter(|d| d.layer == "api")
+            .map(|d| d.counted)
+            .sum();
+        assert!(
+            api <= 40 + 1,
+            "one run's API decisions only: {}",
+            r.render()
+        );
+    }
+}
 
 async fn broken_configuration(dialect: Dialect) {
     let (_, r) = storm_on(dialect, Scenario::DoubleClick, 60, |o| o.broken = true).await;
@@ -188,6 +231,12 @@ async fn mq_replay() {
         "re-produced + rewound: {}",
         r.render()
     );
+    let paid = r.metrics.delta(Layer::Db, Outcome::PaymentRecorded);
+    assert_eq!(paid.map(|d| (d.counted, d.database)), Some((30, Some(30))));
+    let hits = r.metrics.delta(Layer::Stream, Outcome::DedupHit);
+    assert_eq!(hits.map(|d| d.counted), Some(60), "{}", r.render());
+    let applied = r.metrics.delta(Layer::Stream, Outcome::SinkApplied);
+    assert_eq!(applied.map(|d| d.counted), Some(30), "{}", r.render());
 }
 
 #[tokio::test]
@@ -288,6 +337,31 @@ async fn an_injected_leak_fails_the_check_and_names_the_event() {
     let named = &failed[0].offenders[0];
     assert!(
         named.contains(&order_no) && named.contains(&leak) && named.contains("2 points rows"),
+        "{named}"
+    );
+    a_drifting_counter_fails_and_is_named(&db, &scope.order_pattern, orders.len()).await;
+}
+
+/// A registry that counted every order but no payment, against the same run's rows: the
+/// metrics check fails and names `payment_recorded`, and only it.
+async fn a_drifting_counter_fails_and_is_named(
+    db: &idemguard::db::Database,
+    pattern: &str,
+    orders: usize,
+) {
+    let drifted = idemguard::metrics::Metrics::new();
+    for _ in 0..orders {
+        drifted.decision(Layer::Db, Outcome::OrderCreated, 0);
+    }
+    let (seen, check) = storm::metered::read(&drifted, db, pattern, None)
+        .await
+        .unwrap();
+    let check = check.expect("held to the database");
+    assert!(!check.passed, "{seen:?}");
+    assert_eq!(check.offenders.len(), 1, "{:?}", check.offenders);
+    let named = &check.offenders[0];
+    assert!(
+        named.contains("outcome=\"payment_recorded\"") && named.contains("counted 0"),
         "{named}"
     );
 }

@@ -519,9 +519,27 @@ pub async fn start(config: Config, listen: &str) -> anyhow::Result<Server> {
 }
 
 /// [`start`] with fault injection.
+pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
+    start_traced(config, listen, faults, None).await
+}
+
+/// [`start`] counting its decisions in a registry of its own (a storm's, read back by its report).
+pub async fn start_metered(
+    config: Config,
+    listen: &str,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<Server> {
+    start_traced(config, listen, Faults::default(), Some(metrics)).await
+}
+
 /// Long because it wires every background task (heartbeat, relay, replay flusher, retention)
 /// and their shutdown order in one place: the order is the guarantee described above.
-pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow::Result<Server> {
+async fn start_traced(
+    config: Config,
+    listen: &str,
+    faults: Faults,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+) -> anyhow::Result<Server> {
     // FAULT INJECTION: a production environment never runs with a crash switch on.
     if faults.any() && config.environment.production {
         anyhow::bail!(
@@ -530,7 +548,10 @@ pub async fn start_with(config: Config, listen: &str, faults: Faults) -> anyhow:
     }
     let config = Arc::new(config);
     let instance = Instance::current();
-    let tracer = Tracer::from_config(&config, &instance)?;
+    let mut tracer = Tracer::from_config(&config, &instance)?;
+    if let Some(m) = metrics {
+        tracer = tracer.metered(m);
+    }
     let db = Database::connect(&config).await?;
     let locks = Locks::from_config(&config, &instance, tracer.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -116,6 +116,7 @@ builtin![
     "storm_check_notification",
     "storm_outbox_pending",
     "storm_outbox_events",
+    "storm_metrics_truth",
     // metrics: the gauges `serve` refreshes (src/metrics/gauges.rs)
     "metrics_processing",
     "metrics_outbox_pending",

@@ -1,5 +1,7 @@
 //! What `serve` and `consume` tell Prometheus: one registry per process, exposed on its own
-//! address (`metrics.listen`, `--metrics-listen`) by [`exposition`].
+//! address (`metrics.listen`, `--metrics-listen`) by [`exposition`]. A storm runs its service
+//! and consumer in the test's process beside other storms, so its rig gives them a registry of
+//! their own ([`crate::trace::Tracer::metered`]) and reads that one back.
 //!
 //! Every decision of every layer is counted where it is traced ([`crate::trace::Tracer::emit`]),
 //! by layer and outcome with the trace events' own names, so a metric and a trace line never
@@ -77,7 +79,7 @@ type Seconds = Gauge<f64, AtomicU64>;
 
 /// The outcomes of each layer, created at zero when the process starts: a rate over a series
 /// that does not exist yet is no data, not 0, and an alert on it could never be tested.
-const OUTCOMES: &[(Layer, &[Outcome])] = &[
+pub const OUTCOMES: &[(Layer, &[Outcome])] = &[
     (
         Layer::Api,
         &[
@@ -179,7 +181,8 @@ fn latency_buckets() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Metrics {
+    /// A registry with every series at zero: the process's one ([`global`]), or a storm's own.
+    pub fn new() -> Metrics {
         let m = Metrics {
             registry: Registry::with_prefix("idemguard"),
             decisions: Family::default(),
@@ -317,6 +320,15 @@ impl Metrics {
         }
     }
 
+    /// How many times a layer decided `outcome` since this registry was created.
+    pub fn decisions_of(&self, layer: Layer, outcome: Outcome) -> u64 {
+        let labels = DecisionLabels {
+            layer: layer.as_str(),
+            outcome: outcome.as_str(),
+        };
+        self.decisions.get_or_create(&labels).get()
+    }
+
     /// Payment events the consumer applied (its sinks written), counted as the trace's
     /// `sink_applied` outcome of the stream layer.
     pub fn applied(&self, n: u64) {
@@ -335,6 +347,12 @@ impl Metrics {
         self.api_request_seconds
             .get_or_create(&RouteLabels { route })
             .observe(took.as_secs_f64());
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
     }
 }
 

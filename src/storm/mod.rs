@@ -9,6 +9,7 @@
 //! - [`client`] — the HTTP client that records every reply;
 //! - [`invariants`] — the checks, read from the database (SQL under `queries/*/storm_*.sql`);
 //! - [`interception`] — which layer stopped each duplicate, from the run's trace topic;
+//! - [`metered`] — what the run's metrics counted, held to the database's counts;
 //! - [`report`] — the summary, as text or JSON;
 //! - [`redis_server`] — the private Redis the `redis-down` storm kills;
 //! - [`processes`] — the real `serve` and lock holders the chaos storm kills.
@@ -17,6 +18,7 @@ pub mod chaos;
 pub mod client;
 pub mod interception;
 pub mod invariants;
+pub mod metered;
 pub mod processes;
 pub mod redis_server;
 pub mod report;
@@ -282,6 +284,13 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     };
     let mut checks = invariants::check(&rig.db, &scope).await?;
     checks.extend(played.checks);
+    // The chaos storm's service runs as real processes too, each with its own registry.
+    let elsewhere = (scenario == Scenario::Chaos).then(|| {
+        "the chaos storm's real serve processes count in their own registries".to_string()
+    });
+    let (metrics, agreement) =
+        metered::read(&rig.metrics, &rig.db, &scope.order_pattern, elsewhere).await?;
+    checks.extend(agreement);
     let (own, consumer) = rig.trace_counts();
     let interception = InterceptionTable::build(&events, &log.by_kind, &rig.consumed);
     let passed = checks.iter().all(|c| c.passed);
@@ -293,6 +302,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         size,
         http: HttpSummary::of(&log, played.seconds),
         interception,
+        metrics,
         invariants: checks,
         notes: played.notes,
         trace_dropped: own.dropped + consumer.dropped,

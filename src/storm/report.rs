@@ -1,5 +1,6 @@
 //! The summary of a run: throughput, latency percentiles, replies and errors by kind, the
-//! per-layer interception table, and the invariants — as text for people, JSON for machines.
+//! per-layer interception table, what the metrics counted, and the invariants — as text for
+//! people, JSON for machines.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,6 +10,7 @@ use serde::Serialize;
 use super::client::{HttpLog, ReplyKind};
 use super::interception::InterceptionTable;
 use super::invariants::Check;
+use super::metered::MetricsSeen;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
@@ -86,6 +88,8 @@ pub struct StormReport {
     pub size: usize,
     pub http: HttpSummary,
     pub interception: InterceptionTable,
+    /// What `idemguard_decisions_total` counted during the run, beside the database's counts.
+    pub metrics: MetricsSeen,
     pub invariants: Vec<Check>,
     /// What the scenario did, in a few lines.
     pub notes: Vec<String>,
@@ -195,6 +199,7 @@ impl StormReport {
                 self.trace_dropped
             );
         }
+        render_metrics(&mut s, &self.metrics);
         let _ = writeln!(s, "\ninvariants (read from the database)");
         for c in &self.invariants {
             let _ = writeln!(
@@ -225,5 +230,30 @@ impl StormReport {
             }
         );
         s
+    }
+}
+
+/// The metrics section: each decision counter that moved, and the database's count beside the
+/// ones it can count (a disagreement fails `metrics_agree_with_database` below).
+fn render_metrics(s: &mut String, m: &MetricsSeen) {
+    let _ = writeln!(
+        s,
+        "\nmetrics during the run (idemguard_decisions_total, the run's own registry)"
+    );
+    let _ = writeln!(
+        s,
+        "  {:<8} {:<28} {:>9} {:>9}",
+        "layer", "outcome", "counted", "database"
+    );
+    for d in &m.deltas {
+        let db = d.database.map_or("-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<28} {:>9} {:>9}",
+            d.layer, d.outcome, d.counted, db
+        );
+    }
+    if let Some(why) = &m.not_compared {
+        let _ = writeln!(s, "  not compared with the database: {why}");
     }
 }

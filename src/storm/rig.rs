@@ -18,6 +18,7 @@ use crate::api::server::{self, Server};
 use crate::config::Config;
 use crate::contracts::{format_ms, now_ms, Instance};
 use crate::db::Database;
+use crate::metrics::Metrics;
 use crate::stream::lag::consumer_lag;
 use crate::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
 use crate::trace::Tracer;
@@ -82,6 +83,8 @@ pub struct Rig {
     /// A small pool of the storm's own (reads, checks, scenario writes).
     pub db: Database,
     pub tracer: Tracer,
+    /// The run's own registry: every in-process writer of the run counts its decisions here.
+    pub metrics: Arc<Metrics>,
     pub server: Option<Server>,
     pub base: String,
     consumer: Option<RunningConsumer>,
@@ -125,16 +128,19 @@ impl Rig {
         config.kafka.consumer_group = run.group();
         create_topics(&config).await?;
         let instance = Instance::current();
-        let tracer = Tracer::from_config(&config, &instance)?;
-        let consumer_tracer = Tracer::from_config(&config, &Instance::current())?;
+        let metrics = Arc::new(Metrics::new());
+        let tracer = Tracer::from_config(&config, &instance)?.metered(metrics.clone());
+        let consumer_tracer =
+            Tracer::from_config(&config, &Instance::current())?.metered(metrics.clone());
         let db = Database::connect(&small_pool(&config)).await?;
-        let server = server::start(config.clone(), "127.0.0.1:0").await?;
+        let server = server::start_metered(config.clone(), "127.0.0.1:0", metrics.clone()).await?;
         let base = format!("http://{}", server.addr);
         Ok(Rig {
             run,
             config,
             db,
             tracer,
+            metrics,
             server: Some(server),
             base,
             consumer: None,

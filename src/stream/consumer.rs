@@ -388,7 +388,7 @@ impl PaymentConsumer {
             let st = &self.stats;
             st.busy_micros
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-            if let Some(m) = crate::metrics::recording() {
+            if let Some(m) = self.tracer.metrics() {
                 m.consumer_batch_messages.observe(batch_len as f64);
                 m.consumer_batch_seconds
                     .observe(started.elapsed().as_secs_f64());
@@ -686,7 +686,7 @@ impl PaymentConsumer {
                 .applied
                 .fetch_add(applied as u64, Ordering::Relaxed);
             // Applied events are not traced one by one; the metric says the trace's word.
-            if let Some(m) = crate::metrics::recording() {
+            if let Some(m) = self.tracer.metrics() {
                 m.applied(applied as u64);
             }
             self.report_sink("points_ledger", &effects, &points);
@@ -741,7 +741,7 @@ impl PaymentConsumer {
                 }),
                 Err(e) => {
                     self.stats.dlq_failures.fetch_add(1, Ordering::Relaxed);
-                    if let Some(m) = crate::metrics::recording() {
+                    if let Some(m) = self.tracer.metrics() {
                         m.dlq_publish_failures.inc();
                     }
                     failure = Some(e);
