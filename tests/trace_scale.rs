@@ -514,6 +514,9 @@ fn binds_of(name: &str) -> Option<Vec<Bind>> {
         | "console_trace_notification" => vec![o, e],
         "console_stuck" => vec![Int(1_700_000_000_000 + 1_000_000), Int(1000)],
         "console_audit_list" => vec![t, Int(1_700_000_000_000 + 20_060_000), Int(200)],
+        // Redrives since a time (the DLQ view's window); those of one DLQ message.
+        "console_audit_redrives" => vec![t, Int(500)],
+        "console_audit_live_redrives" => vec![Text("payment.succeeded.dlq@0:20000"), Int(0)],
         "console_finalize_lock_record"
         | "console_finalize_foreign_get"
         | "console_finalize_foreign_order" => vec![r],
