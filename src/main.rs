@@ -809,13 +809,8 @@ async fn run_batch(
     allow_actions: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    use idemguard::lock::Locks;
     use idemguard::untrusted::escape;
-    let instance = Instance::current();
-    let tracer = Tracer::from_config(config, &instance)?;
-    let db = Database::connect_for_actions(config).await?;
-    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
-    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    let (actions, tracer) = action_executor(config, allow_actions).await?;
     let cancel = tokio_util::sync::CancellationToken::new();
     let on_signal = cancel.clone();
     let listener = tokio::spawn(async move {
@@ -1001,18 +996,28 @@ async fn storm(
     }
 }
 
-async fn run_action(
+/// The executor every operator action runs through (the same the TUI uses), on the actions'
+/// own database URL and Redis, with the tracer it writes to.
+async fn action_executor(
     config: &Config,
-    action: Action,
     allow_actions: bool,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<(Actions, Tracer)> {
     use idemguard::lock::Locks;
     let instance = Instance::current();
     let tracer = Tracer::from_config(config, &instance)?;
     let db = Database::connect_for_actions(config).await?;
     let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
     let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    Ok((actions, tracer))
+}
+
+async fn run_action(
+    config: &Config,
+    action: Action,
+    allow_actions: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (actions, tracer) = action_executor(config, allow_actions).await?;
     let result = actions.run(&action).await;
     tracer.flush(std::time::Duration::from_secs(5));
     if json {
