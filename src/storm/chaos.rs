@@ -355,7 +355,7 @@ async fn kill_lock_holder(
     holder.kill().await?; // SIGKILL
     let killed = Instant::now();
     let mut wrong = Vec::new();
-    let left = remaining_ttl(&rig.config.redis.url, &key).await?;
+    let left = remaining_ttl(&rig.config.redis, &key).await?;
     if left.is_none() {
         wrong.push(format!("{key}: gone as soon as its holder was killed"));
     }
@@ -436,9 +436,14 @@ fn outcome_name(o: &TransitionOutcome) -> &'static str {
     }
 }
 
-/// The key's remaining TTL on the service's Redis; None when it does not exist.
-async fn remaining_ttl(url: &str, key: &str) -> anyhow::Result<Option<Duration>> {
-    let mut conn = redis::Client::open(url)?
+/// The key's remaining TTL on the service's Redis (reached with `[redis]`'s TLS files and
+/// password); None when it does not exist.
+async fn remaining_ttl(
+    redis: &crate::config::RedisConfig,
+    key: &str,
+) -> anyhow::Result<Option<Duration>> {
+    let mut conn = crate::lock::RedisAccess::of(redis)
+        .client(&redis.url)?
         .get_multiplexed_async_connection()
         .await?;
     let ms: i64 = redis::cmd("PTTL").arg(key).query_async(&mut conn).await?;

@@ -426,10 +426,11 @@ impl Rig {
     /// fast-path copies alone would otherwise stay for `fast_path_ttl` (a day), thousands a run.
     pub async fn delete_keys(&self) {
         let r = &self.config.redis;
+        let access = crate::lock::RedisAccess::of(r);
         for url in std::iter::once(&r.url).chain(&r.redlock_nodes) {
             let _ = tokio::time::timeout(
                 Duration::from_secs(10),
-                delete_matching(url, &self.run.key_pattern()),
+                delete_matching(&access, url, &self.run.key_pattern()),
             )
             .await;
         }
@@ -457,8 +458,14 @@ where
     }
 }
 
-async fn delete_matching(url: &str, pattern: &str) -> redis::RedisResult<()> {
-    let mut conn = redis::Client::open(url)?
+/// `access`: the TLS files and password of `[redis]`, as every other client of the run has them.
+async fn delete_matching(
+    access: &crate::lock::RedisAccess,
+    url: &str,
+    pattern: &str,
+) -> redis::RedisResult<()> {
+    let mut conn = access
+        .client(url)?
         .get_multiplexed_async_connection()
         .await?;
     let mut cursor: u64 = 0;
