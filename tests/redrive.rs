@@ -186,7 +186,13 @@ fn assert_report_lists_the_dlq_message(
         .iter()
         .filter(|m| m.target == late.target)
         .collect();
-    assert_eq!(listed.len(), 1, "{d}: {:?}", report.dlq_messages);
+    assert_eq!(
+        listed.len(),
+        1,
+        "{d}: {:?} (not read: {:?})",
+        report.dlq_messages,
+        report.errors
+    );
     let m = listed[0];
     assert_eq!(
         m.redriven.as_ref().map(|r| r.outcome.as_str()),
@@ -263,7 +269,7 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
     // Poison for good: its eventId is not a UUID.
     let (bad_no, bad_req) = create_order(&s.db, 73).await;
     let mut bad = payment(&bad_no, &bad_req, 73);
-    bad.event_id = format!("not-a-uuid-{}{HOSTILE}", unique_suffix());
+    bad.event_id = format!("not-a-uuid-{}", unique_suffix());
     produce(&p, topic, &bad).await;
     member
         .until("3 messages in the DLQ", 60, |st| get(&st.dlq) >= 3)
@@ -418,14 +424,29 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
     );
     let l = listing(s).await;
     assert_eq!(l.len(), 4, "{d}: exactly one return: {l:?}");
-    // The poison's report: both its DLQ messages, every string of them neutralised.
+    let shown = by_event(&l, &late.event_id);
+    assert_eq!(
+        shown.redriven.as_ref().map(|r| r.outcome.as_str()),
+        Some("done"),
+        "{d}: {shown:?}"
+    );
+    // The poison's order, and a second poison of it whose eventId holds markup: its report
+    // lists its three DLQ messages, every string of them neutralised.
+    let mut hostile = payment(&bad_no, &bad_req, 73);
+    hostile.event_id = format!("not-a-uuid-{}{HOSTILE}", unique_suffix());
+    produce(&p, topic, &hostile).await;
+    member
+        .until("the hostile poison in the DLQ", 60, |st| get(&st.dlq) >= 5)
+        .await;
+    until_listed(s, 5).await;
     let scope = ReportScope::Id(idemguard::contracts::TraceTarget::classify(&bad_no));
     let report = build(&s.config, &scope).await.unwrap();
     assert_eq!(
         report.dlq_messages.len(),
-        2,
-        "{d}: {:?}",
-        report.dlq_messages
+        3,
+        "{d}: {:?} (not read: {:?})",
+        report.dlq_messages,
+        report.errors
     );
     let md = idemguard::console::report::markdown(&report);
     let html = idemguard::console::report::html(&report);
@@ -438,14 +459,8 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
     assert!(md.contains("\\[l\\](javascript:1)"), "{d}:\n{md}");
     assert!(html.contains("&lt;script&gt;x"), "{d}");
     assert!(md.contains("returned from the redrive of"), "{d}:\n{md}");
-    let shown = by_event(&l, &late.event_id);
-    assert_eq!(
-        shown.redriven.as_ref().map(|r| r.outcome.as_str()),
-        Some("done"),
-        "{d}: {shown:?}"
-    );
     let stats = member.stop().await;
-    assert_eq!(get(&stats.dlq), 4, "{d}: {stats:?}");
+    assert_eq!(get(&stats.dlq), 5, "{d}: {stats:?}");
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] redrive_once_and_never_loop(&consumer_setup) => redrive_postgres, redrive_mysql);

@@ -380,10 +380,12 @@ fn dlq_from(config: &Config, scope: &ReportScope, traced: &Traced, now: i64) -> 
             .timelines
             .iter()
             .flat_map(|t| t.entries.iter().filter_map(|e| e.at_ms))
+            // A time a client wrote (`paidAt: 0`) is no bound: the broker refuses one before 1970.
+            .filter(|ms| *ms > margin)
             .min(),
     };
     match first {
-        Some(ms) => ms - margin,
+        Some(ms) => (ms - margin).max(0),
         None => now - crate::console::read::dlq::DEFAULT_DLQ_WINDOW.as_millis() as i64,
     }
 }
