@@ -40,6 +40,10 @@ pub struct DemoState {
     pub stuck_request_id: String,
     /// The lock whose holder was SIGKILLed.
     pub dead_lock_key: String,
+    /// The order whose payment event arrived before it: refused as poison (order unknown),
+    /// in the DLQ, valid since the order was created — a redrive applies it once.
+    pub late_event_order: String,
+    pub late_event_id: String,
     pub service: String,
     /// Process ids the demo started (all stopped when it ends).
     pub pids: Vec<u32>,
@@ -219,7 +223,13 @@ pub async fn run(
     holder.start_kill()?; // SIGKILL: no release, no goodbye
     let _ = holder.wait().await;
 
+    // 8. A payment event arrives before its order: the DLQ holds it, then the order is created.
+    step(&bar, "a payment event arrives before its order");
+    let (late_order, late_event) = late_payment(&config, &orders).await?;
+
     let state = DemoState {
+        late_event_order: late_order,
+        late_event_id: late_event,
         clicked_five_times: clicked_order,
         clicked_request_id: clicked,
         stuck_request_id: stuck,
@@ -330,6 +340,88 @@ async fn pay_orders(bar: &ProgressBar, client: &StormClient, paid: &[(String, St
                 )
                 .await;
         }
+    }
+}
+
+/// Step 8: a payment event for an order that does not exist yet, published as the outbox
+/// relay does; once a consumer has sent it to the DLQ (order unknown), the order is created:
+/// the DLQ message is valid now. Returns the orderNo and the eventId.
+async fn late_payment(config: &Config, orders: &Orders) -> anyhow::Result<(String, String)> {
+    use crate::contracts::{headers, OrderNo, PaymentSucceeded};
+    use rdkafka::message::{Header, OwnedHeaders};
+    let order_no = OrderNo::generate();
+    let request_id = RequestId::generate("APP", "ORDER");
+    let event = PaymentSucceeded {
+        event_id: uuid::Uuid::now_v7().to_string(),
+        order_no: order_no.to_string(),
+        request_id: request_id.to_string(),
+        pay_no: format!("PAY-{order_no}"),
+        user_id: 2399,
+        amount: 1999,
+        paid_at: crate::contracts::now_ms(),
+    };
+    let body = serde_json::to_vec(&event)?;
+    let mut hs = OwnedHeaders::new();
+    for (key, value) in [
+        (headers::EVENT_ID, &event.event_id),
+        (headers::REQUEST_ID, &event.request_id),
+        (headers::ORDER_NO, &event.order_no),
+    ] {
+        hs = hs.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka).create()?;
+    let record = FutureRecord::to(&config.kafka.payment_topic)
+        .key(&event.order_no)
+        .payload(&body)
+        .headers(hs);
+    producer
+        .send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("publishing the late payment event: {e}"))?;
+    until_dead_lettered(config, &event.event_id, event.paid_at - 60_000).await?;
+    let new = crate::db::orders::NewOrder {
+        request_id,
+        order_no: order_no.clone(),
+        user_id: 2399,
+        sku_id: DEMO_SKU,
+        quantity: 1,
+        amount: 1999,
+        fence: None,
+    };
+    orders
+        .create(&new)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the late event's order: {e}"))?;
+    Ok((event.order_no, event.event_id))
+}
+
+/// Waits (at most 30 s) until the DLQ view lists `event_id`: a consumer refused it as poison
+/// (its order did not exist) and the broker took its DLQ copy.
+async fn until_dead_lettered(config: &Config, event_id: &str, since_ms: i64) -> anyhow::Result<()> {
+    use crate::console::read::{dlq::read_dlq, window::TimeWindow};
+    let never = tokio_util::sync::CancellationToken::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let window = TimeWindow {
+            from_ms: since_ms,
+            to_ms: crate::contracts::now_ms() + 1,
+        };
+        let listing = read_dlq(config, window, &never).await?;
+        if listing
+            .messages
+            .iter()
+            .any(|m| m.event_id.as_deref() == Some(event_id))
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the consumers did not send the late payment event {event_id} to the DLQ within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -20,7 +20,16 @@ use idemguard::contracts::TraceTarget;
 #[tokio::test]
 async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
     let config = fresh_database_config(Dialect::Postgres).await;
-    let topics = fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    let topics = fresh_topics(
+        &config,
+        &[
+            "payment.succeeded",
+            "idemguard.trace",
+            "payment.succeeded.dlq",
+        ],
+    )
+    .await;
+    let group = format!("igt-demo-{}", unique_suffix());
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
         .args([
             "--config",
@@ -31,10 +40,8 @@ async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
         .env("IDEMGUARD_DATABASE__URL", &config.database.url)
         .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &topics[0])
         .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &topics[1])
-        .env(
-            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
-            format!("igt-demo-{}", unique_suffix()),
-        )
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &topics[2])
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &group)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(120), run)
@@ -98,8 +105,114 @@ async fn the_demo_reaches_its_incidents_and_leaves_nothing_running() {
     let mut config = config;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.trace_topic = topics[1].clone();
+    config.kafka.dlq_topic = topics[2].clone();
+    config.kafka.consumer_group = group;
+    the_late_event_waits_in_the_dlq_and_a_redrive_applies_it_once(&config, &db, &state).await;
     let clicked = state["clicked_five_times"].as_str().unwrap();
     the_clicked_orders_report_shows_who_stopped_each_copy(&config, clicked).await;
+}
+
+/// The demo's payment event that arrived before its order is in the DLQ, its reason "unknown
+/// order", and — its order created since — `would apply`; `redrive --dlq P:O` publishes it and a
+/// consumer applies it once (the order PAID by it, one points row); a second redrive is refused.
+async fn the_late_event_waits_in_the_dlq_and_a_redrive_applies_it_once(
+    config: &Config,
+    db: &idemguard::db::Database,
+    state: &serde_json::Value,
+) {
+    use idemguard::console::read::dlq::Verdict;
+    let (order, event) = (
+        state["late_event_order"].as_str().unwrap(),
+        state["late_event_id"].as_str().unwrap(),
+    );
+    let now = idemguard::contracts::now_ms();
+    let window = idemguard::console::read::window::TimeWindow {
+        from_ms: now - 3_600_000,
+        to_ms: now + 1,
+    };
+    let listed = idemguard::console::cli::headless::dlq(config, window).await;
+    let late: Vec<_> = listed
+        .data
+        .messages
+        .iter()
+        .filter(|m| m.event_id.as_deref() == Some(event))
+        .collect();
+    assert_eq!(late.len(), 1, "{:?}", listed.data.messages);
+    let m = late[0];
+    assert!(m.reason.contains("unknown order"), "{m:?}");
+    assert_eq!(m.order_no.as_deref(), Some(order));
+    assert_eq!(m.verdict, Verdict::WouldApply, "{m:?}");
+
+    let redrive = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+                "redrive",
+                "--dlq",
+                &format!("{}:{}", m.partition, m.offset),
+                "--allow-actions",
+            ])
+            .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+            .env(
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                &config.kafka.payment_topic,
+            )
+            .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &config.kafka.dlq_topic)
+            .env(
+                "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+                &config.kafka.consumer_group,
+            )
+            .env("IDEMGUARD_TRACE__ENABLED", "false")
+            .output()
+            .unwrap()
+    };
+    let out = redrive();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut consumer = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            "consume",
+        ])
+        .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &config.kafka.dlq_topic)
+        .env(
+            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+            &config.kafka.consumer_group,
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let paid = format!("order_record WHERE order_no = '{order}' AND status = 'PAID' AND payment_event_id = '{event}'");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let points = format!("points_ledger WHERE source_event_no = '{event}'");
+    while count(db, &paid).await == 0 || count(db, &points).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the redriven event was not applied within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(count(db, &points).await, 1, "applied once");
+    let again = redrive();
+    assert_eq!(again.status.code(), Some(4), "a second redrive is refused");
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &consumer.id().unwrap().to_string()])
+        .status();
+    let _ = tokio::time::timeout(Duration::from_secs(15), consumer.wait()).await;
 }
 
 /// `report --id ORDER --format html --out FILE` of the clicked order, rendered: the page is

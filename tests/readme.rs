@@ -33,6 +33,43 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The on-call story's late payment event, with the README's keys: `7` (DLQ), `/would apply`,
+/// `r`, Enter; then its order traced: the event processed once, one points row.
+fn the_late_event_redriven_as_the_story_says(t: &tmux::Terminal) {
+    assert!(README.contains("`7` (DLQ): the demo's payment event that arrived before its"));
+    assert!(README.contains("`/would apply` narrows the view to it (the newest first); `r` opens"));
+    let within = Duration::from_secs(60);
+    t.keys(&["7"]);
+    t.wait_for("the demo's late event in the DLQ view", within, |s| {
+        s.contains("would apply") && s.contains("unknown order")
+    });
+    t.keys(&["/"]);
+    t.type_line("would apply");
+    t.keys(&["g"]);
+    // The newest row: the event of this demo's order (29 characters: time and hex).
+    let listed = t.screen();
+    let order = listed
+        .lines()
+        .find(|l| l.contains("would apply"))
+        .and_then(|l| {
+            l.split(|c: char| !c.is_ascii_alphanumeric())
+                .find(|w| w.len() == 29 && w.starts_with("20"))
+        })
+        .unwrap_or_else(|| panic!("no order in the DLQ view:\n{listed}"))
+        .to_string();
+    t.keys(&["r"]);
+    t.wait_for("the redrive's confirmation", within, |s| {
+        s.contains("Redrive 1 DLQ message(s)")
+    });
+    t.keys(&["Enter"]);
+    t.wait_for("the redrive done", within, |s| s.contains("published to"));
+    t.keys(&[":"]);
+    t.type_line(&format!("trace {order}"));
+    t.wait_for("the redriven event applied once", within, |s| {
+        s.contains(&order) && s.contains("processed 1 · points 1")
+    });
+}
+
 /// The ```` ```sh ```` blocks of the README, each as its lines.
 fn sh_blocks(readme: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
@@ -269,6 +306,7 @@ fn the_readme_commands_work_as_written() {
         Duration::from_secs(60),
         |s| s.contains("dead_owner") && s.contains("Locks ["),
     );
+    the_late_event_redriven_as_the_story_says(&t);
     t.keys(&["q"]);
     let after = t.wait_for("the demo's exit", Duration::from_secs(60), |s| {
         s.contains("DEMO-EXITED-")

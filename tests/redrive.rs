@@ -171,6 +171,78 @@ fn dlq_view_in_a_terminal(config: &idemguard::config::Config, late: &DlqMessage)
     tmux::assert_console_gone(&after);
 }
 
+/// A poison eventId holding markup and a `javascript:` link: the report shows it as text.
+const HOSTILE: &str = "<script>x</script>|[l](javascript:1)";
+
+/// The report of the late event's order lists its DLQ message (reason, position, source,
+/// redriven, verdict) in its own section — Markdown and HTML — and places it in the timeline.
+fn assert_report_lists_the_dlq_message(
+    report: &idemguard::console::report::IncidentReport,
+    late: &DlqMessage,
+    d: idemguard::config::Dialect,
+) {
+    let listed: Vec<_> = report
+        .dlq_messages
+        .iter()
+        .filter(|m| m.target == late.target)
+        .collect();
+    assert_eq!(
+        listed.len(),
+        1,
+        "{d}: {:?} (not read: {:?})",
+        report.dlq_messages,
+        report.errors
+    );
+    let m = listed[0];
+    assert_eq!(
+        m.redriven.as_ref().map(|r| r.outcome.as_str()),
+        Some("done"),
+        "{d}: {m:?}"
+    );
+    assert!(
+        matches!(&m.verdict, Verdict::AlreadyApplied { .. }),
+        "{d}: {m:?}"
+    );
+    let entries = &report.timelines[0].entries;
+    let placed: Vec<_> = entries
+        .iter()
+        .filter(|e| e.summary.starts_with("in the DLQ: unknown order"))
+        .collect();
+    assert_eq!(placed.len(), 1, "{d}: {entries:?}");
+    assert_eq!(placed[0].at_ms, late.timestamp_ms, "{d}");
+    let times: Vec<i64> = entries.iter().filter_map(|e| e.at_ms).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{d}: in time order");
+    let position = format!("{}@{}", late.partition, late.offset);
+    let md = idemguard::console::report::markdown(report);
+    let section = md
+        .split("## DLQ messages of these orders")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{d}: no DLQ section:\n{md}"));
+    let row = section
+        .lines()
+        .find(|l| l.contains(&position))
+        .unwrap_or_else(|| panic!("{d}: no row of {position}:\n{section}"));
+    assert!(
+        row.contains("unknown order")
+            && row.contains("redriven: done")
+            && row.contains("already applied"),
+        "{d}: {row}"
+    );
+    let html = idemguard::console::report::html(report);
+    let section = html
+        .split("<section id=\"dlq\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{d}: no DLQ section in the HTML"));
+    assert!(
+        section
+            .split("</section>")
+            .next()
+            .unwrap()
+            .contains(&position),
+        "{d}: {section}"
+    );
+}
+
 async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
     let d = s.dialect;
     let mut config = s.config.clone();
@@ -302,6 +374,8 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
         "{d}: {:?}",
         report.operator_actions
     );
+    // ... and its DLQ message in a section of its own, redriven, and in the order's timeline.
+    assert_report_lists_the_dlq_message(&report, &late_m, d);
 
     // Already applied: the redrive publishes, the consumer drops it, nothing changes.
     let hits = member.get(|st| &st.dedup_hits);
@@ -356,8 +430,37 @@ async fn redrive_once_and_never_loop(s: &ConsumerSetup) {
         Some("done"),
         "{d}: {shown:?}"
     );
+    // The poison's order, and a second poison of it whose eventId holds markup: its report
+    // lists its three DLQ messages, every string of them neutralised.
+    let mut hostile = payment(&bad_no, &bad_req, 73);
+    hostile.event_id = format!("not-a-uuid-{}{HOSTILE}", unique_suffix());
+    produce(&p, topic, &hostile).await;
+    member
+        .until("the hostile poison in the DLQ", 60, |st| get(&st.dlq) >= 5)
+        .await;
+    until_listed(s, 5).await;
+    let scope = ReportScope::Id(idemguard::contracts::TraceTarget::classify(&bad_no));
+    let report = build(&s.config, &scope).await.unwrap();
+    assert_eq!(
+        report.dlq_messages.len(),
+        3,
+        "{d}: {:?} (not read: {:?})",
+        report.dlq_messages,
+        report.errors
+    );
+    let md = idemguard::console::report::markdown(&report);
+    let html = idemguard::console::report::html(&report);
+    for raw in [HOSTILE, "<script>x"] {
+        assert!(!md.contains(raw), "{d}: {raw} raw in the Markdown:\n{md}");
+        assert!(!html.contains(raw), "{d}: {raw} raw in the HTML");
+    }
+    // Shown as text: neutralised, not dropped.
+    assert!(md.contains("\\<script\\>x"), "{d}:\n{md}");
+    assert!(md.contains("\\[l\\](javascript:1)"), "{d}:\n{md}");
+    assert!(html.contains("&lt;script&gt;x"), "{d}");
+    assert!(md.contains("returned from the redrive of"), "{d}:\n{md}");
     let stats = member.stop().await;
-    assert_eq!(get(&stats.dlq), 4, "{d}: {stats:?}");
+    assert_eq!(get(&stats.dlq), 5, "{d}: {stats:?}");
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] redrive_once_and_never_loop(&consumer_setup) => redrive_postgres, redrive_mysql);
@@ -460,3 +563,116 @@ async fn bulk_redrive_interrupted_audits_what_it_published(s: &ConsumerSetup) {
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] bulk_redrive_interrupted_audits_what_it_published(&consumer_setup) => bulk_redrive_postgres, bulk_redrive_mysql);
+
+/// The console's bulk redrive in a real terminal (tmux): `/unknown order` then `T` tags the whole
+/// reason, `r` confirms all of them (the phrase typed), the TUI shows "n of N" as they run
+/// through the CLI's executor, Esc stops it between messages, and its summary says what ran.
+/// `ops_audit` then holds exactly the messages it published — each `done` — and nothing of the
+/// ones it never started.
+async fn tui_bulk_redrive_stopped_audits_what_it_published(s: &ConsumerSetup) {
+    let d = s.dialect;
+    let mut config = s.config.clone();
+    config.kafka.consumer_group = s.group.clone();
+    let member = s.start_member().await;
+    let p = producer(&config);
+    const N: usize = 20;
+    for i in 0..N {
+        let order_no = OrderNo::generate().to_string();
+        let req = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+        produce(
+            &p,
+            &config.kafka.payment_topic,
+            &payment(&order_no, &req, 90 + i as i64),
+        )
+        .await;
+    }
+    member
+        .until("every late event in the DLQ", 60, |st| {
+            get(&st.dlq) >= N as u64
+        })
+        .await;
+    until_listed(s, N).await;
+
+    let c = config.clone();
+    let summary = tokio::task::spawn_blocking(move || bulk_redrive_in_a_terminal(&c, N))
+        .await
+        .unwrap();
+    let counts = |word: &str| -> usize {
+        let before = summary.split(word).next().unwrap_or("");
+        let n = before
+            .trim_end()
+            .rsplit([' ', '—', ','])
+            .next()
+            .unwrap_or("");
+        n.parse()
+            .unwrap_or_else(|_| panic!("{d}: no count before {word:?}: {summary}"))
+    };
+    let (published, not_attempted) = (counts(" published"), counts(" not attempted"));
+    assert!(
+        published >= 1 && not_attempted >= 1,
+        "{d}: stopped midway: {summary}"
+    );
+    assert_eq!(published + not_attempted, N, "{d}: {summary}");
+    let sql = "SELECT outcome FROM ops_audit WHERE action = 'redrive' ORDER BY id";
+    let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(&s.db.pool).await.unwrap();
+    assert_eq!(
+        rows,
+        vec!["done"; published],
+        "{d}: exactly what it published"
+    );
+    member
+        .until("each published message back in the DLQ", 60, |st| {
+            get(&st.dlq) >= (N + published) as u64
+        })
+        .await;
+    member.stop().await;
+}
+
+/// Drives the bulk redrive in the console; the summary line it ends with.
+fn bulk_redrive_in_a_terminal(config: &idemguard::config::Config, n: usize) -> String {
+    let mut env = tmux::local_env(config);
+    env.push(("IDEMGUARD_KAFKA__DLQ_TOPIC", config.kafka.dlq_topic.clone()));
+    env.push(("IDEMGUARD_TRACE__ENABLED", "false".into()));
+    let t = tmux::Terminal::console("igb", (220, 50), &env, " --allow-actions");
+    let within = Duration::from_secs(30);
+    t.wait_for("the console", within, |s| s.contains("idemguard console"));
+    t.keys(&[":dlq", "Enter"]);
+    t.wait_for("the DLQ view", within, |s| {
+        s.contains(&format!("{n} message(s) in"))
+    });
+    t.keys(&["/"]);
+    t.type_line("unknown order");
+    t.keys(&["T"]);
+    t.wait_for("the reason tagged", within, |s| {
+        s.contains(&format!("{n} row(s) tagged"))
+    });
+    t.keys(&["r"]);
+    let popup = t.wait_for("the confirmation", within, |s| {
+        s.contains(&format!("Redrive {n} DLQ message(s)"))
+    });
+    assert!(
+        popup.contains("the consumer applies it once") || popup.contains("still poison"),
+        "{popup}"
+    );
+    t.type_line(&format!("redrive {n} in local"));
+    let running = t.wait_for(
+        "the first message's progress",
+        Duration::from_secs(60),
+        |s| s.contains(&format!("redrive 1 of {n}: 1 published")),
+    );
+    assert!(running.contains("Esc stops between actions"), "{running}");
+    t.keys(&["Escape"]);
+    let ended = t.wait_for("the summary", Duration::from_secs(60), |s| {
+        s.contains("stopped (Esc) after")
+    });
+    let summary = ended
+        .lines()
+        .find(|l| l.contains("stopped (Esc) after"))
+        .unwrap()
+        .to_string();
+    let after = t.quit_console(within);
+    tmux::assert_console_gone(&after);
+    summary
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] tui_bulk_redrive_stopped_audits_what_it_published(&consumer_setup) => tui_bulk_redrive_postgres, tui_bulk_redrive_mysql);

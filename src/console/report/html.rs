@@ -56,6 +56,7 @@ pub fn html(r: &IncidentReport) -> String {
     leaks_section(&mut o, r);
     contradictions_section(&mut o, r);
     actions_section(&mut o, r);
+    dlq_section(&mut o, r);
     rates_section(&mut o, r);
     o.push_str("</main>\n</body>\n</html>\n");
     o
@@ -115,13 +116,14 @@ fn summary(o: &mut String, r: &IncidentReport) {
         o,
         "<ul>\n<li>orders: {} ({} with a timeline below)</li>\n<li>duplicates stopped: {}</li>\n\
 <li><b>duplicates that got through: {}</b></li>\n<li><b>records that contradict the orders (duplicate risk): {}</b></li>\n\
-<li>operator actions: {}</li>\n",
+<li>operator actions: {}</li>\n<li>DLQ messages of these orders: {}</li>\n",
         r.orders_in_window,
         r.timelines.len(),
         r.duplicates_stopped(),
         r.leaks.len(),
         r.contradictions.len(),
-        r.operator_actions.len()
+        r.operator_actions.len(),
+        r.dlq_messages.len()
     );
     for e in &r.errors {
         let _ = writeln!(
@@ -299,6 +301,45 @@ fn actions_section(o: &mut String, r: &IncidentReport) {
             "time", "operator", "action", "target", "outcome", "reason", "detail",
         ];
         table(o, "actions", &header, rows);
+    }
+    o.push_str("</section>\n");
+}
+
+/// The DLQ messages of the affected orders, oldest first (each also in its order's timeline).
+fn dlq_section(o: &mut String, r: &IncidentReport) {
+    use super::dlq::{redriven, source, verdict};
+    o.push_str("<section id=\"dlq\">\n<h2>DLQ messages of these orders</h2>\n");
+    if r.dlq_messages.is_empty() {
+        o.push_str("<p>None: no message of the DLQ names these orders.</p>\n");
+    } else {
+        let rows = r.dlq_messages.iter().map(|m| {
+            let at = m.timestamp_ms;
+            vec![
+                at.map_or("?".into(), format_ms),
+                at.map_or("?".into(), |t| {
+                    crate::console::format::age(r.generated_ms - t)
+                }),
+                format!("{}@{}", m.partition, m.offset),
+                source(m),
+                m.order_no.clone().unwrap_or_default(),
+                m.event_id.clone().unwrap_or_default(),
+                m.reason.clone(),
+                redriven(m),
+                verdict(&m.verdict),
+            ]
+        });
+        let header = [
+            "time",
+            "age",
+            "DLQ position",
+            "source",
+            "order",
+            "event",
+            "reason",
+            "redriven",
+            "now",
+        ];
+        table(o, "dlq", &header, rows);
     }
     o.push_str("</section>\n");
 }

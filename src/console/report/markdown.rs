@@ -40,6 +40,7 @@ pub fn markdown(r: &IncidentReport) -> String {
     leaks_section(&mut o, r);
     contradictions_section(&mut o, r);
     actions_section(&mut o, r);
+    dlq_section(&mut o, r);
     rates_section(&mut o, r);
     orders_section(&mut o, r);
     o
@@ -62,6 +63,11 @@ fn summary(o: &mut String, r: &IncidentReport) {
         r.contradictions.len()
     );
     let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
+    let _ = writeln!(
+        o,
+        "- DLQ messages of these orders: {}",
+        r.dlq_messages.len()
+    );
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {} (the report is partial)", cell(e));
     }
@@ -116,6 +122,35 @@ fn contradictions_section(o: &mut String, r: &IncidentReport) {
                 c.problem.replace('_', " ")
             );
         }
+    }
+}
+
+/// The DLQ messages of the affected orders, oldest first.
+fn dlq_section(o: &mut String, r: &IncidentReport) {
+    use super::dlq::{redriven, source, verdict};
+    let _ = writeln!(o, "\n## DLQ messages of these orders\n");
+    if r.dlq_messages.is_empty() {
+        let _ = writeln!(o, "None: no message of the DLQ names these orders.");
+        return;
+    }
+    let _ = writeln!(o, "| time | age | DLQ position | source | order | event | reason | redriven | now |\n|---|---|---|---|---|---|---|---|---|");
+    let now = r.generated_ms;
+    for m in &r.dlq_messages {
+        let at = m.timestamp_ms;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {}@{} | {} | {} | {} | {} | {} | {} |",
+            at.map_or("?".into(), format_ms),
+            at.map_or("?".into(), |t| crate::console::format::age(now - t)),
+            m.partition,
+            m.offset,
+            cell(&source(m)),
+            cell(m.order_no.as_deref().unwrap_or("")),
+            cell(m.event_id.as_deref().unwrap_or("")),
+            cell(&m.reason),
+            cell(&redriven(m)),
+            cell(&verdict(&m.verdict))
+        );
     }
 }
 
@@ -240,8 +275,10 @@ mod tests {
             }],
             contradictions: vec![],
             operator_actions: vec![],
+            dlq_messages: vec![],
             rates: vec![],
             rate_minutes: Default::default(),
+            generated_ms: 0,
             errors: vec![],
         };
         let md = markdown(&r);

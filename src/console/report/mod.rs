@@ -11,6 +11,7 @@
 //! of defense stopped each copy, and any copy that got through.
 
 pub mod axis;
+pub mod dlq;
 pub mod html;
 pub mod markdown;
 pub mod picture;
@@ -68,6 +69,9 @@ pub struct IncidentReport {
     pub schema: &'static str,
     pub environment: EnvironmentInfo,
     pub generated_at: String,
+    /// The same moment in ms: the DLQ messages' ages are counted to it.
+    #[serde(skip)]
+    pub generated_ms: i64,
     /// `--id` as given, or null for a window.
     pub id: Option<String>,
     pub since_ms: i64,
@@ -79,6 +83,9 @@ pub struct IncidentReport {
     /// Records whose status contradicts the order tables (a duplicate risk).
     pub contradictions: Vec<Contradiction>,
     pub operator_actions: Vec<AuditRow>,
+    /// The DLQ messages of the affected orders, oldest first, each with its redrive and what
+    /// the consumer would do with it now (also placed in their order's timeline).
+    pub dlq_messages: Vec<crate::console::read::dlq::DlqMessage>,
     pub rates: Vec<RateLine>,
     /// The interceptions of [`IncidentReport::rates`] per minute, as the Rates view counts them
     /// (the HTML report's chart; not in the JSON, whose `rates` say the same per window).
@@ -303,8 +310,21 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
     let db = crate::console::read::sources::connect_database(config).await?;
     let now = now_ms();
     let mut errors = Vec::new();
-    let traced = trace_scope(config, &db, scope, now, &mut errors).await?;
+    let mut traced = trace_scope(config, &db, scope, now, &mut errors).await?;
     let (since_ms, until_ms) = (traced.since_ms, traced.until_ms);
+    let from = dlq_from(config, scope, &traced, now);
+    let dlq_messages = match dlq::messages_of(config, &db, &traced.timelines, from, now).await {
+        Ok(m) => m,
+        Err(e) => {
+            errors.push(format!("DLQ {}: {e:#}", config.kafka.dlq_topic));
+            Vec::new()
+        }
+    };
+    dlq::place(
+        &mut traced.timelines,
+        &dlq_messages,
+        &config.kafka.dlq_topic,
+    );
     let mut leaks = leaks(&db, since_ms, until_ms).await?;
     let mut contradictions = contradictions(&db, since_ms, until_ms).await?;
     let mut operator_actions = ops::audit_rows(&db, since_ms, until_ms, 10_000).await?;
@@ -331,6 +351,7 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         schema: SCHEMA,
         environment: EnvironmentInfo::of(config),
         generated_at: format_ms(now),
+        generated_ms: now,
         id: match scope {
             ReportScope::Id(target) => Some(target.id().to_string()),
             ReportScope::Window { .. } => None,
@@ -344,8 +365,29 @@ pub async fn build(config: &Config, scope: &ReportScope) -> anyhow::Result<Incid
         leaks,
         contradictions,
         operator_actions,
+        dlq_messages,
         errors,
     })
+}
+
+/// Where the DLQ is read from: the window's start (an ID: its first event), less the trace
+/// margin; an ID with no timed event, the DLQ view's default window.
+fn dlq_from(config: &Config, scope: &ReportScope, traced: &Traced, now: i64) -> i64 {
+    let margin = config.console.trace_margin.as_millis() as i64;
+    let first = match scope {
+        ReportScope::Window { since_ms, .. } => Some(*since_ms),
+        ReportScope::Id(_) => traced
+            .timelines
+            .iter()
+            .flat_map(|t| t.entries.iter().filter_map(|e| e.at_ms))
+            // A time a client wrote (`paidAt: 0`) is no bound: the broker refuses one before 1970.
+            .filter(|ms| *ms > margin)
+            .min(),
+    };
+    match first {
+        Some(ms) => (ms - margin).max(0),
+        None => now - crate::console::read::dlq::DEFAULT_DLQ_WINDOW.as_millis() as i64,
+    }
 }
 
 /// An audited record's before/after state holds its response (the customer's order): its

@@ -189,6 +189,11 @@ pub enum Update {
     },
     /// The executor ran a confirmed batch: one result per action, in order.
     ActionResults(Vec<ActionResult>),
+    /// One action of a running batch ended: its result and the batch's counts so far (each
+    /// update carries the counts, so one dropped on a full channel loses nothing).
+    BatchProgress(BatchProgress),
+    /// A batch run by [`Actions::run_batch`] ended, finished or stopped between actions.
+    BatchEnded(ops::BatchSummary),
     /// `ops_audit`, newest first (the Audit view).
     Audit(Result<Vec<AuditRow>, String>),
     /// `:report`: the file written, or why not.
@@ -204,6 +209,8 @@ impl Update {
             | Update::Leaks(_)
             | Update::TraceRows { .. }
             | Update::ActionResults(_)
+            | Update::BatchProgress(_)
+            | Update::BatchEnded(_)
             | Update::Audit(_)
             | Update::ReportWritten(_) => BackendId::Database,
             Update::Dlq(_) => BackendId::DlqTopic,
@@ -328,8 +335,9 @@ impl Drop for Backends {
 /// What the UI asks the executor.
 #[derive(Debug, Clone)]
 pub enum ExecRequest {
-    /// A confirmed batch: each action individually conditional, run in order.
-    Run(Vec<Planned>),
+    /// A confirmed batch: each action individually conditional, run in order; the token (Esc)
+    /// stops it between actions.
+    Run(Vec<Planned>, CancellationToken),
     LoadAudit,
     /// Read the DLQ (its last 7 days) and look up what the consumer would do with each message.
     LoadDlq,
@@ -386,7 +394,7 @@ async fn executor_task(
                 Err(e) => {
                     let e = format!("{e:#}");
                     let update = match req {
-                        ExecRequest::Run(batch) => Update::ActionResults(
+                        ExecRequest::Run(batch, _) => Update::ActionResults(
                             batch
                                 .iter()
                                 .map(|p| not_performed(p, format!("not performed: {e}")))
@@ -402,9 +410,13 @@ async fn executor_task(
             }
         }
         let (single, redlock) = ready.as_ref().expect("built above");
-        if let ExecRequest::Run(batch) = req {
-            let results = run_batch(&batch, single, redlock.as_ref()).await;
-            if tx.send(Update::ActionResults(results)).await.is_err() {
+        if let ExecRequest::Run(batch, stop) = req {
+            let ended = if batch.iter().all(|p| p.scope != LockMode::Redlock) {
+                Update::BatchEnded(run_with_progress(&batch, single, &stop, &tx).await)
+            } else {
+                Update::ActionResults(run_batch(&batch, single, redlock.as_ref()).await)
+            };
+            if tx.send(ended).await.is_err() {
                 return;
             }
             // A redrive changes the DLQ view's rows: it is read again.
@@ -447,7 +459,47 @@ async fn load_dlq(config: &Config, cancel: &CancellationToken) -> Result<Box<Dlq
     Ok(Box::new(listing))
 }
 
-/// A confirmed batch, in order, each action on the actions of its lock scope.
+/// Where a running batch is: `ended` of `total` actions, and their outcomes so far.
+#[derive(Debug, Clone, Default)]
+pub struct BatchProgress {
+    pub ended: usize,
+    pub total: usize,
+    pub done: usize,
+    pub refused: usize,
+    /// Errors, and actions that found the row changed (nothing written).
+    pub failed: usize,
+    pub last: Option<ActionResult>,
+}
+
+/// A batch on the main Redis's actions through the executor the CLI's bulk redrive uses
+/// ([`Actions::run_batch`]), each result reported as it comes; `stop` ends it between actions.
+async fn run_with_progress(
+    batch: &[Planned],
+    single: &Actions,
+    stop: &CancellationToken,
+    tx: &mpsc::Sender<Update>,
+) -> ops::BatchSummary {
+    let actions: Vec<ops::Action> = batch.iter().map(|p| p.action.clone()).collect();
+    let mut so_far = BatchProgress {
+        total: actions.len(),
+        ..BatchProgress::default()
+    };
+    single
+        .run_batch(&actions, stop, |i, r| {
+            so_far.ended = i + 1;
+            match r.outcome {
+                ActionOutcome::Done => so_far.done += 1,
+                ActionOutcome::Refused => so_far.refused += 1,
+                ActionOutcome::Changed | ActionOutcome::Error => so_far.failed += 1,
+            }
+            so_far.last = Some(r.clone());
+            // Best effort: the next update (or the summary) carries the same counts.
+            let _ = tx.try_send(Update::BatchProgress(so_far.clone()));
+        })
+        .await
+}
+
+/// A batch with RedLock actions, in order, each action on the actions of its lock scope.
 async fn run_batch(
     batch: &[Planned],
     single: &Actions,

@@ -62,6 +62,8 @@ pub enum UiAction {
     Pause,
     /// Space: tag / untag the row in the Locks and Stuck views (bulk actions); pause elsewhere.
     TagOrPause,
+    /// Tag every row the DLQ view shows (narrowed with its filter, e.g. to one reason).
+    TagShown,
     /// Release the selected (or tagged) lock(s) — Locks view.
     Release,
     /// Finalize the selected (or tagged) stuck record(s) — Stuck view.
@@ -127,10 +129,11 @@ pub static KEYMAP: &[Binding] = &[
     Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "Overview: open the finding's view or trace; Locks, Stuck, DLQ: trace the row", footer: Some("open") },
     Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
     Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck, DLQ: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
+    Binding { keys: &[Key::Char('T')], label: "T", action: UiAction::TagShown, help: "DLQ: tag every row shown — narrow them with / to a reason first (a whole reason for a bulk redrive)", footer: None },
     Binding { keys: &[Key::Char('p')], label: "p", action: UiAction::Pause, help: "pause / resume live updates (every view)", footer: None },
     Binding { keys: &[Key::Char('x')], label: "x", action: UiAction::Release, help: "Locks: release the selected (or tagged) lock(s) — compare-and-delete of the value shown; needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('f')], label: "f", action: UiAction::Finalize, help: "Stuck: finalize the selected (or tagged) record(s) after reconciling; needs --allow-actions", footer: None },
-    Binding { keys: &[Key::Char('r')], label: "r", action: UiAction::Redrive, help: "DLQ: redrive the selected (or tagged) message(s) to their source topic, each once; needs --allow-actions", footer: None },
+    Binding { keys: &[Key::Char('r')], label: "r", action: UiAction::Redrive, help: "DLQ: redrive the selected (or tagged) message(s) to their source topic, each once, one after the other with progress (n of N, published / refused / failed); needs --allow-actions", footer: None },
     Binding { keys: &[Key::Char('+'), Key::Char('=')], label: "+", action: UiAction::Faster, help: "refresh faster", footer: Some("faster") },
     Binding { keys: &[Key::Char('-')], label: "-", action: UiAction::Slower, help: "refresh slower", footer: Some("slower") },
     Binding { keys: &[Key::Char('1')], label: "1", action: UiAction::Show(View::Overview), help: "Overview: what is wrong now (the first screen)", footer: None },
@@ -148,7 +151,7 @@ pub static KEYMAP: &[Binding] = &[
     Binding { keys: &[Key::Code(KeyCode::PageUp), Key::Ctrl('b')], label: "pgup ctrl-b", action: UiAction::PageUp, help: "page up", footer: None },
     Binding { keys: &[Key::Char('g'), Key::Code(KeyCode::Home)], label: "g home", action: UiAction::Top, help: "first row", footer: None },
     Binding { keys: &[Key::Char('G'), Key::Code(KeyCode::End)], label: "G end", action: UiAction::Bottom, help: "last row", footer: None },
-    Binding { keys: &[Key::Code(KeyCode::Esc)], label: "esc", action: UiAction::Back, help: "close the help; clear this view's filter", footer: None },
+    Binding { keys: &[Key::Code(KeyCode::Esc)], label: "esc", action: UiAction::Back, help: "stop a running batch between actions (what ran is audited, the rest is not run); else clear this view's filter", footer: None },
     Binding { keys: &[Key::Char('?')], label: "?", action: UiAction::Help, help: "this help", footer: Some("help") },
     Binding { keys: &[Key::Char('q'), Key::Ctrl('c')], label: "q ctrl-c", action: UiAction::Quit, help: "quit (the terminal is restored)", footer: Some("quit") },
 ];

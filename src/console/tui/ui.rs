@@ -777,10 +777,11 @@ fn tag_note(app: &App, view: View) -> String {
 /// The last batch's per-row results under the table (when there is one); returns the table's area.
 fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
     let batch = app.actions.last_batch(view);
-    if batch.is_empty() {
+    let headline = app.actions.headline(view);
+    if batch.is_empty() && headline.is_none() {
         return area;
     }
-    let lines: Vec<Line<'_>> = batch
+    let mut lines: Vec<Line<'_>> = batch
         .iter()
         .map(|r| {
             let style = match r.outcome {
@@ -803,6 +804,16 @@ fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
             ])
         })
         .collect();
+    // The batch's progress, then its summary (counts and words of idemguard's own).
+    if let Some(h) = headline {
+        lines.insert(
+            0,
+            Line::from(Span::styled(
+                format!(" {h}"),
+                Style::new().add_modifier(Modifier::BOLD),
+            )),
+        );
+    }
     let inner = area.width.saturating_sub(2).max(1) as usize;
     let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
     let h = (rows as u16 + 2).min(area.height / 2).max(3);

@@ -10,8 +10,10 @@ use tokio::sync::mpsc;
 use crate::config::{Config, Dialect};
 use crate::ops::{ActionOutcome, ActionResult, AuditRow};
 
-use crate::console::tui::backend::ExecRequest;
-use crate::console::tui::confirm::{Confirm, RowResult};
+use tokio_util::sync::CancellationToken;
+
+use crate::console::tui::backend::{BatchProgress, ExecRequest};
+use crate::console::tui::confirm::{Confirm, Planned, RowResult};
 use crate::console::tui::keymap::{self, PopupKey, View, CONFIRM_KEYS};
 
 /// What a key did to the confirmation popup.
@@ -44,6 +46,23 @@ pub struct ActionsPane {
     last_batch: BTreeMap<View, Vec<ActionResult>>,
     pub audit: Option<Result<Vec<AuditRow>, String>>,
     executor: Option<mpsc::Sender<ExecRequest>>,
+    /// The batch the executor is running: Esc cancels its token (it stops between actions).
+    running: Option<Running>,
+    /// Each view's batch headline: its progress while it runs, then its summary.
+    headline: BTreeMap<View, String>,
+}
+
+struct Running {
+    view: View,
+    stop: CancellationToken,
+}
+
+/// What a batch's headline calls an action that did what it says.
+fn done_word(action: &str) -> &'static str {
+    match action {
+        "redrive" => "published",
+        _ => "done",
+    }
 }
 
 /// The view whose rows an action acts on.
@@ -67,6 +86,8 @@ impl ActionsPane {
             last_batch: BTreeMap::new(),
             audit: None,
             executor: None,
+            running: None,
+            headline: BTreeMap::new(),
         }
     }
 
@@ -81,7 +102,7 @@ impl ActionsPane {
     /// Hand a request to the executor; the error says what was not sent.
     pub fn request(&mut self, req: ExecRequest) -> Result<(), String> {
         let what = match &req {
-            ExecRequest::Run(_) => "the batch",
+            ExecRequest::Run(..) => "the batch",
             ExecRequest::LoadAudit => "the audit reload",
             ExecRequest::LoadDlq => "the DLQ reload",
             ExecRequest::Report(..) => "the report",
@@ -116,7 +137,8 @@ impl ActionsPane {
                         self.tagged.remove(&view_of(p.action.name()));
                     }
                     self.confirm = None;
-                    ConfirmStep::Sent(self.request(ExecRequest::Run(batch)).map(|_| n))
+                    let run = self.begin(batch);
+                    ConfirmStep::Sent(self.request(run).map(|_| n))
                 }
             },
             Some(PopupKey::DeleteChar) => {
@@ -157,18 +179,123 @@ impl ActionsPane {
         let mut by_view: BTreeMap<View, Vec<ActionResult>> = BTreeMap::new();
         for r in results {
             let view = view_of(r.action);
-            let row = RowResult {
-                outcome: r.outcome,
-                detail: r.detail.clone(),
-            };
-            self.results
-                .entry(view)
-                .or_default()
-                .insert(r.target.clone(), row);
+            self.keep_result(view, &r);
             by_view.entry(view).or_default().push(r);
         }
         self.last_batch.extend(by_view);
         (summary, all_done)
+    }
+
+    /// The request that runs `batch`, its stop token kept for Esc; the view's panel starts
+    /// empty (each result is added as it comes).
+    pub fn begin(&mut self, batch: Vec<Planned>) -> ExecRequest {
+        let stop = CancellationToken::new();
+        if let Some(p) = batch.first() {
+            let view = view_of(p.action.name());
+            self.last_batch.insert(view, Vec::new());
+            let headline = format!(
+                "{} 0 of {} — Esc stops between actions",
+                p.action.name(),
+                batch.len()
+            );
+            self.headline.insert(view, headline);
+            self.running = Some(Running {
+                view,
+                stop: stop.clone(),
+            });
+        }
+        ExecRequest::Run(batch, stop)
+    }
+
+    /// True while a batch runs (a second one waits for it: none is offered meanwhile).
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Esc: the running batch stops after the action in flight; false when none runs.
+    pub fn stop(&mut self) -> bool {
+        let Some(r) = &self.running else { return false };
+        r.stop.cancel();
+        if let Some(h) = self.headline.get_mut(&r.view) {
+            h.push_str(" · stopping after the action in flight");
+        }
+        true
+    }
+
+    /// One action of the running batch ended: its row's result and the headline's counts.
+    pub fn progress(&mut self, p: BatchProgress) {
+        let Some(last) = p.last else { return };
+        let view = view_of(last.action);
+        let stopping = self.running.as_ref().is_some_and(|r| r.stop.is_cancelled());
+        let headline = format!(
+            "{} {} of {}: {} {}, {} refused, {} failed so far — {}",
+            last.action,
+            p.ended,
+            p.total,
+            p.done,
+            done_word(last.action),
+            p.refused,
+            p.failed,
+            if stopping {
+                "stopping after the action in flight"
+            } else {
+                "Esc stops between actions"
+            }
+        );
+        self.headline.insert(view, headline);
+        self.keep_result(view, &last);
+        let batch = self.last_batch.entry(view).or_default();
+        batch.retain(|r| r.target != last.target);
+        batch.push(last);
+    }
+
+    /// The batch ended (finished or stopped): its rows' results and the summary line.
+    pub fn ended(&mut self, s: crate::ops::BatchSummary) -> (String, bool) {
+        let view = self.running.take().map(|r| r.view);
+        let Some(view) = view.or_else(|| s.results.first().map(|r| view_of(r.action))) else {
+            return ("nothing was run".into(), true);
+        };
+        let name = s.results.first().map_or("action", |r| r.action);
+        let total = s.results.len() + s.not_attempted;
+        let summary = format!(
+            "{name}: {}{} of {total} run — {} {}, {} refused, {} failed, {} not attempted{}",
+            if s.cancelled {
+                "stopped (Esc) after "
+            } else {
+                ""
+            },
+            s.results.len(),
+            s.done,
+            done_word(name),
+            s.refused,
+            s.errors + s.changed,
+            s.not_attempted,
+            if s.cancelled {
+                " (nothing written for those, not audited)"
+            } else {
+                ""
+            }
+        );
+        self.headline.insert(view, summary.clone());
+        let all_done = s.done == total;
+        self.apply_results(s.results);
+        (summary, all_done)
+    }
+
+    /// The headline of `view`'s last batch: its progress, then its summary.
+    pub fn headline(&self, view: View) -> Option<&str> {
+        self.headline.get(&view).map(String::as_str)
+    }
+
+    fn keep_result(&mut self, view: View, r: &ActionResult) {
+        let row = RowResult {
+            outcome: r.outcome,
+            detail: r.detail.clone(),
+        };
+        self.results
+            .entry(view)
+            .or_default()
+            .insert(r.target.clone(), row);
     }
 
     /// The last batch run on `view`'s rows.
@@ -191,6 +318,13 @@ impl ActionsPane {
         if !set.remove(&id) {
             set.insert(id);
         }
+        set.len()
+    }
+
+    /// Tag every one of `ids`; returns how many rows of the view are tagged.
+    pub fn tag_all(&mut self, view: View, ids: Vec<String>) -> usize {
+        let set = self.tagged.entry(view).or_default();
+        set.extend(ids);
         set.len()
     }
 

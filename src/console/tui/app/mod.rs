@@ -194,6 +194,7 @@ impl App {
             {
                 self.toggle_tag()
             }
+            UiAction::TagShown => self.tag_shown(),
             UiAction::Release => self.propose_release(),
             UiAction::Finalize => self.propose_finalize(),
             UiAction::Redrive => self.propose_redrive(),
@@ -215,6 +216,10 @@ impl App {
             UiAction::PrevView => self.show_view(View::ALL[(self.ui.view.index() + n - 1) % n]),
             UiAction::Show(v) => self.show_view(v),
             UiAction::Drill => self.drill(),
+            UiAction::Back if self.actions.stop() => self.ui.say(
+                "stopping after the action in flight: the rest is not run (nor audited)",
+                Level::Info,
+            ),
             UiAction::Back => {
                 if !self.filter(self.ui.view).is_empty() {
                     self.set_filter(Filter::default());
@@ -434,11 +439,16 @@ impl App {
     /// refuses it and audits the refusal (every attempt is in `ops_audit`), and say how to
     /// enable actions.
     fn offer(&mut self, c: confirm::Confirm, what: &str) {
+        if self.actions.is_running() {
+            let text = "a batch is running: wait for its summary, or stop it with Esc";
+            return self.ui.say(text, Level::Error);
+        }
         if self.actions.enabled {
             self.actions.confirm = Some(c);
             return;
         }
-        let _ = self.actions.request(ExecRequest::Run(c.planned));
+        let run = self.actions.begin(c.planned);
+        let _ = self.actions.request(run);
         self.ui.say(
             format!("read-only: {what} is off — restart with `idemguard console --allow-actions` or set environment.allow_actions = true"),
             Level::Error,
@@ -451,6 +461,22 @@ impl App {
         let n = self.actions.toggle_tag(view, id);
         self.ui.say(format!("{n} row(s) tagged"), Level::Info);
         self.move_selection(1);
+    }
+
+    /// Tags every row the view shows (its filter applied): `/` and a DLQ reason, then `T`,
+    /// tag the whole reason.
+    fn tag_shown(&mut self) {
+        let view = self.ui.view;
+        let ids: Vec<String> = match view {
+            View::Dlq => self.dlq_rows().iter().map(|m| m.target.clone()).collect(),
+            _ => {
+                let text =
+                    "T tags every row shown in the DLQ view (7); elsewhere tag rows with space";
+                return self.ui.say(text, Level::Error);
+            }
+        };
+        let n = self.actions.tag_all(view, ids);
+        self.ui.say(format!("{n} row(s) tagged"), Level::Info);
     }
 
     fn propose_release(&mut self) {
@@ -569,6 +595,12 @@ impl App {
         match update {
             Update::ActionResults(results) => {
                 let (summary, all_done) = self.actions.apply_results(results);
+                let level = if all_done { Level::Info } else { Level::Error };
+                self.ui.say(summary, level);
+            }
+            Update::BatchProgress(p) => self.actions.progress(p),
+            Update::BatchEnded(summary) => {
+                let (summary, all_done) = self.actions.ended(summary);
                 let level = if all_done { Level::Info } else { Level::Error };
                 self.ui.say(summary, level);
             }

@@ -289,7 +289,11 @@ impl Stores {
                 }
             }
             Update::Dlq(listing) => self.dlq = Some(listing),
-            Update::ActionResults(_) | Update::Audit(_) | Update::ReportWritten(_) => {}
+            Update::ActionResults(_)
+            | Update::BatchProgress(_)
+            | Update::BatchEnded(_)
+            | Update::Audit(_)
+            | Update::ReportWritten(_) => {}
         }
         if let Some(view) = table {
             let f = filters.get(&view).cloned().unwrap_or_default();

@@ -266,7 +266,7 @@ fn a_confirmed_release_goes_to_the_executor_and_its_result_to_the_locks_view_onl
     key(&mut a, KeyCode::Char('x'));
     key(&mut a, KeyCode::Enter);
     match rx.try_recv() {
-        Ok(ExecRequest::Run(batch)) => {
+        Ok(ExecRequest::Run(batch, _)) => {
             assert_eq!(batch.len(), 1);
             assert_eq!(batch[0].action.target(), DEAD_LOCK);
         }
