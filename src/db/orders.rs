@@ -434,7 +434,8 @@ impl Orders {
     pub async fn transition(&self, t: &Transition) -> Result<TransitionOutcome, OrderError> {
         let start = Instant::now();
         let db = &self.db;
-        let mut tx = db.begin()
+        let mut tx = db
+            .begin()
             .await
             .map_err(|e| db_error(db, "begin the transition", e))?;
         let outcome = self.decide_transition(&mut tx, t).await?;

@@ -66,7 +66,8 @@ pub async fn mark_paid(
         .iter()
         .map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str()))
         .collect();
-    let mut tx = db.begin()
+    let mut tx = db
+        .begin()
         .await
         .map_err(|e| db_error(db, "begin the order sink", e))?;
     let results = orders.transition_batch_in(&mut tx, &transitions).await?;
