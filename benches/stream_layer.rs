@@ -17,6 +17,13 @@
 //!
 //!   scripts/stack up && cargo bench --bench stream_layer
 //!
+//! Metrics on against off: the consumers run with their metrics recorded (as with
+//! `metrics.listen` set), and the default runs a second time with them off
+//! (`metrics::set_recording(false)`), before or after the first by round; the report gives both
+//! medians and their ratio. `IDEMGUARD_BENCH_ONLY_DEFAULT=1` runs only these two (unique
+//! events); `IDEMGUARD_BENCH_METRICS=on|off` only one of them (for an instruction count under
+//! callgrind, BENCHMARKS.md).
+//!
 //! Sizes: IDEMGUARD_BENCH_EVENTS (default 20000) events per round, IDEMGUARD_BENCH_ROUNDS
 //! (default 3) rounds, medians reported. Every run of a round reads the same topics from the
 //! start with its own group, on the same database reset in between (orders back to CREATED,
@@ -416,6 +423,9 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
     let put = |s: &mut Series, k: String, v: f64| s.entry(k).or_default().push(v);
     for (t, label) in [(&topics[0], "unique"), (&topics[1], "50% dup")] {
         for batch in [100, 1000] {
+            if only_default() {
+                continue;
+            }
             reset(&db).await;
             let (b, cpu) = bare_consumer::bare_consume(&config, &db, t, n, batch, &watch).await;
             let key = format!("{label}|bare {batch}");
@@ -427,18 +437,42 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
             );
             cpu.record(series, &key);
         }
-        for (i, v) in VARIANTS.iter().enumerate() {
-            if label != "unique" && i != 0 && i != DEFAULT {
+        let runs = VARIANTS.iter().enumerate().flat_map(|(i, v)| {
+            // The default also with its metrics off, before or after the run with them on
+            // (alternating by round).
+            let sides: &[bool] = match (i == DEFAULT, r % 2) {
+                (false, _) => &[true],
+                (true, 0) => &[false, true],
+                (true, _) => &[true, false],
+            };
+            sides.iter().map(move |on| (i, v, *on))
+        });
+        for (i, v, metrics) in runs {
+            let skipped = (label != "unique" && i != 0 && i != DEFAULT)
+                || (only_default() && (i != DEFAULT || label != "unique"))
+                || metrics_sides().is_some_and(|only| only != metrics);
+            if skipped {
                 continue;
             }
+            idemguard::metrics::set_recording(metrics);
             let run = run_variant(&config, &db, v, t, n, &watch).await;
-            let key = format!("{label}|{i}");
+            idemguard::metrics::set_recording(true);
+            let key = if metrics {
+                format!("{label}|{i}")
+            } else {
+                format!("{label}|off")
+            };
+            let name = if metrics {
+                v.name
+            } else {
+                "the default, metrics off"
+            };
             put(series, key.clone(), run.rate);
             put(series, format!("{key}|ms"), run.mean_ms);
             let cpu = CpuFigures::of_run(&run.cpu, run.rate);
             println!(
                 "  {dialect} round {r} {label}: {:<48} {:>8.0} ev/s, mean batch {:>6.1} ms, largest {}\n    cpu: {}",
-                v.name,
+                name,
                 run.rate,
                 run.mean_ms,
                 run.largest,
@@ -446,11 +480,59 @@ async fn round(dialect: Dialect, n: usize, r: usize, series: &mut Series) {
             );
             cpu.record(series, &key);
         }
+        if let (Some(on), Some(off)) = (
+            series
+                .get(&format!("{label}|{DEFAULT}"))
+                .and_then(|v| v.last()),
+            series.get(&format!("{label}|off")).and_then(|v| v.last()),
+        ) {
+            let ratio = on / off;
+            println!("  {dialect} round {r} {label}: metrics on / off {ratio:.3}");
+            put(series, format!("{label}|on/off"), ratio);
+        }
     }
     db.pool.close().await;
 }
 
+/// `IDEMGUARD_BENCH_ONLY_DEFAULT=1`: the default consumer alone, metrics on and off (for an
+/// instruction count under callgrind, where the other runs would take too long).
+fn only_default() -> bool {
+    std::env::var("IDEMGUARD_BENCH_ONLY_DEFAULT").is_ok_and(|v| v == "1")
+}
+
+/// `IDEMGUARD_BENCH_METRICS=off`: the default consumer with its metrics off only (`on`: on
+/// only); unset: both, compared.
+fn metrics_sides() -> Option<bool> {
+    match std::env::var("IDEMGUARD_BENCH_METRICS").as_deref() {
+        Ok("on") => Some(true),
+        Ok("off") => Some(false),
+        _ => None,
+    }
+}
+
+fn report_metrics(dialect: Dialect, s: &Series) {
+    for label in ["unique", "50% dup"] {
+        let (Some(on), Some(off)) = (
+            s.get(&format!("{label}|{DEFAULT}")),
+            s.get(&format!("{label}|off")),
+        ) else {
+            continue;
+        };
+        let ratios = s.get(&format!("{label}|on/off")).map_or(0.0, |v| median(v));
+        println!(
+            "{dialect} {label}: the default, metrics on {:.0} ev/s, off {:.0} ev/s (medians): on / off {:.3}; median of the rounds' ratios {ratios:.3}",
+            median(on),
+            median(off),
+            median(on) / median(off)
+        );
+    }
+}
+
 fn report(dialect: Dialect, s: &Series) {
+    report_metrics(dialect, s);
+    if only_default() {
+        return;
+    }
     let m = |k: &str| median(&s[k]);
     for label in ["unique", "50% dup"] {
         let (b100, b1000) = (
@@ -506,6 +588,8 @@ async fn main() {
     println!(
         "stream_layer: {n} events per run, {rounds} rounds, medians; trace events to the log only"
     );
+    // As with `metrics.listen` set; the default also runs with them off.
+    idemguard::metrics::set_recording(true);
     for dialect in [Dialect::Postgres, Dialect::Mysql] {
         if !only.is_empty() && only != format!("{dialect:?}").to_lowercase() {
             continue;

@@ -546,7 +546,7 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
         let (orders, order_no, event_id) =
             (orders.clone(), order.order_no.clone(), event_id.clone());
         tokio::spawn(async move {
-            let mut tx = orders.database().pool.begin().await.unwrap();
+            let mut tx = orders.database().begin().await.unwrap();
             let out = orders
                 .transition_in(&mut tx, &Transition::paid(order_no, event_id))
                 .await
@@ -568,7 +568,7 @@ async fn transition_inside_a_callers_transaction(dialect: Dialect) {
         let (orders, order_no, event_id) =
             (orders.clone(), order.order_no.clone(), event_id.clone());
         tokio::spawn(async move {
-            let mut tx = orders.database().pool.begin().await.unwrap();
+            let mut tx = orders.database().begin().await.unwrap();
             let out = orders
                 .transition_in(
                     &mut tx,
@@ -706,7 +706,7 @@ async fn a_batch_of_transitions_decides_as_one_by_one(dialect: Dialect) {
         }
     };
 
-    let mut tx = orders.database().pool.begin().await.unwrap();
+    let mut tx = orders.database().begin().await.unwrap();
     let batched: Vec<String> = orders
         .transition_batch_in(&mut tx, &moves(0))
         .await

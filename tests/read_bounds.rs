@@ -398,3 +398,355 @@ async fn a_small_gz_of_a_huge_line_is_read_within_its_budget() {
         "trace held {peak_kb} kB reading a line it keeps at most 64 KiB of"
     );
 }
+
+/// A loopback TCP proxy in front of a database that can be frozen: it then forwards nothing
+/// either way and keeps every socket open — a server that stops answering (a frozen process, a
+/// host gone), whose own statement bound never fires. New connections are accepted and held too.
+struct FreezableProxy {
+    addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl FreezableProxy {
+    async fn start(upstream: String) -> FreezableProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, seen) = tokio::sync::watch::channel(true);
+        let accepting = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(Self::pump(cr, sw, seen.clone()));
+                tokio::spawn(Self::pump(sr, cw, seen.clone()));
+            }
+        });
+        FreezableProxy {
+            addr,
+            open,
+            accepting,
+        }
+    }
+
+    /// Bytes from `from` to `to`, held while the proxy is frozen.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut open: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if open.wait_for(|o| *o).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn freeze(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn thaw(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// `url` (the test's database) reached through the proxy.
+    fn url_for(&self, url: &str) -> String {
+        let mut u = url::Url::parse(url).unwrap();
+        u.set_port(Some(self.addr.port())).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for FreezableProxy {
+    fn drop(&mut self) {
+        self.thaw();
+        self.accepting.abort();
+    }
+}
+
+/// The server's bound the services get in these tests, and what a statement may take at most
+/// before its caller hears of it: the bound, [`CLIENT_GRACE`], and slack for a loaded machine.
+const BOUND: Duration = Duration::from_secs(2);
+const SLACK: Duration = Duration::from_millis(2500);
+
+/// `idemguard serve` / `consume` on `url` (through the proxy) with [`BOUND`], and a pool
+/// acquire timeout longer than the client deadline, so the deadline is what ends a statement;
+/// its stderr lines collected, its first stdout line returned; killed when dropped.
+struct Service {
+    child: tokio::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    first_line: String,
+}
+
+impl Service {
+    async fn spawn(config: &Config, url: &str, args: &[&str]) -> Service {
+        use tokio::io::AsyncBufReadExt;
+        let c = &config.kafka;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            ])
+            .args(args)
+            .env_remove("IDEMGUARD_CONFIG")
+            .env("IDEMGUARD_DATABASE__URL", url)
+            .env("IDEMGUARD_DATABASE__STATEMENT_TIMEOUT", "2s")
+            .env("IDEMGUARD_DATABASE__CONNECT_TIMEOUT", "20s")
+            .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &c.payment_topic)
+            .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &c.dlq_topic)
+            .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &c.trace_topic)
+            .env("IDEMGUARD_REDIS__REDLOCK_NODES", "")
+            .env("IDEMGUARD_TRACE__ENABLED", "false")
+            .env("IDEMGUARD_LOG", "warn,idemguard=info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the idemguard binary starts");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut err = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let into = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err.next_line().await {
+                into.lock().unwrap().push(line);
+            }
+        });
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first_line = match args[0] {
+            "serve" => tokio::time::timeout(Duration::from_secs(30), out.next_line())
+                .await
+                .expect("serve prints its address within 30s")
+                .unwrap()
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        Service {
+            child,
+            log,
+            first_line,
+        }
+    }
+
+    /// The first log line holding `part`, waited for at most `secs`.
+    async fn line_with(&self, part: &str, secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(part))
+                .cloned();
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with `{part}` within {secs}s; the log:\n{}",
+                self.log.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// What a service says of a statement that got no answer: the table (`table`), the bound and
+/// its setting, through `no_answer`'s wording; never the statement's SQL.
+fn says_no_answer(dialect: Dialect, line: &str, table: &str, sql: &str) {
+    for part in [
+        table,
+        "did not answer within 2s",
+        "the server did not answer at all",
+        "database.statement_timeout",
+    ] {
+        assert!(line.contains(part), "{dialect}: no `{part}` in: {line}");
+    }
+    assert!(!line.contains(sql.trim()), "{dialect}: the SQL in: {line}");
+}
+
+/// `serve` in front of a database that stops answering: a request that reaches the database
+/// is answered 500 (error id, no internal text) within the bound and its grace — not held for
+/// ever — the log names the table that did not answer; once the database answers again, the
+/// service serves again.
+async fn serve_answers_when_the_database_stops_answering(dialect: Dialect) {
+    let (mut config, db) = migrated_database(dialect).await;
+    let topics = fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    config.kafka.payment_topic = topics[0].clone();
+    config.kafka.trace_topic = topics[1].clone();
+    idemguard::db::inventory::set_stock(&db, 1, 1000)
+        .await
+        .unwrap();
+    let proxy = FreezableProxy::start(idemguard::config::host_port(&config.database.url)).await;
+    let service = Service::spawn(
+        &config,
+        &proxy.url_for(&config.database.url),
+        &["serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    let base = service.first_line.rsplit(' ').next().unwrap().to_string();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let post = |key: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/orders"))
+                .header("Idempotency-Key", key)
+                .json(&serde_json::json!({"userId": 42, "skuId": 1, "quantity": 1, "amount": 1999}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let key = || format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
+    let (status, body) = post(key()).await;
+    assert_eq!(status, 201, "{dialect}: before the freeze: {body}");
+
+    proxy.freeze();
+    let frozen_key = key();
+    let started = Instant::now();
+    let (status, body) = post(frozen_key.clone()).await;
+    let took = started.elapsed();
+    assert_eq!(status, 500, "{dialect}: {body}");
+    assert!(body.contains("errorId"), "{dialect}: {body}");
+    assert!(
+        !body.contains("did not answer") && !body.contains("idempotency_record"),
+        "{dialect}: internal text in the answer: {body}"
+    );
+    assert!(
+        took < BOUND + idemguard::db::bounds::CLIENT_GRACE + SLACK,
+        "{dialect}: answered after {took:?}"
+    );
+    let line = service.line_with("idempotency_record (statement", 10).await;
+    says_no_answer(
+        dialect,
+        &line,
+        "idempotency_record",
+        db.sql("api_idem_claim"),
+    );
+
+    proxy.thaw();
+    let (status, body) = post(key()).await;
+    assert_eq!(status, 201, "{dialect}: after the thaw: {body}");
+    let frozen_orders = count(&db, &format!("order_record WHERE req_id = '{frozen_key}'")).await;
+    assert_eq!(
+        frozen_orders, 0,
+        "{dialect}: the unanswered request made no order"
+    );
+}
+
+per_dialect!(serve_answers_when_the_database_stops_answering => serve_answers_when_the_database_stops_answering_postgres, serve_answers_when_the_database_stops_answering_mysql);
+
+/// `consume` in front of a database that stops answering mid-run: the batch fails within the
+/// bound and its grace, the log names the table that did not answer, nothing is committed to
+/// Kafka; once the database answers again the event is applied exactly once.
+async fn consume_retries_when_the_database_stops_answering(dialect: Dialect) {
+    use common::consumer::*;
+    let s = consumer_setup(dialect).await;
+    let proxy = FreezableProxy::start(idemguard::config::host_port(&s.config.database.url)).await;
+    let url = proxy.url_for(&s.config.database.url);
+    let service = Service::spawn(&s.config, &url, &["consume", "--group", &s.group]).await;
+    let p = producer(&s.config);
+    let paid = |order_no: String| {
+        let db = s.db.clone();
+        async move {
+            count(
+                &db,
+                &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID'"),
+            )
+            .await
+        }
+    };
+    let until_paid = |order_no: String, secs: u64| {
+        let paid = &paid;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while paid(order_no.clone()).await == 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "{dialect}: order {order_no} not PAID within {secs}s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let (first, req) = create_order(&s.db, 7).await;
+    produce(&p, &s.config.kafka.payment_topic, &payment(&first, &req, 7)).await;
+    until_paid(first, 60).await;
+    // The batch ends with its processed_event row: frozen before it, the freeze would catch
+    // this batch's last writes instead of the next batch's first read.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&s.db, "processed_event").await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{dialect}: the first batch did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (second, req) = create_order(&s.db, 8).await;
+    proxy.freeze();
+    let started = Instant::now();
+    produce(
+        &p,
+        &s.config.kafka.payment_topic,
+        &payment(&second, &req, 8),
+    )
+    .await;
+    let line = service.line_with("did not answer within", 20).await;
+    let took = started.elapsed();
+    assert!(
+        took < BOUND + idemguard::db::bounds::CLIENT_GRACE + SLACK,
+        "{dialect}: the batch failed after {took:?}; the log:\n{}",
+        service.log.lock().unwrap().join("\n")
+    );
+    says_no_answer(
+        dialect,
+        &line,
+        "processed_event",
+        s.db.sql("stream_processed_find"),
+    );
+    assert_eq!(paid(second.clone()).await, 0, "{dialect}");
+
+    proxy.thaw();
+    until_paid(second, 60).await;
+    for table in ["points_ledger", "notification", "processed_event"] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while count(&s.db, table).await < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{dialect}: {table} lacks the second event"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Once, however many times the batch was tried (the statements held by the freeze reach
+    // the server when it thaws).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for table in ["points_ledger", "notification", "processed_event"] {
+        assert_eq!(count(&s.db, table).await, 2, "{dialect}: {table}");
+    }
+}
+
+per_dialect!(consume_retries_when_the_database_stops_answering => consume_retries_when_the_database_stops_answering_postgres, consume_retries_when_the_database_stops_answering_mysql);

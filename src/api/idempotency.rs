@@ -105,7 +105,7 @@ pub async fn claim(db: &Database, r: &ClaimRequest<'_>) -> Result<Claim, sqlx::E
         .bind(now)
         .bind(now)
         .bind(now + r.retention_ms)
-        .execute(&db.pool)
+        .execute(db)
         .await;
     let won = match inserted {
         Ok(res) => res.rows_affected() == 1,
@@ -128,7 +128,7 @@ pub async fn get(
 ) -> Result<Option<IdempotencyRecord>, sqlx::Error> {
     sqlx::query_as::<_, IdempotencyRecord>(db.sql("api_idem_get"))
         .bind(request_id)
-        .fetch_optional(&db.pool)
+        .fetch_optional(db)
         .await
 }
 
@@ -148,7 +148,7 @@ pub async fn reclaim(
         .bind(now)
         .bind(rec.request_id.as_str())
         .bind(rec.version)
-        .execute(&db.pool)
+        .execute(db)
         .await?
         .rows_affected();
     Ok(n == 1)
@@ -241,7 +241,7 @@ pub async fn finalize(
         .bind(now + retention_ms)
         .bind(request_id)
         .bind(owner)
-        .execute(&db.pool)
+        .execute(db)
         .await?
         .rows_affected();
     Ok(n == 1)
@@ -254,7 +254,7 @@ pub async fn abandon(db: &Database, request_id: &str, owner: &str) -> Result<(),
         .bind(now_ms())
         .bind(request_id)
         .bind(owner)
-        .execute(&db.pool)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -264,7 +264,7 @@ pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<()
     sqlx::query(db.sql("api_idem_count_replay"))
         .bind(n)
         .bind(request_id)
-        .execute(&db.pool)
+        .execute(db)
         .await?;
     Ok(())
 }

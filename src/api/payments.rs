@@ -73,7 +73,7 @@ pub async fn payment_by_pay_no(
 ) -> Result<Option<PaymentFlow>, sqlx::Error> {
     sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_by_pay_no"))
         .bind(pay_no)
-        .fetch_optional(&db.pool)
+        .fetch_optional(db)
         .await
 }
 
@@ -89,14 +89,14 @@ pub async fn book_payment(
     pay_no: &str,
 ) -> Result<Booking, sqlx::Error> {
     let started = Instant::now();
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin().await?;
     sqlx::query(db.sql("api_payment_lock_order"))
         .bind(order.order_no.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
     let paid = sqlx::query_as::<_, PaymentFlow>(db.sql("api_payment_of_order"))
         .bind(order.order_no.as_str())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
     if let Some(first) = paid {
         tx.rollback().await?;
@@ -142,7 +142,7 @@ pub async fn book_payment(
         .bind(order.amount)
         .bind(event.event_id.as_str())
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await;
     let fresh = match inserted {
         Ok(r) => r.rows_affected() == 1,
@@ -175,7 +175,7 @@ pub async fn book_payment(
         .bind(headers.to_string())
         .bind(serde_json::to_string(&event).expect("serializes"))
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     tx.commit().await?;
     tracer.emit(
@@ -324,10 +324,10 @@ impl OutboxRelay {
 
     /// One round: claim a batch, publish it, mark it sent. Returns how many were published.
     pub async fn publish_pending(&self) -> anyhow::Result<usize> {
-        let mut tx = self.db.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let rows: Vec<OutboxRow> = sqlx::query_as(self.db.sql("api_outbox_claim"))
             .bind(self.batch as i64)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
         if rows.is_empty() {
             tx.rollback().await?;
@@ -373,7 +373,7 @@ impl OutboxRelay {
                     sqlx::query(self.db.sql("api_outbox_mark_sent"))
                         .bind(now)
                         .bind(row.id)
-                        .execute(&mut *tx)
+                        .execute(&mut tx)
                         .await?;
                     sent += 1;
                     self.tracer.emit(

@@ -487,10 +487,7 @@ async fn get_order(State(s): State<Arc<AppState>>, Path(order_no): Path<String>)
 }
 
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
-    let db_ok = sqlx::query("SELECT 1")
-        .execute(&s.guard.db.pool)
-        .await
-        .is_ok();
+    let db_ok = sqlx::query("SELECT 1").execute(&s.guard.db).await.is_ok();
     let body = serde_json::json!({ "status": if db_ok { "ok" } else { "degraded" }, "instance": s.guard.tracer.instance_id(), "database": db_ok });
     (
         if db_ok {

@@ -27,7 +27,7 @@ pub async fn set_stock(db: &Database, sku_id: i64, stock: i64) -> Result<(), Ord
         .bind(sku_id)
         .bind(stock)
         .bind(now_ms())
-        .execute(&db.pool)
+        .execute(db)
         .await
         .map_err(|e| db_error(db, "set the stock", e))?;
     Ok(())
@@ -37,7 +37,7 @@ pub async fn set_stock(db: &Database, sku_id: i64, stock: i64) -> Result<(), Ord
 pub async fn stock_of(db: &Database, sku_id: i64) -> Result<Option<i64>, OrderError> {
     sqlx::query_scalar(db.sql("inventory_stock"))
         .bind(sku_id)
-        .fetch_optional(&db.pool)
+        .fetch_optional(db)
         .await
         .map_err(|e| db_error(db, "read the stock", e))
 }

@@ -35,6 +35,15 @@ pub struct Database {
     /// How long the server lets one statement of this pool's sessions run (zero: no bound):
     /// [`bounds`].
     pub statement_bound: std::time::Duration,
+    /// The setting `statement_bound` came from, for messages: `database.statement_timeout`, or
+    /// `database.read_timeout` for the read faces.
+    pub bound_setting: &'static str,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Database {}", self.shown_url)
+    }
 }
 
 static INSTALL_DRIVERS: Once = Once::new();
@@ -49,11 +58,13 @@ impl Database {
     /// statement bounded by `database.read_timeout` ([`Config::for_reads`]).
     pub async fn connect_for_reads(config: &Config) -> anyhow::Result<Database> {
         let config = &config.for_reads();
-        if config.database.replica_url.is_empty() {
-            Database::connect(config).await
+        let mut db = if config.database.replica_url.is_empty() {
+            Database::connect(config).await?
         } else {
-            Database::connect_url(config, &config.database.replica_url).await
-        }
+            Database::connect_url(config, &config.database.replica_url).await?
+        };
+        db.bound_setting = "database.read_timeout";
+        Ok(db)
     }
 
     /// The actions' own credentials (`database.actions_url`, least privilege) when configured,
@@ -100,6 +111,7 @@ impl Database {
             shown_url: redact_url(url),
             newest_rows: Arc::default(),
             statement_bound: config.database.statement_timeout,
+            bound_setting: "database.statement_timeout",
         })
     }
 

@@ -24,6 +24,8 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use super::bounds::Transaction;
+
 pub(crate) use super::errors::db_error;
 pub use super::errors::OrderError;
 use super::inventory;
@@ -359,7 +361,7 @@ impl Orders {
             .bind(OrderStatus::Created.as_str())
             .bind(fence)
             .bind(now)
-            .fetch_one(&db.pool)
+            .fetch_one(db)
             .await
             .map_err(|e| {
                 stock_refusal(order, &e)
@@ -402,7 +404,7 @@ impl Orders {
                 // it got is ours.
                 let row = sqlx::query(db.sql("order_replay"))
                     .bind(order.request_id.as_str())
-                    .fetch_optional(&db.pool)
+                    .fetch_optional(db)
                     .await
                     .map_err(|e| db_error(db, "read back the first order of this requestId", e))?;
                 match row {
@@ -433,7 +435,6 @@ impl Orders {
         let start = Instant::now();
         let db = &self.db;
         let mut tx = db
-            .pool
             .begin()
             .await
             .map_err(|e| db_error(db, "begin the transition", e))?;
@@ -452,7 +453,7 @@ impl Orders {
     /// caller's transaction aborted: roll it back.
     pub async fn transition_in(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         t: &Transition,
     ) -> Result<TransitionOutcome, OrderError> {
         let start = Instant::now();
@@ -463,7 +464,7 @@ impl Orders {
 
     async fn decide_transition(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         t: &Transition,
     ) -> Result<TransitionOutcome, OrderError> {
         t.validate()?;
@@ -547,7 +548,7 @@ impl Orders {
     /// state; the lock order is what keeps two members from deadlocking.
     pub async fn transition_batch_in(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         batch: &[Transition],
     ) -> Result<Vec<Result<TransitionOutcome, OrderError>>, OrderError> {
         let start = Instant::now();
@@ -667,7 +668,7 @@ impl Orders {
     /// Writes the decided transitions of [`Orders::transition_batch_in`] with one UPDATE.
     async fn write_batch(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         pending: &mut Vec<BatchWrite>,
         now: i64,
     ) -> Result<(), OrderError> {
@@ -754,7 +755,7 @@ impl Orders {
 
     async fn read(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         query: &'static str,
         order_no: &str,
     ) -> Result<OrderRecord, OrderError> {
@@ -774,7 +775,7 @@ impl Orders {
     /// The latest committed row, locked until the transaction ends.
     async fn current(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Transaction<'_>,
         order_no: &str,
     ) -> Result<OrderRecord, OrderError> {
         self.read(conn, "order_current", order_no).await
@@ -836,7 +837,7 @@ pub async fn find_order(
     };
     let row = sqlx::query(db.sql(query))
         .bind(value)
-        .fetch_optional(&db.pool)
+        .fetch_optional(db)
         .await
         .map_err(|e| db_error(db, "read the order", e))?;
     row.map(|r| order_from_row(db, &r)).transpose()

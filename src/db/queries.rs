@@ -291,6 +291,14 @@ impl Queries {
         found.into_iter().map(|(_, t)| t).collect()
     }
 
+    /// The name of the statement whose text is `sql`, for saying which one did not answer.
+    pub fn name_of(&self, sql: &str) -> Option<&'static str> {
+        self.by_name
+            .iter()
+            .find(|(_, text)| text.as_str() == sql)
+            .map(|(name, _)| *name)
+    }
+
     /// True when the source profile maps a team's own idempotency record or orders.
     pub fn is_foreign(&self) -> bool {
         self.foreign

@@ -93,7 +93,7 @@ pub async fn purge(
         let n = sqlx::query(db.sql(what.query()))
             .bind(cutoff)
             .bind(i64::from(config.batch))
-            .execute(&db.pool)
+            .execute(db)
             .await?
             .rows_affected();
         deleted += n;

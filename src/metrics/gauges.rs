@@ -143,8 +143,8 @@ pub async fn refresh_counts(db: &Database) -> anyhow::Result<()> {
 }
 
 async fn count_and_oldest(db: &Database, name: &str) -> anyhow::Result<(i64, Option<i64>)> {
-    let row = db
-        .bounded(sqlx::query(db.sql(name)).fetch_one(&db.pool))
+    let row = sqlx::query(db.sql(name))
+        .fetch_one(db)
         .await
         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     Ok((row.try_get("n")?, row.try_get("oldest")?))

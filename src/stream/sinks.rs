@@ -67,7 +67,6 @@ pub async fn mark_paid(
         .map(|d| Transition::paid(d.event.order_no.as_str(), d.event.event_id.as_str()))
         .collect();
     let mut tx = db
-        .pool
         .begin()
         .await
         .map_err(|e| db_error(db, "begin the order sink", e))?;
@@ -121,7 +120,7 @@ async fn write_batch(
     rows: serde_json::Value,
 ) -> Result<Vec<SinkWrite>, sqlx::Error> {
     let ids_json = serde_json::to_string(ids).expect("ids serialize");
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let mut existing = sqlx::query_scalar::<_, String>(db.sql(&format!("{name}_existing")))
         .persistent(db.keep_batch_plans());
     for b in existing_binds {
@@ -129,7 +128,7 @@ async fn write_batch(
     }
     let already: std::collections::HashSet<String> = existing
         .bind(ids_json)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?
         .into_iter()
         .collect();
@@ -141,7 +140,7 @@ async fn write_batch(
     for b in insert_binds {
         insert = insert.bind(*b);
     }
-    insert.bind(rows.to_string()).execute(&mut *tx).await?;
+    insert.bind(rows.to_string()).execute(&mut tx).await?;
     tx.commit().await?;
     Ok(ids
         .iter()
@@ -274,7 +273,7 @@ pub async fn already_processed(
         .bind(group.to_string())
         .bind(now_ms())
         .bind(serde_json::to_string(ids).expect("ids serialize"))
-        .fetch_all(&db.pool)
+        .fetch_all(db)
         .await?;
     Ok(found.into_iter().collect())
 }
