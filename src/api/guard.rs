@@ -226,7 +226,8 @@ impl<L: OwnerLiveness> Guard<L> {
         let placeholder = FastPathValue::Processing {
             hash: hash.clone(),
             owner: owner.clone(),
-            nonce: uuid::Uuid::new_v4().to_string(),
+            // Unique per request, from the thread's generator: no system call per request.
+            nonce: format!("{:032x}", rand::random::<u128>()),
         };
         let placed = match self.fast_path_step(started, &rid, &placeholder).await {
             Ok(placed) => placed,

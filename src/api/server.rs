@@ -218,7 +218,11 @@ async fn place_order(
         None
     } else {
         // A key of its own per request: its fence counter starts in one command.
-        match s.locks.acquire_with(&key, &s.locks.options().fresh_key()).await {
+        match s
+            .locks
+            .acquire_with(&key, &s.locks.options().fresh_key())
+            .await
+        {
             Ok(Acquisition::Held(g)) => Some(g),
             // Another request with this key holds it: the idempotency record already decided we
             // process, so the holder is a stale or reclaimed attempt. The database decides.

@@ -543,15 +543,7 @@ impl Locks {
                 .await
             }
             LockMode::Redlock => {
-                redlock::attempt(
-                    &self.inner.nodes,
-                    key,
-                    fence_key,
-                    parts,
-                    ttl_ms,
-                    fence_life,
-                )
-                .await
+                redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms, fence_life).await
             }
         }
     }
