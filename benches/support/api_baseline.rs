@@ -1,4 +1,4 @@
-//! Issue 19's baselines for the API: the same HTTP server as `idemguard serve` (the same
+//! The baselines for the API: the same HTTP server as `idemguard serve` (the same
 //! [`edge::serve`] — hyper http1, TCP_NODELAY, the connection limit and timers — and the same
 //! two middleware layers), the same database and Redis, doing only the work the design
 //! requires, with none of idemguard's logic:

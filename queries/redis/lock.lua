@@ -26,9 +26,17 @@ end
 
 -- next_fence: the next token of a key (seeded when the counter is gone), kept `keep_ms` more.
 -- INCR first: an answer of 1 means the counter was gone (a live one is at least its seed), and
--- it is replaced by seed + 1 with its TTL in the same SET. A new key — every order's lock key is
--- new — costs INCR + SET instead of EXISTS + SET + INCR + PTTL + PEXPIRE.
-local function next_fence(fence_key, seed, keep_ms)
+-- it is replaced by seed + 1 with its TTL in the same SET. With `fresh` (the caller's hint that
+-- the lock key is new, as a request lock's is) SET NX first: a counter that is gone is started
+-- at seed + 1 with its TTL in one command, and only a counter that exists is INCR'ed. Either
+-- order gives the same token; the hint only saves a command for the case it names.
+local function next_fence(fence_key, seed, keep_ms, fresh)
+  if fresh == '1' then
+    local first = tonumber(seed) + 1
+    if redis.call('SET', fence_key, string.format('%d', first), 'NX', 'PX', keep_ms) then
+      return first
+    end
+  end
   local fence = redis.call('INCR', fence_key)
   if fence == 1 then
     fence = tonumber(seed) + 1
@@ -39,18 +47,18 @@ local function next_fence(fence_key, seed, keep_ms)
   return fence
 end
 
--- acquire KEYS: lock, fence:{lock}  ARGV: head, tail, ttl_ms, seed, fence_keep_ms
+-- acquire KEYS: lock, fence:{lock}  ARGV: head, tail, ttl_ms, seed, fence_keep_ms, fresh
 -- Takes the lock and its fence token in one step. The value is head .. fence .. tail (the
 -- holder's compact JSON), so the token is written into the value it guards; tokens strictly
 -- increase across holders of a key, which lets the database refuse a writer whose lock expired
 -- while it was paused. The counter outlives the lock by `fence_keep_ms`. Returns {1, fence}
 -- when taken, {0, current value, PTTL} when held.
-local function acquire(key, fence_key, head, tail, ttl_ms, seed, fence_keep_ms)
+local function acquire(key, fence_key, head, tail, ttl_ms, seed, fence_keep_ms, fresh)
   local current = redis.call('GET', key)
   if current then
     return {0, current, redis.call('PTTL', key)}
   end
-  local fence = next_fence(fence_key, seed, tonumber(ttl_ms) + tonumber(fence_keep_ms))
+  local fence = next_fence(fence_key, seed, tonumber(ttl_ms) + tonumber(fence_keep_ms), fresh)
   -- '%d': Lua's own number-to-text writes a 16-digit token as 1.7645e+15.
   redis.call('SET', key, head .. string.format('%d', fence) .. tail, 'PX', ttl_ms)
   return {1, fence}
@@ -123,7 +131,7 @@ end
 -- The console's fence bump after a forced release: the next token, seeded like an acquisition's
 -- (a plain INCR of an expired counter would answer 1).
 local function bump_fence(fence_key, seed, keep_ms)
-  return next_fence(fence_key, seed, keep_ms)
+  return next_fence(fence_key, seed, keep_ms, '0')
 end
 
 -- One failing operation (say, a fence key someone overwrote with text) must not fail the
@@ -140,8 +148,8 @@ local out, k, a = {}, 1, 1
 while a <= #ARGV do
   local op = ARGV[a]
   if op == 'acquire' then
-    out[#out + 1] = run(acquire, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    k, a = k + 2, a + 6
+    out[#out + 1] = run(acquire, KEYS[k], KEYS[k + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+    k, a = k + 2, a + 7
   elseif op == 'release' then
     out[#out + 1] = run(release, KEYS[k], ARGV[a + 1])
     k, a = k + 1, a + 2

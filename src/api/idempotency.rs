@@ -63,15 +63,28 @@ pub fn may_reclaim(record: &IdempotencyRecord, now: i64, owner_alive: bool) -> b
 /// whitespace): the same request written differently hashes the same; a different request
 /// under the same key does not.
 pub fn request_hash(method: &str, path: &str, body: &serde_json::Value) -> String {
-    // serde_json's Map is ordered by key (no `preserve_order`), so this is canonical.
-    let canonical = serde_json::to_string(body).expect("a JSON value serializes");
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update(b"\n");
     h.update(path.as_bytes());
     h.update(b"\n");
-    h.update(canonical.as_bytes());
+    // serde_json's Map is ordered by key (no `preserve_order`), so this is canonical. Written
+    // straight into the digest: the canonical text is never kept.
+    serde_json::to_writer(Hashing(&mut h), body).expect("a JSON value serializes");
     hex::encode(h.finalize())
+}
+
+/// The digest as a writer, for [`request_hash`].
+struct Hashing<'a>(&'a mut Sha256);
+
+impl std::io::Write for Hashing<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The outcome of a claim.
@@ -272,6 +285,21 @@ pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_is_the_one_stored_records_hold() {
+        // Records written before the canonical text was streamed into the digest hold this
+        // value: SHA-256 of "POST\n/orders\n" + the canonical JSON.
+        let body: serde_json::Value =
+            serde_json::from_str(r#"{"userId":1,"skuId":2,"quantity":1,"amount":100}"#).unwrap();
+        let text = r#"POST
+/orders
+{"amount":100,"quantity":1,"skuId":2,"userId":1}"#;
+        assert_eq!(
+            request_hash("POST", "/orders", &body),
+            hex::encode(Sha256::digest(text.as_bytes()))
+        );
+    }
 
     #[test]
     fn hash_is_canonical_and_covers_method_path_body() {

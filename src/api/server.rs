@@ -163,7 +163,7 @@ async fn create_order(State(s): State<Arc<AppState>>, headers: HeaderMap, body: 
         Ok(j) => j,
         Err(p) => return p.into_response(),
     };
-    let req: CreateOrderRequest = match serde_json::from_value(json.clone()) {
+    let req = match CreateOrderRequest::deserialize(&json) {
         Ok(r) => r,
         Err(e) => {
             return Problem::bad_body(format!("{e} (expected userId, skuId, quantity, amount)"))
@@ -217,7 +217,12 @@ async fn place_order(
     let guard = if !s.guard.config.lock.request_lock {
         None
     } else {
-        match s.locks.acquire(&key).await {
+        // A key of its own per request: its fence counter starts in one command.
+        match s
+            .locks
+            .acquire_with(&key, &s.locks.options().fresh_key())
+            .await
+        {
             Ok(Acquisition::Held(g)) => Some(g),
             // Another request with this key holds it: the idempotency record already decided we
             // process, so the holder is a stale or reclaimed attempt. The database decides.
@@ -312,7 +317,7 @@ async fn payment_callback(
         Ok(j) => j,
         Err(p) => return p.into_response(),
     };
-    let cb: PaymentCallback = match serde_json::from_value(json.clone()) {
+    let cb = match PaymentCallback::deserialize(&json) {
         Ok(c) => c,
         Err(e) => {
             return Problem::bad_body(format!("{e} (expected payNo, orderNo, amount)"))

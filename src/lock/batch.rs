@@ -76,11 +76,13 @@ pub(crate) enum Op {
 
 /// How a fence counter is (re)started and kept (see `next_fence` in `lock.lua`): `seed` is the
 /// caller's clock in microseconds, the start of a counter that has expired; `keep_ms` is how
-/// long the counter outlives the lock (`lock.fence_ttl`).
+/// long the counter outlives the lock (`lock.fence_ttl`); `fresh`, the hint that the lock key
+/// is new (its counter most likely gone), only picks the order of the script's commands.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FenceLife {
     pub seed: i64,
     pub keep_ms: u64,
+    pub fresh: bool,
 }
 
 impl FenceLife {
@@ -91,7 +93,15 @@ impl FenceLife {
         FenceLife {
             seed: since_epoch.as_micros() as i64,
             keep_ms: keep.as_millis().max(1) as u64,
+            fresh: false,
         }
+    }
+
+    /// The same for a lock key that is new (see [`AcquireOptions::fresh_key`]).
+    ///
+    /// [`AcquireOptions::fresh_key`]: super::AcquireOptions::fresh_key
+    pub fn fresh(self, fresh: bool) -> FenceLife {
+        FenceLife { fresh, ..self }
     }
 }
 
@@ -129,7 +139,8 @@ impl Op {
                     .arg(&**tail)
                     .arg(*ttl_ms)
                     .arg(fence.seed)
-                    .arg(fence.keep_ms);
+                    .arg(fence.keep_ms)
+                    .arg(if fence.fresh { "1" } else { "0" });
             }
             Op::Release { key, value } => {
                 inv.key(&**key)

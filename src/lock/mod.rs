@@ -148,6 +148,10 @@ pub struct AcquireOptions {
     /// Renew every ttl/3 while held. Off: the lock simply expires after `ttl` (a holder slower
     /// than its TTL loses it — which is what the storm scenario "lock-expiry" needs).
     pub watchdog: bool,
+    /// The key is new — one per request, as `lock:req:{requestId}` — so its fence counter is
+    /// most likely gone: the script starts it in one command instead of two. Only a hint: the
+    /// token is the same either way.
+    pub fresh_key: bool,
 }
 
 impl AcquireOptions {
@@ -157,7 +161,12 @@ impl AcquireOptions {
             attempts: lock.acquire_attempts.max(1),
             retry_delay: lock.retry_delay,
             watchdog: true,
+            fresh_key: false,
         }
+    }
+    pub fn fresh_key(mut self) -> Self {
+        self.fresh_key = true;
+        self
     }
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -422,7 +431,11 @@ impl Locks {
             };
             let parts = ValueParts::of(&holder);
             let t0 = Instant::now();
-            match self.attempt(&key, &fence_key, &parts, ttl_ms).await? {
+            let fence_life = self.fence_life().fresh(options.fresh_key);
+            match self
+                .attempt(&key, &fence_key, &parts, ttl_ms, fence_life)
+                .await?
+            {
                 Attempt::Granted { holds, fence } => {
                     let elapsed = t0.elapsed();
                     match self.validity(ttl, elapsed) {
@@ -515,6 +528,7 @@ impl Locks {
         fence_key: &Arc<str>,
         parts: &ValueParts,
         ttl_ms: u64,
+        fence_life: batch::FenceLife,
     ) -> Result<Attempt, LockError> {
         match self.inner.mode {
             LockMode::Single => {
@@ -524,20 +538,12 @@ impl Locks {
                     fence_key,
                     parts,
                     ttl_ms,
-                    self.fence_life(),
+                    fence_life,
                 )
                 .await
             }
             LockMode::Redlock => {
-                redlock::attempt(
-                    &self.inner.nodes,
-                    key,
-                    fence_key,
-                    parts,
-                    ttl_ms,
-                    self.fence_life(),
-                )
-                .await
+                redlock::attempt(&self.inner.nodes, key, fence_key, parts, ttl_ms, fence_life).await
             }
         }
     }
