@@ -5,8 +5,9 @@
 //!
 //! - the order service, the consumer and the console's `trace`, `locks`, `stuck` — the real
 //!   binary — run on both dialects with every connection verified (verify-full /
-//!   VERIFY_IDENTITY against the test CA, Redis and Kafka with client certificates), the
-//!   passwords read from files;
+//!   VERIFY_IDENTITY against the test CA, Redis with client certificates, Kafka with a client
+//!   certificate on PostgreSQL's run and a SASL SCRAM login on MariaDB's), the passwords read
+//!   from files;
 //! - each refusal — a certificate that does not verify, a host name not in it (127.0.0.2, which
 //!   the servers also listen on), plaintext to a TLS-only server, no client certificate, a SASL
 //!   login the broker refuses — fails within seconds, saying which and naming the setting.
@@ -16,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use idemguard::config::{Config, Dialect, KafkaSecurityProtocol};
+use idemguard::config::{Config, Dialect, KafkaSecurityProtocol, SaslMechanism};
 use idemguard::db::Database;
 
 fn tls_dir() -> PathBuf {
@@ -70,10 +71,27 @@ fn tls_config(dialect: Dialect) -> Config {
     c
 }
 
+/// Kafka's other production login, on the stack's SASL broker (9094: TLS, then SCRAM; the user
+/// `idemguard` and the password of .stack/tls/kafka.password): the MariaDB run reaches Kafka
+/// this way, the PostgreSQL run with a client certificate (9093) — Kafka's login does not depend
+/// on the dialect, so each run proves one of the two.
+fn sasl_login(c: &mut Config) {
+    c.kafka.bootstrap_servers = "localhost:9094".into();
+    c.kafka.security_protocol = KafkaSecurityProtocol::SaslSsl;
+    c.kafka.sasl_mechanism = SaslMechanism::ScramSha512;
+    c.kafka.sasl_username = "idemguard".into();
+    c.kafka.sasl_password_file = tls_file("kafka.password");
+    c.kafka.ssl_cert_file = String::new();
+    c.kafka.ssl_key_file = String::new();
+}
+
 /// A database and topics of the test's own on the TLS servers, the schema applied by the real
 /// `idemguard migrate`; the configuration as the file the binary is given.
 async fn tls_world(dialect: Dialect) -> (Config, tempfile::TempDir, PathBuf, Database) {
     let mut config = tls_config(dialect);
+    if dialect == Dialect::Mysql {
+        sasl_login(&mut config);
+    }
     let server = match dialect {
         Dialect::Postgres => tls_server_url(dialect, "localhost", "postgres"),
         Dialect::Mysql => tls_server_url(dialect, "localhost", "mysql"),
@@ -195,6 +213,15 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
         out.lines()
             .any(|l| l.starts_with("database security") && l.contains("user idemguard")),
         "{out}"
+    );
+    let kafka_user = match dialect {
+        Dialect::Mysql => "idemguard (SASL SCRAM-SHA-512)",
+        Dialect::Postgres => "by client certificate",
+    };
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("kafka security") && l.contains(kafka_user)),
+        "{dialect}: {kafka_user}:\n{out}"
     );
 
     sqlx::query("INSERT INTO inventory (sku_id, stock, updated_at) VALUES (1, 100, 0)")
