@@ -437,7 +437,10 @@ async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
 // ---------------------------------------------------------------------------------------------
 
 /// The timeline entries of a trace at `ms` (its JSON).
-fn entries_at(r: &headless::Document<idemguard::console::read::timeline::Timeline>, ms: i64) -> usize {
+fn entries_at(
+    r: &headless::Document<idemguard::console::read::timeline::Timeline>,
+    ms: i64,
+) -> usize {
     let j = serde_json::to_value(r).unwrap()["data"].clone();
     let entries = j["entries"].as_array().unwrap().clone();
     entries.iter().filter(|e| e["at_ms"] == ms).count()
@@ -484,11 +487,18 @@ async fn an_index_narrowed_by_earlier_traces_still_finds_the_windows_edges() {
         let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
         assert!(r.ok, "{}", r.failures());
         assert_eq!(entries_at(&r, t - margin), 1, "the window's first ms");
-        assert_eq!(entries_at(&r, t + 2_000 + margin), 1, "the window's last ms");
+        assert_eq!(
+            entries_at(&r, t + 2_000 + margin),
+            1,
+            "the window's last ms"
+        );
         let cost = r.data.read_cost.unwrap();
         probes.push(cost.topics.iter().map(|c| c.offset_probes).sum::<u64>());
     }
-    assert!(probes[1] < probes[0], "probes of the two traces: {probes:?}");
+    assert!(
+        probes[1] < probes[0],
+        "probes of the two traces: {probes:?}"
+    );
 }
 
 /// Deletes `names` and creates them again, empty (3 partitions): the same names, other topics.
@@ -562,7 +572,11 @@ async fn a_topic_created_again_with_other_times_gives_the_right_window() {
     let j = serde_json::to_value(&r).unwrap()["data"].clone();
     assert_eq!(kafka_entries(&j), 1, "the payment message: {j:#}");
     assert_eq!(entries_at(&r, t2 - margin), 1, "the window's first ms");
-    assert_eq!(entries_at(&r, t2 + 2_000 + margin), 1, "the window's last ms");
+    assert_eq!(
+        entries_at(&r, t2 + 2_000 + margin),
+        1,
+        "the window's last ms"
+    );
     // The first order's trace, on the new topics: nothing of it is there any more.
     let r = headless::trace(&config, &TraceTarget::classify(&first.order_no)).await;
     let j = serde_json::to_value(&r).unwrap()["data"].clone();

@@ -442,12 +442,19 @@ pub async fn read_window(
         index
     });
     let plan = window_plan(config, &config.kafka.trace_topic, window);
-    let log = read_trace_log_in(config, &readers, plan, &Keep::all(), cancel, &Scanned::default())
-        .await
-        .map(|(log, c)| {
-            cost.topics.push(c);
-            log
-        });
+    let log = read_trace_log_in(
+        config,
+        &readers,
+        plan,
+        &Keep::all(),
+        cancel,
+        &Scanned::default(),
+    )
+    .await
+    .map(|(log, c)| {
+        cost.topics.push(c);
+        log
+    });
     (payments, log, cost)
 }
 
@@ -460,7 +467,15 @@ pub async fn read_trace_log_window(
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let plan = window_plan(config, &config.kafka.trace_topic, window);
     let readers = Arc::new(WindowReaders::new(config)?);
-    read_trace_log_in(config, &readers, plan, &Keep::all(), cancel, &Scanned::default()).await
+    read_trace_log_in(
+        config,
+        &readers,
+        plan,
+        &Keep::all(),
+        cancel,
+        &Scanned::default(),
+    )
+    .await
 }
 
 /// The plan of a read of `window` of `topic`, every partition, its edges exact.

@@ -184,7 +184,10 @@ impl Seek {
     /// inside the range still open (every anchor probed falls out of it).
     fn nearest(&self) -> (Option<(i64, i64)>, Option<(i64, i64)>) {
         let (mut below, mut above) = (self.below, self.above);
-        let open = self.anchors.iter().filter(|(o, _)| *o >= self.lo && *o < self.hi);
+        let open = self
+            .anchors
+            .iter()
+            .filter(|(o, _)| *o >= self.lo && *o < self.hi);
         for &(o, ts) in open {
             if ts < self.target_ms {
                 if below.is_none_or(|b| o > b.0) {
@@ -456,7 +459,10 @@ mod tests {
                     .map(|o| (o, ts[o as usize]))
                     .collect();
                 let ((lo, hi), p) = run_anchored(ts, target, window_ms, own);
-                assert!(lo <= want && want <= hi, "{name}: {want} not in [{lo}, {hi}]");
+                assert!(
+                    lo <= want && want <= hi,
+                    "{name}: {want} not in [{lo}, {hi}]"
+                );
                 more_than_two += u32::from(p > 2);
                 assert!(p <= 2 * 22 + 8, "{name}: {p} probes");
                 let stale: Vec<_> = (0..other.len() as i64)
@@ -464,13 +470,19 @@ mod tests {
                     .map(|o| (o, other[o as usize]))
                     .collect();
                 let ((lo, hi), p) = run_anchored(ts, target, window_ms, stale);
-                assert!(lo <= want && want <= hi, "{name}, stale: {want} not in [{lo}, {hi}]");
+                assert!(
+                    lo <= want && want <= hi,
+                    "{name}, stale: {want} not in [{lo}, {hi}]"
+                );
                 assert!(p <= 2 * 22 + 8, "{name}, stale: {p} probes");
             }
             // Even timestamps: a window holds ~4,000 messages, the anchors 64 apart are within
             // the slack (an eighth of them) but past the partition's last one.
             if *name == "even" {
-                assert!(more_than_two <= 5, "{more_than_two} of 100 bounds took > 2 probes");
+                assert!(
+                    more_than_two <= 5,
+                    "{more_than_two} of 100 bounds took > 2 probes"
+                );
             }
         }
     }

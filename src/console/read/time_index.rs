@@ -73,7 +73,10 @@ impl TimeIndex {
         let mut parts = self.parts.lock().expect("time index");
         let tick = self.next_tick();
         if !parts.contains_key(key) && parts.len() >= PARTITIONS {
-            let oldest = parts.iter().min_by_key(|(_, p)| p.used).map(|(k, _)| k.clone());
+            let oldest = parts
+                .iter()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 parts.remove(&k);
             }
@@ -97,8 +100,7 @@ impl TimeIndex {
     }
 
     fn next_tick(&self) -> u64 {
-        self.tick
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -128,12 +130,16 @@ mod tests {
     fn the_index_stays_bounded() {
         let index = TimeIndex::default();
         for p in 0..(PARTITIONS as i32 + 10) {
-            let seen: Vec<_> = (0..3 * POINTS_PER_PARTITION as i64).map(|o| (o, o)).collect();
+            let seen: Vec<_> = (0..3 * POINTS_PER_PARTITION as i64)
+                .map(|o| (o, o))
+                .collect();
             index.learn(&key(p), i64::MAX, &seen);
         }
         let parts = index.parts.lock().unwrap();
         assert_eq!(parts.len(), PARTITIONS);
-        assert!(parts.values().all(|p| p.points.len() <= POINTS_PER_PARTITION));
+        assert!(parts
+            .values()
+            .all(|p| p.points.len() <= POINTS_PER_PARTITION));
         // Spread over the whole partition still.
         let last = parts.values().next().unwrap().points.keys().last().copied();
         assert!(last.unwrap() > 2 * POINTS_PER_PARTITION as i64);
