@@ -694,15 +694,15 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     read_windows_with(&readers, config, plan, deadline, cancel, ready)
 }
 
-/// The readers of windows: one for the probes, one for the scans. One pair serves every topic
-/// and window of a trace (each used by one topic at a time), so a trace opens two clients'
-/// connections, not two per topic. Never kept past the read that made them: a client that
-/// outlives a topic it read crashes librdkafka when the topic is deleted (its metadata cache).
+/// The reader of a trace's offset probes, shared by its topics and windows (one topic's round
+/// at a time), so a trace opens one probing client's connections, not one per topic. Each topic's
+/// scan keeps a reader of its own: a scanner handed from one topic to the next was measured to
+/// read nothing of the second for its whole idle wait. Never kept past the read that made it: a
+/// client that outlives a topic it read crashes librdkafka when the topic is deleted (its
+/// metadata cache).
 pub struct WindowReaders {
     probe: Reader,
     probing: Mutex<()>,
-    scanner: Reader,
-    scanning: Mutex<()>,
 }
 
 impl WindowReaders {
@@ -710,9 +710,6 @@ impl WindowReaders {
         Ok(WindowReaders {
             probe: probe_reader(config, Fetch::OneBatch)?,
             probing: Mutex::new(()),
-            // Created now, so that it is connected by the time the windows are found.
-            scanner: probe_reader(config, Fetch::Windows)?,
-            scanning: Mutex::new(()),
         })
     }
 }
@@ -731,6 +728,9 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let topic = plan.topic.as_str();
     let started = Instant::now();
     let consumer = &readers.probe;
+    // Created now, so that it is connected by the time the windows are found.
+    let scanner = probe_reader(config, Fetch::Windows)?;
+    let scan_turn = Mutex::new(());
     let marks = watermarks(consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
@@ -756,7 +756,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
     let scan = Scan {
-        scanner: (&readers.scanner, &readers.scanning),
+        scanner: (&scanner, &scan_turn),
         servers,
         topic,
         cancel,
