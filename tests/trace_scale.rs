@@ -433,6 +433,157 @@ async fn an_unknown_id_reads_only_the_default_window_and_says_so() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The process's index of offsets by time (earlier traces' probes and scans) only narrows a search
+// ---------------------------------------------------------------------------------------------
+
+/// The timeline entries of a trace at `ms` (its JSON).
+fn entries_at(
+    r: &headless::Document<idemguard::console::read::timeline::Timeline>,
+    ms: i64,
+) -> usize {
+    let j = serde_json::to_value(r).unwrap()["data"].clone();
+    let entries = j["entries"].as_array().unwrap().clone();
+    entries.iter().filter(|e| e["at_ms"] == ms).count()
+}
+
+/// Trace events of the order on both edges of its window, `[t − margin, t + 2 s + margin]`
+/// (its rows' times are `t` and `t + 2 s`).
+fn edge_events(order: &TracedOrder, t: i64, margin: i64) -> Vec<Out> {
+    [t - margin, t + 2_000 + margin]
+        .into_iter()
+        .map(|ms| {
+            let e = TraceEvent::new(Layer::Api, Outcome::Replayed).order_no(&order.order_no);
+            trace_event(e, ms)
+        })
+        .collect()
+}
+
+/// A neighbour's trace leaves the index points right at the next order's window start (its
+/// window ends where the other begins), and a second trace of the order finds its bounds among
+/// the points its first trace left: each still finds the events on both edges of the window —
+/// the second in fewer probes than the first.
+#[tokio::test]
+async fn an_index_narrowed_by_earlier_traces_still_finds_the_windows_edges() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let margin = config.console.trace_margin.as_millis() as i64;
+    let now = now_ms();
+    let t = now - 3 * DAY_MS;
+    let order = TracedOrder::new("20261127000000000edg".into());
+    // The neighbour's window, [tn − margin, tn + 2 s + margin], ends at the order's start.
+    let tn = t - 2 * margin - 2_000;
+    let neighbour = TracedOrder::new("20261127000000000nbr".into());
+    order.write_rows(&db, t).await;
+    neighbour.write_rows(&db, tn).await;
+    let mut out = filler(30_000, 6_000, now);
+    out.extend(order.messages(t));
+    out.extend(edge_events(&order, t, margin));
+    out.extend(neighbour.messages(tn));
+    produce(&config, "consistent_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&neighbour.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    let mut probes = Vec::new();
+    for _ in 0..2 {
+        let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+        assert!(r.ok, "{}", r.failures());
+        assert_eq!(entries_at(&r, t - margin), 1, "the window's first ms");
+        assert_eq!(
+            entries_at(&r, t + 2_000 + margin),
+            1,
+            "the window's last ms"
+        );
+        let cost = r.data.read_cost.unwrap();
+        probes.push(cost.topics.iter().map(|c| c.offset_probes).sum::<u64>());
+    }
+    assert!(
+        probes[1] < probes[0],
+        "probes of the two traces: {probes:?}"
+    );
+}
+
+/// Deletes `names` and creates them again, empty (3 partitions): the same names, other topics.
+async fn recreate_topics(config: &Config, names: &[String]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        idemguard::kafka_client::client_config(&config.kafka)
+            .create()
+            .unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for r in admin.delete_topics(&refs, &opts).await.unwrap() {
+        r.unwrap_or_else(|(t, e)| panic!("cannot delete topic {t}: {e}"));
+    }
+    let topics: Vec<NewTopic> = names
+        .iter()
+        .map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1)))
+        .collect();
+    for _ in 0..50 {
+        let created = admin.create_topics(&topics, &opts).await.unwrap();
+        if created.iter().all(Result::is_ok) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("cannot create {names:?} again");
+}
+
+/// A topic deleted and created again under the same name, its offsets at other times: the index
+/// the first topic's traces left points the search the wrong way, and the trace still reads
+/// the right window (the order's messages, and its window's edges, are found).
+#[tokio::test]
+async fn a_topic_created_again_with_other_times_gives_the_right_window() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let margin = config.console.trace_margin.as_millis() as i64;
+    let now = now_ms();
+    let first = TracedOrder::new("20261127000000000fst".into());
+    let t1 = now - 5 * DAY_MS;
+    first.write_rows(&db, t1).await;
+    let mut out = filler(20_000, 4_000, now);
+    out.extend(first.messages(t1));
+    produce(&config, "consistent_random", out);
+    let r = headless::trace(&config, &TraceTarget::classify(&first.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    assert_eq!(kafka_entries(&serde_json::to_value(&r).unwrap()["data"]), 1);
+
+    let names = [
+        config.kafka.payment_topic.clone(),
+        config.kafka.trace_topic.clone(),
+    ];
+    recreate_topics(&config, &names).await;
+    // The same seven days, the messages a tenth as many and crowded into its last day: every
+    // offset the index knows now holds a message of another time.
+    let second = TracedOrder::new("20261127000000000snd".into());
+    let t2 = now - DAY_MS / 2;
+    second.write_rows(&db, t2).await;
+    let mut out: Vec<Out> = filler(20_000, 4_000, now)
+        .into_iter()
+        .step_by(10)
+        .map(|mut m| {
+            m.ts = now - DAY_MS + (m.ts - (now - 7 * DAY_MS)) / 7;
+            m
+        })
+        .collect();
+    out.extend(second.messages(t2));
+    out.extend(edge_events(&second, t2, margin));
+    produce(&config, "consistent_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&second.order_no)).await;
+    assert!(r.ok, "{}", r.failures());
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 1, "the payment message: {j:#}");
+    assert_eq!(entries_at(&r, t2 - margin), 1, "the window's first ms");
+    assert_eq!(
+        entries_at(&r, t2 + 2_000 + margin),
+        1,
+        "the window's last ms"
+    );
+    // The first order's trace, on the new topics: nothing of it is there any more.
+    let r = headless::trace(&config, &TraceTarget::classify(&first.order_no)).await;
+    let j = serde_json::to_value(&r).unwrap()["data"].clone();
+    assert_eq!(kafka_entries(&j), 0, "{j:#}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // The database side stays index-only at scale
 // ---------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ use crate::console::read::records::{TraceIds, TraceRows};
 use crate::console::read::sources::blocking;
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline;
-use crate::console::read::topics::{self, PaymentMessage, StartAt};
+use crate::console::read::topics::{self, PaymentMessage, StartAt, WindowReaders};
 use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
 
 /// What a trace says without a trace topic (`kafka.trace_topic = ""`: a team's own system).
@@ -306,8 +306,16 @@ pub async fn read_topics_counting(
     });
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
+    // One pair of readers for both topics and every window of the trace (see WindowReaders).
+    let readers = match WindowReaders::new(config) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            let again = anyhow::anyhow!("{e:#}");
+            return (Err(e), Err(again), cost);
+        }
+    };
     if config.kafka.trace_topic.is_empty() {
-        let read = read_payments_in(config, payment_plan, keep, cancel, progress).await;
+        let read = read_payments_in(config, &readers, payment_plan, keep, cancel, progress).await;
         let payments = read.map(|(p, _, c)| {
             cost.topics.push(c);
             p
@@ -321,7 +329,14 @@ pub async fn read_topics_counting(
         let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
         let (grown, kept) = tokio::sync::oneshot::channel();
         let payments = async {
-            let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress);
+            let read = read_payments_in(
+                config,
+                &readers,
+                payment_plan,
+                keep.clone(),
+                cancel,
+                progress,
+            );
             let read = read.await;
             let k = read
                 .as_ref()
@@ -329,7 +344,13 @@ pub async fn read_topics_counting(
             let _ = grown.send(k);
             read
         };
-        let log = read_trace_log_after(config, trace_plan, keep.clone(), kept, cancel, progress);
+        let log = read_trace_log_after(
+            config,
+            &readers,
+            (trace_plan, keep.clone(), kept),
+            cancel,
+            progress,
+        );
         let (payments, log) = tokio::join!(payments, log);
         cost.concurrent = true;
         let payments = payments.map(|(p, _, c)| {
@@ -342,8 +363,15 @@ pub async fn read_topics_counting(
         });
         return (payments, log, cost);
     }
-    let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress).await;
-    let (payments, keep) = match read {
+    let read = read_payments_in(
+        config,
+        &readers,
+        payment_plan,
+        keep.clone(),
+        cancel,
+        progress,
+    );
+    let (payments, keep) = match read.await {
         Ok((p, k, c)) => {
             cost.topics.push(c);
             (Ok(p), k)
@@ -351,7 +379,7 @@ pub async fn read_topics_counting(
         Err(e) => (Err(e), keep),
     };
     let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let log = read_trace_log_in(config, trace_plan, &keep, cancel, progress)
+    let log = read_trace_log_in(config, &readers, trace_plan, &keep, cancel, progress)
         .await
         .map(|(log, c)| {
             cost.topics.push(c);
@@ -392,9 +420,17 @@ pub async fn read_window(
     ReadCost,
 ) {
     let mut cost = ReadCost::default();
+    let readers = match WindowReaders::new(config) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            let again = anyhow::anyhow!("{e:#}");
+            return (Err(e), Err(again), cost);
+        }
+    };
     let plan = |topic: &str| window_plan(config, topic, window);
     let payments = read_payments_in(
         config,
+        &readers,
         plan(&config.kafka.payment_topic),
         Keep::all(),
         cancel,
@@ -405,12 +441,20 @@ pub async fn read_window(
         cost.topics.push(c);
         index
     });
-    let log = read_trace_log_window(config, window, cancel)
-        .await
-        .map(|(log, c)| {
-            cost.topics.push(c);
-            log
-        });
+    let plan = window_plan(config, &config.kafka.trace_topic, window);
+    let log = read_trace_log_in(
+        config,
+        &readers,
+        plan,
+        &Keep::all(),
+        cancel,
+        &Scanned::default(),
+    )
+    .await
+    .map(|(log, c)| {
+        cost.topics.push(c);
+        log
+    });
     (payments, log, cost)
 }
 
@@ -422,7 +466,16 @@ pub async fn read_trace_log_window(
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let plan = window_plan(config, &config.kafka.trace_topic, window);
-    read_trace_log_in(config, plan, &Keep::all(), cancel, &Scanned::default()).await
+    let readers = Arc::new(WindowReaders::new(config)?);
+    read_trace_log_in(
+        config,
+        &readers,
+        plan,
+        &Keep::all(),
+        cancel,
+        &Scanned::default(),
+    )
+    .await
 }
 
 /// The plan of a read of `window` of `topic`, every partition, its edges exact.
@@ -440,23 +493,26 @@ pub fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPla
 /// The payment messages of `plan`'s windows that name what `keep` keeps (growing it).
 async fn read_payments_in(
     config: &Config,
+    readers: &Arc<WindowReaders>,
     plan: TopicPlan,
     keep: Keep,
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> anyhow::Result<(PaymentIndex, Keep, TopicCost)> {
     let c = config.clone();
-    let (cancel, progress) = (cancel.clone(), progress.clone());
+    let (cancel, progress, readers) = (cancel.clone(), progress.clone(), readers.clone());
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
-        let cost = topics::read_windows(&c, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+        let each = |m: &rdkafka::message::BorrowedMessage<'_>| {
             progress.fetch_add(1, Ordering::Relaxed);
             let m = PaymentMessage::from_kafka(m, &c.kafka_ids.payment);
             if keep.message(&m) {
                 index.ingest(m);
             }
-        })?;
+        };
+        let deadline = TOPIC_READ_DEADLINE;
+        let cost = topics::read_windows_with(&readers, &c, &plan, deadline, &cancel, || each)?;
         Ok((index, keep, cost))
     })
     .await
@@ -467,14 +523,13 @@ async fn read_payments_in(
 /// word): the windows' offsets are found before it is needed.
 async fn read_trace_log_after(
     config: &Config,
-    plan: TopicPlan,
-    keep: Keep,
-    grown: tokio::sync::oneshot::Receiver<Keep>,
+    readers: &Arc<WindowReaders>,
+    (plan, keep, grown): (TopicPlan, Keep, tokio::sync::oneshot::Receiver<Keep>),
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let c = config.clone();
-    let (cancel, progress) = (cancel.clone(), progress.clone());
+    let (cancel, progress, readers) = (cancel.clone(), progress.clone(), readers.clone());
     blocking(move || {
         let mut log = TraceLog::default();
         let into = &mut log;
@@ -490,7 +545,8 @@ async fn read_trace_log_after(
                 }
             }
         };
-        let cost = topics::read_windows_when(&c, &plan, TOPIC_READ_DEADLINE, &cancel, ready)?;
+        let deadline = TOPIC_READ_DEADLINE;
+        let cost = topics::read_windows_with(&readers, &c, &plan, deadline, &cancel, ready)?;
         Ok((log, cost))
     })
     .await
@@ -500,6 +556,7 @@ async fn read_trace_log_after(
 /// with nothing more to wait for.
 async fn read_trace_log_in(
     config: &Config,
+    readers: &Arc<WindowReaders>,
     plan: TopicPlan,
     keep: &Keep,
     cancel: &CancellationToken,
@@ -507,7 +564,8 @@ async fn read_trace_log_in(
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let (known, kept) = tokio::sync::oneshot::channel();
     let _ = known.send(keep.clone());
-    read_trace_log_after(config, plan, keep.clone(), kept, cancel, progress).await
+    let plan = (plan, keep.clone(), kept);
+    read_trace_log_after(config, readers, plan, cancel, progress).await
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end): the

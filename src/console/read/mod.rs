@@ -27,6 +27,7 @@ pub mod records;
 pub mod seek;
 pub mod sources;
 pub mod store;
+pub mod time_index;
 pub mod timeline;
 pub mod topics;
 pub mod trace;

@@ -57,6 +57,9 @@ pub struct Seek {
     /// The length of the window searched for, ms; 0: the exact offset is wanted.
     window_ms: i64,
     probes: u64,
+    /// Messages an earlier read met (offset, timestamp), not checked: where to probe, never
+    /// what narrows the range ([`anchored`](Self::anchored)).
+    anchors: Vec<(i64, i64)>,
 }
 
 impl Seek {
@@ -72,7 +75,18 @@ impl Seek {
             bisect_next: false,
             window_ms: 0,
             probes: 0,
+            anchors: Vec::new(),
         }
+    }
+
+    /// Points an earlier search or scan of the partition met ([`time_index`](super::time_index)),
+    /// trusted for nothing: they only choose the probes. Two points around the target closer
+    /// than the slack are probed themselves (two probes then bracket the answer); farther apart,
+    /// the interpolation runs between them instead of between the points probed. A stale point
+    /// (a topic created again) is probed like any guess, and the answer is what the probe reads.
+    pub fn anchored(mut self, points: Vec<(i64, i64)>) -> Seek {
+        self.anchors = points;
+        self
     }
 
     /// A bound of a window of `window_ms` that a reader may read a little past (a trace's): the
@@ -105,7 +119,12 @@ impl Seek {
     /// messages a window holds at the density between the nearest messages known on either side,
     /// at most [`SCAN_INSTEAD_OF_PROBING`].
     fn slack(&self) -> i64 {
-        match (self.below, self.above) {
+        self.slack_between(self.below, self.above)
+    }
+
+    /// [`slack`](Self::slack) at the density between two points.
+    fn slack_between(&self, below: Option<(i64, i64)>, above: Option<(i64, i64)>) -> i64 {
+        match (below, above) {
             (Some((bo, bt)), Some((ao, at))) if self.window_ms > 0 && at > bt => {
                 let held = (ao - bo) as i128 * self.window_ms as i128 / (at - bt) as i128;
                 (held / WINDOW_SHARE as i128).min(SCAN_INSTEAD_OF_PROBING as i128) as i64
@@ -125,7 +144,17 @@ impl Seek {
             return None;
         }
         let (lo, hi) = (self.lo, self.hi);
-        let (at, interpolated) = match (self.below, self.above) {
+        let (below, above) = self.nearest();
+        let (at, interpolated) = match (below, above) {
+            // Anchors (or one anchor and a point probed) closer than the slack: probing the
+            // anchors brackets the answer.
+            (Some(b), Some(a)) if a.0 - b.0 - 1 <= self.slack_between(Some(b), Some(a)) => {
+                if Some(a) != self.above {
+                    (a.0, false)
+                } else {
+                    (b.0, false)
+                }
+            }
             // The far end's time makes the first interpolation possible.
             (Some(_), None) if !self.end_probed && hi - lo > 1 => {
                 self.end_probed = true;
@@ -136,7 +165,7 @@ impl Seek {
                 let guess = bo as i128 + span / (at - bt) as i128;
                 // Lean toward the far end: a good guess then narrows the far side to near the
                 // answer, and the next one the near side (0 for an exact search).
-                let lean = (self.slack() / 8) as i128;
+                let lean = (self.slack_between(below, above) / 8) as i128;
                 let (lo, hi) = (lo as i128, hi as i128);
                 let guess = if hi - guess > guess - lo {
                     guess + lean
@@ -149,6 +178,26 @@ impl Seek {
         };
         self.pending = Some((at, interpolated, hi - lo));
         Some(at)
+    }
+
+    /// The nearest points known below and at or after the target: those probed, or an anchor
+    /// inside the range still open (every anchor probed falls out of it).
+    fn nearest(&self) -> (Option<(i64, i64)>, Option<(i64, i64)>) {
+        let (mut below, mut above) = (self.below, self.above);
+        let open = self
+            .anchors
+            .iter()
+            .filter(|(o, _)| *o >= self.lo && *o < self.hi);
+        for &(o, ts) in open {
+            if ts < self.target_ms {
+                if below.is_none_or(|b| o > b.0) {
+                    below = Some((o, ts));
+                }
+            } else if above.is_none_or(|a| o < a.0) {
+                above = Some((o, ts));
+            }
+        }
+        (below, above)
     }
 
     /// What the probe at `at` answered: the first message at or after it (offset, timestamp),
@@ -368,6 +417,73 @@ mod tests {
             let first = at(found).map_or(1_000, |(o, _)| o);
             let want = (target + (target & 1)).min(1_000);
             assert_eq!(first, want, "target {target}: found {found}");
+        }
+    }
+
+    /// [`run_scanning`] with anchors: (bracket, probes).
+    fn run_anchored(
+        ts: &[i64],
+        target: i64,
+        window_ms: i64,
+        anchors: Vec<(i64, i64)>,
+    ) -> ((i64, i64), u64) {
+        let mut s = Seek::new(0, ts.len() as i64, target)
+            .scanning(window_ms)
+            .anchored(anchors)
+            .knowing(0, Some((0, ts[0])));
+        let mut guard = 0;
+        while let Some(at) = s.next_probe() {
+            s.answer(at, ts.get(at as usize).map(|t| (at, *t)));
+            guard += 1;
+            assert!(guard < 200, "the search does not end");
+        }
+        (s.bracket().unwrap(), s.probes())
+    }
+
+    /// Anchors of the partition itself (every 64th message, what a scan leaves) bracket a bound
+    /// in two probes; anchors of another partition's times (a topic created again) cost probes,
+    /// never the answer: the bracket still holds the exact offset.
+    #[test]
+    fn anchors_choose_the_probes_and_never_the_answer() {
+        let window_ms = 20 * 60_000;
+        let all = distributions();
+        for (i, (name, ts)) in all.iter().enumerate() {
+            let (_, other) = &all[(i + 1) % all.len()];
+            let (mut seed, mut more_than_two) = (13, 0);
+            for _ in 0..100 {
+                let (first, last) = (ts[0], *ts.last().unwrap());
+                let target = first + (lcg(&mut seed) % (last - first + 10) as u64) as i64;
+                let want = exact(ts, target);
+                let own: Vec<_> = (0..ts.len() as i64)
+                    .step_by(64)
+                    .map(|o| (o, ts[o as usize]))
+                    .collect();
+                let ((lo, hi), p) = run_anchored(ts, target, window_ms, own);
+                assert!(
+                    lo <= want && want <= hi,
+                    "{name}: {want} not in [{lo}, {hi}]"
+                );
+                more_than_two += u32::from(p > 2);
+                assert!(p <= 2 * 22 + 8, "{name}: {p} probes");
+                let stale: Vec<_> = (0..other.len() as i64)
+                    .step_by(997)
+                    .map(|o| (o, other[o as usize]))
+                    .collect();
+                let ((lo, hi), p) = run_anchored(ts, target, window_ms, stale);
+                assert!(
+                    lo <= want && want <= hi,
+                    "{name}, stale: {want} not in [{lo}, {hi}]"
+                );
+                assert!(p <= 2 * 22 + 8, "{name}, stale: {p} probes");
+            }
+            // Even timestamps: a window holds ~4,000 messages, the anchors 64 apart are within
+            // the slack (an eighth of them) but past the partition's last one.
+            if *name == "even" {
+                assert!(
+                    more_than_two <= 5,
+                    "{more_than_two} of 100 bounds took > 2 probes"
+                );
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //! reading can never steal partitions from (or move the offsets of) the real consumer.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TopicIds};
 use crate::console::read::seek::Seek;
+use crate::console::read::time_index::{self, TimeIndex};
 use crate::contracts::{PaymentSucceeded, TraceEvent};
 
 /// How long one metadata / watermark / offset request may take before the broker counts as down.
@@ -421,6 +423,8 @@ type Probed = Option<(i64, i64)>;
 /// whatever the number of partitions read.
 struct OffsetLookup<'a> {
     consumer: &'a Reader,
+    /// Held for a round: the reader may be shared with the lookups of other topics.
+    turn: &'a Mutex<()>,
     topic: &'a str,
     /// `Some(false)` once the broker's answer failed a check: it is not asked again.
     broker_truthful: Option<bool>,
@@ -428,17 +432,55 @@ struct OffsetLookup<'a> {
     /// Per partition, what every probe answered: a later search starts from what is known.
     seen: BTreeMap<i32, Vec<(i64, Probed)>>,
     cancel: CancellationToken,
+    /// What earlier reads of the process learned (anchors for the searches, see
+    /// [`time_index`](super::time_index)), and the brokers it is keyed by.
+    index: &'static TimeIndex,
+    servers: &'a str,
 }
 
 impl<'a> OffsetLookup<'a> {
-    fn new(consumer: &'a Reader, topic: &'a str, cancel: &CancellationToken) -> Self {
+    fn new(
+        (consumer, turn): (&'a Reader, &'a Mutex<()>),
+        servers: &'a str,
+        topic: &'a str,
+        cancel: &CancellationToken,
+    ) -> Self {
         OffsetLookup {
             consumer,
+            turn,
             topic,
             broker_truthful: None,
             probes: 0,
             seen: BTreeMap::new(),
             cancel: cancel.clone(),
+            index: time_index::shared(),
+            servers,
+        }
+    }
+
+    fn key(&self, partition: i32) -> time_index::PartitionKey {
+        (self.servers.to_string(), self.topic.to_string(), partition)
+    }
+
+    /// Messages a scan read (partition, offset, timestamp): as good as probes at their offsets.
+    fn saw(&mut self, messages: Vec<(i32, i64, i64)>) {
+        for (p, o, ts) in messages {
+            self.seen.entry(p).or_default().push((o, Some((o, ts))));
+        }
+    }
+
+    /// Hands what the probes read to the process's index, each partition with its `end`
+    /// (partition, low, end).
+    fn remember(&self, ends: &[(i32, i64, i64)]) {
+        for &(p, _, end) in ends {
+            let seen: Vec<(i64, i64)> = self
+                .seen
+                .get(&p)
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, got)| *got)
+                .collect();
+            self.index.learn(&self.key(p), end, &seen);
         }
     }
 
@@ -452,6 +494,7 @@ impl<'a> OffsetLookup<'a> {
         for &(p, at) in probes {
             tpl.add_partition_offset(self.topic, p, Offset::Offset(at))?;
         }
+        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
         self.consumer.assign(&tpl)?;
         self.probes += probes.len() as u64;
         let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
@@ -465,6 +508,7 @@ impl<'a> OffsetLookup<'a> {
                 )
             }
             let (p, got) = match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) if m.topic() != self.topic => continue,
                 Some(Ok(m)) => {
                     let at = probes
                         .iter()
@@ -535,7 +579,10 @@ impl<'a> OffsetLookup<'a> {
             .iter()
             .map(|&(p, low, high, ms)| {
                 let known = self.seen.get(&p).map_or(&[][..], Vec::as_slice);
-                let seek = Seek::new(low, high, ms).scanning(window_ms);
+                let anchors = self.index.points(&self.key(p), low, high);
+                let seek = Seek::new(low, high, ms)
+                    .scanning(window_ms)
+                    .anchored(anchors);
                 let seek = known.iter().fold(seek, |s, &(at, got)| s.knowing(at, got));
                 (p, seek)
             })
@@ -643,17 +690,51 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     cancel: &CancellationToken,
     ready: impl FnOnce() -> F,
 ) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    let readers = WindowReaders::new(config)?;
+    read_windows_with(&readers, config, plan, deadline, cancel, ready)
+}
+
+/// The reader of a trace's offset probes, shared by its topics and windows (one topic's round
+/// at a time), so a trace opens one probing client's connections, not one per topic. Each topic's
+/// scan keeps a reader of its own: a scanner handed from one topic to the next was measured to
+/// read nothing of the second for its whole idle wait. Never kept past the read that made it: a
+/// client that outlives a topic it read crashes librdkafka when the topic is deleted (its
+/// metadata cache).
+pub struct WindowReaders {
+    probe: Reader,
+    probing: Mutex<()>,
+}
+
+impl WindowReaders {
+    pub fn new(config: &Config) -> anyhow::Result<WindowReaders> {
+        Ok(WindowReaders {
+            probe: probe_reader(config, Fetch::OneBatch)?,
+            probing: Mutex::new(()),
+        })
+    }
+}
+
+/// [`read_windows_when`] with `readers` (a trace's, shared by its topics).
+pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
+    readers: &WindowReaders,
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    ready: impl FnOnce() -> F,
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
     use crate::console::read::window::{ReadTimes, TopicCost};
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let consumer = probe_reader(config, Fetch::OneBatch)?;
+    let consumer = &readers.probe;
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
-    let marks = watermarks(&consumer, servers, topic)?;
+    let scan_turn = Mutex::new(());
+    let marks = watermarks(consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
-    let mut lookup = OffsetLookup::new(&consumer, topic, cancel);
+    let mut lookup = OffsetLookup::new((consumer, &readers.probing), servers, topic, cancel);
     let of_plan: Vec<_> = marks
         .iter()
         .filter(|(p, _, _)| partitions.contains(p))
@@ -675,7 +756,7 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
     let scan = Scan {
-        scanner: &scanner,
+        scanner: (&scanner, &scan_turn),
         servers,
         topic,
         cancel,
@@ -690,6 +771,7 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
         &mut each,
     )?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
+    lookup.remember(&ends);
     Ok(TopicCost {
         topic: topic.to_string(),
         basis: plan.basis,
@@ -710,7 +792,8 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
 
 /// Where a trace's windows are read.
 struct Scan<'a> {
-    scanner: &'a Reader,
+    /// The reader and its turn (it may be shared with other topics' scans).
+    scanner: (&'a Reader, &'a Mutex<()>),
     servers: &'a str,
     topic: &'a str,
     cancel: &'a CancellationToken,
@@ -733,8 +816,15 @@ impl Scan<'_> {
     ) -> anyhow::Result<(u64, Vec<i32>, Option<String>)> {
         let started = Instant::now();
         let check = ShortcutCheck::default();
+        let sampled = std::cell::RefCell::new(Vec::new());
         let mut checked = |m: &BorrowedMessage<'_>| {
             check.see(plan.partitioner, marks.len() as i32, m);
+            // Every message scanned is what a probe at its offset would read: a few become
+            // anchors for the next search of this time.
+            if m.offset() % time_index::SCAN_SAMPLE == 0 {
+                let ts = m.timestamp().to_millis().unwrap_or(0);
+                sampled.borrow_mut().push((m.partition(), m.offset(), ts));
+            }
             each(m)
         };
         let (scanner, servers, topic) = (self.scanner, self.servers, self.topic);
@@ -747,6 +837,7 @@ impl Scan<'_> {
             self.cancel,
             &mut checked,
         )?;
+        lookup.saw(sampled.take());
         let widened = (partitions.len() < marks.len())
             .then(|| check.failed(plan.partitioner, &partitions))
             .flatten();
@@ -770,6 +861,7 @@ impl Scan<'_> {
             self.cancel,
             &mut checked,
         )?;
+        lookup.saw(sampled.take());
         Ok((scanned, marks.iter().map(|(p, _, _)| *p).collect(), widened))
     }
 }
@@ -909,7 +1001,7 @@ fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<Reader> {
 /// fetch request serves them all), each partition's ranges in order; how many messages were
 /// read. A partition whose ranges are read is paused: its reader must not fetch on.
 fn read_ranges(
-    consumer: &Reader,
+    (consumer, turn): (&Reader, &Mutex<()>),
     servers: &str,
     topic: &str,
     ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
@@ -926,6 +1018,7 @@ fn read_ranges(
     for (p, r) in &left {
         tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].0))?;
     }
+    let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
     consumer
         .assign(&tpl)
         .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
@@ -940,6 +1033,7 @@ fn read_ranges(
             anyhow::bail!("kafka {servers}: reading the windows of {topic} took longer than {deadline:?} ({read} messages read)");
         }
         let finished = match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) if m.topic() != topic => None,
             Some(Ok(m)) => {
                 idle_since = None;
                 let Some(&(_, end)) = left.get(&m.partition()).and_then(|r| r.front()) else {
@@ -1013,13 +1107,16 @@ pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Resul
     let servers = &config.kafka.bootstrap_servers;
     let consumer = probe_reader(config, Fetch::OneBatch)?;
     let marks = watermarks(&consumer, servers, topic)?;
-    let mut lookup = OffsetLookup::new(&consumer, topic, &CancellationToken::new());
+    let turn = Mutex::new(());
+    let never = CancellationToken::new();
+    let mut lookup = OffsetLookup::new((&consumer, &turn), servers, topic, &never);
     let ends = lookup.ends(&marks)?;
     let asks: Vec<_> = ends
         .iter()
         .map(|&(p, low, end)| (p, low, end, since_ms))
         .collect();
     let starts = lookup.first_at_or_after(&asks, 0)?;
+    lookup.remember(&ends);
     let out = ends
         .iter()
         .zip(starts)
