@@ -304,7 +304,7 @@ fn assert_opaque_500(a: &Answer, secret: &str) -> String {
     id
 }
 
-/// Issue 15 item 1 (its HTTP half) and item 2's general rule: a database URL carrying a
+/// A rule for every answer, its HTTP half: a database URL carrying a
 /// password, internal errors forced on every endpoint (the table each one reads is renamed away
 /// before the service first reads it), and no answer carries the secret, the URL or SQL. Once
 /// the table is back, a retry with the same key succeeds: the failed request left a record a
@@ -383,7 +383,7 @@ fn callback(pay_no: &str, order_no: &str) -> serde_json::Value {
     serde_json::json!({"payNo": pay_no, "orderNo": order_no, "amount": 1999})
 }
 
-/// Issue 15 item 6: a payNo booked for order A sent for order B is refused and names A; the
+/// A payNo booked for order A sent for order B is refused and names A; the
 /// second and later payNos for a paid order are refused as duplicate payments naming the first
 /// payNo, traced `duplicate_payment`, never written to payment_flow or the outbox — also when
 /// they all arrive at once. The same payNo for the same order still replays.
@@ -506,7 +506,7 @@ async fn payment_callbacks_book_one_payment_per_order_mysql() {
     payment_callbacks_book_one_payment_per_order(Dialect::Mysql).await;
 }
 
-/// Issue 15 item 4: partial headers, headers a byte at a time, a body a byte at a time and an
+/// Partial headers, headers a byte at a time, a body a byte at a time and an
 /// idle keep-alive connection are all closed within their configured timeouts. (No database
 /// decision is involved: one dialect.)
 #[tokio::test]
@@ -601,7 +601,7 @@ async fn slow_and_idle_clients_are_cut_off() {
     s.stop().await;
 }
 
-/// Issue 15 item 4: 300 idle connections were all held. Connections beyond `max_connections`
+/// 300 idle connections were all held. Connections beyond `max_connections`
 /// are not served until one closes.
 #[tokio::test]
 async fn connections_beyond_the_limit_wait() {
@@ -978,7 +978,7 @@ async fn allow_finalize(db: &Database, dialect: Dialect) {
     sqlx::Executor::execute(&db.pool, sql).await.unwrap();
 }
 
-/// Issue 15 item 2's general rule, for the write after the business effect: the order is created
+/// The rule for every answer, for the write after the business effect: the order is created
 /// but the database refuses to store the record's outcome. The record must not stay PROCESSING
 /// under this live instance (every retry 409, for as long as it lives): the outcome is written
 /// as soon as the database takes it, and the retry gets the order.

@@ -1,4 +1,4 @@
-//! Issue 15, items 13 and 14: the real binary's console in a real terminal (tmux).
+//! The real binary's console in a real terminal (tmux).
 //! - 13: while the console owns the terminal, log lines (an action's `INFO idemguard::trace:
 //!   decision …`) go to its log file, never over the screen; the help screen shows the file.
 //! - 14: `q` while the console reads a large trace topic (`:trace` of an unknown ID) exits at

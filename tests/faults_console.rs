@@ -1,4 +1,4 @@
-//! Issue 20: the console's fault branches, each reached under its fault on the real services.
+//! The console's fault branches, each reached under its fault on the real services.
 //! - Claim 7: the terminal is restored after an error and after a panic inside the console, not
 //!   only after `q` — the real binary in a real terminal (tmux), with its FAULT INJECTION switch
 //!   `IDEMGUARD_FAULT_CONSOLE`.

@@ -1,4 +1,4 @@
-//! Issue 15, item 5: `finalize` must never answer FAILED for a request whose order can still be
+//! `finalize` must never answer FAILED for a request whose order can still be
 //! created. The attack, against the real binary on both dialects: hold `SELECT … FOR UPDATE` on a
 //! SKU's stock row, POST /orders with key KA (the create routine blocks on that row), `kill -9`
 //! the service, 12 s later run `idemguard finalize KA --allow-actions`, release the row lock. The

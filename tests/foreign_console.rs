@@ -1,4 +1,4 @@
-//! Issue 17: the TUI checked in a real terminal on the article's system as written
+//! The TUI checked in a real terminal on the article's system as written
 //! (tests/common/article.rs). The real `idemguard console` runs in tmux with the example profile
 //! (no trace topic), its logs in a JSON-lines file of three services and the team's locks in
 //! Redis; what `tmux capture-pane` shows is checked: the trace of an order shows its records,

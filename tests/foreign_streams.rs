@@ -1,4 +1,4 @@
-//! Issue 17, the Redis / Kafka / logs side: a team's system idemguard did not build. Locks are
+//! The Redis / Kafka / logs side: a team's system idemguard did not build. Locks are
 //! written here the way the foreign clients write them — Redisson's lock script through EVAL,
 //! redis-py's `Lock` (the stack's venv), a bare requestId UUID (the article's §3.2) — and read
 //! back through the real binary (`locks --json`, `release-lock`). Every test uses its own key
@@ -64,7 +64,7 @@ fn row<'a>(rows: &'a [Json], key: &str) -> &'a Json {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 2: lock formats
+// lock formats
 // ---------------------------------------------------------------------------------------------
 
 /// Redisson, redis-py, a bare requestId and a key of another type, under the team's own key
@@ -149,7 +149,7 @@ async fn locks_json_lists_every_format_with_its_holder_decoded() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 3: safe release of a Redisson lock
+// safe release of a Redisson lock
 // ---------------------------------------------------------------------------------------------
 
 async fn release_env(p: &str) -> (Vec<(&'static str, String)>, Config) {
@@ -413,7 +413,7 @@ async fn a_plain_token_lock_is_released_by_its_token_and_a_changed_one_is_kept()
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 5: IDs in Kafka message bodies; no trace topic
+// IDs in Kafka message bodies; no trace topic
 // ---------------------------------------------------------------------------------------------
 
 /// Produces `body` to `topic` with no key and no headers: the IDs live in the JSON body only.
@@ -489,7 +489,7 @@ async fn payment_events_with_ids_only_in_the_body_are_found_by_a_trace() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 6: logs as a trace source
+// logs as a trace source
 // ---------------------------------------------------------------------------------------------
 
 fn log_line(ms: i64, service: &str, level: &str, order_no: &str, message: &str) -> String {
@@ -592,7 +592,7 @@ async fn a_json_log_file_of_three_services_appears_in_the_timeline() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 7, Redis half: least privilege
+// Redis half: least privilege
 // ---------------------------------------------------------------------------------------------
 
 /// An ACL user on the main Redis, deleted when dropped.
@@ -609,7 +609,7 @@ impl AclUser {
             .arg(name)
             .arg("reset")
             .arg("on")
-            .arg(">pw-issue17");
+            .arg(">pw-foreign");
         cmd.arg("~*").arg("resetchannels");
         for r in rules {
             cmd.arg(*r);
@@ -623,7 +623,7 @@ impl AclUser {
 
     fn url(&self) -> String {
         self.url
-            .replacen("redis://", &format!("redis://{}:pw-issue17@", self.name), 1)
+            .replacen("redis://", &format!("redis://{}:pw-foreign@", self.name), 1)
     }
 }
 

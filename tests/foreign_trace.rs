@@ -1,4 +1,4 @@
-//! Issue 17, the trace of an order on the article's system as written (tests/common/article.rs),
+//! The trace of an order on the article's system as written (tests/common/article.rs),
 //! through the example profile and the real binary, with no idemguard trace topic:
 //! - its lock, found by the profile's lock patterns (`lock:order:{orderNo}`) and decoded: a
 //!   Redisson RLock's client and thread, a §3.2 `setIfAbsent(lockKey, requestId, 30s)` token

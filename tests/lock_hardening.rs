@@ -1,4 +1,4 @@
-//! Issue 15, the Redis locks: each test replays an attack that worked, against the shared Redis
+//! The Redis locks: each test replays an attack that worked, against the shared Redis
 //! and the RedLock nodes of `scripts/stack up`, with keys unique to the test (deleted at the
 //! end, also when an assertion fails).
 //!
@@ -168,7 +168,7 @@ fn idemguard(config: &Config, args: &[String]) -> (Option<i32>, String) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 3: release-lock judges the stored value, byte for byte
+// release-lock judges the stored value, byte for byte
 // ---------------------------------------------------------------------------------------------
 
 /// While a live holder keeps K, its value with the instance changed to a dead one (same nonce)
@@ -280,7 +280,7 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock_mysql() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 11: fence counters expire, and restart above every earlier token
+// fence counters expire, and restart above every earlier token
 // ---------------------------------------------------------------------------------------------
 
 /// After N acquisitions and releases with a short `lock.fence_ttl`, the number of `fence:` keys
@@ -388,7 +388,7 @@ async fn fence_counters_expire_after_their_locks_and_restart_above_every_earlier
 }
 
 // ---------------------------------------------------------------------------------------------
-// item 12: a key of another type under lock:* hides nothing
+// a key of another type under lock:* hides nothing
 // ---------------------------------------------------------------------------------------------
 
 /// A Redisson lock (a hash) next to idemguard's own locks, on the main Redis and on every RedLock

@@ -1,4 +1,4 @@
-//! Issue 15, item 9: the smaller defects an operator meets, each replayed against the real
+//! The smaller defects an operator meets, each replayed against the real
 //! services (the pure ones have unit tests next to their code: the DLQ reason in
 //! stream::consumer, doctor's closing line, the operator's login name in config, the report's
 //! table header).

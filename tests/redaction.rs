@@ -1,4 +1,4 @@
-//! Issue 15, item 1: a password never leaves the process. A secret is put in every URL of the
+//! A password never leaves the process. A secret is put in every URL of the
 //! configuration, both ways — the userinfo (`postgres://root:S@…`, `redis://:S@…`) and a
 //! password-like query parameter in any case (`?PassWord=S`, `?sslpassword=S`, `?token=S`) — in
 //! the database, the replica, the main Redis and the RedLock nodes; then the real binary's

@@ -1,4 +1,4 @@
-//! Issue 15, item 10: retention is enforced. Rows past their retention go — finished idempotency
+//! Retention is enforced. Rows past their retention go — finished idempotency
 //! records, published outbox rows, the consumer's dedup state — and rows within it stay, as do a
 //! PROCESSING record and an unpublished outbox row; on both dialects, by `idemguard purge` (one
 //! pass, in batches) and by the background task of `serve` and of `consume`.

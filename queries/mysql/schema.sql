@@ -151,7 +151,7 @@ CREATE TABLE IF NOT EXISTS {{processed_event}} (
 -- runs after this file (one definition, also what a team's DBA runs on a foreign system).
 
 -- The post-incident report reads a window of each order-sized table by created_at (schema v4,
--- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs). Outside
+-- without these, `report` read the whole of each table; tests/trace_scale.rs). Outside
 -- CREATE TABLE so that `migrate` adds them to a database created before v4; MySQL has no
 -- CREATE INDEX IF NOT EXISTS, so `migrate` skips one that exists (error 1061).
 CREATE INDEX ix_created_at ON {{order_record}} (created_at);

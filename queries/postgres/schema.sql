@@ -148,7 +148,7 @@ CREATE INDEX IF NOT EXISTS {{processed_event}}_ix_expire_at ON {{processed_event
 -- runs after this file (one definition, also what a team's DBA runs on a foreign system).
 
 -- The post-incident report reads a window of each order-sized table by created_at (schema v4,
--- issue 18: without these, `report` read the whole of each table; tests/trace_scale.rs).
+-- without these, `report` read the whole of each table; tests/trace_scale.rs).
 CREATE INDEX IF NOT EXISTS {{order_record}}_ix_created_at ON {{order_record}} (created_at);
 CREATE INDEX IF NOT EXISTS {{stock_movement}}_ix_created_at ON {{stock_movement}} (created_at);
 CREATE INDEX IF NOT EXISTS {{payment_flow}}_ix_created_at ON {{payment_flow}} (created_at);

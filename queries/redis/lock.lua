@@ -6,7 +6,7 @@
 -- Encoding: ARGV holds each operation's name followed by its arguments; KEYS holds its keys in
 -- the same order. The reply is one entry per operation.
 
--- Fence counters expire (issue 15: one counter per request was left forever, 2,400 keys per
+-- Fence counters expire (one counter per request was left forever, 2,400 keys per
 -- node after 1,200 orders). A counter that is gone restarts at the seed the client sends, its
 -- clock in microseconds, not at 1: every token issued earlier came from a counter seeded at an
 -- earlier clock and raised by one per acquisition, so the restarted one is above all of them as

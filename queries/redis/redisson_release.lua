@@ -1,4 +1,4 @@
--- Release a Redisson RLock the operator saw, and wake its waiters (issue 17).
+-- Release a Redisson RLock the operator saw, and wake its waiters.
 -- KEYS[1] = the lock (a hash: field `<clientId>:<threadId>` = reentrancy count)
 -- KEYS[2] = redisson_lock__channel:{name}
 -- ARGV[1] = the field seen; ARGV[2] = the count seen; ARGV[3] = Redisson's unlock message (0)

@@ -373,7 +373,7 @@ mod tests {
         );
     }
 
-    /// Issue 17, item 3: before the operator confirms the release of a lock idemguard did not
+    /// Before the operator confirms the release of a lock idemguard did not
     /// write, the popup says how it is released and what cannot be guaranteed — and promises
     /// no fence bump.
     #[test]
