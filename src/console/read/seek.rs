@@ -38,6 +38,9 @@ pub const WINDOW_SHARE: i64 = 8;
 /// The search for the first offset in `[low, high)` whose message's timestamp is at or after
 /// `target_ms` (`high` when there is none). Timestamps are assumed non-decreasing in offset; a
 /// small inversion only moves the answer within it (the windows' margins absorb that).
+/// A message's place and time: (offset, timestamp in ms).
+type Point = (i64, i64);
+
 #[derive(Debug, Clone)]
 pub struct Seek {
     target_ms: i64,
@@ -45,9 +48,9 @@ pub struct Seek {
     lo: i64,
     hi: i64,
     /// The last message known before the target: (offset, timestamp), offset < `lo`.
-    below: Option<(i64, i64)>,
+    below: Option<Point>,
     /// A message known at or after the target: (offset, timestamp), offset ≥ `hi`.
-    above: Option<(i64, i64)>,
+    above: Option<Point>,
     /// The last message of the range has been probed (the first probe after `below` is known).
     end_probed: bool,
     /// The probe in flight: where, whether it was interpolated, the range's size before it.
@@ -182,7 +185,7 @@ impl Seek {
 
     /// The nearest points known below and at or after the target: those probed, or an anchor
     /// inside the range still open (every anchor probed falls out of it).
-    fn nearest(&self) -> (Option<(i64, i64)>, Option<(i64, i64)>) {
+    fn nearest(&self) -> (Option<Point>, Option<Point>) {
         let (mut below, mut above) = (self.below, self.above);
         let open = self
             .anchors
