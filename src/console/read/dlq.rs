@@ -114,6 +114,30 @@ impl DlqMessage {
         }
     }
 
+    /// A message as a test draws it: its position, IDs and reason; not parsed.
+    #[cfg(test)]
+    pub fn for_test(partition: i32, offset: i64, order_no: &str, event_id: &str) -> DlqMessage {
+        DlqMessage {
+            target: format!("dlq:test-dlq:{partition}:{offset}"),
+            partition,
+            offset,
+            timestamp_ms: Some(crate::contracts::now_ms() - 60_000),
+            reason: "unparseable: eventId is not a UUID".into(),
+            source: None,
+            order_no: Some(order_no.into()),
+            request_id: None,
+            event_id: Some(event_id.into()),
+            cut: false,
+            returned_from: None,
+            redriven: None,
+            verdict: Verdict::StillPoison {
+                reason: "unparseable".into(),
+                same_reason: true,
+            },
+            parsed: Err("unparseable".into()),
+        }
+    }
+
     /// True when one filter term matches its reason or one of its IDs (case-insensitive).
     pub fn matches(&self, term: &str) -> bool {
         let term = term.to_lowercase();

@@ -59,6 +59,44 @@ impl Drop for TerminalGuard {
     }
 }
 
+/// The console's output to the terminal, held until ratatui flushes a complete frame, which then
+/// leaves in one write inside a synchronized update (DEC mode 2026; a terminal without it ignores
+/// it). Written straight through stdout's 1 KB line buffer, a frame reached the terminal in
+/// pieces, and a terminal (or `tmux capture-pane`) could show half of one: a table's title
+/// without its rows or right border. A frame not flushed (a panic mid-draw) is dropped, never
+/// written after the terminal is restored.
+struct WholeFrames<W: Write> {
+    out: W,
+    frame: Vec<u8>,
+}
+
+impl<W: Write> WholeFrames<W> {
+    fn new(out: W) -> Self {
+        WholeFrames {
+            out,
+            frame: Vec::new(),
+        }
+    }
+}
+
+impl<W: Write> Write for WholeFrames<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.frame.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.frame.is_empty() {
+            let mut whole = Vec::with_capacity(self.frame.len() + 16);
+            crossterm::queue!(whole, crossterm::terminal::BeginSynchronizedUpdate)?;
+            whole.append(&mut self.frame);
+            crossterm::queue!(whole, crossterm::terminal::EndSynchronizedUpdate)?;
+            self.out.write_all(&whole)?;
+        }
+        self.out.flush()
+    }
+}
+
 /// A panic prints on a restored terminal instead of a raw, alternate one.
 fn install_panic_hook() {
     let previous = std::panic::take_hook();
@@ -180,7 +218,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
         EnableBracketedPaste,
         cursor::Hide
     )?;
-    let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(WholeFrames::new(io::stdout())))?;
     let result = run_loop(
         &mut terminal,
         &mut app,
@@ -286,5 +324,60 @@ pub fn release_freed_memory() {
     // SAFETY: malloc_trim only returns free memory to the system; it is thread-safe.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A terminal that records each write it receives.
+    #[derive(Default, Clone)]
+    struct Writes(std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>);
+
+    impl Write for Writes {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.borrow_mut().push(bytes.to_vec());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A full 220x40 frame (tens of kilobytes) reaches the terminal in one write, from the
+    /// start of the synchronized update to its end; an unflushed frame is never written.
+    #[test]
+    fn a_frame_reaches_the_terminal_in_one_write() {
+        let terminal = Writes::default();
+        let backend = CrosstermBackend::new(WholeFrames::new(terminal.clone()));
+        let mut t = Terminal::with_options(
+            backend,
+            ratatui::TerminalOptions {
+                viewport: ratatui::Viewport::Fixed(ratatui::layout::Rect::new(0, 0, 220, 40)),
+            },
+        )
+        .unwrap();
+        t.draw(|f| {
+            let text = "DLQ row │ ".repeat(40);
+            let lines: Vec<ratatui::text::Line<'_>> = (0..40)
+                .map(|_| ratatui::text::Line::raw(text.clone()))
+                .collect();
+            f.render_widget(ratatui::widgets::Paragraph::new(lines), f.area());
+        })
+        .unwrap();
+        let writes = terminal.0.borrow();
+        assert_eq!(writes.len(), 1, "{} writes", writes.len());
+        let frame = String::from_utf8(writes[0].clone()).unwrap();
+        assert!(frame.len() > 8 * 1024, "{}", frame.len());
+        assert!(frame.starts_with("\x1b[?2026h") && frame.ends_with("\x1b[?2026l"));
+        assert_eq!(frame.matches("row").count(), 40 * 22);
+
+        let mut w = WholeFrames::new(Writes::default());
+        w.write_all(b"half a frame").unwrap();
+        assert!(
+            w.out.0.borrow().is_empty(),
+            "nothing leaves before the frame is complete"
+        );
     }
 }

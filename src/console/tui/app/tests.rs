@@ -364,3 +364,95 @@ fn the_health_line_marks_a_plaintext_or_unverified_backend_in_production() {
     let shown = screen(&mut local, 170, 10);
     assert!(!shown.contains("PLAINTEXT"), "{shown}");
 }
+
+/// A DLQ listing of `event_ids`, the whole DLQ view on screen.
+fn dlq_app(event_ids: &[String]) -> App {
+    use crate::console::read::dlq::{DlqListing, DlqMessage};
+    use crate::console::read::window::TimeWindow;
+    let messages = event_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| DlqMessage::for_test(0, i as i64, LEAK_ORDER, id))
+        .collect();
+    let listing = DlqListing {
+        topic: "test-dlq".into(),
+        window: TimeWindow {
+            from_ms: 0,
+            to_ms: now_ms(),
+        },
+        messages,
+        truncated: false,
+        read_cost: None,
+    };
+    let mut a = app();
+    a.apply(Update::Dlq(Ok(Box::new(listing))));
+    key(&mut a, KeyCode::Char('7'));
+    a
+}
+
+/// A message whose eventId holds markup, or is longer than the screen, is a row like any
+/// other: every row drawn, the table's borders whole, at every width.
+#[test]
+fn a_hostile_or_long_event_id_never_hides_the_dlq_rows() {
+    let hostile = "not-a-uuid-0193a1c27b3d<script>x</script>|[l](javascript:1)".to_string();
+    let long = format!("not-a-uuid-{}", "x".repeat(120));
+    let cases = [
+        vec![hostile.clone()],
+        vec![hostile.clone(), long.clone(), hostile.clone()],
+        vec![long.clone(), long.clone(), long.clone()],
+    ];
+    for ids in &cases {
+        for w in [80, 100, 120, 200] {
+            let mut a = dlq_app(ids);
+            key(&mut a, KeyCode::Down);
+            let s = screen(&mut a, w, 24);
+            let rows = s.lines().filter(|l| l.contains(LEAK_ORDER)).count();
+            assert_eq!(rows, ids.len(), "{w} columns, rows missing:\n{s}");
+            let table: Vec<&str> = s
+                .lines()
+                .skip_while(|l| !l.contains("DLQ ["))
+                .take(ids.len() + 2)
+                .collect();
+            assert_whole(&table, w, &s);
+        }
+    }
+}
+
+/// Each line of a table runs to its right border.
+fn assert_whole(table: &[&str], w: u16, s: &str) {
+    for l in table {
+        assert_eq!(l.chars().count(), w as usize, "{w} columns:\n{s}");
+        assert!(l.ends_with(['│', '╮']), "{w} columns, border cut:\n{s}");
+    }
+}
+
+/// The Stuck and Locks views share the DLQ's table: an identifying value wider than the
+/// screen takes the row and is cut at the border, which stays.
+#[test]
+fn an_id_wider_than_the_screen_is_cut_at_the_border() {
+    let long = format!(
+        "APP:ORDER:20261129:{}<b>|[l](javascript:1)",
+        "z".repeat(150)
+    );
+    let mut a = app();
+    let mut s = stuck();
+    s.request_id = long.clone();
+    a.apply(Update::Stuck(Ok(vec![s.clone(), stuck()])));
+    let mut locks = scan();
+    locks.locks[0].key = format!("lock:req:{long}");
+    a.apply(Update::Locks(locks));
+    for (k, title) in [('5', "Stuck records ["), ('3', "Locks [")] {
+        key(&mut a, KeyCode::Char(k));
+        for w in [80, 120, 200] {
+            let s = screen(&mut a, w, 24);
+            assert!(s.contains("APP:ORDER:20261129:zzz"), "{w}:\n{s}");
+            let table: Vec<&str> = s
+                .lines()
+                .skip_while(|l| !l.contains(title))
+                .take(3)
+                .collect();
+            assert_eq!(table.len(), 3, "{w}:\n{s}");
+            assert_whole(&table, w, &s);
+        }
+    }
+}
