@@ -441,20 +441,12 @@ pub async fn read_window(
         cost.topics.push(c);
         index
     });
-    let plan = window_plan(config, &config.kafka.trace_topic, window);
-    let log = read_trace_log_in(
-        config,
-        &readers,
-        plan,
-        &Keep::all(),
-        cancel,
-        &Scanned::default(),
-    )
-    .await
-    .map(|(log, c)| {
-        cost.topics.push(c);
-        log
-    });
+    let log = read_whole_trace_log(config, &readers, window, cancel)
+        .await
+        .map(|(log, c)| {
+            cost.topics.push(c);
+            log
+        });
     (payments, log, cost)
 }
 
@@ -465,11 +457,21 @@ pub async fn read_trace_log_window(
     window: TimeWindow,
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
-    let plan = window_plan(config, &config.kafka.trace_topic, window);
     let readers = Arc::new(WindowReaders::new(config)?);
+    read_whole_trace_log(config, &readers, window, cancel).await
+}
+
+/// The trace topic in `window` with `readers`, every partition, every event kept.
+async fn read_whole_trace_log(
+    config: &Config,
+    readers: &Arc<WindowReaders>,
+    window: TimeWindow,
+    cancel: &CancellationToken,
+) -> anyhow::Result<(TraceLog, TopicCost)> {
+    let plan = window_plan(config, &config.kafka.trace_topic, window);
     read_trace_log_in(
         config,
-        &readers,
+        readers,
         plan,
         &Keep::all(),
         cancel,

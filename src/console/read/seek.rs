@@ -252,16 +252,7 @@ mod tests {
     /// [`run`] for a bound of a window of `window_ms` that may be read past (0: exact):
     /// (bracket, probes).
     fn run_scanning(ts: &[i64], target: i64, window_ms: i64) -> ((i64, i64), u64) {
-        let mut s = Seek::new(0, ts.len() as i64, target)
-            .scanning(window_ms)
-            .knowing(0, Some((0, ts[0])));
-        let mut guard = 0;
-        while let Some(at) = s.next_probe() {
-            s.answer(at, ts.get(at as usize).map(|t| (at, *t)));
-            guard += 1;
-            assert!(guard < 200, "the search does not end");
-        }
-        (s.bracket().unwrap(), s.probes())
+        run_anchored(ts, target, window_ms, Vec::new())
     }
 
     /// A deterministic pseudo-random sequence (no dependency for a test).
