@@ -257,6 +257,12 @@ impl ActionsPane {
         };
         let name = s.results.first().map_or("action", |r| r.action);
         let total = s.results.len() + s.not_attempted;
+        if total == 1 && s.results.len() == 1 {
+            // One action: its own result (target, outcome, detail) says more than counts.
+            let (summary, all_done) = self.apply_results(s.results);
+            self.headline.insert(view, summary.clone());
+            return (summary, all_done);
+        }
         let summary = format!(
             "{name}: {}{} of {total} run — {} {}, {} refused, {} failed, {} not attempted{}",
             if s.cancelled {
