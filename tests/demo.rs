@@ -174,6 +174,9 @@ async fn the_late_event_waits_in_the_dlq_and_a_redrive_applies_it_once(
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // A group of its own, read from the topic's start: a new member of the demo's group may wait
+    // out the session of a demo consumer that never left it before it is given partitions (a run
+    // under load saw nothing applied within 60 s). Every earlier event is a dedup hit.
     let mut consumer = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
         .args([
             "--config",
@@ -189,7 +192,7 @@ async fn the_late_event_waits_in_the_dlq_and_a_redrive_applies_it_once(
         .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &config.kafka.dlq_topic)
         .env(
             "IDEMGUARD_KAFKA__CONSUMER_GROUP",
-            &config.kafka.consumer_group,
+            format!("{}-redriven", config.kafka.consumer_group),
         )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
