@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
@@ -45,6 +45,8 @@ pub struct DemoState {
     pub late_event_order: String,
     pub late_event_id: String,
     pub service: String,
+    /// The consumer group of this run's consumers (its own, started at the payment topic's end).
+    pub consumer_group: String,
     /// Process ids the demo started (all stopped when it ends).
     pub pids: Vec<u32>,
 }
@@ -149,10 +151,18 @@ pub async fn run(
     config_file: Option<std::path::PathBuf>,
     tui: bool,
 ) -> anyhow::Result<DemoState> {
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(120));
+    step(&bar, "making the consumers' group of this run");
+    config.kafka.consumer_group = consumer_group_of_this_run(&config).await?;
     let env: Vec<(&str, String)> = vec![
         ("IDEMGUARD_ENVIRONMENT__NAME", "demo".into()),
         ("IDEMGUARD_ENVIRONMENT__COLOR", "magenta".into()),
         ("IDEMGUARD_LOG", "error".into()),
+        (
+            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+            config.kafka.consumer_group.clone(),
+        ),
     ];
     config.environment.name = "demo".into();
     config.environment.color = "magenta".into();
@@ -161,8 +171,6 @@ pub async fn run(
     config.console.stuck_threshold = config.instance.heartbeat_ttl;
     let cf = config_file.as_deref();
 
-    let bar = ProgressBar::new_spinner();
-    bar.enable_steady_tick(Duration::from_millis(120));
     step(&bar, "migrating the database");
     let db = Database::connect(&config).await?;
     migrate::migrate(&db).await?;
@@ -235,6 +243,7 @@ pub async fn run(
         stuck_request_id: stuck,
         dead_lock_key: dead_lock,
         service: base,
+        consumer_group: config.kafka.consumer_group.clone(),
         pids: children.procs.iter().filter_map(|(_, c)| c.id()).collect(),
     };
     bar.finish_and_clear();
@@ -423,6 +432,51 @@ async fn until_dead_lettered(config: &Config, event_id: &str, since_ms: i64) -> 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The demo's consumers form a group of their own, named for the run, whose offsets are first
+/// committed at the payment topic's current end: the run reads its own events, not every earlier
+/// run's. A group that other members just left can wait on the broker before it is given
+/// partitions (tansu 0.6 was seen holding the configured group without an assignment for over
+/// five minutes after a demo's two consumers left it), while the demo's story needs its
+/// consumers at work at once.
+async fn consumer_group_of_this_run(config: &Config) -> anyhow::Result<String> {
+    let group = format!(
+        "{}-demo-{}",
+        config.kafka.consumer_group,
+        uuid::Uuid::now_v7().simple()
+    );
+    let kafka = config.kafka.clone();
+    let named = group.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let wait = Duration::from_secs(10);
+        let c: BaseConsumer = crate::kafka_client::client_config(&kafka)
+            .set("group.id", &named)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let topic = kafka.payment_topic.as_str();
+        let metadata = c.fetch_metadata(Some(topic), wait)?;
+        let partitions = metadata
+            .topics()
+            .first()
+            .map_or(0, |t| t.partitions().len());
+        anyhow::ensure!(
+            partitions > 0,
+            "the payment topic {topic} has no partitions (run `idemguard doctor`)"
+        );
+        let mut ends = TopicPartitionList::new();
+        for p in 0..partitions as i32 {
+            let (_, high) = c.fetch_watermarks(topic, p, wait)?;
+            ends.add_partition_offset(topic, p, Offset::Offset(high))?;
+        }
+        c.commit(&ends, CommitMode::Sync)?;
+        Ok(())
+    })
+    .await?
+    .map_err(|e| {
+        anyhow::anyhow!("kafka: starting the demo's consumer group at the payment topic's end: {e}")
+    })?;
+    Ok(group)
 }
 
 /// Re-produces the first `n` payment events (an MQ replay).
