@@ -80,6 +80,9 @@ impl Terminal {
             args.extend(["-e", var.as_str()]);
         }
         args.extend(command);
+        // A pane whose command ended stays, dead, with its last screen, until the session is
+        // killed: a test that waits for a screen reads why the command ended, not an empty one.
+        args.extend([";", "set-option", "-t", &session, "remain-on-exit", "on"]);
         let started = tmux(&args);
         assert!(
             started.status.success(),
@@ -105,6 +108,35 @@ impl Terminal {
         String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout)
             .trim()
             .to_string()
+    }
+
+    /// Whether the pane's command still runs, or how it ended, or that tmux has no such session.
+    fn pane_state(&self) -> String {
+        let out = tmux(&[
+            "display",
+            "-p",
+            "-t",
+            &self.session,
+            "pane_dead=#{pane_dead} pane_dead_status=#{pane_dead_status} pane_pid=#{pane_pid}",
+        ]);
+        if !out.status.success() {
+            format!(
+                "tmux has no session {}: {}",
+                self.session,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        } else {
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !state.starts_with("pane_dead=1") {
+                return state;
+            }
+            // A dead pane's last output is in its history, above tmux's "Pane is dead" line.
+            let all = tmux(&["capture-pane", "-p", "-S", "-", "-t", &self.session]);
+            let all = String::from_utf8_lossy(&all.stdout);
+            let lines: Vec<&str> = all.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            format!("{state}; its last output:\n{tail}\n")
+        }
     }
 
     /// tmux key names or strings, as `send-keys` takes them: `["q"]`, `[":trace X", "Enter"]`.
@@ -133,7 +165,8 @@ impl Terminal {
                 let flags = (self.flag("#{alternate_on}"), self.flag("#{cursor_flag}"));
                 panic!(
                     "tmux: {what} did not appear within {within:?} \
-                     (alternate_on, cursor_flag = {flags:?}):\n{s}"
+                     (alternate_on, cursor_flag = {flags:?}; {}):\n{s}",
+                    self.pane_state()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
