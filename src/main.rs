@@ -94,7 +94,8 @@ enum ProfileCommand {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create every table and index in the configured database (safe to run twice, or twice at once)
+    /// Create every table and index in the configured database (safe to run twice, or twice at
+    /// once)
     Migrate,
     /// Check every configured service: database, Redis nodes, Kafka and its topics
     Doctor {
@@ -111,8 +112,10 @@ enum Command {
     /// The source profile of a team's system, read from the live systems (`profile suggest`)
     #[command(subcommand)]
     Profile(ProfileCommand),
-    /// A live duplicate-order incident on the local stack, opened in the console: starts the
-    /// order service and two consumers, drives double clicks, gateway retries, repeated payment
+    /// A live duplicate-order incident on the local stack, opened in the console
+    ///
+    /// Starts the order service and two consumers, drives double clicks, gateway retries, repeated
+    /// payment
     /// callbacks and broker redeliveries, kills a service mid-request and a lock holder, then
     /// opens the console (actions enabled). Quitting the console stops everything it started.
     /// Run it through scripts/demo, which brings the stack up first.
@@ -135,7 +138,9 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<String>,
     },
-    /// Run the order service: POST /orders, POST /payments/callback, GET /orders/{orderNo},
+    /// Run the order service (the API, its idempotency layer and the outbox relay)
+    ///
+    /// Serves POST /orders, POST /payments/callback, GET /orders/{orderNo},
     /// GET /healthz, with the Idempotency-Key layer and the outbox relay; Ctrl-C finishes the
     /// requests in flight, then stops
     Serve {
@@ -158,8 +163,11 @@ enum Command {
         #[arg(long, hide = true)]
         crash_after_publish: bool,
     },
-    /// Replay a duplicate storm (seed §1.1, §6.5) against the real service and consumer, then
-    /// prove from the database that nothing was processed twice. Exit status 1 when an
+    /// Replay a duplicate storm and prove from the database that nothing was processed twice
+    ///
+    /// Drives double clicks, gateway retries, broker redeliveries, crashes or a flash sale
+    /// against the real service and consumer, then checks the invariants in the database. Exit
+    /// status 1 when an
     /// invariant does not hold (the offending IDs are printed).
     #[command(
         after_help = "Each run creates its own topics and consumer group and writes orders whose requestIds \
@@ -196,8 +204,9 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
-    /// Hold one lock in this process until killed or `--hold` passes (tests and the storm
-    /// tester use it to have a real, separate holder they can kill)
+    /// Hold one lock in this process until killed or `--hold` passes
+    ///
+    /// Tests and the storm tester use it to have a real, separate holder they can kill)
     #[command(hide = true)]
     LockHold {
         /// The lock key, e.g. lock:order:2026112914054212300000abcdef
@@ -212,15 +221,19 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         hold: Option<std::time::Duration>,
     },
-    /// Open the operations console (terminal UI): Trace, Locks, Rates, Stuck, Audit and DLQ views,
-    /// live. Read-only unless --allow-actions or environment.allow_actions
+    /// Open the operations console (terminal UI), on its Overview of what is wrong now
+    ///
+    /// Views: Overview, Trace, Locks, Rates, Stuck, Audit and DLQ, live. Read-only unless
+    /// --allow-actions or environment.allow_actions
     Console {
         /// Enable the actions (x release a lock, f finalize a record, r redrive a DLQ message),
         /// each confirmed and audited
         #[arg(long)]
         allow_actions: bool,
     },
-    /// Trace one orderNo, requestId or eventId across every layer (the console's Trace view, once)
+    /// Trace one orderNo, requestId or eventId across every layer
+    ///
+    /// The console's Trace view, once, as a table or JSON
     Trace {
         /// An orderNo, a requestId (has ':') or an eventId (a UUID)
         id: String,
@@ -236,7 +249,9 @@ enum Command {
         #[arg(long)]
         until: Option<String>,
     },
-    /// Every lock:* key with its holder, PTTL, owner liveness and RedLock quorum (SCAN, never KEYS)
+    /// Every lock with its holder, TTL, owner liveness and RedLock quorum
+    ///
+    /// Every lock:* key, read with SCAN (never KEYS)
     Locks {
         #[arg(long)]
         json: bool,
@@ -251,6 +266,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The DLQ's messages, newest first, and what the consumer would do with each now
+    ///
     /// The messages of kafka.dlq_topic, newest first, each with its reason, source, IDs, age,
     /// redrive and what the consumer would do with it now (still poison, would apply, already
     /// applied)
@@ -264,7 +281,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Publish DLQ messages again to their source topic and partition, each once (the ops_audit
+    /// Publish DLQ messages again to their source topic and partition, each once
+    ///
+    /// Audited (the ops_audit
     /// row, written first, is the record: a second redrive is refused; a failed publish may be
     /// retried). Exit 0 done, 4 refused, 1 error (the worst of the messages), 130 interrupted
     Redrive {
@@ -291,8 +310,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Release a stale lock: compare-and-delete of the exact value you saw (idemguard locks), on
-    /// every node; refused when the owner is alive unless --force --reason. Audited in ops_audit.
+    /// Release a stale lock: compare-and-delete of the exact value you saw
+    ///
+    /// On every node (idemguard locks); refused when the owner is alive unless --force --reason.
+    /// Audited in ops_audit.
     /// Exit 0 done, 4 refused, 5 the lock changed hands (nothing deleted), 1 error
     ReleaseLock {
         /// The lock key, e.g. lock:order:2026112914054212300000abcdef
@@ -315,8 +336,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Post-incident report (Markdown, HTML with a picture of each order, or JSON): each
-    /// affected order's cross-layer timeline, which layer stopped each duplicate, every
+    /// Post-incident report of an order or a window (Markdown, HTML or JSON)
+    ///
+    /// Each affected order's cross-layer timeline, which layer stopped each duplicate, every
     /// duplicate that got through, operator actions, rates. Exit 0, or 6 when a duplicate got
     /// through or a record contradicts the orders
     Report {
@@ -339,16 +361,20 @@ enum Command {
         #[arg(long, short = 'o', visible_alias = "out", value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Delete what is past its retention, once (for a cron; `serve` and `consume` also do it every
-    /// retention.interval): finished idempotency records past their expiry, published outbox rows
+    /// Delete what is past its retention, once (for a cron)
+    ///
+    /// `serve` and `consume` also do it every retention.interval: finished idempotency records past
+    /// their expiry, published outbox rows
     /// older than retention.outbox_sent, processed_event rows past the dedup TTL. Batches of
     /// retention.batch rows; prints how many rows went from each table
     Purge {
         #[arg(long)]
         json: bool,
     },
-    /// Finalize a stuck PROCESSING record: SUCCEEDED with the API's response when the order
-    /// exists; FAILED (422 request-abandoned: the client must send a new key) when it does not
+    /// Finalize a stuck PROCESSING record (SUCCEEDED or FAILED, as the orders say)
+    ///
+    /// SUCCEEDED with the API's response when the order exists; FAILED (422 request-abandoned: the
+    /// client must send a new key) when it does not
     /// and the owner gave up or is dead past its lease; refused otherwise. Locks the record row
     /// (as the create routine does) so a create in flight is waited for (at most 5 s) and seen.
     /// A conditional update on status and version; audited in ops_audit. Exit codes as release-lock
