@@ -484,3 +484,87 @@ fn the_readme_parser_finds_blocks_and_expectations() {
     assert!(e.problem_json && e.headers.is_empty());
     assert!(expectation(&["# a comment"]).is_none());
 }
+
+/// The README's Layout section, read as a tree: each entry's path (an indented entry lies in the
+/// directory above it; `a.rs, b.rs` names two), never a description's continuation line.
+fn layout_paths(readme: &str) -> Vec<String> {
+    let section = readme
+        .split("\n## Layout\n")
+        .nth(1)
+        .expect("the README has a Layout section");
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("the Layout section is one code block");
+    let mut dirs: Vec<String> = Vec::new();
+    let mut paths = Vec::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let indent = line.len() - line.trim_start().len();
+        // Entries sit at two spaces a level; descriptions continue in the column after them.
+        if indent > 8 || indent % 2 == 1 {
+            continue;
+        }
+        let depth = indent / 2;
+        dirs.truncate(depth);
+        // The entry's names: its first word, and the next while a name ends with a comma.
+        let mut names = Vec::new();
+        for word in line.split_whitespace() {
+            names.push(word.trim_end_matches(','));
+            if !word.ends_with(',') {
+                break;
+            }
+        }
+        for name in &names {
+            paths.push(format!("{}{name}", dirs.concat()));
+        }
+        if let [dir] = names[..] {
+            if dir.ends_with('/') {
+                dirs.push(dir.to_string());
+            }
+        }
+    }
+    paths
+}
+
+/// The Layout names what exists, and every module directly under `src/` (a file or a
+/// directory) is in it: a file that moves, or a new module, cannot leave it behind.
+#[test]
+fn the_readme_layout_names_what_exists() {
+    let paths = layout_paths(README);
+    assert!(paths.len() > 40, "the Layout was read: {paths:?}");
+    let missing: Vec<&String> = paths
+        .iter()
+        .filter(|p| {
+            let p = p.trim_end_matches('/');
+            match p.split_once('*') {
+                // `postgres/*.sql`: the directory exists and holds such a file.
+                Some((dir, ext)) => !std::fs::read_dir(repo().join(dir)).is_ok_and(|mut d| {
+                    d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(ext)))
+                }),
+                None => !repo().join(p).exists(),
+            }
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's Layout names paths that do not exist: {missing:?}"
+    );
+    let mut unnamed = Vec::new();
+    for entry in std::fs::read_dir(repo().join("src")).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let named = if entry.file_type().unwrap().is_dir() {
+            format!("src/{name}/")
+        } else {
+            format!("src/{name}")
+        };
+        if !paths.contains(&named) {
+            unnamed.push(named);
+        }
+    }
+    unnamed.sort();
+    assert!(
+        unnamed.is_empty(),
+        "modules under src/ the README's Layout does not name: {unnamed:?}"
+    );
+}
