@@ -164,11 +164,7 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
         return out;
     }
     out.push_str(&format!("duplicates stopped: {}", t.stopped_count()));
-    let mut by: std::collections::BTreeMap<(String, String), usize> = Default::default();
-    for i in &t.interceptions {
-        *by.entry((i.layer.clone(), i.outcome.clone())).or_default() += 1;
-    }
-    for ((l, o), n) in by {
+    for ((l, o), n) in t.stopped_by_layer_and_outcome() {
         out.push_str(&format!(" · {l} {o} ×{n}"));
     }
     out.push('\n');

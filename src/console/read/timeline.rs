@@ -97,6 +97,17 @@ impl Timeline {
         self.interceptions.len()
     }
 
+    /// The duplicates stopped, counted by (layer, outcome) in that order: what every face's
+    /// "duplicates stopped" line lists.
+    pub fn stopped_by_layer_and_outcome(&self) -> std::collections::BTreeMap<(&str, &str), usize> {
+        let mut by = std::collections::BTreeMap::new();
+        for i in &self.interceptions {
+            *by.entry((i.layer.as_str(), i.outcome.as_str()))
+                .or_default() += 1;
+        }
+        by
+    }
+
     /// Log lines of the traced IDs (`read/logs.rs`) as `log` entries, in time order with the
     /// rest, their masked fields masked; a log source that failed is one entry saying so.
     pub fn add_log_lines(&mut self, read: &crate::console::read::logs::LogRead, mask: &Mask) {

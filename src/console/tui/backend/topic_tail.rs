@@ -1,0 +1,450 @@
+//! The topic collectors: the trace topic and the payment topic, each read by a thread of its
+//! own — the history of the focused trace's windows, then the live tail — sent in batches.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TopicKind {
+    Trace,
+    Payments,
+}
+
+impl TopicKind {
+    fn purpose(self) -> &'static str {
+        match self {
+            TopicKind::Trace => "trace",
+            TopicKind::Payments => "payments",
+        }
+    }
+}
+
+/// Follows one topic from the last hour on (every partition assigned, no group). A reader thread
+/// polls the topic and sends what it reads in batches; this task probes the broker every refresh
+/// with a client of its own (watermarks; for payments, the consumer group's lag), which is how a
+/// dead broker shows up — the client library itself retries silently. The reader and the probe
+/// never share a client, so a probe can never disturb the reader's fetches.
+pub(super) async fn topic_task(
+    config: Config,
+    kind: TopicKind,
+    tx: mpsc::Sender<Update>,
+    mut focus: watch::Receiver<Focus>,
+    cancel: CancellationToken,
+) {
+    let topic = match kind {
+        TopicKind::Trace => config.kafka.trace_topic.clone(),
+        TopicKind::Payments => config.kafka.payment_topic.clone(),
+    };
+    let mut reader: Option<std::thread::JoinHandle<()>> = None;
+    let stop_reader = cancel.child_token();
+    let mut history = HistoryRead::default();
+    let live = Arc::new(LiveProgress::default());
+    if kind == TopicKind::Trace && topic.is_empty() {
+        // A team's system without idemguard's trace topic: nothing to follow or probe (the
+        // header says so, `Stores::new`); the trace target's payment history is still read.
+        loop {
+            let f = focus.borrow_and_update().clone();
+            history.follow(&f, &config, &tx, &cancel);
+            if !next_round(&mut focus, f.refresh, &cancel).await {
+                return;
+            }
+        }
+    }
+    loop {
+        let f = focus.borrow_and_update().clone();
+        if kind == TopicKind::Trace {
+            history.follow(&f, &config, &tx, &cancel);
+        }
+        let probe = tokio::select! {
+            p = probe_topic(&config, &topic, kind) => p,
+            _ = cancel.cancelled() => break,
+        };
+        let u = match probe {
+            Ok((mut progress, lag)) => {
+                // A reader whose start could not be found has reported why: start another.
+                if reader.as_ref().is_some_and(|h| h.is_finished()) {
+                    reader = None;
+                }
+                progress.catch_up = live.snapshot();
+                if reader.is_none() {
+                    match start_reader(
+                        &config,
+                        &topic,
+                        kind,
+                        tx.clone(),
+                        focus.clone(),
+                        stop_reader.clone(),
+                        live.clone(),
+                    ) {
+                        Ok(h) => reader = Some(h),
+                        Err(e) => {
+                            if tx.send(topic_error(kind, e)).await.is_err() {
+                                break;
+                            }
+                            if !next_round(&mut focus, f.refresh, &cancel).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                }
+                match kind {
+                    TopicKind::Trace => Update::TraceTopic(Ok(progress)),
+                    TopicKind::Payments => Update::PaymentTopic {
+                        progress: Ok(progress),
+                        lag,
+                    },
+                }
+            }
+            Err(e) => {
+                let e = crate::kafka_client::explain_read_failure(&config.kafka, e).await;
+                topic_error(kind, e)
+            }
+        };
+        if tx.send(u).await.is_err() || !next_round(&mut focus, f.refresh, &cancel).await {
+            break;
+        }
+    }
+    stop_reader.cancel();
+    if let Some(h) = reader {
+        let _ = tokio::task::spawn_blocking(move || h.join()).await;
+    }
+}
+
+/// The read of the trace target's history: the windows of both topics around the times of its
+/// database rows (an ID the database does not know: the last 24 h), in the partitions of its
+/// keys — an order older than the live readers' hour still has its Kafka side. At most one at
+/// a time, on a task of its own so the probe keeps its pace; cancelled as soon as nobody wants
+/// it (another trace, another view, quitting), so it never holds the console up. One that has
+/// answered is kept: coming back to the same trace, or a refresh that reads the same rows, does
+/// not read the topics again.
+#[derive(Default)]
+struct HistoryRead {
+    /// The IDs and windows read (or being read) for.
+    of: Option<(TraceIds, Vec<TimeWindow>)>,
+    running: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl HistoryRead {
+    fn follow(
+        &mut self,
+        f: &Focus,
+        config: &Config,
+        tx: &mpsc::Sender<Update>,
+        cancel: &CancellationToken,
+    ) {
+        let wanted = f.tracing && f.target.is_some() && f.rows.is_some();
+        let key = f.rows.as_ref().map(|rows| {
+            let (_, windows) = bounded::trace_windows(config, Some(rows), TimeWindow::last_day(0));
+            (f.ids.clone(), windows)
+        });
+        let in_flight = self.running.as_ref().is_some_and(|(_, h)| !h.is_finished());
+        if self.of != key || (!wanted && in_flight) {
+            if let Some((stop, _)) = self.running.take() {
+                stop.cancel();
+            }
+            self.of = None;
+        }
+        let (Some(target), Some(rows)) = (f.target.clone(), f.rows.clone()) else {
+            return;
+        };
+        if !wanted || self.of.is_some() {
+            return;
+        }
+        self.of = key;
+        let stop = cancel.child_token();
+        let (config, tx, ids) = (config.clone(), tx.clone(), f.ids.clone());
+        let cancelled = stop.clone();
+        let task = tokio::spawn(async move {
+            let progress = bounded::Scanned::default();
+            let window = TimeWindow::last_day(crate::contracts::now_ms());
+            let read = bounded::read_topics_counting(
+                &config,
+                &target,
+                Some(&rows),
+                window,
+                &cancelled,
+                &progress,
+            );
+            tokio::pin!(read);
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let (payments, events, cost) = loop {
+                tokio::select! {
+                    done = &mut read => break done,
+                    _ = tick.tick() => {
+                        let scanned = progress.load(std::sync::atomic::Ordering::Relaxed);
+                        let reading = Update::TraceRead { ids: ids.clone(), cost: None, scanned };
+                        if tx.send(reading).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            };
+            if cancelled.is_cancelled() {
+                return;
+            }
+            send_history(&tx, ids, payments, events, cost).await;
+        });
+        self.running = Some((stop, task));
+    }
+}
+
+/// The answers of a read of the trace target's history; the app keeps them only while the IDs
+/// are still the ones it traces.
+async fn send_history(
+    tx: &mpsc::Sender<Update>,
+    ids: TraceIds,
+    payments: anyhow::Result<crate::console::read::store::PaymentIndex>,
+    events: anyhow::Result<crate::console::read::store::TraceLog>,
+    cost: ReadCost,
+) {
+    let result = events
+        .map(|log| log.oldest_first())
+        .map_err(|e| format!("{e:#}"));
+    let history = Update::TraceHistory {
+        ids: ids.clone(),
+        result,
+    };
+    let result = payments
+        .map(|index| index.messages())
+        .map_err(|e| format!("{e:#}"));
+    let read = Update::TraceRead {
+        ids: ids.clone(),
+        scanned: cost.messages_scanned(),
+        cost: Some(cost),
+    };
+    for u in [history, Update::PaymentHistory { ids, result }, read] {
+        if tx.send(u).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn topic_error(kind: TopicKind, e: String) -> Update {
+    match kind {
+        TopicKind::Trace => Update::TraceTopic(Err(e)),
+        TopicKind::Payments => Update::PaymentTopic {
+            progress: Err(e.clone()),
+            lag: Err(e),
+        },
+    }
+}
+
+/// A thread that reads the topic from the last hour ([`LIVE_WINDOW_MS`]) on, then follows its
+/// tail, and sends batches: full ones at once, others 100 ms after their first message — live
+/// enough for the trace view, few enough updates for the UI. It waits (never drops) when the UI
+/// is behind, and stops reading while paused. Reading from the beginning instead took minutes
+/// on a topic of millions of events, and the Rates view said 0 meanwhile.
+fn start_reader(
+    config: &Config,
+    topic: &str,
+    kind: TopicKind,
+    tx: mpsc::Sender<Update>,
+    focus: watch::Receiver<Focus>,
+    stop: CancellationToken,
+    live: Arc<LiveProgress>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let servers = config.kafka.bootstrap_servers.clone();
+    let consumer = topics::create_reader(&topics::reader_config(config, kind.purpose()))
+        .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
+    let (config, topic) = (config.clone(), topic.to_string());
+    let failure = format!("cannot start the {topic} reader thread");
+    std::thread::Builder::new()
+        .name(format!("console-{}", kind.purpose()))
+        .spawn(move || {
+            let since = now_ms() - LIVE_WINDOW_MS;
+            let starts = match topics::live_starts(&config, &topic, since)
+                .and_then(|s| assign_from(&consumer, &topic, &s).map(|()| s))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.blocking_send(topic_error(kind, format!("{e:#}")));
+                    return;
+                }
+            };
+            let to_read = starts.iter().map(|s| (s.end - s.start).max(0) as u64).sum();
+            live.to_read.store(to_read, Ordering::Relaxed);
+            live.started.store(true, Ordering::Release);
+            let r = Reader {
+                consumer,
+                kind,
+                servers: &servers,
+                topic: &topic,
+                live: &live,
+                ids: &config.kafka_ids.payment,
+            };
+            r.read_batches(&starts, &tx, &focus, &stop)
+        })
+        .map_err(|e| format!("{failure}: {e}"))
+}
+
+/// Assigns every partition of `topic` at its live start (its beginning when all of it is in
+/// the hour: the order partitions are read in then stays what it was before the live start).
+fn assign_from(consumer: &topics::Reader, topic: &str, starts: &[LiveStart]) -> anyhow::Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    for s in starts {
+        let at = if s.whole {
+            Offset::Beginning
+        } else {
+            Offset::Offset(s.start)
+        };
+        tpl.add_partition_offset(topic, s.partition, at)?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| anyhow::anyhow!("kafka: assign {topic}: {e}"))
+}
+
+/// The reader thread's state (see [`start_reader`]).
+struct Reader<'a> {
+    consumer: topics::Reader,
+    kind: TopicKind,
+    servers: &'a str,
+    topic: &'a str,
+    live: &'a LiveProgress,
+    /// Where a payment message carries its IDs (`kafka_ids.payment`).
+    ids: &'a crate::config::TopicIds,
+}
+
+impl Reader<'_> {
+    /// The reader thread's loop; ends on `stop` or when the UI is gone. The catch-up is done
+    /// when every partition reached the end it had at the start and a poll came back empty
+    /// (as in [`topics::read_to_end`]).
+    fn read_batches(
+        &self,
+        starts: &[LiveStart],
+        tx: &mpsc::Sender<Update>,
+        focus: &watch::Receiver<Focus>,
+        stop: &CancellationToken,
+    ) {
+        let flush_after = Duration::from_millis(100);
+        let mut remaining: std::collections::BTreeMap<i32, i64> = starts
+            .iter()
+            .filter(|s| s.end > s.start)
+            .map(|s| (s.partition, s.end))
+            .collect();
+        let mut events: Vec<TraceEvent> = Vec::new();
+        let mut undecodable: (u64, Option<String>) = (0, None);
+        let mut payments: Vec<PaymentMessage> = Vec::new();
+        let mut first: Option<std::time::Instant> = None;
+        while !stop.is_cancelled() {
+            let mut caught_up = false;
+            if focus.borrow().paused {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    self.live.scanned.fetch_add(1, Ordering::Relaxed);
+                    if remaining
+                        .get(&m.partition())
+                        .is_some_and(|end| m.offset() + 1 >= *end)
+                    {
+                        remaining.remove(&m.partition());
+                    }
+                    match self.kind {
+                        TopicKind::Trace => match topics::trace_event_of(&m) {
+                            Some(e) => events.push(e),
+                            None => {
+                                undecodable.0 += 1;
+                                undecodable
+                                    .1
+                                    .get_or_insert_with(|| topics::not_a_trace_event(&m));
+                            }
+                        },
+                        TopicKind::Payments => {
+                            payments.push(PaymentMessage::from_kafka(&m, self.ids))
+                        }
+                    }
+                    first.get_or_insert_with(std::time::Instant::now);
+                }
+                Some(Err(e)) => {
+                    let e = format!("kafka {}: reading {}: {e}", self.servers, self.topic);
+                    if tx.blocking_send(topic_error(self.kind, e)).is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    // A partition whose position already passed its end is caught up (an
+                    // offset gap, such as a transaction marker, before the end).
+                    if let Ok(pos) = self.consumer.position() {
+                        for e in pos.elements() {
+                            if let Offset::Offset(o) = e.offset() {
+                                if remaining.get(&e.partition()).is_some_and(|end| o >= *end) {
+                                    remaining.remove(&e.partition());
+                                }
+                            }
+                        }
+                    }
+                    caught_up = remaining.is_empty();
+                }
+            }
+            // Caught up: what is in hand goes now, and only then is the catch-up said done — the
+            // Rates view counts from what was sent, and must not say "done" short of it.
+            let due = events.len() >= BATCH
+                || payments.len() >= BATCH
+                || first.is_some_and(|t| caught_up || t.elapsed() >= flush_after);
+            if due {
+                first = None;
+                if !events.is_empty()
+                    && tx
+                        .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
+                        .is_err()
+                {
+                    return;
+                }
+                if let (count @ 1.., Some(first)) = std::mem::take(&mut undecodable) {
+                    let topic = self.topic.to_string();
+                    let update = Update::UndecodableTraceMessages {
+                        topic,
+                        count,
+                        first,
+                    };
+                    if tx.blocking_send(update).is_err() {
+                        return;
+                    }
+                }
+                if !payments.is_empty()
+                    && tx
+                        .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            if caught_up {
+                self.live.done.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+type Probe = (TopicProgress, Result<Vec<PartitionLag>, String>);
+
+/// The topic's partitions and watermarks (the broker's health); for payments also the consumer
+/// group's lag. A client of its own each time: probing is rare and must not share state with the
+/// reader.
+async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Probe, String> {
+    let config = config.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let servers = config.kafka.bootstrap_servers.clone();
+        let prober = topics::reader(&config, "probe").map_err(|e| format!("{e:#}"))?;
+        let marks = topics::watermarks(&prober, &servers, &topic).map_err(|e| format!("{e:#}"))?;
+        let progress = TopicProgress {
+            topic: topic.clone(),
+            partitions: marks.len(),
+            end_offsets: marks.iter().map(|(_, _, h)| h).sum(),
+            catch_up: None,
+        };
+        let lag = match kind {
+            TopicKind::Payments => {
+                topics::consumer_lag(&config, &topic, &config.kafka.consumer_group)
+                    .map_err(|e| format!("{e:#}"))
+            }
+            TopicKind::Trace => Ok(Vec::new()),
+        };
+        Ok((progress, lag))
+    })
+    .await
+    .map_err(|e| format!("kafka probe failed: {e}"))?
+}

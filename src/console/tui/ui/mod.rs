@@ -1,0 +1,626 @@
+//! Drawing: reads the [`App`] and paints one frame. No I/O, no state changes — the same function
+//! draws into a real terminal and into ratatui's `TestBackend` for the snapshot tests.
+//!
+//! Tables draw only the rows on screen (the rest are never turned into cells), so a 10,000-row
+//! view costs the same per frame as a 50-row one.
+//!
+//! Every text another system wrote — IDs, rows, lock keys and values, errors quoting them — is
+//! drawn through [`crate::untrusted::escape`] (the table cells in [`columns`], the rest here
+//! through `shown`): ratatui drops C0 controls, but not a bidi override or an invisible
+//! character, and dropping hides what is there.
+//!
+//! Each view is drawn by a file of its own; this file draws what frames them (the header, the
+//! backends' line and alerts, the footer, help and the confirmation popup) and holds the table
+//! and style helpers the views share.
+
+use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Block, BorderType, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Wrap,
+};
+use ratatui::Frame;
+
+use crate::contracts::now_ms;
+
+use crate::console::columns::{self, Column};
+use crate::console::format::age;
+use crate::console::read::overview::Severity;
+use crate::console::tui::app::{ui_state, App, Health, Input, Level};
+use crate::console::tui::backend::BackendId;
+use crate::console::tui::keymap::{self, View, KEYMAP};
+
+mod audit;
+mod dlq;
+mod locks;
+mod overview;
+mod rates;
+mod stuck;
+mod trace;
+
+pub fn env_color(name: &str) -> Color {
+    match name {
+        "green" => Color::Green,
+        "yellow" => Color::Yellow,
+        "red" => Color::Red,
+        "blue" => Color::Blue,
+        "magenta" => Color::Magenta,
+        "cyan" => Color::Cyan,
+        _ => Color::White,
+    }
+}
+
+const DIM: Style = Style::new().fg(Color::DarkGray);
+const HEADER: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
+const SELECTED: Style = Style::new()
+    .bg(Color::DarkGray)
+    .add_modifier(Modifier::BOLD);
+/// The selected row without colours (`NO_COLOR`): a background colour alone would not show.
+const SELECTED_NO_COLOR: Style =
+    Style::new().add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
+
+/// The selected row's style: its background, or reverse video when there are no colours.
+fn selected_style(app: &App) -> Style {
+    if app.ui.no_color {
+        SELECTED_NO_COLOR
+    } else {
+        SELECTED
+    }
+}
+
+/// Text another system wrote, as drawn: [`crate::untrusted::escape`]d.
+fn shown(s: &str) -> String {
+    crate::untrusted::escape(s).into_owned()
+}
+
+pub fn draw(f: &mut Frame<'_>, app: &App) {
+    let down: Vec<BackendId> = BackendId::ALL
+        .iter()
+        .copied()
+        .filter(|b| {
+            matches!(
+                app.stores.backends[b].health,
+                Health::Down(_) | Health::Slow(_)
+            )
+        })
+        .collect();
+    let [header, status, alerts, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Length(down.len() as u16),
+        Constraint::Fill(1),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    draw_header(f, app, header);
+    draw_backends(f, app, status);
+    draw_alerts(f, app, &down, alerts);
+    match app.ui.view {
+        View::Overview => overview::draw(f, app, body),
+        View::Trace => trace::draw(f, app, body),
+        View::Locks => locks::draw(f, app, body),
+        View::Rates => rates::draw(f, app, body),
+        View::Stuck => stuck::draw(f, app, body),
+        View::Audit => audit::draw(f, app, body),
+        View::Dlq => dlq::draw(f, app, body),
+    }
+    draw_footer(f, app, footer);
+    if let Some(top) = app.ui.help {
+        draw_help(f, f.area(), top, app.ui.log_file.as_deref());
+    }
+    if let Some(c) = &app.actions.confirm {
+        draw_confirm(f, app, c, f.area());
+    }
+    if app.ui.no_color {
+        without_colours(f);
+    }
+}
+
+/// The frame without a colour, its attributes kept. Under `NO_COLOR` crossterm writes a colour
+/// change as an empty SGR sequence (`ESC [ m`), which resets every attribute: the selected row's
+/// reverse video and the headers' bold would be lost at the first colour change of a frame.
+fn without_colours(f: &mut Frame<'_>) {
+    for cell in f.buffer_mut().content.iter_mut() {
+        cell.set_fg(Color::Reset).set_bg(Color::Reset);
+    }
+}
+
+/// The header: the environment, the views, and on the right — never cut — whether actions are
+/// enabled ("read-only" whole at 80 columns), the refresh period and PAUSED. When the views do
+/// not fit, the others are shown by their key only.
+fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let mut right = vec![if app.actions.enabled {
+        Span::styled(" ACTIONS ENABLED ", bold.bg(Color::Yellow).fg(Color::Black))
+    } else {
+        Span::styled("read-only", Style::new().fg(Color::Green))
+    }];
+    right.push(Span::styled(
+        format!(" · refresh {}", humantime::format_duration(app.ui.refresh)),
+        DIM,
+    ));
+    if app.ui.paused {
+        right.push(Span::raw(" "));
+        right.push(Span::styled(
+            " PAUSED ",
+            bold.bg(Color::Yellow).fg(Color::Black),
+        ));
+    }
+    let right = Line::from(right);
+    let right_width = (right.width() as u16 + 1).min(area.width);
+    let [left_area, right_area] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(area);
+    let color = env_color(&app.env.color);
+    let mut spans = vec![Span::styled(
+        format!(" {} ", app.env.name.to_uppercase()),
+        bold.bg(color).fg(Color::Black),
+    )];
+    if app.env.production {
+        spans.push(Span::styled(
+            " PRODUCTION ",
+            bold.bg(Color::Red).fg(Color::White),
+        ));
+    }
+    spans.push(Span::styled(" idemguard console ", bold));
+    let fixed: usize = spans.iter().map(|s| s.width()).sum();
+    let full: usize = View::ALL.iter().map(|v| v.title().len() + 4).sum();
+    let compact = fixed + full > left_area.width as usize;
+    for (i, v) in View::ALL.iter().enumerate() {
+        let current = *v == app.ui.view;
+        let style = if current {
+            bold.fg(Color::Black).bg(Color::Cyan)
+        } else {
+            DIM
+        };
+        let label = if compact && !current {
+            format!(" {} ", i + 1)
+        } else {
+            format!(" {}:{} ", i + 1, v.title())
+        };
+        spans.push(Span::styled(label, style));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), left_area);
+    f.render_widget(
+        Paragraph::new(right).alignment(Alignment::Right),
+        right_area,
+    );
+}
+
+fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let now = now_ms();
+    let mut spans = Vec::new();
+    for b in BackendId::ALL {
+        let s = &app.stores.backends[&b];
+        let (dot, style, word) = match &s.health {
+            Health::Up => ("●", Style::new().fg(Color::Green), "ok".to_string()),
+            Health::Connecting => (
+                "○",
+                Style::new().fg(Color::Yellow),
+                "connecting".to_string(),
+            ),
+            Health::Degraded(_) => ("◐", Style::new().fg(Color::Yellow), "degraded".to_string()),
+            Health::Slow(_) => (
+                "◐",
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+                "SLOW".to_string(),
+            ),
+            Health::Down(_) => (
+                "●",
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+                "DOWN".to_string(),
+            ),
+        };
+        spans.push(Span::styled(format!(" {dot} "), style));
+        spans.push(Span::raw(format!("{} ", b.name())));
+        spans.push(Span::styled(word, style));
+        if let Some(weak) = s.insecurity {
+            let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+            spans.push(Span::styled(format!(" {weak}"), red));
+        }
+        if let (Health::Down(_) | Health::Slow(_), Some(t)) = (&s.health, s.last_ok_ms) {
+            spans.push(Span::styled(format!(" (data {} old)", age(now - t)), DIM));
+        }
+        spans.push(Span::raw("  "));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn draw_alerts(f: &mut Frame<'_>, app: &App, down: &[BackendId], area: Rect) {
+    let now = now_ms();
+    let lines: Vec<Line<'_>> = down
+        .iter()
+        .map(|b| {
+            let s = &app.stores.backends[b];
+            let (err, word, colour) = match &s.health {
+                Health::Down(e) => (e.as_str(), "DOWN", Color::Red),
+                Health::Slow(e) => (e.as_str(), "SLOW", Color::Yellow),
+                _ => ("", "", Color::Red),
+            };
+            let on = if colour == Color::Red {
+                Color::White
+            } else {
+                Color::Black
+            };
+            let last = s.last_ok_ms.map_or("no data yet".to_string(), |t| {
+                format!("last good data {} ago", age(now - t))
+            });
+            Line::from(vec![
+                Span::styled(
+                    format!(" {} {word} ", b.name()),
+                    Style::new().bg(colour).fg(on).add_modifier(Modifier::BOLD),
+                ),
+                // An error that says what to do first (a database without the schema: "run
+                // `idemguard migrate`: the database … has no schema") is shown first — it names
+                // the database itself — so a narrow terminal cuts the rest, not the remedy.
+                Span::styled(
+                    // So is a slow read's reason: the table it waits for and where to look.
+                    if err.starts_with("run `") || word == "SLOW" {
+                        format!(" {} · {last}", shown(err))
+                    } else {
+                        format!(
+                            " {last} · {} · {}",
+                            app.stores.backend_targets[b],
+                            shown(err)
+                        )
+                    },
+                    Style::new().fg(colour),
+                ),
+            ])
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines), area);
+}
+
+fn titled(title: String) -> Block<'static> {
+    Block::new()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Rounded)
+        .title(Span::styled(title, HEADER))
+        .border_style(DIM)
+}
+
+/// A table of which only the rows on screen are built: `cells(i)` is called for those alone.
+/// Column `keep` identifies a row and is kept whole at any width ([`columns::fit`]).
+#[allow(clippy::too_many_arguments)] // one drawing call per table, every part named
+fn windowed_table(
+    f: &mut Frame<'_>,
+    area: Rect,
+    block: Block<'_>,
+    cols: &[Column],
+    keep: usize,
+    total: usize,
+    selected: Option<(usize, Style)>,
+    mut cells: impl FnMut(usize) -> (Vec<String>, Style),
+) {
+    let highlight_style = selected.map_or(SELECTED, |(_, style)| style);
+    let selected = selected.map(|(i, _)| i);
+    let inner_height = area.height.saturating_sub(3) as usize; // borders + header
+    let highlight = selected.is_some() && total > 0;
+    let selected = selected.unwrap_or(0).min(total.saturating_sub(1));
+    let offset = if inner_height == 0 || selected < inner_height {
+        0
+    } else {
+        selected + 1 - inner_height
+    };
+    let end = (offset + inner_height).min(total);
+    let shown: Vec<(Vec<String>, Style)> = (offset..end).map(&mut cells).collect();
+    let keep_len = shown
+        .iter()
+        .filter_map(|(c, _)| c.get(keep))
+        .map(|c| c.chars().count())
+        .chain([cols[keep].header.len()])
+        .max()
+        .unwrap_or(0) as u16;
+    let widths: Vec<Constraint> = columns::fit(cols, area.width.saturating_sub(2), keep, keep_len)
+        .into_iter()
+        .map(Constraint::Length)
+        .collect();
+    let rows: Vec<Row<'_>> = shown
+        .into_iter()
+        .map(|(c, style)| Row::new(c.into_iter().map(Cell::from)).style(style))
+        .collect();
+    let header = Row::new(cols.iter().map(|c| Cell::from(c.header))).style(HEADER);
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(block)
+        .row_highlight_style(highlight_style)
+        .column_spacing(1);
+    let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
+    let filter = app.filter(view);
+    if filter.is_empty() {
+        format!("{total}")
+    } else {
+        format!("{shown} of {total} · filter /{}", filter.typed())
+    }
+}
+
+/// A tagged row's first cell starts with `*`, a row with an action result with `[outcome]`.
+fn mark(app: &App, view: View, id: &str, cells: &mut [String]) {
+    if let Some(first) = cells.first_mut() {
+        if app.actions.is_tagged(view, id) {
+            *first = format!("* {first}");
+        }
+        if let Some(r) = app.actions.result(view, id) {
+            *first = format!("[{}] {first}", r.outcome);
+        }
+    }
+}
+
+fn tag_note(app: &App, view: View) -> String {
+    match app.actions.tagged.get(&view).map_or(0, |t| t.len()) {
+        0 => String::new(),
+        n => format!(" · {n} tagged"),
+    }
+}
+
+/// The last batch's per-row results under the table (when there is one); returns the table's area.
+fn results_panel(f: &mut Frame<'_>, app: &App, view: View, area: Rect) -> Rect {
+    let batch = app.actions.last_batch(view);
+    let headline = app.actions.headline(view);
+    if batch.is_empty() && headline.is_none() {
+        return area;
+    }
+    let mut lines: Vec<Line<'_>> = batch
+        .iter()
+        .map(|r| {
+            let style = match r.outcome {
+                crate::ops::ActionOutcome::Done => Style::new().fg(Color::Green),
+                crate::ops::ActionOutcome::Changed | crate::ops::ActionOutcome::Refused => {
+                    Style::new().fg(Color::Yellow)
+                }
+                crate::ops::ActionOutcome::Error => {
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+                }
+            };
+            Line::from(vec![
+                Span::styled(format!(" {:<8}", r.outcome.as_str()), style),
+                Span::raw(format!(
+                    "{} {} — {}",
+                    r.action,
+                    shown(&r.target),
+                    shown(&r.detail)
+                )),
+            ])
+        })
+        .collect();
+    // The batch's progress, then its summary (counts and words of idemguard's own).
+    if let Some(h) = headline {
+        lines.insert(
+            0,
+            Line::from(Span::styled(
+                format!(" {h}"),
+                Style::new().add_modifier(Modifier::BOLD),
+            )),
+        );
+    }
+    let inner = area.width.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let h = (rows as u16 + 2).min(area.height / 2).max(3);
+    let [table, panel] = Layout::vertical([Constraint::Fill(1), Constraint::Length(h)]).areas(area);
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(titled(" Last actions, per row ".into())),
+        panel,
+    );
+    table
+}
+
+// ---------------------------------------------------------------------------------------------
+// The confirmation popup
+// ---------------------------------------------------------------------------------------------
+
+fn draw_confirm(
+    f: &mut Frame<'_>,
+    app: &App,
+    c: &crate::console::tui::confirm::Confirm,
+    area: Rect,
+) {
+    let mut text: Vec<Line<'_>> = c
+        .lines
+        .iter()
+        .map(|l| Line::from(Span::raw(format!(" {}", shown(l)))))
+        .collect();
+    text.push(Line::from(""));
+    if app.env.production {
+        text.push(Line::from(Span::styled(
+            format!(" environment {} is PRODUCTION", app.env.name),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        )));
+    }
+    let prompt = match (&c.phrase, c.needs_reason) {
+        (Some(p), true) => {
+            format!(" type `{p}`, then the reason (required: forced), then enter · esc cancels")
+        }
+        (Some(p), false) => {
+            format!(" type `{p}` (then an optional reason) and enter · esc cancels")
+        }
+        (None, true) => " type the reason (required: forced) and enter · esc cancels".to_string(),
+        (None, false) => " enter runs it (type an optional reason first) · esc cancels".to_string(),
+    };
+    text.push(Line::from(Span::styled(
+        prompt,
+        Style::new().fg(Color::Cyan),
+    )));
+    text.push(Line::from(vec![
+        Span::styled(
+            " > ",
+            Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(shown(&c.typed)),
+        Span::styled("█", Style::new().fg(Color::Cyan)),
+    ]));
+    if let Some(m) = c.missing() {
+        text.push(Line::from(Span::styled(format!(" {m}"), DIM)));
+    }
+    let width = area.width.saturating_sub(4);
+    // Values are shown whole (they are what is compared), wrapped: count the wrapped rows.
+    let inner = width.saturating_sub(2).max(1) as usize;
+    let rows: usize = text.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let height = (rows as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    f.render_widget(Clear, popup);
+    f.render_widget(
+        Paragraph::new(text)
+            .wrap(Wrap { trim: false })
+            .block(titled(c.title.clone()).border_style(Style::new().fg(Color::Yellow))),
+        popup,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Footer and help
+// ---------------------------------------------------------------------------------------------
+
+/// Draws the bottom line in its three states (command, filter, normal); long because each span is styled.
+fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let line = match &app.ui.input {
+        Input::Command(s) => {
+            let word = s.split_whitespace().next().unwrap_or("");
+            let hint: Vec<String> = keymap::COMMANDS
+                .iter()
+                .filter(|c| !word.is_empty() && !s.contains(' ') && c.name.starts_with(word))
+                .map(|c| format!(":{} {}", c.name, c.args))
+                .collect();
+            Line::from(vec![
+                Span::styled(
+                    ":",
+                    Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(shown(s)),
+                Span::styled("█", Style::new().fg(Color::Cyan)),
+                Span::styled(format!("   {}", hint.join("  ")), DIM),
+            ])
+        }
+        Input::Filter(s) => {
+            let current = app.filter(app.ui.view);
+            let now = if current.is_empty() {
+                "none".to_string()
+            } else {
+                format!("/{}", current.typed())
+            };
+            Line::from(vec![
+                Span::styled("/", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+                Span::raw(shown(s)),
+                Span::styled("█", Style::new().fg(Color::Cyan)),
+                Span::styled(format!("   filter of {} (now {now}) · !text inverts · enter applies (empty clears) · esc cancels", app.ui.view.title()), DIM),
+            ])
+        }
+        Input::Normal => match &app.ui.message {
+            Some((m, level, _)) => Line::from(Span::styled(
+                format!(" {}", shown(m)),
+                if *level == Level::Error {
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new().fg(Color::Green)
+                },
+            )),
+            None => {
+                let mut spans = Vec::new();
+                let actions: &[(&str, &str)] = match app.ui.view {
+                    View::Locks => &[("space", "tag"), ("x", "release")],
+                    View::Stuck => &[("space", "tag"), ("f", "finalize")],
+                    View::Dlq => &[("space", "tag"), ("r", "redrive")],
+                    _ => &[],
+                };
+                for (k, what) in actions {
+                    let style = if app.actions.enabled || *k == "space" {
+                        Style::new().fg(Color::Yellow)
+                    } else {
+                        DIM.add_modifier(Modifier::CROSSED_OUT)
+                    };
+                    spans.push(Span::styled(format!(" <{k}>"), style));
+                    spans.push(Span::styled(
+                        format!(" {what}"),
+                        if *k == "space" || app.actions.enabled {
+                            DIM
+                        } else {
+                            style
+                        },
+                    ));
+                }
+                if !actions.is_empty() && !app.actions.enabled {
+                    spans.push(Span::styled(" (read-only: --allow-actions)", DIM));
+                }
+                for b in KEYMAP.iter().filter(|b| b.footer.is_some()) {
+                    let label = b.label.split(' ').next().unwrap_or(b.label);
+                    // In Locks and Stuck, space tags: pause is on p there.
+                    let (label, what) = if b.action == keymap::UiAction::TagOrPause {
+                        if actions.is_empty() {
+                            (label, b.footer.unwrap_or_default())
+                        } else {
+                            ("p", "pause")
+                        }
+                    } else {
+                        (label, b.footer.unwrap_or_default())
+                    };
+                    spans.push(Span::styled(
+                        format!(" <{label}>"),
+                        Style::new().fg(Color::Cyan),
+                    ));
+                    spans.push(Span::styled(format!(" {what}"), DIM));
+                }
+                Line::from(spans)
+            }
+        },
+    };
+    f.render_widget(Paragraph::new(line), area);
+}
+
+/// The help, scrolled to `top`: its rows are [`ui_state::help_rows`] — wrapped to the popup's
+/// width, the same rows the scroll keys count — so it is never cut, only scrolled.
+fn draw_help(f: &mut Frame<'_>, area: Rect, top: usize, log_file: Option<&str>) {
+    let size = (area.width, area.height);
+    let rows = ui_state::help_rows(size, log_file);
+    let visible = ui_state::help_visible(size);
+    let top = top.min(rows.len().saturating_sub(visible));
+    let height = (rows.len() as u16 + 2).min(area.height);
+    let width = ui_state::help_popup_width(area.width);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    let text: Vec<Line<'_>> = rows
+        .into_iter()
+        .skip(top)
+        .take(visible)
+        .map(|(k, v)| {
+            if v.is_empty() {
+                Line::from(Span::styled(k, HEADER))
+            } else {
+                Line::from(vec![
+                    Span::styled(format!("  {k:<18}"), Style::new().fg(Color::Cyan)),
+                    Span::raw(v),
+                ])
+            }
+        })
+        .collect();
+    let total = ui_state::help_rows(size, log_file).len();
+    let title = if total > visible {
+        format!(
+            " Help {}–{} of {total} · j/k pgdn/pgup scroll · other keys close ",
+            top + 1,
+            (top + visible).min(total)
+        )
+    } else {
+        " Help — any key closes ".to_string()
+    };
+    f.render_widget(Clear, popup);
+    f.render_widget(
+        Paragraph::new(text)
+            .block(titled(title).border_style(Style::new().fg(Color::Cyan)))
+            .alignment(Alignment::Left),
+        popup,
+    );
+}
