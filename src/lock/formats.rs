@@ -12,14 +12,12 @@
 //! clients sleep until their own timeout.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use futures::future::join_all;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
 use super::node::{Node, NodeError};
-use super::{LockError, Locks, NodeRelease, ReleaseReport};
+use super::NodeRelease;
 use crate::contracts::LockHolder;
 
 /// The release script of a Redisson lock (compare field and count, delete, publish).
@@ -271,35 +269,7 @@ pub fn matches(pattern: &str, key: &str) -> bool {
     go(pattern.as_bytes(), key.as_bytes())
 }
 
-impl Locks {
-    /// Release a Redisson lock on every lock node where its hash still holds exactly `field` =
-    /// `count` and nothing else, publishing Redisson's unlock message so waiters wake. Emits
-    /// `lock_released` / `lock_release_refused` like [`Locks::release_if_value`].
-    pub async fn release_redisson(
-        &self,
-        key: &str,
-        field: &str,
-        count: i64,
-    ) -> Result<ReleaseReport, LockError> {
-        let started = Instant::now();
-        let nodes = &self.inner.nodes;
-        let answers = join_all(nodes.iter().map(|n| redisson_release(n, key, field, count))).await;
-        let report = ReleaseReport {
-            key: key.to_string(),
-            nodes: nodes
-                .iter()
-                .zip(answers)
-                .map(|(n, a)| {
-                    let r = a.unwrap_or_else(|e| NodeRelease::Unreachable { error: e });
-                    (n.addr.clone(), r)
-                })
-                .collect(),
-        };
-        self.conclude_release(report, None, "operator", started)
-    }
-}
-
-async fn redisson_release(
+pub(super) async fn redisson_release(
     node: &Arc<Node>,
     key: &str,
     field: &str,

@@ -30,6 +30,7 @@ mod held;
 mod inspect;
 mod liveness;
 mod node;
+mod operator;
 mod redlock;
 mod scripts;
 mod single;

@@ -13,7 +13,8 @@ use std::time::Instant;
 use futures::future::join_all;
 use redis::{RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::{fetch_node, ms, scan_patterns, KeyAnswer, LockScan, LockView, NodeLock, NodeScan};
+use super::scan::{answers, fetch_node, key_reads, read_key_chunk, scan_patterns};
+use super::{ms, KeyAnswer, LockScan, LockView, NodeLock, NodeScan};
 use crate::config::LockMode;
 use crate::contracts::now_ms;
 use crate::lock::cluster::{self, keyslot, Topology};
@@ -115,7 +116,7 @@ fn place_one(topo: &Topology, view: &mut LockView) {
 }
 
 /// host:port of the master serving `key` (the cluster's name when the map cannot be read).
-pub(super) async fn master_of(cluster: &Node, key: &str) -> String {
+pub(in crate::lock) async fn master_of(cluster: &Node, key: &str) -> String {
     match cluster::topology(cluster).await {
         Ok(topo) => topo
             .master_of(keyslot(key))
@@ -132,7 +133,7 @@ pub(super) async fn fetch_each(
 ) -> Result<Vec<KeyAnswer>, NodeError> {
     let reads = keys.iter().map(|k| async move {
         let one = std::slice::from_ref(k);
-        Ok::<_, NodeError>(super::answers(&super::read_key_chunk(cluster, one).await?))
+        Ok::<_, NodeError>(answers(&read_key_chunk(cluster, one).await?))
     });
     let mut out = Vec::with_capacity(keys.len());
     for r in join_all(reads).await {
@@ -211,12 +212,12 @@ async fn read_on(
             pipe.cmd("ASKING").ignore();
         }
         pipe.cmd("MULTI").ignore();
-        for cmd in super::key_reads(chunk) {
+        for cmd in key_reads(chunk) {
             pipe.add_command(cmd).ignore();
         }
         pipe.cmd("EXEC");
     } else {
-        for cmd in super::key_reads(chunk) {
+        for cmd in key_reads(chunk) {
             if ask {
                 pipe.cmd("ASKING").ignore();
             }
