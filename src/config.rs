@@ -113,7 +113,7 @@ pub struct KafkaConfig {
     pub consumer_group: String,
     /// How the producers of the payment and trace topics pick a partition for a key, so the
     /// console reads only the partition of an order (`none`: read every partition).
-    pub partitioner: crate::stream::partitioner::Partitioner,
+    pub partitioner: Partitioner,
     // How every librdkafka client reaches the brokers (src/kafka_client.rs).
     pub security_protocol: KafkaSecurityProtocol,
     pub sasl_mechanism: SaslMechanism,
@@ -128,6 +128,31 @@ pub struct KafkaConfig {
     /// Any other librdkafka property, passed as written (`kcat -X`): `[kafka.client]`.
     #[serde(deserialize_with = "client_properties")]
     pub client: BTreeMap<String, String>,
+}
+
+/// How the producers of the payment and trace topics choose a partition for a keyed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioner {
+    /// librdkafka's default: `crc32(key) % partitions`.
+    ConsistentRandom,
+    /// The Java client's default (librdkafka `murmur2_random`):
+    /// `(murmur2(key) & 0x7fffffff) % partitions`.
+    Murmur2Random,
+    /// Unknown: the partition of a key cannot be computed; every partition is read.
+    None,
+}
+
+// The partition of a key (`partition_of`) is computed with the hashes, in stream/partitioner.rs.
+impl Partitioner {
+    /// How configuration names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Partitioner::ConsistentRandom => "consistent_random",
+            Partitioner::Murmur2Random => "murmur2_random",
+            Partitioner::None => "none",
+        }
+    }
 }
 
 /// `kafka.security_protocol`, librdkafka's `security.protocol`.
@@ -634,10 +659,24 @@ pub struct ForeignLocksConfig {
     /// SCAN MATCH patterns listed as locks, in order.
     pub patterns: Vec<String>,
     /// Decoders tried in order on each key: `idemguard`, `redisson`, `token`.
-    pub decoders: Vec<crate::lock::formats::Decoder>,
+    pub decoders: Vec<Decoder>,
     /// The Redis the console's actions (release scripts) connect to, with their own
     /// credentials; empty: `redis.url`.
     pub actions_redis_url: String,
+}
+
+/// One way a lock's value can be read, as `foreign_locks.decoders` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decoder {
+    Idemguard,
+    Redisson,
+    Token,
+}
+
+impl Decoder {
+    /// Every decoder, in the default order.
+    pub const ALL: [Decoder; 3] = [Decoder::Idemguard, Decoder::Redisson, Decoder::Token];
 }
 
 /// Where a topic's messages carry the orderNo, requestId and eventId: each a list of places
@@ -2167,10 +2206,7 @@ mod tests {
     fn trace_reading_settings_are_validated() {
         let c = load_with(None, &[]).unwrap();
         assert_eq!(c.console.trace_margin, Duration::from_secs(600));
-        assert_eq!(
-            c.kafka.partitioner,
-            crate::stream::partitioner::Partitioner::ConsistentRandom
-        );
+        assert_eq!(c.kafka.partitioner, Partitioner::ConsistentRandom);
         for bad in ["0s", "500ms", "2days"] {
             let toml = format!("[console]\ntrace_margin = \"{bad}\"\n");
             let e = load_with(Some(&toml), &[]).unwrap_err();
@@ -2178,10 +2214,7 @@ mod tests {
             assert!(e.message.contains("between 1s and 24h"), "{e}");
         }
         let c = load_with(None, &[("IDEMGUARD_KAFKA__PARTITIONER", "murmur2_random")]).unwrap();
-        assert_eq!(
-            c.kafka.partitioner,
-            crate::stream::partitioner::Partitioner::Murmur2Random
-        );
+        assert_eq!(c.kafka.partitioner, Partitioner::Murmur2Random);
         let e = load_with(Some("[kafka]\npartitioner = \"murmur2\"\n"), &[]).unwrap_err();
         assert_eq!(e.key, "kafka.partitioner");
     }
