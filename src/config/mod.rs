@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod operator;
+
 /// The documented defaults, compiled in so the binary works from any directory.
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "IDEMGUARD_CONFIG";
@@ -1530,43 +1532,6 @@ impl Config {
         }
         out
     }
-
-    /// The operator's name for audit rows: `console.operator`, else `$USER`, else the login name
-    /// of the process's uid (cron jobs, `sudo -i`, containers often have no `$USER`).
-    pub fn operator(&self) -> String {
-        operator_name(&self.console.operator, std::env::var("USER").ok())
-    }
-}
-
-fn operator_name(configured: &str, user_env: Option<String>) -> String {
-    if !configured.is_empty() {
-        return configured.to_string();
-    }
-    // SAFETY: getuid cannot fail and has no side effects.
-    let uid = unsafe { libc::getuid() };
-    user_env
-        .filter(|u| !u.is_empty())
-        .or_else(|| login_name(uid))
-        .unwrap_or_else(|| format!("uid {uid}"))
-}
-
-/// The login name of `uid` in the password database (getpwuid_r: thread-safe, unlike getpwuid).
-fn login_name(uid: libc::uid_t) -> Option<String> {
-    // SAFETY: passwd is a plain C struct (integers and pointers); all zeroes is a valid value.
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: every pointer is valid for the call and `buf.len()` is the buffer's real size; the
-    // strings of `entry` point into `buf`, which outlives their use below.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name is a NUL-terminated string inside `buf`.
-    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }
-        .to_string_lossy()
-        .into_owned();
-    (!name.is_empty()).then_some(name)
 }
 
 /// The librdkafka properties `[kafka]`'s own keys set: refused in `[kafka.client]`, so each has
@@ -2162,7 +2127,7 @@ mod tests {
         // writes must be one the loader accepts, for idemguard's own profile and a team's.
         for file in [
             None,
-            Some(include_str!("../config/profiles/article-mysql.toml")),
+            Some(include_str!("../../config/profiles/article-mysql.toml")),
         ] {
             let config = load_with(file, &[]).expect("loads");
             let text = toml::to_string(&config).expect("serializes");
@@ -2173,7 +2138,7 @@ mod tests {
 
     #[test]
     fn local_file_points_at_the_stack() {
-        let c = load_with(Some(include_str!("../config/local.toml")), &[]).unwrap();
+        let c = load_with(Some(include_str!("../../config/local.toml")), &[]).unwrap();
         assert_eq!(c.redis.redlock_nodes.len(), 5);
         assert_eq!(c.kafka.bootstrap_servers, "127.0.0.1:9092");
     }
@@ -2567,19 +2532,6 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "redis.redlock_nodes");
         assert!(!e.to_string().contains("s3cret"), "{e}");
-    }
-
-    #[test]
-    fn operator_falls_back_to_the_login_name_of_the_uid() {
-        let login = std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap();
-        let login = String::from_utf8(login.stdout).unwrap().trim().to_string();
-        assert_eq!(operator_name("", None), login);
-        assert_eq!(operator_name("", Some(String::new())), login);
-        assert_eq!(operator_name("", Some("alice".into())), "alice");
-        assert_eq!(operator_name("oncall", Some("alice".into())), "oncall");
     }
 
     #[test]
