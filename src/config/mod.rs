@@ -13,6 +13,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod operator;
+mod target;
+
+pub use target::RedisTarget;
+use target::{check_redis_url, check_url, cluster_scheme};
 
 /// The documented defaults, compiled in so the binary works from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -1823,64 +1827,6 @@ fn percent_decoded(raw: &str) -> Option<String> {
     (decoded != raw).then_some(decoded)
 }
 
-/// What `redis.url` names: one node, or a Redis Cluster by its seed nodes. Parsed once from the
-/// URL and carried as this type: `redis+cluster://[user:password@]host:port,host:port[/?query]`
-/// (`rediss+cluster://` for TLS) — a plain URL cannot list several hosts, so the seeds are
-/// written comma-separated and each becomes a `redis://` URL with the same credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    Single(String),
-    Cluster { seeds: Vec<String> },
-}
-
-impl RedisTarget {
-    pub fn parse(raw: &str) -> Result<RedisTarget, String> {
-        let Some((scheme, rest)) = cluster_scheme(raw) else {
-            return Ok(RedisTarget::Single(raw.to_string()));
-        };
-        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => (&authority[..=at], &authority[at + 1..]),
-            None => ("", authority),
-        };
-        let seeds: Vec<String> = hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(|h| format!("{scheme}://{userinfo}{h}{tail}"))
-            .collect();
-        if seeds.is_empty() {
-            // (Not shown through redact_url: it parses the URL with this function.)
-            return Err(format!("`{scheme}+cluster://…` names no seed node"));
-        }
-        for s in &seeds {
-            check_url(s, &["redis", "rediss"])?;
-        }
-        Ok(RedisTarget::Cluster { seeds })
-    }
-
-    /// host:port of the node, or of the seeds joined by commas.
-    pub fn describe(&self) -> String {
-        match self {
-            RedisTarget::Single(url) => host_port(url),
-            RedisTarget::Cluster { seeds } => {
-                // Each seed is a plain redis:// URL: host_port does not come back here.
-                let hosts: Vec<String> = seeds.iter().map(|s| host_port(s)).collect();
-                format!("cluster {}", hosts.join(","))
-            }
-        }
-    }
-}
-
-/// `redis`/`rediss` and the text after `://` when `raw` is a `redis(s)+cluster://` URL.
-fn cluster_scheme(raw: &str) -> Option<(&'static str, &str)> {
-    if let Some(rest) = raw.strip_prefix("redis+cluster://") {
-        Some(("redis", rest))
-    } else {
-        raw.strip_prefix("rediss+cluster://").map(|r| ("rediss", r))
-    }
-}
-
 /// [`redact_url`] of a `redis+cluster://` URL: each seed redacted, joined again.
 fn redact_cluster_url(raw: &str) -> String {
     let Ok(RedisTarget::Cluster { seeds }) = RedisTarget::parse(raw) else {
@@ -1920,34 +1866,6 @@ pub fn host_port(raw: &str) -> String {
         ),
         Err(_) => "<unparsable url>".into(),
     }
-}
-
-/// A `redis(s)://` URL, or a `redis(s)+cluster://` one ([`RedisTarget`]).
-fn check_redis_url(raw: &str) -> Result<(), String> {
-    match RedisTarget::parse(raw)? {
-        RedisTarget::Single(url) => check_url(&url, &["redis", "rediss"]),
-        RedisTarget::Cluster { .. } => Ok(()),
-    }
-}
-
-fn check_url(raw: &str, schemes: &[&str]) -> Result<(), String> {
-    let u = url::Url::parse(raw).map_err(|e| format!("`{}` is not a URL: {e}", redact_url(raw)))?;
-    if !schemes.contains(&u.scheme()) {
-        return Err(format!(
-            "`{}` has scheme `{}`; expected {}",
-            redact_url(raw),
-            u.scheme(),
-            schemes
-                .iter()
-                .map(|s| format!("{s}://"))
-                .collect::<Vec<_>>()
-                .join(" or ")
-        ));
-    }
-    if u.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{}` has no host", redact_url(raw)));
-    }
-    Ok(())
 }
 
 /// Tables whose keys are not idemguard's (librdkafka's properties): not checked against the
@@ -2095,23 +2013,25 @@ fn collect_keys(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The configuration the defaults, `file_text` as a file and `env` give (tests of every file).
+#[cfg(test)]
+fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = file_text.map(|t| {
+        let p = dir.path().join("test.toml");
+        std::fs::write(&p, t).unwrap();
+        p
+    });
+    let env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::load(&ConfigSource { file, env })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let file = file_text.map(|t| {
-            let p = dir.path().join("test.toml");
-            std::fs::write(&p, t).unwrap();
-            p
-        });
-        let env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::load(&ConfigSource { file, env })
-    }
 
     #[test]
     fn defaults_load_and_validate() {
@@ -2349,52 +2269,6 @@ mod tests {
                 "{s} is scrubbed from logs"
             );
         }
-    }
-
-    #[test]
-    fn a_cluster_url_is_parsed_once_into_its_seeds_and_redacted() {
-        let raw = "redis+cluster://app:s3cret@127.0.0.1:7001,127.0.0.1:7002/0?password=s3cret";
-        let target = RedisTarget::parse(raw).unwrap();
-        assert_eq!(
-            target,
-            RedisTarget::Cluster {
-                seeds: vec![
-                    "redis://app:s3cret@127.0.0.1:7001/0?password=s3cret".into(),
-                    "redis://app:s3cret@127.0.0.1:7002/0?password=s3cret".into(),
-                ]
-            }
-        );
-        assert_eq!(target.describe(), "cluster 127.0.0.1:7001,127.0.0.1:7002");
-        let shown = redact_url(raw);
-        assert!(!shown.contains("s3cret"), "{shown}");
-        assert_eq!(
-            shown,
-            "redis+cluster://app:***@127.0.0.1:7001,127.0.0.1:7002/0?password=***"
-        );
-        assert_eq!(
-            RedisTarget::parse("redis://127.0.0.1:6379").unwrap(),
-            RedisTarget::Single("redis://127.0.0.1:6379".into())
-        );
-        assert!(RedisTarget::parse("redis+cluster://").is_err());
-        let c = load_with(
-            None,
-            &[(
-                "IDEMGUARD_REDIS__URL",
-                "redis+cluster://127.0.0.1:7001,127.0.0.1:7002",
-            )],
-        )
-        .unwrap();
-        assert!(matches!(
-            RedisTarget::parse(&c.redis.url),
-            Ok(RedisTarget::Cluster { .. })
-        ));
-        let e = load_with(
-            None,
-            &[("IDEMGUARD_REDIS__URL", "redis+cluster://:pw@h:x,h:2")],
-        )
-        .unwrap_err();
-        assert_eq!(e.key, "redis.url");
-        assert!(!e.to_string().contains("pw@"), "{e}");
     }
 
     #[test]
