@@ -259,7 +259,7 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
-    use super::super::load_with;
+    use super::super::load::load_with;
     use super::*;
 
     #[test]

@@ -94,7 +94,7 @@ pub(super) fn check_url(raw: &str, schemes: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::load_with;
+    use super::super::load::load_with;
     use super::*;
 
     #[test]

@@ -581,7 +581,8 @@ pub const KAFKA_OWN_PROPERTIES: [(&str, &str); 10] = [
 
 #[cfg(test)]
 mod tests {
-    use super::super::{load_with, Partitioner};
+    use super::super::load::load_with;
+    use super::super::Partitioner;
     use super::*;
 
     #[test]
