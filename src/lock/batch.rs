@@ -24,8 +24,8 @@ use futures::future::join_all;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::cluster::keyslot;
 use super::conn::{Conn, NodeError};
+use super::keyslot::keyslot;
 
 static LOCK_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../queries/redis/lock.lua")));

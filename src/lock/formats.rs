@@ -14,10 +14,11 @@
 use std::sync::Arc;
 
 use redis::Value;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::node::{Node, NodeError};
 use super::NodeRelease;
+pub use crate::config::Decoder;
 use crate::contracts::LockHolder;
 
 /// The release script of a Redisson lock (compare field and count, delete, publish).
@@ -25,20 +26,6 @@ const REDISSON_RELEASE: &str = include_str!("../../queries/redis/redisson_releas
 
 /// Redisson's `LockPubSub.UNLOCK_MESSAGE` (a Long 0, sent as text by its LongCodec).
 pub const REDISSON_UNLOCK_MESSAGE: &str = "0";
-
-/// One way a lock's value can be read, as `foreign_locks.decoders` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decoder {
-    Idemguard,
-    Redisson,
-    Token,
-}
-
-impl Decoder {
-    /// Every decoder, in the default order.
-    pub const ALL: [Decoder; 3] = [Decoder::Idemguard, Decoder::Redisson, Decoder::Token];
-}
 
 /// What a lock key holds, as the first decoder that recognised it reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -28,6 +28,7 @@ mod conn;
 pub mod formats;
 mod held;
 mod inspect;
+mod keyslot;
 mod liveness;
 mod node;
 mod operator;

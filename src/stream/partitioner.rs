@@ -7,20 +7,9 @@
 //! the key, made positive, modulo the partition count — librdkafka's `murmur2_random`). A team
 //! whose producers use anything else sets `none` and every partition is read.
 
-use serde::{Deserialize, Serialize};
-
-/// How the producers of the payment and trace topics choose a partition for a keyed message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Partitioner {
-    /// librdkafka's default: `crc32(key) % partitions`.
-    ConsistentRandom,
-    /// The Java client's default (librdkafka `murmur2_random`):
-    /// `(murmur2(key) & 0x7fffffff) % partitions`.
-    Murmur2Random,
-    /// Unknown: the partition of a key cannot be computed; every partition is read.
-    None,
-}
+/// A configuration value (`kafka.partitioner`), defined with the configuration; what it
+/// computes is here, with the hashes.
+pub use crate::config::Partitioner;
 
 impl Partitioner {
     /// The partition of `key` among `partitions`; `None` when it cannot be computed (an empty
@@ -34,14 +23,6 @@ impl Partitioner {
             Partitioner::ConsistentRandom => Some((crc32(key) % n) as i32),
             Partitioner::Murmur2Random => Some(((murmur2(key) & 0x7fff_ffff) % n) as i32),
             Partitioner::None => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Partitioner::ConsistentRandom => "consistent_random",
-            Partitioner::Murmur2Random => "murmur2_random",
-            Partitioner::None => "none",
         }
     }
 }
