@@ -458,22 +458,7 @@ async fn run(
             };
             suggest_profile(&config, out, bounds).await
         }
-        Command::Doctor { json, strict } => {
-            let rows = doctor::run(&config).await;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                print!("{}", doctor::render(&rows));
-            }
-            let strict = strict.then(|| doctor::warnings(&rows)).flatten();
-            match doctor::failures(&rows).or(strict) {
-                Some(line) => {
-                    eprintln!("idemguard doctor: {line}");
-                    Ok(ExitCode::FAILURE)
-                }
-                None => Ok(ExitCode::SUCCESS),
-            }
-        }
+        Command::Doctor { json, strict } => doctor_command(&config, json, strict).await,
         Command::Consume {
             crash_after_db_commit,
             group,
@@ -589,40 +574,7 @@ async fn run(
             format,
             json,
             output,
-        } => {
-            use idemguard::console::report;
-            let scope = match (id, since, until) {
-                (Some(id), _, _) => {
-                    report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
-                }
-                (None, Some(s), Some(u)) => report::ReportScope::Window {
-                    since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
-                    until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
-                },
-                _ => anyhow::bail!("give --id ID, or --since T and --until T"),
-            };
-            let r = report::build(&config, &scope).await?;
-            let text = match (json, format) {
-                (true, _) | (_, ReportOutput::Json) => serde_json::to_string_pretty(&r)? + "\n",
-                (_, ReportOutput::Markdown) => report::ReportFormat::Markdown.render(&r),
-                (_, ReportOutput::Html) => report::ReportFormat::Html.render(&r),
-            };
-            match output {
-                Some(path) => idemguard::private_file::write(&path, &text)
-                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-                None => print!("{text}"),
-            }
-            for e in &r.errors {
-                eprintln!("idemguard report: not read: {e}");
-            }
-            Ok(ExitCode::from(
-                if r.leaks.is_empty() && r.contradictions.is_empty() {
-                    0
-                } else {
-                    6
-                },
-            ))
-        }
+        } => report_command(&config, id, (since, until), format, json, output).await,
         Command::Purge { json } => purge(&config, json).await,
         Command::Dlq { since, until, json } => {
             let window = dlq_window(since.as_deref(), until.as_deref())?;
@@ -668,9 +620,71 @@ async fn run(
     }
 }
 
-/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
-/// its audit.
-/// `idemguard purge`: one retention pass over every table, now.
+/// `idemguard doctor`: one row per configured service; fails on a failed row (and with
+/// `--strict` on a warning), naming the first.
+async fn doctor_command(config: &Config, json: bool, strict: bool) -> anyhow::Result<ExitCode> {
+    let rows = doctor::run(config).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", doctor::render(&rows));
+    }
+    let strict = strict.then(|| doctor::warnings(&rows)).flatten();
+    match doctor::failures(&rows).or(strict) {
+        Some(line) => {
+            eprintln!("idemguard doctor: {line}");
+            Ok(ExitCode::FAILURE)
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `idemguard report`: the post-incident report of one ID or of a window, to stdout or a
+/// private file; exits 6 when it found a duplicate that got through or a contradiction.
+async fn report_command(
+    config: &Config,
+    id: Option<String>,
+    (since, until): (Option<String>, Option<String>),
+    format: ReportOutput,
+    json: bool,
+    output: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use idemguard::console::report;
+    let scope = match (id, since, until) {
+        (Some(id), _, _) => {
+            report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
+        }
+        (None, Some(s), Some(u)) => report::ReportScope::Window {
+            since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
+            until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
+        },
+        _ => anyhow::bail!("give --id ID, or --since T and --until T"),
+    };
+    let r = report::build(config, &scope).await?;
+    let text = match (json, format) {
+        (true, _) | (_, ReportOutput::Json) => serde_json::to_string_pretty(&r)? + "\n",
+        (_, ReportOutput::Markdown) => report::ReportFormat::Markdown.render(&r),
+        (_, ReportOutput::Html) => report::ReportFormat::Html.render(&r),
+    };
+    match output {
+        Some(path) => idemguard::private_file::write(&path, &text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    for e in &r.errors {
+        eprintln!("idemguard report: not read: {e}");
+    }
+    Ok(ExitCode::from(
+        if r.leaks.is_empty() && r.contradictions.is_empty() {
+            0
+        } else {
+            6
+        },
+    ))
+}
+
+/// `idemguard profile suggest`: a profile drafted from what the services hold, never over an
+/// existing file.
 async fn suggest_profile(
     config: &Config,
     out: Option<PathBuf>,
@@ -710,6 +724,7 @@ async fn suggest_profile(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `idemguard purge`: one retention pass over every table, now.
 async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     use idemguard::db::retention::{self, Purge};
     let db = Database::connect(config).await?;
@@ -1037,6 +1052,8 @@ async fn action_executor(
     Ok((actions, tracer))
 }
 
+/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
+/// its audit.
 async fn run_action(
     config: &Config,
     action: Action,
