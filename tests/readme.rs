@@ -568,3 +568,41 @@ fn the_readme_layout_names_what_exists() {
         "modules under src/ the README's Layout does not name: {unnamed:?}"
     );
 }
+
+/// The README's guarantee table names tests that exist: each `file: names` cell is a file
+/// under `tests/` holding each name (a test's name or the part its dialects share).
+#[test]
+fn the_guarantee_table_names_tests_that_exist() {
+    let section = README
+        .split("\n### Which test proves which guarantee\n")
+        .nth(1)
+        .expect("the README has the guarantee table");
+    let rows: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("|---"))
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(rows.len() > 10, "the table was read: {rows:?}");
+    let mut wrong = Vec::new();
+    for row in &rows {
+        let proofs = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        for proof in proofs.split(';') {
+            let (file, names) = proof.split_once(':').unwrap_or((proof, ""));
+            let file = file.trim().trim_matches('`');
+            let Ok(text) = std::fs::read_to_string(repo().join(format!("tests/{file}.rs"))) else {
+                wrong.push(format!("tests/{file}.rs does not exist"));
+                continue;
+            };
+            for name in names.split(',').map(|n| n.trim().trim_matches('`')) {
+                if !name.is_empty() && !text.contains(name) {
+                    wrong.push(format!("tests/{file}.rs has no test {name}"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the guarantee table is out of date: {wrong:?}"
+    );
+}
