@@ -152,6 +152,40 @@ fn order_no_in_partition_zero(config: &Config) -> String {
     }
 }
 
+/// The request hash of the incident's records (any fixed hex string).
+const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+const IDEM_COLS: [&str; 15] = [
+    "request_id",
+    "biz_type",
+    "request_hash",
+    "status",
+    "response_code",
+    "response_body",
+    "order_no",
+    "owner",
+    "fence",
+    "lease_until",
+    "replay_count",
+    "created_at",
+    "updated_at",
+    "expire_at",
+    "version",
+];
+const ORDER_COLS: [&str; 12] = [
+    "req_id",
+    "order_no",
+    "user_id",
+    "sku_id",
+    "quantity",
+    "amount",
+    "status",
+    "version",
+    "fence",
+    "payment_event_id",
+    "created_at",
+    "updated_at",
+];
+
 impl Incident {
     /// One order during a sale: the request retried twice (replayed), the lock contended, the
     /// payment event delivered three times (two dedup hits), every sink written once; plus two
@@ -159,7 +193,7 @@ impl Incident {
     pub async fn write(w: &World) -> Incident {
         let minute = (now_ms() - 10 * 60_000).div_euclid(60_000) * 60_000;
         let t0 = minute + 10_000;
-        let i = Incident {
+        let mut i = Incident {
             order_no: order_no_in_partition_zero(&w.config),
             request_id: RequestId::generate("APP", "ORDER").to_string(),
             event_id: new_event_id(),
@@ -174,69 +208,56 @@ impl Incident {
             partition: 0,
             offsets: Vec::new(),
         };
-        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_string();
+        i.write_order_rows(w).await;
+        i.produce_payment_copies(w).await;
+        i.write_consumer_rows(w).await;
+        // The consumer group has committed past the first copy only: lag 2 on that partition.
+        commit_offset(
+            &w.config,
+            &w.config.kafka.payment_topic,
+            i.partition,
+            i.offsets[0] + 1,
+        );
+        i.write_stuck_records(w).await;
+        i.write_redis_state(w).await;
+        i.emit_trace_events(w);
+        i
+    }
+
+    /// The order's rows: its record (SUCCEEDED, replayed twice), the order (PAID), its stock
+    /// movement, payment and outbox row.
+    async fn write_order_rows(&self, w: &World) {
         use V::*;
-        let idem_cols = [
-            "request_id",
-            "biz_type",
-            "request_hash",
-            "status",
-            "response_code",
-            "response_body",
-            "order_no",
-            "owner",
-            "fence",
-            "lease_until",
-            "replay_count",
-            "created_at",
-            "updated_at",
-            "expire_at",
-            "version",
-        ];
         insert(
             w,
             "idempotency_record",
-            &idem_cols,
+            &IDEM_COLS,
             vec![
-                S(i.request_id.clone()),
+                S(self.request_id.clone()),
                 S("ORDER".into()),
-                S(hash.clone()),
+                S(HASH.into()),
                 S("SUCCEEDED".into()),
                 I(201),
                 S("{\"orderNo\":\"…\"}".into()),
-                S(i.order_no.clone()),
-                S(i.live_instance.clone()),
+                S(self.order_no.clone()),
+                S(self.live_instance.clone()),
                 I(3),
-                I(t0 + 30_000),
+                I(self.t0 + 30_000),
                 I(2),
-                I(t0),
-                I(t0 + 40),
-                I(t0 + 7 * 86_400_000),
+                I(self.t0),
+                I(self.t0 + 40),
+                I(self.t0 + 7 * 86_400_000),
                 I(1),
             ],
         )
         .await;
-        let order_cols = [
-            "req_id",
-            "order_no",
-            "user_id",
-            "sku_id",
-            "quantity",
-            "amount",
-            "status",
-            "version",
-            "fence",
-            "payment_event_id",
-            "created_at",
-            "updated_at",
-        ];
         insert(
             w,
             "order_record",
-            &order_cols,
+            &ORDER_COLS,
             vec![
-                S(i.request_id.clone()),
-                S(i.order_no.clone()),
+                S(self.request_id.clone()),
+                S(self.order_no.clone()),
                 I(USER),
                 I(SKU),
                 I(1),
@@ -244,9 +265,9 @@ impl Incident {
                 S("PAID".into()),
                 I(1),
                 I(3),
-                S(i.event_id.clone()),
-                I(t0 + 10),
-                I(t0 + 3_000),
+                S(self.event_id.clone()),
+                I(self.t0 + 10),
+                I(self.t0 + 3_000),
             ],
         )
         .await;
@@ -255,11 +276,11 @@ impl Incident {
             "stock_movement",
             &["order_no", "req_id", "sku_id", "delta", "created_at"],
             vec![
-                S(i.order_no.clone()),
-                S(i.request_id.clone()),
+                S(self.order_no.clone()),
+                S(self.request_id.clone()),
                 I(SKU),
                 I(-1),
-                I(t0 + 11),
+                I(self.t0 + 11),
             ],
         )
         .await;
@@ -275,16 +296,16 @@ impl Incident {
                 "created_at",
             ],
             vec![
-                S(i.pay_no.clone()),
-                S(i.order_no.clone()),
+                S(self.pay_no.clone()),
+                S(self.order_no.clone()),
                 I(AMOUNT),
                 S("SUCCEEDED".into()),
-                S(i.event_id.clone()),
-                I(t0 + 1_000),
+                S(self.event_id.clone()),
+                I(self.t0 + 1_000),
             ],
         )
         .await;
-        let hdrs = serde_json::json!({ "eventId": i.event_id, "requestId": i.request_id, "orderNo": i.order_no }).to_string();
+        let hdrs = serde_json::json!({ "eventId": self.event_id, "requestId": self.request_id, "orderNo": self.order_no }).to_string();
         insert(
             w,
             "outbox",
@@ -299,63 +320,69 @@ impl Incident {
                 "sent_at",
             ],
             vec![
-                S(i.event_id.clone()),
+                S(self.event_id.clone()),
                 S(w.config.kafka.payment_topic.clone()),
-                S(i.order_no.clone()),
+                S(self.order_no.clone()),
                 S(hdrs),
                 S("{}".into()),
                 S("SENT".into()),
-                I(t0 + 1_001),
-                I(t0 + 1_050),
+                I(self.t0 + 1_001),
+                I(self.t0 + 1_050),
             ],
         )
         .await;
+    }
 
-        // Kafka: the same payment event three times (the relay retried, the broker redelivered).
+    /// The same payment event three times (the relay retried, the broker redelivered), in
+    /// partition 0; their offsets kept.
+    async fn produce_payment_copies(&mut self, w: &World) {
         let payment = PaymentSucceeded {
-            event_id: i.event_id.clone(),
-            order_no: i.order_no.clone(),
-            request_id: i.request_id.clone(),
-            pay_no: i.pay_no.clone(),
+            event_id: self.event_id.clone(),
+            order_no: self.order_no.clone(),
+            request_id: self.request_id.clone(),
+            pay_no: self.pay_no.clone(),
             user_id: USER,
             amount: AMOUNT,
-            paid_at: t0 + 1_000,
+            paid_at: self.t0 + 1_000,
         };
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &w.config.kafka.bootstrap_servers)
             .create()
             .unwrap();
         let body = serde_json::to_string(&payment).unwrap();
-        let mut i = i;
         for n in 0..3 {
             let h = OwnedHeaders::new()
                 .insert(Header {
                     key: headers::EVENT_ID,
-                    value: Some(&i.event_id),
+                    value: Some(&self.event_id),
                 })
                 .insert(Header {
                     key: headers::REQUEST_ID,
-                    value: Some(&i.request_id),
+                    value: Some(&self.request_id),
                 })
                 .insert(Header {
                     key: headers::ORDER_NO,
-                    value: Some(&i.order_no),
+                    value: Some(&self.order_no),
                 });
             let rec = FutureRecord::to(&w.config.kafka.payment_topic)
-                .key(&i.order_no)
+                .key(&self.order_no)
                 .payload(&body)
                 .headers(h)
                 .partition(0)
-                .timestamp(t0 + 2_000 + n * 100);
+                .timestamp(self.t0 + 2_000 + n * 100);
             let d = producer
                 .send(rec, Duration::from_secs(10))
                 .await
                 .unwrap_or_else(|(e, _)| panic!("produce payment: {e}"));
             let (p, o) = (d.partition, d.offset);
-            i.partition = p;
-            i.offsets.push(o);
+            self.partition = p;
+            self.offsets.push(o);
         }
-        // The consumer's decisions: applied once, then two dedup hits; one sink row each.
+    }
+
+    /// The consumer's decisions: applied once, then two dedup hits; one sink row each.
+    async fn write_consumer_rows(&self, w: &World) {
+        use V::*;
         insert(
             w,
             "processed_event",
@@ -372,14 +399,14 @@ impl Incident {
             ],
             vec![
                 S(w.config.kafka.consumer_group.clone()),
-                S(i.event_id.clone()),
-                S(i.order_no.clone()),
+                S(self.event_id.clone()),
+                S(self.order_no.clone()),
                 S(w.config.kafka.payment_topic.clone()),
-                I(i.partition as i64),
-                I(i.offsets[0]),
+                I(self.partition as i64),
+                I(self.offsets[0]),
                 S("applied".into()),
-                I(t0 + 3_000),
-                I(t0 + 7 * 86_400_000),
+                I(self.t0 + 3_000),
+                I(self.t0 + 7 * 86_400_000),
             ],
         )
         .await;
@@ -394,11 +421,11 @@ impl Incident {
                 "created_at",
             ],
             vec![
-                S(i.event_id.clone()),
-                S(i.order_no.clone()),
+                S(self.event_id.clone()),
+                S(self.order_no.clone()),
                 I(USER),
                 I(POINTS),
-                I(t0 + 3_001),
+                I(self.t0 + 3_001),
             ],
         )
         .await;
@@ -414,39 +441,35 @@ impl Incident {
                 "created_at",
             ],
             vec![
-                S(i.event_id.clone()),
-                S(i.order_no.clone()),
+                S(self.event_id.clone()),
+                S(self.order_no.clone()),
                 I(USER),
                 S("sms".into()),
                 S("Your order is paid".into()),
-                I(t0 + 3_002),
+                I(self.t0 + 3_002),
             ],
         )
         .await;
-        // The consumer group has committed past the first copy only: lag 2 on that partition.
-        commit_offset(
-            &w.config,
-            &w.config.kafka.payment_topic,
-            i.partition,
-            i.offsets[0] + 1,
-        );
+    }
 
-        // Stuck: PROCESSING for 5 minutes, owner dead, no order; and one whose order exists.
+    /// Stuck: PROCESSING for 5 minutes, owner dead, no order; and one whose order exists.
+    async fn write_stuck_records(&mut self, w: &World) {
+        use V::*;
         let created = now_ms() - 5 * 60_000;
-        i.stuck_created_at = created;
+        self.stuck_created_at = created;
         insert(
             w,
             "idempotency_record",
-            &idem_cols,
+            &IDEM_COLS,
             vec![
-                S(i.stuck_dead.clone()),
+                S(self.stuck_dead.clone()),
                 S("ORDER".into()),
-                S(hash.clone()),
+                S(HASH.into()),
                 S("PROCESSING".into()),
                 NI,
                 N,
                 N,
-                S(i.dead_instance.clone()),
+                S(self.dead_instance.clone()),
                 I(4),
                 I(created + 30_000),
                 I(0),
@@ -460,16 +483,16 @@ impl Incident {
         insert(
             w,
             "idempotency_record",
-            &idem_cols,
+            &IDEM_COLS,
             vec![
-                S(i.stuck_with_order.clone()),
+                S(self.stuck_with_order.clone()),
                 S("ORDER".into()),
-                S(hash),
+                S(HASH.into()),
                 S("PROCESSING".into()),
                 NI,
                 N,
                 N,
-                S(i.live_instance.clone()),
+                S(self.live_instance.clone()),
                 I(5),
                 I(created + 60_000),
                 I(1),
@@ -483,10 +506,10 @@ impl Incident {
         insert(
             w,
             "order_record",
-            &order_cols,
+            &ORDER_COLS,
             vec![
-                S(i.stuck_with_order.clone()),
-                S(i.stuck_order_no.clone()),
+                S(self.stuck_with_order.clone()),
+                S(self.stuck_order_no.clone()),
                 I(USER),
                 I(SKU),
                 I(1),
@@ -500,21 +523,24 @@ impl Incident {
             ],
         )
         .await;
+    }
 
-        // Redis: the live instance's heartbeat, its lock on the order, the fence counter, the
-        // fast-path key; a lock of the dead instance with no TTL.
+    /// Redis: the live instance's heartbeat, its lock on the order, the fence counter, the
+    /// fast-path key; a lock of the dead instance with no TTL.
+    async fn write_redis_state(&self, w: &World) {
+        let created = self.stuck_created_at;
         let mut r = w.redis.conn().await;
         let holder = LockHolder {
-            instance: i.live_instance.clone(),
+            instance: self.live_instance.clone(),
             host: "api-host".into(),
             pid: 4242,
-            acquired_at: t0 + 5,
+            acquired_at: self.t0 + 5,
             ttl_ms: 30_000,
             fence: 3,
             nonce: "n-live".into(),
         };
         let dead = LockHolder {
-            instance: i.dead_instance.clone(),
+            instance: self.dead_instance.clone(),
             host: "old-host".into(),
             pid: 999,
             acquired_at: created,
@@ -524,44 +550,47 @@ impl Incident {
         };
         let _: () = redis::pipe()
             .cmd("SET")
-            .arg(keys::instance(&i.live_instance))
+            .arg(keys::instance(&self.live_instance))
             .arg("alive")
             .arg("PX")
             .arg(600_000)
             .ignore()
             .cmd("SET")
-            .arg(keys::order_lock(&i.order_no))
+            .arg(keys::order_lock(&self.order_no))
             .arg(holder.to_value())
             .arg("PX")
             .arg(600_000)
             .ignore()
             .cmd("SET")
-            .arg(keys::fence(&keys::order_lock(&i.order_no)))
+            .arg(keys::fence(&keys::order_lock(&self.order_no)))
             .arg(3)
             .ignore()
             .cmd("SET")
-            .arg(keys::idempotency_fast_path(&i.request_id))
+            .arg(keys::idempotency_fast_path(&self.request_id))
             .arg("{\"status\":\"SUCCEEDED\",\"code\":201}")
             .arg("PX")
             .arg(600_000)
             .ignore()
             .cmd("SET")
-            .arg(keys::request_lock(&i.stuck_dead))
+            .arg(keys::request_lock(&self.stuck_dead))
             .arg(dead.to_value())
             .ignore()
             .cmd("SET")
-            .arg(keys::fence(&keys::request_lock(&i.stuck_dead)))
+            .arg(keys::fence(&keys::request_lock(&self.stuck_dead)))
             .arg(4)
             .ignore()
             .query_async(&mut r)
             .await
             .unwrap();
+    }
 
-        // Trace events through the real emitter, stamped with the incident's times.
+    /// Trace events through the real emitter, stamped with the incident's times.
+    fn emit_trace_events(&self, w: &World) {
+        let t0 = self.t0;
         let tracer = Tracer::from_config(
             &w.config,
             &Instance {
-                id: i.live_instance.clone(),
+                id: self.live_instance.clone(),
                 host: "api-host".into(),
                 pid: 4242,
             },
@@ -572,7 +601,11 @@ impl Incident {
             e.ts = format_ms(ms);
             e
         };
-        let (o, r_, e) = (i.order_no.clone(), i.request_id.clone(), i.event_id.clone());
+        let (o, r_, e) = (
+            self.order_no.clone(),
+            self.request_id.clone(),
+            self.event_id.clone(),
+        );
         tracer.emit(at(
             t0,
             TraceEvent::new(Layer::Api, Outcome::Claimed)
@@ -649,7 +682,6 @@ impl Incident {
             "trace events delivered: {:?}",
             tracer.stats()
         );
-        i
     }
 }
 
