@@ -369,15 +369,7 @@ async fn real_prometheus_scrapes_a_real_serve_and_consume(dialect: Dialect) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn real_prometheus_scrapes_a_real_serve_and_consume_postgres() {
-    real_prometheus_scrapes_a_real_serve_and_consume(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn real_prometheus_scrapes_a_real_serve_and_consume_mysql() {
-    real_prometheus_scrapes_a_real_serve_and_consume(Dialect::Mysql).await;
-}
+per_dialect!(#[tokio::test(flavor = "multi_thread")] real_prometheus_scrapes_a_real_serve_and_consume => real_prometheus_scrapes_a_real_serve_and_consume_postgres, real_prometheus_scrapes_a_real_serve_and_consume_mysql);
 
 #[test]
 fn a_comparison_is_split_into_the_signals_that_must_return_data() {

@@ -365,15 +365,7 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn internal_errors_never_reach_the_client_postgres() {
-    internal_errors_never_reach_the_client(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn internal_errors_never_reach_the_client_mysql() {
-    internal_errors_never_reach_the_client(Dialect::Mysql).await;
-}
+per_dialect!(internal_errors_never_reach_the_client => internal_errors_never_reach_the_client_postgres, internal_errors_never_reach_the_client_mysql);
 
 fn pay_key() -> String {
     format!("PSP:PAY:20261129:{}", uuid::Uuid::now_v7())
@@ -496,15 +488,7 @@ async fn payment_callbacks_book_one_payment_per_order(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn payment_callbacks_book_one_payment_per_order_postgres() {
-    payment_callbacks_book_one_payment_per_order(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn payment_callbacks_book_one_payment_per_order_mysql() {
-    payment_callbacks_book_one_payment_per_order(Dialect::Mysql).await;
-}
+per_dialect!(payment_callbacks_book_one_payment_per_order => payment_callbacks_book_one_payment_per_order_postgres, payment_callbacks_book_one_payment_per_order_mysql);
 
 /// Partial headers, headers a byte at a time, a body a byte at a time and an
 /// idle keep-alive connection are all closed within their configured timeouts. (No database
@@ -945,15 +929,7 @@ async fn bad_input_is_refused_and_writes_nothing(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn bad_input_is_refused_and_writes_nothing_postgres() {
-    bad_input_is_refused_and_writes_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn bad_input_is_refused_and_writes_nothing_mysql() {
-    bad_input_is_refused_and_writes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(bad_input_is_refused_and_writes_nothing => bad_input_is_refused_and_writes_nothing_postgres, bad_input_is_refused_and_writes_nothing_mysql);
 
 /// Makes the database refuse every finalize (an UPDATE that ends a record) until it is dropped.
 async fn refuse_finalize(db: &Database, dialect: Dialect) {
@@ -1019,12 +995,4 @@ async fn a_refused_outcome_is_written_later(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_refused_outcome_is_written_later_postgres() {
-    a_refused_outcome_is_written_later(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_refused_outcome_is_written_later_mysql() {
-    a_refused_outcome_is_written_later(Dialect::Mysql).await;
-}
+per_dialect!(a_refused_outcome_is_written_later => a_refused_outcome_is_written_later_postgres, a_refused_outcome_is_written_later_mysql);

@@ -155,15 +155,7 @@ async fn five_hundred_identical_requests(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn five_hundred_identical_requests_postgres() {
-    five_hundred_identical_requests(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn five_hundred_identical_requests_mysql() {
-    five_hundred_identical_requests(Dialect::Mysql).await;
-}
+per_dialect!(five_hundred_identical_requests => five_hundred_identical_requests_postgres, five_hundred_identical_requests_mysql);
 
 #[tokio::test]
 async fn malformed_keys_get_a_problem_that_names_the_format() {
@@ -288,15 +280,7 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn mismatch_replay_and_in_flight_postgres() {
-    mismatch_replay_and_in_flight(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn mismatch_replay_and_in_flight_mysql() {
-    mismatch_replay_and_in_flight(Dialect::Mysql).await;
-}
+per_dialect!(mismatch_replay_and_in_flight => mismatch_replay_and_in_flight_postgres, mismatch_replay_and_in_flight_mysql);
 
 async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
     let s = service(dialect).await;
@@ -379,15 +363,7 @@ async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn dead_owner_record_is_reclaimed_postgres() {
-    dead_owner_record_is_reclaimed(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn dead_owner_record_is_reclaimed_mysql() {
-    dead_owner_record_is_reclaimed(Dialect::Mysql).await;
-}
+per_dialect!(dead_owner_record_is_reclaimed => dead_owner_record_is_reclaimed_postgres, dead_owner_record_is_reclaimed_mysql);
 
 #[tokio::test]
 async fn an_expired_record_is_answered_from_the_order_tables() {
@@ -525,15 +501,7 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn fifty_identical_payment_callbacks_postgres() {
-    fifty_identical_payment_callbacks(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn fifty_identical_payment_callbacks_mysql() {
-    fifty_identical_payment_callbacks(Dialect::Mysql).await;
-}
+per_dialect!(fifty_identical_payment_callbacks => fifty_identical_payment_callbacks_postgres, fifty_identical_payment_callbacks_mysql);
 
 /// A gateway that gives up after a few milliseconds drops the connection mid-request. The request
 /// still runs to its end, so the retry gets the order — never an endless 409 from a record whose

@@ -328,15 +328,7 @@ async fn trace_view(dialect: Dialect) {
     b.shutdown().await;
 }
 
-#[tokio::test]
-async fn trace_view_postgres() {
-    trace_view(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn trace_view_mysql() {
-    trace_view(Dialect::Mysql).await;
-}
+per_dialect!(trace_view => trace_view_postgres, trace_view_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Locks view: single and RedLock, dead owners, no TTL, quorum
@@ -849,15 +841,7 @@ async fn overview(dialect: Dialect) {
     b.shutdown().await;
 }
 
-#[tokio::test]
-async fn overview_postgres() {
-    overview(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn overview_mysql() {
-    overview(Dialect::Mysql).await;
-}
+per_dialect!(overview => overview_postgres, overview_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // Scripted keys
@@ -1373,15 +1357,7 @@ async fn headless_trace_json(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn headless_trace_json_postgres() {
-    headless_trace_json(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn headless_trace_json_mysql() {
-    headless_trace_json(Dialect::Mysql).await;
-}
+per_dialect!(headless_trace_json => headless_trace_json_postgres, headless_trace_json_mysql);
 
 /// A trace (and an --id report) of an order still finds its Kafka side when both topics hold
 /// more other messages after it than the console's stores keep: the headless reads keep what
@@ -1645,15 +1621,7 @@ async fn a_database_without_the_schema_says_to_migrate(dialect: Dialect) {
     backends.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_database_without_the_schema_says_to_migrate_postgres() {
-    a_database_without_the_schema_says_to_migrate(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_database_without_the_schema_says_to_migrate_mysql() {
-    a_database_without_the_schema_says_to_migrate(Dialect::Mysql).await;
-}
+per_dialect!(a_database_without_the_schema_says_to_migrate => a_database_without_the_schema_says_to_migrate_postgres, a_database_without_the_schema_says_to_migrate_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // `:report` writes into console.report_dir and says the full path
@@ -1695,12 +1663,4 @@ async fn report_command_writes_into_the_report_dir(dialect: Dialect) {
     backends.shutdown().await;
 }
 
-#[tokio::test]
-async fn report_command_writes_into_the_report_dir_postgres() {
-    report_command_writes_into_the_report_dir(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn report_command_writes_into_the_report_dir_mysql() {
-    report_command_writes_into_the_report_dir(Dialect::Mysql).await;
-}
+per_dialect!(report_command_writes_into_the_report_dir => report_command_writes_into_the_report_dir_postgres, report_command_writes_into_the_report_dir_mysql);

@@ -326,15 +326,7 @@ async fn reconcile_picks_succeeded_when_the_order_exists(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn reconcile_picks_succeeded_when_the_order_exists_postgres() {
-    reconcile_picks_succeeded_when_the_order_exists(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn reconcile_picks_succeeded_when_the_order_exists_mysql() {
-    reconcile_picks_succeeded_when_the_order_exists(Dialect::Mysql).await;
-}
+per_dialect!(reconcile_picks_succeeded_when_the_order_exists => reconcile_picks_succeeded_when_the_order_exists_postgres, reconcile_picks_succeeded_when_the_order_exists_mysql);
 
 async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
@@ -367,15 +359,7 @@ async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(diale
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_postgres() {
-    reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_mysql() {
-    reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(Dialect::Mysql).await;
-}
+per_dialect!(reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead => reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_postgres, reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead_mysql);
 
 async fn finalize_is_refused_while_the_owner_is_alive(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
@@ -399,15 +383,7 @@ async fn finalize_is_refused_while_the_owner_is_alive(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn finalize_is_refused_while_the_owner_is_alive_postgres() {
-    finalize_is_refused_while_the_owner_is_alive(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn finalize_is_refused_while_the_owner_is_alive_mysql() {
-    finalize_is_refused_while_the_owner_is_alive(Dialect::Mysql).await;
-}
+per_dialect!(finalize_is_refused_while_the_owner_is_alive => finalize_is_refused_while_the_owner_is_alive_postgres, finalize_is_refused_while_the_owner_is_alive_mysql);
 
 async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(
     dialect: Dialect,
@@ -471,16 +447,7 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_postgres() {
-    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Postgres)
-        .await;
-}
-
-#[tokio::test]
-async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_mysql() {
-    finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing(Dialect::Mysql).await;
-}
+per_dialect!(finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing => finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_postgres, finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothing_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // read-only mode and the audit
@@ -559,15 +526,7 @@ async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn read_only_mode_writes_nothing_but_audits_every_attempt_postgres() {
-    read_only_mode_writes_nothing_but_audits_every_attempt(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn read_only_mode_writes_nothing_but_audits_every_attempt_mysql() {
-    read_only_mode_writes_nothing_but_audits_every_attempt(Dialect::Mysql).await;
-}
+per_dialect!(read_only_mode_writes_nothing_but_audits_every_attempt => read_only_mode_writes_nothing_but_audits_every_attempt_postgres, read_only_mode_writes_nothing_but_audits_every_attempt_mysql);
 
 async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
@@ -615,15 +574,7 @@ async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Diale
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn an_action_whose_audit_cannot_be_written_is_not_performed_postgres() {
-    an_action_whose_audit_cannot_be_written_is_not_performed(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn an_action_whose_audit_cannot_be_written_is_not_performed_mysql() {
-    an_action_whose_audit_cannot_be_written_is_not_performed(Dialect::Mysql).await;
-}
+per_dialect!(an_action_whose_audit_cannot_be_written_is_not_performed => an_action_whose_audit_cannot_be_written_is_not_performed_postgres, an_action_whose_audit_cannot_be_written_is_not_performed_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // the headless twins, and the trace event
@@ -757,15 +708,7 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn headless_twins_guard_audit_and_trace_like_the_library_postgres() {
-    headless_twins_guard_audit_and_trace_like_the_library(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn headless_twins_guard_audit_and_trace_like_the_library_mysql() {
-    headless_twins_guard_audit_and_trace_like_the_library(Dialect::Mysql).await;
-}
+per_dialect!(headless_twins_guard_audit_and_trace_like_the_library => headless_twins_guard_audit_and_trace_like_the_library_postgres, headless_twins_guard_audit_and_trace_like_the_library_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // the console: confirm popup, tags, read-only keys, per-row results, the Audit view
@@ -1402,15 +1345,7 @@ async fn the_report_names_a_points_row_written_behind_the_systems_back(dialect: 
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn the_report_names_a_points_row_written_behind_the_systems_back_postgres() {
-    the_report_names_a_points_row_written_behind_the_systems_back(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn the_report_names_a_points_row_written_behind_the_systems_back_mysql() {
-    the_report_names_a_points_row_written_behind_the_systems_back(Dialect::Mysql).await;
-}
+per_dialect!(the_report_names_a_points_row_written_behind_the_systems_back => the_report_names_a_points_row_written_behind_the_systems_back_postgres, the_report_names_a_points_row_written_behind_the_systems_back_mysql);
 
 /// The finalize statement itself (queries/*/console_finalize.sql): a version or status that
 /// moved on matches nothing — the guard that holds even if a record changes between the
@@ -1463,15 +1398,7 @@ async fn the_conditional_update_matches_nothing_once_the_record_moved_on(dialect
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn the_conditional_update_matches_nothing_once_the_record_moved_on_postgres() {
-    the_conditional_update_matches_nothing_once_the_record_moved_on(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn the_conditional_update_matches_nothing_once_the_record_moved_on_mysql() {
-    the_conditional_update_matches_nothing_once_the_record_moved_on(Dialect::Mysql).await;
-}
+per_dialect!(the_conditional_update_matches_nothing_once_the_record_moved_on => the_conditional_update_matches_nothing_once_the_record_moved_on_postgres, the_conditional_update_matches_nothing_once_the_record_moved_on_mysql);
 
 #[tokio::test]
 async fn a_value_naming_no_holder_is_released_only_by_force() {

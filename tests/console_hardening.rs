@@ -134,15 +134,7 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn logs_never_reach_the_console_screen_postgres() {
-    logs_never_reach_the_console_screen(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn logs_never_reach_the_console_screen_mysql() {
-    logs_never_reach_the_console_screen(Dialect::Mysql).await;
-}
+per_dialect!(logs_never_reach_the_console_screen => logs_never_reach_the_console_screen_postgres, logs_never_reach_the_console_screen_mysql);
 
 /// Small messages on the trace topic, enough that reading it all takes seconds.
 const TOPIC_MESSAGES: usize = 60_000;
@@ -224,15 +216,7 @@ async fn quitting_cancels_a_topic_read(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn quitting_cancels_a_topic_read_postgres() {
-    quitting_cancels_a_topic_read(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn quitting_cancels_a_topic_read_mysql() {
-    quitting_cancels_a_topic_read(Dialect::Mysql).await;
-}
+per_dialect!(quitting_cancels_a_topic_read => quitting_cancels_a_topic_read_postgres, quitting_cancels_a_topic_read_mysql);
 
 fn command(app: &mut App, line: &str) {
     press(app, KeyCode::Char(':'));
@@ -305,12 +289,4 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
     b.shutdown().await;
 }
 
-#[tokio::test]
-async fn leaving_a_trace_cancels_its_topic_read_postgres() {
-    leaving_a_trace_cancels_its_topic_read(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn leaving_a_trace_cancels_its_topic_read_mysql() {
-    leaving_a_trace_cancels_its_topic_read(Dialect::Mysql).await;
-}
+per_dialect!(leaving_a_trace_cancels_its_topic_read => leaving_a_trace_cancels_its_topic_read_postgres, leaving_a_trace_cancels_its_topic_read_mysql);

@@ -328,12 +328,4 @@ async fn console_over_a_real_incident(dialect: Dialect) {
     b.shutdown().await;
 }
 
-#[tokio::test]
-async fn console_over_a_real_incident_postgres() {
-    console_over_a_real_incident(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn console_over_a_real_incident_mysql() {
-    console_over_a_real_incident(Dialect::Mysql).await;
-}
+per_dialect!(console_over_a_real_incident => console_over_a_real_incident_postgres, console_over_a_real_incident_mysql);

@@ -198,15 +198,7 @@ async fn record_changed_between_reconcile_and_write(dialect: Dialect) {
     .await;
 }
 
-#[tokio::test]
-async fn record_changed_between_reconcile_and_write_postgres() {
-    record_changed_between_reconcile_and_write(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn record_changed_between_reconcile_and_write_mysql() {
-    record_changed_between_reconcile_and_write(Dialect::Mysql).await;
-}
+per_dialect!(record_changed_between_reconcile_and_write => record_changed_between_reconcile_and_write_postgres, record_changed_between_reconcile_and_write_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // (b) a failed audit write: the action does not run
@@ -264,15 +256,7 @@ async fn failed_audit_write_runs_nothing(dialect: Dialect) {
     .await;
 }
 
-#[tokio::test]
-async fn failed_audit_write_runs_nothing_postgres() {
-    failed_audit_write_runs_nothing(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn failed_audit_write_runs_nothing_mysql() {
-    failed_audit_write_runs_nothing(Dialect::Mysql).await;
-}
+per_dialect!(failed_audit_write_runs_nothing => failed_audit_write_runs_nothing_postgres, failed_audit_write_runs_nothing_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // (c) a lock that expired after it was displayed

@@ -114,15 +114,7 @@ async fn migrations_apply_twice_and_unique_keys_hold(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn migrations_postgres() {
-    migrations_apply_twice_and_unique_keys_hold(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn migrations_mysql() {
-    migrations_apply_twice_and_unique_keys_hold(Dialect::Mysql).await;
-}
+per_dialect!(migrations_apply_twice_and_unique_keys_hold => migrations_postgres, migrations_mysql);
 
 async fn concurrent_migrations_are_harmless(dialect: Dialect) {
     let config = fresh_database_config(dialect).await;
@@ -143,15 +135,7 @@ async fn concurrent_migrations_are_harmless(dialect: Dialect) {
     }
 }
 
-#[tokio::test]
-async fn concurrent_migrations_postgres() {
-    concurrent_migrations_are_harmless(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn concurrent_migrations_mysql() {
-    concurrent_migrations_are_harmless(Dialect::Mysql).await;
-}
+per_dialect!(concurrent_migrations_are_harmless => concurrent_migrations_postgres, concurrent_migrations_mysql);
 
 async fn doctor_passes_on_the_stack(dialect: Dialect) {
     let (config, _db) = migrated_database(dialect).await;
@@ -196,15 +180,7 @@ async fn doctor_passes_on_the_stack(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn doctor_passes_on_the_stack_postgres() {
-    doctor_passes_on_the_stack(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn doctor_passes_on_the_stack_mysql() {
-    doctor_passes_on_the_stack(Dialect::Mysql).await;
-}
+per_dialect!(doctor_passes_on_the_stack => doctor_passes_on_the_stack_postgres, doctor_passes_on_the_stack_mysql);
 
 #[tokio::test]
 async fn doctor_names_a_closed_port() {

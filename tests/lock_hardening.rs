@@ -269,15 +269,7 @@ async fn a_forged_expect_value_does_not_release_a_live_holders_lock(dialect: Dia
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn a_forged_expect_value_does_not_release_a_live_holders_lock_postgres() {
-    a_forged_expect_value_does_not_release_a_live_holders_lock(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn a_forged_expect_value_does_not_release_a_live_holders_lock_mysql() {
-    a_forged_expect_value_does_not_release_a_live_holders_lock(Dialect::Mysql).await;
-}
+per_dialect!(a_forged_expect_value_does_not_release_a_live_holders_lock => a_forged_expect_value_does_not_release_a_live_holders_lock_postgres, a_forged_expect_value_does_not_release_a_live_holders_lock_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // fence counters expire, and restart above every earlier token

@@ -87,15 +87,7 @@ async fn replay_counter_flushes_one_update_per_key(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn replay_counter_flushes_one_update_per_key_postgres() {
-    replay_counter_flushes_one_update_per_key(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn replay_counter_flushes_one_update_per_key_mysql() {
-    replay_counter_flushes_one_update_per_key(Dialect::Mysql).await;
-}
+per_dialect!(replay_counter_flushes_one_update_per_key => replay_counter_flushes_one_update_per_key_postgres, replay_counter_flushes_one_update_per_key_mysql);
 
 /// `release-lock` and `doctor` with the Redis unreachable, `$USER` unset and stderr a pipe: the
 /// warning does not speak of finalize, no line carries ANSI colour codes, the audit row names the
@@ -170,15 +162,7 @@ async fn operator_output_with_redis_down(dialect: Dialect) {
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
 }
 
-#[tokio::test]
-async fn operator_output_with_redis_down_postgres() {
-    operator_output_with_redis_down(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn operator_output_with_redis_down_mysql() {
-    operator_output_with_redis_down(Dialect::Mysql).await;
-}
+per_dialect!(operator_output_with_redis_down => operator_output_with_redis_down_postgres, operator_output_with_redis_down_mysql);
 
 #[test]
 fn a_space_in_a_key_is_called_a_space() {

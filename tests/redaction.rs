@@ -200,15 +200,7 @@ async fn secrets_are_never_printed(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn secrets_are_never_printed_postgres() {
-    secrets_are_never_printed(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn secrets_are_never_printed_mysql() {
-    secrets_are_never_printed(Dialect::Mysql).await;
-}
+per_dialect!(secrets_are_never_printed => secrets_are_never_printed_postgres, secrets_are_never_printed_mysql);
 
 /// A URL that is no URL with a host — one slash (`postgres:/root:S@h`), none
 /// (`postgresql:root:S@h`), an empty host (`postgres://root:S@/db`), a port out of range — has

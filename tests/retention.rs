@@ -165,15 +165,7 @@ async fn purge_command(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn purge_command_postgres() {
-    purge_command(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn purge_command_mysql() {
-    purge_command(Dialect::Mysql).await;
-}
+per_dialect!(purge_command => purge_command_postgres, purge_command_mysql);
 
 async fn wait_for<F, Fut>(what: &str, mut done: F)
 where
@@ -238,12 +230,4 @@ async fn background_tasks(dialect: Dialect) {
     db.pool.close().await;
 }
 
-#[tokio::test]
-async fn background_tasks_postgres() {
-    background_tasks(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn background_tasks_mysql() {
-    background_tasks(Dialect::Mysql).await;
-}
+per_dialect!(background_tasks => background_tasks_postgres, background_tasks_mysql);

@@ -806,15 +806,7 @@ async fn console_queries_are_index_only(dialect: Dialect) {
     );
 }
 
-#[tokio::test]
-async fn console_queries_are_index_only_postgres() {
-    console_queries_are_index_only(Dialect::Postgres).await;
-}
-
-#[tokio::test]
-async fn console_queries_are_index_only_mysql() {
-    console_queries_are_index_only(Dialect::Mysql).await;
-}
+per_dialect!(console_queries_are_index_only => console_queries_are_index_only_postgres, console_queries_are_index_only_mysql);
 
 /// The Rates view drawn as text.
 fn rates_screen(app: &mut idemguard::console::tui::app::App) -> String {
