@@ -20,7 +20,6 @@ use crate::contracts::{TraceEvent, TraceTarget};
 use crate::console::read::records::{TraceIds, TraceRows};
 use crate::console::read::sources::blocking;
 use crate::console::read::store::{PaymentIndex, TraceLog};
-use crate::console::read::timeline;
 use crate::console::read::topics::{self, PaymentMessage, StartAt, WindowReaders};
 use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
 
@@ -62,7 +61,7 @@ impl Keep {
                 .into_iter()
                 .flatten(),
             );
-            ids.extend(timeline::event_ids_of(target, Some(r), &[]));
+            ids.extend(r.event_ids());
         }
         let mut typed = TraceIds::of_target(target);
         if let Some(r) = rows {

@@ -184,25 +184,6 @@ pub async fn read_logs(config: &Config, ids: &[String], windows: &[TimeWindow]) 
     })
 }
 
-/// The log lines of a traced timeline's IDs, in the windows its database rows name (else
-/// `unknown_id_window`), added to it. Nothing is read when no log source is configured.
-pub async fn add_to_timeline(
-    config: &Config,
-    timeline: &mut crate::console::read::timeline::Timeline,
-    rows: Option<&crate::console::read::records::TraceRows>,
-    unknown_id_window: TimeWindow,
-) {
-    if !configured(config) {
-        return;
-    }
-    let mut ids: Vec<String> = vec![timeline.query.clone()];
-    ids.extend(timeline.order_no.clone());
-    ids.extend(timeline.request_id.clone());
-    ids.extend(timeline.event_ids.iter().cloned());
-    let read = read_for_trace(config, &ids, rows, unknown_id_window).await;
-    timeline.add_log_lines(&read, &crate::mask::Mask::of(config));
-}
-
 /// True when a log file glob or a shipped-logs topic is configured.
 pub fn configured(config: &Config) -> bool {
     !config.logs.files.is_empty() || !config.logs.topic.is_empty()

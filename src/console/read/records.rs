@@ -3,6 +3,8 @@
 //! templated with the configured table names, so the console reads a team's own order system
 //! that follows the same pattern. Read-only: nothing here writes.
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -223,6 +225,23 @@ impl TraceRows {
             && self.processed.is_empty()
             && self.points.is_empty()
             && self.notifications.is_empty()
+    }
+
+    /// Every eventId these rows name: payments, consumer decisions, the orders paid by an event,
+    /// the sinks' rows and the outbox.
+    pub fn event_ids(&self) -> BTreeSet<String> {
+        let mut ids = BTreeSet::new();
+        ids.extend(self.payments.iter().map(|p| p.event_id.clone()));
+        ids.extend(self.processed.iter().map(|p| p.event_id.clone()));
+        ids.extend(
+            self.orders
+                .iter()
+                .filter_map(|o| o.payment_event_id.clone()),
+        );
+        ids.extend(self.points.iter().map(|p| p.source_event_no.clone()));
+        ids.extend(self.notifications.iter().map(|n| n.event_id.clone()));
+        ids.extend(self.outbox.iter().map(|o| o.event_id.clone()));
+        ids
     }
 
     /// The IDs these rows name: an order row links requestId and orderNo, a payment or a

@@ -224,12 +224,7 @@ pub fn event_ids_of(
         ids.insert(e.clone());
     }
     if let Some(r) = rows {
-        ids.extend(r.payments.iter().map(|p| p.event_id.clone()));
-        ids.extend(r.processed.iter().map(|p| p.event_id.clone()));
-        ids.extend(r.orders.iter().filter_map(|o| o.payment_event_id.clone()));
-        ids.extend(r.points.iter().map(|p| p.source_event_no.clone()));
-        ids.extend(r.notifications.iter().map(|n| n.event_id.clone()));
-        ids.extend(r.outbox.iter().map(|o| o.event_id.clone()));
+        ids.extend(r.event_ids());
     }
     ids.extend(messages.iter().filter_map(|m| m.event_id.clone()));
     ids

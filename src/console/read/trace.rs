@@ -25,12 +25,13 @@ use crate::db::Database;
 
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
-use crate::console::read::logs;
+use crate::console::read::logs::{self, LogRead};
 use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
 use crate::console::read::timeline::{self, Timeline, TimelineInputs};
-use crate::console::read::window::TimeWindow;
+use crate::console::read::topics::PaymentMessage;
+use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::LockInspector;
 
 /// What a trace is assembled from; any piece may be missing (its source is down or not read).
@@ -44,6 +45,13 @@ pub struct TracePieces<'a> {
     pub history: Option<&'a [TraceEvent]>,
     /// The fields no face shows (`[mask]`), masked as the timeline is built.
     pub mask: &'a crate::mask::Mask,
+    /// The log lines of the trace's IDs ([`log_ids`]), when a log source was read.
+    pub log_lines: Option<&'a LogRead>,
+    /// What reading the topics' windows for this trace cost, when they were read for it: kept
+    /// in the timeline, and a partition shortcut that did not hold becomes a warning.
+    pub cost: Option<&'a ReadCost>,
+    /// No trace topic is configured: the timeline says so in an entry of its own.
+    pub no_trace_topic: bool,
 }
 
 /// The IDs a trace target resolves to, from every source: the database rows first (they link
@@ -76,13 +84,34 @@ pub fn resolve_ids(
     ids
 }
 
-/// The timeline of `target` from `pieces`: the payment messages and trace events that name its
-/// IDs, merged with its rows and keys (pure).
-pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> Timeline {
+/// The IDs a trace's log lines are searched for: the target, the orderNo and requestId it
+/// resolved to, and every eventId its rows and payment messages name — the IDs the timeline
+/// of the same pieces shows.
+pub fn log_ids(target: &TraceTarget, pieces: &TracePieces<'_>) -> Vec<String> {
+    let (ids, messages) = resolved(target, pieces);
+    let mut out = vec![target.id().to_string()];
+    out.extend(ids.order_no);
+    out.extend(ids.request_id);
+    out.extend(timeline::event_ids_of(target, pieces.rows, &messages));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The IDs of `target` from every piece, and the payment messages that name them.
+fn resolved(target: &TraceTarget, pieces: &TracePieces<'_>) -> (TraceIds, Vec<PaymentMessage>) {
     let ids = resolve_ids(target, pieces.rows, pieces.payments, pieces.log);
     let messages = pieces
         .payments
         .messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
+    (ids, messages)
+}
+
+/// The timeline of `target` from `pieces`, finished: the payment messages and trace events that
+/// name its IDs, merged with its rows, keys and log lines; what the read cost and found wrong;
+/// an entry saying there is no trace topic when there is none (pure). Every face shows this.
+pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> Timeline {
+    let (ids, messages) = resolved(target, pieces);
     let event_ids = timeline::event_ids_of(target, pieces.rows, &messages);
     let mut events = pieces.log.matching(
         ids.order_no.as_deref(),
@@ -110,6 +139,23 @@ pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> 
         mask: pieces.mask,
     });
     t.warnings.extend(pieces.log.undecodable_warning());
+    if let Some(cost) = pieces.cost {
+        warn_of_cost(&mut t, cost);
+        t.read_cost = Some(cost.clone());
+    }
+    if let Some(read) = pieces.log_lines {
+        t.add_log_lines(read, pieces.mask);
+    }
+    if pieces.no_trace_topic {
+        t.entries.push(timeline::TimelineEntry {
+            at_ms: None,
+            layer: "kafka",
+            source: "kafka.trace_topic".into(),
+            summary: bounded::NO_TRACE_TOPIC.into(),
+            stopped_by: None,
+            fields: serde_json::Value::Null,
+        });
+    }
     t
 }
 
@@ -206,18 +252,25 @@ pub async fn read_trace(
         None
     };
     let mask = crate::mask::Mask::of(config);
-    let pieces = TracePieces {
+    let mut pieces = TracePieces {
         rows: rows.as_ref(),
         keys: keys.as_ref(),
         payments,
         log,
         history: None,
         mask: &mask,
+        log_lines: None,
+        cost: cost.as_ref(),
+        no_trace_topic: config.kafka.trace_topic.is_empty(),
     };
+    let log_lines = if logs::configured(config) {
+        let ids = log_ids(target, &pieces);
+        Some(logs::read_for_trace(config, &ids, rows.as_ref(), logs_window).await)
+    } else {
+        None
+    };
+    pieces.log_lines = log_lines.as_ref();
     let mut timeline = assemble(target, &pieces, now_ms());
-    if let Some(c) = &cost {
-        warn_of_cost(&mut timeline, c);
-    }
     let unsearched = rows.as_ref().and_then(|r| {
         crate::console::read::window::forward_window(r, std::time::Duration::from_secs(3600))
     });
@@ -228,24 +281,12 @@ pub async fn read_trace(
              searched",
         );
     }
-    timeline.read_cost = cost;
-    logs::add_to_timeline(config, &mut timeline, rows.as_ref(), logs_window).await;
-    if config.kafka.trace_topic.is_empty() {
-        timeline.entries.push(timeline::TimelineEntry {
-            at_ms: None,
-            layer: "kafka",
-            source: "kafka.trace_topic".into(),
-            summary: bounded::NO_TRACE_TOPIC.into(),
-            stopped_by: None,
-            fields: serde_json::Value::Null,
-        });
-    }
     TraceRead { timeline, statuses }
 }
 
 /// What reading the topics found wrong with the partition shortcut, as warnings (the one-shot
 /// trace and the TUI's read of a trace's windows alike).
-pub fn warn_of_cost(timeline: &mut Timeline, cost: &crate::console::read::window::ReadCost) {
+fn warn_of_cost(timeline: &mut Timeline, cost: &ReadCost) {
     for t in &cost.topics {
         if let Some(why) = &t.partitions_widened {
             timeline.warn(format!(
@@ -385,6 +426,9 @@ mod tests {
             log: &log,
             history: Some(&history),
             mask: &crate::mask::Mask::none(),
+            log_lines: None,
+            cost: None,
+            no_trace_topic: false,
         };
         let t = assemble(&target, &pieces, 10_000);
         assert_eq!((t.kind, t.query.as_str()), ("event_id", event));
@@ -399,5 +443,51 @@ mod tests {
             ]
         );
         assert_eq!(t.stopped_count(), 2);
+    }
+
+    /// Every face's timeline is finished by `assemble`: the log lines of the IDs in time order
+    /// with the rest, and the entry saying there is no trace topic.
+    #[test]
+    fn log_lines_and_the_missing_trace_topic_are_in_the_one_assembly() {
+        let (payments, log) = (PaymentIndex::default(), TraceLog::default());
+        let target =
+            TraceTarget::classify("APP:ORDER:20261129:0193a1c2-1111-7222-8333-444455556666");
+        let line = crate::console::read::logs::LogLine {
+            at_ms: 5_000,
+            service: Some("order-api".into()),
+            level: Some("INFO".into()),
+            message: "created".into(),
+            order_no: None,
+            request_id: Some(target.id().to_string()),
+            event_id: None,
+            source: "app.log:1".into(),
+        };
+        let read = LogRead {
+            lines: vec![line],
+            files_read: 1,
+            ..LogRead::default()
+        };
+        let pieces = TracePieces {
+            rows: None,
+            keys: None,
+            payments: &payments,
+            log: &log,
+            history: None,
+            mask: &crate::mask::Mask::none(),
+            log_lines: Some(&read),
+            cost: None,
+            no_trace_topic: true,
+        };
+        assert_eq!(log_ids(&target, &pieces), [target.id().to_string()]);
+        let t = assemble(&target, &pieces, 10_000);
+        let entries: Vec<_> = t
+            .entries
+            .iter()
+            .map(|e| (e.layer, e.source.as_str()))
+            .collect();
+        assert_eq!(
+            entries,
+            [("log", "app.log:1"), ("kafka", "kafka.trace_topic")]
+        );
     }
 }

@@ -459,27 +459,11 @@ impl Stores {
             log: &self.trace_log,
             history: self.trace_history.as_deref(),
             mask: &self.mask,
+            log_lines: self.trace_logs.as_ref(),
+            cost: self.trace_read.as_ref().and_then(|(_, cost)| cost.as_ref()),
+            no_trace_topic: self.no_trace_topic,
         };
-        let mut timeline = trace::assemble(target, &pieces, now);
-        if let Some(read) = &self.trace_logs {
-            timeline.add_log_lines(read, &self.mask);
-        }
-        if let Some((_, Some(cost))) = &self.trace_read {
-            trace::warn_of_cost(&mut timeline, cost);
-        }
-        if self.no_trace_topic {
-            timeline
-                .entries
-                .push(crate::console::read::timeline::TimelineEntry {
-                    at_ms: None,
-                    layer: "kafka",
-                    source: "kafka.trace_topic".into(),
-                    summary: crate::console::read::bounded::NO_TRACE_TOPIC.into(),
-                    stopped_by: None,
-                    fields: serde_json::Value::Null,
-                });
-        }
-        Some(timeline)
+        Some(trace::assemble(target, &pieces, now))
     }
 
     /// Rebuild the trace view when it changed or aged: called before each frame, so the
