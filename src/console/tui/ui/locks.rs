@@ -1,8 +1,9 @@
 //! The Locks view: the lock keys of every node with their holder, TTL and flags.
 
 use super::*;
+use crate::lock::LockScan;
 
-/// Draws the summary line, the nodes and the table, top to bottom; long because each span is styled.
+/// The counts, the nodes and the table, top to bottom.
 pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     let now = app.now_ms();
     let [summary, table] =
@@ -14,6 +15,38 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         );
         return;
     };
+    f.render_widget(Paragraph::new(summary_lines(scan)), summary);
+    let rows = app
+        .stores
+        .filtered
+        .get(&View::Locks)
+        .cloned()
+        .unwrap_or_default();
+    let title = format!(
+        " Locks [{}{}] ",
+        filter_note(app, View::Locks, rows.len(), scan.locks.len()),
+        tag_note(app, View::Locks)
+    );
+    let table = results_panel(f, app, View::Locks, table);
+    windowed_table(
+        f,
+        table,
+        titled(title),
+        columns::LOCKS,
+        columns::LOCKS_ID,
+        rows.len(),
+        Some((app.selected(View::Locks), selected_style(app))),
+        |i| {
+            let l = &scan.locks[rows[i]];
+            let (mut cells, style) = lock_row(l, now);
+            mark(app, View::Locks, &l.key, &mut cells);
+            (cells, style)
+        },
+    );
+}
+
+/// The counts of locks by flag and how long the scan took; then each node, red when down.
+fn summary_lines(scan: &LockScan) -> Vec<Line<'static>> {
     let count = |flag: crate::lock::LockFlag| {
         scan.locks
             .iter()
@@ -75,34 +108,7 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             DIM,
         ),
     ]);
-    f.render_widget(Paragraph::new(vec![line1, Line::from(nodes)]), summary);
-    let rows = app
-        .stores
-        .filtered
-        .get(&View::Locks)
-        .cloned()
-        .unwrap_or_default();
-    let title = format!(
-        " Locks [{}{}] ",
-        filter_note(app, View::Locks, rows.len(), scan.locks.len()),
-        tag_note(app, View::Locks)
-    );
-    let table = results_panel(f, app, View::Locks, table);
-    windowed_table(
-        f,
-        table,
-        titled(title),
-        columns::LOCKS,
-        columns::LOCKS_ID,
-        rows.len(),
-        Some((app.selected(View::Locks), selected_style(app))),
-        |i| {
-            let l = &scan.locks[rows[i]];
-            let (mut cells, style) = lock_row(l, now);
-            mark(app, View::Locks, &l.key, &mut cells);
-            (cells, style)
-        },
-    );
+    vec![line1, Line::from(nodes)]
 }
 
 fn lock_row(l: &crate::lock::LockView, now: i64) -> (Vec<String>, Style) {

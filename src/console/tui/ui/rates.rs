@@ -1,8 +1,9 @@
 //! The Rates view: interceptions per layer per minute, and the consumer's lag per partition.
 
 use super::*;
+use crate::console::read::store::RateTable;
 
-/// Draws the summary, the rates table and the lag table, top to bottom; long because each span is styled.
+/// The summary, the rates table and the lag table, top to bottom.
 pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     let [summary, table, lag] = Layout::vertical([
         Constraint::Length(1),
@@ -12,7 +13,44 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     .areas(area);
     let rates = app.stores.trace_log.rates(app.now_ms());
     let reading = app.stores.rates_reading();
-    let line = match &reading {
+    let line = summary_line(app, &rates, reading.as_deref());
+    f.render_widget(Paragraph::new(line), summary);
+    let rows = app.rate_rows();
+    let title = format!(
+        " Interceptions per minute, last 60 minutes{} [{}] ",
+        if reading.is_some() {
+            " (still reading)"
+        } else {
+            ""
+        },
+        filter_note(app, View::Rates, rows.len(), rates.series.len())
+    );
+    windowed_table(
+        f,
+        table,
+        titled(title),
+        columns::RATES,
+        1,
+        rows.len(),
+        Some((app.selected(View::Rates), selected_style(app))),
+        |i| {
+            let busy = rows[i][3] != "0";
+            (
+                rows[i].clone(),
+                if busy {
+                    Style::new().fg(Color::Yellow)
+                } else {
+                    DIM
+                },
+            )
+        },
+    );
+    draw_lag(f, app, lag);
+}
+
+/// What was read, or that the hour is still being read.
+fn summary_line(app: &App, rates: &RateTable, reading: Option<&str>) -> Line<'static> {
+    match reading {
         // Until the hour is read, no count: a 0 would read as "nothing happened".
         Some(r) => Line::from(Span::styled(
             format!(" {r} — the rates are not complete yet"),
@@ -54,38 +92,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                 DIM,
             ),
         ]),
-    };
-    f.render_widget(Paragraph::new(line), summary);
-    let rows = app.rate_rows();
-    let title = format!(
-        " Interceptions per minute, last 60 minutes{} [{}] ",
-        if reading.is_some() {
-            " (still reading)"
-        } else {
-            ""
-        },
-        filter_note(app, View::Rates, rows.len(), rates.series.len())
-    );
-    windowed_table(
-        f,
-        table,
-        titled(title),
-        columns::RATES,
-        1,
-        rows.len(),
-        Some((app.selected(View::Rates), selected_style(app))),
-        |i| {
-            let busy = rows[i][3] != "0";
-            (
-                rows[i].clone(),
-                if busy {
-                    Style::new().fg(Color::Yellow)
-                } else {
-                    DIM
-                },
-            )
-        },
-    );
+    }
+}
+
+/// The consumer's lag per partition, or why it is not known.
+fn draw_lag(f: &mut Frame<'_>, app: &App, lag: Rect) {
     match &app.stores.lag {
         Some(Ok(l)) => {
             windowed_table(
