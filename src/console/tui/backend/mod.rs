@@ -9,7 +9,7 @@
 //! Each collector is a file of its own; this one holds what they share — the updates, the
 //! focus, the round timer and the bounded wait — and starts and stops them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -254,6 +254,8 @@ pub struct Backends {
     tasks: Vec<JoinHandle<()>>,
     /// For the action executor's results.
     tx: mpsc::Sender<Update>,
+    /// The topic readers' threads still running ([`topic_tail`]'s `Running`).
+    readers: Arc<AtomicUsize>,
 }
 
 impl Backends {
@@ -263,6 +265,7 @@ impl Backends {
         let (tx, updates) = mpsc::channel(UPDATE_CHANNEL);
         let (focus, focus_rx) = watch::channel(Focus::new(config.console.refresh));
         let cancel = CancellationToken::new();
+        let readers = Arc::new(AtomicUsize::new(0));
         let mut tasks = vec![
             tokio::spawn(database_task(
                 config.clone(),
@@ -282,6 +285,7 @@ impl Backends {
                 tx.clone(),
                 focus_rx.clone(),
                 cancel.clone(),
+                readers.clone(),
             )),
         ];
         tasks.push(tokio::spawn(topic_task(
@@ -290,6 +294,7 @@ impl Backends {
             tx.clone(),
             focus_rx.clone(),
             cancel.clone(),
+            readers.clone(),
         )));
         if logs::configured(config) {
             tasks.push(tokio::spawn(logs_task(
@@ -305,6 +310,7 @@ impl Backends {
             cancel,
             tasks,
             tx,
+            readers,
         }
     }
 
@@ -328,7 +334,8 @@ impl Backends {
     }
 
     /// Stop every collector: each ends at its next await or poll; one still busy after
-    /// [`SHUTDOWN_GRACE`] is aborted — quitting never waits for a backend.
+    /// [`SHUTDOWN_GRACE`] is aborted — quitting never waits for a backend. The topic readers'
+    /// threads are waited for within the same grace (they see the stop within a poll).
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         // A collector waiting for room in the channel is answered at once.
@@ -339,12 +346,25 @@ impl Backends {
                 t.abort();
             }
         }
+        while self.readers.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
+/// Dropping stops the collectors as [`Backends::shutdown`] does, waiting (within
+/// [`SHUTDOWN_GRACE`]) for the topic readers' threads alone: a reader is a librdkafka client on
+/// a thread of its own, which an aborted task or an ended runtime does not stop, and a client
+/// that still polls a topic being deleted crashes librdkafka's metadata cache against the
+/// stack's broker (a test deletes its topics as it ends).
 impl Drop for Backends {
     fn drop(&mut self) {
         self.cancel.cancel();
+        self.updates.close();
+        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.readers.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

@@ -16,6 +16,14 @@ impl TopicKind {
             TopicKind::Payments => "payments",
         }
     }
+
+    /// The configured topic of this kind (empty: none).
+    fn topic(self, config: &Config) -> String {
+        match self {
+            TopicKind::Trace => config.kafka.trace_topic.clone(),
+            TopicKind::Payments => config.kafka.payment_topic.clone(),
+        }
+    }
 }
 
 /// Follows one topic from the last hour on (every partition assigned, no group). A reader thread
@@ -29,11 +37,9 @@ pub(super) async fn topic_task(
     tx: mpsc::Sender<Update>,
     mut focus: watch::Receiver<Focus>,
     cancel: CancellationToken,
+    readers: Arc<AtomicUsize>,
 ) {
-    let topic = match kind {
-        TopicKind::Trace => config.kafka.trace_topic.clone(),
-        TopicKind::Payments => config.kafka.payment_topic.clone(),
-    };
+    let topic = kind.topic(&config);
     let mut reader: Option<std::thread::JoinHandle<()>> = None;
     let stop_reader = cancel.child_token();
     let mut history = HistoryRead::default();
@@ -68,12 +74,12 @@ pub(super) async fn topic_task(
                 if reader.is_none() {
                     match start_reader(
                         &config,
-                        &topic,
                         kind,
                         tx.clone(),
                         focus.clone(),
                         stop_reader.clone(),
                         live.clone(),
+                        Running::start(&readers),
                     ) {
                         Ok(h) => reader = Some(h),
                         Err(e) => {
@@ -236,21 +242,22 @@ fn topic_error(kind: TopicKind, e: String) -> Update {
 /// on a topic of millions of events, and the Rates view said 0 meanwhile.
 fn start_reader(
     config: &Config,
-    topic: &str,
     kind: TopicKind,
     tx: mpsc::Sender<Update>,
     focus: watch::Receiver<Focus>,
     stop: CancellationToken,
     live: Arc<LiveProgress>,
+    running: Running,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let servers = config.kafka.bootstrap_servers.clone();
     let consumer = topics::create_reader(&topics::reader_config(config, kind.purpose()))
         .map_err(|e| format!("cannot create a Kafka reader for {servers}: {e}"))?;
-    let (config, topic) = (config.clone(), topic.to_string());
+    let (config, topic) = (config.clone(), kind.topic(config));
     let failure = format!("cannot start the {topic} reader thread");
     std::thread::Builder::new()
         .name(format!("console-{}", kind.purpose()))
         .spawn(move || {
+            let _running = running;
             let since = now_ms() - LIVE_WINDOW_MS;
             let starts = match topics::live_starts(&config, &topic, since)
                 .and_then(|s| assign_from(&consumer, &topic, &s).map(|()| s))
@@ -275,6 +282,22 @@ fn start_reader(
             r.read_batches(&starts, &tx, &focus, &stop)
         })
         .map_err(|e| format!("{failure}: {e}"))
+}
+
+/// A reader thread, counted in [`Backends`]' readers from before it starts until it ends.
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(readers: &Arc<AtomicUsize>) -> Running {
+        readers.fetch_add(1, Ordering::AcqRel);
+        Running(readers.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Assigns every partition of `topic` at its live start (its beginning when all of it is in
