@@ -17,6 +17,7 @@
 //! continuously (each on its own backend, following the TUI's `Focus`),
 //! and the TUI calls [`assemble`] over its stores: the same step 5, the same [`TracePieces`].
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use crate::config::Config;
@@ -45,7 +46,7 @@ pub struct TracePieces<'a> {
     pub history: Option<&'a [TraceEvent]>,
     /// The fields no face shows (`[mask]`), masked as the timeline is built.
     pub mask: &'a crate::mask::Mask,
-    /// The log lines of the trace's IDs ([`log_ids`]), when a log source was read.
+    /// The log lines of the trace's IDs ([`Resolved::log_ids`]), when a log source was read.
     pub log_lines: Option<&'a LogRead>,
     /// What reading the topics' windows for this trace cost, when they were read for it: kept
     /// in the timeline, and a partition shortcut that did not hold becomes a warning.
@@ -84,39 +85,58 @@ pub fn resolve_ids(
     ids
 }
 
-/// The IDs a trace's log lines are searched for: the target, the orderNo and requestId it
-/// resolved to, and every eventId its rows and payment messages name — the IDs the timeline
-/// of the same pieces shows.
-pub fn log_ids(target: &TraceTarget, pieces: &TracePieces<'_>) -> Vec<String> {
-    let (ids, messages) = resolved(target, pieces);
-    let mut out = vec![target.id().to_string()];
-    out.extend(ids.order_no);
-    out.extend(ids.request_id);
-    out.extend(timeline::event_ids_of(target, pieces.rows, &messages));
-    out.sort();
-    out.dedup();
-    out
+/// What a trace target resolves to from its rows and the topics' stores, worked out once: its
+/// IDs, the payment messages that name them, and every eventId of both. The trace's keys and
+/// log lines are read for it, and its timeline built from it.
+pub struct Resolved {
+    pub ids: TraceIds,
+    messages: Vec<PaymentMessage>,
+    event_ids: BTreeSet<String>,
 }
 
-/// The IDs of `target` from every piece, and the payment messages that name them.
-fn resolved(target: &TraceTarget, pieces: &TracePieces<'_>) -> (TraceIds, Vec<PaymentMessage>) {
-    let ids = resolve_ids(target, pieces.rows, pieces.payments, pieces.log);
-    let messages = pieces
-        .payments
-        .messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
-    (ids, messages)
+impl Resolved {
+    pub fn of(
+        target: &TraceTarget,
+        rows: Option<&TraceRows>,
+        payments: &PaymentIndex,
+        log: &TraceLog,
+    ) -> Resolved {
+        let ids = resolve_ids(target, rows, payments, log);
+        let messages = payments.messages_for(ids.order_no.as_deref(), ids.event_id.as_deref());
+        let event_ids = timeline::event_ids_of(target, rows, &messages);
+        Resolved {
+            ids,
+            messages,
+            event_ids,
+        }
+    }
+
+    /// The IDs a trace's log lines are searched for: the target, the orderNo and requestId it
+    /// resolved to, and every eventId — the IDs its timeline shows.
+    pub fn log_ids(&self, target: &TraceTarget) -> Vec<String> {
+        let mut out = BTreeSet::from([target.id().to_string()]);
+        out.extend(self.ids.order_no.clone());
+        out.extend(self.ids.request_id.clone());
+        out.extend(self.event_ids.iter().cloned());
+        out.into_iter().collect()
+    }
 }
 
-/// The timeline of `target` from `pieces`, finished: the payment messages and trace events that
-/// name its IDs, merged with its rows, keys and log lines; what the read cost and found wrong;
-/// an entry saying there is no trace topic when there is none (pure). Every face shows this.
-pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> Timeline {
-    let (ids, messages) = resolved(target, pieces);
-    let event_ids = timeline::event_ids_of(target, pieces.rows, &messages);
+/// The timeline of `target` from `pieces` and what they resolved to ([`Resolved::of`] the same
+/// rows and stores), finished: the payment messages and trace events that name its IDs, merged
+/// with its rows, keys and log lines; what the read cost and found wrong; an entry saying there
+/// is no trace topic when there is none (pure). Every face shows this.
+pub fn assemble(
+    target: &TraceTarget,
+    pieces: &TracePieces<'_>,
+    resolved: &Resolved,
+    now_ms: i64,
+) -> Timeline {
+    let (ids, messages, event_ids) = (&resolved.ids, &resolved.messages, &resolved.event_ids);
     let mut events = pieces.log.matching(
         ids.order_no.as_deref(),
         ids.request_id.as_deref(),
-        &event_ids,
+        event_ids,
     );
     if let Some(history) = pieces.history {
         let missing: Vec<TraceEvent> = history
@@ -133,7 +153,7 @@ pub fn assemble(target: &TraceTarget, pieces: &TracePieces<'_>, now_ms: i64) -> 
         target,
         rows: pieces.rows,
         keys: pieces.keys,
-        messages: &messages,
+        messages,
         events: &events,
         now_ms,
         mask: pieces.mask,
@@ -242,9 +262,9 @@ pub async fn read_trace(
         let status = BackendStatus::of(config, BackendId::Database, t_db, db_error);
         statuses.insert(0, status);
     }
-    let ids = resolve_ids(target, rows.as_ref(), payments, log);
+    let resolved = Resolved::of(target, rows.as_ref(), payments, log);
     let keys = if sources.redis {
-        let (keys, status) = read_keys(config, &ids, sources.database).await;
+        let (keys, status) = read_keys(config, &resolved.ids, sources.database).await;
         // After the database, before the topics: the order every document lists them in.
         statuses.insert(usize::from(sources.database.is_some()), status);
         keys
@@ -252,25 +272,24 @@ pub async fn read_trace(
         None
     };
     let mask = crate::mask::Mask::of(config);
-    let mut pieces = TracePieces {
+    let log_lines = if logs::configured(config) {
+        let ids = resolved.log_ids(target);
+        Some(logs::read_for_trace(config, &ids, rows.as_ref(), logs_window).await)
+    } else {
+        None
+    };
+    let pieces = TracePieces {
         rows: rows.as_ref(),
         keys: keys.as_ref(),
         payments,
         log,
         history: None,
         mask: &mask,
-        log_lines: None,
+        log_lines: log_lines.as_ref(),
         cost: cost.as_ref(),
         no_trace_topic: config.kafka.trace_topic.is_empty(),
     };
-    let log_lines = if logs::configured(config) {
-        let ids = log_ids(target, &pieces);
-        Some(logs::read_for_trace(config, &ids, rows.as_ref(), logs_window).await)
-    } else {
-        None
-    };
-    pieces.log_lines = log_lines.as_ref();
-    let mut timeline = assemble(target, &pieces, now_ms());
+    let mut timeline = assemble(target, &pieces, &resolved, now_ms());
     let unsearched = rows.as_ref().and_then(|r| {
         crate::console::read::window::forward_window(r, std::time::Duration::from_secs(3600))
     });
@@ -430,7 +449,8 @@ mod tests {
             cost: None,
             no_trace_topic: false,
         };
-        let t = assemble(&target, &pieces, 10_000);
+        let resolved = Resolved::of(&target, None, &payments, &log);
+        let t = assemble(&target, &pieces, &resolved, 10_000);
         assert_eq!((t.kind, t.query.as_str()), ("event_id", event));
         assert_eq!(t.order_no.as_deref(), Some(order));
         let times: Vec<_> = t.entries.iter().map(|e| (e.layer, e.at_ms)).collect();
@@ -478,8 +498,9 @@ mod tests {
             cost: None,
             no_trace_topic: true,
         };
-        assert_eq!(log_ids(&target, &pieces), [target.id().to_string()]);
-        let t = assemble(&target, &pieces, 10_000);
+        let resolved = Resolved::of(&target, None, &payments, &log);
+        assert_eq!(resolved.log_ids(&target), [target.id().to_string()]);
+        let t = assemble(&target, &pieces, &resolved, 10_000);
         let entries: Vec<_> = t
             .entries
             .iter()

@@ -463,7 +463,8 @@ impl Stores {
             cost: self.trace_read.as_ref().and_then(|(_, cost)| cost.as_ref()),
             no_trace_topic: self.no_trace_topic,
         };
-        Some(trace::assemble(target, &pieces, now))
+        let resolved = trace::Resolved::of(target, pieces.rows, pieces.payments, pieces.log);
+        Some(trace::assemble(target, &pieces, &resolved, now))
     }
 
     /// Rebuild the trace view when it changed or aged: called before each frame, so the
