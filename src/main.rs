@@ -672,7 +672,10 @@ async fn report_command(
         None => print!("{text}"),
     }
     for e in &r.errors {
-        eprintln!("idemguard report: not read: {e}");
+        eprintln!(
+            "idemguard report: not read: {}",
+            idemguard::untrusted::escape(e)
+        );
     }
     Ok(ExitCode::from(
         if r.leaks.is_empty() && r.contradictions.is_empty() {
