@@ -158,15 +158,9 @@ async fn run() {
                 };
                 let t = Instant::now();
                 let rows = records::trace_rows(&db, &ids).await.unwrap();
-                let keys = locks::trace_keys(
-                    &inspector,
-                    &[],
-                    rows.ids.order_no.as_deref(),
-                    rows.ids.request_id.as_deref(),
-                    None,
-                )
-                .await
-                .unwrap();
+                let keys = locks::trace_keys(&inspector, &[], &rows.ids, None)
+                    .await
+                    .unwrap();
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
                 assert_eq!(rows.orders.len(), 1, "lookup {n} ({ids:?}) found its order");
                 assert_eq!(rows.processed.len(), 3);

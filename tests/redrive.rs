@@ -6,7 +6,8 @@
 //!   redrive of the same DLQ message is refused (its ops_audit row is the record);
 //! - a redrive of an event already applied changes nothing (no second points row);
 //! - a message still poison returns to the DLQ once, its redrive noted, and a redrive of the
-//!   returned message is refused: it never loops.
+//!   returned message is refused: it never loops;
+//! - a redrive whose publish fails leaves its audit row at `error`, and may be retried.
 //!
 //! Every test has its own database, topics and consumer group.
 
@@ -21,7 +22,7 @@ use common::*;
 use idemguard::console::cli::headless;
 use idemguard::console::read::dlq::{DlqMessage, Verdict};
 use idemguard::console::read::window::TimeWindow;
-use idemguard::contracts::{now_ms, OrderNo};
+use idemguard::contracts::{headers, now_ms, OrderNo, PaymentSucceeded};
 
 /// The DLQ as `idemguard dlq` reads it: the last hour, verdicts looked up.
 async fn listing(s: &ConsumerSetup) -> Vec<DlqMessage> {
@@ -75,10 +76,14 @@ async fn insert_order(s: &ConsumerSetup, order_no: &str, req: &str, user_id: i64
 /// `idemguard redrive --dlq P:O --json` (plus `extra`) on the test's database and topics:
 /// its exit code and its JSON.
 async fn redrive(s: &ConsumerSetup, m: &DlqMessage, extra: &[&str]) -> (i32, serde_json::Value) {
+    redrive_at(s, &format!("{}:{}", m.partition, m.offset), extra).await
+}
+
+/// `idemguard redrive --dlq POSITION --json` (plus `extra`): its exit code and its JSON.
+async fn redrive_at(s: &ConsumerSetup, position: &str, extra: &[&str]) -> (i32, serde_json::Value) {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
-    let position = format!("{}:{}", m.partition, m.offset);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .args(["--config", config, "redrive", "--dlq", &position, "--json"])
+        .args(["--config", config, "redrive", "--dlq", position, "--json"])
         .args(extra)
         .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
         .env(
@@ -672,3 +677,153 @@ fn bulk_redrive_in_a_terminal(config: &idemguard::config::Config, n: usize) -> S
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] tui_bulk_redrive_stopped_audits_what_it_published(&consumer_setup) => tui_bulk_redrive_postgres, tui_bulk_redrive_mysql);
+
+/// A message in the test's DLQ as the consumer writes one: `e`'s key, body and ID headers, the
+/// reason, and a source position on `source_topic`. Its DLQ position.
+async fn put_in_dlq(s: &ConsumerSetup, e: &PaymentSucceeded, source_topic: &str) -> (i32, i64) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+    let body = serde_json::to_vec(e).unwrap();
+    let mut h = OwnedHeaders::new();
+    for (key, value) in [
+        (headers::EVENT_ID, e.event_id.as_str()),
+        (headers::REQUEST_ID, e.request_id.as_str()),
+        (headers::ORDER_NO, e.order_no.as_str()),
+        ("dlq.id", &format!("dlq-{}", unique_suffix())),
+        ("dlq.reason", "unknown order"),
+        ("dlq.source.topic", source_topic),
+        ("dlq.source.partition", "5"),
+        ("dlq.source.offset", "0"),
+    ] {
+        h = h.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let record = FutureRecord::to(&s.config.kafka.dlq_topic)
+        .key(&e.order_no)
+        .payload(&body)
+        .headers(h);
+    let sent = producer(&s.config)
+        .send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    (sent.partition, sent.offset)
+}
+
+/// A redrive whose publish fails: its DLQ message names a source partition the broker does not
+/// have (the topic was recreated smaller since the message was refused). The publish fails;
+/// the audit row, written first, says `error` and why; that row does not count as a redrive,
+/// so once the partition is back the same redrive runs again and publishes — with that second
+/// row's id in its headers — and a third is refused.
+async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
+    let d = s.dialect;
+    // A source topic of 3 partitions (0-2); the message names partition 5.
+    let source = format!("{}.source", s.config.kafka.payment_topic);
+    create_topics(&s.config, std::slice::from_ref(&source)).await;
+    let (order_no, req) = create_order(&s.db, 90).await;
+    let event = payment(&order_no, &req, 90);
+    let (partition, offset) = put_in_dlq(s, &event, &source).await;
+    let position = format!("{partition}:{offset}");
+    let target =
+        idemguard::stream::redrive::audit_target(&s.config.kafka.dlq_topic, partition, offset);
+
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (1, Some("error")),
+        "{d}: {r}"
+    );
+    let detail = r["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("the publish to {source} failed"))
+            && detail.contains("may be retried"),
+        "{d}: {r}"
+    );
+    assert_eq!(audit_outcomes(s, &target).await, ["error"], "{d}");
+
+    recreate_with_6_partitions(&s.config, &source).await;
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    let retry_id = r["audit_id"].as_i64().unwrap();
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (4, Some("refused")),
+        "{d}: {r}"
+    );
+    assert_eq!(
+        audit_outcomes(s, &target).await,
+        ["error", "done", "refused"],
+        "{d}"
+    );
+
+    // The one copy published: on the source topic, naming the retry's audit row.
+    let config = s.config.clone();
+    let copies = tokio::task::spawn_blocking(move || redriven_copies(&config, &source));
+    let copies = copies.await.unwrap();
+    assert_eq!(copies, [(5, event.event_id.clone(), retry_id)], "{d}");
+}
+
+/// `topic` (3 partitions, empty) deleted and created again with 6, as a team that resizes a
+/// topic does. (The stack's broker has no CreatePartitions.)
+async fn recreate_with_6_partitions(config: &idemguard::config::Config, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        idemguard::kafka_client::client_config(&config.kafka)
+            .create()
+            .unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in admin.delete_topics(&[topic], &opts).await.unwrap() {
+        r.unwrap_or_else(|(t, e)| panic!("cannot delete {t}: {e}"));
+    }
+    let six = NewTopic::new(topic, 6, TopicReplication::Fixed(1));
+    for r in admin.create_topics(&[six], &opts).await.unwrap() {
+        r.unwrap_or_else(|(t, e)| panic!("cannot create {t} again with 6 partitions: {e}"));
+    }
+}
+
+/// Every message on `topic` (6 partitions), as many as its watermarks say it holds: its
+/// partition, its eventId header and its `redrive.audit_id` header.
+fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32, String, i64)> {
+    use idemguard::stream::redrive::{header_text, AUDIT_ID};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = idemguard::kafka_client::client_config(&config.kafka)
+        .set("group.id", format!("igt-reader-{}", unique_suffix()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let (mut tpl, mut held) = (TopicPartitionList::new(), 0);
+    for p in 0..6 {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .unwrap();
+        held += high - low;
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut copies = Vec::new();
+    while (copies.len() as i64) < held {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: {copies:?} of {held} within 30 s"
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            let audit_id = header_text(&m, AUDIT_ID).and_then(|a| a.parse().ok());
+            copies.push((
+                m.partition(),
+                header_text(&m, headers::EVENT_ID).unwrap_or_default(),
+                audit_id.unwrap_or(-1),
+            ));
+        }
+    }
+    copies
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_failed_publish_says_error_and_may_be_retried(&consumer_setup) => failed_publish_postgres, failed_publish_mysql);

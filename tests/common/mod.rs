@@ -91,12 +91,18 @@ pub async fn migrated_database_with(
 
 /// Creates topics unique to this test (3 partitions); returns their names in order.
 pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
+    let suffix = unique_suffix();
+    let names: Vec<String> = base.iter().map(|b| format!("{b}.t{suffix}")).collect();
+    create_topics(config, &names).await;
+    names
+}
+
+/// Creates the topics `names` (3 partitions), removed when the test ends.
+pub async fn create_topics(config: &Config, names: &[String]) {
     let admin: AdminClient<DefaultClientContext> =
         idemguard::kafka_client::client_config(&config.kafka)
             .create()
             .expect("kafka admin client");
-    let suffix = unique_suffix();
-    let names: Vec<String> = base.iter().map(|b| format!("{b}.t{suffix}")).collect();
     let topics: Vec<NewTopic> = names
         .iter()
         .map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1)))
@@ -111,11 +117,10 @@ pub async fn fresh_topics(config: &Config, base: &[&str]) -> Vec<String> {
                 config.kafka.bootstrap_servers
             )
         });
-    remove_at_end(|l| l.topics.push((config.kafka.clone(), names.clone())));
+    remove_at_end(|l| l.topics.push((config.kafka.clone(), names.to_vec())));
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
-    names
 }
 
 /// What the running test created on the shared servers: its databases, topics and MariaDB users.

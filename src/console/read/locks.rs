@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 use sqlx::Row;
 
+use crate::console::read::records::TraceIds;
 use crate::contracts::{keys, now_ms};
 use crate::db::Database;
 use crate::lock::formats::{self, LockFormat, TraceKeyOf};
@@ -146,17 +147,18 @@ pub async fn link_tokens(db: &Database, locks: &mut [LockView]) -> anyhow::Resul
     Ok(())
 }
 
-/// Reads `lock:order:{orderNo}`, `lock:req:{requestId}` and the keys `patterns` give for them
-/// (main and RedLock nodes), their fence counters and `idem:{requestId}`; with `db`, a token
-/// lock is linked to the request it names. Err when the main Redis cannot be read.
+/// Reads `lock:order:{orderNo}`, `lock:req:{requestId}` and the keys `patterns` give for the
+/// IDs' order and request (main and RedLock nodes), their fence counters and
+/// `idem:{requestId}`; with `db`, a token lock is linked to the request it names. Err when the
+/// main Redis cannot be read.
 pub async fn trace_keys(
     inspector: &LockInspector,
     patterns: &[String],
-    order_no: Option<&str>,
-    request_id: Option<&str>,
+    ids: &TraceIds,
     db: Option<&Database>,
 ) -> anyhow::Result<TraceKeys> {
     let read_at_ms = now_ms();
+    let (order_no, request_id) = (ids.order_no.as_deref(), ids.request_id.as_deref());
     let (lock_keys, mut notes) = lock_keys_of(patterns, order_no, request_id);
     let mut inspected = inspector.inspect(&lock_keys).await?;
     if let Some(db) = db {

@@ -366,14 +366,7 @@ async fn read_keys(
     let started = Instant::now();
     let keys = async {
         let inspector = LockInspector::from_config(config)?;
-        locks::trace_keys(
-            &inspector,
-            &config.foreign_locks.patterns,
-            ids.order_no.as_deref(),
-            ids.request_id.as_deref(),
-            db,
-        )
-        .await
+        locks::trace_keys(&inspector, &config.foreign_locks.patterns, ids, db).await
     };
     let (keys, error) = match tokio::time::timeout(POLL_TIMEOUT, keys).await {
         Ok(Ok(k)) => {

@@ -110,13 +110,7 @@ pub(super) async fn redis_task(
                 // Only a database the lock scan already connected: a trace never waits for one.
                 let db = links.db.as_ref();
                 let result = with_timeout(
-                    locks::trace_keys(
-                        &inspector,
-                        &config.foreign_locks.patterns,
-                        ids.order_no.as_deref(),
-                        ids.request_id.as_deref(),
-                        db,
-                    ),
+                    locks::trace_keys(&inspector, &config.foreign_locks.patterns, &ids, db),
                     &name,
                 )
                 .await;
