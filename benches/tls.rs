@@ -9,7 +9,9 @@
 //! (b) lock acquire + release cycles on one node (the lock layer's own connection, reused),
 //!     Redis 6379 against 6390, with the connections each round opened.
 //!
-//! Medians of `IDEMGUARD_BENCH_ROUNDS` rounds (default 5); ratios TLS / plaintext.
+//! Medians of `IDEMGUARD_BENCH_ROUNDS` rounds (default 5), `IDEMGUARD_BENCH_CYCLES` lock cycles
+//! a side and round (default 20,000: about a second in a release build, so that a round is not
+//! decided by the one connect it makes); the sides take turns going first. Ratios TLS / plaintext.
 //! Run: `cargo bench --bench tls`.
 
 #[path = "support/stats.rs"]
@@ -32,7 +34,6 @@ use rdkafka::client::DefaultClientContext;
 use stats::{knob, median};
 
 const TRACES: usize = 10;
-const CYCLES: usize = 2_000;
 const TASKS: usize = 16;
 
 fn main() {
@@ -212,7 +213,7 @@ async fn trace_ms(config: &Config, order_no: &str) -> f64 {
     started.elapsed().as_secs_f64() * 1000.0
 }
 
-async fn lock_cycles(config: &Config) -> f64 {
+async fn lock_cycles(config: &Config, cycles: usize) -> f64 {
     let instance = Instance::current();
     let locks = Locks::from_config(config, &instance, Tracer::log_only(&instance)).unwrap();
     let next = Arc::new(AtomicUsize::new(0));
@@ -224,7 +225,7 @@ async fn lock_cycles(config: &Config) -> f64 {
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= CYCLES {
+                    if i >= cycles {
                         return;
                     }
                     let key = format!("lock:order:BT{round}x{i}");
@@ -239,11 +240,12 @@ async fn lock_cycles(config: &Config) -> f64 {
         })
         .collect();
     futures::future::join_all(tasks).await;
-    CYCLES as f64 / started.elapsed().as_secs_f64()
+    cycles as f64 / started.elapsed().as_secs_f64()
 }
 
 async fn run() {
     let rounds: usize = knob("IDEMGUARD_BENCH_ROUNDS", 5);
+    let cycles: usize = knob("IDEMGUARD_BENCH_CYCLES", 20_000);
     let (mut plain, mut secure) = (plaintext(), tls());
     let (plain_db_name, _plain_db, plain_order) = world(&mut plain).await;
     let (tls_db_name, tls_db, tls_order) = world(&mut secure).await;
@@ -289,14 +291,19 @@ async fn run() {
 
     let mut ratios = Vec::new();
     let (mut c_plain, mut c_tls) = (Vec::new(), Vec::new());
-    lock_cycles(&plain).await;
-    lock_cycles(&secure).await;
+    lock_cycles(&plain, cycles / 10).await;
+    lock_cycles(&secure, cycles / 10).await;
     for round in 0..rounds {
         let before = tls_connections(&tls_db).await.1;
-        let p = lock_cycles(&plain).await;
-        let s = lock_cycles(&secure).await;
+        let (p, s) = if round % 2 == 0 {
+            let p = lock_cycles(&plain, cycles).await;
+            (p, lock_cycles(&secure, cycles).await)
+        } else {
+            let s = lock_cycles(&secure, cycles).await;
+            (lock_cycles(&plain, cycles).await, s)
+        };
         let opened = tls_connections(&tls_db).await.1 - before - 1;
-        println!("(b) round {}: lock acquire+release plaintext {p:.0}/s, TLS {s:.0}/s, ratio {:.2}; TLS connections opened {opened} for {CYCLES} cycles", round + 1, s / p);
+        println!("(b) round {}: lock acquire+release plaintext {p:.0}/s, TLS {s:.0}/s, ratio {:.2}; TLS connections opened {opened} for {cycles} cycles", round + 1, s / p);
         ratios.push(s / p);
         c_plain.push(p);
         c_tls.push(s);
