@@ -435,7 +435,8 @@ fn main() -> ExitCode {
 }
 
 /// One arm per subcommand, each parsing its flags into one call (the longer ones are functions
-/// of their own below): long because the command list is, not because any arm is.
+/// of their own below); the exercises, the operator's reads and the operator's actions are
+/// dispatched by [`exercise`], [`inspect`] and [`act`].
 async fn run(
     command: Command,
     config: Config,
@@ -464,10 +465,7 @@ async fn run(
             group,
             metrics_listen,
         } => {
-            let mut config = config;
-            if let Some(m) = metrics_listen {
-                config.metrics.listen = m;
-            }
+            let config = with_metrics_listen(config, metrics_listen);
             consume(config, crash_after_db_commit, group).await
         }
         Command::Serve {
@@ -482,10 +480,7 @@ async fn run(
                 crash_before_publish,
                 crash_after_publish,
             };
-            let mut config = config;
-            if let Some(m) = metrics_listen {
-                config.metrics.listen = m;
-            }
+            let config = with_metrics_listen(config, metrics_listen);
             serve(config, listen, faults).await
         }
         Command::Demo { no_tui } => {
@@ -497,6 +492,37 @@ async fn run(
             print!("{}", config.to_redacted_toml());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Console { allow_actions } => {
+            console::tui::terminal::run_with(config, allow_actions).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        command @ (Command::Storm { .. } | Command::LockHold { .. }) => {
+            exercise(command, config).await
+        }
+        command @ (Command::Trace { .. }
+        | Command::Locks { .. }
+        | Command::Rates { .. }
+        | Command::Stuck { .. }
+        | Command::Report { .. }
+        | Command::Dlq { .. }) => inspect(command, &config).await,
+        command @ (Command::ReleaseLock { .. }
+        | Command::Purge { .. }
+        | Command::Redrive { .. }
+        | Command::Finalize { .. }) => act(command, &config).await,
+    }
+}
+
+/// `--metrics-listen`, when given, in place of `metrics.listen`.
+fn with_metrics_listen(mut config: Config, metrics_listen: Option<String>) -> Config {
+    if let Some(m) = metrics_listen {
+        config.metrics.listen = m;
+    }
+    config
+}
+
+/// The exercises against the stack: a storm of requests, a lock held.
+async fn exercise(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Storm {
             scenario,
             requests,
@@ -522,10 +548,14 @@ async fn run(
             no_watchdog,
             hold,
         } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
-        Command::Console { allow_actions } => {
-            console::tui::terminal::run_with(config, allow_actions).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        _ => unreachable!("run hands each command to the function that handles it"),
+    }
+}
+
+/// The operator's reads: what the live systems hold (a trace, the locks, the rates, the stuck
+/// records, a report, the DLQ).
+async fn inspect(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Trace {
             id,
             json,
@@ -534,21 +564,41 @@ async fn run(
         } => {
             let window = trace_window(since.as_deref(), until.as_deref())?;
             let target = idemguard::contracts::TraceTarget::classify(&id);
-            let r = headless::trace_in(&config, &target, window).await;
+            let r = headless::trace_in(config, &target, window).await;
             Ok(print_report(&r, json, headless::trace_table))
         }
         Command::Locks { json } => {
-            let r = headless::locks(&config).await;
+            let r = headless::locks(config).await;
             Ok(print_report(&r, json, headless::locks_table))
         }
         Command::Rates { json } => {
-            let r = headless::rates(&config).await;
+            let r = headless::rates(config).await;
             Ok(print_report(&r, json, headless::rates_table))
         }
         Command::Stuck { json } => {
-            let r = headless::stuck(&config).await;
+            let r = headless::stuck(config).await;
             Ok(print_report(&r, json, headless::stuck_table))
         }
+        Command::Report {
+            id,
+            since,
+            until,
+            format,
+            json,
+            output,
+        } => report_command(config, id, (since, until), format, json, output).await,
+        Command::Dlq { since, until, json } => {
+            let window = dlq_window(since.as_deref(), until.as_deref())?;
+            let r = headless::dlq(config, window).await;
+            Ok(print_report(&r, json, headless::dlq_table))
+        }
+        _ => unreachable!("run hands each command to the function that handles it"),
+    }
+}
+
+/// The operator's actions on the live systems: release a lock, purge, redrive, finalize.
+async fn act(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
+    match command {
         Command::ReleaseLock {
             key,
             expect_values,
@@ -565,22 +615,9 @@ async fn run(
                 bump_fence,
                 reason,
             };
-            run_action(&config, action, allow_actions, json).await
+            run_action(config, action, allow_actions, json).await
         }
-        Command::Report {
-            id,
-            since,
-            until,
-            format,
-            json,
-            output,
-        } => report_command(&config, id, (since, until), format, json, output).await,
-        Command::Purge { json } => purge(&config, json).await,
-        Command::Dlq { since, until, json } => {
-            let window = dlq_window(since.as_deref(), until.as_deref())?;
-            let r = headless::dlq(&config, window).await;
-            Ok(print_report(&r, json, headless::dlq_table))
-        }
+        Command::Purge { json } => purge(config, json).await,
         Command::Redrive {
             positions,
             all_with_reason,
@@ -592,16 +629,16 @@ async fn run(
         } => {
             let positions = match all_with_reason {
                 None => positions,
-                Some(text) => not_redriven_with_reason(&config, &text, since.as_deref()).await?,
+                Some(text) => not_redriven_with_reason(config, &text, since.as_deref()).await?,
             };
             if dry_run {
-                return redrive_dry_run(&config, &positions, json).await;
+                return redrive_dry_run(config, &positions, json).await;
             }
             let batch: Vec<Action> = positions
                 .iter()
                 .map(|&(p, o)| Action::redrive(&config.kafka.dlq_topic, p, o, reason.clone()))
                 .collect();
-            run_batch(&config, &batch, allow_actions, json).await
+            run_batch(config, &batch, allow_actions, json).await
         }
         Command::Finalize {
             request_id,
@@ -615,8 +652,9 @@ async fn run(
                 expect_version,
                 reason,
             };
-            run_action(&config, action, allow_actions, json).await
+            run_action(config, action, allow_actions, json).await
         }
+        _ => unreachable!("run hands each command to the function that handles it"),
     }
 }
 

@@ -175,11 +175,6 @@ impl<L: OwnerLiveness> Guard<L> {
 
     /// Run `process` at most once per Idempotency-Key; `answer_expired` answers a retry whose
     /// record is past its retention from the business tables instead (seed §6.4).
-    ///
-    /// Long on purpose: its numbered steps (the module's table) share the request's placeholder
-    /// and the closure that drops it, the generic `process`/`answer_expired` consumed once, and
-    /// the trace event builder; the fast path is its own step ([`Guard::fast_path_step`]), and
-    /// cutting the claim's outcomes apart would hand each part all of these.
     pub async fn run<P, PF, E, EF>(
         &self,
         headers: &HeaderMap,
@@ -203,24 +198,17 @@ impl<L: OwnerLiveness> Guard<L> {
         // FAULT INJECTION SWITCH (idempotency.enabled = false): no record, no fast path — the
         // request goes straight to the order flow, so only the database layer can stop a copy.
         if !self.config.idempotency.enabled {
-            let owner = self.tracer.instance_id().to_string();
-            let what = format!("request {request_id} failed (idempotency off)");
-            return match process(Claimed {
-                request_id,
-                owner,
-                reclaimed: false,
-            })
-            .await
-            {
-                Ok(o) => respond(o.code, o.body, false, None),
-                Err(e) => Problem::internal(what, format!("{e:#}")).into_response(),
-            };
+            return self.run_unguarded(request_id, process).await;
         }
         let rid = request_id.as_str().to_string();
-        let ev = |d: Outcome| TraceEvent::new(Layer::Api, d).request_id(rid.clone());
         let hash = idempotency::request_hash(method, path, body);
         let owner = self.tracer.instance_id().to_string();
-        let cfg = &self.config.idempotency;
+        let at = Attempt {
+            started,
+            rid: &rid,
+            owner: &owner,
+            hash: &hash,
+        };
 
         // 2. The fast path.
         let placeholder = FastPathValue::Processing {
@@ -240,96 +228,15 @@ impl<L: OwnerLiveness> Guard<L> {
         };
 
         // 3. The atomic claim.
-        let claim = ClaimRequest {
-            request_id: &rid,
-            biz_type: &cfg.biz_type,
-            request_hash: &hash,
-            owner: &owner,
-            fence: 0,
-            lease_ms: cfg.lease.as_millis() as i64,
-            retention_ms: cfg.retention.as_millis() as i64,
-        };
-        let claimed = match idempotency::claim(&self.db, &claim).await {
+        let claimed = match self.claim(&at, &drop_placeholder).await {
             Ok(c) => c,
-            Err(e) => {
-                drop_placeholder().await;
-                return Problem::internal(
-                    format!("the idempotency record of {rid} could not be claimed"),
-                    e,
-                )
-                .into_response();
-            }
+            Err(refused) => return refused,
         };
-        let now = now_ms();
-        let mut reclaimed = false;
-        match claimed {
-            Claim::New => {
-                self.tracer.emit(ev(Outcome::Claimed).since(started));
-                if key_older_than(&request_id, cfg.retention, now) {
-                    // A retry of a key whose record was already purged: never create anything.
-                    let ctx = Claimed {
-                        request_id: request_id.clone(),
-                        owner: owner.clone(),
-                        reclaimed: false,
-                    };
-                    return self
-                        .finish(
-                            started,
-                            &rid,
-                            &owner,
-                            &hash,
-                            answer_expired(ctx).await,
-                            &drop_placeholder,
-                            Outcome::AnsweredFromOrders,
-                        )
-                        .await;
-                }
-            }
-            Claim::Existing(rec) => {
-                if rec.request_hash != hash {
-                    drop_placeholder().await;
-                    self.tracer
-                        .emit(ev(Outcome::PayloadMismatch).since(started));
-                    return Problem::key_reused().into_response();
-                }
-                if rec.is_expired(now) {
-                    drop_placeholder().await;
-                    let ctx = Claimed {
-                        request_id: request_id.clone(),
-                        owner: owner.clone(),
-                        reclaimed: false,
-                    };
-                    return match answer_expired(ctx).await {
-                        Ok(o) => {
-                            self.tracer.emit(ev(Outcome::AnsweredFromOrders).detail(format!("record expired; {}", o.code)).since(started));
-                            respond(o.code, o.body, true, None)
-                        }
-                        Err(e) => Problem::internal(format!("request {rid}: its expired record could not be answered from the orders"), format!("{e:#}")).into_response(),
-                    };
-                }
-                if rec.is_finished() {
-                    return self.replay(started, &rid, &rec).await;
-                }
-                let alive = self.liveness.is_alive(&rec.owner).await;
-                if !idempotency::may_reclaim(&rec, now, alive)
-                    || !self.try_reclaim(&rec, &owner).await
-                {
-                    drop_placeholder().await;
-                    self.tracer.emit(
-                        ev(Outcome::InFlightRejected)
-                            .detail(format!("{} is processing", rec.owner))
-                            .since(started),
-                    );
-                    return Problem::in_flight(cfg.retry_after_secs).into_response();
-                }
-                reclaimed = true;
-                self.tracer.emit(
-                    ev(Outcome::Reclaimed)
-                        .detail(format!("from {} (alive: {alive})", rec.owner))
-                        .since(started),
-                );
-            }
-        }
+        let decided = self.decide(&at, &request_id, claimed, answer_expired, &drop_placeholder);
+        let reclaimed = match decided.await {
+            Ok(reclaimed) => reclaimed,
+            Err(answered) => return answered,
+        };
 
         // 4. Process.
         let ctx = Claimed {
@@ -337,16 +244,175 @@ impl<L: OwnerLiveness> Guard<L> {
             owner: owner.clone(),
             reclaimed,
         };
-        self.finish(
-            started,
-            &rid,
-            &owner,
-            &hash,
-            process(ctx).await,
-            &drop_placeholder,
-            Outcome::Finalized,
-        )
+        let result = process(ctx).await;
+        self.finish(&at, result, &drop_placeholder, Outcome::Finalized)
+            .await
+    }
+
+    /// What the claim decides: `Ok(reclaimed)` when this request goes on to process (its own
+    /// new record, or one it took over); else the answer already given.
+    async fn decide<E, EF, D, DF>(
+        &self,
+        at: &Attempt<'_>,
+        request_id: &RequestId,
+        claimed: Claim,
+        answer_expired: E,
+        drop_placeholder: &D,
+    ) -> Result<bool, Response>
+    where
+        E: FnOnce(Claimed) -> EF,
+        EF: Future<Output = anyhow::Result<FinalResponse>>,
+        D: Fn() -> DF,
+        DF: Future<Output = ()>,
+    {
+        let now = now_ms();
+        match claimed {
+            Claim::New => {
+                self.tracer
+                    .emit(at.event(Outcome::Claimed).since(at.started));
+                if key_older_than(request_id, self.config.idempotency.retention, now) {
+                    // A retry of a key whose record was already purged: never create anything.
+                    let ctx = Claimed {
+                        request_id: request_id.clone(),
+                        owner: at.owner.to_string(),
+                        reclaimed: false,
+                    };
+                    let answer = answer_expired(ctx).await;
+                    let decision = Outcome::AnsweredFromOrders;
+                    return Err(self.finish(at, answer, drop_placeholder, decision).await);
+                }
+                Ok(false)
+            }
+            Claim::Existing(rec) => {
+                let taken =
+                    self.take_over(at, request_id, &rec, now, answer_expired, drop_placeholder);
+                taken.await.map(|()| true)
+            }
+        }
+    }
+
+    /// Idempotency switched off: the request is processed as it comes, and answered as such.
+    async fn run_unguarded<P, PF>(&self, request_id: RequestId, process: P) -> Response
+    where
+        P: FnOnce(Claimed) -> PF,
+        PF: Future<Output = anyhow::Result<FinalResponse>>,
+    {
+        let owner = self.tracer.instance_id().to_string();
+        let what = format!("request {request_id} failed (idempotency off)");
+        match process(Claimed {
+            request_id,
+            owner,
+            reclaimed: false,
+        })
         .await
+        {
+            Ok(o) => respond(o.code, o.body, false, None),
+            Err(e) => Problem::internal(what, format!("{e:#}")).into_response(),
+        }
+    }
+
+    /// Step 3, the atomic claim: the unique insert of the record decides who processes. A
+    /// database error drops our placeholder and answers 500.
+    async fn claim<D, DF>(&self, at: &Attempt<'_>, drop_placeholder: &D) -> Result<Claim, Response>
+    where
+        D: Fn() -> DF,
+        DF: Future<Output = ()>,
+    {
+        let cfg = &self.config.idempotency;
+        let claim = ClaimRequest {
+            request_id: at.rid,
+            biz_type: &cfg.biz_type,
+            request_hash: at.hash,
+            owner: at.owner,
+            fence: 0,
+            lease_ms: cfg.lease.as_millis() as i64,
+            retention_ms: cfg.retention.as_millis() as i64,
+        };
+        match idempotency::claim(&self.db, &claim).await {
+            Ok(c) => Ok(c),
+            Err(e) => {
+                drop_placeholder().await;
+                Err(Problem::internal(
+                    format!("the idempotency record of {} could not be claimed", at.rid),
+                    e,
+                )
+                .into_response())
+            }
+        }
+    }
+
+    /// Another request's record is there: `Ok(())` when this request took it over (its owner
+    /// died or gave up) and now processes; else the answer — 422 for a different request under
+    /// the same key, the orders' answer for an expired record, the stored answer replayed, or
+    /// 409 while its owner is still at it.
+    async fn take_over<E, EF, D, DF>(
+        &self,
+        at: &Attempt<'_>,
+        request_id: &RequestId,
+        rec: &IdempotencyRecord,
+        now: i64,
+        answer_expired: E,
+        drop_placeholder: &D,
+    ) -> Result<(), Response>
+    where
+        E: FnOnce(Claimed) -> EF,
+        EF: Future<Output = anyhow::Result<FinalResponse>>,
+        D: Fn() -> DF,
+        DF: Future<Output = ()>,
+    {
+        let (started, rid) = (at.started, at.rid);
+        if rec.request_hash != at.hash {
+            drop_placeholder().await;
+            self.tracer
+                .emit(at.event(Outcome::PayloadMismatch).since(started));
+            return Err(Problem::key_reused().into_response());
+        }
+        if rec.is_expired(now) {
+            drop_placeholder().await;
+            let ctx = Claimed {
+                request_id: request_id.clone(),
+                owner: at.owner.to_string(),
+                reclaimed: false,
+            };
+            return Err(match answer_expired(ctx).await {
+                Ok(o) => {
+                    self.tracer.emit(
+                        at.event(Outcome::AnsweredFromOrders)
+                            .detail(format!("record expired; {}", o.code))
+                            .since(started),
+                    );
+                    respond(o.code, o.body, true, None)
+                }
+                Err(e) => Problem::internal(
+                    format!(
+                        "request {rid}: its expired record could not be answered from the orders"
+                    ),
+                    format!("{e:#}"),
+                )
+                .into_response(),
+            });
+        }
+        if rec.is_finished() {
+            return Err(self.replay(started, rid, rec).await);
+        }
+        let alive = self.liveness.is_alive(&rec.owner).await;
+        if !idempotency::may_reclaim(rec, now, alive) || !self.try_reclaim(rec, at.owner).await {
+            drop_placeholder().await;
+            self.tracer.emit(
+                at.event(Outcome::InFlightRejected)
+                    .detail(format!("{} is processing", rec.owner))
+                    .since(started),
+            );
+            return Err(
+                Problem::in_flight(self.config.idempotency.retry_after_secs).into_response()
+            );
+        }
+        self.tracer.emit(
+            at.event(Outcome::Reclaimed)
+                .detail(format!("from {} (alive: {alive})", rec.owner))
+                .since(started),
+        );
+        Ok(())
     }
 
     async fn try_reclaim(&self, rec: &IdempotencyRecord, owner: &str) -> bool {
@@ -357,13 +423,9 @@ impl<L: OwnerLiveness> Guard<L> {
     }
 
     /// Store the outcome, or release the record when the outcome is unknown.
-    #[allow(clippy::too_many_arguments)]
     async fn finish<D, DF>(
         &self,
-        started: Instant,
-        rid: &str,
-        owner: &str,
-        hash: &str,
+        at: &Attempt<'_>,
         result: anyhow::Result<FinalResponse>,
         drop_placeholder: &D,
         decision: Outcome,
@@ -372,6 +434,7 @@ impl<L: OwnerLiveness> Guard<L> {
         D: Fn() -> DF,
         DF: Future<Output = ()>,
     {
+        let (started, rid, owner, hash) = (at.started, at.rid, at.owner, at.hash);
         let cfg = &self.config.idempotency;
         match result {
             Ok(outcome) => {
@@ -502,6 +565,21 @@ impl<L: OwnerLiveness> Guard<L> {
                 .since(started),
         );
         Problem::bad_key(why.to_string()).into_response()
+    }
+}
+
+/// The request being guarded: when it started, its key, this instance as its owner, and the
+/// hash of what it asks for.
+struct Attempt<'a> {
+    started: Instant,
+    rid: &'a str,
+    owner: &'a str,
+    hash: &'a str,
+}
+
+impl Attempt<'_> {
+    fn event(&self, decision: Outcome) -> TraceEvent {
+        TraceEvent::new(Layer::Api, decision).request_id(self.rid.to_string())
     }
 }
 

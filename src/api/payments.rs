@@ -79,8 +79,8 @@ pub async fn payment_by_pay_no(
 
 /// Books the payment and its outbox event in one transaction, once per order: the order's row
 /// is locked first, so of two payNos for one order the second sees the first and is refused.
-/// Long because it is one transaction: every branch must end it (commit or rollback) before
-/// it answers, and splitting would pass the open transaction through every helper.
+/// Every branch ends the transaction (commit or rollback) here, before it answers; what a
+/// branch answers once the transaction is over is a function of its own.
 pub async fn book_payment(
     db: &Database,
     config: &Config,
@@ -100,42 +100,10 @@ pub async fn book_payment(
         .await?;
     if let Some(first) = paid {
         tx.rollback().await?;
-        return Ok(if first.pay_no == pay_no {
-            traced(
-                tracer,
-                Outcome::UniqueViolationReplayed,
-                order,
-                &first,
-                format!("payment_flow: pay_no {pay_no} already booked"),
-                started,
-            );
-            Booking::AlreadyRecorded(first)
-        } else {
-            let why = format!(
-                "pay_no {pay_no} refused: order {} was already paid by pay_no {}; refund it",
-                first.order_no, first.pay_no
-            );
-            traced(
-                tracer,
-                Outcome::DuplicatePayment,
-                order,
-                &first,
-                why,
-                started,
-            );
-            Booking::DuplicatePayment(first)
-        });
+        return Ok(already_paid(tracer, order, pay_no, first, started));
     }
     let now = now_ms();
-    let event = PaymentSucceeded {
-        event_id: new_event_id(),
-        order_no: order.order_no.clone(),
-        request_id: order.request_id.clone(),
-        pay_no: pay_no.to_string(),
-        user_id: order.user_id,
-        amount: order.amount,
-        paid_at: now,
-    };
+    let event = payment_event(order, pay_no, now);
     let inserted = sqlx::query(db.sql("api_payment_insert"))
         .bind(pay_no)
         .bind(order.order_no.as_str())
@@ -153,15 +121,7 @@ pub async fn book_payment(
         // pay_no is booked, and not for this order (its row would have been found above).
         // End the losing transaction first, then read the first booking (seed §2.1).
         tx.rollback().await?;
-        let first = payment_by_pay_no(db, pay_no)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound)?;
-        let why = format!(
-            "pay_no {pay_no} refused for order {}: it is booked for order {}",
-            order.order_no, first.order_no
-        );
-        traced(tracer, Outcome::PayNoConflict, order, &first, why, started);
-        return Ok(Booking::PayNoConflict(first));
+        return pay_no_conflict(db, tracer, order, pay_no, started).await;
     }
     let headers = serde_json::json!({
         headers::EVENT_ID: event.event_id,
@@ -194,6 +154,75 @@ pub async fn book_payment(
         event_id: event.event_id,
         created_at: now,
     }))
+}
+
+/// The payment event the outbox publishes for this booking, with an event ID of its own.
+fn payment_event(order: &PayableOrder, pay_no: &str, now: i64) -> PaymentSucceeded {
+    PaymentSucceeded {
+        event_id: new_event_id(),
+        order_no: order.order_no.clone(),
+        request_id: order.request_id.clone(),
+        pay_no: pay_no.to_string(),
+        user_id: order.user_id,
+        amount: order.amount,
+        paid_at: now,
+    }
+}
+
+/// The order is paid already: the same pay_no booked before (replayed), or another payment
+/// (refused: the provider's second payment must be refunded).
+fn already_paid(
+    tracer: &Tracer,
+    order: &PayableOrder,
+    pay_no: &str,
+    first: PaymentFlow,
+    started: Instant,
+) -> Booking {
+    if first.pay_no == pay_no {
+        traced(
+            tracer,
+            Outcome::UniqueViolationReplayed,
+            order,
+            &first,
+            format!("payment_flow: pay_no {pay_no} already booked"),
+            started,
+        );
+        Booking::AlreadyRecorded(first)
+    } else {
+        let why = format!(
+            "pay_no {pay_no} refused: order {} was already paid by pay_no {}; refund it",
+            first.order_no, first.pay_no
+        );
+        traced(
+            tracer,
+            Outcome::DuplicatePayment,
+            order,
+            &first,
+            why,
+            started,
+        );
+        Booking::DuplicatePayment(first)
+    }
+}
+
+/// pay_no is booked for another order: the first booking, read once the losing transaction
+/// has ended, is the answer.
+async fn pay_no_conflict(
+    db: &Database,
+    tracer: &Tracer,
+    order: &PayableOrder,
+    pay_no: &str,
+    started: Instant,
+) -> Result<Booking, sqlx::Error> {
+    let first = payment_by_pay_no(db, pay_no)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
+    let why = format!(
+        "pay_no {pay_no} refused for order {}: it is booked for order {}",
+        order.order_no, first.order_no
+    );
+    traced(tracer, Outcome::PayNoConflict, order, &first, why, started);
+    Ok(Booking::PayNoConflict(first))
 }
 
 /// A booking that wrote nothing, traced with the payment that was there first.

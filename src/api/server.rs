@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::contracts::{keys, Instance, OrderNo, PayNo};
 use crate::db::orders::{CreateOutcome, NewOrder, OrderError, Orders};
 use crate::db::Database;
-use crate::lock::{Acquisition, Liveness, Locks};
+use crate::lock::{Acquisition, Heartbeat, Liveness, Locks};
 use crate::trace::Tracer;
 
 /// The body of `POST /orders`.
@@ -534,52 +534,23 @@ pub async fn start_metered(
     start_traced(config, listen, Faults::default(), Some(metrics)).await
 }
 
-/// Long because it wires every background task (heartbeat, relay, replay flusher, retention)
-/// and their shutdown order in one place: the order is the guarantee described above.
+/// Wires every background task (heartbeat, relay, replay flusher, retention) and their
+/// shutdown order in one place: the order is the guarantee described above.
 async fn start_traced(
     config: Config,
     listen: &str,
     faults: Faults,
     metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> anyhow::Result<Server> {
-    // FAULT INJECTION: a production environment never runs with a crash switch on.
-    if faults.any() && config.environment.production {
-        anyhow::bail!(
-            "fault injection (crash switches) may not be used when environment.production = true"
-        );
-    }
+    refuse_faults_in_production(&config, &faults)?;
     let config = Arc::new(config);
     let instance = Instance::current();
-    let mut tracer = Tracer::from_config(&config, &instance)?;
-    if let Some(m) = metrics {
-        tracer = tracer.metered(m);
-    }
+    let tracer = instance_tracer(&config, &instance, metrics)?;
     let db = Database::connect(&config).await?;
     let locks = Locks::from_config(&config, &instance, tracer.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let heartbeat = match locks.liveness().start(&instance).await {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::warn!(error = %e, "instance heartbeat not started (Redis down?); records this instance owns look dead to others");
-            None
-        }
-    };
-    let fast_path = if config.idempotency.fast_path {
-        match FastPath::connect(&config.redis).await {
-            Ok(fast_path) => Some(fast_path),
-            Err(e) => {
-                let node = crate::config::host_port(&config.redis.url);
-                // Our TLS refused is a configuration to fix, not an outage to ride out.
-                if let Some(why) = crate::lock::refusal(&node, &config.redis.url, &e).await {
-                    anyhow::bail!("redis {node}: {why}");
-                }
-                tracing::warn!(error = %e, "fast path off: Redis {node} unreachable; the database decides every request");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let heartbeat = start_heartbeat(&locks, &instance).await;
+    let fast_path = connect_fast_path(&config).await?;
     crate::kafka_client::stop_on_refusal(&config.kafka).await?;
     let relay = OutboxRelay::new(&config, db.clone(), tracer.clone())?
         .with_crash(faults.crash_before_publish, faults.crash_after_publish);
@@ -616,18 +587,7 @@ async fn start_traced(
         config.retention.clone(),
         shutdown.clone(),
     );
-    let flusher = {
-        let (db, stop) = (db.clone(), drained.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => replays.flush(&db).await,
-                }
-            }
-            replays.flush(&db).await;
-        })
-    };
+    let flusher = spawn_replay_flusher(replays, db.clone(), drained.clone());
     let metrics = crate::metrics::exposition::start_serve(&config, &db, &shutdown).await?;
     let metrics_addr = metrics.as_ref().map(|m| m.addr);
     let app = router(state);
@@ -653,5 +613,77 @@ async fn start_traced(
         metrics_addr,
         shutdown,
         done,
+    })
+}
+
+/// FAULT INJECTION: a production environment never runs with a crash switch on.
+fn refuse_faults_in_production(config: &Config, faults: &Faults) -> anyhow::Result<()> {
+    if faults.any() && config.environment.production {
+        anyhow::bail!(
+            "fault injection (crash switches) may not be used when environment.production = true"
+        );
+    }
+    Ok(())
+}
+
+/// This instance's tracer, counting its decisions in `metrics` when given.
+fn instance_tracer(
+    config: &Config,
+    instance: &Instance,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+) -> anyhow::Result<Tracer> {
+    let mut tracer = Tracer::from_config(config, instance)?;
+    if let Some(m) = metrics {
+        tracer = tracer.metered(m);
+    }
+    Ok(tracer)
+}
+
+/// This instance's heartbeat; without Redis none — the service runs, and the records this
+/// instance owns look dead to others.
+async fn start_heartbeat(locks: &Locks, instance: &Instance) -> Option<Heartbeat> {
+    match locks.liveness().start(instance).await {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "instance heartbeat not started (Redis down?); records this instance owns look dead to others");
+            None
+        }
+    }
+}
+
+/// The Redis fast path when configured: an unreachable Redis turns it off (the database
+/// decides every request); a refused TLS handshake stops the start.
+async fn connect_fast_path(config: &Config) -> anyhow::Result<Option<FastPath>> {
+    if !config.idempotency.fast_path {
+        return Ok(None);
+    }
+    match FastPath::connect(&config.redis).await {
+        Ok(fast_path) => Ok(Some(fast_path)),
+        Err(e) => {
+            let node = crate::config::host_port(&config.redis.url);
+            // Our TLS refused is a configuration to fix, not an outage to ride out.
+            if let Some(why) = crate::lock::refusal(&node, &config.redis.url, &e).await {
+                anyhow::bail!("redis {node}: {why}");
+            }
+            tracing::warn!(error = %e, "fast path off: Redis {node} unreachable; the database decides every request");
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the replay counts every second, and once more when `stop` is cancelled.
+fn spawn_replay_flusher(
+    replays: ReplayCounter,
+    db: Database,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => replays.flush(&db).await,
+            }
+        }
+        replays.flush(&db).await;
     })
 }

@@ -33,8 +33,20 @@ impl Config {
     }
 
     /// The backends: the database, Redis and its RedLock nodes, Kafka and its topics, and how long
-    /// each may take to answer.
+    /// each may take to answer — checked in that order, so the first error named is the same.
     fn validate_connections(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        self.validate_database(err)?;
+        self.validate_redis(err)?;
+        self.validate_kafka(err)?;
+        self.validate_durations(err)
+    }
+
+    /// The database URL, its replica's and the actions' (the same kind of database), and the
+    /// pool size.
+    fn validate_database(
         &self,
         err: &dyn Fn(&str, String) -> ConfigError,
     ) -> Result<(), ConfigError> {
@@ -72,6 +84,11 @@ impl Config {
         if self.database.max_connections == 0 {
             return Err(err("database.max_connections", "must be at least 1".into()));
         }
+        Ok(())
+    }
+
+    /// The Redis URL, the actions' Redis URL, the RedLock nodes and their number.
+    fn validate_redis(&self, err: &dyn Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
         check_redis_url(&self.redis.url).map_err(|m| err("redis.url", m))?;
         let actions_url = &self.foreign_locks.actions_redis_url;
         if !actions_url.is_empty() {
@@ -90,6 +107,11 @@ impl Config {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The Kafka bootstrap servers (host:port, no credentials) and the topic names.
+    fn validate_kafka(&self, err: &dyn Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
         for server in self.kafka.bootstrap_servers.split(',') {
             let server = server.trim();
             // Credentials go to the client library's SASL settings, never into a server address
@@ -130,6 +152,14 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The leases, TTLs and refresh periods: each longer than zero.
+    fn validate_durations(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         for (key, d) in [
             ("lock.ttl", self.lock.ttl),
             ("lock.fence_ttl", self.lock.fence_ttl),
@@ -308,7 +338,21 @@ impl Config {
         Ok(())
     }
 
+    /// The bounds of the locks, the idempotency records, the API, the console, the trace, the
+    /// logs, the consumer, the retention and the metrics — checked in that order, so the first
+    /// error named is the same.
     fn validate_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        self.validate_lock_limits(err)?;
+        self.validate_api_limits(err)?;
+        self.validate_console_limits(err)?;
+        self.validate_pipeline_limits(err)
+    }
+
+    /// The lock's TTL, attempts and drift, and an idempotency record kept longer than its lease.
+    fn validate_lock_limits(
         &self,
         err: &dyn Fn(&str, String) -> ConfigError,
     ) -> Result<(), ConfigError> {
@@ -330,6 +374,14 @@ impl Config {
                 "must be longer than idempotency.lease".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// The API's address, its outbox relay, its read timeouts and its connection cap.
+    fn validate_api_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.api.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(err(
                 "api.listen",
@@ -357,6 +409,14 @@ impl Config {
                 "must be between 1 and 536870911".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// The console's trace margin, forward search and lock-held warning.
+    fn validate_console_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.console.trace_margin < Duration::from_secs(1)
             || self.console.trace_margin > Duration::from_secs(24 * 3600)
         {
@@ -384,6 +444,15 @@ impl Config {
                     .into(),
             ));
         }
+        Ok(())
+    }
+
+    /// The trace buffer, the log budgets, the consumer's message sizes and batch, the retention
+    /// and the metrics' periods.
+    fn validate_pipeline_limits(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.trace.buffer == 0 {
             return Err(err("trace.buffer", "must be at least 1".into()));
         }

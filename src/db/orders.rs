@@ -18,6 +18,7 @@
 //!
 //! Every decision emits a trace event on [`Layer::Db`] with the order's IDs.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -543,57 +544,14 @@ impl Orders {
     /// One result per transition: `NotFound`, `PaymentEventTaken` and `InvalidRequest` are
     /// that transition's; a database failure is the outer `Err` (roll back: on PostgreSQL the
     /// transaction is aborted). A trace event per decision, as `transition_in` emits.
-    ///
-    /// Long because lock order, in-batch decisions and the one UPDATE share the batch's
-    /// state; the lock order is what keeps two members from deadlocking.
     pub async fn transition_batch_in(
         &self,
         conn: &mut Transaction<'_>,
         batch: &[Transition],
     ) -> Result<Vec<Result<TransitionOutcome, OrderError>>, OrderError> {
         let start = Instant::now();
-        let db = &self.db;
-        // Sorted and distinct: MariaDB takes the row locks in the order of this JSON list, not
-        // of the statement's ORDER BY, so two members locking overlapping batches in different
-        // orders deadlocked (tests/faults.rs, reverse_order_batches_never_deadlock_mysql).
-        let mut order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
-        order_nos.sort_unstable();
-        order_nos.dedup();
-        let rows = sqlx::query(db.sql("order_lock_many"))
-            .persistent(db.keep_batch_plans())
-            .bind(serde_json::to_string(&order_nos).expect("strings serialize"))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error(db, "lock the batch's orders", e))?;
-        let mut current = std::collections::HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let o = order_from_row(db, row)?;
-            current.insert(o.order_no.clone(), o);
-        }
-        let events: Vec<&str> = batch
-            .iter()
-            .filter_map(|t| t.payment_event_id.as_deref())
-            .collect();
-        let mut paid_by = std::collections::HashMap::new();
-        if !events.is_empty() {
-            let rows = sqlx::query(db.sql("order_by_payment_events"))
-                .persistent(db.keep_batch_plans())
-                .bind(serde_json::to_string(&events).expect("strings serialize"))
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(|e| {
-                    db_error(db, "read which orders the batch's payment events paid", e)
-                })?;
-            for row in &rows {
-                let order_no: String = row
-                    .try_get("order_no")
-                    .map_err(|e| db_error(db, "decode an order row", e))?;
-                let event: String = row
-                    .try_get("payment_event_id")
-                    .map_err(|e| db_error(db, "decode an order row", e))?;
-                paid_by.insert(event, order_no);
-            }
-        }
+        let mut current = self.lock_batch_orders(conn, batch).await?;
+        let mut paid_by = self.paid_by_events(conn, batch).await?;
         let now = now_ms();
         let mut pending: Vec<BatchWrite> = Vec::new();
         let mut out = Vec::with_capacity(batch.len());
@@ -663,6 +621,69 @@ impl Orders {
             }
         }
         Ok(out)
+    }
+
+    /// Step 1 of [`Orders::transition_batch_in`]: the batch's orders, locked (`SELECT … FOR
+    /// UPDATE`) in orderNo order — the lock order is what keeps two members from deadlocking.
+    async fn lock_batch_orders(
+        &self,
+        conn: &mut Transaction<'_>,
+        batch: &[Transition],
+    ) -> Result<HashMap<String, OrderRecord>, OrderError> {
+        let db = &self.db;
+        // Sorted and distinct: MariaDB takes the row locks in the order of this JSON list, not
+        // of the statement's ORDER BY, so two members locking overlapping batches in different
+        // orders deadlocked (tests/faults.rs, reverse_order_batches_never_deadlock_mysql).
+        let mut order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
+        order_nos.sort_unstable();
+        order_nos.dedup();
+        let rows = sqlx::query(db.sql("order_lock_many"))
+            .persistent(db.keep_batch_plans())
+            .bind(serde_json::to_string(&order_nos).expect("strings serialize"))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| db_error(db, "lock the batch's orders", e))?;
+        let mut current = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let o = order_from_row(db, row)?;
+            current.insert(o.order_no.clone(), o);
+        }
+        Ok(current)
+    }
+
+    /// Step 2 of [`Orders::transition_batch_in`]: which order each of the batch's payment
+    /// events already paid (event → orderNo).
+    async fn paid_by_events(
+        &self,
+        conn: &mut Transaction<'_>,
+        batch: &[Transition],
+    ) -> Result<HashMap<String, String>, OrderError> {
+        let db = &self.db;
+        let events: Vec<&str> = batch
+            .iter()
+            .filter_map(|t| t.payment_event_id.as_deref())
+            .collect();
+        let mut paid_by = HashMap::new();
+        if !events.is_empty() {
+            let rows = sqlx::query(db.sql("order_by_payment_events"))
+                .persistent(db.keep_batch_plans())
+                .bind(serde_json::to_string(&events).expect("strings serialize"))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| {
+                    db_error(db, "read which orders the batch's payment events paid", e)
+                })?;
+            for row in &rows {
+                let order_no: String = row
+                    .try_get("order_no")
+                    .map_err(|e| db_error(db, "decode an order row", e))?;
+                let event: String = row
+                    .try_get("payment_event_id")
+                    .map_err(|e| db_error(db, "decode an order row", e))?;
+                paid_by.insert(event, order_no);
+            }
+        }
+        Ok(paid_by)
     }
 
     /// Writes the decided transitions of [`Orders::transition_batch_in`] with one UPDATE.

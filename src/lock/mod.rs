@@ -406,8 +406,8 @@ impl Locks {
 
     /// Acquire `key`: `Held` with a guard, or `Contended` when someone else holds it after
     /// `options.attempts` tries. An error means the nodes could not be asked (nothing is held).
-    /// Long because one attempt loop holds the backoff, the fence and the watchdog hand-off;
-    /// each branch is one outcome of one attempt.
+    /// One attempt loop holds the backoff, the fence and the watchdog hand-off; each branch is
+    /// one outcome of one attempt.
     pub async fn acquire_with(
         &self,
         key: &str,
@@ -422,15 +422,7 @@ impl Locks {
         let attempts = options.attempts.max(1);
         let mut last: (Option<String>, Option<i64>) = (None, None);
         for attempt in 1..=attempts {
-            let holder = LockHolder {
-                instance: self.inner.instance.id.clone(),
-                host: self.inner.instance.host.clone(),
-                pid: self.inner.instance.pid,
-                acquired_at: now_ms(),
-                ttl_ms,
-                fence: 0,
-                nonce: format!("{:032x}", rand::random::<u128>()),
-            };
+            let holder = self.new_holder(ttl_ms);
             let parts = ValueParts::of(&holder);
             let t0 = Instant::now();
             let fence_life = self.fence_life().fresh(options.fresh_key);
@@ -483,15 +475,34 @@ impl Locks {
                 Attempt::Contended { current, pttl_ms } => last = (current, pttl_ms),
             }
             if attempt < attempts {
-                let cap = options.retry_delay.as_micros() as u64;
-                let pause = if cap == 0 {
-                    0
-                } else {
-                    rand::random_range(0..=cap)
-                };
-                tokio::time::sleep(Duration::from_micros(pause)).await;
+                retry_pause(options.retry_delay).await;
             }
         }
+        Ok(self.contended(key_name, last, attempts, started))
+    }
+
+    /// This instance as the holder of a new attempt: fence 0 until the attempt is granted one,
+    /// a nonce of its own.
+    fn new_holder(&self, ttl_ms: u64) -> LockHolder {
+        LockHolder {
+            instance: self.inner.instance.id.clone(),
+            host: self.inner.instance.host.clone(),
+            pid: self.inner.instance.pid,
+            acquired_at: now_ms(),
+            ttl_ms,
+            fence: 0,
+            nonce: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+
+    /// Every attempt found the key held: who holds it (as the last attempt saw it), traced.
+    fn contended(
+        &self,
+        key: &str,
+        last: (Option<String>, Option<i64>),
+        attempts: u32,
+        started: Instant,
+    ) -> Acquisition {
         let (value, pttl_ms) = last;
         let holder = value.as_deref().and_then(LockHolder::from_value);
         let who = match (&holder, &value) {
@@ -501,20 +512,20 @@ impl Locks {
         };
         self.emit(
             Outcome::LockContended,
-            key_name,
+            key,
             format!(
                 "key={key} {who} pttl_ms={} attempts={attempts}",
                 pttl_ms.map_or("?".into(), |p| p.to_string())
             ),
             started,
         );
-        Ok(Acquisition::Contended(Contention {
-            key: key_name.to_string(),
+        Acquisition::Contended(Contention {
+            key: key.to_string(),
             value,
             holder,
             pttl_ms,
             attempts,
-        }))
+        })
     }
 
     /// Validity left after an acquire or renewal that took `elapsed`:
@@ -821,4 +832,15 @@ impl Drop for LockGuard {
             });
         }
     }
+}
+
+/// The pause between two attempts: random up to `retry_delay`, so contenders spread out.
+async fn retry_pause(retry_delay: Duration) {
+    let cap = retry_delay.as_micros() as u64;
+    let pause = if cap == 0 {
+        0
+    } else {
+        rand::random_range(0..=cap)
+    };
+    tokio::time::sleep(Duration::from_micros(pause)).await;
 }

@@ -524,18 +524,62 @@ impl PaymentConsumer {
 
     /// One batch through the pipeline: parse → dedup (memory, then one query) → the previous
     /// batch's offset commit answered → sink 1 → sinks 2 and 3 → the persisted dedup state →
-    /// poison to the DLQ. One function, long, because the order of the steps is the guarantee
-    /// (nothing written before the previous commit is answered, poison last, after every write)
-    /// and each step narrows the list the next one sees.
+    /// poison to the DLQ. The order of the steps is the guarantee (nothing written before the
+    /// previous commit is answered, poison last, after every write), and each step narrows the
+    /// list the next one sees.
     async fn process(
         &mut self,
         batch: &[OwnedMessage],
         pending: &mut Option<PendingCommit>,
     ) -> anyhow::Result<()> {
         let now = now_ms();
+        let (parsed, mut poison) = self.read_batch(batch);
+        // The dedup state: memory first, then one query for the batch's misses.
+        let misses: Vec<&str> = parsed
+            .iter()
+            .filter(|(_, e)| !self.dedup.contains(&e.event_id, now))
+            .map(|(_, e)| e.event_id.as_str())
+            .collect();
+        let persisted = sinks::already_processed(&self.db, &self.group, &misses).await?;
+        // Everything above only read. Before the first write, the previous batch's offset commit
+        // must be answered: a member evicted from its group stops here, having applied nothing
+        // of this batch — as it stops on a refused synchronous commit.
+        if let Some(mut previous) = pending.take() {
+            previous.answer().await?;
+        }
+        let fresh = self.drop_seen(parsed, &persisted, now);
+
+        // Sink 1: order → PAID. Decides which events go on to the other sinks.
+        let decisions = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            sinks::mark_paid(&self.orders, &fresh).await?
+        };
+        let (effects, processed) = self.route_decisions(batch, &fresh, &decisions, &mut poison);
+
+        // Sinks 2 and 3, each with its own unique key, each in its own transaction.
+        if !effects.is_empty() {
+            self.apply_effects(&effects).await?;
+        }
+        // Sink 4, last: the persisted dedup state.
+        if !processed.is_empty() {
+            let ttl = self.dedup.ttl_ms();
+            sinks::record_processed(&self.db, &self.group, ttl, &processed).await?;
+            for (d, _) in &processed {
+                self.dedup.remember(&d.event.event_id, now);
+            }
+        }
+        // Poison last: after every database write succeeded.
+        self.dead_letter(&poison).await
+    }
+
+    /// The batch parsed: the payment events, and the messages that are poison (unreadable, or
+    /// kept cut for their size).
+    fn read_batch<'b>(
+        &self,
+        batch: &'b [OwnedMessage],
+    ) -> (Vec<(&'b OwnedMessage, PaymentSucceeded)>, Vec<Poison>) {
         let mut poison: Vec<Poison> = Vec::new();
-        let mut fresh: Vec<Delivery> = Vec::new();
-        let mut in_batch: HashSet<String> = HashSet::new();
         let mut parsed: Vec<(&OwnedMessage, PaymentSucceeded)> = Vec::new();
         for m in batch {
             let cut_from = self.cut.get(&(m.partition(), m.offset())).copied();
@@ -552,19 +596,19 @@ impl PaymentConsumer {
                 }),
             }
         }
-        // The dedup state: memory first, then one query for the batch's misses.
-        let misses: Vec<&str> = parsed
-            .iter()
-            .filter(|(_, e)| !self.dedup.contains(&e.event_id, now))
-            .map(|(_, e)| e.event_id.as_str())
-            .collect();
-        let persisted = sinks::already_processed(&self.db, &self.group, &misses).await?;
-        // Everything above only read. Before the first write, the previous batch's offset commit
-        // must be answered: a member evicted from its group stops here, having applied nothing
-        // of this batch — as it stops on a refused synchronous commit.
-        if let Some(mut previous) = pending.take() {
-            previous.answer().await?;
-        }
+        (parsed, poison)
+    }
+
+    /// The events not seen before — in memory, earlier in this batch, or in the persisted
+    /// dedup state; each one seen is counted and traced as a dedup hit.
+    fn drop_seen(
+        &mut self,
+        parsed: Vec<(&OwnedMessage, PaymentSucceeded)>,
+        persisted: &HashSet<String>,
+        now: i64,
+    ) -> Vec<Delivery> {
+        let mut fresh: Vec<Delivery> = Vec::new();
+        let mut in_batch: HashSet<String> = HashSet::new();
         for (m, event) in parsed {
             let started = Instant::now();
             let seen = self.dedup.contains(&event.event_id, now)
@@ -595,16 +639,22 @@ impl PaymentConsumer {
                 offset: m.offset(),
             });
         }
+        fresh
+    }
 
-        // Sink 1: order → PAID. Decides which events go on to the other sinks.
-        let decisions = if fresh.is_empty() {
-            Vec::new()
-        } else {
-            sinks::mark_paid(&self.orders, &fresh).await?
-        };
+    /// What sink 1 decided, per event: the events whose effects (points, notification) are
+    /// written, the events recorded as processed with their verdict, and — pushed to `poison`
+    /// — the events for an unknown order or already used by another order.
+    fn route_decisions<'d>(
+        &self,
+        batch: &[OwnedMessage],
+        fresh: &'d [Delivery],
+        decisions: &[PaidDecision],
+        poison: &mut Vec<Poison>,
+    ) -> (Vec<&'d Delivery>, Vec<(&'d Delivery, &'static str)>) {
         let mut effects: Vec<&Delivery> = Vec::new();
         let mut processed: Vec<(&Delivery, &'static str)> = Vec::new();
-        for (d, decision) in fresh.iter().zip(&decisions) {
+        for (d, decision) in fresh.iter().zip(decisions) {
             let ev = |o: Outcome| {
                 TraceEvent::new(Layer::Stream, o)
                     .order_no(&d.event.order_no)
@@ -662,47 +712,40 @@ impl PaymentConsumer {
                 }
             }
         }
+        (effects, processed)
+    }
 
-        // Sinks 2 and 3, each with its own unique key, each in its own transaction.
-        if !effects.is_empty() {
-            let (points, notes) = if self.concurrent_sinks {
-                futures::join!(
-                    sinks::write_points(&self.db, &effects),
-                    sinks::write_notifications(&self.db, &effects)
-                )
-            } else {
-                let points = sinks::write_points(&self.db, &effects).await;
-                let notes = match points {
-                    Ok(_) => sinks::write_notifications(&self.db, &effects).await,
-                    Err(_) => Ok(Vec::new()), // not attempted: the batch is retried
-                };
-                (points, notes)
+    /// Sinks 2 and 3: the points and the notifications of the events sink 1 applied —
+    /// concurrently, or the notifications only once the points are written.
+    async fn apply_effects(&self, effects: &[&Delivery]) -> anyhow::Result<()> {
+        let (points, notes) = if self.concurrent_sinks {
+            futures::join!(
+                sinks::write_points(&self.db, effects),
+                sinks::write_notifications(&self.db, effects)
+            )
+        } else {
+            let points = sinks::write_points(&self.db, effects).await;
+            let notes = match points {
+                Ok(_) => sinks::write_notifications(&self.db, effects).await,
+                Err(_) => Ok(Vec::new()), // not attempted: the batch is retried
             };
-            let points = points?;
-            // Counted as soon as the points are committed: a retry after a later failure
-            // finds them there and would count them as duplicates.
-            let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
-            self.stats
-                .applied
-                .fetch_add(applied as u64, Ordering::Relaxed);
-            // Applied events are not traced one by one; the metric says the trace's word.
-            if let Some(m) = self.tracer.metrics() {
-                m.applied(applied as u64);
-            }
-            self.report_sink("points_ledger", &effects, &points);
-            let notes = notes?;
-            self.report_sink("notification", &effects, &notes);
+            (points, notes)
+        };
+        let points = points?;
+        // Counted as soon as the points are committed: a retry after a later failure
+        // finds them there and would count them as duplicates.
+        let applied = points.iter().filter(|w| **w == SinkWrite::Applied).count();
+        self.stats
+            .applied
+            .fetch_add(applied as u64, Ordering::Relaxed);
+        // Applied events are not traced one by one; the metric says the trace's word.
+        if let Some(m) = self.tracer.metrics() {
+            m.applied(applied as u64);
         }
-        // Sink 4, last: the persisted dedup state.
-        if !processed.is_empty() {
-            let ttl = self.dedup.ttl_ms();
-            sinks::record_processed(&self.db, &self.group, ttl, &processed).await?;
-            for (d, _) in &processed {
-                self.dedup.remember(&d.event.event_id, now);
-            }
-        }
-        // Poison last: after every database write succeeded.
-        self.dead_letter(&poison).await
+        self.report_sink("points_ledger", effects, &points);
+        let notes = notes?;
+        self.report_sink("notification", effects, &notes);
+        Ok(())
     }
 
     /// Publishes each poison message once per group: a message whose source position this
