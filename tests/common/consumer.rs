@@ -1,4 +1,4 @@
-//! What the consumer tests share (`stream_layer`, `faults`, `faults_stream`, `faults_api`): a
+//! What the consumer tests share (`stream_layer`, `faults`, `faults_stream`, `order_service_faults`): a
 //! database and fresh payment and DLQ topics of the test's own, payment events and a producer
 //! for them, and an in-process consumer-group member to start, wait on and stop.
 
