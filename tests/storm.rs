@@ -436,7 +436,7 @@ async fn a_created_answer_without_an_order_fails_the_check() {
 /// session kill. A finalize refused by a session kill is retried in the background a second
 /// later, and a service killed before that used to leave its record PROCESSING behind the fast
 /// path's answer (found by the 180 s run, BENCHMARKS.md). The fast path now gets an answer only
-/// once the record holds it, so the next retry takes such a record over (`faults_api`:
+/// once the record holds it, so the next retry takes such a record over (`order_service_faults`:
 /// `a_refused_finalize_then_a_crash_leaves_no_record_processing_*`); the seed no longer avoids
 /// anything and is kept so the CI run stays the one measured.
 const CHAOS_SEED: u64 = 20261170;

@@ -1,4 +1,4 @@
-//! What the consumer tests share (`stream_layer`, `faults`, `faults_stream`, `faults_api`): a
+//! What the consumer tests share (`stream_layer`, `consumer_faults`, `order_service_faults`): a
 //! database and fresh payment and DLQ topics of the test's own, payment events and a producer
 //! for them, and an in-process consumer-group member to start, wait on and stop.
 
@@ -109,7 +109,7 @@ pub fn producer(config: &Config) -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("acks", "all")
-        // faults_stream sends a message the DLQ producer (1 MB limit) cannot copy.
+        // consumer_faults sends a message the DLQ producer (1 MB limit) cannot copy.
         .set("message.max.bytes", "2000000")
         .create()
         .unwrap()

@@ -1,4 +1,4 @@
-//! What the lock tests share (`console_actions`, `faults_console`, `lock_hardening`, `cluster`):
+//! What the lock tests share (`console_actions`, `console_faults`, `lock_attacks`, `cluster`):
 //! an instance of the test's own and the lock layer that takes locks as it, so a holder named in
 //! a listing or an audit row is always one this test created; the operator's actions on top.
 

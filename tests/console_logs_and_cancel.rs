@@ -1,7 +1,8 @@
-//! The real binary's console in a real terminal (tmux).
-//! - 13: while the console owns the terminal, log lines (an action's `INFO idemguard::trace:
-//!   decision …`) go to its log file, never over the screen; the help screen shows the file.
-//! - 14: `q` while the console reads a large trace topic (`:trace` of an unknown ID) exits at
+//! The real binary's console in a real terminal (tmux): its logs go to a file and a read in
+//! flight never holds it.
+//! - while the console owns the terminal, log lines (an action's `INFO idemguard::trace:
+//!   decision …`) go to its log file, never over the screen; the help screen shows the file;
+//! - `q` while the console reads a large trace topic (`:trace` of an unknown ID) exits at
 //!   once instead of when the read ends; a new trace or another view cancels the read too.
 
 mod common;
