@@ -1,5 +1,5 @@
 //! The console's fault branches, each reached under its fault on the real services.
-//! - Claim 7: the terminal is restored after an error and after a panic inside the console, not
+//! - the terminal is restored after an error and after a panic inside the console, not
 //!   only after `q` — the real binary in a real terminal (tmux), with its FAULT INJECTION switch
 //!   `IDEMGUARD_FAULT_CONSOLE`.
 //! - The actions' executor ([`Actions::run`]): the record changing between the reconcile and

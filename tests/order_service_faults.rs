@@ -314,7 +314,7 @@ async fn assert_one_effect_per_payment(config: &Config, db: &Database, n: i64) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Claim 1: a crash between commit and publish loses no event (and one between publish and mark
+// A crash between commit and publish loses no event (and one between publish and mark
 // applies none twice).
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -489,7 +489,7 @@ async fn crash_switches_are_refused_in_production() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Claim 3: nothing blocks forever.
+// Nothing blocks forever.
 
 /// A PROCESSING record under `owner` whose lease ends at `lease_until`, as a process that died
 /// mid-request leaves it.
@@ -669,7 +669,7 @@ async fn unknown_error_releases_the_record(dialect: Dialect) {
 per_dialect!(unknown_error_releases_the_record => unknown_error_releases_the_record_postgres, unknown_error_releases_the_record_mysql);
 
 // ---------------------------------------------------------------------------------------------
-// Claim 5: Ctrl-C finishes what is in flight.
+// Ctrl-C finishes what is in flight.
 
 /// A transaction holding the stock row and the given orders' rows: requests that need them wait
 /// mid-flight until it ends.
