@@ -1134,7 +1134,7 @@ async fn consume_until(
 /// then, on partition 1, a legitimate payment. The payment is applied, every offset committed,
 /// and the DLQ holds the small poison whole and a record of each large one — its first 64 KiB,
 /// `dlq.size` its whole size, `dlq.cut` what was cut — while `consume` never holds more than
-/// 260 MB (it used to copy every message of a batch whole, and retried the DLQ for ever).
+/// 340 MB (it used to copy every message of a batch whole, and retried the DLQ for ever).
 async fn a_message_too_large_for_the_dlq_stops_nothing(s: &ConsumerSetup) {
     let d = s.dialect;
     let (o, r) = create_order(&s.db, 42).await;
@@ -1194,11 +1194,13 @@ async fn a_message_too_large_for_the_dlq_stops_nothing(s: &ConsumerSetup) {
             "{d}: {r:?}"
         );
     }
-    // librdkafka holds at most the message in hand, one read ahead and one being inflated
-    // (60 MB each, ~215 MB with the process itself); copying each message of a batch whole,
-    // as `consume` did, takes 240 MB for the copies alone.
+    // librdkafka holds the message in hand, one read ahead and one being inflated (60 MB
+    // each, ~215 MB with the process itself) — and under load its fetch thread can run one
+    // message further ahead (269 MB measured on a loaded run), so the bound allows two such
+    // messages more. Copying each message of a batch whole, as `consume` once did, takes
+    // 240 MB for the copies alone (~455 MB): far past the bound.
     assert!(
-        peak_kb < 260_000,
+        peak_kb < 340_000,
         "{d}: consume's memory peaked at {peak_kb} kB for messages it keeps 64 KiB of"
     );
 }
