@@ -144,8 +144,9 @@ async fn start_service(
 /// Runs the demo. `config_file` is passed on to the child processes; `env` are extra
 /// IDEMGUARD_* settings for them (the demo's environment name, the stuck threshold).
 ///
-/// The story in order: steps 1–4 are [`sale`] and [`pay_orders`]; steps 5–7 stay here because
-/// they start and kill the children this function owns and must clean up.
+/// The story in order: steps 1–4 are [`sale`] and [`pay_orders`], steps 6 and 7
+/// [`leave_stuck_request`] and [`leave_dead_lock`] (each kills what it starts); the children that
+/// live until the end are owned here, where they are stopped on the way out.
 pub async fn run(
     mut config: Config,
     config_file: Option<std::path::PathBuf>,
@@ -155,20 +156,7 @@ pub async fn run(
     bar.enable_steady_tick(Duration::from_millis(120));
     step(&bar, "making the consumers' group of this run");
     config.kafka.consumer_group = consumer_group_of_this_run(&config).await?;
-    let env: Vec<(&str, String)> = vec![
-        ("IDEMGUARD_ENVIRONMENT__NAME", "demo".into()),
-        ("IDEMGUARD_ENVIRONMENT__COLOR", "magenta".into()),
-        ("IDEMGUARD_LOG", "error".into()),
-        (
-            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
-            config.kafka.consumer_group.clone(),
-        ),
-    ];
-    config.environment.name = "demo".into();
-    config.environment.color = "magenta".into();
-    config.environment.allow_actions = true;
-    // A record is "stuck" once its owner's heartbeat has run out, not after a minute.
-    config.console.stuck_threshold = config.instance.heartbeat_ttl;
+    let env = demo_settings(&mut config);
     let cf = config_file.as_deref();
 
     step(&bar, "migrating the database");
@@ -202,34 +190,11 @@ pub async fn run(
 
     // 6. A service dies mid-request: its record stays PROCESSING and its owner goes silent.
     step(&bar, "an order service dies mid-request");
-    let stuck = RequestId::generate("APP", "ORDER").to_string();
-    let (mut doomed, doomed_base) =
-        start_service(cf, &env, &["--crash-after-request-lock"]).await?;
-    let doomed_client = StormClient::new(doomed_base, ProgressBar::hidden())?;
-    let _ = doomed_client
-        .order(&stuck, 2399, DEMO_SKU, 1, Some(Duration::from_secs(5)))
-        .await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), doomed.wait()).await;
+    let stuck = leave_stuck_request(cf, &env).await?;
 
     // 7. A lock holder is killed: its lock stays (no watchdog, long TTL) with a dead owner.
     step(&bar, "a lock holder is killed");
-    let dead_lock = keys::order_lock(&clicked_order);
-    let ttl = "30m";
-    let mut holder = idemguard(
-        cf,
-        &["lock-hold", &dead_lock, "--ttl", ttl, "--no-watchdog"],
-        &env,
-    )?
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()?;
-    let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
-    let held = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
-    if !matches!(&held, Ok(Ok(Some(l))) if l.contains("\"held\":true")) {
-        anyhow::bail!("the lock holder did not take {dead_lock}: {held:?}");
-    }
-    holder.start_kill()?; // SIGKILL: no release, no goodbye
-    let _ = holder.wait().await;
+    let dead_lock = leave_dead_lock(cf, &env, &clicked_order).await?;
 
     // 8. A payment event arrives before its order: the DLQ holds it, then the order is created.
     step(&bar, "a payment event arrives before its order");
@@ -258,6 +223,68 @@ pub async fn run(
     };
     children.stop().await;
     result
+}
+
+/// The demo's settings, in `config` and as the IDEMGUARD_* settings of its child processes.
+fn demo_settings(config: &mut Config) -> Vec<(&'static str, String)> {
+    let env: Vec<(&str, String)> = vec![
+        ("IDEMGUARD_ENVIRONMENT__NAME", "demo".into()),
+        ("IDEMGUARD_ENVIRONMENT__COLOR", "magenta".into()),
+        ("IDEMGUARD_LOG", "error".into()),
+        (
+            "IDEMGUARD_KAFKA__CONSUMER_GROUP",
+            config.kafka.consumer_group.clone(),
+        ),
+    ];
+    config.environment.name = "demo".into();
+    config.environment.color = "magenta".into();
+    config.environment.allow_actions = true;
+    // A record is "stuck" once its owner's heartbeat has run out, not after a minute.
+    config.console.stuck_threshold = config.instance.heartbeat_ttl;
+    env
+}
+
+/// Step 6: a service started to die after its request lock, and one request to it: the
+/// request's record stays PROCESSING and its owner goes silent. Returns the request's ID.
+async fn leave_stuck_request(
+    cf: Option<&std::path::Path>,
+    env: &[(&str, String)],
+) -> anyhow::Result<String> {
+    let stuck = RequestId::generate("APP", "ORDER").to_string();
+    let (mut doomed, doomed_base) = start_service(cf, env, &["--crash-after-request-lock"]).await?;
+    let doomed_client = StormClient::new(doomed_base, ProgressBar::hidden())?;
+    let _ = doomed_client
+        .order(&stuck, 2399, DEMO_SKU, 1, Some(Duration::from_secs(5)))
+        .await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), doomed.wait()).await;
+    Ok(stuck)
+}
+
+/// Step 7: a lock holder on `order`'s lock killed (no watchdog, long TTL): the lock stays with a
+/// dead owner. Returns the lock's key.
+async fn leave_dead_lock(
+    cf: Option<&std::path::Path>,
+    env: &[(&str, String)],
+    order: &str,
+) -> anyhow::Result<String> {
+    let dead_lock = keys::order_lock(order);
+    let ttl = "30m";
+    let mut holder = idemguard(
+        cf,
+        &["lock-hold", &dead_lock, "--ttl", ttl, "--no-watchdog"],
+        env,
+    )?
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()?;
+    let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
+    let held = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+    if !matches!(&held, Ok(Ok(Some(l))) if l.contains("\"held\":true")) {
+        anyhow::bail!("the lock holder did not take {dead_lock}: {held:?}");
+    }
+    holder.start_kill()?; // SIGKILL: no release, no goodbye
+    let _ = holder.wait().await;
+    Ok(dead_lock)
 }
 
 /// Steps 1–3 of the story: the customer's five clicks, the gateway's retries, the rest of the

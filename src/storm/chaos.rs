@@ -41,7 +41,7 @@ use crate::config::Dialect;
 use crate::contracts::{keys, new_event_id, Instance, OrderNo, RequestId};
 use crate::db::orders::{NewOrder, Orders, Transition, TransitionOutcome};
 use crate::db::state_machine::OrderStatus;
-use crate::lock::{Acquisition, Locks};
+use crate::lock::{Acquisition, LockGuard, Locks};
 
 /// Users per round (each: 2 clicks + a retry, then 3 payment callbacks), and the round's stock.
 const ROUND_USERS: usize = 60;
@@ -322,33 +322,13 @@ async fn nemesis(
 /// out and no later than a TTL after the kill (the dead watchdog renews nothing), with a larger
 /// fence token; it cancels the order, and the dead holder's PAID write under its own token —
 /// what a holder paused past its death would send — must be refused. Returns what was wrong.
-///
-/// Long because it is that one scenario told in order, each step checked as it happens.
 async fn kill_lock_holder(
     stage: &Stage<'_>,
     n: usize,
     hold: Duration,
 ) -> anyhow::Result<Vec<String>> {
     let rig = stage.rig;
-    let orders = Orders::new(rig.db.clone(), rig.tracer.clone());
-    let order_no = OrderNo::generate();
-    let new = NewOrder {
-        request_id: RequestId::parse(&rig.run.order_key(VICTIMS + n))?,
-        order_no: order_no.clone(),
-        user_id: (VICTIMS + n) as i64,
-        sku_id: stage.victim_sku,
-        quantity: 1,
-        amount: PRICE,
-        fence: None,
-    };
-    // Created, or replayed after a retry: the one order of its requestId.
-    with_retries("placing a lock holder's order", || async {
-        orders
-            .create(&new)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    })
-    .await?;
+    let (orders, order_no) = place_holder_order(stage, n).await?;
     let key = keys::order_lock(order_no.as_str());
     let (mut holder, held) = hold_lock(stage.binary, stage.file, &key, HOLDER_TTL).await?;
     tokio::time::sleep(hold).await; // the watchdog renews meanwhile
@@ -359,21 +339,7 @@ async fn kill_lock_holder(
     if left.is_none() {
         wrong.push(format!("{key}: gone as soon as its holder was killed"));
     }
-    let options = stage
-        .locks
-        .options()
-        .without_watchdog()
-        .ttl(HOLDER_TTL)
-        .attempts(1);
-    let successor = loop {
-        match stage.locks.acquire_with(&key, &options).await {
-            Ok(Acquisition::Held(g)) => break Some(g),
-            Ok(Acquisition::Contended(_)) | Err(_) if killed.elapsed() < 3 * HOLDER_TTL => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            _ => break None,
-        }
-    };
+    let successor = take_over(stage, &key, killed).await;
     let taken_after = killed.elapsed();
     let Some(successor) = successor else {
         wrong.push(format!("{key}: still held {taken_after:?} after its holder was killed (TTL {HOLDER_TTL:?}): something renews a dead holder's lock"));
@@ -425,6 +391,51 @@ async fn kill_lock_holder(
         wrong.push(format!("order {order_no}: the dead holder's write under fence {stale} (successor {fence}) was {got}, not refused by its fence"));
     }
     Ok(wrong)
+}
+
+/// Lock holder `n`'s order, on the victim SKU: created, or replayed after a retry (the one
+/// order of its requestId).
+async fn place_holder_order(stage: &Stage<'_>, n: usize) -> anyhow::Result<(Orders, OrderNo)> {
+    let rig = stage.rig;
+    let orders = Orders::new(rig.db.clone(), rig.tracer.clone());
+    let order_no = OrderNo::generate();
+    let new = NewOrder {
+        request_id: RequestId::parse(&rig.run.order_key(VICTIMS + n))?,
+        order_no: order_no.clone(),
+        user_id: (VICTIMS + n) as i64,
+        sku_id: stage.victim_sku,
+        quantity: 1,
+        amount: PRICE,
+        fence: None,
+    };
+    with_retries("placing a lock holder's order", || async {
+        orders
+            .create(&new)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await?;
+    Ok((orders, order_no))
+}
+
+/// The next holder's tries for `key` (one attempt each, no watchdog) until it is taken or three
+/// TTLs have passed since the kill: the lock, or `None` if it never came free.
+async fn take_over(stage: &Stage<'_>, key: &str, killed: Instant) -> Option<LockGuard> {
+    let options = stage
+        .locks
+        .options()
+        .without_watchdog()
+        .ttl(HOLDER_TTL)
+        .attempts(1);
+    loop {
+        match stage.locks.acquire_with(key, &options).await {
+            Ok(Acquisition::Held(g)) => break Some(g),
+            Ok(Acquisition::Contended(_)) | Err(_) if killed.elapsed() < 3 * HOLDER_TTL => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            _ => break None,
+        }
+    }
 }
 
 fn outcome_name(o: &TransitionOutcome) -> &'static str {

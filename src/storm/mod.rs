@@ -32,12 +32,14 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use crate::config::{Config, LockMode};
+use crate::contracts::TraceEvent;
 use client::StormClient;
 use interception::InterceptionTable;
 use invariants::Scope;
 use redis_server::PrivateRedis;
 use report::{HttpSummary, StormReport};
 use rig::{Rig, Run};
+use scenarios::Played;
 
 /// A storm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -152,93 +154,23 @@ impl StormOptions {
 /// Runs one storm against the configured database, Redis and broker (fresh topics and consumer
 /// group of its own), checks the invariants and reads back the run's trace.
 ///
-/// Long because it is the storm's script in order — set up, traffic, settle, check, read back —
-/// and what it started must be stopped and removed on every way out, which one body keeps in sight.
+/// The storm's script in order — set up, traffic, settle, check, read back — and what it
+/// started is stopped and removed on every way out.
 pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<StormReport> {
     let scenario = opts.scenario;
     let size = opts.size.unwrap_or_else(|| scenario.default_size()).max(1);
     let concurrency = opts.concurrency.max(1);
-    if opts.broken {
-        // FAULT INJECTION: every line above the database off.
-        config.idempotency.enabled = false;
-        config.idempotency.fast_path = false;
-        config.lock.request_lock = false;
-    }
-    let mut redis = None;
-    if matches!(scenario, Scenario::RedisDown | Scenario::Chaos) {
-        let r = PrivateRedis::start()?;
-        config.redis.url = r.url();
-        config.lock.mode = LockMode::Single; // the locks must live on the Redis that dies
-        redis = Some(r);
-    }
-    if scenario == Scenario::Chaos {
-        // A killed service's records are taken over once its heartbeat and their lease are
-        // gone: seconds, so that the clients' retries settle them within the storm.
-        config.instance.heartbeat_ttl = Duration::from_secs(2);
-        config.idempotency.lease = Duration::from_secs(3);
-    }
-    if scenario == Scenario::ConsumerCrash {
-        config.consumer.batch_size = (size / 5).clamp(1, 100); // several batches: one crashes
-    }
+    let mut redis = storm_config(&mut config, opts, size)?;
     let database = crate::config::redact_url(&config.database.url);
     let run = Run::new();
     let mut rig = Rig::start(config, run.clone()).await?;
     if scenario != Scenario::ConsumerCrash {
         rig.start_consumer().await?;
     }
-    let progress = if opts.progress {
-        let bar = ProgressBar::with_draw_target(
-            Some(scenario.planned_requests(size, opts.stock)),
-            ProgressDrawTarget::stderr(),
-        );
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} storm {msg} [{bar:40}] {pos}/{len} requests {per_sec} {elapsed}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        bar.set_message(scenario.name());
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = progress_bar(opts, size);
     let client = StormClient::new(rig.base.clone(), progress.clone())?;
 
-    let played = match scenario {
-        Scenario::DoubleClick => scenarios::double_click(&rig, &client, size).await,
-        Scenario::GatewayRetry => {
-            scenarios::gateway_retry(&rig, &client, size, concurrency, opts.gateway_timeout).await
-        }
-        Scenario::MqReplay => scenarios::mq_replay(&mut rig, &client, size, concurrency).await,
-        Scenario::ConsumerCrash => match &opts.binary {
-            Some(b) => scenarios::consumer_crash(&mut rig, &client, size, concurrency, b).await,
-            None => Err(anyhow::anyhow!(
-                "consumer-crash needs the idemguard binary (StormOptions::binary)"
-            )),
-        },
-        Scenario::LockExpiry => {
-            scenarios::lock_expiry(&rig, &client, size, concurrency, opts.lock_ttl).await
-        }
-        Scenario::RedisDown => match redis.as_mut() {
-            Some(r) => scenarios::redis_down(&rig, &client, size, concurrency, r).await,
-            None => Err(anyhow::anyhow!("redis-down without its private Redis")),
-        },
-        Scenario::FlashSale => {
-            scenarios::flash_sale(&rig, &client, size, opts.stock, concurrency).await
-        }
-        Scenario::Chaos => match (redis.as_ref(), &opts.binary) {
-            (Some(r), Some(b)) => {
-                let (duration, seed) = (opts.duration, opts.seed);
-                chaos::chaos(&mut rig, &client, r, b, duration, seed, concurrency).await
-            }
-            (None, _) => Err(anyhow::anyhow!("chaos without its private Redis")),
-            (_, None) => Err(anyhow::anyhow!(
-                "chaos needs the idemguard binary to kill (StormOptions::binary)"
-            )),
-        },
-    };
+    let played = play(&mut rig, &client, opts, redis.as_mut(), size, concurrency).await;
     progress.finish_and_clear();
     // Settle and stop whatever happened, so a failed storm leaves nothing running.
     let settled = match &played {
@@ -251,18 +183,7 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
     // The trace is the last reader of the run's topics; they go whatever happened, so a failed
     // storm leaves none behind either.
     let traced = if played.is_ok() && settled.is_ok() && stopped.is_ok() {
-        let (kafka, topic) = (
-            rig.config.kafka.clone(),
-            rig.config.kafka.trace_topic.clone(),
-        );
-        match tokio::task::spawn_blocking(move || {
-            interception::read_trace(&kafka, &topic, Duration::from_secs(60))
-        })
-        .await
-        {
-            Ok(read) => read,
-            Err(e) => Err(e.into()),
-        }
+        read_run_trace(&rig).await
     } else {
         Ok(Vec::new())
     };
@@ -309,4 +230,121 @@ pub async fn run(mut config: Config, opts: &StormOptions) -> anyhow::Result<Stor
         consumer: rig.consumed,
         passed,
     })
+}
+
+/// Fits the configuration to the storm: the fault injection of `--broken`, the private Redis
+/// the redis-down and chaos storms kill (started here, returned to be stopped), the short
+/// heartbeat and lease of the chaos storm, the small batches of consumer-crash.
+fn storm_config(
+    config: &mut Config,
+    opts: &StormOptions,
+    size: usize,
+) -> anyhow::Result<Option<PrivateRedis>> {
+    let scenario = opts.scenario;
+    if opts.broken {
+        // FAULT INJECTION: every line above the database off.
+        config.idempotency.enabled = false;
+        config.idempotency.fast_path = false;
+        config.lock.request_lock = false;
+    }
+    let mut redis = None;
+    if matches!(scenario, Scenario::RedisDown | Scenario::Chaos) {
+        let r = PrivateRedis::start()?;
+        config.redis.url = r.url();
+        config.lock.mode = LockMode::Single; // the locks must live on the Redis that dies
+        redis = Some(r);
+    }
+    if scenario == Scenario::Chaos {
+        // A killed service's records are taken over once its heartbeat and their lease are
+        // gone: seconds, so that the clients' retries settle them within the storm.
+        config.instance.heartbeat_ttl = Duration::from_secs(2);
+        config.idempotency.lease = Duration::from_secs(3);
+    }
+    if scenario == Scenario::ConsumerCrash {
+        config.consumer.batch_size = (size / 5).clamp(1, 100); // several batches: one crashes
+    }
+    Ok(redis)
+}
+
+/// The progress bar on stderr (`--progress`), hidden otherwise.
+fn progress_bar(opts: &StormOptions, size: usize) -> ProgressBar {
+    let scenario = opts.scenario;
+    if opts.progress {
+        let bar = ProgressBar::with_draw_target(
+            Some(scenario.planned_requests(size, opts.stock)),
+            ProgressDrawTarget::stderr(),
+        );
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} storm {msg} [{bar:40}] {pos}/{len} requests {per_sec} {elapsed}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(scenario.name());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    } else {
+        ProgressBar::hidden()
+    }
+}
+
+/// Plays the storm's traffic and faults.
+async fn play(
+    rig: &mut Rig,
+    client: &StormClient,
+    opts: &StormOptions,
+    redis: Option<&mut PrivateRedis>,
+    size: usize,
+    concurrency: usize,
+) -> anyhow::Result<Played> {
+    match opts.scenario {
+        Scenario::DoubleClick => scenarios::double_click(rig, client, size).await,
+        Scenario::GatewayRetry => {
+            scenarios::gateway_retry(rig, client, size, concurrency, opts.gateway_timeout).await
+        }
+        Scenario::MqReplay => scenarios::mq_replay(rig, client, size, concurrency).await,
+        Scenario::ConsumerCrash => match &opts.binary {
+            Some(b) => scenarios::consumer_crash(rig, client, size, concurrency, b).await,
+            None => Err(anyhow::anyhow!(
+                "consumer-crash needs the idemguard binary (StormOptions::binary)"
+            )),
+        },
+        Scenario::LockExpiry => {
+            scenarios::lock_expiry(rig, client, size, concurrency, opts.lock_ttl).await
+        }
+        Scenario::RedisDown => match redis {
+            Some(r) => scenarios::redis_down(rig, client, size, concurrency, r).await,
+            None => Err(anyhow::anyhow!("redis-down without its private Redis")),
+        },
+        Scenario::FlashSale => {
+            scenarios::flash_sale(rig, client, size, opts.stock, concurrency).await
+        }
+        Scenario::Chaos => match (redis, &opts.binary) {
+            (Some(r), Some(b)) => {
+                let (duration, seed) = (opts.duration, opts.seed);
+                chaos::chaos(rig, client, r, b, duration, seed, concurrency).await
+            }
+            (None, _) => Err(anyhow::anyhow!("chaos without its private Redis")),
+            (_, None) => Err(anyhow::anyhow!(
+                "chaos needs the idemguard binary to kill (StormOptions::binary)"
+            )),
+        },
+    }
+}
+
+/// The run's trace events, read from its trace topic (a blocking read, off the runtime).
+async fn read_run_trace(rig: &Rig) -> anyhow::Result<Vec<TraceEvent>> {
+    let (kafka, topic) = (
+        rig.config.kafka.clone(),
+        rig.config.kafka.trace_topic.clone(),
+    );
+    match tokio::task::spawn_blocking(move || {
+        interception::read_trace(&kafka, &topic, Duration::from_secs(60))
+    })
+    .await
+    {
+        Ok(read) => read,
+        Err(e) => Err(e.into()),
+    }
 }

@@ -105,11 +105,9 @@ impl StormReport {
         self.invariants.iter().filter(|c| !c.passed)
     }
 
-    /// The report as printed: long because it lays out each section in print order, one
-    /// `writeln!` per line, with nothing to share between sections.
+    /// The report as printed, section by section in print order.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let h = &self.http;
         let _ = writeln!(
             s,
             "storm {} — run {} on {}{}",
@@ -125,40 +123,26 @@ impl StormReport {
         for n in &self.notes {
             let _ = writeln!(s, "  {n}");
         }
+        render_http(&mut s, &self.http);
+        self.render_interception(&mut s);
+        render_metrics(&mut s, &self.metrics);
+        let _ = writeln!(s, "\ninvariants (read from the database)");
+        render_invariants(&mut s, &self.invariants);
         let _ = writeln!(
             s,
-            "\nrequests  {} in {:.2}s = {:.0} req/s",
-            h.requests, h.seconds, h.requests_per_second
-        );
-        let l = &h.latency;
-        let _ = writeln!(
-            s,
-            "latency   p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
-            l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
-        );
-        let replies: Vec<String> = h
-            .replies
-            .iter()
-            .map(|(k, v)| {
-                format!(
-                    "{} {v}",
-                    serde_json::to_value(k)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
-        let _ = writeln!(s, "replies   {}", replies.join(", "));
-        if h.errors.is_empty() {
-            let _ = writeln!(s, "errors    none");
-        } else {
-            let errs: Vec<String> = h.errors.iter().map(|(k, v)| format!("{k:?} {v}")).collect();
-            let _ = writeln!(s, "errors    {}", errs.join(", "));
-            for e in &h.error_samples {
-                let _ = writeln!(s, "          {e}");
+            "\n{}",
+            if self.passed {
+                "PASSED: nothing was processed twice"
+            } else {
+                "FAILED: an invariant does not hold (offending IDs above)"
             }
-        }
+        );
+        s
+    }
+
+    /// The duplicates each layer stopped (from the run's trace), the consumer's counts and
+    /// what did not add up.
+    fn render_interception(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\nduplicates stopped, per layer (from {} trace events of this run)",
@@ -199,37 +183,67 @@ impl StormReport {
                 self.trace_dropped
             );
         }
-        render_metrics(&mut s, &self.metrics);
-        let _ = writeln!(s, "\ninvariants (read from the database)");
-        for c in &self.invariants {
-            let _ = writeln!(
-                s,
-                "  {} {:<40} {}",
-                if c.passed { "ok  " } else { "FAIL" },
-                c.name,
-                c.rule
-            );
-            for o in c.offenders.iter().take(20) {
-                let _ = writeln!(s, "         {o}");
-            }
-            if c.offenders.len() > 20 {
-                let _ = writeln!(
-                    s,
-                    "         … and {} more (--json lists all)",
-                    c.offenders.len() - 20
-                );
-            }
+    }
+}
+
+/// The HTTP side: requests, latency, replies and errors (with samples).
+fn render_http(s: &mut String, h: &HttpSummary) {
+    let _ = writeln!(
+        s,
+        "\nrequests  {} in {:.2}s = {:.0} req/s",
+        h.requests, h.seconds, h.requests_per_second
+    );
+    let l = &h.latency;
+    let _ = writeln!(
+        s,
+        "latency   p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+    );
+    let replies: Vec<String> = h
+        .replies
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{} {v}",
+                serde_json::to_value(k)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let _ = writeln!(s, "replies   {}", replies.join(", "));
+    if h.errors.is_empty() {
+        let _ = writeln!(s, "errors    none");
+    } else {
+        let errs: Vec<String> = h.errors.iter().map(|(k, v)| format!("{k:?} {v}")).collect();
+        let _ = writeln!(s, "errors    {}", errs.join(", "));
+        for e in &h.error_samples {
+            let _ = writeln!(s, "          {e}");
         }
+    }
+}
+
+/// Each invariant and its first offenders.
+fn render_invariants(s: &mut String, invariants: &[Check]) {
+    for c in invariants {
         let _ = writeln!(
             s,
-            "\n{}",
-            if self.passed {
-                "PASSED: nothing was processed twice"
-            } else {
-                "FAILED: an invariant does not hold (offending IDs above)"
-            }
+            "  {} {:<40} {}",
+            if c.passed { "ok  " } else { "FAIL" },
+            c.name,
+            c.rule
         );
-        s
+        for o in c.offenders.iter().take(20) {
+            let _ = writeln!(s, "         {o}");
+        }
+        if c.offenders.len() > 20 {
+            let _ = writeln!(
+                s,
+                "         … and {} more (--json lists all)",
+                c.offenders.len() - 20
+            );
+        }
     }
 }
 

@@ -296,13 +296,7 @@ pub async fn read_topics_counting(
         partitioner: config.kafka.partitioner,
         known_partitions,
     };
-    let consumed_from = rows.map_or_else(Vec::new, |r| {
-        let of_topic = r
-            .processed
-            .iter()
-            .filter(|p| p.topic == config.kafka.payment_topic);
-        of_topic.map(|p| p.kafka_partition as i32).collect()
-    });
+    let consumed_from = consumed_partitions(config, rows);
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
     // One pair of readers for both topics and every window of the trace (see WindowReaders).
@@ -315,76 +309,121 @@ pub async fn read_topics_counting(
     };
     if config.kafka.trace_topic.is_empty() {
         let read = read_payments_in(config, &readers, payment_plan, keep, cancel, progress).await;
-        let payments = read.map(|(p, _, c)| {
-            cost.topics.push(c);
-            p
-        });
+        let payments = tally(&mut cost, read.map(|(p, _, c)| (p, c)));
         return (payments, Err(anyhow::anyhow!(NO_TRACE_TOPIC)), cost);
     }
-    if keep.names_order_and_request() {
-        // The trace topic's partitions are the order's and the request's, both known: its
-        // offsets are found while the payment topic is read (each lookup is seconds of probes
-        // on a large topic), and only its scan waits for what the payment messages add to keep.
-        let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-        let (grown, kept) = tokio::sync::oneshot::channel();
-        let payments = async {
-            let read = read_payments_in(
-                config,
-                &readers,
-                payment_plan,
-                keep.clone(),
-                cancel,
-                progress,
-            );
-            let read = read.await;
-            let k = read
-                .as_ref()
-                .map_or_else(|_| keep.clone(), |(_, k, _)| k.clone());
-            let _ = grown.send(k);
-            read
-        };
-        let log = read_trace_log_after(
+    let trace_plan = |keep: &Keep| plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
+    let (payments, log) = if keep.names_order_and_request() {
+        let plans = (payment_plan, trace_plan(&keep));
+        cost.concurrent = true;
+        read_at_once(config, &readers, plans, keep, cancel, progress).await
+    } else {
+        read_in_turn(
             config,
             &readers,
-            (trace_plan, keep.clone(), kept),
+            payment_plan,
+            trace_plan,
+            keep,
+            cancel,
+            progress,
+        )
+        .await
+    };
+    let payments = tally(&mut cost, payments);
+    let log = tally(&mut cost, log);
+    (payments, log, cost)
+}
+
+/// The partitions of the payment topic the trace's rows say its messages were consumed from.
+fn consumed_partitions(config: &Config, rows: Option<&TraceRows>) -> Vec<i32> {
+    rows.map_or_else(Vec::new, |r| {
+        let of_topic = r
+            .processed
+            .iter()
+            .filter(|p| p.topic == config.kafka.payment_topic);
+        of_topic.map(|p| p.kafka_partition as i32).collect()
+    })
+}
+
+/// What a read of both topics found, each with what its read cost.
+type TopicsRead = (
+    anyhow::Result<(PaymentIndex, TopicCost)>,
+    anyhow::Result<(TraceLog, TopicCost)>,
+);
+
+/// A topic's read counted into `cost` (in the order the reads are tallied), its result kept.
+fn tally<T>(cost: &mut ReadCost, read: anyhow::Result<(T, TopicCost)>) -> anyhow::Result<T> {
+    read.map(|(found, c)| {
+        cost.topics.push(c);
+        found
+    })
+}
+
+/// Both topics at once, when the keep names the order and the request.
+///
+/// The trace topic's partitions are the order's and the request's, both known: its offsets are
+/// found while the payment topic is read (each lookup is seconds of probes on a large topic),
+/// and only its scan waits for what the payment messages add to keep.
+async fn read_at_once(
+    config: &Config,
+    readers: &Arc<WindowReaders>,
+    (payment_plan, trace_plan): (TopicPlan, TopicPlan),
+    keep: Keep,
+    cancel: &CancellationToken,
+    progress: &Scanned,
+) -> TopicsRead {
+    let (grown, kept) = tokio::sync::oneshot::channel();
+    let payments = async {
+        let read = read_payments_in(
+            config,
+            readers,
+            payment_plan,
+            keep.clone(),
             cancel,
             progress,
         );
-        let (payments, log) = tokio::join!(payments, log);
-        cost.concurrent = true;
-        let payments = payments.map(|(p, _, c)| {
-            cost.topics.push(c);
-            p
-        });
-        let log = log.map(|(l, c)| {
-            cost.topics.push(c);
-            l
-        });
-        return (payments, log, cost);
-    }
+        let read = read.await;
+        let k = read
+            .as_ref()
+            .map_or_else(|_| keep.clone(), |(_, k, _)| k.clone());
+        let _ = grown.send(k);
+        read
+    };
+    let log = read_trace_log_after(
+        config,
+        readers,
+        (trace_plan, keep.clone(), kept),
+        cancel,
+        progress,
+    );
+    let (payments, log) = tokio::join!(payments, log);
+    (payments.map(|(p, _, c)| (p, c)), log)
+}
+
+/// The payment topic, then the trace topic with what the payment messages added to keep.
+async fn read_in_turn(
+    config: &Config,
+    readers: &Arc<WindowReaders>,
+    payment_plan: TopicPlan,
+    trace_plan: impl FnOnce(&Keep) -> TopicPlan,
+    keep: Keep,
+    cancel: &CancellationToken,
+    progress: &Scanned,
+) -> TopicsRead {
     let read = read_payments_in(
         config,
-        &readers,
+        readers,
         payment_plan,
         keep.clone(),
         cancel,
         progress,
     );
     let (payments, keep) = match read.await {
-        Ok((p, k, c)) => {
-            cost.topics.push(c);
-            (Ok(p), k)
-        }
+        Ok((p, k, c)) => (Ok((p, c)), k),
         Err(e) => (Err(e), keep),
     };
-    let trace_plan = plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let log = read_trace_log_in(config, &readers, trace_plan, &keep, cancel, progress)
-        .await
-        .map(|(log, c)| {
-            cost.topics.push(c);
-            log
-        });
-    (payments, log, cost)
+    let log = read_trace_log_in(config, readers, trace_plan(&keep), &keep, cancel, progress).await;
+    (payments, log)
 }
 
 /// Where a trace reads: around the times of its database rows, `console.trace_margin` on each

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::contracts::{now_ms, TraceTarget};
+use crate::contracts::{now_ms, TraceEvent, TraceTarget};
 
 use crate::console::columns;
 use crate::console::read::locks::TraceKeys;
@@ -16,7 +16,7 @@ use crate::console::read::overview::{self, Finding, Leak, OverviewInput};
 use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline::Timeline;
-use crate::console::read::topics::PartitionLag;
+use crate::console::read::topics::{PartitionLag, PaymentMessage};
 use crate::console::read::trace::{self, TracePieces};
 use crate::console::read::window::ReadCost;
 use crate::console::tui::app::ui_state::Filter;
@@ -169,125 +169,41 @@ impl Stores {
             _ => None,
         };
         match update {
-            Update::Stuck(Ok(rows)) => {
-                self.ok(backend);
-                self.stuck = Some(rows);
-                self.annotate_stuck();
+            Update::Stuck(result) => self.apply_stuck(backend, result),
+            Update::Leaks(result) => self.apply_leaks(backend, result),
+            Update::TraceRows { target, result } => {
+                applied.focus_changed = self.apply_trace_rows(backend, target, result)
             }
-            Update::Leaks(Ok(l)) => {
-                self.ok(backend);
-                self.leaks = Some(Ok(l));
-            }
-            Update::Leaks(Err(e)) => {
-                self.leaks = Some(Err(e.clone()));
-                self.down(backend, e);
-            }
-            Update::Stuck(Err(e)) => self.down(backend, e),
-            Update::TraceRows { target, result } => match result {
-                Ok(rows) => {
-                    self.ok(backend);
-                    if self.trace_target.as_ref() == Some(&target) {
-                        self.trace_rows = Some(rows);
-                        self.trace_stale = true;
-                        applied.focus_changed = true;
-                    }
-                }
-                Err(e) => self.down(backend, e),
-            },
             Update::Locks(scan) => self.apply_locks(backend, scan),
-            Update::TraceKeys { ids, result } => match result {
-                Ok(k) if ids == self.resolved_ids() => {
-                    self.trace_keys = Some(k);
-                    self.trace_stale = true;
-                }
-                Ok(_) => {}
-                Err(e) => self.down(backend, e),
-            },
+            Update::TraceKeys { ids, result } => self.apply_trace_keys(backend, ids, result),
             Update::UndecodableTraceMessages {
                 topic,
                 count,
                 first,
-            } => {
-                self.trace_log.note_undecodable(&topic, || first);
-                self.trace_log.undecodable += count - 1;
-                self.trace_stale = true;
-            }
+            } => self.apply_undecodable(topic, count, first),
             Update::TraceEvents(events) => {
-                self.ok(backend);
-                for e in events {
-                    self.trace_log.ingest(e);
-                }
-                self.trace_stale = true;
+                self.apply_trace_events(backend, events);
                 applied.focus_changed = true;
             }
-            // No trace topic is a configuration: its history is empty, not failed.
-            Update::TraceHistory {
-                ids,
-                result: Err(_),
-            } if self.no_trace_topic => {
-                if ids == self.resolved_ids() {
-                    self.trace_history = Some(Vec::new());
-                }
+            Update::TraceLogs { target, read } => self.apply_trace_logs(target, read),
+            Update::TraceHistory { ids, result } => self.apply_trace_history(backend, ids, result),
+            Update::TraceRead { ids, cost, scanned } => self.apply_trace_read(ids, cost, scanned),
+            Update::PaymentHistory { ids, result } => {
+                self.apply_payment_history(backend, ids, result)
             }
-            Update::TraceLogs { target, read } => {
-                if self.trace_target.as_ref() == Some(&target) {
-                    self.trace_logs = Some(read);
-                    self.trace_stale = true;
-                }
-            }
-            Update::TraceHistory { ids, result } => match result {
-                Ok(events) => {
-                    self.ok(backend);
-                    if ids == self.resolved_ids() {
-                        self.trace_history = Some(events);
-                        self.trace_stale = true;
-                    }
-                }
-                Err(e) => self.down(backend, e),
-            },
-            Update::TraceRead { ids, cost, scanned } => {
-                if ids == self.resolved_ids() {
-                    self.trace_read = Some((ids, cost));
-                    self.trace_read_scanned = scanned;
-                }
-            }
-            Update::PaymentHistory { ids, result } => match result {
-                Ok(history) => {
-                    self.ok(backend);
-                    if ids == self.resolved_ids() {
-                        self.payments.absorb(history);
-                        self.trace_stale = true;
-                    }
-                }
-                Err(e) => self.down(backend, e),
-            },
             Update::TraceTopic(Ok(p)) => {
                 self.ok(backend);
                 self.trace_topic = Some(p);
             }
             Update::TraceTopic(Err(e)) => self.down(backend, e),
             Update::PaymentMessages(msgs) => {
-                self.ok(backend);
-                for m in msgs {
-                    self.payments.ingest(m);
-                }
-                self.trace_stale = true;
+                self.apply_payment_messages(backend, msgs);
                 applied.focus_changed = true;
             }
             Update::PaymentTopic { progress, lag } => {
                 self.apply_payment_topic(backend, progress, lag)
             }
-            Update::Slow { reason, .. } => {
-                let s = self
-                    .backends
-                    .get_mut(&backend)
-                    .expect("every backend has a state");
-                match reason {
-                    Some(why) => s.health = Health::Slow(why),
-                    None if matches!(s.health, Health::Slow(_)) => s.health = Health::Up,
-                    None => {}
-                }
-            }
+            Update::Slow { reason, .. } => self.apply_slow(backend, reason),
             Update::Dlq(listing) => self.dlq = Some(listing),
             Update::ActionResults(_)
             | Update::BatchProgress(_)
@@ -300,6 +216,161 @@ impl Stores {
             applied.refiltered = Some((view, self.refilter(view, &f, now)));
         }
         applied
+    }
+
+    fn apply_stuck(&mut self, backend: BackendId, result: Result<Vec<StuckRecord>, String>) {
+        match result {
+            Ok(rows) => {
+                self.ok(backend);
+                self.stuck = Some(rows);
+                self.annotate_stuck();
+            }
+            Err(e) => self.down(backend, e),
+        }
+    }
+
+    fn apply_leaks(&mut self, backend: BackendId, result: Result<Vec<Leak>, String>) {
+        match result {
+            Ok(l) => {
+                self.ok(backend);
+                self.leaks = Some(Ok(l));
+            }
+            Err(e) => {
+                self.leaks = Some(Err(e.clone()));
+                self.down(backend, e);
+            }
+        }
+    }
+
+    /// Whether the rows were the trace target's (the IDs it resolves to may have changed).
+    fn apply_trace_rows(
+        &mut self,
+        backend: BackendId,
+        target: TraceTarget,
+        result: Result<TraceRows, String>,
+    ) -> bool {
+        match result {
+            Ok(rows) => {
+                self.ok(backend);
+                if self.trace_target.as_ref() == Some(&target) {
+                    self.trace_rows = Some(rows);
+                    self.trace_stale = true;
+                    return true;
+                }
+                false
+            }
+            Err(e) => {
+                self.down(backend, e);
+                false
+            }
+        }
+    }
+
+    fn apply_trace_keys(
+        &mut self,
+        backend: BackendId,
+        ids: TraceIds,
+        result: Result<TraceKeys, String>,
+    ) {
+        match result {
+            Ok(k) if ids == self.resolved_ids() => {
+                self.trace_keys = Some(k);
+                self.trace_stale = true;
+            }
+            Ok(_) => {}
+            Err(e) => self.down(backend, e),
+        }
+    }
+
+    fn apply_undecodable(&mut self, topic: String, count: u64, first: String) {
+        self.trace_log.note_undecodable(&topic, || first);
+        self.trace_log.undecodable += count - 1;
+        self.trace_stale = true;
+    }
+
+    fn apply_trace_events(&mut self, backend: BackendId, events: Vec<TraceEvent>) {
+        self.ok(backend);
+        for e in events {
+            self.trace_log.ingest(e);
+        }
+        self.trace_stale = true;
+    }
+
+    fn apply_trace_logs(&mut self, target: TraceTarget, read: LogRead) {
+        if self.trace_target.as_ref() == Some(&target) {
+            self.trace_logs = Some(read);
+            self.trace_stale = true;
+        }
+    }
+
+    fn apply_trace_history(
+        &mut self,
+        backend: BackendId,
+        ids: TraceIds,
+        result: Result<Vec<TraceEvent>, String>,
+    ) {
+        match result {
+            // No trace topic is a configuration: its history is empty, not failed.
+            Err(_) if self.no_trace_topic => {
+                if ids == self.resolved_ids() {
+                    self.trace_history = Some(Vec::new());
+                }
+            }
+            Ok(events) => {
+                self.ok(backend);
+                if ids == self.resolved_ids() {
+                    self.trace_history = Some(events);
+                    self.trace_stale = true;
+                }
+            }
+            Err(e) => self.down(backend, e),
+        }
+    }
+
+    fn apply_trace_read(&mut self, ids: TraceIds, cost: Option<ReadCost>, scanned: u64) {
+        if ids == self.resolved_ids() {
+            self.trace_read = Some((ids, cost));
+            self.trace_read_scanned = scanned;
+        }
+    }
+
+    fn apply_payment_history(
+        &mut self,
+        backend: BackendId,
+        ids: TraceIds,
+        result: Result<Vec<PaymentMessage>, String>,
+    ) {
+        match result {
+            Ok(history) => {
+                self.ok(backend);
+                if ids == self.resolved_ids() {
+                    self.payments.absorb(history);
+                    self.trace_stale = true;
+                }
+            }
+            Err(e) => self.down(backend, e),
+        }
+    }
+
+    fn apply_payment_messages(&mut self, backend: BackendId, msgs: Vec<PaymentMessage>) {
+        self.ok(backend);
+        for m in msgs {
+            self.payments.ingest(m);
+        }
+        self.trace_stale = true;
+    }
+
+    /// A slow read shows at once; a round answered in time clears a slowness, not a `Down`.
+    fn apply_slow(&mut self, backend: BackendId, reason: Option<String>) {
+        let s = self
+            .backends
+            .get_mut(&backend)
+            .expect("every backend has a state");
+        match reason {
+            Some(why) => s.health = Health::Slow(why),
+            None if matches!(s.health, Health::Slow(_)) => s.health = Health::Up,
+            None => {}
+        }
     }
 
     fn apply_locks(&mut self, backend: BackendId, scan: LockScan) {

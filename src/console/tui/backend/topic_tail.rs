@@ -345,10 +345,7 @@ impl Reader<'_> {
             .filter(|s| s.end > s.start)
             .map(|s| (s.partition, s.end))
             .collect();
-        let mut events: Vec<TraceEvent> = Vec::new();
-        let mut undecodable: (u64, Option<String>) = (0, None);
-        let mut payments: Vec<PaymentMessage> = Vec::new();
-        let mut first: Option<std::time::Instant> = None;
+        let mut pending = Pending::default();
         while !stop.is_cancelled() {
             let mut caught_up = false;
             if focus.borrow().paused {
@@ -364,21 +361,7 @@ impl Reader<'_> {
                     {
                         remaining.remove(&m.partition());
                     }
-                    match self.kind {
-                        TopicKind::Trace => match topics::trace_event_of(&m) {
-                            Some(e) => events.push(e),
-                            None => {
-                                undecodable.0 += 1;
-                                undecodable
-                                    .1
-                                    .get_or_insert_with(|| topics::not_a_trace_event(&m));
-                            }
-                        },
-                        TopicKind::Payments => {
-                            payments.push(PaymentMessage::from_kafka(&m, self.ids))
-                        }
-                    }
-                    first.get_or_insert_with(std::time::Instant::now);
+                    pending.add(self.kind, &m, self.ids);
                 }
                 Some(Err(e)) => {
                     let e = format!("kafka {}: reading {}: {e}", self.servers, self.topic);
@@ -387,57 +370,108 @@ impl Reader<'_> {
                     }
                 }
                 None => {
-                    // A partition whose position already passed its end is caught up (an
-                    // offset gap, such as a transaction marker, before the end).
-                    if let Ok(pos) = self.consumer.position() {
-                        for e in pos.elements() {
-                            if let Offset::Offset(o) = e.offset() {
-                                if remaining.get(&e.partition()).is_some_and(|end| o >= *end) {
-                                    remaining.remove(&e.partition());
-                                }
-                            }
-                        }
-                    }
+                    self.drop_ends_passed(&mut remaining);
                     caught_up = remaining.is_empty();
                 }
             }
             // Caught up: what is in hand goes now, and only then is the catch-up said done — the
             // Rates view counts from what was sent, and must not say "done" short of it.
-            let due = events.len() >= BATCH
-                || payments.len() >= BATCH
-                || first.is_some_and(|t| caught_up || t.elapsed() >= flush_after);
-            if due {
-                first = None;
-                if !events.is_empty()
-                    && tx
-                        .blocking_send(Update::TraceEvents(std::mem::take(&mut events)))
-                        .is_err()
-                {
-                    return;
-                }
-                if let (count @ 1.., Some(first)) = std::mem::take(&mut undecodable) {
-                    let topic = self.topic.to_string();
-                    let update = Update::UndecodableTraceMessages {
-                        topic,
-                        count,
-                        first,
-                    };
-                    if tx.blocking_send(update).is_err() {
-                        return;
-                    }
-                }
-                if !payments.is_empty()
-                    && tx
-                        .blocking_send(Update::PaymentMessages(std::mem::take(&mut payments)))
-                        .is_err()
-                {
-                    return;
-                }
+            if pending.due(caught_up, flush_after) && !pending.send(self.topic, tx) {
+                return;
             }
             if caught_up {
                 self.live.done.store(true, Ordering::Release);
             }
         }
+    }
+
+    /// A partition whose position already passed its end is caught up (an offset gap, such as
+    /// a transaction marker, before the end).
+    fn drop_ends_passed(&self, remaining: &mut std::collections::BTreeMap<i32, i64>) {
+        if let Ok(pos) = self.consumer.position() {
+            for e in pos.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    if remaining.get(&e.partition()).is_some_and(|end| o >= *end) {
+                        remaining.remove(&e.partition());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the reader thread has read and not sent yet: one batch.
+#[derive(Default)]
+struct Pending {
+    events: Vec<TraceEvent>,
+    /// Trace-topic messages that were not trace events: how many, and why the first was not.
+    undecodable: (u64, Option<String>),
+    payments: Vec<PaymentMessage>,
+    /// When the batch's first message was read.
+    first: Option<std::time::Instant>,
+}
+
+impl Pending {
+    fn add(
+        &mut self,
+        kind: TopicKind,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        ids: &crate::config::TopicIds,
+    ) {
+        match kind {
+            TopicKind::Trace => match topics::trace_event_of(m) {
+                Some(e) => self.events.push(e),
+                None => {
+                    self.undecodable.0 += 1;
+                    self.undecodable
+                        .1
+                        .get_or_insert_with(|| topics::not_a_trace_event(m));
+                }
+            },
+            TopicKind::Payments => self.payments.push(PaymentMessage::from_kafka(m, ids)),
+        }
+        self.first.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// Full, caught up, or its first message waited `flush_after`.
+    fn due(&self, caught_up: bool, flush_after: Duration) -> bool {
+        self.events.len() >= BATCH
+            || self.payments.len() >= BATCH
+            || self
+                .first
+                .is_some_and(|t| caught_up || t.elapsed() >= flush_after)
+    }
+
+    /// Sends the batch (trace events, the undecodable count, payment messages); false when the
+    /// UI is gone.
+    fn send(&mut self, topic: &str, tx: &mpsc::Sender<Update>) -> bool {
+        self.first = None;
+        if !self.events.is_empty()
+            && tx
+                .blocking_send(Update::TraceEvents(std::mem::take(&mut self.events)))
+                .is_err()
+        {
+            return false;
+        }
+        if let (count @ 1.., Some(first)) = std::mem::take(&mut self.undecodable) {
+            let topic = topic.to_string();
+            let update = Update::UndecodableTraceMessages {
+                topic,
+                count,
+                first,
+            };
+            if tx.blocking_send(update).is_err() {
+                return false;
+            }
+        }
+        if !self.payments.is_empty()
+            && tx
+                .blocking_send(Update::PaymentMessages(std::mem::take(&mut self.payments)))
+                .is_err()
+        {
+            return false;
+        }
+        true
     }
 }
 
