@@ -1,5 +1,6 @@
 //! The order service on a random port against the real stack, both dialects: the seed's 500
-//! identical requests, every Idempotency-Key refusal, replays byte for byte, in-flight 409s, a
+//! identical requests, every Idempotency-Key refusal, replays byte for byte (a business refusal
+//! too, once the world has changed), in-flight 409s, a
 //! dead owner's record reclaimed, payment callbacks booked once and published once.
 
 mod common;
@@ -281,6 +282,68 @@ async fn mismatch_replay_and_in_flight(dialect: Dialect) {
 }
 
 per_dialect!(mismatch_replay_and_in_flight => mismatch_replay_and_in_flight_postgres, mismatch_replay_and_in_flight_mysql);
+
+/// Business refusals (out of stock, unknown SKU) are stored as FAILED, so a retry gets the same
+/// answer — from the fast path, then from the database record alone — though the world changed.
+async fn a_refusal_is_replayed(dialect: Dialect) {
+    let s = service(dialect).await;
+    let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
+    let mut fast_path = redis.get_multiplexed_async_connection().await.unwrap();
+    let (sold_out, unknown) = (11, 12);
+    s.orders().set_stock(sold_out, 0).await.unwrap();
+    for (sku, problem) in [(sold_out, "out-of-stock"), (unknown, "unknown-sku")] {
+        let k = key();
+        let r = s.post("/orders", Some(&k), &order_body(sku)).await;
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "{dialect}");
+        assert!(r.headers().get("idempotent-replayed").is_none());
+        let first = r.bytes().await.unwrap();
+        let p: serde_json::Value = serde_json::from_slice(&first).unwrap();
+        assert!(
+            p["type"].as_str().unwrap().ends_with(problem),
+            "{dialect}: {p}"
+        );
+        // The world changes — stock arrives, the SKU is created — and the retry still gets the
+        // first answer.
+        s.orders().set_stock(sku, 10).await.unwrap();
+        for from in ["fast path", "database"] {
+            if from == "database" {
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("idem:{k}"))
+                    .query_async(&mut fast_path)
+                    .await
+                    .unwrap();
+            }
+            let r = s.post("/orders", Some(&k), &order_body(sku)).await;
+            assert_eq!(
+                (r.status(), r.headers().get("idempotent-replayed").cloned()),
+                (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    Some("true".parse().unwrap())
+                ),
+                "{dialect}, {problem} from the {from}"
+            );
+            let again = r.bytes().await.unwrap();
+            assert_eq!(
+                again, first,
+                "{dialect}, {problem} from the {from}: the same bytes"
+            );
+        }
+        let stored = count(
+            &s.db,
+            &format!("idempotency_record WHERE request_id = '{k}' AND status = 'FAILED'"),
+        )
+        .await;
+        assert_eq!(stored, 1, "{dialect}: the refusal is stored as FAILED");
+    }
+    assert_eq!(
+        count(&s.db, "order_record").await,
+        0,
+        "{dialect}: a retry of a refusal created an order"
+    );
+    s.stop().await;
+}
+
+per_dialect!(a_refusal_is_replayed => a_refusal_is_replayed_byte_for_byte_postgres, a_refusal_is_replayed_byte_for_byte_mysql);
 
 async fn dead_owner_record_is_reclaimed(dialect: Dialect) {
     let s = service(dialect).await;

@@ -19,9 +19,6 @@
 //!   offset commit) ends `consume` with the error, synchronous or asynchronous
 //!   (`consumer.async_offset_commit`); the member that took over applies nothing twice.
 //!
-//! And, on the same harness, the API's answer to a business refusal: stored as FAILED, it is
-//! replayed byte for byte, even once the stock is back or the SKU exists.
-//!
 //! Every test has its own database, topics, group and keys, and removes them, pass or fail.
 
 mod common;
@@ -583,100 +580,6 @@ async fn reverse_order_batches_never_deadlock(s: &Setup) {
 }
 
 per_dialect!(reverse_order_batches_never_deadlock(&setup) => reverse_order_batches_never_deadlock_postgres, reverse_order_batches_never_deadlock_mysql);
-
-// ---------------------------------------------------------------------------------------------
-// Claim: "Business refusals (out of stock, unknown SKU) are stored as FAILED, so a retry gets
-// the same answer."
-
-async fn a_refusal_is_replayed(s: &Setup) {
-    let dialect = s.dialect;
-    let server = idemguard::api::server::start(s.config.clone(), "127.0.0.1:0")
-        .await
-        .expect("service starts");
-    let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let orders = Orders::new(s.db.clone(), Tracer::log_only(&Instance::current()));
-    let redis = redis::Client::open(s.config.redis.url.as_str()).unwrap();
-    let mut fast_path = redis.get_multiplexed_async_connection().await.unwrap();
-    let (sold_out, unknown) = (11, 12);
-    orders.set_stock(sold_out, 0).await.unwrap();
-    let post = |key: String, sku: i64| {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let body =
-                serde_json::json!({"userId": 42, "skuId": sku, "quantity": 1, "amount": 1999});
-            let r = http
-                .post(format!("{base}/orders"))
-                .header("Idempotency-Key", key)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let replayed = r
-                .headers()
-                .get("idempotent-replayed")
-                .map(|v| v.to_str().unwrap().to_string());
-            (r.status().as_u16(), replayed, r.bytes().await.unwrap())
-        }
-    };
-    for (sku, problem) in [(sold_out, "out-of-stock"), (unknown, "unknown-sku")] {
-        let key = format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7());
-        let (status, replayed, first) = post(key.clone(), sku).await;
-        assert_eq!(
-            status,
-            422,
-            "{dialect}: {}",
-            String::from_utf8_lossy(&first)
-        );
-        assert!(replayed.is_none());
-        let p: serde_json::Value = serde_json::from_slice(&first).unwrap();
-        assert!(
-            p["type"].as_str().unwrap().ends_with(problem),
-            "{dialect}: {p}"
-        );
-        // The world changes — stock arrives, the SKU is created — and the retry still gets the
-        // first answer: from the fast path, then from the database record alone.
-        orders.set_stock(sku, 10).await.unwrap();
-        for from in ["fast path", "database"] {
-            if from == "database" {
-                let _: () = redis::cmd("DEL")
-                    .arg(format!("idem:{key}"))
-                    .query_async(&mut fast_path)
-                    .await
-                    .unwrap();
-            }
-            let (status, replayed, again) = post(key.clone(), sku).await;
-            assert_eq!(
-                (status, replayed.as_deref()),
-                (422, Some("true")),
-                "{dialect}, {problem} from the {from}: {}",
-                String::from_utf8_lossy(&again)
-            );
-            assert_eq!(
-                again, first,
-                "{dialect}, {problem} from the {from}: the same bytes"
-            );
-        }
-        let stored = count(
-            &s.db,
-            &format!("idempotency_record WHERE request_id = '{key}' AND status = 'FAILED'"),
-        )
-        .await;
-        assert_eq!(stored, 1, "{dialect}: the refusal is stored as FAILED");
-    }
-    assert_eq!(
-        count(&s.db, "order_record").await,
-        0,
-        "{dialect}: a retry of a refusal created an order"
-    );
-    server.shutdown.cancel();
-    server.done.await.unwrap().unwrap();
-}
-
-per_dialect!(a_refusal_is_replayed(&setup) => a_refusal_is_replayed_byte_for_byte_postgres, a_refusal_is_replayed_byte_for_byte_mysql);
 
 // =============================================================================================
 // The consumer's fault branches: refusals, parse rejections and poison messages to the DLQ,
