@@ -1,5 +1,5 @@
-//! The article's order system as its team built it (../shared/seed): its DDL as written on
-//! MariaDB (§2.1 order_record, §5.3 idempotency_record, §2.2 inventory) and a faithful
+//! The order system of the design article "订单幂等三层防线" as its team built it: its DDL as
+//! written on MariaDB (§2.1 order_record, §5.3 idempotency_record, §2.2 inventory) and a faithful
 //! PostgreSQL translation, with the columns §2.3 (version) and §4.4 (payment_event_id) add, and
 //! the payment, points and in-site-message tables of §1.1 / §4.4 in the same style. Set up here,
 //! by the test, never by idemguard — and under table names of the fixture's own, so a test proves
