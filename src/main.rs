@@ -1,6 +1,7 @@
 //! The `idemguard` command line. Each subcommand is a thin shell over the library.
 //!
-//! The flags and subcommands, as clap reads them, are in commands/args.rs.
+//! The flags and subcommands, as clap reads them, are in commands/args.rs; the operator's
+//! reads in commands/inspect.rs.
 
 mod commands;
 
@@ -19,7 +20,8 @@ use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
 use tokio_util::sync::CancellationToken;
 
-use commands::args::{Cli, Command, LogFormat, ProfileCommand, ReportOutput};
+use commands::args::{Cli, Command, LogFormat, ProfileCommand};
+use commands::inspect::{self, dlq_window};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -62,7 +64,7 @@ fn main() -> ExitCode {
 
 /// One arm per subcommand, each parsing its flags into one call (the longer ones are functions
 /// of their own below); the exercises, the operator's reads and the operator's actions are
-/// dispatched by [`exercise`], [`inspect`] and [`act`].
+/// dispatched by [`exercise`], [`inspect::run`] and [`act`].
 async fn run(
     command: Command,
     config: Config,
@@ -130,7 +132,7 @@ async fn run(
         | Command::Rates { .. }
         | Command::Stuck { .. }
         | Command::Report { .. }
-        | Command::Dlq { .. }) => inspect(command, &config).await,
+        | Command::Dlq { .. }) => inspect::run(command, &config).await,
         command @ (Command::ReleaseLock { .. }
         | Command::Purge { .. }
         | Command::Redrive { .. }
@@ -174,50 +176,6 @@ async fn exercise(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             no_watchdog,
             hold,
         } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
-        _ => unreachable!("run hands each command to the function that handles it"),
-    }
-}
-
-/// The operator's reads: what the live systems hold (a trace, the locks, the rates, the stuck
-/// records, a report, the DLQ).
-async fn inspect(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
-    match command {
-        Command::Trace {
-            id,
-            json,
-            since,
-            until,
-        } => {
-            let window = trace_window(since.as_deref(), until.as_deref())?;
-            let target = idemguard::contracts::TraceTarget::classify(&id);
-            let r = headless::trace_in(config, &target, window).await;
-            Ok(print_report(&r, json, headless::trace_table))
-        }
-        Command::Locks { json } => {
-            let r = headless::locks(config).await;
-            Ok(print_report(&r, json, headless::locks_table))
-        }
-        Command::Rates { json } => {
-            let r = headless::rates(config).await;
-            Ok(print_report(&r, json, headless::rates_table))
-        }
-        Command::Stuck { json } => {
-            let r = headless::stuck(config).await;
-            Ok(print_report(&r, json, headless::stuck_table))
-        }
-        Command::Report {
-            id,
-            since,
-            until,
-            format,
-            json,
-            output,
-        } => report_command(config, id, (since, until), format, json, output).await,
-        Command::Dlq { since, until, json } => {
-            let window = dlq_window(since.as_deref(), until.as_deref())?;
-            let r = headless::dlq(config, window).await;
-            Ok(print_report(&r, json, headless::dlq_table))
-        }
         _ => unreachable!("run hands each command to the function that handles it"),
     }
 }
@@ -301,53 +259,6 @@ async fn doctor_command(config: &Config, json: bool, strict: bool) -> anyhow::Re
         }
         None => Ok(ExitCode::SUCCESS),
     }
-}
-
-/// `idemguard report`: the post-incident report of one ID or of a window, to stdout or a
-/// private file; exits 6 when it found a duplicate that got through or a contradiction.
-async fn report_command(
-    config: &Config,
-    id: Option<String>,
-    (since, until): (Option<String>, Option<String>),
-    format: ReportOutput,
-    json: bool,
-    output: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    use idemguard::console::report;
-    let scope = match (id, since, until) {
-        (Some(id), _, _) => {
-            report::ReportScope::Id(idemguard::contracts::TraceTarget::classify(&id))
-        }
-        (None, Some(s), Some(u)) => report::ReportScope::Window {
-            since_ms: report::parse_time(&s).map_err(anyhow::Error::msg)?,
-            until_ms: report::parse_time(&u).map_err(anyhow::Error::msg)?,
-        },
-        _ => anyhow::bail!("give --id ID, or --since T and --until T"),
-    };
-    let r = report::build(config, &scope).await?;
-    let text = match (json, format) {
-        (true, _) | (_, ReportOutput::Json) => serde_json::to_string_pretty(&r)? + "\n",
-        (_, ReportOutput::Markdown) => report::ReportFormat::Markdown.render(&r),
-        (_, ReportOutput::Html) => report::ReportFormat::Html.render(&r),
-    };
-    match output {
-        Some(path) => idemguard::private_file::write(&path, &text)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => print!("{text}"),
-    }
-    for e in &r.errors {
-        eprintln!(
-            "idemguard report: not read: {}",
-            idemguard::untrusted::escape(e)
-        );
-    }
-    Ok(ExitCode::from(
-        if r.leaks.is_empty() && r.contradictions.is_empty() {
-            0
-        } else {
-            6
-        },
-    ))
 }
 
 /// `idemguard profile suggest`: a profile drafted from what the services hold, never over an
@@ -436,43 +347,6 @@ async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `idemguard trace --since/--until`: the window an unknown ID is searched in (`None`: the last
-/// 24 h).
-fn trace_window(
-    since: Option<&str>,
-    until: Option<&str>,
-) -> anyhow::Result<Option<idemguard::console::read::window::TimeWindow>> {
-    use idemguard::console::read::window::{TimeWindow, DEFAULT_UNKNOWN_WINDOW};
-    if since.is_none() && until.is_none() {
-        return Ok(None);
-    }
-    use idemguard::console::report::parse_time;
-    let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
-    let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
-    let from_ms = since.map_or(Ok(to_ms - DEFAULT_UNKNOWN_WINDOW.as_millis() as i64), parse)?;
-    if from_ms > to_ms {
-        anyhow::bail!("--since must not be after --until");
-    }
-    Ok(Some(TimeWindow { from_ms, to_ms }))
-}
-
-/// `idemguard dlq`'s window: `--since/--until`, 7 days before now by default.
-fn dlq_window(
-    since: Option<&str>,
-    until: Option<&str>,
-) -> anyhow::Result<idemguard::console::read::window::TimeWindow> {
-    use idemguard::console::read::dlq::DEFAULT_DLQ_WINDOW;
-    use idemguard::console::read::window::TimeWindow;
-    use idemguard::console::report::parse_time;
-    let parse = |s: &str| parse_time(s).map_err(anyhow::Error::msg);
-    let to_ms = until.map_or_else(|| Ok(idemguard::contracts::now_ms()), parse)?;
-    let from_ms = since.map_or(Ok(to_ms - DEFAULT_DLQ_WINDOW.as_millis() as i64), parse)?;
-    if from_ms > to_ms {
-        anyhow::bail!("--since must not be after --until");
-    }
-    Ok(TimeWindow { from_ms, to_ms })
 }
 
 /// The positions of the DLQ messages in the window whose reason contains `text` and that are
@@ -802,34 +676,6 @@ async fn lock_hold(
     heartbeat.stop().await?;
     tracer.flush(std::time::Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
-}
-
-/// Prints a headless report (JSON or table), backend failures on stderr; the exit status says
-/// whether every backend answered and the ID was known.
-fn print_report<T: serde::Serialize>(
-    r: &headless::Document<T>,
-    json: bool,
-    table: fn(&headless::Document<T>) -> String,
-) -> ExitCode {
-    if json {
-        match serde_json::to_string_pretty(r) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("idemguard: cannot write JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        print!("{}", table(r));
-    }
-    eprint!("{}", r.failures());
-    if r.exit_code() == headless::EXIT_UNKNOWN_ID {
-        eprintln!(
-            "idemguard {}: no row, key, message or trace event names this ID",
-            r.command
-        );
-    }
-    ExitCode::from(r.exit_code())
 }
 
 /// Colours only on a terminal, and never for the console: its log lines go to a file.

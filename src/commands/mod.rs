@@ -1,4 +1,5 @@
-//! What each `idemguard` subcommand does, apart from the entry (main.rs): so far the flags
-//! themselves (args.rs), read in one place apart from what the commands do.
+//! What each `idemguard` subcommand does, apart from the entry (main.rs): the flags
+//! themselves (args.rs), the operator's reads (inspect.rs).
 
 pub(crate) mod args;
+pub(crate) mod inspect;
