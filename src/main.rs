@@ -1,7 +1,7 @@
 //! The `idemguard` command line. Each subcommand is a thin shell over the library.
 //!
 //! The flags and subcommands, as clap reads them, are in commands/args.rs; the operator's
-//! reads in commands/inspect.rs.
+//! reads in commands/inspect.rs, the operator's actions in commands/act.rs and redrive.rs.
 
 mod commands;
 
@@ -11,17 +11,16 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use idemguard::config::{Config, ConfigSource};
-use idemguard::console::{self, cli::headless};
+use idemguard::console;
 use idemguard::contracts::Instance;
 use idemguard::db::{migrate, Database};
 use idemguard::doctor;
-use idemguard::ops::{self, Action, Actions};
 use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
 use tokio_util::sync::CancellationToken;
 
 use commands::args::{Cli, Command, LogFormat, ProfileCommand};
-use commands::inspect::{self, dlq_window};
+use commands::{act, inspect};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -64,7 +63,7 @@ fn main() -> ExitCode {
 
 /// One arm per subcommand, each parsing its flags into one call (the longer ones are functions
 /// of their own below); the exercises, the operator's reads and the operator's actions are
-/// dispatched by [`exercise`], [`inspect::run`] and [`act`].
+/// dispatched by [`exercise`], [`inspect::run`] and [`act::run`].
 async fn run(
     command: Command,
     config: Config,
@@ -136,7 +135,7 @@ async fn run(
         command @ (Command::ReleaseLock { .. }
         | Command::Purge { .. }
         | Command::Redrive { .. }
-        | Command::Finalize { .. }) => act(command, &config).await,
+        | Command::Finalize { .. }) => act::run(command, &config).await,
     }
 }
 
@@ -176,68 +175,6 @@ async fn exercise(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             no_watchdog,
             hold,
         } => lock_hold(&config, &key, ttl, no_watchdog, hold).await,
-        _ => unreachable!("run hands each command to the function that handles it"),
-    }
-}
-
-/// The operator's actions on the live systems: release a lock, purge, redrive, finalize.
-async fn act(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
-    match command {
-        Command::ReleaseLock {
-            key,
-            expect_values,
-            force,
-            reason,
-            bump_fence,
-            allow_actions,
-            json,
-        } => {
-            let action = Action::ReleaseLock {
-                key,
-                expect_values,
-                force,
-                bump_fence,
-                reason,
-            };
-            run_action(config, action, allow_actions, json).await
-        }
-        Command::Purge { json } => purge(config, json).await,
-        Command::Redrive {
-            positions,
-            all_with_reason,
-            since,
-            dry_run,
-            reason,
-            allow_actions,
-            json,
-        } => {
-            let positions = match all_with_reason {
-                None => positions,
-                Some(text) => not_redriven_with_reason(config, &text, since.as_deref()).await?,
-            };
-            if dry_run {
-                return redrive_dry_run(config, &positions, json).await;
-            }
-            let batch: Vec<Action> = positions
-                .iter()
-                .map(|&(p, o)| Action::redrive(&config.kafka.dlq_topic, p, o, reason.clone()))
-                .collect();
-            run_batch(config, &batch, allow_actions, json).await
-        }
-        Command::Finalize {
-            request_id,
-            expect_version,
-            reason,
-            allow_actions,
-            json,
-        } => {
-            let action = Action::Finalize {
-                request_id,
-                expect_version,
-                reason,
-            };
-            run_action(config, action, allow_actions, json).await
-        }
         _ => unreachable!("run hands each command to the function that handles it"),
     }
 }
@@ -302,28 +239,6 @@ async fn suggest_profile(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `idemguard purge`: one retention pass over every table, now.
-async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
-    use idemguard::db::retention::{self, Purge};
-    let db = Database::connect(config).await?;
-    let counts = retention::pass(
-        &db,
-        Purge::ALL,
-        &config.retention,
-        &CancellationToken::new(),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&counts)?);
-    } else {
-        for p in &counts {
-            println!("{}: {} row(s) deleted", p.table, p.deleted);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 /// `idemguard migrate`: apply the schema, saying whether anything was to do.
 async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
     // No statement bound: an index on a big table may take longer than any a service has, and
@@ -345,132 +260,6 @@ async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
             report.statements,
             db.dialect()
         );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The positions of the DLQ messages in the window whose reason contains `text` and that are
-/// neither redriven (done or under way) nor back from a redrive.
-async fn not_redriven_with_reason(
-    config: &Config,
-    text: &str,
-    since: Option<&str>,
-) -> anyhow::Result<Vec<(i32, i64)>> {
-    let window = dlq_window(since, None)?;
-    let listing = headless::dlq(config, window).await;
-    if !listing.ok {
-        anyhow::bail!("the DLQ could not be read:\n{}", listing.failures());
-    }
-    Ok(listing
-        .data
-        .messages
-        .iter()
-        .rev() // oldest first: the order they were refused in
-        .filter(|m| m.reason.contains(text) && m.returned_from.is_none())
-        .filter(|m| m.redriven.as_ref().is_none_or(|r| r.outcome == "error"))
-        .map(|m| (m.partition, m.offset))
-        .collect())
-}
-
-/// `idemguard redrive`: the batch through the executor, one after the other, a progress line
-/// on stderr per message and a summary; Ctrl-C stops between messages (what was published is
-/// audited, what was not attempted is not).
-async fn run_batch(
-    config: &Config,
-    batch: &[Action],
-    allow_actions: bool,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    use idemguard::untrusted::escape;
-    let (actions, tracer) = action_executor(config, allow_actions).await?;
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let on_signal = cancel.clone();
-    let listener = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("idemguard redrive: interrupted — stopping after the message in flight");
-            on_signal.cancel();
-        }
-    });
-    let n = batch.len();
-    eprintln!("idemguard redrive: {n} message(s)");
-    let summary = actions
-        .run_batch(batch, &cancel, |i, r| {
-            let audit = r
-                .audit_id
-                .map_or("NOT audited".into(), |id| format!("ops_audit row {id}"));
-            eprintln!(
-                "[{}/{n}] {} {}: {} ({audit})",
-                i + 1,
-                escape(&r.target),
-                r.outcome,
-                escape(&r.detail)
-            );
-        })
-        .await;
-    listener.abort();
-    tracer.flush(std::time::Duration::from_secs(5));
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        println!(
-            "{} done, {} refused, {} error(s), {} not attempted{}",
-            summary.done,
-            summary.refused,
-            summary.errors,
-            summary.not_attempted,
-            if summary.cancelled {
-                " (interrupted)"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(ExitCode::from(summary.exit_code()))
-}
-
-/// `idemguard redrive --dry-run`: per message, the exact effect and what the consumer would do
-/// with it now; nothing is written, nothing audited.
-async fn redrive_dry_run(
-    config: &Config,
-    positions: &[(i32, i64)],
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    use idemguard::console::read::dlq::one;
-    use idemguard::untrusted::escape;
-    let db = idemguard::console::read::sources::connect_database(config).await?;
-    let mut plans = Vec::new();
-    for &(p, o) in positions {
-        let action = Action::redrive(&config.kafka.dlq_topic, p, o, None);
-        let message = one(config, &db, p, o).await?;
-        plans.push(serde_json::json!({
-            "target": action.target(),
-            "effect": action.effect(Some(db.dialect())),
-            "message": message,
-        }));
-        if json {
-            continue;
-        }
-        println!(
-            "redrive {} (dry run: nothing written)",
-            escape(action.target())
-        );
-        for line in action.effect(Some(db.dialect())) {
-            println!("  {}", escape(&line));
-        }
-        match message {
-            None => println!("  the DLQ holds no message there"),
-            Some(m) => {
-                let cells =
-                    idemguard::console::columns::dlq_cells(&m, idemguard::contracts::now_ms());
-                for (c, v) in idemguard::console::columns::DLQ.iter().zip(cells) {
-                    println!("  {:<9} {v}", c.header);
-                }
-            }
-        }
-    }
-    db.pool.close().await;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&plans)?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -566,56 +355,6 @@ async fn storm(
         }
         Ok(ExitCode::FAILURE)
     }
-}
-
-/// The executor every operator action runs through (the same the TUI uses), on the actions'
-/// own database URL and Redis, with the tracer it writes to.
-async fn action_executor(
-    config: &Config,
-    allow_actions: bool,
-) -> anyhow::Result<(Actions, Tracer)> {
-    use idemguard::lock::Locks;
-    let instance = Instance::current();
-    let tracer = Tracer::from_config(config, &instance)?;
-    let db = Database::connect_for_actions(config).await?;
-    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
-    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
-    Ok((actions, tracer))
-}
-
-/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
-/// its audit.
-async fn run_action(
-    config: &Config,
-    action: Action,
-    allow_actions: bool,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let (actions, tracer) = action_executor(config, allow_actions).await?;
-    let result = actions.run(&action).await;
-    tracer.flush(std::time::Duration::from_secs(5));
-    if json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        // The key and the values seen are Redis's, the record's the database's: escaped.
-        use idemguard::untrusted::escape;
-        println!(
-            "{} {}: {}",
-            result.action,
-            escape(&result.target),
-            result.outcome
-        );
-        println!("  {}", escape(&result.detail));
-        match result.audit_id {
-            Some(id) => println!(
-                "  audited as ops_audit row {id} (operator {}, environment {})",
-                actions.operator(),
-                config.environment.name
-            ),
-            None => println!("  NOT audited — and therefore not performed"),
-        }
-    }
-    Ok(ExitCode::from(ops::exit_code(result.outcome)))
 }
 
 /// Prints one JSON line when the lock is held (`{"held":true,"instance":…,"fence":…,"value":…}`)
