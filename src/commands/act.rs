@@ -1,0 +1,149 @@
+//! The operator's actions from the command line (`release-lock`, `purge`, `redrive`,
+//! `finalize`): each through the same executor, guards and audit as the console's confirm
+//! popup, with the result printed and its exit status.
+
+use std::process::ExitCode;
+
+use idemguard::config::Config;
+use idemguard::contracts::Instance;
+use idemguard::db::Database;
+use idemguard::ops::{self, Action, Actions};
+use idemguard::trace::Tracer;
+use tokio_util::sync::CancellationToken;
+
+use super::args::Command;
+use super::redrive::{not_redriven_with_reason, redrive_dry_run, run_batch};
+
+/// The operator's actions on the live systems: release a lock, purge, redrive, finalize.
+pub(crate) async fn run(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::ReleaseLock {
+            key,
+            expect_values,
+            force,
+            reason,
+            bump_fence,
+            allow_actions,
+            json,
+        } => {
+            let action = Action::ReleaseLock {
+                key,
+                expect_values,
+                force,
+                bump_fence,
+                reason,
+            };
+            run_action(config, action, allow_actions, json).await
+        }
+        Command::Purge { json } => purge(config, json).await,
+        Command::Redrive {
+            positions,
+            all_with_reason,
+            since,
+            dry_run,
+            reason,
+            allow_actions,
+            json,
+        } => {
+            let positions = match all_with_reason {
+                None => positions,
+                Some(text) => not_redriven_with_reason(config, &text, since.as_deref()).await?,
+            };
+            if dry_run {
+                return redrive_dry_run(config, &positions, json).await;
+            }
+            let batch: Vec<Action> = positions
+                .iter()
+                .map(|&(p, o)| Action::redrive(&config.kafka.dlq_topic, p, o, reason.clone()))
+                .collect();
+            run_batch(config, &batch, allow_actions, json).await
+        }
+        Command::Finalize {
+            request_id,
+            expect_version,
+            reason,
+            allow_actions,
+            json,
+        } => {
+            let action = Action::Finalize {
+                request_id,
+                expect_version,
+                reason,
+            };
+            run_action(config, action, allow_actions, json).await
+        }
+        _ => unreachable!("run hands each command to the function that handles it"),
+    }
+}
+
+/// `idemguard purge`: one retention pass over every table, now.
+async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
+    use idemguard::db::retention::{self, Purge};
+    let db = Database::connect(config).await?;
+    let counts = retention::pass(
+        &db,
+        Purge::ALL,
+        &config.retention,
+        &CancellationToken::new(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&counts)?);
+    } else {
+        for p in &counts {
+            println!("{}: {} row(s) deleted", p.table, p.deleted);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The executor every operator action runs through (the same the TUI uses), on the actions'
+/// own database URL and Redis, with the tracer it writes to.
+pub(crate) async fn action_executor(
+    config: &Config,
+    allow_actions: bool,
+) -> anyhow::Result<(Actions, Tracer)> {
+    use idemguard::lock::Locks;
+    let instance = Instance::current();
+    let tracer = Tracer::from_config(config, &instance)?;
+    let db = Database::connect_for_actions(config).await?;
+    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
+    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
+    Ok((actions, tracer))
+}
+
+/// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and
+/// its audit.
+async fn run_action(
+    config: &Config,
+    action: Action,
+    allow_actions: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (actions, tracer) = action_executor(config, allow_actions).await?;
+    let result = actions.run(&action).await;
+    tracer.flush(std::time::Duration::from_secs(5));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        // The key and the values seen are Redis's, the record's the database's: escaped.
+        use idemguard::untrusted::escape;
+        println!(
+            "{} {}: {}",
+            result.action,
+            escape(&result.target),
+            result.outcome
+        );
+        println!("  {}", escape(&result.detail));
+        match result.audit_id {
+            Some(id) => println!(
+                "  audited as ops_audit row {id} (operator {}, environment {})",
+                actions.operator(),
+                config.environment.name
+            ),
+            None => println!("  NOT audited — and therefore not performed"),
+        }
+    }
+    Ok(ExitCode::from(ops::exit_code(result.outcome)))
+}
