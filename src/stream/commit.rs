@@ -129,9 +129,7 @@ impl PendingCommit {
     pub(super) async fn await_answer(mut self) -> anyhow::Result<()> {
         Ok(self.answer().await?)
     }
-}
 
-impl PendingCommit {
     /// Starts committing `offsets` (the next offset to read per partition) on a blocking thread.
     /// Called only once the batch's database commit is known; the answer is awaited right away
     /// (synchronous commit) or before the next batch writes anything (`async_offset_commit`).
