@@ -3,6 +3,7 @@
 //! makes them harmless: a dedup state with a TTL drops what it has seen, every sink has its own
 //! unique key, and the order state machine never goes back.
 
+mod commit;
 pub mod consumer;
 pub mod dedup;
 pub mod lag;

@@ -1,4 +1,6 @@
-//! Poison too large to keep or to dead-letter whole: one message must never stop the consumer.
+//! What makes a payment message poison: unreadable ([`parse`]: not JSON, not a payment event,
+//! IDs that disagree with its headers), or too large to keep or to dead-letter whole. One
+//! message must never stop the consumer.
 //!
 //! - **At receipt** a payment message larger than `consumer.max_message_bytes` (its key, payload
 //!   and headers; a payment event is a few hundred bytes) is kept only as its first
@@ -18,6 +20,8 @@
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::types::RDKafkaErrorCode;
+
+use crate::contracts::{headers, PaymentSucceeded};
 
 /// What is kept of a message too large to keep whole: its payload's first bytes.
 pub const EXCERPT_BYTES: usize = 64 * 1024;
@@ -138,4 +142,92 @@ pub fn cut_headers(headers: OwnedHeaders, size: usize, kept: usize) -> OwnedHead
             key: "dlq.cut",
             value: Some(cut.as_bytes()),
         })
+}
+
+/// The value of header `name`, when it is UTF-8.
+pub fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {
+    let hs = m.headers()?;
+    hs.iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_string)
+}
+
+/// Why a payload is not a payment event, in words about the payload: serde_json's own text for a
+/// syntax error ("key must be a string") reads like a complaint about the Kafka message key.
+fn poison_reason(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            format!(
+                "payload is not JSON (invalid at line {} column {} of the payload)",
+                e.line(),
+                e.column()
+            )
+        }
+        Category::Data => format!("payload is JSON but not a payment event: {e}"),
+    }
+}
+
+/// A payment event, or the reason it is poison.
+pub fn parse(m: &OwnedMessage) -> Result<PaymentSucceeded, String> {
+    let payload = m.payload().ok_or("empty message")?;
+    let event: PaymentSucceeded = serde_json::from_slice(payload).map_err(|e| poison_reason(&e))?;
+    if uuid::Uuid::try_parse(&event.event_id).is_err() {
+        return Err(format!("event_id `{}` is not a UUID", event.event_id));
+    }
+    crate::contracts::OrderNo::parse(&event.order_no)?;
+    if event.amount < 0 {
+        return Err(format!("negative amount {}", event.amount));
+    }
+    for (name, value) in [
+        (headers::EVENT_ID, &event.event_id),
+        (headers::ORDER_NO, &event.order_no),
+    ] {
+        if let Some(h) = header_str(m, name) {
+            if &h != value {
+                return Err(format!(
+                    "header {name} `{h}` disagrees with the body `{value}`"
+                ));
+            }
+        }
+    }
+    Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::Timestamp;
+
+    fn message(payload: &[u8]) -> OwnedMessage {
+        OwnedMessage::new(
+            Some(payload.to_vec()),
+            Some(b"2026112914054212300000abcdef".to_vec()),
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            0,
+            None,
+        )
+    }
+
+    #[test]
+    fn the_dlq_reason_of_a_non_json_payload_says_the_payload_is_not_json() {
+        let reason = parse(&message(b"{not json at all")).unwrap_err();
+        assert_eq!(
+            reason,
+            "payload is not JSON (invalid at line 1 column 2 of the payload)"
+        );
+        assert!(
+            !reason.contains("key"),
+            "an operator would read it as the Kafka key: {reason}"
+        );
+        let reason = parse(&message(b"{\"event_id\": 1}")).unwrap_err();
+        assert!(
+            reason.starts_with("payload is JSON but not a payment event: invalid type"),
+            "{reason}"
+        );
+    }
 }

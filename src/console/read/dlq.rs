@@ -7,7 +7,7 @@
 //! The topic is read like a trace's windows ([`topics::read_windows`]): the offsets of the
 //! window found by time, only those read, within [`DLQ_READ_DEADLINE`], at most
 //! [`DLQ_MESSAGES_KEPT`] kept (the newest). The verdict asks the consumer's own parser
-//! ([`crate::stream::consumer::parse`]), this group's `processed_event` and the order.
+//! ([`crate::stream::poison::parse`]), this group's `processed_event` and the order.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -110,7 +110,7 @@ impl DlqMessage {
             verdict: Verdict::NotLookedUp {
                 why: "not looked up yet".into(),
             },
-            parsed: crate::stream::consumer::parse(m),
+            parsed: crate::stream::poison::parse(m),
         }
     }
 
