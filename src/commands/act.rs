@@ -5,12 +5,11 @@
 use std::process::ExitCode;
 
 use idemguard::config::Config;
-use idemguard::contracts::Instance;
 use idemguard::db::Database;
-use idemguard::ops::{self, Action, Actions};
-use idemguard::trace::Tracer;
+use idemguard::ops::{self, Action};
 use tokio_util::sync::CancellationToken;
 
+use super::action_executor;
 use super::args::Command;
 use super::redrive::{not_redriven_with_reason, redrive_dry_run, run_batch};
 
@@ -96,21 +95,6 @@ async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The executor every operator action runs through (the same the TUI uses), on the actions'
-/// own database URL and Redis, with the tracer it writes to.
-pub(crate) async fn action_executor(
-    config: &Config,
-    allow_actions: bool,
-) -> anyhow::Result<(Actions, Tracer)> {
-    use idemguard::lock::Locks;
-    let instance = Instance::current();
-    let tracer = Tracer::from_config(config, &instance)?;
-    let db = Database::connect_for_actions(config).await?;
-    let locks = Locks::from_config(&config.for_actions(), &instance, tracer.clone())?;
-    let actions = Actions::new(config, db, locks, tracer.clone(), allow_actions).await;
-    Ok((actions, tracer))
 }
 
 /// The headless twin of the console's confirm popup: the same [`Actions::run`], its guards and

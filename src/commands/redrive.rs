@@ -8,7 +8,7 @@ use idemguard::config::Config;
 use idemguard::console::cli::headless;
 use idemguard::ops::Action;
 
-use super::act::action_executor;
+use super::action_executor;
 use super::inspect::dlq_window;
 
 /// The positions of the DLQ messages in the window whose reason contains `text` and that are
