@@ -2,6 +2,9 @@
 //! own — the history of the focused trace's windows, then the live tail — sent in batches.
 
 use super::*;
+use crate::console::read::lag::consumer_lag;
+use crate::console::read::live::live_starts;
+use crate::console::read::messages::{not_a_trace_event, trace_event_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TopicKind {
@@ -259,7 +262,7 @@ fn start_reader(
         .spawn(move || {
             let _running = running;
             let since = now_ms() - LIVE_WINDOW_MS;
-            let starts = match topics::live_starts(&config, &topic, since)
+            let starts = match live_starts(&config, &topic, since)
                 .and_then(|s| assign_from(&consumer, &topic, &s).map(|()| s))
             {
                 Ok(s) => s,
@@ -331,7 +334,7 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// The reader thread's loop; ends on `stop` or when the UI is gone. The catch-up is done
     /// when every partition reached the end it had at the start and a poll came back empty
-    /// (as in [`topics::read_to_end`]).
+    /// (as in [`read_to_end`](crate::console::read::catch_up::read_to_end)).
     fn read_batches(
         &self,
         starts: &[LiveStart],
@@ -419,13 +422,13 @@ impl Pending {
         ids: &crate::config::TopicIds,
     ) {
         match kind {
-            TopicKind::Trace => match topics::trace_event_of(m) {
+            TopicKind::Trace => match trace_event_of(m) {
                 Some(e) => self.events.push(e),
                 None => {
                     self.undecodable.0 += 1;
                     self.undecodable
                         .1
-                        .get_or_insert_with(|| topics::not_a_trace_event(m));
+                        .get_or_insert_with(|| not_a_trace_event(m));
                 }
             },
             TopicKind::Payments => self.payments.push(PaymentMessage::from_kafka(m, ids)),
@@ -494,10 +497,8 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
             catch_up: None,
         };
         let lag = match kind {
-            TopicKind::Payments => {
-                topics::consumer_lag(&config, &topic, &config.kafka.consumer_group)
-                    .map_err(|e| format!("{e:#}"))
-            }
+            TopicKind::Payments => consumer_lag(&config, &topic, &config.kafka.consumer_group)
+                .map_err(|e| format!("{e:#}")),
             TopicKind::Trace => Ok(Vec::new()),
         };
         Ok((progress, lag))
