@@ -54,3 +54,9 @@ pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Resul
         .collect();
     Ok(out)
 }
+
+/// How many messages a live reader starting at `starts` reads to catch up (the offsets between
+/// each start and its end).
+pub fn messages_to_read(starts: &[LiveStart]) -> u64 {
+    starts.iter().map(|s| (s.end - s.start).max(0) as u64).sum()
+}
