@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use idemguard::config::{Config, ConfigSource};
 use idemguard::console::cli::headless;
 use idemguard::console::read::bounded::{self, Keep};
+use idemguard::console::read::catch_up::StartAt;
 use idemguard::console::read::records::{self, TraceIds};
-use idemguard::console::read::topics::StartAt;
 use idemguard::contracts::{
     format_ms, headers, now_ms, Layer, Outcome, PaymentSucceeded, TraceEvent, TraceTarget,
 };

@@ -688,7 +688,7 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
 
     let log = idemguard::console::read::bounded::read_trace_log(
         &config,
-        idemguard::console::read::topics::StartAt::Beginning,
+        idemguard::console::read::catch_up::StartAt::Beginning,
     )
     .await
     .unwrap();

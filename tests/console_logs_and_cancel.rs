@@ -16,7 +16,7 @@ use console_fixture::{press, type_str, world, World};
 use crossterm::event::KeyCode;
 use idemguard::api::idempotency::{self, Claim, ClaimRequest};
 use idemguard::config::Dialect;
-use idemguard::console::read::topics::StartAt;
+use idemguard::console::read::catch_up::StartAt;
 use idemguard::console::tui::app::App;
 use idemguard::console::tui::backend::{Backends, Update};
 use idemguard::contracts::RequestId;

@@ -3,10 +3,10 @@
 //! a value or a row another system wrote meets the screen: every cell is [escaped](drawn).
 
 use crate::console::format::{age, clock, pttl, short};
+use crate::console::read::lag::PartitionLag;
 use crate::console::read::records::StuckRecord;
 use crate::console::read::store::RateSeries;
 use crate::console::read::timeline::TimelineEntry;
-use crate::console::read::topics::PartitionLag;
 use crate::lock::LockView;
 
 /// A column: header and the width the TUI gives it (0 = takes the rest).

@@ -12,6 +12,7 @@ use rdkafka::message::Headers;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::config::Config;
+use crate::console::read::messages;
 use crate::console::read::topics;
 use crate::stream::partitioner::Partitioner;
 
@@ -111,7 +112,7 @@ fn sampled(m: &rdkafka::message::BorrowedMessage<'_>) -> Sampled {
         partition: m.partition(),
         key: m.key().filter(|k| !k.is_empty()).map(<[u8]>::to_vec),
         headers,
-        trace_event: topics::trace_event_of(m).is_some(),
+        trace_event: messages::trace_event_of(m).is_some(),
         body,
     }
 }

@@ -15,6 +15,7 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 
 use crate::console::columns;
 use crate::console::read::bounded::read_trace_log_window;
+use crate::console::read::lag::{self, PartitionLag};
 use crate::console::read::locks;
 use crate::console::read::records::{self, StuckRecord};
 use crate::console::read::sources::{
@@ -22,7 +23,6 @@ use crate::console::read::sources::{
 };
 use crate::console::read::store::{RateTable, RATE_WINDOW_MINUTES};
 use crate::console::read::timeline::Timeline;
-use crate::console::read::topics::{self, PartitionLag};
 use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
 use crate::console::read::window::{ReadCost, TimeWindow, TopicCost};
 use crate::lock::{Liveness, LockInspector, LockScan};
@@ -355,7 +355,7 @@ pub async fn rates(config: &Config) -> Document<RatesData> {
     let never = tokio_util::sync::CancellationToken::new();
     let (log, lag) = tokio::join!(
         read_trace_log_window(config, window, &never),
-        blocking(move || topics::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
+        blocking(move || lag::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
     );
     let backends = vec![
         BackendStatus::of(

@@ -17,11 +17,13 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::contracts::{TraceEvent, TraceTarget};
 
+use crate::console::read::catch_up::{read_to_end, StartAt};
+use crate::console::read::messages::{not_a_trace_event, trace_event_of, PaymentMessage};
 use crate::console::read::records::{TraceIds, TraceRows};
 use crate::console::read::sources::blocking;
 use crate::console::read::store::{PaymentIndex, TraceLog};
-use crate::console::read::topics::{self, PaymentMessage, StartAt, WindowReaders};
 use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
+use crate::console::read::window_read::{read_windows_with, WindowReaders};
 
 /// What a trace says without a trace topic (`kafka.trace_topic = ""`: a team's own system).
 pub const NO_TRACE_TOPIC: &str = "no trace topic (kafka.trace_topic is empty): this trace is \
@@ -194,7 +196,7 @@ pub async fn read_payments_keeping(
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
-        topics::read_to_end(
+        read_to_end(
             &c,
             &c.kafka.payment_topic,
             StartAt::Beginning,
@@ -225,16 +227,16 @@ pub async fn read_trace_log_keeping(
     let cancel = cancel.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(
+        read_to_end(
             &c,
             &c.kafka.trace_topic,
             start,
             TOPIC_READ_DEADLINE,
             &cancel,
-            |m| match topics::trace_event_of(m) {
+            |m| match trace_event_of(m) {
                 Some(e) if keep.keeps(&e) => log.ingest(e),
                 Some(_) => {}
-                None => log.note_undecodable(&c.kafka.trace_topic, || topics::not_a_trace_event(m)),
+                None => log.note_undecodable(&c.kafka.trace_topic, || not_a_trace_event(m)),
             },
         )?;
         Ok(log)
@@ -552,7 +554,7 @@ async fn read_payments_in(
             }
         };
         let deadline = TOPIC_READ_DEADLINE;
-        let cost = topics::read_windows_with(&readers, &c, &plan, deadline, &cancel, || each)?;
+        let cost = read_windows_with(&readers, &c, &plan, deadline, &cancel, || each)?;
         Ok((index, keep, cost))
     })
     .await
@@ -578,15 +580,15 @@ async fn read_trace_log_after(
             let keep = grown.blocking_recv().unwrap_or(keep);
             move |m: &rdkafka::message::BorrowedMessage<'_>| {
                 progress.fetch_add(1, Ordering::Relaxed);
-                match topics::trace_event_of(m) {
+                match trace_event_of(m) {
                     Some(e) if keep.keeps(&e) => into.ingest(e),
                     Some(_) => {}
-                    None => into.note_undecodable(&topic, || topics::not_a_trace_event(m)),
+                    None => into.note_undecodable(&topic, || not_a_trace_event(m)),
                 }
             }
         };
         let deadline = TOPIC_READ_DEADLINE;
-        let cost = topics::read_windows_with(&readers, &c, &plan, deadline, &cancel, ready)?;
+        let cost = read_windows_with(&readers, &c, &plan, deadline, &cancel, ready)?;
         Ok((log, cost))
     })
     .await
@@ -614,15 +616,15 @@ pub async fn read_trace_log(config: &Config, start: StartAt) -> anyhow::Result<T
     let c = config.clone();
     blocking(move || {
         let mut log = TraceLog::default();
-        topics::read_to_end(
+        read_to_end(
             &c,
             &c.kafka.trace_topic,
             start,
             TOPIC_READ_DEADLINE,
             &CancellationToken::new(),
-            |m| match topics::trace_event_of(m) {
+            |m| match trace_event_of(m) {
                 Some(e) => log.ingest(e),
-                None => log.note_undecodable(&c.kafka.trace_topic, || topics::not_a_trace_event(m)),
+                None => log.note_undecodable(&c.kafka.trace_topic, || not_a_trace_event(m)),
             },
         )?;
         Ok(log)

@@ -4,7 +4,7 @@
 //! would do with it today. Ops see why a payment event was refused and whether the cause is
 //! gone (the order arrived late, a field was backfilled) before they redrive it.
 //!
-//! The topic is read like a trace's windows ([`topics::read_windows`]): the offsets of the
+//! The topic is read like a trace's windows ([`read_windows`]): the offsets of the
 //! window found by time, only those read, within [`DLQ_READ_DEADLINE`], at most
 //! [`DLQ_MESSAGES_KEPT`] kept (the newest). The verdict asks the consumer's own parser
 //! ([`crate::stream::poison::parse`]), this group's `processed_event` and the order.
@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::console::read::bounded::window_plan;
+use crate::console::read::messages::id_at;
 use crate::console::read::sources::blocking;
-use crate::console::read::topics::{self, id_at};
 use crate::console::read::window::{TimeWindow, TopicCost};
+use crate::console::read::window_read::read_windows;
 use crate::contracts::PaymentSucceeded;
 use crate::db::orders::{find_order, OrderKey};
 use crate::db::state_machine::OrderStatus;
@@ -176,7 +177,7 @@ pub async fn read_dlq(
         let plan = window_plan(&c, &c.kafka.dlq_topic, window);
         let mut kept: Vec<DlqMessage> = Vec::new();
         let mut truncated = false;
-        let cost = topics::read_windows(&c, &plan, DLQ_READ_DEADLINE, &cancel, |m| {
+        let cost = read_windows(&c, &plan, DLQ_READ_DEADLINE, &cancel, |m| {
             kept.push(DlqMessage::of(&DlqEntry::of(m.detach()), &c));
             if kept.len() >= 2 * DLQ_MESSAGES_KEPT {
                 newest_kept(&mut kept);

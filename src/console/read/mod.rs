@@ -8,6 +8,12 @@
 //! - [`records`]: the database rows of a trace and the stuck records (SQL under
 //!   `queries/*/console_*.sql`); [`locks`]: the `lock:*` keys (`SCAN`, never `KEYS`);
 //!   [`topics`]: the Kafka client that reads by assignment, never joining a group;
+//!   [`messages`]: one message decoded (a payment message, a trace event);
+//!   [`lag`]: the consumer group's lag, read without joining it;
+//! - [`catch_up`]: a read to a topic's current end, and when a reader is caught up (the TUI's
+//!   live tail too); [`offset_lookup`]: offsets by time ([`seek`], [`time_index`]);
+//!   [`window_read`]: the reading of a trace's windows ([`window`] plans them);
+//!   [`live`]: where a live reader starts;
 //! - [`store`]: what is kept of the topics, bounded (the trace log, the payment index);
 //!   [`bounded`]: one-shot reads of a topic to its current end into the stores, keeping what a
 //!   trace names ([`bounded::Keep`]);
@@ -19,9 +25,14 @@
 //! - [`dlq`]: the DLQ's messages in a window, each with what the consumer would do with it now.
 
 pub mod bounded;
+pub mod catch_up;
 pub mod dlq;
+pub mod lag;
+pub mod live;
 pub mod locks;
 pub mod logs;
+pub mod messages;
+pub mod offset_lookup;
 pub mod overview;
 pub mod records;
 pub mod seek;
@@ -32,3 +43,4 @@ pub mod timeline;
 pub mod topics;
 pub mod trace;
 pub mod window;
+pub mod window_read;

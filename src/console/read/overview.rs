@@ -15,9 +15,9 @@ use crate::db::Database;
 use crate::lock::{LockFlag, LockScan};
 
 use crate::console::format::{age, short};
+use crate::console::read::lag::PartitionLag;
 use crate::console::read::records::{query_error, StuckRecord};
 use crate::console::read::store::RateTable;
-use crate::console::read::topics::PartitionLag;
 
 /// How far back the Overview looks for duplicates that got through.
 pub const LEAK_WINDOW_MS: i64 = 24 * 3_600_000;

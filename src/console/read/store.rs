@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::contracts::{Layer, Outcome, TraceEvent};
 
-use crate::console::read::topics::PaymentMessage;
+use crate::console::read::messages::PaymentMessage;
 
 /// Trace events kept in memory; older ones are forgotten (the rates keep their counts).
 pub const TRACE_EVENTS_KEPT: usize = 100_000;

@@ -15,9 +15,9 @@ use crate::contracts::{Outcome, TraceEvent, TraceTarget};
 
 use crate::console::format::{age, pttl, short};
 use crate::console::read::locks::TraceKeys;
+use crate::console::read::messages::PaymentMessage;
 use crate::console::read::records::{or_unknown, IdempotencyRow, OrderRow, OutboxRow, TraceRows};
 use crate::console::read::store::event_ms;
-use crate::console::read::topics::PaymentMessage;
 use crate::console::read::window::ReadCost;
 use crate::lock::LockView;
 use crate::mask::{Mask, MASKED};

@@ -27,11 +27,11 @@ use crate::db::Database;
 use crate::console::read::bounded;
 use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::logs::{self, LogRead};
+use crate::console::read::messages::PaymentMessage;
 use crate::console::read::records::{self, TraceIds, TraceRows};
 use crate::console::read::sources::{BackendId, BackendStatus, POLL_TIMEOUT};
 use crate::console::read::store::{event_ms, PaymentIndex, TraceLog};
 use crate::console::read::timeline::{self, Timeline, TimelineInputs};
-use crate::console::read::topics::PaymentMessage;
 use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::LockInspector;
 
@@ -388,7 +388,7 @@ async fn read_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::console::read::topics::PaymentMessage;
+    use crate::console::read::messages::PaymentMessage;
     use crate::contracts::{format_ms, Layer, Outcome};
 
     fn at(e: TraceEvent, ms: i64) -> TraceEvent {

@@ -10,13 +10,14 @@ use crate::config::Config;
 use crate::contracts::{now_ms, TraceEvent, TraceTarget};
 
 use crate::console::columns;
+use crate::console::read::lag::PartitionLag;
 use crate::console::read::locks::TraceKeys;
 use crate::console::read::logs::LogRead;
+use crate::console::read::messages::PaymentMessage;
 use crate::console::read::overview::{self, Finding, Leak, OverviewInput};
 use crate::console::read::records::{annotate_stuck, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::timeline::Timeline;
-use crate::console::read::topics::{PartitionLag, PaymentMessage};
 use crate::console::read::trace::{self, TracePieces};
 use crate::console::read::window::ReadCost;
 use crate::console::tui::app::ui_state::Filter;

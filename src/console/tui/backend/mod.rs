@@ -13,9 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer;
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -32,12 +29,14 @@ use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
 use crate::console::read::dlq::{look_up, read_dlq, DlqListing, DEFAULT_DLQ_WINDOW};
+use crate::console::read::lag::PartitionLag;
 use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::logs::{self, LogRead};
+use crate::console::read::messages::PaymentMessage;
 use crate::console::read::overview::{self, Leak};
 use crate::console::read::records::{self, StuckRecord, TraceIds, TraceRows};
 use crate::console::read::store::RATE_WINDOW_MINUTES;
-use crate::console::read::topics::{self, LiveStart, PartitionLag, PaymentMessage};
+use crate::console::read::topics;
 use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::{LockInspector, LockScan};
 

@@ -2,6 +2,10 @@
 //! own — the history of the focused trace's windows, then the live tail — sent in batches.
 
 use super::*;
+use crate::console::read::catch_up::CatchUp;
+use crate::console::read::lag::consumer_lag;
+use crate::console::read::live::{live_starts, messages_to_read};
+use crate::console::read::messages::{not_a_trace_event, trace_event_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TopicKind {
@@ -259,17 +263,17 @@ fn start_reader(
         .spawn(move || {
             let _running = running;
             let since = now_ms() - LIVE_WINDOW_MS;
-            let starts = match topics::live_starts(&config, &topic, since)
-                .and_then(|s| assign_from(&consumer, &topic, &s).map(|()| s))
-            {
-                Ok(s) => s,
+            let (starts, catch_up) = match live_starts(&config, &topic, since).and_then(|s| {
+                CatchUp::assign_live(&consumer, &topic, &s).map(|catch_up| (s, catch_up))
+            }) {
+                Ok(started) => started,
                 Err(e) => {
                     let _ = tx.blocking_send(topic_error(kind, format!("{e:#}")));
                     return;
                 }
             };
-            let to_read = starts.iter().map(|s| (s.end - s.start).max(0) as u64).sum();
-            live.to_read.store(to_read, Ordering::Relaxed);
+            live.to_read
+                .store(messages_to_read(&starts), Ordering::Relaxed);
             live.started.store(true, Ordering::Release);
             let r = Reader {
                 consumer,
@@ -279,7 +283,7 @@ fn start_reader(
                 live: &live,
                 ids: &config.kafka_ids.payment,
             };
-            r.read_batches(&starts, &tx, &focus, &stop)
+            r.read_batches(catch_up, &tx, &focus, &stop)
         })
         .map_err(|e| format!("{failure}: {e}"))
 }
@@ -300,23 +304,6 @@ impl Drop for Running {
     }
 }
 
-/// Assigns every partition of `topic` at its live start (its beginning when all of it is in
-/// the hour: the order partitions are read in then stays what it was before the live start).
-fn assign_from(consumer: &topics::Reader, topic: &str, starts: &[LiveStart]) -> anyhow::Result<()> {
-    let mut tpl = TopicPartitionList::new();
-    for s in starts {
-        let at = if s.whole {
-            Offset::Beginning
-        } else {
-            Offset::Offset(s.start)
-        };
-        tpl.add_partition_offset(topic, s.partition, at)?;
-    }
-    consumer
-        .assign(&tpl)
-        .map_err(|e| anyhow::anyhow!("kafka: assign {topic}: {e}"))
-}
-
 /// The reader thread's state (see [`start_reader`]).
 struct Reader<'a> {
     consumer: topics::Reader,
@@ -331,20 +318,15 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// The reader thread's loop; ends on `stop` or when the UI is gone. The catch-up is done
     /// when every partition reached the end it had at the start and a poll came back empty
-    /// (as in [`topics::read_to_end`]).
+    /// ([`CatchUp`], as in [`read_to_end`](crate::console::read::catch_up::read_to_end)).
     fn read_batches(
         &self,
-        starts: &[LiveStart],
+        mut catch_up: CatchUp,
         tx: &mpsc::Sender<Update>,
         focus: &watch::Receiver<Focus>,
         stop: &CancellationToken,
     ) {
         let flush_after = Duration::from_millis(100);
-        let mut remaining: std::collections::BTreeMap<i32, i64> = starts
-            .iter()
-            .filter(|s| s.end > s.start)
-            .map(|s| (s.partition, s.end))
-            .collect();
         let mut pending = Pending::default();
         while !stop.is_cancelled() {
             let mut caught_up = false;
@@ -355,12 +337,7 @@ impl Reader<'_> {
             match self.consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(m)) => {
                     self.live.scanned.fetch_add(1, Ordering::Relaxed);
-                    if remaining
-                        .get(&m.partition())
-                        .is_some_and(|end| m.offset() + 1 >= *end)
-                    {
-                        remaining.remove(&m.partition());
-                    }
+                    catch_up.read(&m);
                     pending.add(self.kind, &m, self.ids);
                 }
                 Some(Err(e)) => {
@@ -369,10 +346,7 @@ impl Reader<'_> {
                         return;
                     }
                 }
-                None => {
-                    self.drop_ends_passed(&mut remaining);
-                    caught_up = remaining.is_empty();
-                }
+                None => caught_up = catch_up.idle(&self.consumer),
             }
             // Caught up: what is in hand goes now, and only then is the catch-up said done — the
             // Rates view counts from what was sent, and must not say "done" short of it.
@@ -381,20 +355,6 @@ impl Reader<'_> {
             }
             if caught_up {
                 self.live.done.store(true, Ordering::Release);
-            }
-        }
-    }
-
-    /// A partition whose position already passed its end is caught up (an offset gap, such as
-    /// a transaction marker, before the end).
-    fn drop_ends_passed(&self, remaining: &mut std::collections::BTreeMap<i32, i64>) {
-        if let Ok(pos) = self.consumer.position() {
-            for e in pos.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    if remaining.get(&e.partition()).is_some_and(|end| o >= *end) {
-                        remaining.remove(&e.partition());
-                    }
-                }
             }
         }
     }
@@ -419,13 +379,13 @@ impl Pending {
         ids: &crate::config::TopicIds,
     ) {
         match kind {
-            TopicKind::Trace => match topics::trace_event_of(m) {
+            TopicKind::Trace => match trace_event_of(m) {
                 Some(e) => self.events.push(e),
                 None => {
                     self.undecodable.0 += 1;
                     self.undecodable
                         .1
-                        .get_or_insert_with(|| topics::not_a_trace_event(m));
+                        .get_or_insert_with(|| not_a_trace_event(m));
                 }
             },
             TopicKind::Payments => self.payments.push(PaymentMessage::from_kafka(m, ids)),
@@ -494,10 +454,8 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
             catch_up: None,
         };
         let lag = match kind {
-            TopicKind::Payments => {
-                topics::consumer_lag(&config, &topic, &config.kafka.consumer_group)
-                    .map_err(|e| format!("{e:#}"))
-            }
+            TopicKind::Payments => consumer_lag(&config, &topic, &config.kafka.consumer_group)
+                .map_err(|e| format!("{e:#}")),
             TopicKind::Trace => Ok(Vec::new()),
         };
         Ok((progress, lag))

@@ -1,0 +1,401 @@
+//! Reading a trace's windows of a topic ([`read_windows`] and its kin): the windows' offset
+//! ranges found by time ([`OffsetLookup`]), then only those read, in the partitions of the
+//! traced keys — widened to every partition when the messages scanned say the producer did not
+//! partition by key ([`ShortcutCheck`]). What to read is planned in
+//! [`window`](super::window); this is the reading of it, and what it cost.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::console::read::messages::trace_event_of;
+use crate::console::read::offset_lookup::OffsetLookup;
+use crate::console::read::time_index;
+use crate::console::read::topics::{probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT};
+
+/// Reads `plan`'s windows of its topic, in the partitions of its keys (blocking: run it on a
+/// blocking thread): `each` gets every message of every window. Bounded by `deadline` and ends
+/// within one poll of `cancel`, like [`read_to_end`](super::catch_up::read_to_end).
+pub fn read_windows(
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    each: impl FnMut(&BorrowedMessage<'_>),
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    read_windows_when(config, plan, deadline, cancel, || each)
+}
+
+/// [`read_windows`], its windows found first and `each` asked for only then: a read that can
+/// find its offsets before it knows what to keep (the trace topic's, while the payment topic
+/// is read) waits in `ready`. The wait is the cost's `wait_ms` and does not count against
+/// `deadline`.
+pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    ready: impl FnOnce() -> F,
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    let readers = WindowReaders::new(config)?;
+    read_windows_with(&readers, config, plan, deadline, cancel, ready)
+}
+
+/// The reader of a trace's offset probes, shared by its topics and windows (one topic's round
+/// at a time), so a trace opens one probing client's connections, not one per topic. Each topic's
+/// scan keeps a reader of its own: a scanner handed from one topic to the next was measured to
+/// read nothing of the second for its whole idle wait. Never kept past the read that made it: a
+/// client that outlives a topic it read crashes librdkafka when the topic is deleted (its
+/// metadata cache).
+pub struct WindowReaders {
+    probe: Reader,
+    probing: Mutex<()>,
+}
+
+impl WindowReaders {
+    pub fn new(config: &Config) -> anyhow::Result<WindowReaders> {
+        Ok(WindowReaders {
+            probe: probe_reader(config, Fetch::OneBatch)?,
+            probing: Mutex::new(()),
+        })
+    }
+}
+
+/// [`read_windows_when`] with `readers` (a trace's, shared by its topics).
+pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
+    readers: &WindowReaders,
+    config: &Config,
+    plan: &crate::console::read::window::TopicPlan,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    ready: impl FnOnce() -> F,
+) -> anyhow::Result<crate::console::read::window::TopicCost> {
+    use crate::console::read::window::{ReadTimes, TopicCost};
+    let servers = &config.kafka.bootstrap_servers;
+    let topic = plan.topic.as_str();
+    let started = Instant::now();
+    let consumer = &readers.probe;
+    // Created now, so that it is connected by the time the windows are found.
+    let scanner = probe_reader(config, Fetch::Windows)?;
+    let scan_turn = Mutex::new(());
+    let marks = watermarks(consumer, servers, topic)?;
+    let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
+    let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
+    let mut lookup = OffsetLookup::new((consumer, &readers.probing), servers, topic, cancel);
+    let of_plan: Vec<_> = marks
+        .iter()
+        .filter(|(p, _, _)| partitions.contains(p))
+        .copied()
+        .collect();
+    let ends = lookup.ends(&of_plan)?;
+    let looking = Instant::now();
+    let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
+    let mut times = ReadTimes {
+        lookup_ms: looking.elapsed().as_millis() as u64,
+        ..ReadTimes::default()
+    };
+    // Everything before the scan that was not a probe: reader, metadata, watermarks, ends.
+    times.setup_ms = (started.elapsed().as_millis() as u64).saturating_sub(times.lookup_ms);
+    let waiting = Instant::now();
+    let mut each = ready();
+    let waited = waiting.elapsed();
+    times.wait_ms = waited.as_millis() as u64;
+    let scanning = Instant::now();
+    let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
+    let scan = Scan {
+        scanner: (&scanner, &scan_turn),
+        servers,
+        topic,
+        cancel,
+    };
+    let (scanned, partitions, widened) = scan.checked(
+        &mut lookup,
+        plan,
+        &marks,
+        partitions,
+        &ranges,
+        left,
+        &mut each,
+    )?;
+    times.scan_ms = scanning.elapsed().as_millis() as u64;
+    lookup.remember(&ends);
+    Ok(TopicCost {
+        topic: topic.to_string(),
+        basis: plan.basis,
+        windows: plan.windows.clone(),
+        partitions_total: marks.len(),
+        partitions_widened: widened,
+        partitions_read: partitions,
+        offset_lookup: if lookup.broker_truthful == Some(true) {
+            "offsets_for_times"
+        } else {
+            "interpolation_search"
+        },
+        offset_probes: lookup.probes,
+        messages_scanned: scanned,
+        times,
+    })
+}
+
+/// Where a trace's windows are read.
+struct Scan<'a> {
+    /// The reader and its turn (it may be shared with other topics' scans).
+    scanner: (&'a Reader, &'a Mutex<()>),
+    servers: &'a str,
+    topic: &'a str,
+    cancel: &'a CancellationToken,
+}
+
+impl Scan<'_> {
+    /// Reads `ranges` of `partitions`, checking the shortcut on what it scans ([`ShortcutCheck`]);
+    /// when it does not hold, the same windows in every other partition too. Returns the
+    /// messages scanned, the partitions read and why they were widened.
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &self,
+        lookup: &mut OffsetLookup<'_>,
+        plan: &crate::console::read::window::TopicPlan,
+        marks: &[(i32, i64, i64)],
+        partitions: Vec<i32>,
+        ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
+        deadline: Duration,
+        each: &mut impl FnMut(&BorrowedMessage<'_>),
+    ) -> anyhow::Result<(u64, Vec<i32>, Option<String>)> {
+        let started = Instant::now();
+        let check = ShortcutCheck::default();
+        let sampled = std::cell::RefCell::new(Vec::new());
+        let mut checked = |m: &BorrowedMessage<'_>| {
+            check.see(plan.partitioner, marks.len() as i32, m);
+            // Every message scanned is what a probe at its offset would read: a few become
+            // anchors for the next search of this time.
+            if m.offset() % time_index::SCAN_SAMPLE == 0 {
+                let ts = m.timestamp().to_millis().unwrap_or(0);
+                sampled.borrow_mut().push((m.partition(), m.offset(), ts));
+            }
+            each(m)
+        };
+        let (scanner, servers, topic) = (self.scanner, self.servers, self.topic);
+        let mut scanned = read_ranges(
+            scanner,
+            servers,
+            topic,
+            ranges,
+            deadline,
+            self.cancel,
+            &mut checked,
+        )?;
+        lookup.saw(sampled.take());
+        let widened = (partitions.len() < marks.len())
+            .then(|| check.failed(plan.partitioner, &partitions))
+            .flatten();
+        if widened.is_none() {
+            return Ok((scanned, partitions, None));
+        }
+        let others: Vec<_> = marks
+            .iter()
+            .filter(|(p, _, _)| !partitions.contains(p))
+            .copied()
+            .collect();
+        let ends = lookup.ends(&others)?;
+        let more = window_ranges(lookup, &ends, &plan.windows, plan.selects_by_id())?;
+        let left = deadline.saturating_sub(started.elapsed());
+        scanned += read_ranges(
+            scanner,
+            servers,
+            topic,
+            &more,
+            left,
+            self.cancel,
+            &mut checked,
+        )?;
+        lookup.saw(sampled.take());
+        Ok((scanned, marks.iter().map(|(p, _, _)| *p).collect(), widened))
+    }
+}
+
+/// What the messages a trace scans say of the partition shortcut (the traced keys' partitions
+/// only): a message without a key, or whose key the partitioner puts elsewhere, was not placed
+/// the way the shortcut assumes — the trace's own copies may be in another partition.
+#[derive(Default)]
+struct ShortcutCheck {
+    scanned: std::cell::Cell<u64>,
+    unkeyed: std::cell::Cell<u64>,
+    misplaced: std::cell::Cell<u64>,
+}
+
+impl ShortcutCheck {
+    fn see(
+        &self,
+        partitioner: crate::stream::partitioner::Partitioner,
+        partitions: i32,
+        m: &BorrowedMessage<'_>,
+    ) {
+        self.scanned.set(self.scanned.get() + 1);
+        match m.key().filter(|k| !k.is_empty()) {
+            // idemguard's own trace event without an ID (keyed by none) belongs to no trace.
+            None if trace_event_of(m).is_some_and(|e| e.key().is_none()) => {}
+            None => self.unkeyed.set(self.unkeyed.get() + 1),
+            Some(k) if partitioner.partition_of(k, partitions) != Some(m.partition()) => {
+                self.misplaced.set(self.misplaced.get() + 1)
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Why every partition must be read, if the messages scanned say so.
+    fn failed(
+        &self,
+        partitioner: crate::stream::partitioner::Partitioner,
+        read: &[i32],
+    ) -> Option<String> {
+        let (n, unkeyed, misplaced) =
+            (self.scanned.get(), self.unkeyed.get(), self.misplaced.get());
+        if unkeyed > 0 {
+            Some(format!(
+                "{unkeyed} of {n} message(s) scanned in partition(s) {read:?} have no key, so the producer did not choose their partition by key: this trace's messages may be in any partition"
+            ))
+        } else if misplaced > 0 {
+            Some(format!(
+                "{misplaced} of {n} message(s) scanned in partition(s) {read:?} have keys that {} (kafka.partitioner) puts in another partition: the producer partitions otherwise (`idemguard doctor` shows each topic's observed partitioning)",
+                partitioner.name()
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,
+/// end), merged per partition: each window's start in every partition together, then its end.
+/// With `past_edges` (a trace's windows) a bound is left unresolved within a few hundred
+/// offsets ([`Seek::scanning`](super::seek::Seek::scanning)) and the range widened to hold it:
+/// the read gets every message of the window and a few of either side; without, the ranges
+/// are exact.
+fn window_ranges(
+    lookup: &mut OffsetLookup<'_>,
+    ends: &[(i32, i64, i64)],
+    windows: &[crate::console::read::window::TimeWindow],
+    past_edges: bool,
+) -> anyhow::Result<BTreeMap<i32, Vec<(i64, i64)>>> {
+    use crate::console::read::window::merge_ranges;
+    let mut of_p: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
+    for w in windows {
+        let window_ms = if past_edges { w.to_ms - w.from_ms } else { 0 };
+        let asks: Vec<_> = ends
+            .iter()
+            .map(|&(p, low, end)| (p, low, end, w.from_ms))
+            .collect();
+        let starts = lookup.first_at_or_after(&asks, window_ms)?;
+        let asks: Vec<_> = ends
+            .iter()
+            .zip(&starts)
+            .map(|(&(p, _, end), &(s, _))| (p, s, end, w.to_ms.saturating_add(1)))
+            .collect();
+        let stops = lookup.first_at_or_after(&asks, window_ms)?;
+        for ((&(p, _, _), (s, _)), (_, e)) in ends.iter().zip(starts).zip(stops) {
+            of_p.entry(p).or_default().push((s, e));
+        }
+    }
+    Ok(of_p
+        .into_iter()
+        .map(|(p, r)| (p, merge_ranges(r)))
+        .filter(|(_, r)| !r.is_empty())
+        .collect())
+}
+
+/// Reads the offset ranges `[start, end)` of each partition, every partition at once (one
+/// fetch request serves them all), each partition's ranges in order; how many messages were
+/// read. A partition whose ranges are read is paused: its reader must not fetch on.
+fn read_ranges(
+    (consumer, turn): (&Reader, &Mutex<()>),
+    servers: &str,
+    topic: &str,
+    ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
+    deadline: Duration,
+    cancel: &CancellationToken,
+    each: &mut impl FnMut(&BorrowedMessage<'_>),
+) -> anyhow::Result<u64> {
+    // Per partition, the ranges left, the one being read first.
+    let mut left: BTreeMap<i32, std::collections::VecDeque<(i64, i64)>> = ranges
+        .iter()
+        .map(|(p, r)| (*p, r.iter().copied().collect()))
+        .collect();
+    let mut tpl = TopicPartitionList::new();
+    for (p, r) in &left {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].0))?;
+    }
+    let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+    consumer
+        .assign(&tpl)
+        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+    let started = Instant::now();
+    let mut read = 0u64;
+    let mut idle_since: Option<Instant> = None;
+    while !left.is_empty() {
+        if cancel.is_cancelled() {
+            anyhow::bail!("reading {topic} was cancelled ({read} messages read)");
+        }
+        if started.elapsed() > deadline {
+            anyhow::bail!("kafka {servers}: reading the windows of {topic} took longer than {deadline:?} ({read} messages read)");
+        }
+        let finished = match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) if m.topic() != topic => None,
+            Some(Ok(m)) => {
+                idle_since = None;
+                let Some(&(_, end)) = left.get(&m.partition()).and_then(|r| r.front()) else {
+                    continue;
+                };
+                if m.offset() < end {
+                    read += 1;
+                    each(&m);
+                }
+                (m.offset() + 1 >= end).then_some(m.partition())
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => Some(p),
+            Some(Err(e)) => anyhow::bail!("kafka {servers}: reading {topic}: {e}"),
+            // Caught up before `end` (a window that reaches the end of the partition, or a
+            // broker whose watermark overstates it): done after a quiet half second.
+            None => {
+                if idle_since.get_or_insert_with(Instant::now).elapsed()
+                    > Duration::from_millis(500)
+                {
+                    return Ok(read);
+                }
+                None
+            }
+        };
+        if let Some(p) = finished {
+            next_range(consumer, topic, &mut left, p)?;
+        }
+    }
+    Ok(read)
+}
+
+/// Partition `p` finished its range: on to its next one, or paused when it has none.
+fn next_range(
+    consumer: &Reader,
+    topic: &str,
+    left: &mut BTreeMap<i32, std::collections::VecDeque<(i64, i64)>>,
+    p: i32,
+) -> anyhow::Result<()> {
+    let Some(r) = left.get_mut(&p) else {
+        return Ok(());
+    };
+    r.pop_front();
+    if let Some(&(start, _)) = r.front() {
+        consumer.seek(topic, p, Offset::Offset(start), KAFKA_TIMEOUT)?;
+    } else {
+        left.remove(&p);
+        let mut one = TopicPartitionList::new();
+        one.add_partition(topic, p);
+        consumer.pause(&one)?;
+    }
+    Ok(())
+}
