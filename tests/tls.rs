@@ -209,6 +209,20 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
             "{dialect}: {line}"
         );
     }
+    if dialect == Dialect::Mysql {
+        // The SASL broker's other mechanism, the same user: each SCRAM login completes.
+        let sha256 = (
+            "IDEMGUARD_KAFKA__SASL_MECHANISM",
+            "SCRAM-SHA-256".to_string(),
+        );
+        let (code, out) = idemguard(&file, &["doctor", "--strict"], &[sha256]).await;
+        let kafka = out.lines().find(|l| l.starts_with("kafka security"));
+        assert!(
+            code == Some(0)
+                && kafka.is_some_and(|l| l.contains("user idemguard (SASL SCRAM-SHA-256)")),
+            "{dialect}: doctor over SASL SCRAM-SHA-256:\n{out}"
+        );
+    }
     assert!(
         out.lines()
             .any(|l| l.starts_with("database security") && l.contains("user idemguard")),
@@ -457,7 +471,8 @@ fn redis_refusals() -> Vec<Refused> {
 }
 
 /// `consume` on the brokers behind stunnel: another CA, 127.0.0.2, plaintext, no client
-/// certificate; and a SASL login tansu refuses (it stores no SCRAM credential: every login is).
+/// certificate; a SASL login tansu refuses (a user it does not know), and a mechanism it does not
+/// offer (PLAIN).
 /// A `trace` reads the topics through readers of its own: its plaintext refusal is said too.
 fn kafka_refusals() -> Vec<Refused> {
     let kafka = |what: &str, env: Vec<(&'static str, String)>, says| Refused {
@@ -487,6 +502,24 @@ fn kafka_refusals() -> Vec<Refused> {
             ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL".into()),
             ("IDEMGUARD_KAFKA__SASL_USERNAME", "alice".into()),
             ("IDEMGUARD_KAFKA__SASL_PASSWORD", "not-her-password".into()),
+        ],
+        no_client.clone(),
+    ]
+    .concat();
+    // The right user and password, a mechanism tansu does not offer (it has SCRAM only).
+    let plain_login = [
+        vec![
+            (
+                "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+                "localhost:9094".into(),
+            ),
+            ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL".into()),
+            ("IDEMGUARD_KAFKA__SASL_MECHANISM", "PLAIN".into()),
+            ("IDEMGUARD_KAFKA__SASL_USERNAME", "idemguard".into()),
+            (
+                "IDEMGUARD_KAFKA__SASL_PASSWORD_FILE",
+                tls_file("kafka.password"),
+            ),
         ],
         no_client.clone(),
     ]
@@ -528,6 +561,14 @@ fn kafka_refusals() -> Vec<Refused> {
             "SASL login refused",
             sasl,
             ["refused the SASL login of `alice`", "kafka.sasl_password"],
+        ),
+        kafka(
+            "SASL mechanism the broker does not offer",
+            plain_login,
+            [
+                "SASL PLAIN mechanism handshake failed",
+                "kafka.sasl_mechanism = \"PLAIN\"",
+            ],
         ),
     ]
 }
