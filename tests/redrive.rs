@@ -7,7 +7,9 @@
 //! - a redrive of an event already applied changes nothing (no second points row);
 //! - a message still poison returns to the DLQ once, its redrive noted, and a redrive of the
 //!   returned message is refused: it never loops;
-//! - a redrive whose publish fails leaves its audit row at `error`, and may be retried.
+//! - a redrive whose publish fails leaves its audit row at `error`, and may be retried;
+//! - a DLQ topic created again: the redrive of the message that held a position before does
+//!   not stand for the one that holds it now.
 //!
 //! Every test has its own database, topics and consumer group.
 
@@ -681,6 +683,16 @@ per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] tui_bul
 /// A message in the test's DLQ as the consumer writes one: `e`'s key, body and ID headers, the
 /// reason, and a source position on `source_topic`. Its DLQ position.
 async fn put_in_dlq(s: &ConsumerSetup, e: &PaymentSucceeded, source_topic: &str) -> (i32, i64) {
+    put_in_dlq_on(s, e, source_topic, None).await
+}
+
+/// [`put_in_dlq`] on the DLQ's `partition` when one is named, else where its key hashes.
+async fn put_in_dlq_on(
+    s: &ConsumerSetup,
+    e: &PaymentSucceeded,
+    source_topic: &str,
+    partition: Option<i32>,
+) -> (i32, i64) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::FutureRecord;
     let body = serde_json::to_vec(e).unwrap();
@@ -700,10 +712,13 @@ async fn put_in_dlq(s: &ConsumerSetup, e: &PaymentSucceeded, source_topic: &str)
             value: Some(value.as_bytes()),
         });
     }
-    let record = FutureRecord::to(&s.config.kafka.dlq_topic)
+    let mut record = FutureRecord::to(&s.config.kafka.dlq_topic)
         .key(&e.order_no)
         .payload(&body)
         .headers(h);
+    if let Some(p) = partition {
+        record = record.partition(p);
+    }
     let sent = producer(&s.config)
         .send(record, Duration::from_secs(10))
         .await
@@ -743,7 +758,7 @@ async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
     );
     assert_eq!(audit_outcomes(s, &target).await, ["error"], "{d}");
 
-    recreate_with_6_partitions(&s.config, &source).await;
+    recreate_with_partitions(&s.config, &source, 6).await;
     let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
     assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
     let retry_id = r["audit_id"].as_i64().unwrap();
@@ -766,9 +781,13 @@ async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
     assert_eq!(copies, [(5, event.event_id.clone(), retry_id)], "{d}");
 }
 
-/// `topic` (3 partitions, empty) deleted and created again with 6, as a team that resizes a
-/// topic does. (The stack's broker has no CreatePartitions.)
-async fn recreate_with_6_partitions(config: &idemguard::config::Config, topic: &str) {
+/// `topic` deleted and created again with `partitions`, as a team that resizes a topic does
+/// (the stack's broker has no CreatePartitions), or resets one.
+async fn recreate_with_partitions(
+    config: &idemguard::config::Config,
+    topic: &str,
+    partitions: i32,
+) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> =
@@ -779,9 +798,11 @@ async fn recreate_with_6_partitions(config: &idemguard::config::Config, topic: &
     for r in admin.delete_topics(&[topic], &opts).await.unwrap() {
         r.unwrap_or_else(|(t, e)| panic!("cannot delete {t}: {e}"));
     }
-    let six = NewTopic::new(topic, 6, TopicReplication::Fixed(1));
-    for r in admin.create_topics(&[six], &opts).await.unwrap() {
-        r.unwrap_or_else(|(t, e)| panic!("cannot create {t} again with 6 partitions: {e}"));
+    let again = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for r in admin.create_topics(&[again], &opts).await.unwrap() {
+        r.unwrap_or_else(|(t, e)| {
+            panic!("cannot create {t} again with {partitions} partitions: {e}")
+        });
     }
 }
 
@@ -827,3 +848,59 @@ fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32,
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_failed_publish_says_error_and_may_be_retried(&consumer_setup) => failed_publish_postgres, failed_publish_mysql);
+
+/// A DLQ topic deleted and created again (a broker rebuilt, a topic reset) hands its positions
+/// to new messages: the redrive of the message that held a position before does not stand for
+/// the one that holds it now. The new message lists as not redriven, its redrive publishes, and
+/// a second redrive of it is refused.
+async fn a_recreated_dlq_does_not_inherit_redrives(s: &ConsumerSetup) {
+    let d = s.dialect;
+    // A source topic with the partition 5 that `put_in_dlq` names.
+    let source = format!("{}.source", s.config.kafka.payment_topic);
+    create_topics(&s.config, std::slice::from_ref(&source)).await;
+    recreate_with_partitions(&s.config, &source, 6).await;
+    let (first_no, first_req) = create_order(&s.db, 91).await;
+    let (partition, offset) = put_in_dlq(s, &payment(&first_no, &first_req, 91), &source).await;
+    let position = format!("{partition}:{offset}");
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+
+    recreate_with_partitions(&s.config, &s.config.kafka.dlq_topic, 3).await;
+    let (next_no, next_req) = create_order(&s.db, 92).await;
+    let next = payment(&next_no, &next_req, 92);
+    let at = put_in_dlq_on(s, &next, &source, Some(partition)).await;
+    assert_eq!(
+        at,
+        (partition, offset),
+        "{d}: the new message holds the old position"
+    );
+    let listed = until_listed(s, 1).await;
+    let m = by_event(&listed, &next.event_id);
+    assert_eq!(m.redriven, None, "{d}: {m:?}");
+    assert_eq!(m.verdict, Verdict::WouldApply, "{d}: {m:?}");
+
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    let listed = listing(s).await;
+    let redriven = by_event(&listed, &next.event_id).redriven.clone();
+    assert_eq!(
+        redriven.map(|r| (r.audit_id, r.outcome)),
+        Some((r["audit_id"].as_i64().unwrap(), "done".to_string())),
+        "{d}"
+    );
+    let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
+    assert_eq!(
+        (code, r["outcome"].as_str()),
+        (4, Some("refused")),
+        "{d}: {r}"
+    );
+    let target =
+        idemguard::stream::redrive::audit_target(&s.config.kafka.dlq_topic, partition, offset);
+    assert_eq!(
+        audit_outcomes(s, &target).await,
+        ["done", "done", "refused"],
+        "{d}"
+    );
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_recreated_dlq_does_not_inherit_redrives(&consumer_setup) => recreated_dlq_postgres, recreated_dlq_mysql);

@@ -22,7 +22,7 @@ use rdkafka::Message;
 use serde::Serialize;
 
 use super::{json, Action, ActionOutcome, ActionResult, Actions};
-use crate::stream::redrive::{read_entry, DlqEntry, RedriveMark, SourcePosition};
+use crate::stream::redrive::{audit_row_is_of, read_entry, DlqEntry, RedriveMark, SourcePosition};
 
 /// How long the broker may take to acknowledge a redriven message.
 const PUBLISH_TIMEOUT_MS: &str = "15000";
@@ -65,6 +65,8 @@ impl RedrivenIds {
 struct Seen<'a> {
     dlq_partition: i32,
     dlq_offset: i64,
+    /// Which message held that position (see [`audit_row_is_of`]).
+    dlq_timestamp_ms: Option<i64>,
     #[serde(flatten)]
     ids: &'a RedrivenIds,
     reason: &'a str,
@@ -122,6 +124,7 @@ impl Actions {
         let before = Some(json(&Seen {
             dlq_partition: partition,
             dlq_offset: offset,
+            dlq_timestamp_ms: entry.timestamp_ms,
             ids,
             reason: &entry.reason,
             source: entry.source.as_ref(),
@@ -131,7 +134,7 @@ impl Actions {
             Err(why) => return self.refuse(action, before, why).await,
             Ok(source) => source,
         };
-        match self.live_redrives(action.target(), 0).await {
+        match self.live_redrives(action.target(), entry, 0).await {
             Ok(ids) if !ids.is_empty() => {
                 let why = format!("already redriven: ops_audit row {} records a redrive of this DLQ message (done or under way); a message is redriven once", ids[0]);
                 return self.refuse(action, before, why).await;
@@ -164,7 +167,7 @@ impl Actions {
         entry: &DlqEntry,
         source: &SourcePosition,
     ) -> ActionResult {
-        let (outcome, after, detail) = match self.live_redrives(action.target(), id).await {
+        let (outcome, after, detail) = match self.live_redrives(action.target(), entry, id).await {
             Ok(ids) if !ids.is_empty() => (ActionOutcome::Refused, None, format!("not published: another redrive of this DLQ message (ops_audit row {}) is under way or done", ids[0])),
             Err(e) => (ActionOutcome::Error, None, format!("not published: the audit of other redrives could not be read ({e}); this redrive may be retried")),
             Ok(_) => match self.publish(entry, source, id).await {
@@ -191,13 +194,25 @@ impl Actions {
             .map_err(|e| anyhow::anyhow!("reader thread failed: {e}"))?
     }
 
-    /// The ids of the rows other than `mine` that record a redrive of `target` done or under way.
-    async fn live_redrives(&self, target: &str, mine: i64) -> Result<Vec<i64>, sqlx::Error> {
-        let read = sqlx::query_scalar::<_, i64>(self.db.sql("console_audit_live_redrives"))
-            .bind(target.to_string())
-            .bind(mine)
-            .fetch_all(&self.db.pool);
-        self.db.bounded(read).await
+    /// The ids of the rows other than `mine` that record a redrive of `entry` (at `target`) done
+    /// or under way.
+    async fn live_redrives(
+        &self,
+        target: &str,
+        entry: &DlqEntry,
+        mine: i64,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let read =
+            sqlx::query_as::<_, (i64, Option<String>)>(self.db.sql("console_audit_live_redrives"))
+                .bind(target.to_string())
+                .bind(mine)
+                .fetch_all(&self.db.pool);
+        let rows = self.db.bounded(read).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, before)| audit_row_is_of(before.as_deref(), entry.timestamp_ms))
+            .map(|(id, _)| id)
+            .collect())
     }
 
     /// Publishes the original message to `source` with the redrive's headers; where it went.

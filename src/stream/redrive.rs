@@ -51,9 +51,26 @@ impl RedriveMark {
     }
 }
 
-/// The `ops_audit` target of a redrive: the DLQ message's position, which never changes.
+/// The `ops_audit` target of a redrive: the DLQ message's position. A position names one
+/// message for the topic's life; see [`audit_row_is_of`] for a topic created again.
 pub fn audit_target(dlq_topic: &str, partition: i32, offset: i64) -> String {
     format!("dlq:{dlq_topic}:{partition}:{offset}")
+}
+
+/// Whether a redrive's `ops_audit` row, of this message's target, records this very message.
+/// A DLQ topic deleted and created again (a broker rebuilt, a topic reset) hands the same
+/// positions to new messages, so a row also names the timestamp of the message it read
+/// (`dlq_timestamp_ms` in its `before_state`), and a row that read another timestamp is of an
+/// earlier message. A row that names none (it read no message) counts: when in doubt, a redrive
+/// is refused rather than published twice.
+pub fn audit_row_is_of(before_state: Option<&str>, timestamp_ms: Option<i64>) -> bool {
+    let seen = before_state
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+        .and_then(|b| b.get("dlq_timestamp_ms").and_then(|t| t.as_i64()));
+    match (seen, timestamp_ms) {
+        (Some(seen), Some(now)) => seen == now,
+        _ => true,
+    }
 }
 
 /// Where a poison message was read from (the DLQ's `dlq.source.*` headers).

@@ -26,7 +26,9 @@ use crate::db::orders::{find_order, OrderKey};
 use crate::db::state_machine::OrderStatus;
 use crate::db::Database;
 use crate::ops::AuditRow;
-use crate::stream::redrive::{audit_target, DlqEntry, RedriveMark, SourcePosition};
+use crate::stream::redrive::{
+    audit_row_is_of, audit_target, DlqEntry, RedriveMark, SourcePosition,
+};
 
 /// The window read when `--since` is not given: the last 7 days before `--until` (a DLQ
 /// message waits for a person, not for a retry).
@@ -221,7 +223,7 @@ pub async fn look_up(
     let group = &config.kafka.consumer_group;
     let processed = crate::stream::sinks::already_processed(db, group, &ids).await?;
     for m in &mut listing.messages {
-        m.redriven = redrives.get(&m.target).cloned();
+        m.redriven = latest_redrive_of(&redrives, m);
         m.verdict = verdict_of(db, m, &processed).await?;
     }
     Ok(())
@@ -280,31 +282,41 @@ async fn verdict_of(
     })
 }
 
-/// The latest redrive of each DLQ target since `since_ms` (a redrive follows its message, so
-/// the window's start bounds them): refusals are not redrives and are left out.
+/// The redrives of each DLQ target since `since_ms` (a redrive follows its message, so the
+/// window's start bounds them), oldest first: refusals are not redrives and are left out.
 async fn redrives_since(
     db: &Database,
     since_ms: i64,
-) -> anyhow::Result<HashMap<String, RedriveRecord>> {
+) -> anyhow::Result<HashMap<String, Vec<AuditRow>>> {
     let rows = sqlx::query_as::<_, AuditRow>(db.sql("console_audit_redrives"))
         .bind(since_ms)
         .bind(REDRIVES_READ)
         .fetch_all(&db.pool);
     let rows = db.bounded(rows).await?;
-    let mut out = HashMap::new();
+    let mut out: HashMap<String, Vec<AuditRow>> = HashMap::new();
     for r in rows.into_iter().filter(|r| r.outcome != "refused") {
-        // Oldest first: the latest of each target wins.
-        out.insert(
-            r.target.clone(),
-            RedriveRecord {
-                audit_id: r.id,
-                outcome: r.outcome,
-                operator: r.operator,
-                at_ms: r.created_at,
-            },
-        );
+        out.entry(r.target.clone()).or_default().push(r);
     }
     Ok(out)
+}
+
+/// The latest redrive of `m` among its target's rows (a row of an earlier message that held the
+/// same position is not of it).
+fn latest_redrive_of(
+    redrives: &HashMap<String, Vec<AuditRow>>,
+    m: &DlqMessage,
+) -> Option<RedriveRecord> {
+    let r = redrives
+        .get(&m.target)?
+        .iter()
+        .rev()
+        .find(|r| audit_row_is_of(r.before_state.as_deref(), m.timestamp_ms))?;
+    Some(RedriveRecord {
+        audit_id: r.id,
+        outcome: r.outcome.clone(),
+        operator: r.operator.clone(),
+        at_ms: r.created_at,
+    })
 }
 
 /// At most this many redrive rows are read for one listing.
