@@ -45,13 +45,17 @@ fn the_late_event_redriven_as_the_story_says(t: &tmux::Terminal) {
     });
     t.keys(&["/"]);
     t.type_line("would apply");
+    t.wait_for("the filter applied", within, |s| {
+        s.contains("filter /would apply")
+    });
     t.keys(&["g"]);
-    // The newest row: the event of this demo's order (29 characters: time and hex).
+    // The newest row: the event of this demo's order (29 characters: time and hex). The view's
+    // title names the filter too, so the row is the first line that also names an order.
     let listed = t.screen();
     let order = listed
         .lines()
-        .find(|l| l.contains("would apply"))
-        .and_then(|l| {
+        .filter(|l| l.contains("would apply"))
+        .find_map(|l| {
             l.split(|c: char| !c.is_ascii_alphanumeric())
                 .find(|w| w.len() == 29 && w.starts_with("20"))
         })
