@@ -14,7 +14,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use crate::console::read::seek::Seek;
+use crate::console::read::seek::{Seek, SCAN_INSTEAD_OF_PROBING};
 use crate::console::read::time_index::{self, TimeIndex};
 use crate::console::read::topics::{Reader, KAFKA_TIMEOUT};
 
@@ -175,6 +175,13 @@ impl<'a> OffsetLookup<'a> {
         asks: &[(i32, i64, i64, i64)],
         window_ms: i64,
     ) -> anyhow::Result<Vec<(i64, i64)>> {
+        // Partitions this small are read whole: neither the broker's answer nor a probe costs
+        // less than reading them.
+        let small =
+            |&(_, low, high, _): &(i32, i64, i64, i64)| high - low <= SCAN_INSTEAD_OF_PROBING;
+        if window_ms > 0 && asks.iter().all(small) {
+            return Ok(asks.iter().map(|&(_, low, high, _)| (low, high)).collect());
+        }
         if self.broker_truthful != Some(false) {
             let mut out = Vec::with_capacity(asks.len());
             for &(p, low, high, ms) in asks {

@@ -70,6 +70,16 @@ pub fn create_reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
     c.create_with_context(ReaderContext)
 }
 
+/// Lets `reader` go without waiting for it: librdkafka's close of a consumer waits for its
+/// threads, and one close in two took ~100 ms here (a timer's tick; measured on the stack's
+/// broker) though a reader never joins its group and has nothing to commit. A trace lets its
+/// readers go on a thread of their own, so its answer does not wait for them; a process that
+/// exits meanwhile loses nothing. Without a thread to be had, the reader closes here.
+pub fn let_go(reader: Reader) {
+    let closing = std::thread::Builder::new().name("reader-close".into());
+    let _ = closing.spawn(move || drop(reader));
+}
+
 /// A blocking reader (see [`reader_config`]).
 pub fn reader(config: &Config, purpose: &str) -> anyhow::Result<Reader> {
     create_reader(&reader_config(config, purpose)).map_err(|e| {
@@ -131,7 +141,10 @@ pub(super) fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<Read
     let mut c = reader_config(config, "window");
     // A probe or a window that reaches the end of a partition learns it at once.
     c.set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "50")
+        // A re-assignment's fetch waits for the one in flight, which at a partition's end
+        // waits this long for data: 50 ms cost a trace on a small topic one such wait per
+        // round (p50 ~260 ms → ~50 ms with the readers let go, BENCHMARKS.md).
+        .set("fetch.wait.max.ms", "10")
         // A probe re-assigns the partition at another offset; with the default queue backoff
         // (1 s after a fetch filled the local queue) one probe in three waited a second
         // (measured on tansu: 7-20 s for a trace of 66 probes; 10 ms a probe without it).
