@@ -18,7 +18,9 @@ use crate::config::Config;
 use crate::console::read::messages::trace_event_of;
 use crate::console::read::offset_lookup::OffsetLookup;
 use crate::console::read::time_index;
-use crate::console::read::topics::{probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT};
+use crate::console::read::topics::{
+    let_go, probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT,
+};
 
 /// Reads `plan`'s windows of its topic, in the partitions of its keys (blocking: run it on a
 /// blocking thread): `each` gets every message of every window. Bounded by `deadline` and ends
@@ -55,16 +57,31 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
 /// client that outlives a topic it read crashes librdkafka when the topic is deleted (its
 /// metadata cache).
 pub struct WindowReaders {
-    probe: Reader,
+    /// Always there until the readers are dropped (see [`let_go`]).
+    probe: Option<Reader>,
     probing: Mutex<()>,
 }
 
 impl WindowReaders {
     pub fn new(config: &Config) -> anyhow::Result<WindowReaders> {
         Ok(WindowReaders {
-            probe: probe_reader(config, Fetch::OneBatch)?,
+            probe: Some(probe_reader(config, Fetch::OneBatch)?),
             probing: Mutex::new(()),
         })
+    }
+
+    fn probe(&self) -> &Reader {
+        self.probe
+            .as_ref()
+            .expect("the probe reader lives as long as its readers")
+    }
+}
+
+impl Drop for WindowReaders {
+    fn drop(&mut self) {
+        if let Some(r) = self.probe.take() {
+            let_go(r);
+        }
     }
 }
 
@@ -81,7 +98,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let consumer = &readers.probe;
+    let consumer = readers.probe();
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
     let scan_turn = Mutex::new(());
@@ -125,6 +142,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
         &mut each,
     )?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
+    let_go(scanner);
     lookup.remember(&ends);
     Ok(TopicCost {
         topic: topic.to_string(),
