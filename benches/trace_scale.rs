@@ -606,6 +606,8 @@ async fn main() {
         .execute(&server.pool)
         .await;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    // No trace's reader may still be closing when its topics go.
+    idemguard::console::read::topics::readers_closed(Duration::from_secs(10));
     let _ = admin.delete_topics(&names, &opts).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     println!(

@@ -795,6 +795,9 @@ async fn recreate_with_partitions(
             .create()
             .unwrap();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    assert!(idemguard::console::read::topics::readers_closed(
+        Duration::from_secs(10)
+    ));
     for r in admin.delete_topics(&[topic], &opts).await.unwrap() {
         r.unwrap_or_else(|(t, e)| panic!("cannot delete {t}: {e}"));
     }

@@ -510,6 +510,9 @@ async fn recreate_topics(config: &Config, names: &[String]) {
             .unwrap();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert!(idemguard::console::read::topics::readers_closed(
+        Duration::from_secs(10)
+    ));
     for r in admin.delete_topics(&refs, &opts).await.unwrap() {
         r.unwrap_or_else(|(t, e)| panic!("cannot delete topic {t}: {e}"));
     }

@@ -216,6 +216,12 @@ impl Created {
                 eprintln!("test cleanup: cannot drop database {name}: {e:#}");
             }
         }
+        // A trace's readers close on threads of their own: none may be alive when its topics go.
+        if !self.topics.is_empty()
+            && !idemguard::console::read::topics::readers_closed(Duration::from_secs(10))
+        {
+            eprintln!("test cleanup: readers still closing after 10 s");
+        }
         for (kafka, topics) in &self.topics {
             let admin: Result<AdminClient<DefaultClientContext>, _> =
                 idemguard::kafka_client::client_config(kafka)

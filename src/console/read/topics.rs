@@ -6,6 +6,7 @@
 //! The console never joins a consumer group and never commits: it assigns partitions itself, so
 //! reading can never steal partitions from (or move the offsets of) the real consumer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -76,8 +77,34 @@ pub fn create_reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
 /// readers go on a thread of their own, so its answer does not wait for them; a process that
 /// exits meanwhile loses nothing. Without a thread to be had, the reader closes here.
 pub fn let_go(reader: Reader) {
+    CLOSING.fetch_add(1, Ordering::SeqCst);
     let closing = std::thread::Builder::new().name("reader-close".into());
-    let _ = closing.spawn(move || drop(reader));
+    let spawned = closing.spawn(move || {
+        drop(reader);
+        CLOSING.fetch_sub(1, Ordering::SeqCst);
+    });
+    // Not spawned: the closure, and the reader with it, was dropped by `spawn`.
+    if spawned.is_err() {
+        CLOSING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Readers let go and not closed yet.
+static CLOSING: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits, at most `within`, until every reader this process let go has closed; whether they
+/// have. A librdkafka client still alive when a topic it read is deleted can crash in its
+/// metadata cache (seen against tansu): whoever deletes topics a trace just read waits here
+/// first.
+pub fn readers_closed(within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while CLOSING.load(Ordering::SeqCst) > 0 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
 }
 
 /// A blocking reader (see [`reader_config`]).
