@@ -301,8 +301,9 @@ pub async fn read_topics_counting(
     let consumed_from = consumed_partitions(config, rows);
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
-    // One pair of readers for both topics and every window of the trace (see WindowReaders).
-    let readers = match WindowReaders::new(config) {
+    // A probe reader for each topic looked up at once, made now (see WindowReaders).
+    let at_once = !config.kafka.trace_topic.is_empty() && keep.names_order_and_request();
+    let readers = match WindowReaders::new(config, if at_once { 2 } else { 1 }) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             let again = anyhow::anyhow!("{e:#}");
@@ -315,7 +316,7 @@ pub async fn read_topics_counting(
         return (payments, Err(anyhow::anyhow!(NO_TRACE_TOPIC)), cost);
     }
     let trace_plan = |keep: &Keep| plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let (payments, log) = if keep.names_order_and_request() {
+    let (payments, log) = if at_once {
         let plans = (payment_plan, trace_plan(&keep));
         cost.concurrent = true;
         read_at_once(config, &readers, plans, keep, cancel, progress).await
@@ -460,7 +461,7 @@ pub async fn read_window(
     ReadCost,
 ) {
     let mut cost = ReadCost::default();
-    let readers = match WindowReaders::new(config) {
+    let readers = match WindowReaders::new(config, 1) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             let again = anyhow::anyhow!("{e:#}");
@@ -497,7 +498,7 @@ pub async fn read_trace_log_window(
     window: TimeWindow,
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
-    let readers = Arc::new(WindowReaders::new(config)?);
+    let readers = Arc::new(WindowReaders::new(config, 1)?);
     read_whole_trace_log(config, &readers, window, cancel).await
 }
 

@@ -46,41 +46,81 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     cancel: &CancellationToken,
     ready: impl FnOnce() -> F,
 ) -> anyhow::Result<crate::console::read::window::TopicCost> {
-    let readers = WindowReaders::new(config)?;
+    let readers = WindowReaders::new(config, 1)?;
     read_windows_with(&readers, config, plan, deadline, cancel, ready)
 }
 
-/// The reader of a trace's offset probes, shared by its topics and windows (one topic's round
-/// at a time), so a trace opens one probing client's connections, not one per topic. Each topic's
-/// scan keeps a reader of its own: a scanner handed from one topic to the next was measured to
-/// read nothing of the second for its whole idle wait. Never kept past the read that made it: a
-/// client that outlives a topic it read crashes librdkafka when the topic is deleted (its
-/// metadata cache).
+/// The readers of a trace's offset probes, one for each topic whose windows are looked up at
+/// the same time: a topic's lookup borrows one ([`WindowReaders::lend`]) and gives it back, so
+/// topics read one after the other share it (one probing client's connections), and topics read
+/// at once probe in parallel (against one reader the topics took turns on, a trace of the
+/// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). Each topic's scan keeps
+/// a reader of its own: a scanner handed from one topic to the next was measured to read nothing
+/// of the second for its whole idle wait. Never kept past the read that made them: a client
+/// that outlives a topic it read crashes librdkafka when the topic is deleted (its metadata
+/// cache).
 pub struct WindowReaders {
-    /// Always there until the readers are dropped (see [`let_go`]).
-    probe: Option<Reader>,
-    probing: Mutex<()>,
+    /// Made up front (connecting while the trace does its other work), lent out one a topic.
+    idle: Mutex<Vec<Reader>>,
 }
 
 impl WindowReaders {
-    pub fn new(config: &Config) -> anyhow::Result<WindowReaders> {
+    /// `topics_at_once` readers, made now.
+    pub fn new(config: &Config, topics_at_once: usize) -> anyhow::Result<WindowReaders> {
+        let readers = (0..topics_at_once.max(1))
+            .map(|_| probe_reader(config, Fetch::OneBatch))
+            .collect::<anyhow::Result<_>>()?;
         Ok(WindowReaders {
-            probe: Some(probe_reader(config, Fetch::OneBatch)?),
-            probing: Mutex::new(()),
+            idle: Mutex::new(readers),
         })
     }
 
-    fn probe(&self) -> &Reader {
-        self.probe
-            .as_ref()
-            .expect("the probe reader lives as long as its readers")
+    /// An idle reader, or a new one when every reader is lent: given back when the loan ends.
+    fn lend(&self, config: &Config) -> anyhow::Result<Lent<'_>> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reader = match idle {
+            Some(r) => r,
+            None => probe_reader(config, Fetch::OneBatch)?,
+        };
+        Ok(Lent {
+            from: self,
+            reader: Some(reader),
+            turn: Mutex::new(()),
+        })
     }
 }
 
 impl Drop for WindowReaders {
     fn drop(&mut self) {
-        if let Some(r) = self.probe.take() {
+        let idle = self.idle.get_mut().unwrap_or_else(|e| e.into_inner());
+        for r in idle.drain(..) {
             let_go(r);
+        }
+    }
+}
+
+/// A probe reader lent to one topic's lookup.
+struct Lent<'a> {
+    from: &'a WindowReaders,
+    /// Always there until the loan ends.
+    reader: Option<Reader>,
+    /// The lookup's own turn on it (see [`OffsetLookup`]).
+    turn: Mutex<()>,
+}
+
+impl Lent<'_> {
+    fn reader(&self) -> &Reader {
+        self.reader
+            .as_ref()
+            .expect("a lent reader is there until given back")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.reader.take() {
+            let mut idle = self.from.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.push(r);
         }
     }
 }
@@ -98,14 +138,15 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let consumer = readers.probe();
+    let lent = readers.lend(config)?;
+    let consumer = lent.reader();
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
     let scan_turn = Mutex::new(());
     let marks = watermarks(consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
-    let mut lookup = OffsetLookup::new((consumer, &readers.probing), servers, topic, cancel);
+    let mut lookup = OffsetLookup::new((consumer, &lent.turn), servers, topic, cancel);
     let of_plan: Vec<_> = marks
         .iter()
         .filter(|(p, _, _)| partitions.contains(p))
