@@ -37,7 +37,8 @@ pub(super) struct OffsetLookup<'a> {
     /// Held for a round: the reader may be shared with the lookups of other topics.
     turn: &'a Mutex<()>,
     topic: &'a str,
-    /// `Some(false)` once the broker's answer failed a check: it is not asked again.
+    /// `Some(false)` once the broker's answer failed a check (in this lookup or, within
+    /// [`time_index::BROKER_RECHECK`], an earlier one of the process): it is not asked again.
     pub(super) broker_truthful: Option<bool>,
     pub(super) probes: u64,
     /// Per partition, what every probe answered: a later search starts from what is known.
@@ -56,15 +57,16 @@ impl<'a> OffsetLookup<'a> {
         topic: &'a str,
         cancel: &CancellationToken,
     ) -> Self {
+        let index = time_index::shared();
         OffsetLookup {
             consumer,
             turn,
             topic,
-            broker_truthful: None,
+            broker_truthful: index.broker_untruthful(servers).then_some(false),
             probes: 0,
             seen: BTreeMap::new(),
             cancel: cancel.clone(),
-            index: time_index::shared(),
+            index,
             servers,
         }
     }
@@ -195,6 +197,7 @@ impl<'a> OffsetLookup<'a> {
                 return Ok(out);
             }
             self.broker_truthful = Some(false);
+            self.index.note_untruthful(self.servers);
         }
         let mut seeks: Vec<(i32, Seek)> = asks
             .iter()

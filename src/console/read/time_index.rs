@@ -25,6 +25,11 @@ pub const PARTITIONS: usize = 256;
 /// dozen offsets apart, so a second trace of the same time finds its bounds in two probes.
 pub const SCAN_SAMPLE: i64 = 64;
 
+/// How long brokers whose `offsets_for_times` answer failed its check are not asked again (a
+/// lookup saves the question and the probe that checks its answer; asked again after this, in
+/// case the brokers changed).
+pub const BROKER_RECHECK: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Which partition: the brokers (`bootstrap.servers`), the topic, the partition.
 pub type PartitionKey = (String, String, i32);
 
@@ -40,6 +45,8 @@ struct Partition {
 pub struct TimeIndex {
     parts: Mutex<HashMap<PartitionKey, Partition>>,
     tick: std::sync::atomic::AtomicU64,
+    /// Brokers (`bootstrap.servers`) whose `offsets_for_times` answer failed its check, and when.
+    untruthful: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// The index every read of the process shares.
@@ -99,6 +106,22 @@ impl TimeIndex {
         }
     }
 
+    /// Whether the brokers `servers` answered `offsets_for_times` falsely within
+    /// [`BROKER_RECHECK`].
+    pub fn broker_untruthful(&self, servers: &str) -> bool {
+        let known = self.untruthful.lock().expect("time index");
+        known
+            .get(servers)
+            .is_some_and(|at| at.elapsed() < BROKER_RECHECK)
+    }
+
+    /// The brokers `servers` answered `offsets_for_times` falsely just now.
+    pub fn note_untruthful(&self, servers: &str) {
+        let mut known = self.untruthful.lock().expect("time index");
+        known.retain(|_, at| at.elapsed() < BROKER_RECHECK);
+        known.insert(servers.to_string(), std::time::Instant::now());
+    }
+
     fn next_tick(&self) -> u64 {
         self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
@@ -124,6 +147,15 @@ mod tests {
         // A partition that now ends before a point.
         index.learn(&key(0), 5, &[(1, 1)]);
         assert_eq!(index.points(&key(0), 0, 100), [(1, 1)]);
+    }
+
+    #[test]
+    fn an_untruthful_broker_is_remembered_by_its_servers() {
+        let index = TimeIndex::default();
+        assert!(!index.broker_untruthful("b:9092"));
+        index.note_untruthful("b:9092");
+        assert!(index.broker_untruthful("b:9092"));
+        assert!(!index.broker_untruthful("c:9092"));
     }
 
     #[test]
