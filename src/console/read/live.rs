@@ -4,8 +4,6 @@
 //! hour, not to the retention. The reader assigns itself at those starts and knows when it
 //! has caught up with [`CatchUp::assign_live`](super::catch_up::CatchUp::assign_live).
 
-use std::sync::Mutex;
-
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -32,9 +30,8 @@ pub fn live_starts(config: &Config, topic: &str, since_ms: i64) -> anyhow::Resul
     let servers = &config.kafka.bootstrap_servers;
     let consumer = probe_reader(config, Fetch::OneBatch)?;
     let marks = watermarks(&consumer, servers, topic)?;
-    let turn = Mutex::new(());
     let never = CancellationToken::new();
-    let mut lookup = OffsetLookup::new((&consumer, &turn), servers, topic, &never);
+    let mut lookup = OffsetLookup::new(&consumer, servers, topic, &never);
     let ends = lookup.ends(&marks)?;
     let asks: Vec<_> = ends
         .iter()

@@ -6,7 +6,6 @@
 //! ([`live`](super::live)) are both found here.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
@@ -33,9 +32,8 @@ type Probed = Option<(i64, i64)>;
 /// together: one fetch request carries one probe of each, so a round costs one round trip
 /// whatever the number of partitions read.
 pub(super) struct OffsetLookup<'a> {
+    /// The lookup's own: no other read uses it meanwhile.
     consumer: &'a Reader,
-    /// Held for a round: the reader may be shared with the lookups of other topics.
-    turn: &'a Mutex<()>,
     topic: &'a str,
     /// `Some(false)` once the broker's answer failed a check (in this lookup or, within
     /// [`time_index::BROKER_RECHECK`], an earlier one of the process): it is not asked again.
@@ -52,7 +50,7 @@ pub(super) struct OffsetLookup<'a> {
 
 impl<'a> OffsetLookup<'a> {
     pub(super) fn new(
-        (consumer, turn): (&'a Reader, &'a Mutex<()>),
+        consumer: &'a Reader,
         servers: &'a str,
         topic: &'a str,
         cancel: &CancellationToken,
@@ -60,7 +58,6 @@ impl<'a> OffsetLookup<'a> {
         let index = time_index::shared();
         OffsetLookup {
             consumer,
-            turn,
             topic,
             broker_truthful: index.broker_untruthful(servers).then_some(false),
             probes: 0,
@@ -107,7 +104,6 @@ impl<'a> OffsetLookup<'a> {
         for &(p, at) in probes {
             tpl.add_partition_offset(self.topic, p, Offset::Offset(at))?;
         }
-        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
         self.consumer.assign(&tpl)?;
         self.probes += probes.len() as u64;
         let mut out: Vec<Option<Probed>> = vec![None; probes.len()];

@@ -54,13 +54,13 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
 /// the same time: a topic's lookup borrows one ([`WindowReaders::lend`]) and gives it back, so
 /// topics read one after the other share it (one probing client's connections), and topics read
 /// at once probe in parallel (against one reader the topics took turns on, a trace of the
-/// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). Each topic's scan keeps
-/// a reader of its own: a scanner handed from one topic to the next was measured to read nothing
-/// of the second for its whole idle wait. Never kept past the read that made them: a client
+/// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). Each
+/// topic's scan keeps a reader of its own: a scanner handed from one topic to the next was
+/// measured to read nothing of the second for its whole idle wait. Never kept past the read that made them: a client
 /// that outlives a topic it read crashes librdkafka when the topic is deleted (its metadata
 /// cache).
 pub struct WindowReaders {
-    /// Made up front (connecting while the trace does its other work), lent out one a topic.
+    /// Made when the trace's reads start, one for each topic read at once; lent out one a topic.
     idle: Mutex<Vec<Reader>>,
 }
 
@@ -85,7 +85,6 @@ impl WindowReaders {
         Ok(Lent {
             from: self,
             reader: Some(reader),
-            turn: Mutex::new(()),
         })
     }
 }
@@ -104,8 +103,6 @@ struct Lent<'a> {
     from: &'a WindowReaders,
     /// Always there until the loan ends.
     reader: Option<Reader>,
-    /// The lookup's own turn on it (see [`OffsetLookup`]).
-    turn: Mutex<()>,
 }
 
 impl Lent<'_> {
@@ -142,11 +139,10 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let consumer = lent.reader();
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
-    let scan_turn = Mutex::new(());
     let marks = watermarks(consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
-    let mut lookup = OffsetLookup::new((consumer, &lent.turn), servers, topic, cancel);
+    let mut lookup = OffsetLookup::new(consumer, servers, topic, cancel);
     let of_plan: Vec<_> = marks
         .iter()
         .filter(|(p, _, _)| partitions.contains(p))
@@ -168,7 +164,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let scanning = Instant::now();
     let left = deadline.saturating_sub(started.elapsed().saturating_sub(waited));
     let scan = Scan {
-        scanner: (&scanner, &scan_turn),
+        scanner: &scanner,
         servers,
         topic,
         cancel,
@@ -205,8 +201,8 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
 
 /// Where a trace's windows are read.
 struct Scan<'a> {
-    /// The reader and its turn (it may be shared with other topics' scans).
-    scanner: (&'a Reader, &'a Mutex<()>),
+    /// The topic's own reader.
+    scanner: &'a Reader,
     servers: &'a str,
     topic: &'a str,
     cancel: &'a CancellationToken,
@@ -373,7 +369,7 @@ fn window_ranges(
 /// fetch request serves them all), each partition's ranges in order; how many messages were
 /// read. A partition whose ranges are read is paused: its reader must not fetch on.
 fn read_ranges(
-    (consumer, turn): (&Reader, &Mutex<()>),
+    consumer: &Reader,
     servers: &str,
     topic: &str,
     ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
@@ -390,7 +386,6 @@ fn read_ranges(
     for (p, r) in &left {
         tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].0))?;
     }
-    let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
     consumer
         .assign(&tpl)
         .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
