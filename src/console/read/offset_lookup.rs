@@ -79,6 +79,20 @@ impl<'a> OffsetLookup<'a> {
         }
     }
 
+    /// The windows are found: the reader gives up the partitions it probed. Left assigned, a
+    /// partition whose local queue holds the rest of a probed batch keeps its broker thread
+    /// re-deciding at once that the queue is full (`fetch.queue.backoff.ms` 0, see
+    /// [`probe_reader`](super::topics::probe_reader)): a core's worth of spinning for as long
+    /// as the reader sits idle, which on two cores was most of a trace's CPU (BENCHMARKS.md).
+    pub(super) fn rest(&self) -> anyhow::Result<()> {
+        self.consumer.unassign().map_err(|e| {
+            anyhow::anyhow!(
+                "kafka: giving up the probed partitions of {}: {e}",
+                self.topic
+            )
+        })
+    }
+
     /// Hands what the probes read to the process's index, each partition with its `end`
     /// (partition, low, end).
     pub(super) fn remember(&self, ends: &[(i32, i64, i64)]) {

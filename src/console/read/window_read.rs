@@ -358,6 +358,7 @@ fn window_ranges(
             of_p.entry(p).or_default().push((s, e));
         }
     }
+    lookup.rest()?;
     Ok(of_p
         .into_iter()
         .map(|(p, r)| (p, merge_ranges(r)))
