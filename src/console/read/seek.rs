@@ -19,7 +19,10 @@
 //! or an eighth of the window, whichever is fewer ([`Seek::bracket`]), and leans each
 //! interpolation toward the far end of the range by an eighth of that, so a good guess closes
 //! both sides of the range in two probes instead of narrowing one side at a time. A window's
-//! start is read from the bracket's lower end, its stop to the upper end: never a message less.
+//! start is read from the bracket's lower end: never a message less. A trace's window's stop is
+//! not searched at all: its read goes on until the messages are past the window
+//! ([`window_read`](super::window_read)); a window read whole (a report's) has both bounds
+//! searched exactly.
 //! Simulated (1,670,000 and 6,700,000 evenly spread messages, the sizes of one partition of the
 //! issue's topics; 20-minute windows): 16–17 probes a window → 7–8, ~170 more messages scanned
 //! (leaning by a third: 7.2 probes, 280 more; not leaning: 10.9, 73 more).
@@ -27,8 +30,7 @@
 //! Pure: the probes are [`topics`](super::topics)' (one fetch each, partitions probed together).
 
 /// The most offsets a bound of a trace's window is left unresolved within (see the module docs):
-/// the window is read from this many offsets before its exact start at worst, and as many past
-/// its exact end.
+/// the window is read from this many offsets before its exact start at worst.
 pub const SCAN_INSTEAD_OF_PROBING: i64 = 512;
 
 /// …and at most this share (1 / n) of the messages the window holds, estimated from the timestamps

@@ -4,7 +4,7 @@
 //! partition by key ([`ShortcutCheck`]). What to read is planned in
 //! [`window`](super::window); this is the reading of it, and what it cost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -219,7 +219,7 @@ impl Scan<'_> {
         plan: &crate::console::read::window::TopicPlan,
         marks: &[(i32, i64, i64)],
         partitions: Vec<i32>,
-        ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
+        ranges: &BTreeMap<i32, Vec<Stretch>>,
         deadline: Duration,
         each: &mut impl FnMut(&BorrowedMessage<'_>),
     ) -> anyhow::Result<(u64, Vec<i32>, Option<String>)> {
@@ -327,20 +327,37 @@ impl ShortcutCheck {
     }
 }
 
-/// The offset ranges `[start, end)` of `windows` in each partition of `ends` (partition, low,
-/// end), merged per partition: each window's start in every partition together, then its end.
-/// With `past_edges` (a trace's windows) a bound is left unresolved within a few hundred
-/// offsets ([`Seek::scanning`](super::seek::Seek::scanning)) and the range widened to hold it:
-/// the read gets every message of the window and a few of either side; without, the ranges
-/// are exact.
+/// A stretch of one partition to read: offsets `[from, to)` — and, for a trace's window, only
+/// until its messages are past `until_ms` ([`PAST_THE_WINDOW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stretch {
+    from: i64,
+    to: i64,
+    until_ms: Option<i64>,
+}
+
+/// A trace's window is read until this many messages in a row are stamped past its end: where
+/// it stops is read, not searched (a search for it cost two rounds of probes of every partition
+/// read). A run, not the first such message, so that one message stamped late (a producer's
+/// clock ahead) does not end the read early; the run costs well under a millisecond of scanning.
+const PAST_THE_WINDOW: i64 = 64;
+
+/// The stretches of `windows` in each partition of `ends` (partition, low, end). With
+/// `past_edges` (a trace's windows) each window's start is left unresolved within a few hundred
+/// offsets ([`Seek::scanning`](super::seek::Seek::scanning)) and read from the lower end, and
+/// its stop is not searched: the read goes on until the messages are past the window
+/// ([`Stretch::until_ms`]). The read gets every message of the window and a few of either
+/// side. Without, the stretches are exact: each window's start in every partition together,
+/// then its stop, merged per partition.
 fn window_ranges(
     lookup: &mut OffsetLookup<'_>,
     ends: &[(i32, i64, i64)],
     windows: &[crate::console::read::window::TimeWindow],
     past_edges: bool,
-) -> anyhow::Result<BTreeMap<i32, Vec<(i64, i64)>>> {
+) -> anyhow::Result<BTreeMap<i32, Vec<Stretch>>> {
     use crate::console::read::window::merge_ranges;
     let mut of_p: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut timed: BTreeMap<i32, Vec<Stretch>> = BTreeMap::new();
     for w in windows {
         let window_ms = if past_edges { w.to_ms - w.from_ms } else { 0 };
         let asks: Vec<_> = ends
@@ -348,6 +365,21 @@ fn window_ranges(
             .map(|&(p, low, end)| (p, low, end, w.from_ms))
             .collect();
         let starts = lookup.first_at_or_after(&asks, window_ms)?;
+        if past_edges {
+            for (&(p, _, end), (from, _)) in ends.iter().zip(starts) {
+                let until_ms = Some(w.to_ms);
+                let s = Stretch {
+                    from,
+                    to: end,
+                    until_ms,
+                };
+                timed
+                    .entry(p)
+                    .or_default()
+                    .extend((from < end).then_some(s));
+            }
+            continue;
+        }
         let asks: Vec<_> = ends
             .iter()
             .zip(&starts)
@@ -359,33 +391,37 @@ fn window_ranges(
         }
     }
     lookup.rest()?;
-    Ok(of_p
-        .into_iter()
-        .map(|(p, r)| (p, merge_ranges(r)))
-        .filter(|(_, r)| !r.is_empty())
+    let exact = of_p.into_iter().map(|(p, r)| {
+        let merged = merge_ranges(r).into_iter();
+        let stretches = merged.map(|(from, to)| Stretch {
+            from,
+            to,
+            until_ms: None,
+        });
+        (p, stretches.collect())
+    });
+    Ok(exact
+        .chain(timed)
+        .filter(|(_, r): &(i32, Vec<Stretch>)| !r.is_empty())
         .collect())
 }
 
-/// Reads the offset ranges `[start, end)` of each partition, every partition at once (one
-/// fetch request serves them all), each partition's ranges in order; how many messages were
-/// read. A partition whose ranges are read is paused: its reader must not fetch on.
+/// Reads the stretches of each partition, every partition at once (one fetch request serves
+/// them all), each partition's stretches in order; how many messages were read. A partition
+/// whose stretches are read is paused: its reader must not fetch on.
 fn read_ranges(
     consumer: &Reader,
     servers: &str,
     topic: &str,
-    ranges: &BTreeMap<i32, Vec<(i64, i64)>>,
+    ranges: &BTreeMap<i32, Vec<Stretch>>,
     deadline: Duration,
     cancel: &CancellationToken,
     each: &mut impl FnMut(&BorrowedMessage<'_>),
 ) -> anyhow::Result<u64> {
-    // Per partition, the ranges left, the one being read first.
-    let mut left: BTreeMap<i32, std::collections::VecDeque<(i64, i64)>> = ranges
-        .iter()
-        .map(|(p, r)| (*p, r.iter().copied().collect()))
-        .collect();
+    let mut left = Left::new(ranges);
     let mut tpl = TopicPartitionList::new();
-    for (p, r) in &left {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].0))?;
+    for (p, r) in &left.stretches {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].from))?;
     }
     consumer
         .assign(&tpl)
@@ -393,7 +429,7 @@ fn read_ranges(
     let started = Instant::now();
     let mut read = 0u64;
     let mut idle_since: Option<Instant> = None;
-    while !left.is_empty() {
+    while !left.stretches.is_empty() {
         if cancel.is_cancelled() {
             anyhow::bail!("reading {topic} was cancelled ({read} messages read)");
         }
@@ -404,14 +440,12 @@ fn read_ranges(
             Some(Ok(m)) if m.topic() != topic => None,
             Some(Ok(m)) => {
                 idle_since = None;
-                let Some(&(_, end)) = left.get(&m.partition()).and_then(|r| r.front()) else {
-                    continue;
-                };
-                if m.offset() < end {
+                let (kept, finished) = left.see(&m);
+                if kept {
                     read += 1;
                     each(&m);
                 }
-                (m.offset() + 1 >= end).then_some(m.partition())
+                finished.then_some(m.partition())
             }
             Some(Err(KafkaError::PartitionEOF(p))) => Some(p),
             Some(Err(e)) => anyhow::bail!("kafka {servers}: reading {topic}: {e}"),
@@ -427,30 +461,76 @@ fn read_ranges(
             }
         };
         if let Some(p) = finished {
-            next_range(consumer, topic, &mut left, p)?;
+            left.next(consumer, topic, p)?;
         }
     }
     Ok(read)
 }
 
-/// Partition `p` finished its range: on to its next one, or paused when it has none.
-fn next_range(
-    consumer: &Reader,
-    topic: &str,
-    left: &mut BTreeMap<i32, std::collections::VecDeque<(i64, i64)>>,
-    p: i32,
-) -> anyhow::Result<()> {
-    let Some(r) = left.get_mut(&p) else {
-        return Ok(());
-    };
-    r.pop_front();
-    if let Some(&(start, _)) = r.front() {
-        consumer.seek(topic, p, Offset::Offset(start), KAFKA_TIMEOUT)?;
-    } else {
-        left.remove(&p);
-        let mut one = TopicPartitionList::new();
-        one.add_partition(topic, p);
-        consumer.pause(&one)?;
+/// What is left to read of each partition, the stretch being read first.
+struct Left {
+    stretches: BTreeMap<i32, VecDeque<Stretch>>,
+    /// Per partition, where the run of messages past the window being read began.
+    past_since: BTreeMap<i32, i64>,
+    /// Per partition, the last offset read.
+    last: BTreeMap<i32, i64>,
+}
+
+impl Left {
+    fn new(ranges: &BTreeMap<i32, Vec<Stretch>>) -> Left {
+        Left {
+            stretches: ranges
+                .iter()
+                .map(|(p, r)| (*p, r.iter().copied().collect()))
+                .collect(),
+            past_since: BTreeMap::new(),
+            last: BTreeMap::new(),
+        }
     }
-    Ok(())
+
+    /// Whether `m` is to be kept, and whether its partition's stretch is read with it.
+    fn see(&mut self, m: &BorrowedMessage<'_>) -> (bool, bool) {
+        let (p, o) = (m.partition(), m.offset());
+        let Some(s) = self.stretches.get(&p).and_then(|r| r.front()) else {
+            return (false, false);
+        };
+        if o >= s.to {
+            return (false, true);
+        }
+        self.last.insert(p, o);
+        let ts = m.timestamp().to_millis();
+        let past = match (s.until_ms, ts) {
+            (Some(until), Some(ts)) if ts > until => {
+                o - *self.past_since.entry(p).or_insert(o) + 1 >= PAST_THE_WINDOW
+            }
+            _ => {
+                self.past_since.remove(&p);
+                false
+            }
+        };
+        (true, past || o + 1 >= s.to)
+    }
+
+    /// Partition `p` finished its stretch: on to its next one — read on from where it is when
+    /// that one starts at or before it (windows whose offsets meet), else from its start — or
+    /// paused when it has none.
+    fn next(&mut self, consumer: &Reader, topic: &str, p: i32) -> anyhow::Result<()> {
+        let Some(r) = self.stretches.get_mut(&p) else {
+            return Ok(());
+        };
+        r.pop_front();
+        self.past_since.remove(&p);
+        let at = self.last.get(&p).map_or(i64::MIN, |o| o + 1);
+        if let Some(&Stretch { from, .. }) = r.front() {
+            if from > at {
+                consumer.seek(topic, p, Offset::Offset(from), KAFKA_TIMEOUT)?;
+            }
+        } else {
+            self.stretches.remove(&p);
+            let mut one = TopicPartitionList::new();
+            one.add_partition(topic, p);
+            consumer.pause(&one)?;
+        }
+        Ok(())
+    }
 }
