@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::console::read::messages::trace_event_of;
 use crate::console::read::offset_lookup::OffsetLookup;
+use crate::console::read::seek::WINDOW_SHARE;
 use crate::console::read::time_index;
 use crate::console::read::topics::{
     let_go, probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT,
@@ -336,10 +337,13 @@ struct Stretch {
     until_ms: Option<i64>,
 }
 
-/// A trace's window is read until this many messages in a row are stamped past its end: where
-/// it stops is read, not searched (a search for it cost two rounds of probes of every partition
+/// A trace's window is read until a run of messages in a row is stamped past its end: where it
+/// stops is read, not searched (a search for it cost two rounds of probes of every partition
 /// read). A run, not the first such message, so that one message stamped late (a producer's
-/// clock ahead) does not end the read early; the run costs well under a millisecond of scanning.
+/// clock ahead) does not end the read early: an eighth of the messages the stretch read inside
+/// the window (the share a searched bound is left unresolved within,
+/// [`WINDOW_SHARE`](super::seek::WINDOW_SHARE)), at least 1 and at most this many — well under
+/// a millisecond of scanning.
 const PAST_THE_WINDOW: i64 = 64;
 
 /// The stretches of `windows` in each partition of `ends` (partition, low, end). With
@@ -472,6 +476,8 @@ struct Left {
     stretches: BTreeMap<i32, VecDeque<Stretch>>,
     /// Per partition, where the run of messages past the window being read began.
     past_since: BTreeMap<i32, i64>,
+    /// Per partition, the messages of the stretch being read that were inside its window.
+    inside: BTreeMap<i32, i64>,
     /// Per partition, the last offset read.
     last: BTreeMap<i32, i64>,
 }
@@ -484,6 +490,7 @@ impl Left {
                 .map(|(p, r)| (*p, r.iter().copied().collect()))
                 .collect(),
             past_since: BTreeMap::new(),
+            inside: BTreeMap::new(),
             last: BTreeMap::new(),
         }
     }
@@ -501,10 +508,13 @@ impl Left {
         let ts = m.timestamp().to_millis();
         let past = match (s.until_ms, ts) {
             (Some(until), Some(ts)) if ts > until => {
-                o - *self.past_since.entry(p).or_insert(o) + 1 >= PAST_THE_WINDOW
+                let inside = self.inside.get(&p).copied().unwrap_or(0);
+                let run = (inside / WINDOW_SHARE).clamp(1, PAST_THE_WINDOW);
+                o - *self.past_since.entry(p).or_insert(o) + 1 >= run
             }
             _ => {
                 self.past_since.remove(&p);
+                *self.inside.entry(p).or_default() += 1;
                 false
             }
         };
@@ -520,6 +530,7 @@ impl Left {
         };
         r.pop_front();
         self.past_since.remove(&p);
+        self.inside.remove(&p);
         let at = self.last.get(&p).map_or(i64::MIN, |o| o + 1);
         if let Some(&Stretch { from, .. }) = r.front() {
             if from > at {
