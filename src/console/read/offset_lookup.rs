@@ -178,6 +178,33 @@ impl<'a> OffsetLookup<'a> {
             .collect())
     }
 
+    /// [`ends`](Self::ends) of `marks`, unless each partition's search learns its end on the
+    /// way: a trace's windows (`past_edges`) in partitions too big to be read whole need no
+    /// exact end first — the listed one bounds their search, the first fetch's extends it
+    /// ([`Seek::reaching`]), and their reads stop by time, not at an offset. That saves every
+    /// topic's trace a round of probes ([`reached`](Self::reached) gives the ends after).
+    pub(super) fn ends_unless_learned(
+        &mut self,
+        marks: &[(i32, i64, i64)],
+        past_edges: bool,
+    ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+        let searched = |&(_, low, high): &(i32, i64, i64)| high - low > SCAN_INSTEAD_OF_PROBING;
+        if past_edges && marks.iter().all(searched) {
+            return Ok(marks.to_vec());
+        }
+        self.ends(marks)
+    }
+
+    /// `ends` (partition, low, end) with each end the furthest a fetch of the lookup has seen.
+    pub(super) fn reached(&self, ends: &[(i32, i64, i64)]) -> Vec<(i32, i64, i64)> {
+        ends.iter()
+            .map(|&(p, low, end)| {
+                let fetched = fetched_high_watermark(self.consumer, self.topic, p);
+                (p, low, fetched.map_or(end, |h| h.max(end)))
+            })
+            .collect()
+    }
+
     /// For each (partition, low, high, ms), one partition each: `(lo, hi)` with the first
     /// offset in `[low, high]` whose message's timestamp is at or after `ms` (`high` when there
     /// is none) in `[lo, hi]`. With `window_ms` 0 the offset itself (`lo == hi`); else a bound of
@@ -235,8 +262,11 @@ impl<'a> OffsetLookup<'a> {
             }
             let probes: Vec<(i32, i64)> = round.iter().map(|&(_, p, at)| (p, at)).collect();
             let answers = self.probe_round(&probes)?;
-            for (&(i, _, at), got) in round.iter().zip(answers) {
+            for (&(i, p, at), got) in round.iter().zip(answers) {
                 seeks[i].1.answer(at, got);
+                if let Some(end) = fetched_high_watermark(self.consumer, self.topic, p) {
+                    seeks[i].1.reaching(end);
+                }
             }
         }
         Ok(seeks.iter().filter_map(|(_, s)| s.bracket()).collect())

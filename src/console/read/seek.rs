@@ -53,6 +53,8 @@ pub struct Seek {
     below: Option<Point>,
     /// A message known at or after the target: (offset, timestamp), offset ≥ `hi`.
     above: Option<Point>,
+    /// The end of the range as told: the answer when no message is at or after the target.
+    high: i64,
     /// The last message of the range has been probed (the first probe after `below` is known).
     end_probed: bool,
     /// The probe in flight: where, whether it was interpolated, the range's size before it.
@@ -73,6 +75,7 @@ impl Seek {
             target_ms,
             lo: low,
             hi: high.max(low),
+            high: high.max(low),
             below: None,
             above: None,
             end_probed: false,
@@ -106,6 +109,20 @@ impl Seek {
     pub fn knowing(mut self, at: i64, got: Option<(i64, i64)>) -> Seek {
         self.learn(at, got);
         self
+    }
+
+    /// The partition reaches `high`, past the end the search was told (a broker's listed end
+    /// lags its last messages; a fetch's is exact): while no message at or after the target is
+    /// known, the range reaches it too.
+    pub fn reaching(&mut self, high: i64) {
+        if high <= self.high {
+            return;
+        }
+        if self.hi == self.high && self.above.is_none() {
+            self.hi = high;
+            self.end_probed = false;
+        }
+        self.high = high;
     }
 
     /// The answer, once the range is down to one offset.
@@ -160,6 +177,9 @@ impl Seek {
                     (b.0, false)
                 }
             }
+            // Nothing known of the range: its first message, as the partition's end lookup
+            // reads it (then its last).
+            (None, None) => (lo, false),
             // The far end's time makes the first interpolation possible.
             (Some(_), None) if !self.end_probed && hi - lo > 1 => {
                 self.end_probed = true;
@@ -413,6 +433,31 @@ mod tests {
             let first = at(found).map_or(1_000, |(o, _)| o);
             let want = (target + (target & 1)).min(1_000);
             assert_eq!(first, want, "target {target}: found {found}");
+        }
+    }
+
+    /// A search told a lagging end (a broker's listed watermark) and nothing else: it probes
+    /// the range's first message, then its last; once a fetch says the partition reaches further,
+    /// the answer past the told end is found, and a told end that did not lag changes nothing.
+    #[test]
+    fn an_end_learned_on_the_way_extends_the_search() {
+        let ts: Vec<i64> = (0..10_000).map(|i| i * 10).collect();
+        for (told, target) in [(250, 50_000), (250, 1_000), (10_000, 50_000)] {
+            let mut s = Seek::new(0, told, target).scanning(60_000);
+            assert_eq!(s.next_probe(), Some(0), "the first message first");
+            let mut guard = 0;
+            while let Some(at) = s.next_probe() {
+                s.answer(at, ts.get(at as usize).map(|t| (at, *t)));
+                s.reaching(ts.len() as i64);
+                guard += 1;
+                assert!(guard < 60, "the search does not end");
+            }
+            let (lo, hi) = s.bracket().unwrap();
+            let want = exact(&ts, target);
+            assert!(
+                lo <= want && want <= hi,
+                "{told}: {want} not in [{lo}, {hi}]"
+            );
         }
     }
 

@@ -149,7 +149,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
         .filter(|(p, _, _)| partitions.contains(p))
         .copied()
         .collect();
-    let ends = lookup.ends(&of_plan)?;
+    let ends = lookup.ends_unless_learned(&of_plan, plan.selects_by_id())?;
     let looking = Instant::now();
     let ranges = window_ranges(&mut lookup, &ends, &plan.windows, plan.selects_by_id())?;
     let mut times = ReadTimes {
@@ -181,7 +181,7 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     )?;
     times.scan_ms = scanning.elapsed().as_millis() as u64;
     let_go(scanner);
-    lookup.remember(&ends);
+    lookup.remember(&lookup.reached(&ends));
     Ok(TopicCost {
         topic: topic.to_string(),
         basis: plan.basis,
@@ -259,7 +259,7 @@ impl Scan<'_> {
             .filter(|(p, _, _)| !partitions.contains(p))
             .copied()
             .collect();
-        let ends = lookup.ends(&others)?;
+        let ends = lookup.ends_unless_learned(&others, plan.selects_by_id())?;
         let more = window_ranges(lookup, &ends, &plan.windows, plan.selects_by_id())?;
         let left = deadline.saturating_sub(started.elapsed());
         scanned += read_ranges(
@@ -370,17 +370,16 @@ fn window_ranges(
             .collect();
         let starts = lookup.first_at_or_after(&asks, window_ms)?;
         if past_edges {
-            for (&(p, _, end), (from, _)) in ends.iter().zip(starts) {
+            // Up to the partition's end, whatever its listed one (a broker's may lag): the read
+            // learns it as it reaches it.
+            for (&(p, _, _), (from, _)) in ends.iter().zip(starts) {
                 let until_ms = Some(w.to_ms);
                 let s = Stretch {
                     from,
-                    to: end,
+                    to: i64::MAX,
                     until_ms,
                 };
-                timed
-                    .entry(p)
-                    .or_default()
-                    .extend((from < end).then_some(s));
+                timed.entry(p).or_default().push(s);
             }
             continue;
         }
