@@ -34,6 +34,11 @@ type Probed = Option<(i64, i64)>;
 pub(super) struct OffsetLookup<'a> {
     /// The lookup's own: no other read uses it meanwhile.
     consumer: &'a Reader,
+    /// A second reader of the lookup's own, if it has one: a round of several partitions probes
+    /// half of them with it, at the same time ([`probe_round`](Self::probe_round)).
+    second: Option<&'a Reader>,
+    /// Whether `second` holds partitions of an earlier round.
+    second_assigned: bool,
     topic: &'a str,
     /// `Some(false)` once the broker's answer failed a check (in this lookup or, within
     /// [`time_index::BROKER_RECHECK`], an earlier one of the process): it is not asked again.
@@ -58,6 +63,8 @@ impl<'a> OffsetLookup<'a> {
         let index = time_index::shared();
         OffsetLookup {
             consumer,
+            second: None,
+            second_assigned: false,
             topic,
             broker_truthful: index.broker_untruthful(servers).then_some(false),
             probes: 0,
@@ -66,6 +73,15 @@ impl<'a> OffsetLookup<'a> {
             index,
             servers,
         }
+    }
+
+    /// Probes with `second` as well: a round of several partitions is fetched by two readers at
+    /// once. One reader's fetch returns one partition's record batch (a broker returns at least
+    /// one whole batch, whatever `fetch.max.bytes`), so with one reader a round of two
+    /// partitions took two fetches one after the other.
+    pub(super) fn probing_also(mut self, second: &'a Reader) -> Self {
+        self.second = Some(second);
+        self
     }
 
     fn key(&self, partition: i32) -> time_index::PartitionKey {
@@ -84,13 +100,27 @@ impl<'a> OffsetLookup<'a> {
     /// re-deciding at once that the queue is full (`fetch.queue.backoff.ms` 0, see
     /// [`probe_reader`](super::topics::probe_reader)): a core's worth of spinning for as long
     /// as the reader sits idle, which on two cores was most of a trace's CPU (BENCHMARKS.md).
-    pub(super) fn rest(&self) -> anyhow::Result<()> {
-        self.consumer.unassign().map_err(|e| {
-            anyhow::anyhow!(
-                "kafka: giving up the probed partitions of {}: {e}",
-                self.topic
-            )
-        })
+    pub(super) fn rest(&mut self) -> anyhow::Result<()> {
+        let gave_up = |r: &Reader| {
+            r.unassign().map_err(|e| {
+                anyhow::anyhow!(
+                    "kafka: giving up the probed partitions of {}: {e}",
+                    self.topic
+                )
+            })
+        };
+        gave_up(self.consumer)?;
+        if let Some(second) = self.second.filter(|_| self.second_assigned) {
+            gave_up(second)?;
+            self.second_assigned = false;
+        }
+        Ok(())
+    }
+
+    /// The high watermark of `partition` the lookup's last fetch of it carried.
+    fn fetched_end(&self, partition: i32) -> Option<i64> {
+        let of = |r: &Reader| fetched_high_watermark(r, self.topic, partition);
+        of(self.consumer).max(self.second.and_then(of))
     }
 
     /// Hands what the probes read to the process's index, each partition with its `end`
@@ -108,51 +138,42 @@ impl<'a> OffsetLookup<'a> {
         }
     }
 
-    /// One probe per partition, fetched together: for each (partition, offset), the offset and
-    /// timestamp of the first message at or after the offset; `None` when there is none: the
-    /// reader reports the partition's end, or the offset is out of range (the reader starts over
-    /// below it). An offset below the partition's end always has a message, so a probe that gets
-    /// nothing within [`PROBE_TIMEOUT`] is an error, never a guess.
+    /// One probe per partition, fetched together (half of them by the second reader, if any):
+    /// for each (partition, offset), the offset and timestamp of the first message at or after
+    /// the offset; `None` when there is none: the reader reports the partition's end, or the
+    /// offset is out of range (the reader starts over below it). An offset below the partition's
+    /// end always has a message, so a probe that gets nothing within [`PROBE_TIMEOUT`] is an
+    /// error, never a guess.
     fn probe_round(&mut self, probes: &[(i32, i64)]) -> anyhow::Result<Vec<Probed>> {
-        let mut tpl = TopicPartitionList::new();
-        for &(p, at) in probes {
-            tpl.add_partition_offset(self.topic, p, Offset::Offset(at))?;
-        }
-        self.consumer.assign(&tpl)?;
         self.probes += probes.len() as u64;
-        let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
-        let started = Instant::now();
-        while out.iter().any(Option::is_none) {
-            if started.elapsed() > PROBE_TIMEOUT {
-                anyhow::bail!(
-                    "kafka: no message at {}/{probes:?} within {PROBE_TIMEOUT:?}, below the \
-                     partitions' ends",
-                    self.topic
-                )
+        let topic = self.topic;
+        let out = match self.second {
+            Some(second) if probes.len() > 1 => {
+                let (mine, its) = probes.split_at(probes.len() / 2);
+                let (mine, its) = std::thread::scope(|s| {
+                    let its = s.spawn(|| probe_with(second, topic, its));
+                    let mine = probe_with(self.consumer, topic, mine);
+                    (mine, its.join().expect("a probe thread does not panic"))
+                });
+                self.second_assigned = true;
+                let mut out = mine?;
+                out.extend(its?);
+                out
             }
-            let (p, got) = match self.consumer.poll(Duration::from_millis(50)) {
-                Some(Ok(m)) if m.topic() != self.topic => continue,
-                Some(Ok(m)) => {
-                    let at = probes
-                        .iter()
-                        .find(|(p, _)| *p == m.partition())
-                        .map(|x| x.1);
-                    let ts = m.timestamp().to_millis().unwrap_or(0);
-                    let got = at.and_then(|at| (m.offset() >= at).then_some((m.offset(), ts)));
-                    (m.partition(), got)
+            _ => {
+                // A second reader left holding partitions would re-decide at once, for as long
+                // as their queues stay full, that it cannot fetch (see `rest`).
+                if let Some(second) = self.second.filter(|_| self.second_assigned) {
+                    second.unassign()?;
+                    self.second_assigned = false;
                 }
-                Some(Err(KafkaError::PartitionEOF(p))) => (p, None),
-                Some(Err(e)) => anyhow::bail!("reading {}/{probes:?}: {e}", self.topic),
-                None => continue,
-            };
-            if let Some(i) = probes.iter().position(|(q, _)| *q == p) {
-                if out[i].is_none() {
-                    out[i] = Some(got);
-                    self.seen.entry(p).or_default().push((probes[i].1, got));
-                }
+                probe_with(self.consumer, topic, probes)?
             }
+        };
+        for (&(p, at), got) in probes.iter().zip(&out) {
+            self.seen.entry(p).or_default().push((at, *got));
         }
-        Ok(out.into_iter().flatten().collect())
+        Ok(out)
     }
 
     /// The offset after the last message of each partition of `marks` (partition, low, listed
@@ -172,7 +193,7 @@ impl<'a> OffsetLookup<'a> {
         Ok(marks
             .iter()
             .map(|&(p, low, listed)| {
-                let fetched = fetched_high_watermark(self.consumer, self.topic, p);
+                let fetched = self.fetched_end(p);
                 (p, low, fetched.map_or(listed, |h| h.max(listed)))
             })
             .collect())
@@ -199,7 +220,7 @@ impl<'a> OffsetLookup<'a> {
     pub(super) fn reached(&self, ends: &[(i32, i64, i64)]) -> Vec<(i32, i64, i64)> {
         ends.iter()
             .map(|&(p, low, end)| {
-                let fetched = fetched_high_watermark(self.consumer, self.topic, p);
+                let fetched = self.fetched_end(p);
                 (p, low, fetched.map_or(end, |h| h.max(end)))
             })
             .collect()
@@ -264,7 +285,7 @@ impl<'a> OffsetLookup<'a> {
             let answers = self.probe_round(&probes)?;
             for (&(i, p, at), got) in round.iter().zip(answers) {
                 seeks[i].1.answer(at, got);
-                if let Some(end) = fetched_high_watermark(self.consumer, self.topic, p) {
+                if let Some(end) = self.fetched_end(p) {
                     seeks[i].1.reaching(end);
                 }
             }
@@ -307,6 +328,51 @@ impl<'a> OffsetLookup<'a> {
         }
         Ok(Some(answer))
     }
+}
+
+/// [`OffsetLookup::probe_round`]'s probes of `probes` with one reader.
+fn probe_with(
+    consumer: &Reader,
+    topic: &str,
+    probes: &[(i32, i64)],
+) -> anyhow::Result<Vec<Probed>> {
+    if probes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &(p, at) in probes {
+        tpl.add_partition_offset(topic, p, Offset::Offset(at))?;
+    }
+    consumer.assign(&tpl)?;
+    let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
+    let started = Instant::now();
+    while out.iter().any(Option::is_none) {
+        if started.elapsed() > PROBE_TIMEOUT {
+            anyhow::bail!(
+                "kafka: no message at {topic}/{probes:?} within {PROBE_TIMEOUT:?}, below the \
+                 partitions' ends"
+            )
+        }
+        let (p, got) = match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) if m.topic() != topic => continue,
+            Some(Ok(m)) => {
+                let at = probes
+                    .iter()
+                    .find(|(p, _)| *p == m.partition())
+                    .map(|x| x.1);
+                let ts = m.timestamp().to_millis().unwrap_or(0);
+                let got = at.and_then(|at| (m.offset() >= at).then_some((m.offset(), ts)));
+                (m.partition(), got)
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => (p, None),
+            Some(Err(e)) => anyhow::bail!("reading {topic}/{probes:?}: {e}"),
+            None => continue,
+        };
+        if let Some(i) = probes.iter().position(|(q, _)| *q == p) {
+            out[i].get_or_insert(got);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// The high watermark of `partition` that the last fetch response carried (librdkafka caches
