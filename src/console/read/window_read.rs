@@ -51,25 +51,26 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
     read_windows_with(&readers, config, plan, deadline, cancel, ready)
 }
 
-/// The readers of a trace's offset probes, two for each topic whose windows are looked up at
-/// the same time: a topic's lookup borrows two ([`WindowReaders::lend`]) and gives them back, so
-/// topics read one after the other share them (two probing clients' connections), each round
-/// of probes of several partitions is fetched by both at once
-/// ([`OffsetLookup::probing_also`]), and topics read at once probe in parallel (against one reader the topics took turns on, a trace of the
+/// The readers of a trace's offset probes, one for each topic whose windows are looked up at
+/// the same time: a topic's lookup borrows one ([`WindowReaders::lend`]) and gives it back, so
+/// topics read one after the other share it (one probing client's connections), and topics read
+/// at once probe in parallel. A lookup that probes several partitions borrows a second, made
+/// then, and each of its rounds is fetched by both at once ([`OffsetLookup::probing_also`]): a
+/// client more, whose connections (over TLS, their handshakes) only such a trace pays (against one reader the topics took turns on, a trace of the
 /// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). Each
 /// topic's scan keeps a reader of its own: a scanner handed from one topic to the next was
 /// measured to read nothing of the second for its whole idle wait. Never kept past the read that made them: a client
 /// that outlives a topic it read crashes librdkafka when the topic is deleted (its metadata
 /// cache).
 pub struct WindowReaders {
-    /// Made when the trace's reads start, two for each topic read at once; lent out two a topic.
+    /// Made when the trace's reads start, one for each topic read at once; lent out one a topic.
     idle: Mutex<Vec<Reader>>,
 }
 
 impl WindowReaders {
-    /// Two readers for each of `topics_at_once`, made now.
+    /// `topics_at_once` readers, made now.
     pub fn new(config: &Config, topics_at_once: usize) -> anyhow::Result<WindowReaders> {
-        let readers = (0..2 * topics_at_once.max(1))
+        let readers = (0..topics_at_once.max(1))
             .map(|_| probe_reader(config, Fetch::OneBatch))
             .collect::<anyhow::Result<_>>()?;
         Ok(WindowReaders {
@@ -137,19 +138,20 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
     let servers = &config.kafka.bootstrap_servers;
     let topic = plan.topic.as_str();
     let started = Instant::now();
-    let (lent, lent_too) = (readers.lend(config)?, readers.lend(config)?);
-    let (consumer, second) = (lent.reader(), lent_too.reader());
+    let lent = readers.lend(config)?;
+    let consumer = lent.reader();
     // Created now, so that it is connected by the time the windows are found.
     let scanner = probe_reader(config, Fetch::Windows)?;
-    // The second reader learns the topic's metadata (and connects) meanwhile: its first round
-    // of probes does not wait for that.
-    let marks = std::thread::scope(|s| {
-        s.spawn(|| second.fetch_metadata(Some(topic), KAFKA_TIMEOUT));
-        watermarks(consumer, servers, topic)
-    })?;
+    let marks = watermarks(consumer, servers, topic)?;
     let read_all: Vec<i32> = marks.iter().map(|(p, _, _)| *p).collect();
     let partitions = plan.partitions(marks.len() as i32).unwrap_or(read_all);
-    let mut lookup = OffsetLookup::new(consumer, servers, topic, cancel).probing_also(second);
+    let lent_too = (partitions.len() > 1)
+        .then(|| readers.lend(config))
+        .transpose()?;
+    let mut lookup = OffsetLookup::new(consumer, servers, topic, cancel);
+    if let Some(second) = &lent_too {
+        lookup = lookup.probing_also(second.reader());
+    }
     let of_plan: Vec<_> = marks
         .iter()
         .filter(|(p, _, _)| partitions.contains(p))
