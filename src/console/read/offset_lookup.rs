@@ -190,13 +190,7 @@ impl<'a> OffsetLookup<'a> {
         }
         let probes: Vec<(i32, i64)> = marks.iter().map(|&(p, low, _)| (p, low)).collect();
         self.probe_round(&probes)?;
-        Ok(marks
-            .iter()
-            .map(|&(p, low, listed)| {
-                let fetched = self.fetched_end(p);
-                (p, low, fetched.map_or(listed, |h| h.max(listed)))
-            })
-            .collect())
+        Ok(self.reached(marks))
     }
 
     /// [`ends`](Self::ends) of `marks`, unless each partition's search learns its end on the

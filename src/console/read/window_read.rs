@@ -54,14 +54,14 @@ pub fn read_windows_when<F: FnMut(&BorrowedMessage<'_>)>(
 /// The readers of a trace's offset probes, one for each topic whose windows are looked up at
 /// the same time: a topic's lookup borrows one ([`WindowReaders::lend`]) and gives it back, so
 /// topics read one after the other share it (one probing client's connections), and topics read
-/// at once probe in parallel. A lookup that probes several partitions borrows a second, made
-/// then, and each of its rounds is fetched by both at once ([`OffsetLookup::probing_also`]): a
-/// client more, whose connections (over TLS, their handshakes) only such a trace pays (against one reader the topics took turns on, a trace of the
-/// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). Each
-/// topic's scan keeps a reader of its own: a scanner handed from one topic to the next was
-/// measured to read nothing of the second for its whole idle wait. Never kept past the read that made them: a client
-/// that outlives a topic it read crashes librdkafka when the topic is deleted (its metadata
-/// cache).
+/// at once probe in parallel (against one reader the topics took turns on, a trace of the
+/// bench's 20,000,000-event topics went from p50 375 to 317–351 ms, BENCHMARKS.md). A lookup
+/// that probes several partitions borrows a second, made then, and each of its rounds is
+/// fetched by both at once ([`OffsetLookup::probing_also`]): a client more, whose connections
+/// (over TLS, their handshakes) only such a trace pays. Each topic's scan keeps a reader of its
+/// own: a scanner handed from one topic to the next was measured to read nothing of the second
+/// for its whole idle wait. Never kept past the read that made them: a client that outlives a
+/// topic it read crashes librdkafka when the topic is deleted (its metadata cache).
 pub struct WindowReaders {
     /// Made when the trace's reads start, one for each topic read at once; lent out one a topic.
     idle: Mutex<Vec<Reader>>,
