@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::console::read::seek::{Seek, SCAN_INSTEAD_OF_PROBING};
 use crate::console::read::time_index::{self, TimeIndex};
 use crate::console::read::topics::{Reader, KAFKA_TIMEOUT};
+use crate::contracts::now_ms;
 
 /// How long one probe (the message at one offset) may take before the read fails.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -237,16 +238,9 @@ impl<'a> OffsetLookup<'a> {
             return Ok(asks.iter().map(|&(_, low, high, _)| (low, high)).collect());
         }
         if self.broker_truthful != Some(false) {
-            let mut out = Vec::with_capacity(asks.len());
-            for &(p, low, high, ms) in asks {
-                match self.broker_answer(p, low, high, ms)? {
-                    Some(o) => out.push((o, o)),
-                    None => break,
-                }
-            }
-            if out.len() == asks.len() {
+            if let Some(found) = self.broker_answers(asks)? {
                 self.broker_truthful = Some(true);
-                return Ok(out);
+                return Ok(found.into_iter().map(|o| (o, o)).collect());
             }
             self.broker_truthful = Some(false);
             self.index.note_untruthful(self.servers);
@@ -255,7 +249,15 @@ impl<'a> OffsetLookup<'a> {
             .iter()
             .map(|&(p, low, high, ms)| {
                 let known = self.seen.get(&p).map_or(&[][..], Vec::as_slice);
-                let anchors = self.index.points(&self.key(p), low, high);
+                // Nothing known at or after the time: the partition's last message is guessed
+                // to be about now (a live topic's producers write as the incident goes on),
+                // which saves probing it; a guess that is wrong (a topic quiet for days) costs
+                // probes, never the answer ([`Seek::anchored`]).
+                let mut anchors = self.index.points(&self.key(p), low, high);
+                let now = now_ms();
+                if high - low > 1 && now > ms && anchors.iter().all(|&(_, ts)| ts < ms) {
+                    anchors.push((high - 1, now));
+                }
                 let seek = Seek::new(low, high, ms)
                     .scanning(window_ms)
                     .anchored(anchors);
@@ -287,40 +289,57 @@ impl<'a> OffsetLookup<'a> {
         Ok(seeks.iter().filter_map(|(_, s)| s.bracket()).collect())
     }
 
-    /// The broker's `offsets_for_times` answer when it checks out against the messages around
-    /// it; `None` when it does not (or the broker cannot answer).
-    fn broker_answer(
+    /// The broker's `offsets_for_times` answers for `asks` (one partition each), when every
+    /// one checks out against the messages around it; `None` when one does not (or the broker
+    /// cannot answer). One request asks for every partition, and each check is one round of
+    /// probes of them all: the message answered must be at or after the time, the one before
+    /// it before. A broker that answers falsely (tansu's offset 0) fails the first round, whose
+    /// probes the search then starts from (they are what it would probe first).
+    fn broker_answers(
         &mut self,
-        partition: i32,
-        low: i64,
-        high: i64,
-        ms: i64,
-    ) -> anyhow::Result<Option<i64>> {
+        asks: &[(i32, i64, i64, i64)],
+    ) -> anyhow::Result<Option<Vec<i64>>> {
         let mut q = TopicPartitionList::new();
-        q.add_partition_offset(self.topic, partition, Offset::Offset(ms))?;
+        for &(p, _, _, ms) in asks {
+            q.add_partition_offset(self.topic, p, Offset::Offset(ms))?;
+        }
         let Ok(found) = self.consumer.offsets_for_times(q, KAFKA_TIMEOUT) else {
             return Ok(None);
         };
-        let answer = match found.elements().first().map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o.clamp(low, high),
-            Some(Offset::End) => high,
-            _ => return Ok(None),
-        };
-        // The message answered must be at or after `ms`, the one before it before `ms`.
-        if answer < high {
-            match self.probe_round(&[(partition, answer)])?[0] {
-                Some((_, ts)) if ts >= ms => {}
+        let mut answers = Vec::with_capacity(asks.len());
+        for &(p, low, high, _) in asks {
+            let offset = found.find_partition(self.topic, p).map(|e| e.offset());
+            answers.push(match offset {
+                Some(Offset::Offset(o)) => o.clamp(low, high),
+                Some(Offset::End) => high,
                 _ => return Ok(None),
-            }
+            });
         }
-        if answer > low {
-            match self.probe_round(&[(partition, answer - 1)])?[0] {
-                Some((o, ts)) if o < answer && ts >= ms => return Ok(None),
-                Some(_) => {}
-                None => return Ok(None),
-            }
+        let at_or_after = |(&(_, _, _, ms), got): (&(i32, i64, i64, i64), &Probed)| {
+            got.is_some_and(|(_, ts)| ts >= ms)
+        };
+        let answered: Vec<_> = asks
+            .iter()
+            .zip(&answers)
+            .filter(|(a, &o)| o < a.2)
+            .collect();
+        let probes: Vec<(i32, i64)> = answered.iter().map(|(a, &o)| (a.0, o)).collect();
+        let got = self.probe_round(&probes)?;
+        if !answered.iter().map(|(a, _)| *a).zip(&got).all(at_or_after) {
+            return Ok(None);
         }
-        Ok(Some(answer))
+        let above_low: Vec<_> = asks
+            .iter()
+            .zip(&answers)
+            .filter(|(a, &o)| o > a.1)
+            .collect();
+        let probes: Vec<(i32, i64)> = above_low.iter().map(|(a, &o)| (a.0, o - 1)).collect();
+        let got = self.probe_round(&probes)?;
+        let before = above_low.iter().zip(&got).all(|((a, &o), got)| match got {
+            Some((at, ts)) => *at >= o || *ts < a.3,
+            None => false,
+        });
+        Ok(before.then_some(answers))
     }
 }
 
