@@ -420,6 +420,35 @@ fn console_figures(config: &Config, watch: Duration) -> Result<(Duration, u64), 
     Ok((first_frame, peak))
 }
 
+/// Each order traced by the real CLI, one fresh `idemguard trace --json` process for each — what
+/// an operator runs: nothing learned by an earlier trace, every connection made anew, the
+/// process's start and the database connection included. Wall times, in the orders' order.
+fn cli_traces(config: &Config, orders: &[Order]) -> Result<Vec<Duration>, String> {
+    let mut out = Vec::with_capacity(orders.len());
+    for (order_no, ..) in orders {
+        let started = Instant::now();
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .args(["trace", order_no, "--json"])
+            .env(
+                "IDEMGUARD_CONFIG",
+                format!("{}/config/local.toml", env!("CARGO_MANIFEST_DIR")),
+            )
+            .env("IDEMGUARD_DATABASE__URL", &config.database.url)
+            .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+            .env(
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                &config.kafka.payment_topic,
+            )
+            .output()
+            .map_err(|e| format!("idemguard trace: {e}"))?;
+        out.push(started.elapsed());
+        if !run.status.success() {
+            return Err(format!("idemguard trace {order_no}: {}", run.status));
+        }
+    }
+    Ok(out)
+}
+
 #[tokio::main]
 async fn main() {
     let events = env_usize("IDEMGUARD_BENCH_TRACE_EVENTS", 500_000);
@@ -580,6 +609,23 @@ async fn main() {
         percentile(&again, 99.0),
         probes as f64 / traces as f64
     );
+    let cli = tokio::task::spawn_blocking({
+        let (c, o) = (config.clone(), orders.clone());
+        move || cli_traces(&c, &o)
+    });
+    match cli.await.unwrap() {
+        Ok(mut walls) => {
+            let first = walls[0];
+            walls.sort();
+            println!(
+                "the same {traces} traces by the CLI, a fresh `idemguard trace --json` process each: \
+                 p50 {:.2?}, p99 {:.2?} (the first {first:.2?})",
+                percentile(&walls, 50.0),
+                percentile(&walls, 99.0),
+            );
+        }
+        Err(e) => println!("CLI traces: {e}"),
+    }
     let watch = Duration::from_secs(env_usize("IDEMGUARD_BENCH_CONSOLE_SECS", 20) as u64);
     match tokio::task::spawn_blocking({
         let c = config.clone();
