@@ -376,19 +376,11 @@ fn console_figures(config: &Config, watch: Duration) -> Result<(Duration, u64), 
             .output()
             .map_err(|e| format!("tmux: {e}"))
     };
-    let env = [
-        format!(
-            "IDEMGUARD_CONFIG={}/config/local.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ),
-        format!("IDEMGUARD_DATABASE__URL={}", config.database.url),
-        format!("IDEMGUARD_KAFKA__TRACE_TOPIC={}", config.kafka.trace_topic),
-        format!(
-            "IDEMGUARD_KAFKA__PAYMENT_TOPIC={}",
-            config.kafka.payment_topic
-        ),
-        format!("IDEMGUARD_CONSOLE__LOG_FILE={}", log.display()),
-    ];
+    let mut env: Vec<String> = bench_env(config)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.push(format!("IDEMGUARD_CONSOLE__LOG_FILE={}", log.display()));
     let mut args = vec!["new-session", "-d", "-s", &session, "-x", "160", "-y", "45"];
     for e in &env {
         args.extend(["-e", e.as_str()]);
@@ -420,6 +412,26 @@ fn console_figures(config: &Config, watch: Duration) -> Result<(Duration, u64), 
     Ok((first_frame, peak))
 }
 
+/// The environment that points the real binary at the bench's data: its config, database and
+/// topics.
+fn bench_env(config: &Config) -> [(&'static str, String); 4] {
+    [
+        (
+            "IDEMGUARD_CONFIG",
+            format!("{}/config/local.toml", env!("CARGO_MANIFEST_DIR")),
+        ),
+        ("IDEMGUARD_DATABASE__URL", config.database.url.clone()),
+        (
+            "IDEMGUARD_KAFKA__TRACE_TOPIC",
+            config.kafka.trace_topic.clone(),
+        ),
+        (
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            config.kafka.payment_topic.clone(),
+        ),
+    ]
+}
+
 /// Each order traced by the real CLI, one fresh `idemguard trace --json` process for each — what
 /// an operator runs: nothing learned by an earlier trace, every connection made anew, the
 /// process's start and the database connection included. Wall times, in the orders' order.
@@ -429,16 +441,7 @@ fn cli_traces(config: &Config, orders: &[Order]) -> Result<Vec<Duration>, String
         let started = Instant::now();
         let run = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
             .args(["trace", order_no, "--json"])
-            .env(
-                "IDEMGUARD_CONFIG",
-                format!("{}/config/local.toml", env!("CARGO_MANIFEST_DIR")),
-            )
-            .env("IDEMGUARD_DATABASE__URL", &config.database.url)
-            .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
-            .env(
-                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
-                &config.kafka.payment_topic,
-            )
+            .envs(bench_env(config))
             .output()
             .map_err(|e| format!("idemguard trace: {e}"))?;
         out.push(started.elapsed());
