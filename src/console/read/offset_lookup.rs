@@ -290,11 +290,11 @@ impl<'a> OffsetLookup<'a> {
     }
 
     /// The broker's `offsets_for_times` answers for `asks` (one partition each), when every
-    /// one checks out against the messages around it; `None` when one does not (or the broker
-    /// cannot answer). One request asks for every partition, and each check is one round of
-    /// probes of them all: the message answered must be at or after the time, the one before
-    /// it before. A broker that answers falsely (tansu's offset 0) fails the first round, whose
-    /// probes the search then starts from (they are what it would probe first).
+    /// one checks out against the messages around it ([`BrokerCheck`]); `None` when one does not
+    /// (or the broker cannot answer). One request asks for every partition, and each check is one
+    /// round of probes of them all. A broker that answers falsely (tansu's offset 0) fails the
+    /// first round, whose probes the search then starts from (they are what it would probe
+    /// first).
     fn broker_answers(
         &mut self,
         asks: &[(i32, i64, i64, i64)],
@@ -306,40 +306,94 @@ impl<'a> OffsetLookup<'a> {
         let Ok(found) = self.consumer.offsets_for_times(q, KAFKA_TIMEOUT) else {
             return Ok(None);
         };
-        let mut answers = Vec::with_capacity(asks.len());
-        for &(p, low, high, _) in asks {
-            let offset = found.find_partition(self.topic, p).map(|e| e.offset());
-            answers.push(match offset {
-                Some(Offset::Offset(o)) => o.clamp(low, high),
-                Some(Offset::End) => high,
-                _ => return Ok(None),
-            });
-        }
-        let at_or_after = |(&(_, _, _, ms), got): (&(i32, i64, i64, i64), &Probed)| {
-            got.is_some_and(|(_, ts)| ts >= ms)
-        };
-        let answered: Vec<_> = asks
+        let offsets: Vec<Option<Offset>> = asks
             .iter()
-            .zip(&answers)
-            .filter(|(a, &o)| o < a.2)
+            .map(|a| found.find_partition(self.topic, a.0).map(|e| e.offset()))
             .collect();
-        let probes: Vec<(i32, i64)> = answered.iter().map(|(a, &o)| (a.0, o)).collect();
-        let got = self.probe_round(&probes)?;
-        if !answered.iter().map(|(a, _)| *a).zip(&got).all(at_or_after) {
+        let Some(check) = BrokerCheck::new(asks, &offsets) else {
+            return Ok(None);
+        };
+        check.verdict(|probes| self.probe_round(probes))
+    }
+}
+
+/// The verdict on a broker's `offsets_for_times` answers, one per ask (partition, low, high,
+/// ms): each answer holds when the message at it is at or after the time and the one before it
+/// is before the time. An answer at `high` (nothing at or after the time) has no message to
+/// check; one at `low` has none before it. A probe of the message before an answer that gets a
+/// message at or past the answer (a broker that returns a record batch whole from its base
+/// offset) leaves that side unchecked rather than failed.
+struct BrokerCheck<'a> {
+    asks: &'a [(i32, i64, i64, i64)],
+    /// The answers, clamped into each partition's `[low, high]`.
+    answers: Vec<i64>,
+}
+
+impl<'a> BrokerCheck<'a> {
+    /// `None` when the broker left a partition unanswered.
+    fn new(asks: &'a [(i32, i64, i64, i64)], offsets: &[Option<Offset>]) -> Option<Self> {
+        let answers = asks
+            .iter()
+            .zip(offsets)
+            .map(|(&(_, low, high, _), offset)| match offset {
+                Some(Offset::Offset(o)) => Some((*o).clamp(low, high)),
+                Some(Offset::End) => Some(high),
+                _ => None,
+            })
+            .collect::<Option<Vec<i64>>>()?;
+        Some(BrokerCheck { asks, answers })
+    }
+
+    /// The answers, if both rounds of probes (`probe_round`) find them holding.
+    fn verdict(
+        self,
+        mut probe_round: impl FnMut(&[(i32, i64)]) -> anyhow::Result<Vec<Probed>>,
+    ) -> anyhow::Result<Option<Vec<i64>>> {
+        let got = probe_round(&self.at_or_after_probes())?;
+        if !self.at_or_after_holds(&got) {
             return Ok(None);
         }
-        let above_low: Vec<_> = asks
+        let got = probe_round(&self.before_probes())?;
+        Ok(self.before_holds(&got).then_some(self.answers))
+    }
+
+    /// The asks whose answer is below their partition's end, with it.
+    fn answered(&self) -> impl Iterator<Item = (&(i32, i64, i64, i64), i64)> {
+        self.asks
             .iter()
-            .zip(&answers)
-            .filter(|(a, &o)| o > a.1)
-            .collect();
-        let probes: Vec<(i32, i64)> = above_low.iter().map(|(a, &o)| (a.0, o - 1)).collect();
-        let got = self.probe_round(&probes)?;
-        let before = above_low.iter().zip(&got).all(|((a, &o), got)| match got {
+            .zip(self.answers.iter().copied())
+            .filter(|(a, o)| *o < a.2)
+    }
+
+    /// The asks whose answer is above their partition's start, with it.
+    fn above_low(&self) -> impl Iterator<Item = (&(i32, i64, i64, i64), i64)> {
+        self.asks
+            .iter()
+            .zip(self.answers.iter().copied())
+            .filter(|(a, o)| *o > a.1)
+    }
+
+    /// The first round: the message at each answer below its partition's end.
+    fn at_or_after_probes(&self) -> Vec<(i32, i64)> {
+        self.answered().map(|(a, o)| (a.0, o)).collect()
+    }
+
+    fn at_or_after_holds(&self, got: &[Probed]) -> bool {
+        self.answered()
+            .zip(got)
+            .all(|((a, _), got)| got.is_some_and(|(_, ts)| ts >= a.3))
+    }
+
+    /// The second round: the message before each answer above its partition's start.
+    fn before_probes(&self) -> Vec<(i32, i64)> {
+        self.above_low().map(|(a, o)| (a.0, o - 1)).collect()
+    }
+
+    fn before_holds(&self, got: &[Probed]) -> bool {
+        self.above_low().zip(got).all(|((a, o), got)| match got {
             Some((at, ts)) => *at >= o || *ts < a.3,
             None => false,
-        });
-        Ok(before.then_some(answers))
+        })
     }
 }
 
@@ -407,4 +461,113 @@ fn fetched_high_watermark(consumer: &Reader, topic: &str, partition: i32) -> Opt
     };
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
         .then_some(high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition of offsets `0..ts.len()` with these timestamps, whose broker returns record
+    /// batches of `batch` messages whole from their base offset: a probe at `at` gets the
+    /// first message of the first batch at or after `at`.
+    struct Partition {
+        ts: Vec<i64>,
+        batch: i64,
+    }
+
+    impl Partition {
+        fn probe(&self, at: i64) -> Probed {
+            let base = (at + self.batch - 1) / self.batch * self.batch;
+            let ts = self.ts.get(usize::try_from(base).ok()?)?;
+            Some((base, *ts))
+        }
+
+        /// What a truthful broker answers: the first offset whose timestamp is at or after `ms`.
+        fn truth(&self, ms: i64) -> Offset {
+            match self.ts.iter().position(|&t| t >= ms) {
+                Some(o) => Offset::Offset(o as i64),
+                None => Offset::End,
+            }
+        }
+    }
+
+    /// Two partitions, timestamps 1,000 ms apart (partition 1 offset by 500 ms).
+    fn partitions(batch: i64) -> [Partition; 2] {
+        let of = |start: i64| Partition {
+            ts: (0..100).map(|i| start + i * 1_000).collect(),
+            batch,
+        };
+        [of(10_000), of(10_500)]
+    }
+
+    /// `broker_answers`' verdict on `offsets` for the time `ms` in both partitions, and the
+    /// number of probes it took.
+    fn verdict(
+        parts: &[Partition; 2],
+        ms: i64,
+        offsets: &[Option<Offset>],
+    ) -> (Option<Vec<i64>>, usize) {
+        let asks = [(0, 0, 100, ms), (1, 0, 100, ms)];
+        let mut probes = 0;
+        let answer = BrokerCheck::new(&asks, offsets).and_then(|check| {
+            check
+                .verdict(|round| {
+                    probes += round.len();
+                    Ok(round
+                        .iter()
+                        .map(|&(p, at)| parts[p as usize].probe(at))
+                        .collect())
+                })
+                .expect("probes never fail here")
+        });
+        (answer, probes)
+    }
+
+    fn truths(parts: &[Partition; 2], ms: i64) -> Vec<Option<Offset>> {
+        parts.iter().map(|p| Some(p.truth(ms))).collect()
+    }
+
+    #[test]
+    fn a_truthful_broker_is_believed_in_two_rounds() {
+        let parts = partitions(1);
+        // Inside both partitions: each answer is checked on both sides (4 probes).
+        let (answer, probes) = verdict(&parts, 40_200, &truths(&parts, 40_200));
+        assert_eq!(answer, Some(vec![31, 30]));
+        assert_eq!(probes, 4);
+        // Before the first messages (answered at the start: nothing before to check) and past
+        // the last (answered with the end: nothing at it to check).
+        let (answer, probes) = verdict(&parts, 0, &truths(&parts, 0));
+        assert_eq!((answer, probes), (Some(vec![0, 0]), 2));
+        let (answer, probes) = verdict(&parts, 200_000, &truths(&parts, 200_000));
+        assert_eq!((answer, probes), (Some(vec![100, 100]), 2));
+    }
+
+    #[test]
+    fn a_false_answer_is_never_believed() {
+        let parts = partitions(1);
+        let ms = 40_200;
+        // tansu 0.6.0: offset 0 whatever the time — fails the first round.
+        let zeros = vec![Some(Offset::Offset(0)); 2];
+        assert_eq!(verdict(&parts, ms, &zeros), (None, 2));
+        // One answer one short of the truth fails the first round; one a message too far, the
+        // second; the end for a time inside the partition, the second.
+        for wrong in [Offset::Offset(30), Offset::Offset(32), Offset::End] {
+            let offsets = vec![Some(wrong), Some(parts[1].truth(ms))];
+            assert_eq!(verdict(&parts, ms, &offsets).0, None, "{wrong:?}");
+        }
+        // A partition left unanswered.
+        assert_eq!(
+            verdict(&parts, ms, &[Some(parts[0].truth(ms)), None]),
+            (None, 0)
+        );
+    }
+
+    #[test]
+    fn a_batch_returned_whole_leaves_the_side_before_unchecked() {
+        // Batches of 10 from offset 0: the message before an answer at a batch's base is
+        // fetched, but one before an answer inside a batch comes back as the next batch.
+        let parts = partitions(10);
+        let (answer, _) = verdict(&parts, 40_200, &truths(&parts, 40_200));
+        assert_eq!(answer, Some(vec![31, 30]));
+    }
 }
