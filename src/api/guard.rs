@@ -98,23 +98,24 @@ impl ReplayCounter {
         }
     }
 
-    /// Write what has accumulated; kept for the next flush if the database fails.
+    /// Write what has accumulated, in one transaction: one commit a flush, not one a key (a
+    /// storm replaying hundreds of keys made hundreds of commits a second). Kept for the next
+    /// flush if the database fails.
     pub async fn flush(&self, db: &Database) {
-        let batch: Vec<(String, i64)> =
+        let mut batch: Vec<(String, i64)> =
             std::mem::take(&mut *self.pending.lock().expect("replay counter"))
                 .into_iter()
                 .collect();
-        for (request_id, n) in batch {
-            if idempotency::count_replays(db, &request_id, n)
-                .await
-                .is_err()
-            {
-                *self
-                    .pending
-                    .lock()
-                    .expect("replay counter")
-                    .entry(request_id)
-                    .or_insert(0) += n;
+        if batch.is_empty() {
+            return;
+        }
+        // Every instance locks the records in the same order: two flushes never deadlock.
+        batch.sort_unstable();
+        if let Err(e) = idempotency::count_replays(db, &batch).await {
+            tracing::warn!(keys = batch.len(), error = %e, "replay counts not written; kept for the next flush");
+            let mut pending = self.pending.lock().expect("replay counter");
+            for (request_id, n) in batch {
+                *pending.entry(request_id).or_insert(0) += n;
             }
         }
     }

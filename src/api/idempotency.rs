@@ -272,14 +272,18 @@ pub async fn abandon(db: &Database, request_id: &str, owner: &str) -> Result<(),
     Ok(())
 }
 
-/// Adds the `n` replays a flush collected for one record, in one statement.
-pub async fn count_replays(db: &Database, request_id: &str, n: i64) -> Result<(), sqlx::Error> {
-    sqlx::query(db.sql("api_idem_count_replay"))
-        .bind(n)
-        .bind(request_id)
-        .execute(db)
-        .await?;
-    Ok(())
+/// Adds the replays a flush collected, (request id, how many) for each record, in one
+/// transaction.
+pub async fn count_replays(db: &Database, counts: &[(String, i64)]) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    for (request_id, n) in counts {
+        sqlx::query(db.sql("api_idem_count_replay"))
+            .bind(*n)
+            .bind(request_id.as_str())
+            .execute(&mut tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 #[cfg(test)]
