@@ -32,3 +32,10 @@ pub mod stream;
 pub mod tls;
 pub mod trace;
 pub mod untrusted;
+
+/// Every binary built on the library allocates with mimalloc: `idemguard serve`, the console,
+/// and the tests and benches that run the service in their own process (a bench measures the
+/// allocator the service runs with). With glibc's, `malloc` and `free` took 12–14 % of the
+/// service's CPU in a storm of replays (BENCHMARKS.md, API).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
