@@ -12,17 +12,18 @@ use idemguard::contracts::RequestId;
 use idemguard::db::Database;
 
 /// Counts the UPDATE statements run on idempotency_record (a trigger of the test database: one
-/// row per statement on PostgreSQL; per row on MariaDB, where each statement here touches one).
+/// row per statement on PostgreSQL; per row on MariaDB, where each statement here touches one),
+/// each row with a tag of its transaction (`tx`).
 async fn count_updates_of_the_record_table(db: &Database) {
     let statements: &[&str] = match db.dialect() {
         Dialect::Postgres => &[
-            "CREATE TABLE igt_updates (n INT)",
-            "CREATE FUNCTION igt_count_update() RETURNS trigger AS $$ BEGIN INSERT INTO igt_updates VALUES (1); RETURN NULL; END $$ LANGUAGE plpgsql",
+            "CREATE TABLE igt_updates (tx BIGINT)",
+            "CREATE FUNCTION igt_count_update() RETURNS trigger AS $$ BEGIN INSERT INTO igt_updates VALUES (txid_current()); RETURN NULL; END $$ LANGUAGE plpgsql",
             "CREATE TRIGGER igt_count AFTER UPDATE ON idempotency_record FOR EACH STATEMENT EXECUTE FUNCTION igt_count_update()",
         ],
         Dialect::Mysql => &[
-            "CREATE TABLE igt_updates (n INT)",
-            "CREATE TRIGGER igt_count AFTER UPDATE ON idempotency_record FOR EACH ROW INSERT INTO igt_updates VALUES (1)",
+            "CREATE TABLE igt_updates (tx BIGINT)",
+            "CREATE TRIGGER igt_count AFTER UPDATE ON idempotency_record FOR EACH ROW INSERT INTO igt_updates VALUES (@@in_transaction)",
         ],
     };
     for s in statements {
@@ -45,7 +46,8 @@ async fn claimed(db: &Database) -> String {
     request_id
 }
 
-/// The replay counter promises one UPDATE per key per flush; it sent one per replay.
+/// The replay counter promises one UPDATE per key per flush, all in one transaction; it sent
+/// one per replay, then one autocommitted UPDATE per key.
 async fn replay_counter_flushes_one_update_per_key(dialect: Dialect) {
     let (_config, db) = common::migrated_database(dialect).await;
     let (a, b) = (claimed(&db).await, claimed(&db).await);
@@ -62,6 +64,16 @@ async fn replay_counter_flushes_one_update_per_key(dialect: Dialect) {
         common::count(&db, "igt_updates").await,
         2,
         "{dialect}: one UPDATE per key, not one per replay"
+    );
+    // Each UPDATE notes its transaction: PostgreSQL its id, MariaDB whether it ran inside an
+    // explicit one (0 when autocommitted).
+    assert_eq!(
+        (
+            common::count(&db, "(SELECT DISTINCT tx FROM igt_updates) t").await,
+            common::count(&db, "igt_updates WHERE tx = 0").await
+        ),
+        (1, 0),
+        "{dialect}: the keys' UPDATEs in one transaction, one commit a flush"
     );
     assert_eq!(
         idempotency::get(&db, &a)
