@@ -111,7 +111,9 @@ impl Tracer {
                 )
                 // Trace events never wait for the broker; a longer linger packs more of them into
                 // each produce request, which is what the broker's CPU follows (BENCHMARKS.md, API).
-                .set("linger.ms", "20")
+                // An event waits at most a tenth of a second before it is sent: still at once for
+                // an operator tracing an order.
+                .set("linger.ms", "100")
                 .set("acks", "1")
                 .set("log_level", "3")
                 .create_with_context(DeliveryCounter {
