@@ -47,7 +47,7 @@ use idemguard::api::server;
 use idemguard::config::Dialect;
 use idemguard::contracts::{Instance, RequestId};
 use idemguard::db::orders::Orders;
-use idemguard::trace::Tracer;
+use idemguard::trace::{TraceCounts, Tracer};
 use load_client::{Load, LoadResult};
 use proc_cpu::{Usage, GROUPS};
 use stats::{knob, median};
@@ -399,10 +399,35 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
     let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&stored).query_async(&mut redis).await;
     baseline.shutdown.cancel();
     let _ = baseline.done.await;
-    for s in [service, quiet] {
+    let mut servers = [service, quiet];
+    for s in &mut servers {
         s.shutdown.cancel();
-        let _ = s.done.await;
+        let _ = (&mut s.done).await;
     }
+    // The producer's thread counts the last deliveries just after the flush returns.
+    let mut counts = servers[0].trace_counts();
+    for _ in 0..50 {
+        if counts.delivered + counts.dropped == counts.emitted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        counts = servers[0].trace_counts();
+    }
+    all_traced(dialect, counts);
+}
+
+/// The traced side's events, once its shutdown has flushed them: every one delivered, or its
+/// figures measured less than the service's work (a full producer queue drops events rather
+/// than wait).
+fn all_traced(dialect: Dialect, counts: TraceCounts) {
+    println!(
+        "{dialect}: trace events of idemguard's side: {} emitted, {} delivered, {} dropped",
+        counts.emitted, counts.delivered, counts.dropped
+    );
+    assert!(
+        counts.dropped == 0 && counts.delivered == counts.emitted,
+        "{dialect}: the traced side did not deliver every trace event ({counts:?}): its figures are not the service's work"
+    );
 }
 
 /// The 1/5/15-minute load average, as `uptime` shows it.

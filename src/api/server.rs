@@ -512,6 +512,14 @@ pub struct Server {
     pub metrics_addr: Option<SocketAddr>,
     pub shutdown: CancellationToken,
     pub done: tokio::task::JoinHandle<anyhow::Result<()>>,
+    tracer: Tracer,
+}
+
+impl Server {
+    /// The trace events this service has emitted, delivered and dropped so far.
+    pub fn trace_counts(&self) -> crate::trace::TraceCounts {
+        self.tracer.stats()
+    }
 }
 
 /// Starts the service on `listen` (port 0 = any free port). Shutdown finishes the requests in
@@ -592,6 +600,7 @@ async fn start_traced(
     let metrics_addr = metrics.as_ref().map(|m| m.addr);
     let app = router(state);
     let stop = shutdown.clone();
+    let counted = tracer.clone();
     let done = tokio::spawn(async move {
         edge::serve(listener, app, &config.api, stop).await;
         drained.cancel();
@@ -613,6 +622,7 @@ async fn start_traced(
         metrics_addr,
         shutdown,
         done,
+        tracer: counted,
     })
 }
 
