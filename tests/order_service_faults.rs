@@ -68,7 +68,7 @@ fn tracer() -> Tracer {
 }
 
 fn key() -> String {
-    format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7())
+    format!("APP:ORDER:{}:{}", key_date(), uuid::Uuid::now_v7())
 }
 
 fn order_body() -> serde_json::Value {
