@@ -233,7 +233,7 @@ async fn traffic(http: &reqwest::Client, api: &str) {
             .json(&body)
             .send()
     };
-    let key = format!("APP:ORDER:{}:{}", common::key_date(), uuid::Uuid::now_v7());
+    let key = idemguard::contracts::RequestId::generate("APP", "ORDER").to_string();
     let order = serde_json::json!({"userId": 42, "skuId": 11, "quantity": 1, "amount": 1999});
     let first = post("/orders", &key, order.clone()).await.unwrap();
     assert_eq!(first.status(), 201, "the order is created");
@@ -242,7 +242,7 @@ async fn traffic(http: &reqwest::Client, api: &str) {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     let other = serde_json::json!({"userId": 42, "skuId": 11, "quantity": 2, "amount": 1999});
     assert_eq!(post("/orders", &key, other).await.unwrap().status(), 422);
-    let pay_key = format!("APP:PAY:{}:{}", common::key_date(), uuid::Uuid::now_v7());
+    let pay_key = idemguard::contracts::RequestId::generate("APP", "PAY").to_string();
     let callback = serde_json::json!({
         "payNo": format!("PAY{}", common::unique_suffix()),
         "orderNo": created["orderNo"],

@@ -128,7 +128,7 @@ impl Service {
 const JSON: (&str, &[u8]) = ("Content-Type", b"application/json");
 
 fn key() -> String {
-    format!("APP:ORDER:{}:{}", key_date(), uuid::Uuid::now_v7())
+    idemguard::contracts::RequestId::generate("APP", "ORDER").to_string()
 }
 
 fn order_body(sku: i64) -> serde_json::Value {
@@ -347,7 +347,7 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
     let order_no = retry.json()["orderNo"].as_str().unwrap().to_string();
 
     rename(&s.db, "payment_flow", "payment_flow_away").await;
-    let pk = format!("PSP:PAY:{}:{}", key_date(), uuid::Uuid::now_v7());
+    let pk = idemguard::contracts::RequestId::generate("PSP", "PAY").to_string();
     let pay = serde_json::json!({"payNo": "PAY-21", "orderNo": order_no, "amount": 1999});
     assert_opaque_500(&s.post("/payments/callback", &pk, &pay).await, &secret);
     rename(&s.db, "payment_flow_away", "payment_flow").await;
@@ -368,7 +368,7 @@ async fn internal_errors_never_reach_the_client(dialect: Dialect) {
 per_dialect!(internal_errors_never_reach_the_client => internal_errors_never_reach_the_client_postgres, internal_errors_never_reach_the_client_mysql);
 
 fn pay_key() -> String {
-    format!("PSP:PAY:{}:{}", key_date(), uuid::Uuid::now_v7())
+    idemguard::contracts::RequestId::generate("PSP", "PAY").to_string()
 }
 
 fn callback(pay_no: &str, order_no: &str) -> serde_json::Value {

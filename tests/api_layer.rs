@@ -79,7 +79,7 @@ impl Service {
 }
 
 fn key() -> String {
-    format!("APP:ORDER:{}:{}", key_date(), uuid::Uuid::now_v7())
+    idemguard::contracts::RequestId::generate("APP", "ORDER").to_string()
 }
 
 fn order_body(sku: i64) -> serde_json::Value {
@@ -487,7 +487,7 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     let r = s.post("/orders", Some(&key()), &order_body(11)).await;
     let order: serde_json::Value = r.json().await.unwrap();
     let order_no = order["orderNo"].as_str().unwrap().to_string();
-    let pay_key = format!("PSP:PAY:{}:{}", key_date(), uuid::Uuid::now_v7());
+    let pay_key = idemguard::contracts::RequestId::generate("PSP", "PAY").to_string();
     let body = serde_json::json!({"payNo": format!("PAY-{order_no}"), "orderNo": order_no, "amount": 1999});
     let sends = (0..50).map(|_| {
         let (http, url, k, body) = (
@@ -517,7 +517,7 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     let r = s
         .post(
             "/payments/callback",
-            Some(&format!("PSP:PAY:{}:{}", key_date(), uuid::Uuid::now_v7())),
+            Some(&idemguard::contracts::RequestId::generate("PSP", "PAY").to_string()),
             &body,
         )
         .await;

@@ -68,7 +68,7 @@ fn tracer() -> Tracer {
 }
 
 fn key() -> String {
-    format!("APP:ORDER:{}:{}", key_date(), uuid::Uuid::now_v7())
+    idemguard::contracts::RequestId::generate("APP", "ORDER").to_string()
 }
 
 fn order_body() -> serde_json::Value {

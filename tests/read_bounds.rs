@@ -619,7 +619,7 @@ async fn serve_answers_when_the_database_stops_answering(dialect: Dialect) {
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
-    let key = || format!("APP:ORDER:{}:{}", key_date(), uuid::Uuid::now_v7());
+    let key = || idemguard::contracts::RequestId::generate("APP", "ORDER").to_string();
     let (status, body) = post(key()).await;
     assert_eq!(status, 201, "{dialect}: before the freeze: {body}");
 

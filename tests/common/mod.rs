@@ -37,13 +37,6 @@ pub fn local_config() -> Config {
     .expect("config/local.toml loads")
 }
 
-/// Today's UTC date, as the `yyyymmdd` part of an Idempotency-Key. A key sent to the service
-/// carries it: one with a fixed date falls past `idempotency.retention` (a week and a day) and is
-/// answered as expired, whatever the test meant to send.
-pub fn key_date() -> String {
-    idemguard::contracts::format_ms(idemguard::contracts::now_ms())[..10].replace('-', "")
-}
-
 pub fn unique_suffix() -> String {
     format!(
         "{:x}",
