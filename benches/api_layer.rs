@@ -404,16 +404,8 @@ async fn bench_dialect(dialect: Dialect, secs: u64, rounds: usize) {
         s.shutdown.cancel();
         let _ = (&mut s.done).await;
     }
-    // The producer's thread counts the last deliveries just after the flush returns.
-    let mut counts = servers[0].trace_counts();
-    for _ in 0..50 {
-        if counts.delivered + counts.dropped == counts.emitted {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        counts = servers[0].trace_counts();
-    }
-    all_traced(dialect, counts);
+    // The shutdown's flush returns once every delivery report has been served.
+    all_traced(dialect, servers[0].trace_counts());
 }
 
 /// The traced side's events, once its shutdown has flushed them: every one delivered, or its
