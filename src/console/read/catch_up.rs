@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::console::read::live::LiveStart;
-use crate::console::read::topics::{reader, watermarks, Reader, KAFKA_TIMEOUT};
+use crate::console::read::topics::{assign_known, reader, watermarks, Reader, KAFKA_TIMEOUT};
 
 /// Where a bounded read starts.
 #[derive(Debug, Clone, Copy)]
@@ -90,9 +90,7 @@ impl CatchUp {
         start: StartAt,
     ) -> anyhow::Result<CatchUp> {
         let tpl = start_offsets(consumer, topic, marks, start)?;
-        consumer
-            .assign(&tpl)
-            .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+        assign_known(consumer, servers, topic, &tpl)?;
         let mut catch_up = CatchUp::new(marks.iter().copied());
         // Partitions whose start (by time) is already at the end have nothing to read.
         if let StartAt::Since(_) = start {

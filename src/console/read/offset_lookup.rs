@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::console::read::seek::{Seek, SCAN_INSTEAD_OF_PROBING};
 use crate::console::read::time_index::{self, TimeIndex};
-use crate::console::read::topics::{Reader, KAFKA_TIMEOUT};
+use crate::console::read::topics::{assign_known, Reader, KAFKA_TIMEOUT};
 use crate::contracts::now_ms;
 
 /// How long one probe (the message at one offset) may take before the read fails.
@@ -147,13 +147,13 @@ impl<'a> OffsetLookup<'a> {
     /// error, never a guess.
     fn probe_round(&mut self, probes: &[(i32, i64)]) -> anyhow::Result<Vec<Probed>> {
         self.probes += probes.len() as u64;
-        let topic = self.topic;
+        let (topic, servers) = (self.topic, self.servers);
         let out = match self.second {
             Some(second) if probes.len() > 1 => {
                 let (mine, its) = probes.split_at(probes.len() / 2);
                 let (mine, its) = std::thread::scope(|s| {
-                    let its = s.spawn(|| probe_with(second, topic, its));
-                    let mine = probe_with(self.consumer, topic, mine);
+                    let its = s.spawn(|| probe_with(second, servers, topic, its));
+                    let mine = probe_with(self.consumer, servers, topic, mine);
                     (mine, its.join().expect("a probe thread does not panic"))
                 });
                 self.second_assigned = true;
@@ -168,7 +168,7 @@ impl<'a> OffsetLookup<'a> {
                     second.unassign()?;
                     self.second_assigned = false;
                 }
-                probe_with(self.consumer, topic, probes)?
+                probe_with(self.consumer, servers, topic, probes)?
             }
         };
         for (&(p, at), got) in probes.iter().zip(&out) {
@@ -400,6 +400,7 @@ impl<'a> BrokerCheck<'a> {
 /// [`OffsetLookup::probe_round`]'s probes of `probes` with one reader.
 fn probe_with(
     consumer: &Reader,
+    servers: &str,
     topic: &str,
     probes: &[(i32, i64)],
 ) -> anyhow::Result<Vec<Probed>> {
@@ -410,7 +411,7 @@ fn probe_with(
     for &(p, at) in probes {
         tpl.add_partition_offset(topic, p, Offset::Offset(at))?;
     }
-    consumer.assign(&tpl)?;
+    assign_known(consumer, servers, topic, &tpl)?;
     let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
     let started = Instant::now();
     while out.iter().any(Option::is_none) {

@@ -20,7 +20,7 @@ use crate::console::read::offset_lookup::OffsetLookup;
 use crate::console::read::seek::WINDOW_SHARE;
 use crate::console::read::time_index;
 use crate::console::read::topics::{
-    let_go, probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT,
+    assign_known, let_go, probe_reader, watermarks, Fetch, Reader, KAFKA_TIMEOUT,
 };
 
 /// Reads `plan`'s windows of its topic, in the partitions of its keys (blocking: run it on a
@@ -434,9 +434,7 @@ fn read_ranges(
     for (p, r) in &left.stretches {
         tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].from))?;
     }
-    consumer
-        .assign(&tpl)
-        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+    assign_known(consumer, servers, topic, &tpl)?;
     let started = Instant::now();
     let mut read = 0u64;
     let mut idle_since: Option<Instant> = None;
