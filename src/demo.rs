@@ -408,7 +408,7 @@ async fn late_payment(config: &Config, orders: &Orders) -> anyhow::Result<(Strin
             value: Some(value.as_bytes()),
         });
     }
-    let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka).create()?;
+    let producer: FutureProducer = crate::kafka_client::producer_config(&config.kafka).create()?;
     let record = FutureRecord::to(&config.kafka.payment_topic)
         .key(&event.order_no)
         .payload(&body)
@@ -519,7 +519,7 @@ async fn redeliver(config: &Config, n: usize) -> anyhow::Result<()> {
         tpl.add_partition_offset(&config.kafka.payment_topic, p, Offset::Beginning)?;
     }
     reader.assign(&tpl)?;
-    let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka).create()?;
+    let producer: FutureProducer = crate::kafka_client::producer_config(&config.kafka).create()?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut sent = 0;
     while sent < n && Instant::now() < deadline {

@@ -24,6 +24,18 @@ use crate::config::KafkaConfig;
 use crate::tls::{Backend, Refusal};
 
 /// The settings every client shares: where the brokers are and how to reach them.
+/// The client configuration of idemguard's own producers: [`client_config`] with the partitioner
+/// `kafka.partitioner` names, so that a key's partition is the one a trace computes for it (a
+/// producer left on librdkafka's crc32 under `murmur2_random` put the outbox's payment events
+/// and the trace events where a trace did not look). `none` leaves librdkafka's default.
+pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
+    let mut c = client_config(kafka);
+    if kafka.partitioner != crate::config::Partitioner::None {
+        c.set("partitioner", kafka.partitioner.name());
+    }
+    c
+}
+
 pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &kafka.bootstrap_servers);

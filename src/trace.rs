@@ -99,7 +99,7 @@ impl Tracer {
         }
         let stats = Arc::new(TraceStats::default());
         let producer: ThreadedProducer<DeliveryCounter> =
-            crate::kafka_client::client_config(&config.kafka)
+            crate::kafka_client::producer_config(&config.kafka)
                 .set("client.id", format!("idemguard-trace-{}", instance.id))
                 .set(
                     "queue.buffering.max.messages",

@@ -395,3 +395,37 @@ async fn malformed_message_goes_to_the_dlq_and_the_next_is_processed() {
         "{reasons:?}"
     );
 }
+
+/// idemguard's own producers put a key where `kafka.partitioner` says, so a trace that reads
+/// only a key's partition finds what they wrote: forty orderNos under each partitioner, each
+/// delivered to the partition the trace computes for it, on the real broker.
+#[tokio::test]
+async fn own_producers_put_each_key_where_the_configured_partitioner_says() {
+    use idemguard::config::Partitioner;
+    for partitioner in [Partitioner::ConsistentRandom, Partitioner::Murmur2Random] {
+        let mut config = local_config();
+        let topics = fresh_topics(&config, &["payment.succeeded"]).await;
+        config.kafka.partitioner = partitioner;
+        let producer: FutureProducer = idemguard::kafka_client::producer_config(&config.kafka)
+            .create()
+            .unwrap();
+        for i in 0..40 {
+            let key = format!("2026120714{i:02}00000000000000000000");
+            let partition = producer
+                .send(
+                    FutureRecord::to(&topics[0]).key(&key).payload("{}"),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap()
+                .partition;
+            assert_eq!(
+                Some(partition),
+                partitioner.partition_of(key.as_bytes(), 3),
+                "{} put {key} elsewhere",
+                partitioner.name()
+            );
+        }
+    }
+}

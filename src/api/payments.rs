@@ -283,7 +283,7 @@ impl RelayCrash {
 
 impl OutboxRelay {
     pub fn new(config: &Config, db: Database, tracer: Tracer) -> anyhow::Result<OutboxRelay> {
-        let producer: FutureProducer = crate::kafka_client::client_config(&config.kafka)
+        let producer: FutureProducer = crate::kafka_client::producer_config(&config.kafka)
             .set(
                 "client.id",
                 format!("idemguard-relay-{}", tracer.instance_id()),

@@ -293,7 +293,7 @@ impl Rig {
                 .await?)
         })
         .await?;
-        let producer: FutureProducer = crate::kafka_client::client_config(&self.config.kafka)
+        let producer: FutureProducer = crate::kafka_client::producer_config(&self.config.kafka)
             .set("acks", "all")
             .set("log_level", "3")
             .create()?;

@@ -42,7 +42,7 @@ enum DeadLettered {
 /// (`consumer.dlq_max_message_bytes`) as its `message.max.bytes`.
 pub(super) fn dlq_producer(config: &Config, instance_id: &str) -> anyhow::Result<FutureProducer> {
     let servers = &config.kafka.bootstrap_servers;
-    crate::kafka_client::client_config(&config.kafka)
+    crate::kafka_client::producer_config(&config.kafka)
         .set("client.id", format!("idemguard-dlq-{instance_id}"))
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
