@@ -36,7 +36,9 @@ use idemguard::stream::lag::consumer_lag;
 use idemguard::stream::sinks::{self, Delivery, PaidDecision};
 use idemguard::stream::ConsumeStats;
 use idemguard::trace::Tracer;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
@@ -994,6 +996,23 @@ fn large_producer(s: &ConsumerSetup, gzip: bool) -> FutureProducer {
         .unwrap()
 }
 
+/// Lets the payment topic take batches of up to `bytes`: the broker refuses a larger one at
+/// produce time (Apache Kafka's `max.message.bytes`, about 1 MB unless a topic says otherwise),
+/// as a team's topic for large events would say. The DLQ topic keeps the broker's default.
+async fn payment_topic_takes(s: &ConsumerSetup, bytes: usize) {
+    let admin: AdminClient<DefaultClientContext> =
+        idemguard::kafka_client::client_config(&s.config.kafka)
+            .create()
+            .unwrap();
+    let bytes = bytes.to_string();
+    let topic = AlterConfig::new(ResourceSpecifier::Topic(&s.config.kafka.payment_topic))
+        .set("max.message.bytes", &bytes);
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in admin.alter_configs([&topic], &opts).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("max.message.bytes of the payment topic: {e:?}"));
+    }
+}
+
 /// The real `consume` until `done`, at most 90 s: its stderr and its peak resident memory
 /// (VmHWM, kB). `env`: settings of this run.
 async fn consume_until(
@@ -1040,6 +1059,7 @@ async fn consume_until(
 /// 340 MB (it used to copy every message of a batch whole, and retried the DLQ for ever).
 async fn a_message_too_large_for_the_dlq_stops_nothing(s: &ConsumerSetup) {
     let d = s.dialect;
+    payment_topic_takes(s, 4_000_000).await;
     let (o, r) = create_order(&s.db, 42).await;
     send_to_partition(s, &producer(&s.config), 0, b"{not json").await;
     let huge = vec![b'x'; 3_000_056];

@@ -459,9 +459,10 @@ fn edge_events(order: &TracedOrder, t: i64, margin: i64) -> Vec<Out> {
 }
 
 /// A neighbour's trace leaves the index points right at the next order's window start (its
-/// window ends where the other begins), and a second trace of the order finds its bounds among
-/// the points its first trace left: each still finds the events on both edges of the window —
-/// the second in fewer probes than the first.
+/// window ends where the other begins), and a second trace of the order meets the points its
+/// first trace left: each still finds the events on both edges of the window. On Apache Kafka
+/// every window comes from the broker's time index (`offsets_for_times`, checked), so what the
+/// process remembers never costs a trace a probe more.
 #[tokio::test]
 async fn an_index_narrowed_by_earlier_traces_still_finds_the_windows_edges() {
     let (config, db) = world(Partitioner::ConsistentRandom).await;
@@ -493,10 +494,13 @@ async fn an_index_narrowed_by_earlier_traces_still_finds_the_windows_edges() {
             "the window's last ms"
         );
         let cost = r.data.read_cost.unwrap();
+        for c in &cost.topics {
+            assert_eq!(c.offset_lookup, "offsets_for_times", "{}", c.topic);
+        }
         probes.push(cost.topics.iter().map(|c| c.offset_probes).sum::<u64>());
     }
     assert!(
-        probes[1] < probes[0],
+        probes[1] <= probes[0],
         "probes of the two traces: {probes:?}"
     );
 }
