@@ -683,30 +683,40 @@ per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] tui_bul
 /// A message in the test's DLQ as the consumer writes one: `e`'s key, body and ID headers, the
 /// reason, and a source position on `source_topic`. Its DLQ position.
 async fn put_in_dlq(s: &ConsumerSetup, e: &PaymentSucceeded, source_topic: &str) -> (i32, i64) {
-    put_in_dlq_on(s, e, source_topic, None).await
+    put_in_dlq_on(s, e, source_topic, None, &[]).await
 }
 
-/// [`put_in_dlq`] on the DLQ's `partition` when one is named, else where its key hashes.
+/// [`put_in_dlq`] on the DLQ's `partition` when one is named, else where its key hashes; each
+/// of `headers_over` replaces the header of its name, or is added.
 async fn put_in_dlq_on(
     s: &ConsumerSetup,
     e: &PaymentSucceeded,
     source_topic: &str,
     partition: Option<i32>,
+    headers_over: &[(&str, &str)],
 ) -> (i32, i64) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::FutureRecord;
     let body = serde_json::to_vec(e).unwrap();
-    let mut h = OwnedHeaders::new();
-    for (key, value) in [
+    let dlq_id = format!("dlq-{}", unique_suffix());
+    let mut all = vec![
         (headers::EVENT_ID, e.event_id.as_str()),
         (headers::REQUEST_ID, e.request_id.as_str()),
         (headers::ORDER_NO, e.order_no.as_str()),
-        ("dlq.id", &format!("dlq-{}", unique_suffix())),
+        ("dlq.id", &dlq_id),
         ("dlq.reason", "unknown order"),
         ("dlq.source.topic", source_topic),
         ("dlq.source.partition", "5"),
         ("dlq.source.offset", "0"),
-    ] {
+    ];
+    for &(key, value) in headers_over {
+        match all.iter_mut().find(|(k, _)| *k == key) {
+            Some(h) => h.1 = value,
+            None => all.push((key, value)),
+        }
+    }
+    let mut h = OwnedHeaders::new();
+    for (key, value) in all {
         h = h.insert(Header {
             key,
             value: Some(value.as_bytes()),
@@ -727,16 +737,15 @@ async fn put_in_dlq_on(
     (sent.partition, sent.offset)
 }
 
-/// A redrive whose publish fails: its DLQ message names a source partition the broker does not
-/// have (the topic was recreated smaller since the message was refused). The publish fails;
-/// the audit row, written first, says `error` and why; that row does not count as a redrive,
-/// so once the partition is back the same redrive runs again and publishes — with that second
-/// row's id in its headers — and a third is refused.
+/// A redrive whose publish fails: its DLQ message names a partition of the payment topic the
+/// broker does not have (the topic was recreated smaller since the message was refused). The
+/// publish fails; the audit row, written first, says `error` and why; that row does not count as
+/// a redrive, so once the topic has the partition again the same redrive runs again and
+/// publishes — with that second row's id in its headers — and a third is refused.
 async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
     let d = s.dialect;
-    // A source topic of 3 partitions (0-2); the message names partition 5.
-    let source = format!("{}.source", s.config.kafka.payment_topic);
-    create_topics(&s.config, std::slice::from_ref(&source)).await;
+    // The payment topic has 3 partitions (0-2); the message names partition 5.
+    let source = s.config.kafka.payment_topic.clone();
     let (order_no, req) = create_order(&s.db, 90).await;
     let event = payment(&order_no, &req, 90);
     let (partition, offset) = put_in_dlq(s, &event, &source).await;
@@ -758,7 +767,7 @@ async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
     );
     assert_eq!(audit_outcomes(s, &target).await, ["error"], "{d}");
 
-    recreate_with_partitions(&s.config, &source, 6).await;
+    grow_to_partitions(&s.config, &source, 6).await;
     let (code, r) = redrive_at(s, &position, &["--allow-actions"]).await;
     assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
     let retry_id = r["audit_id"].as_i64().unwrap();
@@ -776,13 +785,27 @@ async fn a_failed_publish_says_error_and_may_be_retried(s: &ConsumerSetup) {
 
     // The one copy published: on the source topic, naming the retry's audit row.
     let config = s.config.clone();
-    let copies = tokio::task::spawn_blocking(move || redriven_copies(&config, &source));
+    let copies = tokio::task::spawn_blocking(move || redriven_copies(&config, &source, 6));
     let copies = copies.await.unwrap();
     assert_eq!(copies, [(5, event.event_id.clone(), retry_id)], "{d}");
 }
 
-/// `topic` deleted and created again with `partitions`, as a team that resizes a topic does
-/// (the stack's broker has no CreatePartitions), or resets one.
+/// `topic` grown to `partitions`, as a team that adds partitions does.
+async fn grow_to_partitions(config: &idemguard::config::Config, topic: &str, partitions: usize) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        idemguard::kafka_client::client_config(&config.kafka)
+            .create()
+            .unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let grown = NewPartitions::new(topic, partitions);
+    for r in admin.create_partitions([&grown], &opts).await.unwrap() {
+        r.unwrap_or_else(|(t, e)| panic!("cannot grow {t} to {partitions} partitions: {e}"));
+    }
+}
+
+/// `topic` deleted and created again with `partitions`, as a team that resets a topic does.
 async fn recreate_with_partitions(
     config: &idemguard::config::Config,
     topic: &str,
@@ -809,11 +832,17 @@ async fn recreate_with_partitions(
     }
 }
 
-/// Every message on `topic` (6 partitions), as many as its watermarks say it holds: its
-/// partition, its eventId header and its `redrive.audit_id` header.
-fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32, String, i64)> {
+/// Every message on `topic` (of `partitions`), as many as its watermarks say it holds: its
+/// partition, its eventId header and its `redrive.audit_id` header (-1 unless there is exactly
+/// one).
+fn redriven_copies(
+    config: &idemguard::config::Config,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i32, String, i64)> {
     use idemguard::stream::redrive::{header_text, AUDIT_ID};
     use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Headers;
     use rdkafka::{Message, Offset, TopicPartitionList};
     let consumer: BaseConsumer = idemguard::kafka_client::client_config(&config.kafka)
         .set("group.id", format!("igt-reader-{}", unique_suffix()))
@@ -821,7 +850,7 @@ fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32,
         .create()
         .unwrap();
     let (mut tpl, mut held) = (TopicPartitionList::new(), 0);
-    for p in 0..6 {
+    for p in 0..partitions {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
             .unwrap();
@@ -839,7 +868,12 @@ fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32,
         );
         if let Some(m) = consumer.poll(Duration::from_millis(200)) {
             let m = m.unwrap();
-            let audit_id = header_text(&m, AUDIT_ID).and_then(|a| a.parse().ok());
+            let marks = m
+                .headers()
+                .map_or(0, |h| h.iter().filter(|h| h.key == AUDIT_ID).count());
+            let audit_id = header_text(&m, AUDIT_ID)
+                .and_then(|a| a.parse().ok())
+                .filter(|_| marks == 1);
             copies.push((
                 m.partition(),
                 header_text(&m, headers::EVENT_ID).unwrap_or_default(),
@@ -852,16 +886,82 @@ fn redriven_copies(config: &idemguard::config::Config, topic: &str) -> Vec<(i32,
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_failed_publish_says_error_and_may_be_retried(&consumer_setup) => failed_publish_postgres, failed_publish_mysql);
 
+/// A DLQ message is data anyone who can write to the DLQ may have written: its headers never
+/// decide where idemguard writes. Messages naming the trace topic and a topic that does not
+/// exist are refused, with the reason, and that topic is not created; a forged
+/// `redrive.audit_id` on a message that may be redriven is dropped: the one copy carries the
+/// redrive's own audit row.
+async fn a_redrive_writes_only_to_the_payment_topic(s: &ConsumerSetup) {
+    let d = s.dialect;
+    let (order_no, req) = create_order(&s.db, 92).await;
+    let missing = format!("{}.elsewhere", s.config.kafka.payment_topic);
+    for source in [s.config.kafka.trace_topic.as_str(), missing.as_str()] {
+        let (p, o) = put_in_dlq(s, &payment(&order_no, &req, 92), source).await;
+        let (code, r) = redrive_at(s, &format!("{p}:{o}"), &["--allow-actions"]).await;
+        assert_eq!(
+            (code, r["outcome"].as_str()),
+            (4, Some("refused")),
+            "{d}: {source}: {r}"
+        );
+        let payment_topic = &s.config.kafka.payment_topic;
+        assert!(
+            r["detail"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("not the payment topic {payment_topic}")),
+            "{d}: {r}"
+        );
+    }
+    let config = s.config.clone();
+    let (topic, asked) = (missing.clone(), missing.clone());
+    let exists = tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = idemguard::kafka_client::client_config(&config.kafka)
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .unwrap();
+        let md = c
+            .fetch_metadata(Some(&asked), Duration::from_secs(10))
+            .unwrap();
+        md.topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none())
+    });
+    assert!(
+        !exists.await.unwrap(),
+        "{d}: the refused redrive created {missing}"
+    );
+
+    let event = payment(&order_no, &req, 92);
+    let forged = [
+        ("dlq.source.partition", "1"),
+        ("redrive.audit_id", "424242"),
+    ];
+    let source = s.config.kafka.payment_topic.clone();
+    let (p, o) = put_in_dlq_on(s, &event, &source, None, &forged).await;
+    let (code, r) = redrive_at(s, &format!("{p}:{o}"), &["--allow-actions"]).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    let audit_id = r["audit_id"].as_i64().unwrap();
+    let config = s.config.clone();
+    let copies = tokio::task::spawn_blocking(move || redriven_copies(&config, &source, 3));
+    assert_eq!(
+        copies.await.unwrap(),
+        [(1, event.event_id.clone(), audit_id)],
+        "{d}: one copy, its own audit row alone"
+    );
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_redrive_writes_only_to_the_payment_topic(&consumer_setup) => redrive_only_to_the_payment_topic_postgres, redrive_only_to_the_payment_topic_mysql);
+
 /// A DLQ topic deleted and created again (a broker rebuilt, a topic reset) hands its positions
 /// to new messages: the redrive of the message that held a position before does not stand for
 /// the one that holds it now. The new message lists as not redriven, its redrive publishes, and
 /// a second redrive of it is refused.
 async fn a_recreated_dlq_does_not_inherit_redrives(s: &ConsumerSetup) {
     let d = s.dialect;
-    // A source topic with the partition 5 that `put_in_dlq` names.
-    let source = format!("{}.source", s.config.kafka.payment_topic);
-    create_topics(&s.config, std::slice::from_ref(&source)).await;
-    recreate_with_partitions(&s.config, &source, 6).await;
+    // The payment topic, with the partition 5 that `put_in_dlq` names.
+    let source = s.config.kafka.payment_topic.clone();
+    grow_to_partitions(&s.config, &source, 6).await;
     let (first_no, first_req) = create_order(&s.db, 91).await;
     let (partition, offset) = put_in_dlq(s, &payment(&first_no, &first_req, 91), &source).await;
     let position = format!("{partition}:{offset}");
@@ -871,7 +971,7 @@ async fn a_recreated_dlq_does_not_inherit_redrives(s: &ConsumerSetup) {
     recreate_with_partitions(&s.config, &s.config.kafka.dlq_topic, 3).await;
     let (next_no, next_req) = create_order(&s.db, 92).await;
     let next = payment(&next_no, &next_req, 92);
-    let at = put_in_dlq_on(s, &next, &source, Some(partition)).await;
+    let at = put_in_dlq_on(s, &next, &source, Some(partition), &[]).await;
     assert_eq!(
         at,
         (partition, offset),

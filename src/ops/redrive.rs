@@ -12,8 +12,12 @@
 //!   audit row ([`crate::stream::redrive`]); still poison, the consumer sends it back to the
 //!   DLQ once with the redrive in its reason, and a redrive of a returned message is refused;
 //! - **what is published is what was refused**: the original key, value and headers (the
-//!   `dlq.*` ones dropped), never a record cut to fit the DLQ (refused: its value is an
-//!   excerpt);
+//!   `dlq.*` and `redrive.*` ones dropped), never a record cut to fit the DLQ (refused: its value
+//!   is an excerpt);
+//! - **only where the consumer reads**: a DLQ message is data anyone who can write to the DLQ
+//!   may have written, so its `dlq.source.topic` header never decides where idemguard writes: a
+//!   redrive publishes only to the payment topic (`kafka.payment_topic`), and a message naming
+//!   another topic (the trace topic, another team's, one that does not exist) is refused;
 //! - a redrive of an event already applied changes nothing: the consumer's dedup
 //!   (`processed_event`) and the sinks' unique keys drop it.
 
@@ -31,7 +35,8 @@ const PUBLISH_TIMEOUT_MS: &str = "15000";
 pub fn effect(dlq_topic: &str, partition: i32, offset: i64) -> Vec<String> {
     vec![
         format!("read the message at {dlq_topic} {partition}@{offset}; refused if ops_audit records a redrive of it (done or under way), if it came back from a redrive, or if it is a record cut to fit the DLQ"),
-        "write the ops_audit row (outcome attempt), then publish its original key, value and headers (dlq.* dropped) to its source topic and partition (dlq.source.*)".to_string(),
+        "refused unless its source topic (dlq.source.topic) is the payment topic the consumer reads".to_string(),
+        "write the ops_audit row (outcome attempt), then publish its original key, value and headers (dlq.* and redrive.* dropped) to the payment topic, at its source partition (dlq.source.partition)".to_string(),
         "with headers redrive.dlq.topic, redrive.dlq.partition, redrive.dlq.offset and redrive.audit_id (that row)".to_string(),
         "the consumer then applies it once, drops it as already applied, or — still poison — sends it back to the DLQ once, never again".to_string(),
     ]
@@ -130,7 +135,7 @@ impl Actions {
             source: entry.source.as_ref(),
             returned_from: entry.returned_from.as_ref(),
         }));
-        let source = match not_redrivable(entry) {
+        let source = match not_redrivable(entry, &self.config.kafka.payment_topic) {
             Err(why) => return self.refuse(action, before, why).await,
             Ok(source) => source,
         };
@@ -255,8 +260,11 @@ impl Actions {
     }
 }
 
-/// Where `entry` goes back to, or why it may not.
-fn not_redrivable(entry: &DlqEntry) -> Result<&SourcePosition, String> {
+/// Where `entry` goes back to (a partition of `payment_topic`), or why it may not.
+fn not_redrivable<'a>(
+    entry: &'a DlqEntry,
+    payment_topic: &str,
+) -> Result<&'a SourcePosition, String> {
     if let Some(mark) = &entry.returned_from {
         return Err(format!(
             "this message came back to the DLQ still poison after its redrive from {}@{} (ops_audit row {}): it is not redriven again (fix its cause and publish a corrected event)",
@@ -266,7 +274,14 @@ fn not_redrivable(entry: &DlqEntry) -> Result<&SourcePosition, String> {
     if entry.cut {
         return Err("this is a record of a message too large for the DLQ, its value cut to an excerpt: publishing it would not be the original".into());
     }
-    entry.source.as_ref().ok_or_else(|| {
+    let source = entry.source.as_ref().ok_or_else(|| {
         "the message has no dlq.source.* headers: where it came from is unknown".to_string()
-    })
+    })?;
+    if source.topic != payment_topic {
+        return Err(format!(
+            "its dlq.source.topic header names {}, not the payment topic {payment_topic} the consumer reads: a redrive publishes only there (a DLQ message's headers never decide where idemguard writes)",
+            crate::untrusted::escape_cut(&source.topic, 120)
+        ));
+    }
+    Ok(source)
 }

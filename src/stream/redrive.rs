@@ -122,8 +122,9 @@ impl DlqEntry {
         }
     }
 
-    /// The headers a redrive publishes: the original ones (every `dlq.*` header dropped, so
-    /// that a return to the DLQ carries fresh ones) and the redrive's mark.
+    /// The headers a redrive publishes: the original ones — every `dlq.*` header dropped, so
+    /// that a return to the DLQ carries fresh ones, and every `redrive.*` one, so that no header
+    /// written into the DLQ by someone else stands beside the redrive's own — and the mark.
     pub fn redrive_headers(
         &self,
         dlq_topic: &str,
@@ -132,7 +133,8 @@ impl DlqEntry {
         use rdkafka::message::{Header, OwnedHeaders};
         let mut out = OwnedHeaders::new();
         if let Some(hs) = self.message.headers() {
-            for h in hs.iter().filter(|h| !h.key.starts_with("dlq.")) {
+            let ours = |k: &str| k.starts_with("dlq.") || k.starts_with("redrive.");
+            for h in hs.iter().filter(|h| !ours(h.key)) {
                 out = out.insert(Header {
                     key: h.key,
                     value: h.value,
