@@ -379,3 +379,65 @@ fn a_comparison_is_split_into_the_signals_that_must_return_data() {
     );
     assert_eq!(signals("max(b) > 300"), vec!["max(b)"]);
 }
+
+/// Idle and half-sent connections to the metrics port never starve the order API: `serve` with
+/// 256 file descriptors, and 300 connections to its metrics port each holding half a request
+/// head. The metrics listener serves at most its own few at once (the rest wait in the listen
+/// backlog, holding none of the process's descriptors) and closes a head not finished within
+/// the API's header-read timeout; `/healthz` on the API still answers meanwhile. Without the
+/// cap, the scrape port took every descriptor and the API's accepts failed.
+#[tokio::test]
+async fn half_sent_connections_to_the_metrics_port_never_starve_the_api() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let setup = consumer_setup(Dialect::Postgres).await;
+    let mut config: Config = setup.config.clone();
+    config.metrics.listen = "127.0.0.1:0".into();
+    config.api.listen = "127.0.0.1:0".into();
+    config.api.header_read_timeout = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idemguard.toml");
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    let mut serve = idemguard(&file, &["serve"]);
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        serve.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let (_serve, at) = spawn_and_read(serve, &["listening on http://", "metrics on http://"]).await;
+    let (api, metrics) = (at[0].clone(), at[1].clone());
+
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let mut tcp = tokio::net::TcpStream::connect(&metrics).await.unwrap();
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHo").await.unwrap();
+        held.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let health = http.get(format!("http://{api}/healthz")).send().await;
+    assert!(
+        health.as_ref().is_ok_and(|r| r.status().is_success()),
+        "the API answers while the metrics port holds 300 half-sent heads: {health:?}"
+    );
+    // The first connections, served, are closed once their head is late.
+    let mut first = held.swap_remove(0);
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "a half-sent head to the metrics port is closed within the header-read timeout"
+    );
+    drop(held);
+}

@@ -43,7 +43,7 @@ pub async fn start_serve(
         return Ok(None);
     }
     let inspector = LockInspector::from_config(config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut exposition = start(&config.metrics.listen, stop.clone()).await?;
+    let mut exposition = start(config, stop.clone()).await?;
     let gauges = super::gauges::spawn(db.clone(), inspector, config.metrics.clone(), stop.clone());
     exposition.tasks.push(gauges);
     Ok(Some(exposition))
@@ -58,7 +58,7 @@ pub async fn start_consume(
     if config.metrics.listen.is_empty() {
         return Ok(None);
     }
-    let mut exposition = start(&config.metrics.listen, stop.clone()).await?;
+    let mut exposition = start(config, stop.clone()).await?;
     let lag = super::gauges::spawn_lag(
         config.kafka.clone(),
         group.to_string(),
@@ -70,21 +70,28 @@ pub async fn start_consume(
     Ok(Some(exposition))
 }
 
-/// Serves `/metrics` on `listen` until `stop`.
-pub async fn start(listen: &str, stop: CancellationToken) -> anyhow::Result<Exposition> {
+/// Connections the `/metrics` listener serves at once; the rest wait in the listen backlog. A
+/// scraper needs one or two: a cap of its own keeps idle or half-sent connections to the scrape
+/// port from taking the file descriptors the order API needs (20,000 of them once did, and
+/// `POST /orders` and `/healthz` failed with "Too many open files").
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// Serves `/metrics` on `metrics.listen` until `stop`, through the API's edge: its header-read
+/// and idle timeouts, and [`MAX_CONNECTIONS`].
+pub async fn start(config: &Config, stop: CancellationToken) -> anyhow::Result<Exposition> {
+    let listen = &config.metrics.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for /metrics on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     super::set_recording(true);
     let app = Router::new().route("/metrics", get(metrics));
+    let limits = crate::config::ApiConfig {
+        max_connections: MAX_CONNECTIONS,
+        ..config.api.clone()
+    };
     let done = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "the /metrics listener stopped");
-        }
+        crate::api::edge::serve(listener, app, &limits, stop).await;
     });
     tracing::info!(%addr, "serving /metrics");
     Ok(Exposition {
