@@ -398,3 +398,97 @@ async fn the_password_files_and_kafka_secrets_are_never_printed() {
         }
     }
 }
+
+/// Secret and certificate files are read as files, and only so much: `/dev/zero` as the
+/// database's password file and as Redis's CA, a FIFO as Kafka's SASL password file (nobody
+/// writes to it), a 5 MB password file and a directory — `idemguard config` refuses each within
+/// seconds (no memory filled, no wait on the pipe), naming the setting and the file. A password
+/// file every user may read is refused in production.
+#[test]
+fn secret_and_certificate_files_are_read_as_bounded_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("sasl.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = dir.path().join("big.password");
+    std::fs::write(&big, vec![b'x'; 5_000_000]).unwrap();
+    let open = dir.path().join("open.password");
+    std::fs::write(&open, "s3cret\n").unwrap();
+    let path = |p: &std::path::Path| p.display().to_string();
+    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
+        (
+            "database.password_file",
+            vec![("IDEMGUARD_DATABASE__PASSWORD_FILE", "/dev/zero".into())],
+            "not a regular file",
+        ),
+        (
+            "redis.tls_ca_file",
+            vec![
+                ("IDEMGUARD_REDIS__URL", "rediss://127.0.0.1:6390".into()),
+                ("IDEMGUARD_REDIS__TLS_CA_FILE", "/dev/zero".into()),
+            ],
+            "not a regular file",
+        ),
+        (
+            "kafka.sasl_password_file",
+            vec![
+                ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL".into()),
+                ("IDEMGUARD_KAFKA__SASL_USERNAME", "idemguard".into()),
+                ("IDEMGUARD_KAFKA__SASL_PASSWORD_FILE", path(&fifo)),
+            ],
+            "not a regular file",
+        ),
+        (
+            "redis.password_file",
+            vec![("IDEMGUARD_REDIS__PASSWORD_FILE", path(&big))],
+            "more than the 65536",
+        ),
+        (
+            "redis.password_file",
+            vec![("IDEMGUARD_REDIS__PASSWORD_FILE", path(dir.path()))],
+            "not a regular file",
+        ),
+        (
+            "database.password_file",
+            vec![
+                ("IDEMGUARD_DATABASE__PASSWORD_FILE", path(&open)),
+                ("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true".into()),
+            ],
+            "readable by every user",
+        ),
+    ];
+    for (key, env, says) in cases {
+        let started = std::time::Instant::now();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"));
+        cmd.args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+        ])
+        .arg("config")
+        .env_remove("IDEMGUARD_CONFIG")
+        .stdin(std::process::Stdio::null());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(10) {
+                child.kill().unwrap();
+                panic!("{key} = {env:?}: `idemguard config` still running after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key} = {env:?}: {err}");
+        assert!(
+            err.contains(key) && err.contains(says) && !err.contains("s3cret"),
+            "{key} = {env:?}: {err}"
+        );
+    }
+}

@@ -29,7 +29,9 @@ pub use profile::{
     SourceProfile, SourceTable, StatusKind, TimeStorage, ABSENT, CONSOLE_TABLES, OWN_TABLES,
 };
 pub use redact::{host_port, is_secret_property, redact_url, redact_urls_in};
-pub use secrets::read_secret_file;
+pub use secrets::{
+    read_bounded_file, read_secret_file, MAX_CERTIFICATE_FILE_BYTES, MAX_SECRET_FILE_BYTES,
+};
 pub use target::RedisTarget;
 pub use validate::{KAFKA_OWN_PROPERTIES, UNMASKABLE_COLUMNS};
 

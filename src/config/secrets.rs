@@ -5,10 +5,56 @@
 use super::redact::{is_secret_param, is_secret_property, loose_secrets, percent_decoded};
 use super::{redact_url, Config, DatabaseConfig, KafkaConfig, RedisConfig};
 
+/// The most a secret file may hold: a password, a passphrase.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+/// The most a certificate, key or CA bundle file may hold (a provider's bundle is a few hundred
+/// kilobytes).
+pub const MAX_CERTIFICATE_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A configured file's bytes: a regular file of at most `max` bytes. A device (`/dev/zero`), a
+/// FIFO or a directory is refused at once — opened without blocking, never read until memory
+/// runs out or waited on — and so is a larger file. The errors name the file, never its content.
+pub fn read_bounded_file(path: &str, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let cannot = |e: std::io::Error| format!("cannot read `{path}`: {e}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(format!(
+            "`{path}` is not a regular file (a device, a pipe or a directory): name the file itself"
+        ));
+    }
+    if meta.len() > max {
+        return Err(format!(
+            "`{path}` holds {} bytes, more than the {max} such a file may: is it the right file?",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > max {
+        return Err(format!("`{path}` grew past {max} bytes while it was read"));
+    }
+    Ok(bytes)
+}
+
+/// Whether every user of the machine may read `path` (its mode has o+r).
+pub fn readable_by_others(path: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
 /// The content of a secret file without its trailing newline: a password kept off the command
-/// line and out of the configuration. The errors name the file, never its content.
+/// line and out of the configuration ([`read_bounded_file`], at most [`MAX_SECRET_FILE_BYTES`]).
+/// The errors name the file, never its content.
 pub fn read_secret_file(path: &str) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    let bytes = read_bounded_file(path, MAX_SECRET_FILE_BYTES)?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8 text"))?;
     let secret = text.trim_end_matches(['\n', '\r']);
     if secret.is_empty() {
         return Err(format!("`{path}` is empty"));

@@ -176,6 +176,25 @@ impl Config {
         Ok(())
     }
 
+    /// A secret file every user of the machine may read: refused in production, warned about
+    /// elsewhere.
+    fn secret_file_kept_private(
+        &self,
+        key: &str,
+        file: &str,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if !super::secrets::readable_by_others(file) {
+            return Ok(());
+        }
+        let what = format!("`{file}` is readable by every user of the machine: chmod 600 it");
+        if self.environment.production {
+            return Err(err(key, format!("{what} (refused in production)")));
+        }
+        tracing::warn!(setting = key, "{what}");
+        Ok(())
+    }
+
     /// How the connections are secured: every file named is readable, a certificate comes with
     /// its key, a secret has one source, TLS settings have a TLS URL or protocol to apply to,
     /// SASL has its user and password, `[kafka.client]` holds properties librdkafka knows.
@@ -193,6 +212,7 @@ impl Config {
         ] {
             if !file.is_empty() {
                 read_secret_file(file).map_err(|m| err(key, m))?;
+                self.secret_file_kept_private(key, file, err)?;
             }
         }
         for (key, file) in [
@@ -204,7 +224,8 @@ impl Config {
             ("kafka.ssl_key_file", &k.ssl_key_file),
         ] {
             if !file.is_empty() {
-                std::fs::read(file).map_err(|e| err(key, format!("cannot read `{file}`: {e}")))?;
+                super::secrets::read_bounded_file(file, super::secrets::MAX_CERTIFICATE_FILE_BYTES)
+                    .map_err(|m| err(key, m))?;
             }
         }
         for (a, va, b, vb) in [

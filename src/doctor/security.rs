@@ -20,7 +20,10 @@ pub async fn peer(
     addr: &str,
     client: Option<(&str, &str)>,
 ) -> Option<PeerCertificate> {
-    let client = client.and_then(|(c, k)| Some((std::fs::read(c).ok()?, std::fs::read(k).ok()?)));
+    let read = |p: &str| {
+        crate::config::read_bounded_file(p, crate::config::MAX_CERTIFICATE_FILE_BYTES).ok()
+    };
+    let client = client.and_then(|(c, k)| Some((read(c)?, read(k)?)));
     match inspect(backend, addr, client, PROBE_TIMEOUT).await {
         Ok(cert) | Err(Probe::Handshake(cert)) => Some(cert),
         Err(_) => None,

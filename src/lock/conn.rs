@@ -80,7 +80,8 @@ impl RedisAccess {
         let mut access = RedisAccess::plain(config.command_timeout);
         access.insecure = config.tls_insecure;
         let read = |key: &str, path: &str| {
-            std::fs::read(path).map_err(|e| format!("{key}: cannot read `{path}`: {e}"))
+            crate::config::read_bounded_file(path, crate::config::MAX_CERTIFICATE_FILE_BYTES)
+                .map_err(|e| format!("{key}: {e}"))
         };
         let certificates = (|| {
             let root_cert = match config.tls_ca_file.as_str() {
