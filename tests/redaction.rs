@@ -416,7 +416,9 @@ fn secret_and_certificate_files_are_read_as_bounded_files() {
     let open = dir.path().join("open.password");
     std::fs::write(&open, "s3cret\n").unwrap();
     let path = |p: &std::path::Path| p.display().to_string();
-    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
+    // The setting, its environment, what the refusal must say.
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "database.password_file",
             vec![("IDEMGUARD_DATABASE__PASSWORD_FILE", "/dev/zero".into())],
