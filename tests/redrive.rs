@@ -896,7 +896,12 @@ async fn a_redrive_writes_only_to_the_payment_topic(s: &ConsumerSetup) {
     let (order_no, req) = create_order(&s.db, 92).await;
     let missing = format!("{}.elsewhere", s.config.kafka.payment_topic);
     for source in [s.config.kafka.trace_topic.as_str(), missing.as_str()] {
-        let (p, o) = put_in_dlq(s, &payment(&order_no, &req, 92), source).await;
+        let event = payment(&order_no, &req, 92);
+        let (p, o) = put_in_dlq(s, &event, source).await;
+        // Every face's SOURCE cell (the DLQ view, `dlq`, `redrive --dry-run`) names the topic.
+        let listed = until_listed(s, 1).await;
+        let cells = idemguard::console::columns::dlq_cells(by_event(&listed, &event.event_id), 0);
+        assert_eq!(cells[2], format!("5@0 {source}"), "{d}");
         let (code, r) = redrive_at(s, &format!("{p}:{o}"), &["--allow-actions"]).await;
         assert_eq!(
             (code, r["outcome"].as_str()),

@@ -337,7 +337,7 @@ pub const DLQ_ID: usize = 3;
 pub static DLQ: &[Column] = &[
     col("AGE", 7),
     col("AT", 10),
-    col("SOURCE", 16),
+    col("SOURCE", 28),
     col("ORDER", 30),
     col("EVENT ID", 36),
     col("REDRIVEN", 14),
@@ -365,9 +365,11 @@ pub fn dlq_cells(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> Vec<
     drawn(vec![
         m.timestamp_ms.map_or("?".into(), |t| age(now_ms - t)),
         format!("{}@{}", m.partition, m.offset),
-        m.source
-            .as_ref()
-            .map_or("?".into(), |s| format!("{}@{}", s.partition, s.offset)),
+        // The position first, whole; then the topic it names (the header's, which a redrive
+        // refuses unless it is the payment topic).
+        m.source.as_ref().map_or("?".into(), |s| {
+            format!("{}@{} {}", s.partition, s.offset, s.topic)
+        }),
         m.order_no.clone().unwrap_or_default(),
         m.event_id.clone().unwrap_or_default(),
         redriven,
