@@ -424,3 +424,31 @@ async fn a_trace_writes_nothing_on_stderr_but_its_own_lines() {
     }
     w.db.pool.close().await;
 }
+
+/// A malformed `--since` or `--until` is a usage error like any other: exit 2, the flag and the
+/// accepted forms named, before any backend is asked (`trace`, `dlq`, `report`).
+#[test]
+fn a_malformed_time_flag_is_a_usage_error() {
+    for args in [
+        &["trace", "X", "--since", "yesterday"][..],
+        &["dlq", "--until", "2026-13-01"],
+        &["report", "--since", "soon", "--until", "later"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+            ])
+            .args(args)
+            .env_remove("IDEMGUARD_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("invalid value") && err.contains("RFC 3339"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -234,10 +234,10 @@ pub(crate) enum Command {
         /// Where an ID the database does not know is searched in the topics (a known ID is read
         /// around its rows' times): from this time, RFC 3339 or epoch ms [default: 24 h before
         /// --until]
-        #[arg(long)]
+        #[arg(long, value_parser = parse_time_arg)]
         since: Option<String>,
         /// ... up to this time [default: now]
-        #[arg(long)]
+        #[arg(long, value_parser = parse_time_arg)]
         until: Option<String>,
     },
     /// Every lock with its holder, TTL, owner liveness and RedLock quorum
@@ -264,10 +264,10 @@ pub(crate) enum Command {
     /// applied)
     Dlq {
         /// From this time, RFC 3339 or epoch ms [default: 7 days before --until]
-        #[arg(long)]
+        #[arg(long, value_parser = parse_time_arg)]
         since: Option<String>,
         /// ... up to this time [default: now]
-        #[arg(long)]
+        #[arg(long, value_parser = parse_time_arg)]
         until: Option<String>,
         #[arg(long)]
         json: bool,
@@ -286,7 +286,7 @@ pub(crate) enum Command {
         #[arg(long, value_name = "TEXT", conflicts_with = "positions")]
         all_with_reason: Option<String>,
         /// With --all-with-reason: from this time, RFC 3339 or epoch ms [default: 7 days ago]
-        #[arg(long)]
+        #[arg(long, value_parser = parse_time_arg)]
         since: Option<String>,
         /// Show what would be published where, and what the consumer would do with it now;
         /// write nothing
@@ -337,10 +337,10 @@ pub(crate) enum Command {
         #[arg(long, conflicts_with_all = ["since", "until"], required_unless_present = "since")]
         id: Option<String>,
         /// Window start: RFC 3339 (2026-11-29T14:00:00Z) or epoch ms
-        #[arg(long, requires = "until")]
+        #[arg(long, value_parser = parse_time_arg, requires = "until")]
         since: Option<String>,
         /// Window end (exclusive)
-        #[arg(long, requires = "since")]
+        #[arg(long, value_parser = parse_time_arg, requires = "since")]
         until: Option<String>,
         /// markdown, html (one self-contained page: the swimlanes of each order) or json
         #[arg(long, value_enum, default_value = "markdown")]
@@ -384,6 +384,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `--since` and `--until`: RFC 3339 or epoch ms, checked as the command line is read, so a
+/// malformed time is a usage error (exit 2) like any other. Kept as written: the command parses it
+/// again into its window.
+fn parse_time_arg(s: &str) -> Result<String, String> {
+    idemguard::console::report::parse_time(s).map(|_| s.to_string())
 }
 
 /// `--dlq PARTITION:OFFSET`.
