@@ -210,18 +210,17 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
         );
     }
     if dialect == Dialect::Mysql {
-        // The SASL broker's other mechanism, the same user: each SCRAM login completes.
-        let sha256 = (
-            "IDEMGUARD_KAFKA__SASL_MECHANISM",
-            "SCRAM-SHA-256".to_string(),
-        );
-        let (code, out) = idemguard(&file, &["doctor", "--strict"], &[sha256]).await;
-        let kafka = out.lines().find(|l| l.starts_with("kafka security"));
-        assert!(
-            code == Some(0)
-                && kafka.is_some_and(|l| l.contains("user idemguard (SASL SCRAM-SHA-256)")),
-            "{dialect}: doctor over SASL SCRAM-SHA-256:\n{out}"
-        );
+        // The broker's other mechanisms on that listener, the same user: each login completes.
+        for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
+            let chosen = ("IDEMGUARD_KAFKA__SASL_MECHANISM", mechanism.to_string());
+            let (code, out) = idemguard(&file, &["doctor", "--strict"], &[chosen]).await;
+            let kafka = out.lines().find(|l| l.starts_with("kafka security"));
+            let login = format!("user idemguard (SASL {mechanism})");
+            assert!(
+                code == Some(0) && kafka.is_some_and(|l| l.contains(&login)),
+                "{dialect}: doctor over SASL {mechanism}:\n{out}"
+            );
+        }
     }
     assert!(
         out.lines()
