@@ -3,11 +3,11 @@
 //! a value or a row another system wrote meets the screen: every cell is [escaped](drawn).
 
 use crate::console::format::{age, clock, pttl, short};
-use crate::console::read::lag::PartitionLag;
 use crate::console::read::records::StuckRecord;
 use crate::console::read::store::RateSeries;
 use crate::console::read::timeline::TimelineEntry;
 use crate::lock::LockView;
+use crate::stream::lag::PartitionLag;
 
 /// A column: header and the width the TUI gives it (0 = takes the rest).
 pub struct Column {

@@ -9,7 +9,6 @@
 //!   `queries/*/console_*.sql`); [`locks`]: the `lock:*` keys (`SCAN`, never `KEYS`);
 //!   [`topics`]: the Kafka client that reads by assignment, never joining a group;
 //!   [`messages`]: one message decoded (a payment message, a trace event);
-//!   [`lag`]: the consumer group's lag, read without joining it;
 //! - [`catch_up`]: a read to a topic's current end, and when a reader is caught up (the TUI's
 //!   live tail too); [`offset_lookup`]: offsets by time ([`seek`], [`time_index`]);
 //!   [`window_read`]: the reading of a trace's windows ([`window`] plans them);
@@ -27,7 +26,6 @@
 pub mod bounded;
 pub mod catch_up;
 pub mod dlq;
-pub mod lag;
 pub mod live;
 pub mod locks;
 pub mod logs;

@@ -13,9 +13,9 @@ use sqlx::Row;
 use crate::contracts::{Outcome, TraceTarget};
 use crate::db::Database;
 use crate::lock::{LockFlag, LockScan};
+use crate::stream::lag::PartitionLag;
 
 use crate::console::format::{age, short};
-use crate::console::read::lag::PartitionLag;
 use crate::console::read::records::{query_error, StuckRecord};
 use crate::console::read::store::RateTable;
 
@@ -147,7 +147,7 @@ pub enum Jump {
 pub enum Severity {
     /// Nothing wrong here (said, so a quiet screen is not mistaken for a broken one).
     Ok,
-    /// Not known: a source has not answered (or, for lag, the broker does not say).
+    /// Not known: a source has not answered.
     Unknown,
     Warn,
     Bad,
@@ -456,9 +456,10 @@ fn dlq_and_rate_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     }
 }
 
-/// Lag per partition that has any, computed from the broker's committed offsets: where it gives
-/// none (tansu often does not), the lag is said to be unknown, never guessed from the low
-/// watermark.
+/// The consumer's lag, as [`crate::stream::lag`] reads it for the metrics too: a line per
+/// partition behind, with its figure (where the group committed nothing the figure counts from
+/// the partition's start, where the consumer will begin), or one line saying it is caught up.
+/// Unknown only when the broker did not answer — and then the line says that, never "no lag".
 fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
     match i.lag {
         None => out.push(finding(
@@ -474,12 +475,8 @@ fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
             Some(Jump::Rates),
         )),
         Some(Ok(parts)) => {
-            let unknown = parts.iter().filter(|p| p.committed.is_none()).count();
-            let behind: Vec<_> = parts
-                .iter()
-                .filter(|p| p.committed.is_some() && p.lag > 0)
-                .collect();
-            if behind.is_empty() && unknown == 0 {
+            let behind: Vec<_> = parts.iter().filter(|p| p.lag > 0).collect();
+            if behind.is_empty() {
                 out.push(finding(
                     "kafka",
                     Severity::Ok,
@@ -487,13 +484,17 @@ fn lag_findings(i: &OverviewInput<'_>, out: &mut Vec<Finding>) {
                     Some(Jump::Rates),
                 ));
             }
-            for p in &behind {
-                let text = format!("consumer lag {} on p{} of {}", p.lag, p.partition, p.topic);
+            for p in behind {
+                let from = if p.committed.is_none() {
+                    " (nothing committed yet: counted from the partition's start)"
+                } else {
+                    ""
+                };
+                let text = format!(
+                    "consumer lag {} on p{} of {}{from}",
+                    p.lag, p.partition, p.topic
+                );
                 out.push(finding("kafka", Severity::Warn, text, Some(Jump::Rates)));
-            }
-            if unknown > 0 {
-                let text = format!("consumer lag unknown on {unknown} partition(s): no committed offset from the broker");
-                out.push(finding("kafka", Severity::Unknown, text, Some(Jump::Rates)));
             }
         }
     }
@@ -529,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn a_leak_is_a_bad_line_that_traces_its_key_and_unknown_lag_is_said() {
+    fn a_leak_is_a_bad_line_that_traces_its_key() {
         let leaks = Ok(vec![Leak {
             table: "payment_flow".into(),
             by: "order_no".into(),
@@ -538,19 +539,12 @@ mod tests {
             first: "P1".into(),
             last: "P2".into(),
         }]);
-        let lag = Ok(vec![PartitionLag {
-            topic: "t".into(),
-            partition: 0,
-            high_watermark: 5,
-            committed: None,
-            lag: 5,
-        }]);
         let r = rates(vec![]);
         let f = findings(&OverviewInput {
             leaks: Some(&leaks),
             stuck: Some(&[]),
             locks: None,
-            lag: Some(&lag),
+            lag: None,
             rates: &r,
             rates_reading: None,
             lock_patterns: &[],
@@ -564,13 +558,77 @@ mod tests {
                 Some(Jump::Trace(TraceTarget::OrderNo("O1".into())))
             )
         );
-        assert!(f
-            .iter()
-            .any(|l| l.text.contains("lag unknown on 1 partition")
-                && l.severity == Severity::Unknown));
+    }
+
+    /// The consumer lag's lines, as the Overview says them.
+    fn lag_lines(lag: &Result<Vec<PartitionLag>, String>) -> Vec<(Severity, String)> {
+        let r = rates(vec![]);
+        findings(&OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: Some(lag),
+            rates: &r,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        })
+        .into_iter()
+        .filter(|l| l.text.starts_with("consumer lag"))
+        .map(|l| (l.severity, l.text))
+        .collect()
+    }
+
+    /// The lag is said as the reader read it: a partition the group committed nothing on has its
+    /// figure from the partition's start, a caught-up group is said to be; "unknown" only when
+    /// the broker did not answer, and the line says it did not.
+    #[test]
+    fn lag_is_said_as_read_and_unknown_only_when_the_broker_did_not_answer() {
+        let part = |partition, committed, high_watermark, lag| PartitionLag {
+            topic: "t".into(),
+            partition,
+            high_watermark,
+            committed,
+            lag,
+        };
+        let behind = Ok(vec![
+            part(0, None, 5, 5),
+            part(1, Some(7), 10, 3),
+            part(2, Some(4), 4, 0),
+        ]);
+        assert_eq!(
+            lag_lines(&behind),
+            [
+                (
+                    Severity::Warn,
+                    "consumer lag 5 on p0 of t (nothing committed yet: counted from the partition's start)".to_string()
+                ),
+                (Severity::Warn, "consumer lag 3 on p1 of t".to_string()),
+            ]
+        );
+        let caught_up = Ok(vec![part(0, Some(5), 5, 0)]);
+        assert_eq!(
+            lag_lines(&caught_up),
+            [(Severity::Ok, "consumer lag 0 on 1 partition(s)".to_string())]
+        );
+        let silent = Err(crate::stream::lag::LagError::Committed {
+            servers: "127.0.0.1:9092".into(),
+            group: "g".into(),
+            topic: "t".into(),
+            within: std::time::Duration::from_secs(3),
+            error: rdkafka::error::KafkaError::OffsetFetch(
+                rdkafka::error::RDKafkaErrorCode::RequestTimedOut,
+            ),
+        }
+        .to_string());
+        let said = lag_lines(&silent);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(said[0].0, Severity::Unknown);
         assert!(
-            !f.iter().any(|l| l.text.contains("consumer lag 5")),
-            "no figure without a committed offset"
+            said[0].1.starts_with(
+                "consumer lag unknown — kafka 127.0.0.1:9092 did not answer with group g's committed offsets on topic t within 3s"
+            ),
+            "{said:?}"
         );
     }
 

@@ -29,7 +29,6 @@ use crate::ops::{self, ActionOutcome, ActionResult, Actions, AuditRow};
 
 use crate::console::read::bounded;
 use crate::console::read::dlq::{look_up, read_dlq, DlqListing, DEFAULT_DLQ_WINDOW};
-use crate::console::read::lag::PartitionLag;
 use crate::console::read::locks::{self, TraceKeys};
 use crate::console::read::logs::{self, LogRead};
 use crate::console::read::messages::PaymentMessage;
@@ -39,6 +38,7 @@ use crate::console::read::store::RATE_WINDOW_MINUTES;
 use crate::console::read::topics;
 use crate::console::read::window::{ReadCost, TimeWindow};
 use crate::lock::{LockInspector, LockScan};
+use crate::stream::lag::PartitionLag;
 
 mod database;
 mod executor;

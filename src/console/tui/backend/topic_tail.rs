@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::console::read::catch_up::CatchUp;
-use crate::console::read::lag::consumer_lag;
 use crate::console::read::live::{live_starts, messages_to_read};
 use crate::console::read::messages::{not_a_trace_event, trace_event_of};
+use crate::stream::lag::consumer_lag;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TopicKind {
@@ -454,8 +454,13 @@ async fn probe_topic(config: &Config, topic: &str, kind: TopicKind) -> Result<Pr
             catch_up: None,
         };
         let lag = match kind {
-            TopicKind::Payments => consumer_lag(&config, &topic, &config.kafka.consumer_group)
-                .map_err(|e| format!("{e:#}")),
+            TopicKind::Payments => consumer_lag(
+                &config.kafka,
+                &config.kafka.consumer_group,
+                &topic,
+                topics::KAFKA_TIMEOUT,
+            )
+            .map_err(|e| e.to_string()),
             TopicKind::Trace => Ok(Vec::new()),
         };
         Ok((progress, lag))
