@@ -245,3 +245,102 @@ async fn the_consoles_report_html_writes_the_page_into_the_report_dir() {
     .unwrap();
     assert_eq!(marks, r.timelines[0].entries.len(), "a mark per row");
 }
+
+/// A shared `console.report_dir` where the next report's name is already a symbolic link to a
+/// file elsewhere: that file keeps its content and mode, the link stays, and the report —
+/// HTML from the console's `:report html`, Markdown from its writer — goes under the next free
+/// name, which the console says. `idemguard report -o` onto a link refuses, saying why.
+#[tokio::test]
+async fn a_link_planted_at_a_reports_name_is_never_written_through() {
+    use idemguard::console::tui::app::App;
+    use idemguard::console::tui::backend::Backends;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    let mut w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let shared = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("victim.conf");
+    std::fs::write(&victim, "not a report\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let untouched = || {
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+        let content = std::fs::read_to_string(&victim).unwrap();
+        assert!(
+            content == "not a report\n" && mode == 0o644,
+            "the link's target was written: mode {mode:o}, {} bytes",
+            content.len()
+        );
+    };
+    w.config.console.report_dir = shared.path().display().to_string();
+    let named = |suffix: &str, ext: &str| {
+        shared
+            .path()
+            .join(format!("idemguard-report-{}{suffix}.{ext}", inc.order_no))
+    };
+    for ext in ["html", "md"] {
+        symlink(&victim, named("", ext)).unwrap();
+    }
+
+    let mut backends = Backends::spawn(&w.config);
+    let exec = backends.spawn_executor(&w.config, false);
+    let mut app = App::new(&w.config, None);
+    app.attach_executor(exec);
+    app.run_command(&format!("report html {}", inc.order_no));
+    console_fixture::pump_until(&mut app, &mut backends.updates, "the report written", |a| {
+        a.ui.message
+            .as_ref()
+            .is_some_and(|(m, _, _)| m.starts_with("report "))
+    })
+    .await;
+    backends.shutdown().await;
+    untouched();
+    let said = &app.ui.message.as_ref().unwrap().0;
+    let html = named("-2", "html");
+    assert!(
+        said.starts_with(&format!("report written to {}:", html.display())),
+        "{said}"
+    );
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+
+    let target = TraceTarget::classify(&inc.order_no);
+    let md = report::write(&w.config, &target, ReportFormat::Markdown)
+        .await
+        .unwrap();
+    untouched();
+    assert_eq!(md.path, named("-2", "md"));
+    for ext in ["html", "md"] {
+        let link = std::fs::symlink_metadata(named("", ext)).unwrap();
+        assert!(link.file_type().is_symlink(), "{ext}: the link is left");
+        let mode = std::fs::metadata(named("-2", ext))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{ext}: the report is its owner's");
+    }
+
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["report", "--id", &inc.order_no, "-o"])
+        .arg(named("", "md"))
+        .env(
+            "IDEMGUARD_CONFIG",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+        )
+        .env("IDEMGUARD_DATABASE__URL", &w.config.database.url)
+        .env("IDEMGUARD_REDIS__URL", &w.config.redis.url)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &w.config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &w.config.kafka.trace_topic)
+        .output()
+        .unwrap();
+    untouched();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.code() == Some(1) && err.contains("symbolic link"),
+        "report -o onto a link: {run:?}"
+    );
+}

@@ -484,8 +484,10 @@ impl ReportFormat {
 }
 
 /// `:report [html]`: the same report as `idemguard report --id ID [--format html]`, in
-/// [`report_dir`] (created if missing), named `idemguard-report-{ID}.md` (or `.html`); the
-/// owner's only ([`crate::private_file`]: 0600 in a directory created 0700).
+/// [`report_dir`] (created if missing), named `idemguard-report-{ID}.md` (or `.html`) — or
+/// `idemguard-report-{ID}-2.md`, … when that name is taken: a name already there, a link
+/// planted in a shared directory included, is never written through
+/// ([`crate::private_file::write_new`]). The owner's only: 0600 in a directory created 0700.
 pub async fn write(
     config: &Config,
     target: &TraceTarget,
@@ -508,9 +510,10 @@ pub async fn write(
     crate::private_file::create_dir_all(&dir).map_err(|e| {
         anyhow::anyhow!("cannot create {} (console.report_dir): {e}", dir.display())
     })?;
-    let path = dir.join(format!("idemguard-report-{safe}.{}", format.extension()));
-    crate::private_file::write(&path, &format.render(&r))
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    let stem = format!("idemguard-report-{safe}");
+    let ext = format.extension();
+    let path = crate::private_file::write_new(&dir, &stem, ext, &format.render(&r))
+        .map_err(|e| anyhow::anyhow!("cannot write {stem}.{ext} in {}: {e}", dir.display()))?;
     Ok(Written {
         path,
         duplicates_stopped: r.duplicates_stopped(),
