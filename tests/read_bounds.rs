@@ -9,6 +9,11 @@
 //!   queued on the lock; the console shows the database as SLOW within a second or two — never
 //!   "ok" while its reads are blocked — then the table it waited for, and its reads never pile
 //!   up on the lock.
+//! - **A source that does not answer.** With the database (either dialect) or Redis refusing
+//!   connections, or the table locked, `trace` says first that it is PARTIAL and which source
+//!   did not answer; an ID nothing that answered names is "nothing that answered names this ID",
+//!   never "no row … names this ID" or "the database has no row"; its JSON says `partial` and
+//!   lists the sources that did not answer.
 //! - **The log source** (`logs.files`): a FIFO named like a rotated log and a symlink to
 //!   `/dev/zero` are skipped at once and said; a `.gz` of a few MB holding a 1.5 GB line is read
 //!   only up to `logs.max_file_bytes`, never holding more than `logs.max_line_bytes` of a line
@@ -153,6 +158,9 @@ async fn the_one_shot_faces_end_behind_a_locked_table(dialect: Dialect) {
         );
         assert_ne!(code, Some(0), "{dialect} {face}: {text}");
         names_the_locked_table(dialect, face, &text);
+        if face == "trace" {
+            says_partial_for(dialect, &text, "the database");
+        }
     }
     assert_eq!(
         w.waiting().await,
@@ -750,3 +758,136 @@ async fn consume_retries_when_the_database_stops_answering(dialect: Dialect) {
 }
 
 per_dialect!(consume_retries_when_the_database_stops_answering => consume_retries_when_the_database_stops_answering_postgres, consume_retries_when_the_database_stops_answering_mysql);
+
+/// A trace whose `source` did not answer says so first and never reports its rows or keys as
+/// absent.
+fn says_partial_for(dialect: Dialect, text: &str, source: &str) {
+    let partial = format!("PARTIAL: {source} did not answer");
+    assert!(
+        text.contains(&partial),
+        "{dialect}: no `{partial}` in:\n{text}"
+    );
+    for wrong in [
+        "no row, key, message or trace event names this ID",
+        "the database has no row of this ID",
+    ] {
+        assert!(!text.contains(wrong), "{dialect}: `{wrong}` in:\n{text}");
+    }
+}
+
+/// `idemguard trace` on fresh topics with `env` set: (exit code, stdout, stderr).
+async fn trace_where(
+    config: &Config,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"),
+        ])
+        .arg("trace")
+        .args(args)
+        .env(
+            "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+            &config.kafka.payment_topic,
+        )
+        .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &config.kafka.trace_topic)
+        .env("IDEMGUARD_REDIS__REDLOCK_NODES", "")
+        .env("IDEMGUARD_LOG", "error")
+        .envs(env.iter().copied())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(40), child)
+        .await
+        .expect("`idemguard trace` ends within 40 s")
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The database refuses connections (a closed port of the dialect's scheme): a paid order's
+/// payment message is still found, but the trace is partial, exits non-zero and says so in both
+/// faces; an ID nothing names is not called absent from the database.
+async fn a_trace_without_its_database_says_it_is_partial(dialect: Dialect) {
+    let mut config = migrated_database(dialect).await.0;
+    let topics = fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    (config.kafka.payment_topic, config.kafka.trace_topic) = (topics[0].clone(), topics[1].clone());
+    let order = idemguard::contracts::OrderNo::generate().to_string();
+    let p = common::consumer::producer(&config);
+    let paid = common::consumer::payment(&order, "req-partial", 7);
+    common::consumer::produce(&p, &config.kafka.payment_topic, &paid).await;
+    let scheme = match dialect {
+        Dialect::Postgres => "postgres",
+        Dialect::Mysql => "mysql",
+    };
+    let down = format!("{scheme}://root@127.0.0.1:1/idemguard");
+    let env = [("IDEMGUARD_DATABASE__URL", down.as_str())];
+
+    let (code, json, err) = trace_where(&config, &env, &[&order, "--json"]).await;
+    assert_eq!(code, Some(1), "{dialect}: {json}{err}");
+    let json: serde_json::Value = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("{dialect}: not JSON ({e}):\n{json}"));
+    let data = &json["data"];
+    assert_eq!(data["partial"], true, "{dialect}: {data}");
+    assert_eq!(
+        data["unanswered"][0]["source"], "database",
+        "{dialect}: {data}"
+    );
+    assert_eq!(
+        data["found"], true,
+        "{dialect}: the payment message names it: {data}"
+    );
+
+    let (code, text, _) = trace_where(&config, &env, &[&order]).await;
+    assert_eq!(code, Some(1), "{dialect}: {text}");
+    says_partial_for(dialect, &text, "the database");
+    assert!(
+        text.contains(&paid.event_id),
+        "{dialect}: the Kafka copy is shown:\n{text}"
+    );
+
+    let unknown = idemguard::contracts::OrderNo::generate().to_string();
+    let (code, text, _) = trace_where(&config, &env, &[&unknown]).await;
+    assert_eq!(code, Some(1), "{dialect}: {text}");
+    says_partial_for(dialect, &text, "the database");
+    assert!(
+        text.contains("nothing that answered names this ID")
+            && text.contains("the database did not answer: the topics were searched"),
+        "{dialect}: {text}"
+    );
+}
+
+per_dialect!(a_trace_without_its_database_says_it_is_partial => a_trace_without_postgres_says_it_is_partial, a_trace_without_mariadb_says_it_is_partial);
+
+/// Redis refuses connections: the rows are read, the keys are not, and the trace says which.
+#[tokio::test]
+async fn a_trace_without_redis_says_it_is_partial() {
+    let (mut config, db) = migrated_database(Dialect::Postgres).await;
+    let topics = fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    (config.kafka.payment_topic, config.kafka.trace_topic) = (topics[0].clone(), topics[1].clone());
+    let (order, _) = common::consumer::create_order(&db, 7).await;
+    let env = [
+        ("IDEMGUARD_DATABASE__URL", config.database.url.as_str()),
+        ("IDEMGUARD_REDIS__URL", "redis://127.0.0.1:1"),
+    ];
+    let (code, text, err) = trace_where(&config, &env, &[&order]).await;
+    assert_eq!(code, Some(1), "{text}{err}");
+    says_partial_for(Dialect::Postgres, &text, "Redis");
+    assert!(
+        text.contains("order_record"),
+        "the database's rows are shown:\n{text}"
+    );
+    let (_, json, _) = trace_where(&config, &env, &[&order, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let error = json["data"]["unanswered"][0]["error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert_eq!(json["data"]["unanswered"][0]["source"], "redis", "{json}");
+    assert_eq!(
+        error.matches("127.0.0.1:1").count(),
+        1,
+        "the node is named once: {error}"
+    );
+}

@@ -15,7 +15,6 @@ use crate::contracts::{format_ms, now_ms, TraceTarget};
 
 use crate::console::columns;
 use crate::console::read::bounded::read_trace_log_window;
-use crate::console::read::lag::{self, PartitionLag};
 use crate::console::read::locks;
 use crate::console::read::records::{self, StuckRecord};
 use crate::console::read::sources::{
@@ -23,9 +22,10 @@ use crate::console::read::sources::{
 };
 use crate::console::read::store::{RateTable, RATE_WINDOW_MINUTES};
 use crate::console::read::timeline::Timeline;
-use crate::console::read::trace::{read_trace, TopicsFrom, TraceSources};
-use crate::console::read::window::{ReadCost, TimeWindow, TopicCost};
+use crate::console::read::trace::{note_unanswered, read_trace, TopicsFrom, TraceSources};
+use crate::console::read::window::{TimeWindow, TopicCost};
 use crate::lock::{Liveness, LockInspector, LockScan};
+use crate::stream::lag::{self, PartitionLag};
 use crate::untrusted::{escape, escape_lines};
 
 /// The `schema` field of every headless document.
@@ -136,7 +136,9 @@ pub async fn trace_in(
         db.pool.close().await;
     }
     statuses.extend(read.statuses);
-    let mut d = Document::new(config, "trace", statuses, read.timeline);
+    let mut timeline = read.timeline;
+    note_unanswered(&mut timeline, &statuses);
+    let mut d = Document::new(config, "trace", statuses, timeline);
     d.ok = d.ok && d.data.found;
     d
 }
@@ -155,12 +157,15 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
         escape(t.order_no.as_deref().unwrap_or("?")),
         escape(t.request_id.as_deref().unwrap_or("?"))
     ));
+    if let Some(partial) = t.partial_line() {
+        out.push_str(&format!("{partial}\n"));
+    }
     for w in &t.warnings {
         out.push_str(&format!("WARNING: {w}\n"));
     }
     if !t.found {
-        out.push_str("no row, key, message or trace event names this ID\n");
-        out.push_str(&read_cost_lines(t.read_cost.as_ref()));
+        out.push_str(&format!("{}\n", t.not_found_line()));
+        out.push_str(&read_cost_lines(t));
         return out;
     }
     out.push_str(&format!("duplicates stopped: {}", t.stopped_count()));
@@ -183,20 +188,27 @@ pub fn trace_table(r: &Document<Timeline>) -> String {
     let rows: Vec<Vec<String>> = t.entries.iter().map(columns::timeline_cells).collect();
     out.push_str(&columns::text_table(columns::TIMELINE, &rows));
     out.push('\n');
-    out.push_str(&read_cost_lines(t.read_cost.as_ref()));
+    out.push_str(&read_cost_lines(t));
     out
 }
 
 /// What reading the topics cost, one line per topic, and the window an unknown ID was searched
 /// in: a slow trace says why, a trace that found nothing says where it did not look.
-fn read_cost_lines(cost: Option<&ReadCost>) -> String {
-    let Some(cost) = cost else {
+fn read_cost_lines(t: &Timeline) -> String {
+    let Some(cost) = t.read_cost.as_ref() else {
         return String::new();
     };
     let mut out = String::new();
     if let Some(w) = cost.unknown_id_window {
+        let why = if !t.database_answered() {
+            "the database did not answer"
+        } else if cost.rows_without_time {
+            "no row of this ID carries a time"
+        } else {
+            "the database has no row of this ID"
+        };
         out.push_str(&format!(
-            "the database has no row of this ID: the topics were searched from {} to {} only \
+            "{why}: the topics were searched from {} to {} only \
              (--since/--until; default the last 24 h)\n",
             format_ms(w.from_ms),
             format_ms(w.to_ms)
@@ -355,7 +367,12 @@ pub async fn rates(config: &Config) -> Document<RatesData> {
     let never = tokio_util::sync::CancellationToken::new();
     let (log, lag) = tokio::join!(
         read_trace_log_window(config, window, &never),
-        blocking(move || lag::consumer_lag(&c, &c.kafka.payment_topic, &c.kafka.consumer_group))
+        blocking(move || Ok(lag::consumer_lag(
+            &c.kafka,
+            &c.kafka.consumer_group,
+            &c.kafka.payment_topic,
+            crate::console::read::topics::KAFKA_TIMEOUT,
+        )?))
     );
     let backends = vec![
         BackendStatus::of(

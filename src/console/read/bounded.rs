@@ -287,6 +287,8 @@ pub async fn read_topics_counting(
     let mut cost = ReadCost {
         topics: Vec::new(),
         unknown_id_window: (basis == WindowBasis::UnknownIdWindow).then_some(unknown_id_window),
+        rows_without_time: basis == WindowBasis::UnknownIdWindow
+            && rows.is_some_and(|r| !r.is_empty()),
         concurrent: false,
         forward_search: rows.and_then(|r| window::forward_window(r, config.console.forward_search)),
     };

@@ -39,6 +39,14 @@ pub struct TimelineEntry {
     pub fields: serde_json::Value,
 }
 
+/// A source a trace needed that did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unanswered {
+    /// `database`, `redis`, `trace topic` or `payment topic`.
+    pub source: &'static str,
+    pub error: String,
+}
+
 /// A duplicate stopped: which layer, how, when.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Interception {
@@ -69,8 +77,13 @@ pub struct Timeline {
     pub order_no: Option<String>,
     pub request_id: Option<String>,
     pub event_ids: Vec<String>,
-    /// False when no source knows the ID.
+    /// False when no source that answered knows the ID (see `partial`).
     pub found: bool,
+    /// True when a source the trace needed did not answer: `found`, the entries and every count
+    /// are of the sources that did, and what the others hold is unknown, not absent.
+    pub partial: bool,
+    /// The sources that did not answer, each with its error.
+    pub unanswered: Vec<Unanswered>,
     pub entries: Vec<TimelineEntry>,
     pub interceptions: Vec<Interception>,
     pub events: Vec<EventEffects>,
@@ -91,6 +104,75 @@ impl Timeline {
         if !self.warnings.contains(&text) {
             self.warnings.push(text);
         }
+    }
+
+    /// `source` did not answer: the trace is partial from now on.
+    pub fn not_answered(&mut self, source: &'static str, error: impl Into<String>) {
+        self.partial = true;
+        if !self.unanswered.iter().any(|u| u.source == source) {
+            let error = error.into();
+            self.unanswered.push(Unanswered { source, error });
+            // The order every document lists its sources in.
+            let rank = |u: &Unanswered| {
+                let order = ["database", "redis", "trace topic", "payment topic"];
+                order.iter().position(|s| *s == u.source)
+            };
+            self.unanswered.sort_by_key(rank);
+        }
+    }
+
+    /// The sources that did not answer, for a sentence: "the database and redis".
+    fn unanswered_names(&self) -> String {
+        let names: Vec<String> = self
+            .unanswered
+            .iter()
+            .map(|u| match u.source {
+                "redis" => "Redis".to_string(),
+                other => format!("the {other}"),
+            })
+            .collect();
+        match names.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+
+    /// The line every face puts first when a source did not answer; `None` when all did.
+    pub fn partial_line(&self) -> Option<String> {
+        if !self.partial {
+            return None;
+        }
+        let (names, verb) = (self.unanswered_names(), self.verb_of_unanswered());
+        Some(format!(
+            "PARTIAL: {names} did not answer: what {verb} of this ID is unknown, not absent"
+        ))
+    }
+
+    fn verb_of_unanswered(&self) -> &'static str {
+        if self.unanswered.len() == 1 {
+            "it holds"
+        } else {
+            "they hold"
+        }
+    }
+
+    /// What every face says when nothing names the ID: never "nothing" for a source that did not
+    /// answer.
+    pub fn not_found_line(&self) -> String {
+        if self.partial {
+            format!(
+                "nothing that answered names this ID; {} did not answer, so it may be there",
+                self.unanswered_names()
+            )
+        } else {
+            "no row, key, message or trace event names this ID".into()
+        }
+    }
+
+    /// Whether the database answered this trace (its rows are known, even if there are none).
+    pub fn database_answered(&self) -> bool {
+        !self.unanswered.iter().any(|u| u.source == "database")
     }
 
     pub fn stopped_count(&self) -> usize {
@@ -269,6 +351,8 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         query: input.target.id().to_string(),
         kind: kind_of(input.target),
         found,
+        partial: false,
+        unanswered: Vec::new(),
         order_no,
         request_id,
         event_ids: event_ids.into_iter().collect(),

@@ -300,7 +300,17 @@ pub async fn read_trace(
              searched",
         );
     }
+    note_unanswered(&mut timeline, &statuses);
     TraceRead { timeline, statuses }
+}
+
+/// Every source in `statuses` that failed makes `timeline` partial: the one place a trace learns
+/// that "not found" is only "not found where it could look".
+pub fn note_unanswered(timeline: &mut Timeline, statuses: &[BackendStatus]) {
+    for s in statuses.iter().filter(|s| !s.ok) {
+        let error = s.error.as_deref().unwrap_or("no answer");
+        timeline.not_answered(s.name, error);
+    }
 }
 
 /// What reading the topics found wrong with the partition shortcut, as warnings (the one-shot

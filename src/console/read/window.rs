@@ -141,6 +141,9 @@ pub struct ReadCost {
     /// Set when the database knew no row of the ID: the topics were searched in this window
     /// only, and an older message of the ID would not be found.
     pub unknown_id_window: Option<TimeWindow>,
+    /// With `unknown_id_window`: the database has rows of the ID, but none carries a time.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rows_without_time: bool,
     /// Set when no row carried the payment's own time: the window searched forward from the
     /// last time the rows carry (`console.forward_search`), part of `windows`.
     #[serde(skip_serializing_if = "Option::is_none")]

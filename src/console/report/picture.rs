@@ -424,6 +424,8 @@ pub(crate) mod tests {
             request_id: Some("APP:ORDER:20261129:x".into()),
             event_ids: vec![],
             found: true,
+            partial: false,
+            unanswered: vec![],
             entries,
             interceptions: vec![],
             events: vec![],

@@ -453,7 +453,14 @@ impl LockView {
         self.nodes
             .iter()
             .filter_map(|n| match &n.state {
-                NodeLockState::Unreachable { error } => Some(format!("{}: {error}", n.node)),
+                NodeLockState::Unreachable { error } => Some(
+                    crate::lock::NodeError {
+                        node: n.node.clone(),
+                        problem: error.clone(),
+                        unreachable: true,
+                    }
+                    .to_string(),
+                ),
                 _ => None,
             })
             .collect()

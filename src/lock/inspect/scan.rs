@@ -209,8 +209,9 @@ async fn fetch(nodes: &[Arc<Node>], scope: LockMode, keys: &[String]) -> Vec<Loc
                     let (state, fence, denied) = match f {
                         Ok(states) => states[i].clone(),
                         Err(e) => (
+                            // The problem alone: the node is named where it is shown.
                             NodeLockState::Unreachable {
-                                error: e.to_string(),
+                                error: e.problem.clone(),
                             },
                             None,
                             Vec::new(),

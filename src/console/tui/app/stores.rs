@@ -10,7 +10,6 @@ use crate::config::Config;
 use crate::contracts::{now_ms, TraceEvent, TraceTarget};
 
 use crate::console::columns;
-use crate::console::read::lag::PartitionLag;
 use crate::console::read::locks::TraceKeys;
 use crate::console::read::logs::LogRead;
 use crate::console::read::messages::PaymentMessage;
@@ -24,6 +23,7 @@ use crate::console::tui::app::ui_state::Filter;
 use crate::console::tui::backend::{BackendId, TopicProgress, Update};
 use crate::console::tui::keymap::View;
 use crate::lock::LockScan;
+use crate::stream::lag::PartitionLag;
 
 /// How often the timeline's relative times (ages, PTTLs) are recomputed without new data.
 const TIMELINE_AGES: Duration = Duration::from_millis(500);
@@ -536,7 +536,16 @@ impl Stores {
             no_trace_topic: self.no_trace_topic,
         };
         let resolved = trace::Resolved::of(target, pieces.rows, pieces.payments, pieces.log);
-        Some(trace::assemble(target, &pieces, &resolved, now))
+        let mut t = trace::assemble(target, &pieces, &resolved, now);
+        for (id, state) in &self.backends {
+            // The DLQ is not a trace source; no trace topic is a configuration, not a failure.
+            let skipped = !BackendId::ALL.contains(id)
+                || (*id == BackendId::TraceTopic && self.no_trace_topic);
+            if let (Health::Down(e), false) = (&state.health, skipped) {
+                t.not_answered(id.name(), e.clone());
+            }
+        }
+        Some(t)
     }
 
     /// Rebuild the trace view when it changed or aged: called before each frame, so the

@@ -15,7 +15,8 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                 7
             } else {
                 6
-            } + u16::from(!t.warnings.is_empty()),
+            } + u16::from(!t.warnings.is_empty())
+                + u16::from(t.partial),
         ),
         Constraint::Fill(1),
         // A short terminal gives the timeline the rows: the selected entry's first lines only.
@@ -89,18 +90,24 @@ fn draw_how_to(f: &mut Frame<'_>, area: Rect) {
 /// The summary above the timeline: the ID asked, the orderNo and requestId (one a line when
 /// narrow), the duplicates stopped by layer and outcome, the payment events, the first warning.
 fn summary_lines(t: &Timeline, width: u16) -> Vec<Line<'static>> {
-    let mut lines = vec![Line::from(vec![
+    let mut lines = Vec::new();
+    if let Some(partial) = t.partial_line() {
+        // A source that did not answer comes first: nothing below is the whole answer.
+        let style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+        lines.push(Line::from(Span::styled(partial, style)));
+    }
+    lines.push(Line::from(vec![
         Span::styled(format!("{} ", t.kind.replace('_', " ")), DIM),
         Span::styled(shown(&t.query), Style::new().add_modifier(Modifier::BOLD)),
         if t.found {
             Span::raw("")
         } else {
             Span::styled(
-                "  unknown so far: no row, key, message or event names it",
+                format!("  so far: {}", t.not_found_line()),
                 Style::new().fg(Color::Yellow),
             )
         },
-    ])];
+    ]));
     let order_no = shown(t.order_no.as_deref().unwrap_or("?"));
     let request_id = shown(t.request_id.as_deref().unwrap_or("?"));
     if ids_on_two_lines(t, width) {
@@ -240,10 +247,17 @@ fn trace_read_note(app: &App, compact: bool) -> Option<String> {
             }
         })
         .collect();
+    let answered = app
+        .stores
+        .trace_view
+        .as_ref()
+        .is_none_or(|t| t.database_answered());
     let unknown = match (cost.unknown_id_window.is_some(), compact) {
         (false, _) => "",
-        (true, false) => " (unknown to the database: last 24 h only)",
         (true, true) => " (unknown ID: 24 h)",
+        (true, false) if !answered => " (the database did not answer: last 24 h only)",
+        (true, false) if cost.rows_without_time => " (no row carries a time: last 24 h only)",
+        (true, false) => " (unknown to the database: last 24 h only)",
     };
     Some(format!(" read: {}{unknown} ", topics.join(" · ")))
 }
@@ -253,4 +267,50 @@ fn ids_on_two_lines(t: &Timeline, width: u16) -> bool {
     let len = |s: &Option<String>| s.as_ref().map_or(1, |s| s.chars().count());
     "orderNo ".len() + len(&t.order_no) + " · requestId ".len() + len(&t.request_id) + 2
         > width as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use crate::config::Config;
+    use crate::console::tui::app::App;
+    use crate::console::tui::backend::Update;
+    use crate::contracts::TraceTarget;
+
+    fn screen(app: &mut App) -> String {
+        app.ui.size = (140, 40);
+        app.refresh_views();
+        let mut t = Terminal::new(TestBackend::new(140, 40)).unwrap();
+        t.draw(|f| crate::console::tui::ui::draw(f, app)).unwrap();
+        let buf = t.backend().buffer().clone();
+        (0..40)
+            .map(|y| (0..140).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+            .collect()
+    }
+
+    /// The database's trace read failed: the view says PARTIAL first and never calls the ID
+    /// absent from the database.
+    #[test]
+    fn a_trace_whose_database_did_not_answer_is_partial() {
+        let mut app = App::new(&Config::defaults(), None);
+        app.run_command("trace 20261129230742123abcdef012345");
+        let target = TraceTarget::classify("20261129230742123abcdef012345");
+        let error = "database refused the connection".to_string();
+        app.apply(Update::TraceRows {
+            target,
+            result: Err(error),
+        });
+        let text = screen(&mut app);
+        assert!(
+            text.contains("PARTIAL: the database did not answer"),
+            "{text}"
+        );
+        assert!(!text.contains("no row, key, message"), "{text}");
+        assert!(
+            text.contains("the database did not answer, so it may be there"),
+            "{text}"
+        );
+    }
 }
