@@ -3,6 +3,8 @@
 //! promtool lints; and a real Prometheus (Debian's, started here on a free port with its own
 //! data directory) scrapes both during a few orders, replays and payments, until every
 //! expression of the rules and of the dashboard (config/grafana/) returns data and the counters agree with what was sent.
+//! The consumer lag the alert fires on is the lag the console shows, for a group whose committed
+//! offsets the test laid out itself.
 //! promtool and prometheus come from `scripts/stack up` (Debian's `prometheus` package).
 
 mod common;
@@ -440,4 +442,214 @@ async fn half_sent_connections_to_the_metrics_port_never_starve_the_api() {
         "a half-sent head to the metrics port is closed within the header-read timeout"
     );
     drop(held);
+}
+
+/// What the test did to its topic's three partitions, and the lag each must show: p0 has 7
+/// messages and the group committed 2 (lag 5); p1 has 4 and nothing committed — the consumer
+/// starts at the beginning, so all 4 are lag; p2 has 6 of which retention dropped the first 3,
+/// and the group committed 1, below what is kept — the consumer resumes at 3, so the lag is 3,
+/// not 5.
+const LAG_FIXTURE: [(i32, i64, Option<i64>, Option<i64>, i64); 3] = [
+    // (partition, produced, deleted before, committed, lag)
+    (0, 7, None, Some(2), 5),
+    (1, 4, None, None, 4),
+    (2, 6, Some(3), Some(1), 3),
+];
+
+/// Produces, deletes and commits as [`LAG_FIXTURE`] says, on `topic` for `group`.
+async fn lay_out_lag(config: &Config, topic: &str, group: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let producer: FutureProducer = idemguard::kafka_client::client_config(&config.kafka)
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    for (partition, produced, ..) in LAG_FIXTURE {
+        for n in 0..produced {
+            let payload = format!("lag fixture {partition}/{n}");
+            producer
+                .send(
+                    FutureRecord::<(), _>::to(topic)
+                        .partition(partition)
+                        .payload(&payload),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    }
+    let admin: AdminClient<DefaultClientContext> =
+        idemguard::kafka_client::client_config(&config.kafka)
+            .create()
+            .unwrap();
+    let mut deleted = TopicPartitionList::new();
+    let mut committed = TopicPartitionList::new();
+    for (partition, _, before, commit, _) in LAG_FIXTURE {
+        if let Some(before) = before {
+            deleted
+                .add_partition_offset(topic, partition, Offset::Offset(before))
+                .unwrap();
+        }
+        if let Some(commit) = commit {
+            committed
+                .add_partition_offset(topic, partition, Offset::Offset(commit))
+                .unwrap();
+        }
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let answer = admin.delete_records(&deleted, &opts).await.unwrap();
+    for e in answer.elements() {
+        e.error()
+            .unwrap_or_else(|err| panic!("delete records of {topic}/{}: {err}", e.partition()));
+    }
+    let member: BaseConsumer = idemguard::kafka_client::client_config(&config.kafka)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    member
+        .commit(&committed, CommitMode::Sync)
+        .expect("the group's offsets are committed");
+}
+
+/// `partition → lag` of `topic` in an exposition's text.
+fn exposed_lag(exposition: &str, topic: &str) -> Vec<(i32, i64)> {
+    let mut out: Vec<(i32, i64)> = exposition
+        .lines()
+        .filter(|l| l.starts_with("idemguard_consumer_lag_messages{"))
+        .filter(|l| l.contains(&format!("topic=\"{topic}\"")))
+        .map(|l| {
+            let partition = l
+                .split("partition=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("a partition label: {l}"));
+            let value = l.rsplit(' ').next().and_then(|v| v.parse().ok());
+            (partition, value.unwrap_or_else(|| panic!("a value: {l}")))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The lag the alert fires on is the lag the console shows: for a group with known committed
+/// offsets ([`LAG_FIXTURE`]), `consume`'s exposition (`idemguard_consumer_lag_messages`) and
+/// `idemguard rates --json` give the same figures, each the one computed from what the test
+/// produced, deleted and committed; the Overview says those figures, not "unknown".
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lag_gauge_and_the_console_agree_on_known_offsets() {
+    let mut config = common::local_config();
+    let topic = common::fresh_topics(&config, &["payment.succeeded"])
+        .await
+        .remove(0);
+    let group = format!("igt-group-{}", common::unique_suffix());
+    config.kafka.payment_topic = topic.clone();
+    config.kafka.consumer_group = group.clone();
+    config.metrics.listen = "127.0.0.1:0".into();
+    config.metrics.refresh_interval = Duration::from_millis(200);
+    lay_out_lag(&config, &topic, &group).await;
+    let expected: Vec<(i32, i64)> = LAG_FIXTURE.iter().map(|f| (f.0, f.4)).collect();
+
+    // The metrics: `consume`'s exposition with its lag gauge, scraped over HTTP.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let exposition = idemguard::metrics::exposition::start_consume(&config, &group, &stop)
+        .await
+        .unwrap()
+        .expect("metrics.listen is set");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exposed = loop {
+        let text = http
+            .get(format!("http://{}/metrics", exposition.addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let lag = exposed_lag(&text, &topic);
+        if lag.len() == LAG_FIXTURE.len() || Instant::now() > deadline {
+            break lag;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    stop.cancel();
+    exposition.stop().await;
+    assert_eq!(
+        exposed, expected,
+        "the exposition's consumer lag of {topic}"
+    );
+
+    // The console: `idemguard rates --json`, as an operator runs it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idemguard.toml");
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    let out = idemguard(&file, &["rates", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let rates: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rates --json answers JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let mut read: Vec<(i32, i64)> = rates["data"]["lag"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a lag per partition: {rates:#}"))
+        .iter()
+        .map(|p| {
+            assert_eq!(p["topic"], topic.as_str());
+            (
+                p["partition"].as_i64().unwrap() as i32,
+                p["lag"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    read.sort();
+    assert_eq!(read, exposed, "idemguard rates --json and the exposition");
+
+    // The Overview's lines, from the reader the console's collector calls.
+    let (kafka, g, t) = (config.kafka.clone(), group.clone(), topic.clone());
+    let lag = tokio::task::spawn_blocking(move || {
+        idemguard::stream::lag::consumer_lag(&kafka, &g, &t, Duration::from_secs(10))
+    })
+    .await
+    .unwrap()
+    .map_err(|e| e.to_string());
+    let rates_table = idemguard::console::read::store::RateTable::default();
+    let lines: Vec<String> = idemguard::console::read::overview::findings(
+        &idemguard::console::read::overview::OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: Some(&lag),
+            rates: &rates_table,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        },
+    )
+    .into_iter()
+    .map(|f| f.text)
+    .filter(|t| t.starts_with("consumer lag"))
+    .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("consumer lag 5 on p0 of {topic}"),
+            format!("consumer lag 4 on p1 of {topic} (nothing committed yet: counted from the partition's start)"),
+            format!("consumer lag 3 on p2 of {topic}"),
+        ]
+    );
 }
