@@ -2,7 +2,7 @@
 //!
 //! `idemguard console` opens a terminal UI on the **Overview** — what is wrong now, across the
 //! three layers: duplicates that got through, stuck records, dead-owner and no-TTL locks, DLQ
-//! messages, consumer lag (unknown where the broker gives no committed offset), each
+//! messages, consumer lag (unknown only when the broker did not answer), each
 //! interception's last minutes against its hour; Enter opens a line's view or trace — and five
 //! views: **Trace** (one orderNo, requestId or eventId across every layer, oldest first, and for
 //! every duplicate the layer that stopped it), **Locks** (every `lock:*` key, holder, PTTL, owner
