@@ -111,7 +111,7 @@ async fn run(
             Ok(ExitCode::SUCCESS)
         }
         Command::Config => {
-            print!("{}", config.to_redacted_toml());
+            commands::stdout::print(config.to_redacted_toml())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Console { allow_actions } => {

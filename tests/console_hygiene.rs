@@ -6,6 +6,7 @@
 //! - with `NO_COLOR` the selected row is still visible (reverse video, not a colour);
 //! - reports and the console's log are their owner's only (0600, in directories made 0700);
 //! - `trace` writes nothing on stderr but its own lines (no librdkafka `PartitionEOF` ERROR).
+//! - a command whose stdout's reader goes away (`| head -c 300`) ends quietly, never panicking.
 
 mod common;
 #[path = "support/redis_server.rs"]
@@ -395,6 +396,68 @@ async fn reports_and_the_console_log_are_their_owners_only() {
     let guard = idemguard::logging::to_file(&w.log_file()).unwrap();
     drop(guard);
     assert_eq!(mode(&w.log_file()), 0o600, "an old console.log");
+    w.db.pool.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// stdout
+// ---------------------------------------------------------------------------------------------
+
+/// `args` run with a stdout whose reader goes away — before the first byte (even runs) or after
+/// it (odd runs), as `| head -c 300` does — ten times: each run ends quietly with the status a
+/// run read to the end has. Never a panic ("failed printing to stdout", exit 101).
+fn ends_quietly_when_its_reader_goes(w: &World, args: &[&str]) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let command = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_idemguard"));
+        c.args(args).envs(w.env(&[])).stdin(Stdio::null());
+        c
+    };
+    let read_whole = command().output().unwrap();
+    assert!(
+        !read_whole.stdout.is_empty(),
+        "{args:?} prints nothing: {read_whole:?}"
+    );
+    for run in 0..10 {
+        let mut child = command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        if run % 2 == 1 {
+            let _ = stdout.read(&mut [0u8; 1]);
+        }
+        drop(stdout);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?} run {run}: {err}"
+        );
+        assert_eq!(
+            out.status.code(),
+            read_whole.status.code(),
+            "{args:?} run {run}: {err}"
+        );
+    }
+}
+
+/// The commands that print the most: `doctor --json`, `config`, the Locks view's twin and a
+/// report.
+#[tokio::test]
+async fn a_command_whose_reader_goes_away_ends_quietly() {
+    let w = world().await;
+    let order = OrderNo::generate().to_string();
+    for args in [
+        &["doctor", "--json"][..],
+        &["config"],
+        &["locks", "--json"],
+        &["report", "--id", &order, "--format", "html"],
+    ] {
+        ends_quietly_when_its_reader_goes(&w, args);
+    }
     w.db.pool.close().await;
 }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::action_executor;
 use super::args::Command;
 use super::redrive::{not_redriven_with_reason, redrive_dry_run, run_batch};
+use super::stdout;
 
 /// The operator's actions on the live systems: release a lock, purge, redrive, finalize.
 pub(crate) async fn run(command: Command, config: &Config) -> anyhow::Result<ExitCode> {
@@ -88,10 +89,10 @@ async fn purge(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     .await
     .map_err(|e| anyhow::anyhow!("database {}: purge failed: {e}", db.shown_url))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&counts)?);
+        stdout::json(&counts)?;
     } else {
         for p in &counts {
-            println!("{}: {} row(s) deleted", p.table, p.deleted);
+            stdout::line(format_args!("{}: {} row(s) deleted", p.table, p.deleted))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -109,24 +110,24 @@ async fn run_action(
     let result = actions.run(&action).await;
     tracer.flush(std::time::Duration::from_secs(5));
     if json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        stdout::json(&result)?;
     } else {
         // The key and the values seen are Redis's, the record's the database's: escaped.
         use idemguard::untrusted::escape;
-        println!(
+        stdout::line(format_args!(
             "{} {}: {}",
             result.action,
             escape(&result.target),
             result.outcome
-        );
-        println!("  {}", escape(&result.detail));
+        ))?;
+        stdout::line(format_args!("  {}", escape(&result.detail)))?;
         match result.audit_id {
-            Some(id) => println!(
+            Some(id) => stdout::line(format_args!(
                 "  audited as ops_audit row {id} (operator {}, environment {})",
                 actions.operator(),
                 config.environment.name
-            ),
-            None => println!("  NOT audited — and therefore not performed"),
+            ))?,
+            None => stdout::line("  NOT audited — and therefore not performed")?,
         }
     }
     Ok(ExitCode::from(ops::exit_code(result.outcome)))

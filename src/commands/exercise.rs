@@ -9,6 +9,7 @@ use idemguard::contracts::Instance;
 use idemguard::trace::Tracer;
 
 use super::args::Command;
+use super::stdout;
 
 /// The exercises against the stack: a storm of requests, a lock held.
 pub(crate) async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
@@ -53,9 +54,9 @@ async fn storm(
     options.progress = !json && std::io::stderr().is_terminal();
     let report = idemguard::storm::run(config, &options).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        stdout::json(&report)?;
     } else {
-        print!("{}", report.render());
+        stdout::print(report.render())?;
     }
     if report.passed {
         Ok(ExitCode::SUCCESS)
@@ -82,7 +83,6 @@ async fn lock_hold(
     hold: Option<std::time::Duration>,
 ) -> anyhow::Result<ExitCode> {
     use idemguard::lock::{Acquisition, Locks};
-    use std::io::Write;
 
     let instance = Instance::current();
     let tracer = Tracer::from_config(config, &instance)?;
@@ -98,18 +98,13 @@ async fn lock_hold(
     let guard = match locks.acquire_with(key, &options).await? {
         Acquisition::Held(g) => g,
         Acquisition::Contended(c) => {
-            println!(
-                "{}",
-                serde_json::json!({"held": false, "key": key, "current": c.value})
-            );
+            stdout::line(serde_json::json!({"held": false, "key": key, "current": c.value}))?;
             return Ok(ExitCode::FAILURE);
         }
     };
-    println!(
-        "{}",
-        serde_json::json!({"held": true, "key": key, "instance": instance.id, "fence": guard.fence(), "value": guard.value()})
-    );
-    std::io::stdout().flush()?;
+    stdout::line(
+        serde_json::json!({"held": true, "key": key, "instance": instance.id, "fence": guard.fence(), "value": guard.value()}),
+    )?;
     let held_for = async {
         match hold {
             Some(d) => tokio::time::sleep(d).await,
@@ -123,10 +118,9 @@ async fn lock_hold(
     };
     let lost = guard.lost_reason();
     let report = guard.release().await?;
-    println!(
-        "{}",
-        serde_json::json!({"held": false, "key": key, "ended": ended, "lost": lost, "released": report.released()})
-    );
+    stdout::line(
+        serde_json::json!({"held": false, "key": key, "ended": ended, "lost": lost, "released": report.released()}),
+    )?;
     heartbeat.stop().await?;
     tracer.flush(std::time::Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)

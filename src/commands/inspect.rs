@@ -9,6 +9,7 @@ use idemguard::config::Config;
 use idemguard::console::cli::headless;
 
 use super::args::{Command, ReportOutput};
+use super::stdout;
 
 /// The operator's reads: what the live systems hold (a trace, the locks, the rates, the stuck
 /// records, a report, the DLQ).
@@ -23,19 +24,19 @@ pub(crate) async fn run(command: Command, config: &Config) -> anyhow::Result<Exi
             let window = trace_window(since.as_deref(), until.as_deref())?;
             let target = idemguard::contracts::TraceTarget::classify(&id);
             let r = headless::trace_in(config, &target, window).await;
-            Ok(print_report(&r, json, headless::trace_table))
+            print_report(&r, json, headless::trace_table)
         }
         Command::Locks { json } => {
             let r = headless::locks(config).await;
-            Ok(print_report(&r, json, headless::locks_table))
+            print_report(&r, json, headless::locks_table)
         }
         Command::Rates { json } => {
             let r = headless::rates(config).await;
-            Ok(print_report(&r, json, headless::rates_table))
+            print_report(&r, json, headless::rates_table)
         }
         Command::Stuck { json } => {
             let r = headless::stuck(config).await;
-            Ok(print_report(&r, json, headless::stuck_table))
+            print_report(&r, json, headless::stuck_table)
         }
         Command::Report {
             id,
@@ -48,7 +49,7 @@ pub(crate) async fn run(command: Command, config: &Config) -> anyhow::Result<Exi
         Command::Dlq { since, until, json } => {
             let window = dlq_window(since.as_deref(), until.as_deref())?;
             let r = headless::dlq(config, window).await;
-            Ok(print_report(&r, json, headless::dlq_table))
+            print_report(&r, json, headless::dlq_table)
         }
         _ => unreachable!("run hands each command to the function that handles it"),
     }
@@ -84,7 +85,7 @@ async fn report_command(
     match output {
         Some(path) => idemguard::private_file::write(&path, &text)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => print!("{text}"),
+        None => stdout::print(text)?,
     }
     for e in &r.errors {
         eprintln!(
@@ -144,17 +145,11 @@ fn print_report<T: serde::Serialize>(
     r: &headless::Document<T>,
     json: bool,
     table: fn(&headless::Document<T>) -> String,
-) -> ExitCode {
+) -> anyhow::Result<ExitCode> {
     if json {
-        match serde_json::to_string_pretty(r) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("idemguard: cannot write JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+        stdout::json(r)?;
     } else {
-        print!("{}", table(r));
+        stdout::print(table(r))?;
     }
     eprint!("{}", r.failures());
     if r.exit_code() == headless::EXIT_UNKNOWN_ID {
@@ -163,5 +158,5 @@ fn print_report<T: serde::Serialize>(
             r.command
         );
     }
-    ExitCode::from(r.exit_code())
+    Ok(ExitCode::from(r.exit_code()))
 }

@@ -3,7 +3,8 @@
 //! (setup.rs), the two services (services.rs), the exercises against the stack (exercise.rs),
 //! the operator's reads (inspect.rs) and actions (act.rs, redrive.rs; both through the one
 //! executor below). Each is a thin shell over the library: the one-shot reads' documents, say,
-//! are built by the library's console/cli/ and only printed here.
+//! are built by the library's console/cli/ and only printed here — through stdout.rs, where a
+//! reader that stops reading (`| head`) ends the command quietly.
 
 pub(crate) mod act;
 pub(crate) mod args;
@@ -12,6 +13,7 @@ pub(crate) mod inspect;
 pub(crate) mod redrive;
 pub(crate) mod services;
 pub(crate) mod setup;
+pub(crate) mod stdout;
 
 use idemguard::config::Config;
 use idemguard::contracts::Instance;

@@ -10,6 +10,7 @@ use idemguard::ops::Action;
 
 use super::action_executor;
 use super::inspect::dlq_window;
+use super::stdout;
 
 /// The positions of the DLQ messages in the window whose reason contains `text` and that are
 /// neither redriven (done or under way) nor back from a redrive.
@@ -72,9 +73,9 @@ pub(crate) async fn run_batch(
     listener.abort();
     tracer.flush(std::time::Duration::from_secs(5));
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        stdout::json(&summary)?;
     } else {
-        println!(
+        stdout::line(format_args!(
             "{} done, {} refused, {} error(s), {} not attempted{}",
             summary.done,
             summary.refused,
@@ -85,7 +86,7 @@ pub(crate) async fn run_batch(
             } else {
                 ""
             }
-        );
+        ))?;
     }
     Ok(ExitCode::from(summary.exit_code()))
 }
@@ -112,27 +113,27 @@ pub(crate) async fn redrive_dry_run(
         if json {
             continue;
         }
-        println!(
+        stdout::line(format_args!(
             "redrive {} (dry run: nothing written)",
             escape(action.target())
-        );
+        ))?;
         for line in action.effect(Some(db.dialect())) {
-            println!("  {}", escape(&line));
+            stdout::line(format_args!("  {}", escape(&line)))?;
         }
         match message {
-            None => println!("  the DLQ holds no message there"),
+            None => stdout::line("  the DLQ holds no message there")?,
             Some(m) => {
                 let cells =
                     idemguard::console::columns::dlq_cells(&m, idemguard::contracts::now_ms());
                 for (c, v) in idemguard::console::columns::DLQ.iter().zip(cells) {
-                    println!("  {:<9} {v}", c.header);
+                    stdout::line(format_args!("  {:<9} {v}", c.header))?;
                 }
             }
         }
     }
     db.pool.close().await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&plans)?);
+        stdout::json(&plans)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,8 @@ use idemguard::stream::{ConsumeOptions, PaymentConsumer};
 use idemguard::trace::Tracer;
 use tokio_util::sync::CancellationToken;
 
+use super::stdout;
+
 /// `idemguard consume`: the payment consumer until Ctrl-C.
 pub(crate) async fn consume(
     config: Config,
@@ -36,7 +38,10 @@ pub(crate) async fn consume(
     let metrics =
         idemguard::metrics::exposition::start_consume(&config, &metrics_group, &shutdown).await?;
     if let Some(m) = &metrics {
-        println!("idemguard consume: metrics on http://{}/metrics", m.addr);
+        stdout::line(format_args!(
+            "idemguard consume: metrics on http://{}/metrics",
+            m.addr
+        ))?;
     }
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
@@ -62,9 +67,14 @@ pub(crate) async fn serve(
 ) -> anyhow::Result<ExitCode> {
     let listen = listen.unwrap_or_else(|| config.api.listen.clone());
     let server = idemguard::api::server::start_with(config, &listen, faults).await?;
-    println!("idemguard serve: listening on http://{}", server.addr);
+    stdout::line(format_args!(
+        "idemguard serve: listening on http://{}",
+        server.addr
+    ))?;
     if let Some(m) = server.metrics_addr {
-        println!("idemguard serve: metrics on http://{m}/metrics");
+        stdout::line(format_args!(
+            "idemguard serve: metrics on http://{m}/metrics"
+        ))?;
     }
     let _ = tokio::signal::ctrl_c().await;
     eprintln!("idemguard serve: finishing requests in flight");

@@ -9,6 +9,8 @@ use idemguard::config::Config;
 use idemguard::db::{migrate, Database};
 use idemguard::doctor;
 
+use super::stdout;
+
 /// `idemguard migrate`: apply the schema, saying whether anything was to do.
 pub(crate) async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode> {
     // No statement bound: an index on a big table may take longer than any a service has, and
@@ -18,18 +20,18 @@ pub(crate) async fn apply_migrations(config: &Config) -> anyhow::Result<ExitCode
     let db = Database::connect(&unbounded).await?;
     let report = migrate::migrate(&db).await?;
     if report.version_before >= migrate::SCHEMA_VERSION {
-        println!(
+        stdout::line(format_args!(
             "{}: schema v{} already applied; nothing to do",
             db.shown_url, report.version_after
-        );
+        ))?;
     } else {
-        println!(
+        stdout::line(format_args!(
             "{}: schema v{} applied ({} statements, {} dialect)",
             db.shown_url,
             report.version_after,
             report.statements,
             db.dialect()
-        );
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -43,9 +45,9 @@ pub(crate) async fn doctor_command(
 ) -> anyhow::Result<ExitCode> {
     let rows = doctor::run(config).await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        stdout::json(&rows)?;
     } else {
-        print!("{}", doctor::render(&rows));
+        stdout::print(doctor::render(&rows))?;
     }
     let strict = strict.then(|| doctor::warnings(&rows)).flatten();
     match doctor::failures(&rows).or(strict) {
@@ -87,7 +89,7 @@ pub(crate) async fn suggest_profile(
                 path.display()
             );
         }
-        None => print!("{text}"),
+        None => stdout::print(text)?,
     }
     for p in &s.problems {
         eprintln!(
