@@ -3,15 +3,21 @@
 //! commit, a rebalance) change nothing; poison goes to the DLQ without stalling the partition.
 
 mod common;
+#[path = "common/first_contact.rs"]
+mod first_contact;
+#[path = "support/java_kafka.rs"]
+mod java_kafka;
 
 use std::time::{Duration, Instant};
 
 use common::consumer::*;
 use common::*;
+use first_contact::{crc32_partition, murmur2_partition};
 use idemguard::config::{Config, Dialect};
 use idemguard::contracts::{new_event_id, OrderNo, PaymentSucceeded};
 use idemguard::stream::lag::consumer_lag;
 use idemguard::stream::ConsumeStats;
+use java_kafka::{JavaPaymentProducer, Keying};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -429,3 +435,253 @@ async fn own_producers_put_each_key_where_the_configured_partitioner_says() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A team's payment service publishing with the Java client
+// ---------------------------------------------------------------------------------------------
+
+/// `idemguard trace` and `dlq` on the test's database and topics (no trace topic: a team's
+/// system has none), configured for producers that partition as the Java client does.
+fn murmur2_source(s: &ConsumerSetup) -> Vec<(String, String)> {
+    let kafka = &s.config.kafka;
+    [
+        ("IDEMGUARD_DATABASE__URL", s.config.database.url.as_str()),
+        ("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &kafka.payment_topic),
+        ("IDEMGUARD_KAFKA__DLQ_TOPIC", &kafka.dlq_topic),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC", ""),
+        ("IDEMGUARD_KAFKA__PARTITIONER", "murmur2_random"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .to_vec()
+}
+
+/// `idemguard ARGS --json` as [`murmur2_source`] configures it; the document.
+fn idemguard_json(s: &ConsumerSetup, args: &[&str]) -> serde_json::Value {
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local.toml");
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let (_, out, err) = first_contact::run(Some(&config), &murmur2_source(s), &args);
+    serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON document from {args:?}: {out}{err}"))
+}
+
+fn json_lines(events: &[&PaymentSucceeded]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect()
+}
+
+/// The payment topic's read of a trace: (partitions read, why every partition was read).
+fn payment_read(trace: &serde_json::Value, topic: &str) -> (Vec<i64>, Option<String>) {
+    let topics = trace["data"]["read_cost"]["topics"].as_array().unwrap();
+    let read = topics
+        .iter()
+        .find(|t| t["topic"] == topic)
+        .unwrap_or_else(|| panic!("the trace did not read {topic}: {trace:#}"));
+    let partitions = read["partitions_read"].as_array().unwrap();
+    (
+        partitions.iter().map(|p| p.as_i64().unwrap()).collect(),
+        read["partitions_widened"].as_str().map(str::to_string),
+    )
+}
+
+/// Four orders paid by the team's Java producer (key = orderNo, murmur2), each event twice in
+/// one gzip batch, once in lz4 and once in zstd, and a poison event of the team's (a negative
+/// amount) in the lz4 run: each event applied once, the poison dead-lettered, every batch on the
+/// broker compressed as asked by an idempotent producer. The events.
+async fn keyed_events_through_java(
+    s: &ConsumerSetup,
+    java: &JavaPaymentProducer,
+) -> Vec<PaymentSucceeded> {
+    let d = s.dialect;
+    let (servers, topic) = (
+        &s.config.kafka.bootstrap_servers,
+        &s.config.kafka.payment_topic,
+    );
+    // At least one order that librdkafka's crc32 puts elsewhere: a consumer or a trace that
+    // partitioned as librdkafka does would look in the wrong partition for it.
+    let mut events = Vec::new();
+    while events.len() < 4
+        || events.iter().all(|e: &PaymentSucceeded| {
+            crc32_partition(&e.order_no) == murmur2_partition(&e.order_no)
+        })
+    {
+        let (o, r) = create_order(&s.db, events.len() as i64).await;
+        events.push(payment(&o, &r, events.len() as i64));
+    }
+    let (poison_order, r) = create_order(&s.db, 99).await;
+    let poison = PaymentSucceeded {
+        amount: -1,
+        ..payment(&poison_order, &r, 99)
+    };
+    let once: Vec<&PaymentSucceeded> = events.iter().collect();
+    let runs = [
+        ("gzip", [&once[..], &once[..]].concat()),
+        ("lz4", [&once[..], &[&poison]].concat()),
+        ("zstd", once.clone()),
+    ];
+    for (codec, sent) in &runs {
+        let acked = java
+            .send(servers, topic, codec, Keying::ByOrderNo, &json_lines(sent))
+            .await;
+        for (e, a) in sent.iter().zip(&acked) {
+            assert_eq!(
+                a.partition,
+                murmur2_partition(&e.order_no),
+                "{d}, {codec}: Java's partitioner put {} elsewhere than idemguard's murmur2 says",
+                e.order_no
+            );
+        }
+    }
+
+    let member = s.start_member().await;
+    member
+        .until("17 copies handled", 60, |st| {
+            get(&st.applied) + get(&st.dedup_hits) + get(&st.dlq) >= 17
+        })
+        .await;
+    let stats = member.stop().await;
+    assert_eq!(get(&stats.applied), 4, "{d}: {stats:?}");
+    assert_eq!(
+        get(&stats.dedup_hits),
+        12,
+        "{d}: three copies of each stopped"
+    );
+    assert_eq!(get(&stats.dlq), 1, "{d}: {stats:?}");
+    for e in &events {
+        let paid = format!(
+            "order_record WHERE order_no = '{}' AND status = 'PAID' AND payment_event_id = '{}'",
+            e.order_no, e.event_id
+        );
+        assert_eq!(count(&s.db, &paid).await, 1, "{d}: {}", e.order_no);
+    }
+    for table in ["points_ledger", "notification"] {
+        assert_eq!(count(&s.db, table).await, 4, "{d}: {table}");
+    }
+    let unpaid = format!("order_record WHERE order_no = '{poison_order}' AND status = 'CREATED'");
+    assert_eq!(
+        count(&s.db, &unpaid).await,
+        1,
+        "{d}: the poison paid nothing"
+    );
+
+    // The broker holds what Java wrote: every batch compressed as asked, by an idempotent
+    // producer (a producer id), the gzip run's duplicates inside one batch per partition.
+    let batches = java_kafka::batches_on_broker(topic);
+    let codecs: std::collections::BTreeSet<&str> =
+        batches.iter().map(|b| b.codec.as_str()).collect();
+    assert_eq!(codecs, ["gzip", "lz4", "zstd"].into(), "{batches:?}");
+    assert!(batches.iter().all(|b| b.producer_id >= 0), "{batches:?}");
+    assert_eq!(
+        batches.iter().map(|b| b.records).sum::<usize>(),
+        17,
+        "{batches:?}"
+    );
+
+    // The poison, in the DLQ as an operator lists it, with the IDs of Java's headers.
+    let dlq = idemguard_json(s, &["dlq"]);
+    let listed = dlq["data"]["messages"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{dlq:#}");
+    assert_eq!(listed[0]["reason"], "negative amount -1", "{dlq:#}");
+    assert_eq!(listed[0]["order_no"], poison_order.as_str(), "{dlq:#}");
+    assert_eq!(listed[0]["event_id"], poison.event_id.as_str(), "{dlq:#}");
+    assert_eq!(listed[0]["source"]["topic"], topic.as_str(), "{dlq:#}");
+    assert_eq!(
+        listed[0]["source"]["partition"],
+        murmur2_partition(&poison_order),
+        "{dlq:#}"
+    );
+    events
+}
+
+/// `trace ORDER` with `kafka.partitioner = "murmur2_random"` reads the one partition the Java
+/// client chose for the order, and finds every copy there.
+fn trace_reads_the_java_partition(s: &ConsumerSetup, e: &PaymentSucceeded, copies: usize) {
+    let topic = &s.config.kafka.payment_topic;
+    let t = idemguard_json(s, &["trace", &e.order_no]);
+    let p = murmur2_partition(&e.order_no);
+    assert_eq!(
+        payment_read(&t, topic),
+        (vec![i64::from(p)], None),
+        "{}: the trace read other partitions than murmur2's p{p}: {t:#}",
+        e.order_no
+    );
+    let sources: Vec<&str> = first_contact::entries(&t, "kafka")
+        .iter()
+        .filter_map(|k| k["source"].as_str())
+        .filter(|src| src.starts_with(topic.as_str()))
+        .collect();
+    assert_eq!(sources.len(), copies, "{}: {t:#}", e.order_no);
+    assert!(
+        sources
+            .iter()
+            .all(|src| src.starts_with(&format!("{topic} p{p}@"))),
+        "{sources:?}"
+    );
+    let effects = &t["data"]["events"];
+    assert_eq!(effects[0]["event_id"], e.event_id.as_str(), "{t:#}");
+    assert_eq!(effects[0]["kafka_copies"], copies, "{t:#}");
+    assert_eq!(effects[0]["processed_rows"], 1, "{t:#}");
+}
+
+/// The same events sent again without a key (zstd), and an order paid only by unkeyed copies:
+/// every copy of a known event is a dedup hit, the new event is applied once, and its trace
+/// reads every partition because the copies it scanned have no key — and finds both.
+async fn unkeyed_copies_through_java(
+    s: &ConsumerSetup,
+    java: &JavaPaymentProducer,
+    events: &[PaymentSucceeded],
+) {
+    let d = s.dialect;
+    let (servers, topic) = (
+        &s.config.kafka.bootstrap_servers,
+        &s.config.kafka.payment_topic,
+    );
+    let (o, r) = create_order(&s.db, 100).await;
+    let unkeyed = payment(&o, &r, 100);
+    let sent: Vec<&PaymentSucceeded> = [&unkeyed, &unkeyed].into_iter().chain(events).collect();
+    java.send(servers, topic, "zstd", Keying::None, &json_lines(&sent))
+        .await;
+    let member = s.start_member().await;
+    member
+        .until("6 unkeyed copies handled", 60, |st| {
+            get(&st.applied) + get(&st.dedup_hits) >= 6
+        })
+        .await;
+    let stats = member.stop().await;
+    assert_eq!(get(&stats.applied), 1, "{d}: {stats:?}");
+    assert_eq!(get(&stats.dedup_hits), 5, "{d}: {stats:?}");
+    for table in ["points_ledger", "notification"] {
+        assert_eq!(count(&s.db, table).await, 5, "{d}: {table}");
+    }
+    let t = idemguard_json(s, &["trace", &o]);
+    let (read, widened) = payment_read(&t, topic);
+    assert_eq!(read, vec![0, 1, 2], "{t:#}");
+    assert!(
+        widened
+            .as_deref()
+            .is_some_and(|w| w.contains("have no key")),
+        "{t:#}"
+    );
+    assert_eq!(t["data"]["events"][0]["kafka_copies"], 2, "{t:#}");
+}
+
+/// A team's own payment service publishes with the Java client (tests/peers/
+/// java-payment-producer: kafka-clients, idempotent, murmur2 keys, gzip / lz4 / zstd batches,
+/// and a run without keys): each event is applied once however many copies and codecs carried
+/// it, its poison goes to the DLQ, and a trace configured with the Java client's partitioner
+/// reads the partition Java chose and finds every copy.
+async fn java_producer_events_apply_once_and_trace_by_murmur2(dialect: Dialect) {
+    let java = JavaPaymentProducer::built();
+    let s = consumer_setup(dialect).await;
+    let events = keyed_events_through_java(&s, &java).await;
+    for e in &events {
+        trace_reads_the_java_partition(&s, e, 4);
+    }
+    unkeyed_copies_through_java(&s, &java, &events).await;
+}
+
+per_dialect!(java_producer_events_apply_once_and_trace_by_murmur2 => java_producer_events_apply_once_and_trace_by_murmur2_postgres, java_producer_events_apply_once_and_trace_by_murmur2_mysql);
