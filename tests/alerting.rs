@@ -653,3 +653,71 @@ async fn the_lag_gauge_and_the_console_agree_on_known_offsets() {
         ]
     );
 }
+
+/// A lag the broker did not give is never a figure: a broker that does not answer ends the read
+/// within its bound, and a topic the broker does not have is said; each error names the broker,
+/// the thing asked for and what to do, and the Overview says "unknown" with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lag_the_broker_did_not_give_is_said_with_the_broker() {
+    use idemguard::stream::lag::{consumer_lag, LagFailure};
+    let config = common::local_config();
+    let group = format!("igt-group-{}", common::unique_suffix());
+    let missing = format!("payment.succeeded.missing{}", common::unique_suffix());
+    let (kafka, g, t) = (config.kafka.clone(), group.clone(), missing.clone());
+    let read =
+        tokio::task::spawn_blocking(move || consumer_lag(&kafka, &g, &t, Duration::from_secs(5)))
+            .await
+            .unwrap();
+    let e = read.expect_err("no lag of a topic the broker does not have");
+    assert!(matches!(e.failure(), LagFailure::NoTopic { .. }), "{e:?}");
+    let servers = &config.kafka.bootstrap_servers;
+    assert_eq!(
+        e.to_string(),
+        format!("kafka {servers} has no topic {missing} (`scripts/stack up` creates the stack's topics; elsewhere check kafka.payment_topic)")
+    );
+
+    // A port nothing listens on: a real refusal, not a stand-in broker.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let mut silent = config.kafka.clone();
+    silent.bootstrap_servers = address.clone();
+    let started = Instant::now();
+    let read = tokio::task::spawn_blocking(move || {
+        consumer_lag(&silent, &group, "payment.succeeded", Duration::from_secs(1))
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    let e = read.expect_err("no lag from a broker that does not answer");
+    assert!(
+        took < Duration::from_secs(3),
+        "the read ends within its 1 s bound (and the client's close): {took:?}"
+    );
+    let said = e.to_string();
+    assert!(
+        said.starts_with(&format!(
+            "kafka {address} did not answer with the partitions of topic payment.succeeded within 1s"
+        )) && said.ends_with("(is the broker running? `scripts/stack status`)"),
+        "{said}"
+    );
+    let lag = Err(said.clone());
+    let rates = idemguard::console::read::store::RateTable::default();
+    let lines: Vec<String> = idemguard::console::read::overview::findings(
+        &idemguard::console::read::overview::OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: Some(&lag),
+            rates: &rates,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        },
+    )
+    .into_iter()
+    .map(|f| f.text)
+    .filter(|t| t.starts_with("consumer lag"))
+    .collect();
+    assert_eq!(lines, [format!("consumer lag unknown — {said}")]);
+}

@@ -30,9 +30,27 @@ pub struct PartitionLag {
     pub lag: i64,
 }
 
-/// Why the lag could not be read: the broker, the thing asked for, and what to do.
+/// Why the lag could not be read (boxed: what it carries is large, and it travels through
+/// every `Result` of the read and of its callers).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum LagError {
+#[error(transparent)]
+pub struct LagError(Box<LagFailure>);
+
+impl LagError {
+    pub fn failure(&self) -> &LagFailure {
+        &self.0
+    }
+}
+
+impl From<LagFailure> for LagError {
+    fn from(failure: LagFailure) -> Self {
+        Self(Box::new(failure))
+    }
+}
+
+/// What failed: the broker, the thing asked for, and what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LagFailure {
     #[error(
         "cannot create a Kafka client for {servers}: {error} (check [kafka] in the configuration)"
     )]
@@ -109,13 +127,13 @@ pub fn consumer_lag(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .create_with_context(LagReadContext)
-        .map_err(|error| LagError::Client {
+        .map_err(|error| LagFailure::Client {
             servers: servers.clone(),
             error,
         })?;
     let partitions = partitions(&consumer, &servers, topic, left(), timeout)?;
     let committed = committed_offsets(&consumer, topic, &partitions, left()).map_err(|error| {
-        LagError::Committed {
+        LagFailure::Committed {
             servers: servers.clone(),
             group: group.into(),
             topic: topic.into(),
@@ -125,7 +143,7 @@ pub fn consumer_lag(
     })?;
     let mut out = Vec::with_capacity(partitions.len());
     for (partition, committed) in partitions.into_iter().zip(committed) {
-        let committed = committed.map_err(|error| LagError::CommittedRefused {
+        let committed = committed.map_err(|error| LagFailure::CommittedRefused {
             servers: servers.clone(),
             group: group.into(),
             topic: topic.into(),
@@ -134,7 +152,7 @@ pub fn consumer_lag(
         })?;
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, left())
-            .map_err(|error| LagError::EndOffset {
+            .map_err(|error| LagFailure::EndOffset {
                 servers: servers.clone(),
                 topic: topic.into(),
                 partition,
@@ -161,15 +179,21 @@ fn partitions(
     within: Duration,
     timeout: Duration,
 ) -> Result<Vec<i32>, LagError> {
-    let no_answer = |error| LagError::Partitions {
-        servers: servers.into(),
-        topic: topic.into(),
-        within: timeout,
-        error,
+    let no_answer = |error| -> LagError {
+        LagFailure::Partitions {
+            servers: servers.into(),
+            topic: topic.into(),
+            within: timeout,
+            error,
+        }
+        .into()
     };
-    let no_topic = || LagError::NoTopic {
-        servers: servers.into(),
-        topic: topic.into(),
+    let no_topic = || -> LagError {
+        LagFailure::NoTopic {
+            servers: servers.into(),
+            topic: topic.into(),
+        }
+        .into()
     };
     let metadata = consumer
         .fetch_metadata(Some(topic), within)

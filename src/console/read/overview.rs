@@ -611,7 +611,7 @@ mod tests {
             lag_lines(&caught_up),
             [(Severity::Ok, "consumer lag 0 on 1 partition(s)".to_string())]
         );
-        let silent = Err(crate::stream::lag::LagError::Committed {
+        let silent = Err(crate::stream::lag::LagFailure::Committed {
             servers: "127.0.0.1:9092".into(),
             group: "g".into(),
             topic: "t".into(),
