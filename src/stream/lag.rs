@@ -80,8 +80,8 @@ pub enum LagFailure {
         partition: i32,
         error: KafkaError,
     },
-    #[error("kafka {servers} did not answer with the end offset of {topic}/{partition} within {within:?}: {error} (is the broker running? `scripts/stack status`)")]
-    EndOffset {
+    #[error("kafka {servers} did not answer with the watermarks of {topic}/{partition} within {within:?}: {error} (is the broker running? `scripts/stack status`)")]
+    Watermarks {
         servers: String,
         topic: String,
         partition: i32,
@@ -152,7 +152,7 @@ pub fn consumer_lag(
         })?;
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, left())
-            .map_err(|error| LagFailure::EndOffset {
+            .map_err(|error| LagFailure::Watermarks {
                 servers: servers.clone(),
                 topic: topic.into(),
                 partition,
