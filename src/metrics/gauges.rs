@@ -77,8 +77,9 @@ async fn timed(
     result
 }
 
-/// `consume`'s lag gauge: the group's lag on every partition of `topic`, until `stop`. Each
-/// member reads every partition (the committed offsets are the group's): the alert takes `max`.
+/// `consume`'s lag gauge: the group's lag on every partition of `topic`, until `stop`, read by
+/// the one lag reader the console's Rates view and `idemguard rates` use too. Each member reads
+/// every partition (the committed offsets are the group's): the alert takes `max`.
 pub fn spawn_lag(
     kafka: crate::config::KafkaConfig,
     group: String,
