@@ -225,15 +225,14 @@ pub async fn explain_failure(kafka: &KafkaConfig, error: &str, reported: &[Strin
             crate::logging::scrub(line)
         ));
     }
-    if !kafka.security_protocol.tls() {
-        let plaintext_refused =
-            crate::tls::diagnose(Backend::Kafka, first, &format!("{error}\n{all}"), true).await;
-        if let Some(r) = plaintext_refused {
-            return refused(format!(
-                "kafka {servers}: {}",
-                r.explain(Backend::Kafka, first)
-            ));
-        }
+    // Plaintext to a TLS listener, or TLS to a plaintext one: found by asking the port.
+    let plaintext = !kafka.security_protocol.tls();
+    let text = format!("{error}\n{all}");
+    if let Some(r) = crate::tls::diagnose(Backend::Kafka, first, &text, plaintext).await {
+        return refused(format!(
+            "kafka {servers}: {}",
+            r.explain(Backend::Kafka, first)
+        ));
     }
     let last = reported
         .last()

@@ -164,6 +164,8 @@ pub async fn diagnose(
         "disconnected",
         "transport failure",
         "timed out",
+        "timeout",
+        "deadline has elapsed",
         "did not answer",
     ]
     .iter()
@@ -171,7 +173,43 @@ pub async fn diagnose(
     if plaintext && dropped && speaks_tls(backend, addr).await {
         return Some(Refusal::PlaintextRefused);
     }
+    if !plaintext && dropped && speaks_plaintext(backend, addr).await {
+        return Some(Refusal::NoTls);
+    }
     None
+}
+
+/// True when `addr` answers the backend's own plaintext greeting within 2 s (Redis: `PING`;
+/// Kafka: an ApiVersions request): a TLS client that got nowhere there met a plaintext port.
+/// The databases say so themselves (their TLS request packet is answered "no").
+pub async fn speaks_plaintext(backend: Backend, addr: &str) -> bool {
+    // Kafka: size 10, ApiVersions (18) v0, correlation id 1, no client id.
+    const API_VERSIONS: [u8; 14] = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff];
+    let (greeting, answered): (&[u8], fn(&[u8]) -> bool) = match backend {
+        Backend::Redis => (b"PING\r\n", |r| matches!(r.first(), Some(b'+' | b'-'))),
+        Backend::Kafka => (&API_VERSIONS, |r| r.get(4..8) == Some(&[0, 0, 0, 1])),
+        Backend::Postgres | Backend::Mysql => return false,
+    };
+    let exchange = async {
+        let mut tcp = TcpStream::connect(addr).await.ok()?;
+        tcp.write_all(greeting).await.ok()?;
+        let mut reply = [0u8; 8];
+        let mut got = 0;
+        while got < reply.len() {
+            match tcp.read(&mut reply[got..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+            if backend == Backend::Redis {
+                break;
+            }
+        }
+        Some(answered(&reply[..got]))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), exchange).await,
+        Ok(Some(true))
+    )
 }
 
 /// True when `addr` completes the start of a TLS handshake (a ServerHello and a certificate):

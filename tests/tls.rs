@@ -333,6 +333,12 @@ struct Refused {
     says: [&'static str; 2],
 }
 
+/// `host:port`.
+fn is_address(word: &str) -> bool {
+    word.rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+}
+
 async fn check(file: &Path, r: &Refused) {
     let started = Instant::now();
     let (code, out) = idemguard(file, r.args, &r.env).await;
@@ -340,6 +346,14 @@ async fn check(file: &Path, r: &Refused) {
     assert_ne!(code, Some(0), "{}: must fail:\n{out}", r.what);
     for s in r.says {
         assert!(out.contains(s), "{}: says `{s}`:\n{out}", r.what);
+    }
+    for line in out.lines() {
+        let words = line.split_whitespace().collect::<Vec<_>>();
+        assert!(
+            !words.windows(2).any(|w| w[0] == w[1] && is_address(w[0])),
+            "{}: an address said twice in a row: {line}",
+            r.what
+        );
     }
     assert!(
         took < Duration::from_secs(15),
@@ -349,8 +363,8 @@ async fn check(file: &Path, r: &Refused) {
 }
 
 /// Each refusal, for each backend: a certificate that does not verify (a CA that did not issue
-/// it), a host name not in it, plaintext to a server that refuses it; and the mutual-TLS and
-/// SASL refusals. All at once, each within 15 s.
+/// it), a host name not in it, plaintext to a server that refuses it, TLS to a plaintext port;
+/// and the mutual-TLS and SASL refusals. All at once, each within 15 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_refusal_says_which_and_the_setting_to_fix() {
     let dir = tempfile::tempdir().unwrap();
@@ -462,6 +476,14 @@ fn redis_refusals() -> Vec<Refused> {
             ["refuses unencrypted connections", "rediss://"],
         ),
         redis(
+            "TLS to the plaintext port",
+            vec![("IDEMGUARD_REDIS__URL", "rediss://127.0.0.1:6379".into())],
+            [
+                "127.0.0.1:6379 does not speak TLS",
+                "redis:// where plaintext",
+            ],
+        ),
+        redis(
             "no client certificate",
             no_client,
             ["requires a client certificate", "redis.tls_cert_file"],
@@ -541,6 +563,17 @@ fn kafka_refusals() -> Vec<Refused> {
             "plaintext",
             plaintext.clone(),
             ["refuses unencrypted connections", "kafka.security_protocol"],
+        ),
+        kafka(
+            "TLS to the plaintext listener",
+            vec![(
+                "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+                "127.0.0.1:9092".into(),
+            )],
+            [
+                "127.0.0.1:9092 does not speak TLS",
+                "kafka.security_protocol",
+            ],
         ),
         Refused {
             what: "kafka plaintext, as the console's trace reads".into(),

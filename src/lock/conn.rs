@@ -42,7 +42,12 @@ pub struct NodeError {
 
 impl std::fmt::Display for NodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "redis node {} {}", self.node, self.problem)?;
+        // A refusal's explanation names the node itself: said once.
+        if self.problem.contains(&self.node) {
+            write!(f, "redis: {}", self.problem)?;
+        } else {
+            write!(f, "redis node {} {}", self.node, self.problem)?;
+        }
         if self.unreachable {
             write!(f, " (is it running? scripts/stack status)")?;
         }
@@ -367,6 +372,31 @@ impl Conn {
         }
     }
 
+    /// An operation that got no answer within the timeout: a TLS URL on a plaintext port says
+    /// so ([`plaintext_port`](Self::plaintext_port)), anything else is a node not answering.
+    pub(crate) async fn timed_out(&self) -> NodeError {
+        match self.plaintext_port().await {
+            Some(why) => self.refused(why),
+            None => self.error(format!(
+                "did not answer within {}ms",
+                self.timeout.as_millis()
+            )),
+        }
+    }
+
+    /// Why a TLS connection got no handshake: the node's port speaks plaintext Redis. `None`
+    /// for a plaintext URL, or a port that does not answer `PING` either.
+    async fn plaintext_port(&self) -> Option<String> {
+        let url = match &self.target {
+            RedisTarget::Single(url) => url,
+            RedisTarget::Cluster { seeds } => seeds.first()?,
+        };
+        let addr = crate::config::host_port(url);
+        let tls = url.starts_with("rediss");
+        (tls && crate::tls::speaks_plaintext(Backend::Redis, &addr).await)
+            .then(|| Refusal::NoTls.explain(Backend::Redis, &addr))
+    }
+
     fn cached(&self, runtime: tokio::runtime::Id) -> Option<RedisConn> {
         match &*self.slot.lock().expect("node slot") {
             Some((id, c)) if *id == runtime => Some(c.clone()),
@@ -444,12 +474,19 @@ impl Conn {
                 Err(self.failure(problem, unreachable))
             }
             Err(_) => {
-                let problem = format!(
-                    "did not accept a connection within {}ms",
-                    self.timeout.as_millis()
-                );
-                *last_failure = Some((Instant::now(), problem.clone(), true));
-                Err(self.error(problem))
+                // A TLS client on a plaintext port waits for a handshake that never comes.
+                let (problem, unreachable) = match self.plaintext_port().await {
+                    Some(why) => (why, false),
+                    None => (
+                        format!(
+                            "did not accept a connection within {}ms",
+                            self.timeout.as_millis()
+                        ),
+                        true,
+                    ),
+                };
+                *last_failure = Some((Instant::now(), problem.clone(), unreachable));
+                Err(self.failure(problem, unreachable))
             }
         }
     }
@@ -492,10 +529,7 @@ impl Conn {
             Ok(r) => r,
             Err(_) => {
                 self.forget();
-                Err(self.error(format!(
-                    "did not answer within {}ms",
-                    self.timeout.as_millis()
-                )))
+                Err(self.timed_out().await)
             }
         }
     }

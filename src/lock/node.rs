@@ -97,10 +97,7 @@ impl Node {
         match tokio::time::timeout(self.conn.timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.conn.error("lost its batch driver")),
-            Err(_) => Err(self.conn.error(format!(
-                "did not answer within {}ms",
-                self.conn.timeout.as_millis()
-            ))),
+            Err(_) => Err(self.conn.timed_out().await),
         }
     }
 }
