@@ -242,14 +242,14 @@ fn read_cost_lines(t: &Timeline) -> String {
             .map(|w| format!("{}–{}", format_ms(w.from_ms), format_ms(w.to_ms)))
             .collect();
         out.push_str(&format!(
-            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; offsets by {} ({} probe(s)); {} ms setup, {} ms lookup{wait}, {} ms scan\n",
+            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; {} ({} probe(s)); {} ms setup, {} ms lookup{wait}, {} ms scan\n",
             t.topic,
             t.messages_scanned,
             t.windows.len(),
             windows.join(", "),
             t.partitions_read,
             t.partitions_total,
-            t.offset_lookup.replace('_', " "),
+            t.offsets_found_by(),
             t.offset_probes,
             t.times.setup_ms,
             t.times.lookup_ms,
@@ -411,11 +411,11 @@ pub fn rates_table(r: &Document<RatesData>) -> String {
     }
     if let Some(c) = &d.read_cost {
         out.push_str(&format!(
-            "read {}: {} message(s) scanned, its last hour only, {} partition(s); offsets by {} ({} probe(s))\n\n",
+            "read {}: {} message(s) scanned, its last hour only, {} partition(s); {} ({} probe(s))\n\n",
             c.topic,
             c.messages_scanned,
             c.partitions_read.len(),
-            c.offset_lookup.replace('_', " "),
+            c.offsets_found_by(),
             c.offset_probes
         ));
     }

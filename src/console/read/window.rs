@@ -98,9 +98,10 @@ pub struct TopicCost {
     pub windows: Vec<TimeWindow>,
     pub partitions_total: usize,
     pub partitions_read: Vec<i32>,
-    /// `offsets_for_times` when the broker's lookup by time answered truthfully, else
-    /// `interpolation_search` (one message's timestamp read per probe, see
-    /// [`seek`](super::seek)).
+    /// `offsets_for_times` when the broker's lookup by time answered truthfully;
+    /// `interpolation_search` when its answer failed the check (one message's timestamp read
+    /// per probe, see [`seek`](super::seek)); `read_whole` when the partitions were small
+    /// enough to read whole and no offset was looked up.
     pub offset_lookup: &'static str,
     /// Messages read to find the windows' offsets.
     pub offset_probes: u64,
@@ -148,6 +149,19 @@ pub struct ReadCost {
     /// last time the rows carry (`console.forward_search`), part of `windows`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward_search: Option<TimeWindow>,
+}
+
+impl TopicCost {
+    /// How the read found its offsets, for people.
+    pub fn offsets_found_by(&self) -> &'static str {
+        match self.offset_lookup {
+            "offsets_for_times" => "offsets by the broker's time index",
+            "interpolation_search" => {
+                "offsets by interpolation search (the broker's failed its check)"
+            }
+            _ => "partitions small enough to read whole",
+        }
+    }
 }
 
 impl ReadCost {

@@ -197,10 +197,10 @@ pub fn read_windows_with<F: FnMut(&BorrowedMessage<'_>)>(
         partitions_total: marks.len(),
         partitions_widened: widened,
         partitions_read: partitions,
-        offset_lookup: if lookup.broker_truthful == Some(true) {
-            "offsets_for_times"
-        } else {
-            "interpolation_search"
+        offset_lookup: match lookup.broker_truthful {
+            Some(true) => "offsets_for_times",
+            Some(false) => "interpolation_search",
+            None => "read_whole",
         },
         offset_probes: lookup.probes,
         messages_scanned: scanned,
