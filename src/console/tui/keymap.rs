@@ -367,7 +367,12 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         })
         .ok_or_else(|| {
             let known: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
-            format!("unknown command `{word}` (known: {})", known.join(", "))
+            let guess = nearest_command(word)
+                .map_or(String::new(), |name| format!(": did you mean `:{name}`?"));
+            format!(
+                "unknown command `{word}`{guess} (known: {})",
+                known.join(", ")
+            )
         })?;
     match spec.name {
         "trace" if rest.is_empty() => Ok(Command::Show(View::Trace)),
@@ -391,6 +396,19 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }
+}
+
+/// The command a mistyped word was meant to be, as clap answers a mistyped subcommand: the
+/// nearest name within two edits (a swapped pair of letters is one: `trcae`) that keeps at
+/// least half of its letters — a short word of other letters is no one's typo.
+fn nearest_command(word: &str) -> Option<&'static str> {
+    let word = word.to_ascii_lowercase();
+    COMMANDS
+        .iter()
+        .map(|c| (strsim::osa_distance(c.name, &word), c.name))
+        .filter(|(edits, name)| *edits <= 2 && edits * 2 <= name.len())
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, name)| name)
 }
 
 /// `:report [html|md] [ID]`: the format word first, if any (no ID is spelled `html` or `md`).

@@ -50,11 +50,26 @@ pub struct ActionsPane {
     running: Option<Running>,
     /// Each view's batch headline: its progress while it runs, then its summary.
     headline: BTreeMap<View, String>,
+    /// The targets of each view's last batch, shown whatever the view's filter until the
+    /// operator changes it: an action changes the cells a filter matched (a redriven message is
+    /// no longer "would apply"), and a row must not leave the view as its result arrives.
+    kept_in_view: BTreeMap<View, BTreeSet<String>>,
 }
 
 struct Running {
     view: View,
     stop: CancellationToken,
+}
+
+/// A batch that ended: what it did, said once — by its view's panel (its rows; a batch of more
+/// than one action its summary as the panel's headline), by the bottom line only to an operator
+/// looking at another view.
+#[derive(Debug)]
+pub struct BatchEnd {
+    /// The view whose rows it acted on (`None`: nothing was run).
+    pub view: Option<View>,
+    pub summary: String,
+    pub all_done: bool,
 }
 
 /// What a batch's headline calls an action that did what it says.
@@ -88,6 +103,7 @@ impl ActionsPane {
             executor: None,
             running: None,
             headline: BTreeMap::new(),
+            kept_in_view: BTreeMap::new(),
         }
     }
 
@@ -159,6 +175,33 @@ impl ActionsPane {
         }
     }
 
+    /// Results that came all at once (a batch with RedLock actions, or one the executor could
+    /// not start): the batch is over.
+    pub fn batch_results(&mut self, results: Vec<ActionResult>) -> BatchEnd {
+        let running = self.running.take().map(|r| r.view);
+        let view = running.or_else(|| results.first().map(|r| view_of(r.action)));
+        let one = results.len() == 1;
+        let (summary, all_done) = self.apply_results(results);
+        if let Some(view) = view {
+            self.headline_of_end(view, one, &summary);
+        }
+        BatchEnd {
+            view,
+            summary,
+            all_done,
+        }
+    }
+
+    /// The panel's headline once a batch ended: a batch of one has none (its row says it all),
+    /// a longer one its summary.
+    fn headline_of_end(&mut self, view: View, one: bool, summary: &str) {
+        if one {
+            self.headline.remove(&view);
+        } else {
+            self.headline.insert(view, summary.to_string());
+        }
+    }
+
     /// The executor's results: kept per row and per view; returns the one-line summary.
     pub fn apply_results(&mut self, results: Vec<ActionResult>) -> (String, bool) {
         let done = results
@@ -199,6 +242,8 @@ impl ActionsPane {
                 batch.len()
             );
             self.headline.insert(view, headline);
+            let targets = batch.iter().map(|p| p.action.target().to_string());
+            self.kept_in_view.insert(view, targets.collect());
             self.running = Some(Running {
                 view,
                 stop: stop.clone(),
@@ -250,18 +295,26 @@ impl ActionsPane {
     }
 
     /// The batch ended (finished or stopped): its rows' results and the summary line.
-    pub fn ended(&mut self, s: crate::ops::BatchSummary) -> (String, bool) {
+    pub fn ended(&mut self, s: crate::ops::BatchSummary) -> BatchEnd {
         let view = self.running.take().map(|r| r.view);
         let Some(view) = view.or_else(|| s.results.first().map(|r| view_of(r.action))) else {
-            return ("nothing was run".into(), true);
+            return BatchEnd {
+                view: None,
+                summary: "nothing was run".into(),
+                all_done: true,
+            };
         };
         let name = s.results.first().map_or("action", |r| r.action);
         let total = s.results.len() + s.not_attempted;
         if total == 1 && s.results.len() == 1 {
             // One action: its own result (target, outcome, detail) says more than counts.
             let (summary, all_done) = self.apply_results(s.results);
-            self.headline.insert(view, summary.clone());
-            return (summary, all_done);
+            self.headline_of_end(view, true, &summary);
+            return BatchEnd {
+                view: Some(view),
+                summary,
+                all_done,
+            };
         }
         let summary = format!(
             "{name}: {}{} of {total} run — {} {}, {} refused, {} failed, {} not attempted{}",
@@ -282,10 +335,14 @@ impl ActionsPane {
                 ""
             }
         );
-        self.headline.insert(view, summary.clone());
+        self.headline_of_end(view, false, &summary);
         let all_done = s.done == total;
         self.apply_results(s.results);
-        (summary, all_done)
+        BatchEnd {
+            view: Some(view),
+            summary,
+            all_done,
+        }
     }
 
     /// The headline of `view`'s last batch: its progress, then its summary.
@@ -312,6 +369,17 @@ impl ActionsPane {
     /// The result of the last action on `id` in `view`.
     pub fn result(&self, view: View, id: &str) -> Option<&RowResult> {
         self.results.get(&view)?.get(id)
+    }
+
+    /// True when `id` was acted on in `view`'s last batch and the filter is still the one it
+    /// was acted on under: the row stays on screen whatever its cells now say.
+    pub fn is_kept_in_view(&self, view: View, id: &str) -> bool {
+        self.kept_in_view.get(&view).is_some_and(|k| k.contains(id))
+    }
+
+    /// The operator changed `view`'s filter: its rows are what the new filter matches.
+    pub fn filter_changed(&mut self, view: View) {
+        self.kept_in_view.remove(&view);
     }
 
     pub fn is_tagged(&self, view: View, id: &str) -> bool {

@@ -31,7 +31,7 @@ use crate::console::tui::confirm;
 use crate::console::tui::keymap::{self, Command, PopupKey, UiAction, View, HELP_KEYS, LINE_KEYS};
 use crate::ops::AuditRow;
 
-pub use actions::{ActionsPane, ConfirmStep};
+pub use actions::{ActionsPane, BatchEnd, ConfirmStep};
 pub use stores::{BackendState, Health, Stores};
 pub use ui_state::{Filter, Input, Level, UiState};
 
@@ -129,7 +129,8 @@ impl App {
             ConfirmStep::Typing => {}
             ConfirmStep::Cancelled => self.ui.say("cancelled: nothing was done", Level::Info),
             ConfirmStep::Missing(m) => self.ui.say(m, Level::Error),
-            ConfirmStep::Sent(Ok(n)) => self.ui.say(format!("running {n} action(s)…"), Level::Info),
+            // The view's panel shows the batch from here on ("redrive 0 of 1 — Esc stops …").
+            ConfirmStep::Sent(Ok(_)) => self.ui.message = None,
             ConfirmStep::Sent(Err(e)) => self.ui.say(e, Level::Error),
         }
     }
@@ -310,6 +311,7 @@ impl App {
             self.ui.filters.insert(view, f.clone());
         }
         self.ui.selected.insert(view, 0);
+        self.actions.filter_changed(view);
         self.stores.refilter(view, &f, self.ui.now_ms());
     }
 
@@ -548,17 +550,18 @@ impl App {
         self.offer(c, "redriving a DLQ message");
     }
 
-    /// The DLQ view's rows after its filter (reason, IDs and every other cell).
+    /// The DLQ view's rows after its filter (reason, IDs and every other cell), and the rows
+    /// of the last redrive under that filter whatever their cells now say.
     pub fn dlq_rows(&self) -> Vec<&crate::console::read::dlq::DlqMessage> {
         let f = self.filter(View::Dlq);
         let needle = f.text.to_lowercase();
         let now = self.now_ms();
+        let shown = |m: &crate::console::read::dlq::DlqMessage| {
+            self.actions.is_kept_in_view(View::Dlq, &m.target)
+                || columns::passes(&columns::dlq_cells(m, now), &needle, f.invert)
+        };
         match &self.stores.dlq {
-            Some(Ok(l)) => l
-                .messages
-                .iter()
-                .filter(|m| columns::passes(&columns::dlq_cells(m, now), &needle, f.invert))
-                .collect(),
+            Some(Ok(l)) => l.messages.iter().filter(|m| shown(m)).collect(),
             _ => Vec::new(),
         }
     }
@@ -594,15 +597,13 @@ impl App {
         self.ui.dirty = true;
         match update {
             Update::ActionResults(results) => {
-                let (summary, all_done) = self.actions.apply_results(results);
-                let level = if all_done { Level::Info } else { Level::Error };
-                self.ui.say(summary, level);
+                let end = self.actions.batch_results(results);
+                self.say_batch_end(end);
             }
             Update::BatchProgress(p) => self.actions.progress(p),
             Update::BatchEnded(summary) => {
-                let (summary, all_done) = self.actions.ended(summary);
-                let level = if all_done { Level::Info } else { Level::Error };
-                self.ui.say(summary, level);
+                let end = self.actions.ended(summary);
+                self.say_batch_end(end);
             }
             Update::Audit(rows) => self.actions.audit = Some(rows),
             Update::ReportWritten(Ok(m)) => self.ui.say(m, Level::Info),
@@ -620,6 +621,19 @@ impl App {
                     self.publish_focus();
                 }
             }
+        }
+    }
+
+    /// A batch's end is shown by its view's panel; the bottom line says it only to an operator
+    /// looking at another view (once is enough: the panel stays, the bottom line fades).
+    fn say_batch_end(&mut self, end: actions::BatchEnd) {
+        if end.view != Some(self.ui.view) {
+            let level = if end.all_done {
+                Level::Info
+            } else {
+                Level::Error
+            };
+            self.ui.say(end.summary, level);
         }
     }
 

@@ -210,8 +210,10 @@ fn the_help_scrolls_at_80x24_and_is_never_cut() {
     // Every help text is there whole, wrapped inside the popup (never past its border).
     let rows = ui_state::help_rows((80, 24), None);
     let width = ui_state::help_popup_width(80) as usize - 2;
+    let text_column = ui_state::help_text_column();
     assert!(
-        rows.iter().all(|(_, v)| 20 + v.chars().count() <= width),
+        rows.iter()
+            .all(|(_, v)| text_column + v.chars().count() <= width),
         "{rows:?}"
     );
     key(&mut a, KeyCode::Char('k'));
@@ -455,4 +457,181 @@ fn an_id_wider_than_the_screen_is_cut_at_the_border() {
             assert_whole(&table, w, &s);
         }
     }
+}
+
+/// A mistyped `:` command is answered with the command it is nearest, as the CLI's parser
+/// answers a mistyped subcommand; a word near none is not given a guess.
+#[test]
+fn a_mistyped_command_is_told_the_nearest_one() {
+    let mut a = app();
+    for (typed_line, meant) in [
+        (":trcae", ":trace"),
+        (":lcoks", ":locks"),
+        (":reprot", ":report"),
+    ] {
+        typed(&mut a, typed_line);
+        key(&mut a, KeyCode::Enter);
+        let (said, level, _) = a.ui.message.clone().unwrap();
+        assert_eq!(level, Level::Error);
+        assert!(
+            said.contains(&format!("did you mean `{meant}`?")),
+            "{typed_line}: {said}"
+        );
+    }
+    for far in [":kubernetes", ":xy", ":dxx"] {
+        typed(&mut a, far);
+        key(&mut a, KeyCode::Enter);
+        let said = a.ui.message.clone().unwrap().0;
+        assert!(!said.contains("did you mean"), "{far}: {said}");
+    }
+}
+
+/// Every key and command of the help is followed by a space before its text, the longest
+/// (`:report [html] [ID]`) included.
+#[test]
+fn the_help_separates_each_key_from_its_text() {
+    let mut a = app();
+    key(&mut a, KeyCode::Char('?'));
+    key(&mut a, KeyCode::Char('G'));
+    let s = screen(&mut a, 120, 80);
+    assert!(s.contains(":report [html] [ID] "), "{s}");
+    for (k, v) in ui_state::help_rows((120, 80), None) {
+        if k.is_empty() || v.is_empty() {
+            continue;
+        }
+        let first = v.split_whitespace().next().unwrap();
+        assert!(
+            s.lines()
+                .any(|l| l.contains(&k) && !l.contains(&format!("{k}{first}"))),
+            "`{k}` runs into its text `{first}`:\n{s}"
+        );
+    }
+}
+
+/// A DLQ listing as [`dlq_app`] makes it, with the second message in the state `redriven` says
+/// (`None`: as read before the redrive, "would apply"; `Some(id)`: redriven as audit row `id`).
+fn dlq_listing_update(event_ids: &[String], redriven: Option<i64>) -> Update {
+    use crate::console::read::dlq::{DlqListing, DlqMessage, RedriveRecord, Verdict};
+    use crate::console::read::window::TimeWindow;
+    let mut messages: Vec<DlqMessage> = event_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| DlqMessage::for_test(0, i as i64, LEAK_ORDER, id))
+        .collect();
+    messages[1].verdict = Verdict::WouldApply;
+    if let Some(audit_id) = redriven {
+        messages[1].verdict = Verdict::AlreadyApplied {
+            how: "the order is PAID".into(),
+        };
+        messages[1].redriven = Some(RedriveRecord {
+            audit_id,
+            outcome: "done".into(),
+            operator: "test".into(),
+            at_ms: now_ms(),
+        });
+    }
+    Update::Dlq(Ok(Box::new(DlqListing {
+        topic: "test-dlq".into(),
+        window: TimeWindow {
+            from_ms: 0,
+            to_ms: now_ms(),
+        },
+        messages,
+        truncated: false,
+        read_cost: None,
+    })))
+}
+
+/// The DLQ view narrowed to `/would apply`, its one row redriven: the batch the executor got,
+/// then its result and the DLQ read again, as the executor sends them.
+fn redriven_under_a_filter() -> App {
+    let ids: Vec<String> = (0..3).map(|i| format!("not-a-uuid-{i}")).collect();
+    let mut a = dlq_app(&ids);
+    a.apply(dlq_listing_update(&ids, None));
+    let (tx, mut rx) = mpsc::channel(8);
+    a.attach_executor(tx);
+    a.allow_actions(true);
+    typed(&mut a, "/would apply");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.row_count(View::Dlq), 1);
+    key(&mut a, KeyCode::Char('r'));
+    key(&mut a, KeyCode::Enter);
+    let target = loop {
+        match rx.try_recv() {
+            Ok(ExecRequest::Run(batch, _)) => break batch[0].action.target().to_string(),
+            Ok(_) => continue,
+            Err(e) => panic!("no batch sent: {e:?}"),
+        }
+    };
+    assert_eq!(target, "dlq:test-dlq:0:1");
+    let mut done = result("redrive", &target);
+    done.detail = "published to payment.succeeded partition 0".into();
+    a.apply(Update::BatchEnded(crate::ops::BatchSummary {
+        done: 1,
+        refused: 0,
+        changed: 0,
+        errors: 0,
+        not_attempted: 0,
+        cancelled: false,
+        results: vec![done],
+    }));
+    a.apply(dlq_listing_update(&ids, Some(7)));
+    a
+}
+
+/// A redrive changes the cells the operator's filter matched ("would apply" becomes "already
+/// applied"): the row stays on screen under that filter, marked with its result, until the
+/// operator changes the filter.
+#[test]
+fn a_row_redriven_under_a_filter_stays_in_view() {
+    let mut a = redriven_under_a_filter();
+    assert_eq!(a.row_count(View::Dlq), 1, "the redriven row left the view");
+    let s = screen(&mut a, 220, 24);
+    assert!(s.contains("DLQ [1 of 3 · filter /would apply]"), "{s}");
+    let row = s
+        .lines()
+        .find(|l| l.contains("not-a-uuid-1"))
+        .unwrap_or_else(|| panic!("no row:\n{s}"));
+    assert!(row.contains("[done]") && row.contains("done #7"), "{row}");
+    typed(&mut a, "/would apply");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(
+        a.row_count(View::Dlq),
+        0,
+        "a filter typed again is applied as typed"
+    );
+}
+
+/// The result's marker takes a place of its own on the row: the DLQ row's AGE is still shown.
+#[test]
+fn a_rows_result_marker_leaves_its_age_shown() {
+    let mut a = redriven_under_a_filter();
+    let s = screen(&mut a, 220, 24);
+    let row = s.lines().find(|l| l.contains("not-a-uuid-1")).unwrap();
+    let age = crate::console::format::age(60_000);
+    let age_at = row.find(&age[..2]);
+    assert!(
+        row.contains("[done]") && age_at.is_some_and(|i| i < 6),
+        "the AGE cell is covered:\n{row}"
+    );
+}
+
+/// One action's result is said once: on its row of the view's panel — not again as the panel's
+/// headline, nor on the bottom line while that view is on screen; an operator on another view
+/// is told on the bottom line.
+#[test]
+fn an_actions_result_is_said_once() {
+    let mut a = redriven_under_a_filter();
+    let s = screen(&mut a, 220, 30);
+    let detail = "published to payment.succeeded partition 0";
+    assert_eq!(s.matches(detail).count(), 1, "{s}");
+    let ids: Vec<String> = (0..3).map(|i| format!("not-a-uuid-{i}")).collect();
+    let mut b = dlq_app(&ids);
+    b.apply(dlq_listing_update(&ids, None));
+    key(&mut b, KeyCode::Char('1'));
+    let mut done = result("redrive", "dlq:test-dlq:0:1");
+    done.detail = detail.into();
+    b.apply(Update::ActionResults(vec![done]));
+    let said = b.ui.message.clone().unwrap().0;
+    assert!(said.contains(detail), "{said}");
 }

@@ -208,8 +208,8 @@ pub fn help_rows(size: (u16, u16), log_file: Option<&str>) -> Vec<(String, Strin
         lines.push(("log file".to_string(), path.to_string()));
     }
     let inner = help_popup_width(size.0).saturating_sub(2) as usize;
-    // The key column is 20 wide (two spaces and 18); the help text wraps under itself.
-    let text_width = inner.saturating_sub(20).max(10);
+    // The help text starts after the key column and wraps under itself.
+    let text_width = inner.saturating_sub(help_text_column()).max(10);
     let mut rows = Vec::new();
     for (k, v) in lines {
         if v.is_empty() {
@@ -221,6 +221,23 @@ pub fn help_rows(size: (u16, u16), log_file: Option<&str>) -> Vec<(String, Strin
         }
     }
     rows
+}
+
+/// The width of the help's key column: its widest key (`:report [html] [ID]`), measured from
+/// the keymap's tables so that a longer key never runs into its text.
+pub fn help_key_width() -> usize {
+    keymap::help_lines()
+        .iter()
+        .filter(|(_, text)| !text.is_empty())
+        .map(|(key, _)| key.chars().count())
+        .chain(["log file".len()])
+        .max()
+        .unwrap_or(0)
+}
+
+/// Where the help's text starts in its popup: two spaces, the key column, one space.
+pub fn help_text_column() -> usize {
+    2 + help_key_width() + 1
 }
 
 /// The help popup's width on a terminal `width` columns wide.

@@ -338,14 +338,22 @@ fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
     }
 }
 
-/// A tagged row's first cell starts with `*`, a row with an action result with `[outcome]`.
+/// A tagged row's ID starts with `*`, a row with an action result with `[outcome]`: the ID's
+/// column is the one kept whole at any width, so the marks cover no other cell (the DLQ's first
+/// column is its AGE, seven wide).
 fn mark(app: &App, view: View, id: &str, cells: &mut [String]) {
-    if let Some(first) = cells.first_mut() {
+    let column = match view {
+        View::Locks => columns::LOCKS_ID,
+        View::Stuck => columns::STUCK_ID,
+        View::Dlq => columns::DLQ_ID,
+        _ => 0,
+    };
+    if let Some(cell) = cells.get_mut(column) {
         if app.actions.is_tagged(view, id) {
-            *first = format!("* {first}");
+            *cell = format!("* {cell}");
         }
         if let Some(r) = app.actions.result(view, id) {
-            *first = format!("[{}] {first}", r.outcome);
+            *cell = format!("[{}] {cell}", r.outcome);
         }
     }
 }
@@ -591,6 +599,7 @@ fn draw_help(f: &mut Frame<'_>, area: Rect, top: usize, log_file: Option<&str>) 
         width,
         height,
     };
+    let keys = ui_state::help_key_width();
     let text: Vec<Line<'_>> = rows
         .into_iter()
         .skip(top)
@@ -600,7 +609,7 @@ fn draw_help(f: &mut Frame<'_>, area: Rect, top: usize, log_file: Option<&str>) 
                 Line::from(Span::styled(k, HEADER))
             } else {
                 Line::from(vec![
-                    Span::styled(format!("  {k:<18}"), Style::new().fg(Color::Cyan)),
+                    Span::styled(format!("  {k:<keys$} "), Style::new().fg(Color::Cyan)),
                     Span::raw(v),
                 ])
             }
