@@ -202,12 +202,22 @@ mod tests {
     #[test]
     fn production_masks_the_user_id_and_the_response_by_default() {
         assert!(Mask::of(&config(&[])).is_empty());
-        let m = Mask::of(&config(&[("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true")]));
+        let m = Mask::of(&config(&[
+            ("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true"),
+            (
+                "IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED",
+                "database,redis,kafka",
+            ),
+        ]));
         assert!(m.column("order_record", "user_id") && m.column("points_ledger", "user_id"));
         assert!(m.column("idempotency_record", "response_body"));
         assert!(!m.column("order_record", "amount"));
         let m = Mask::of(&config(&[
             ("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true"),
+            (
+                "IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED",
+                "database,redis,kafka",
+            ),
             ("IDEMGUARD_MASK__PRODUCTION_COLUMNS", ""),
             ("IDEMGUARD_MASK__COLUMNS", "notification.body,amount"),
         ]));

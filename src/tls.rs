@@ -348,6 +348,88 @@ pub fn kafka_verification(kafka: &crate::config::KafkaConfig) -> Verification {
     }
 }
 
+/// One connection of a configuration: its name in `environment.allow_unverified`, its key, what
+/// its settings make the driver check.
+pub type Connection = (&'static str, String, Verification);
+
+/// Every connection a configuration makes.
+pub fn connections(config: &crate::config::Config) -> Vec<Connection> {
+    let db = &config.database;
+    let mut out: Vec<Connection> = [
+        ("database.url", &db.url),
+        ("database.replica_url", &db.replica_url),
+        ("database.actions_url", &db.actions_url),
+    ]
+    .into_iter()
+    .filter(|(_, url)| !url.is_empty())
+    .map(|(key, url)| ("database", key.to_string(), configured_database(url)))
+    .collect();
+    let redis = &config.redis;
+    out.push((
+        "redis",
+        "redis.url".into(),
+        redis_verification(&redis.url, redis),
+    ));
+    for url in &redis.redlock_nodes {
+        let v = redis_verification(url, redis);
+        out.push(("redis", "redis.redlock_nodes".into(), v));
+    }
+    let kafka = kafka_verification(&config.kafka);
+    out.push(("kafka", "kafka.security_protocol".into(), kafka));
+    out
+}
+
+/// How each connection is secured, one clause per key: what `serve` and `consume` say at start,
+/// e.g. "database.url TLS, verified against ca.pem, host checked · redis.url PLAINTEXT".
+pub fn secured_summary(config: &crate::config::Config) -> String {
+    let mut clauses: Vec<String> = Vec::new();
+    for (name, key, v) in connections(config) {
+        let how = match v {
+            Verification::Plaintext => "PLAINTEXT".to_string(),
+            Verification::Unverified(why) => format!("TLS, UNVERIFIED ({why})"),
+            Verification::Verified {
+                against,
+                host_checked,
+            } => {
+                let host = if host_checked {
+                    "host checked"
+                } else {
+                    "host NOT checked"
+                };
+                format!("TLS, verified against {against}, {host}")
+            }
+        };
+        let allowed = config.environment.production
+            && config
+                .environment
+                .allow_unverified
+                .iter()
+                .any(|n| n == name)
+            && !how.starts_with("TLS, verified");
+        let note = if allowed {
+            " (environment.allow_unverified)"
+        } else {
+            ""
+        };
+        let clause = format!("{key} {how}{note}");
+        if !clauses.contains(&clause) {
+            clauses.push(clause);
+        }
+    }
+    clauses.join(" · ")
+}
+
+/// The setting that makes a connection (`database`, `redis`, `kafka`) verified TLS.
+pub fn verified_setting(name: &str) -> &'static str {
+    match name {
+        "database" => {
+            "sslmode=verify-full (PostgreSQL) or ssl-mode=VERIFY_IDENTITY (MySQL) in the URL"
+        }
+        "redis" => "a rediss:// URL (with redis.tls_ca_file)",
+        _ => "kafka.security_protocol = \"SSL\" or \"SASL_SSL\" (with kafka.ssl_ca_file)",
+    }
+}
+
 fn or_platform(ca: &str) -> String {
     if ca.is_empty() {
         "the platform's roots".into()

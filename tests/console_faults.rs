@@ -706,6 +706,7 @@ fn console_fault_injection_is_refused_in_production() {
             "console",
         ])
         .env("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true")
+        .env(common::ALLOW_UNVERIFIED.0, common::ALLOW_UNVERIFIED.1)
         .env("IDEMGUARD_FAULT_CONSOLE", "panic")
         .output()
         .unwrap();

@@ -166,6 +166,36 @@ fn spawn(file: &Path, args: &[&str]) -> tokio::process::Child {
         .unwrap()
 }
 
+/// A service started on `file`, and the line it says on stderr, as it starts, of how each
+/// connection is secured.
+async fn spawn_saying_connections(file: &Path, args: &[&str]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .arg("--config")
+        .arg(file)
+        .args(args)
+        .env_remove("IDEMGUARD_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let said = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("connections: ") {
+                return line;
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("the service says how its connections are secured within 30 s");
+    // The rest of its stderr is drained, so the service never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, said)
+}
+
 async fn post(
     http: &reqwest::Client,
     url: &str,
@@ -242,7 +272,20 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
         .await
         .unwrap();
     let port = free_port();
-    let _serve = spawn(&file, &["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    let (_serve, secured) =
+        spawn_saying_connections(&file, &["serve", "--listen", &format!("127.0.0.1:{port}")]).await;
+    for key in [
+        "database.url",
+        "redis.url",
+        "redis.redlock_nodes",
+        "kafka.security_protocol",
+    ] {
+        assert!(
+            secured.contains(&format!("{key} TLS, verified against")),
+            "{dialect}: serve says how {key} is secured: {secured}"
+        );
+    }
+    assert!(!secured.contains("PLAINTEXT"), "{dialect}: {secured}");
     let _consume = spawn(&file, &["consume"]);
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");

@@ -22,6 +22,11 @@ pub(crate) async fn consume(
     if crash_after_db_commit.is_some() && config.environment.production {
         anyhow::bail!("--crash-after-db-commit is fault injection and may not be used when environment.production = true");
     }
+    // On stderr: stdout's first line is where the service listens, for scripts.
+    eprintln!(
+        "idemguard consume: connections: {}",
+        idemguard::tls::secured_summary(&config)
+    );
     let instance = Instance::current();
     let db = Database::connect(&config).await?;
     let tracer = Tracer::from_config(&config, &instance)?;
@@ -66,6 +71,11 @@ pub(crate) async fn serve(
     faults: idemguard::api::server::Faults,
 ) -> anyhow::Result<ExitCode> {
     let listen = listen.unwrap_or_else(|| config.api.listen.clone());
+    // On stderr: stdout's first line is where the service listens, for scripts.
+    eprintln!(
+        "idemguard serve: connections: {}",
+        idemguard::tls::secured_summary(&config)
+    );
     let server = idemguard::api::server::start_with(config, &listen, faults).await?;
     stdout::line(format_args!(
         "idemguard serve: listening on http://{}",

@@ -65,6 +65,9 @@ pub struct EnvironmentConfig {
     pub name: String,
     pub color: String,
     pub production: bool,
+    /// In production, the connections accepted without verified TLS: `database`, `redis`,
+    /// `kafka`.
+    pub allow_unverified: Vec<String>,
     pub allow_actions: bool,
 }
 

@@ -528,6 +528,48 @@ impl Config {
         Ok(())
     }
 
+    /// In production every connection is TLS with the server verified, or named in
+    /// `environment.allow_unverified`: a server that declines TLS must never be sent a password
+    /// in cleartext because a URL left out `sslmode`.
+    fn validate_verified_in_production(
+        &self,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        const KEY: &str = "environment.allow_unverified";
+        const NAMES: [&str; 3] = ["database", "redis", "kafka"];
+        if let Some(bad) = self
+            .environment
+            .allow_unverified
+            .iter()
+            .find(|n| !NAMES.contains(&n.as_str()))
+        {
+            return Err(err(
+                KEY,
+                format!("`{bad}` is not one of {}", NAMES.join(", ")),
+            ));
+        }
+        if !self.environment.production {
+            return Ok(());
+        }
+        for (name, key, verification) in crate::tls::connections(self) {
+            let allowed = self.environment.allow_unverified.iter().any(|n| n == name);
+            let why = match verification {
+                crate::tls::Verification::Verified { .. } => continue,
+                _ if allowed => continue,
+                crate::tls::Verification::Plaintext => "not TLS".to_string(),
+                crate::tls::Verification::Unverified(why) => why,
+            };
+            return Err(err(
+                &key,
+                format!(
+                    "{why}, and environment.production = true: a server that declines TLS would be sent its password in cleartext. Set {}, or accept it by name: {KEY} = [\"{name}\"]",
+                    crate::tls::verified_setting(name)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// What the environment allows (production refuses the fault switches), its colour, the
     /// table names.
     fn validate_environment(
@@ -547,6 +589,7 @@ impl Config {
                 }
             }
         }
+        self.validate_verified_in_production(err)?;
         const COLORS: [&str; 6] = ["green", "yellow", "red", "blue", "magenta", "cyan"];
         if !COLORS.contains(&self.environment.color.as_str()) {
             return Err(err(
@@ -842,6 +885,38 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.key, "lock.request_lock");
+    }
+
+    #[test]
+    fn production_refuses_connections_without_verified_tls_unless_named() {
+        let prod = [("IDEMGUARD_ENVIRONMENT__PRODUCTION", "true")];
+        let e = load_with(None, &prod).unwrap_err();
+        assert_eq!(e.key, "database.url");
+        assert!(e.message.contains("sslmode=prefer does not verify"), "{e}");
+        assert!(
+            e.message.contains(r#"allow_unverified = ["database"]"#),
+            "{e}"
+        );
+        let verified = "postgres://u@db.example:5432/orders?sslmode=verify-full";
+        let e = load_with(None, &[prod[0], ("IDEMGUARD_DATABASE__URL", verified)]).unwrap_err();
+        assert_eq!(e.key, "redis.url");
+        assert!(e.message.starts_with("not TLS"), "{e}");
+        let e = load_with(
+            None,
+            &[
+                prod[0],
+                ("IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED", "database,redis"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kafka.security_protocol");
+        let all = (
+            "IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED",
+            "database,redis,kafka",
+        );
+        load_with(None, &[prod[0], all]).unwrap();
+        let e = load_with(None, &[("IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED", "db")]).unwrap_err();
+        assert_eq!(e.key, "environment.allow_unverified");
     }
 
     #[test]

@@ -167,6 +167,8 @@ pub fn article_config(extra_env: &[(&str, &str)]) -> Config {
         .iter()
         .map(|(k, v)| (format!("IDEMGUARD_SOURCE__{k}__TABLE"), v.to_string()))
         .collect();
+    let (allow, names) = crate::common::ALLOW_UNVERIFIED;
+    env.push((allow.into(), names.into()));
     env.extend(
         extra_env
             .iter()
@@ -346,6 +348,8 @@ impl ArticleSystem {
             "IDEMGUARD_DATABASE__URL".into(),
             self.config.database.url.clone(),
         ));
+        let (allow, names) = crate::common::ALLOW_UNVERIFIED;
+        env.push((allow.into(), names.into()));
         env
     }
 }

@@ -37,6 +37,13 @@ pub fn local_config() -> Config {
     .expect("config/local.toml loads")
 }
 
+/// The stack's connections are plaintext on loopback: a test of a production environment names
+/// them in `environment.allow_unverified`, as a team would name a connection it accepts so.
+pub const ALLOW_UNVERIFIED: (&str, &str) = (
+    "IDEMGUARD_ENVIRONMENT__ALLOW_UNVERIFIED",
+    "database,redis,kafka",
+);
+
 pub fn unique_suffix() -> String {
     format!(
         "{:x}",
