@@ -18,12 +18,12 @@ use crate::config::Config;
 use crate::contracts::{TraceEvent, TraceTarget};
 
 use crate::console::read::catch_up::{read_to_end, StartAt};
+use crate::console::read::kafka::read_windows_when;
 use crate::console::read::messages::{not_a_trace_event, trace_event_of, PaymentMessage};
 use crate::console::read::records::{TraceIds, TraceRows};
 use crate::console::read::sources::blocking;
 use crate::console::read::store::{PaymentIndex, TraceLog};
 use crate::console::read::window::{self, ReadCost, TimeWindow, TopicCost, TopicPlan, WindowBasis};
-use crate::console::read::window_read::{read_windows_with, WindowReaders};
 
 /// What a trace says without a trace topic (`kafka.trace_topic = ""`: a team's own system).
 pub const NO_TRACE_TOPIC: &str = "no trace topic (kafka.trace_topic is empty): this trace is \
@@ -291,6 +291,7 @@ pub async fn read_topics_counting(
             && rows.is_some_and(|r| !r.is_empty()),
         concurrent: false,
         forward_search: rows.and_then(|r| window::forward_window(r, config.console.forward_search)),
+        round_trips: Default::default(),
     };
     let plan = |topic: &str, keys: Vec<String>, known_partitions: Vec<i32>| TopicPlan {
         topic: topic.to_string(),
@@ -303,36 +304,18 @@ pub async fn read_topics_counting(
     let consumed_from = consumed_partitions(config, rows);
     let payment_keys = keep.payment_keys(rows);
     let payment_plan = plan(&config.kafka.payment_topic, payment_keys, consumed_from);
-    // A probe reader for each topic looked up at once, made now (see WindowReaders).
-    let at_once = !config.kafka.trace_topic.is_empty() && keep.names_order_and_request();
-    let readers = match WindowReaders::new(config, if at_once { 2 } else { 1 }) {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let again = anyhow::anyhow!("{e:#}");
-            return (Err(e), Err(again), cost);
-        }
-    };
     if config.kafka.trace_topic.is_empty() {
-        let read = read_payments_in(config, &readers, payment_plan, keep, cancel, progress).await;
+        let read = read_payments_in(config, payment_plan, keep, cancel, progress).await;
         let payments = tally(&mut cost, read.map(|(p, _, c)| (p, c)));
         return (payments, Err(anyhow::anyhow!(NO_TRACE_TOPIC)), cost);
     }
     let trace_plan = |keep: &Keep| plan(&config.kafka.trace_topic, keep.trace_keys(), Vec::new());
-    let (payments, log) = if at_once {
+    let (payments, log) = if keep.names_order_and_request() {
         let plans = (payment_plan, trace_plan(&keep));
         cost.concurrent = true;
-        read_at_once(config, &readers, plans, keep, cancel, progress).await
+        read_at_once(config, plans, keep, cancel, progress).await
     } else {
-        read_in_turn(
-            config,
-            &readers,
-            payment_plan,
-            trace_plan,
-            keep,
-            cancel,
-            progress,
-        )
-        .await
+        read_in_turn(config, payment_plan, trace_plan, keep, cancel, progress).await
     };
     let payments = tally(&mut cost, payments);
     let log = tally(&mut cost, log);
@@ -359,7 +342,7 @@ type TopicsRead = (
 /// A topic's read counted into `cost` (in the order the reads are tallied), its result kept.
 fn tally<T>(cost: &mut ReadCost, read: anyhow::Result<(T, TopicCost)>) -> anyhow::Result<T> {
     read.map(|(found, c)| {
-        cost.topics.push(c);
+        cost.add_topic(c);
         found
     })
 }
@@ -367,11 +350,10 @@ fn tally<T>(cost: &mut ReadCost, read: anyhow::Result<(T, TopicCost)>) -> anyhow
 /// Both topics at once, when the keep names the order and the request.
 ///
 /// The trace topic's partitions are the order's and the request's, both known: its offsets are
-/// found while the payment topic is read (each lookup is seconds of probes on a large topic),
-/// and only its scan waits for what the payment messages add to keep.
+/// found while the payment topic is read, and only its scan waits for what the payment messages
+/// add to keep.
 async fn read_at_once(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     (payment_plan, trace_plan): (TopicPlan, TopicPlan),
     keep: Keep,
     cancel: &CancellationToken,
@@ -379,14 +361,7 @@ async fn read_at_once(
 ) -> TopicsRead {
     let (grown, kept) = tokio::sync::oneshot::channel();
     let payments = async {
-        let read = read_payments_in(
-            config,
-            readers,
-            payment_plan,
-            keep.clone(),
-            cancel,
-            progress,
-        );
+        let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress);
         let read = read.await;
         let k = read
             .as_ref()
@@ -394,13 +369,7 @@ async fn read_at_once(
         let _ = grown.send(k);
         read
     };
-    let log = read_trace_log_after(
-        config,
-        readers,
-        (trace_plan, keep.clone(), kept),
-        cancel,
-        progress,
-    );
+    let log = read_trace_log_after(config, (trace_plan, keep.clone(), kept), cancel, progress);
     let (payments, log) = tokio::join!(payments, log);
     (payments.map(|(p, _, c)| (p, c)), log)
 }
@@ -408,26 +377,18 @@ async fn read_at_once(
 /// The payment topic, then the trace topic with what the payment messages added to keep.
 async fn read_in_turn(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     payment_plan: TopicPlan,
     trace_plan: impl FnOnce(&Keep) -> TopicPlan,
     keep: Keep,
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> TopicsRead {
-    let read = read_payments_in(
-        config,
-        readers,
-        payment_plan,
-        keep.clone(),
-        cancel,
-        progress,
-    );
+    let read = read_payments_in(config, payment_plan, keep.clone(), cancel, progress);
     let (payments, keep) = match read.await {
         Ok((p, k, c)) => (Ok((p, c)), k),
         Err(e) => (Err(e), keep),
     };
-    let log = read_trace_log_in(config, readers, trace_plan(&keep), &keep, cancel, progress).await;
+    let log = read_trace_log_in(config, trace_plan(&keep), &keep, cancel, progress).await;
     (payments, log)
 }
 
@@ -463,17 +424,9 @@ pub async fn read_window(
     ReadCost,
 ) {
     let mut cost = ReadCost::default();
-    let readers = match WindowReaders::new(config, 1) {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let again = anyhow::anyhow!("{e:#}");
-            return (Err(e), Err(again), cost);
-        }
-    };
     let plan = |topic: &str| window_plan(config, topic, window);
     let payments = read_payments_in(
         config,
-        &readers,
         plan(&config.kafka.payment_topic),
         Keep::all(),
         cancel,
@@ -481,13 +434,13 @@ pub async fn read_window(
     )
     .await
     .map(|(index, _, c)| {
-        cost.topics.push(c);
+        cost.add_topic(c);
         index
     });
-    let log = read_whole_trace_log(config, &readers, window, cancel)
+    let log = read_whole_trace_log(config, window, cancel)
         .await
         .map(|(log, c)| {
-            cost.topics.push(c);
+            cost.add_topic(c);
             log
         });
     (payments, log, cost)
@@ -500,27 +453,17 @@ pub async fn read_trace_log_window(
     window: TimeWindow,
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
-    let readers = Arc::new(WindowReaders::new(config, 1)?);
-    read_whole_trace_log(config, &readers, window, cancel).await
+    read_whole_trace_log(config, window, cancel).await
 }
 
-/// The trace topic in `window` with `readers`, every partition, every event kept.
+/// The trace topic in `window`, every partition, every event kept.
 async fn read_whole_trace_log(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     window: TimeWindow,
     cancel: &CancellationToken,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let plan = window_plan(config, &config.kafka.trace_topic, window);
-    read_trace_log_in(
-        config,
-        readers,
-        plan,
-        &Keep::all(),
-        cancel,
-        &Scanned::default(),
-    )
-    .await
+    read_trace_log_in(config, plan, &Keep::all(), cancel, &Scanned::default()).await
 }
 
 /// The plan of a read of `window` of `topic`, every partition, its edges exact.
@@ -538,14 +481,13 @@ pub fn window_plan(config: &Config, topic: &str, window: TimeWindow) -> TopicPla
 /// The payment messages of `plan`'s windows that name what `keep` keeps (growing it).
 async fn read_payments_in(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     plan: TopicPlan,
     keep: Keep,
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> anyhow::Result<(PaymentIndex, Keep, TopicCost)> {
     let c = config.clone();
-    let (cancel, progress, readers) = (cancel.clone(), progress.clone(), readers.clone());
+    let (cancel, progress) = (cancel.clone(), progress.clone());
     blocking(move || {
         let mut keep = keep;
         let mut index = PaymentIndex::default();
@@ -557,7 +499,7 @@ async fn read_payments_in(
             }
         };
         let deadline = TOPIC_READ_DEADLINE;
-        let cost = read_windows_with(&readers, &c, &plan, deadline, &cancel, || each)?;
+        let cost = read_windows_when(&c, &plan, deadline, &cancel, || each)?;
         Ok((index, keep, cost))
     })
     .await
@@ -568,13 +510,12 @@ async fn read_payments_in(
 /// word): the windows' offsets are found before it is needed.
 async fn read_trace_log_after(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     (plan, keep, grown): (TopicPlan, Keep, tokio::sync::oneshot::Receiver<Keep>),
     cancel: &CancellationToken,
     progress: &Scanned,
 ) -> anyhow::Result<(TraceLog, TopicCost)> {
     let c = config.clone();
-    let (cancel, progress, readers) = (cancel.clone(), progress.clone(), readers.clone());
+    let (cancel, progress) = (cancel.clone(), progress.clone());
     blocking(move || {
         let mut log = TraceLog::default();
         let into = &mut log;
@@ -591,7 +532,7 @@ async fn read_trace_log_after(
             }
         };
         let deadline = TOPIC_READ_DEADLINE;
-        let cost = read_windows_with(&readers, &c, &plan, deadline, &cancel, ready)?;
+        let cost = read_windows_when(&c, &plan, deadline, &cancel, ready)?;
         Ok((log, cost))
     })
     .await
@@ -601,7 +542,6 @@ async fn read_trace_log_after(
 /// with nothing more to wait for.
 async fn read_trace_log_in(
     config: &Config,
-    readers: &Arc<WindowReaders>,
     plan: TopicPlan,
     keep: &Keep,
     cancel: &CancellationToken,
@@ -610,7 +550,7 @@ async fn read_trace_log_in(
     let (known, kept) = tokio::sync::oneshot::channel();
     let _ = known.send(keep.clone());
     let plan = (plan, keep.clone(), kept);
-    read_trace_log_after(config, readers, plan, cancel, progress).await
+    read_trace_log_after(config, plan, cancel, progress).await
 }
 
 /// The trace events of the trace topic from `start` (bounded read to the current end): the

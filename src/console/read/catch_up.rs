@@ -60,8 +60,8 @@ fn start_offsets(
 /// topic ended when the read began. A partition leaves when a message at its end is read, or
 /// when, the reader idle, its position has passed its end (an offset gap before the end, such
 /// as a transaction marker). Caught up is every partition there AND one poll come back empty:
-/// some brokers (tansu) report a high watermark that counts record batches, not records, so
-/// the ends alone can stop a read early; the idle poll says the reader has really caught up.
+/// a broker whose high watermark lags its last records would stop a read at the ends alone
+/// early; the idle poll says the reader has really caught up.
 #[derive(Debug)]
 pub struct CatchUp {
     /// Per partition not caught up yet, the offset after the last message it has to read.

@@ -10,8 +10,9 @@
 //!   [`topics`]: the Kafka client that reads by assignment, never joining a group;
 //!   [`messages`]: one message decoded (a payment message, a trace event);
 //! - [`catch_up`]: a read to a topic's current end, and when a reader is caught up (the TUI's
-//!   live tail too); [`offset_lookup`]: offsets by time ([`seek`], [`time_index`]);
-//!   [`window_read`]: the reading of a trace's windows ([`window`] plans them);
+//!   live tail too); [`kafka`]: the reading of a trace's windows — which partitions and offsets
+//!   ([`kafka::plan`]), the offsets at a time from the broker's time index
+//!   ([`kafka::offsets`]), the scan ([`kafka::scan`]) — where [`window`] plans them;
 //!   [`live`]: where a live reader starts;
 //! - [`store`]: what is kept of the topics, bounded (the trace log, the payment index);
 //!   [`bounded`]: one-shot reads of a topic to its current end into the stores, keeping what a
@@ -26,19 +27,19 @@
 pub mod bounded;
 pub mod catch_up;
 pub mod dlq;
+pub mod kafka;
 pub mod live;
 pub mod locks;
 pub mod logs;
 pub mod messages;
-pub mod offset_lookup;
 pub mod overview;
 pub mod records;
-pub mod seek;
 pub mod sources;
 pub mod store;
-pub mod time_index;
 pub mod timeline;
 pub mod topics;
 pub mod trace;
 pub mod window;
-pub mod window_read;
+
+/// [`kafka`], by the name the DLQ's and the logs' readers import it by.
+pub use kafka as window_read;

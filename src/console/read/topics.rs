@@ -1,13 +1,16 @@
 //! The console's Kafka client: readers that read by assignment — the settings of every reader
-//! of the console ([`reader_config`], [`probe_reader`] for offset probes and window scans), the
-//! context that keeps their errors off stderr, and the partitions of a topic with their
-//! watermarks. Everything in `read/` that reads a topic makes its reader here.
+//! of the console ([`reader_config`], [`window_reader`] for reads of windows), the context that
+//! keeps their errors off stderr and counts a window reader's requests ([`round_trips`]), and
+//! the partitions of a topic with their watermarks. Everything in `read/` that reads a topic
+//! makes its reader here.
 //!
 //! The console never joins a consumer group and never commits: it assigns partitions itself, so
 //! reading can never steal partitions from (or move the offsets of) the real consumer.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -15,6 +18,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, TopicPartitionList};
 
 use crate::config::Config;
+use crate::console::read::window::RoundTrips;
 
 /// How long one metadata / watermark / offset request may take before the broker counts as down.
 pub const KAFKA_TIMEOUT: Duration = Duration::from_secs(3);
@@ -57,7 +61,11 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
 /// refused handshake) come back from the read that met them, which says them once, with the
 /// refusal explained ([`crate::kafka_client::explain_read_failure`]); repeated here as ERRORs
 /// they were a screen of `AllBrokersDown` before the answer, so they go to the debug log.
-pub struct ReaderContext;
+/// A [`window_reader`]'s context also keeps what its statistics last said of its requests.
+#[derive(Default)]
+pub struct ReaderContext {
+    requests: Option<RequestCount>,
+}
 
 impl rdkafka::ClientContext for ReaderContext {
     fn error(&self, error: KafkaError, reason: &str) {
@@ -65,6 +73,75 @@ impl rdkafka::ClientContext for ReaderContext {
             tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
         }
     }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        if let Some(count) = &self.requests {
+            count.report(statistics);
+        }
+    }
+}
+
+/// How often a window reader's statistics come: the longest a read waits, once done, for the
+/// statistics that count its last requests ([`round_trips`]).
+const STATISTICS_EVERY: Duration = Duration::from_millis(10);
+
+/// The requests a reader sent, as its latest statistics said them. librdkafka sends the fetches
+/// on its own threads, so only its statistics can say how many there were.
+struct RequestCount {
+    /// Just before the client was made: a report whose `age` (µs since the client was made) is
+    /// past `created.elapsed()` taken at some moment was made after that moment.
+    created: Instant,
+    /// The latest report's age, µs, and what it counted.
+    latest: Mutex<(u64, RoundTrips)>,
+}
+
+/// The parts of librdkafka's statistics that count requests.
+#[derive(serde::Deserialize)]
+struct Statistics {
+    age: u64,
+    brokers: HashMap<String, BrokerStatistics>,
+}
+
+#[derive(serde::Deserialize)]
+struct BrokerStatistics {
+    tx: u64,
+    #[serde(default)]
+    req: HashMap<String, u64>,
+}
+
+impl RequestCount {
+    fn report(&self, statistics: &[u8]) {
+        let Ok(s) = serde_json::from_slice::<Statistics>(statistics) else {
+            return;
+        };
+        let mut sent = RoundTrips::default();
+        for b in s.brokers.values() {
+            let of = |kind: &str| b.req.get(kind).copied().unwrap_or(0);
+            sent.total += b.tx;
+            sent.metadata += of("Metadata");
+            sent.list_offsets += of("ListOffsets");
+            sent.fetch += of("Fetch");
+        }
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = (s.age, sent);
+    }
+}
+
+/// The requests `reader` (a [`window_reader`]) has sent its brokers so far: it waits for the
+/// first statistics made after the call (at most a few [`STATISTICS_EVERY`]), polling the
+/// reader, whose messages are dropped: the reader's read is over. `None` for a reader that does
+/// not count, or whose statistics did not come.
+pub fn round_trips(reader: &Reader) -> Option<RoundTrips> {
+    let count = reader.context().requests.as_ref()?;
+    let now_us = count.created.elapsed().as_micros() as u64;
+    let latest = || *count.latest.lock().unwrap_or_else(|e| e.into_inner());
+    let deadline = Instant::now() + 10 * STATISTICS_EVERY;
+    while latest().0 < now_us {
+        if Instant::now() > deadline {
+            return None;
+        }
+        let _ = reader.poll(STATISTICS_EVERY / 2);
+    }
+    Some(latest().1)
 }
 
 impl ConsumerContext for ReaderContext {}
@@ -74,7 +151,7 @@ pub type Reader = BaseConsumer<ReaderContext>;
 
 /// A [`Reader`] of `c`.
 pub fn create_reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
-    c.create_with_context(ReaderContext)
+    c.create_with_context(ReaderContext::default())
 }
 
 /// Assigns `tpl` (partitions of `topic`) to `reader` once the reader knows who leads them. A
@@ -120,8 +197,7 @@ static CLOSING: AtomicUsize = AtomicUsize::new(0);
 
 /// Waits, at most `within`, until every reader this process let go has closed; whether they
 /// have. A librdkafka client still alive when a topic it read is deleted can crash in its
-/// metadata cache (seen against tansu): whoever deletes topics a trace just read waits here
-/// first.
+/// metadata cache: whoever deletes topics a trace just read waits here first.
 pub fn readers_closed(within: Duration) -> bool {
     let deadline = std::time::Instant::now() + within;
     while CLOSING.load(Ordering::SeqCst) > 0 {
@@ -149,6 +225,16 @@ pub fn watermarks<C: ConsumerContext>(
     servers: &str,
     topic: &str,
 ) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+    let partitions = partitions(consumer, servers, topic)?;
+    watermarks_of(consumer, servers, topic, &partitions)
+}
+
+/// The partitions of `topic`, in order (one metadata request).
+pub fn partitions<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    servers: &str,
+    topic: &str,
+) -> anyhow::Result<Vec<i32>> {
     let md = consumer
         .fetch_metadata(Some(topic), KAFKA_TIMEOUT)
         .map_err(|e| anyhow::anyhow!("kafka {servers}: metadata of {topic}: {e} (is the broker running? `scripts/stack status`)"))?;
@@ -162,73 +248,59 @@ pub fn watermarks<C: ConsumerContext>(
             "kafka {servers}: topic {topic}: {e:?} (`scripts/stack up` creates the topics)"
         );
     }
-    let mut out = Vec::new();
-    for p in t.partitions() {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p.id(), KAFKA_TIMEOUT)
-            .map_err(|e| {
-                anyhow::anyhow!("kafka {servers}: watermarks of {topic}/{}: {e}", p.id())
-            })?;
-        out.push((p.id(), low, high));
-    }
-    out.sort();
+    let mut out: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    out.sort_unstable();
     Ok(out)
 }
 
-/// What a [`probe_reader`] fetches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fetch {
-    /// One record batch a fetch (a probe wants one message's timestamp). tansu 0.6.0 answers a
-    /// fetch with up to `fetch.max.bytes` of batches whatever the partition's limit: with the
-    /// readers' 2 MB a probe cost ~60 ms on the bench's payment topic, with 1 KB ~4 ms (the
-    /// payment topic's lookup 568 → 35 ms a trace, median of 20; BENCHMARKS.md). A broker
-    /// always returns at least one whole batch (KIP-74), so no message is ever out of reach.
-    OneBatch,
-    /// Windows of thousands of messages: fetches of up to 64 KB a partition, 2 MB in all.
-    Windows,
+/// `partitions` of `topic` with their (low, high) watermarks (two requests each).
+pub fn watermarks_of<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    servers: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> anyhow::Result<Vec<(i32, i64, i64)>> {
+    let mut out = Vec::new();
+    for &p in partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, KAFKA_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("kafka {servers}: watermarks of {topic}/{p}: {e}"))?;
+        out.push((p, low, high));
+    }
+    Ok(out)
 }
 
-/// A reader for probes or windows: small fetches (a probe wants one message, not megabytes),
-/// short fetch waits (a probe past the end must not wait half a second for data).
-pub(super) fn probe_reader(config: &Config, fetch: Fetch) -> anyhow::Result<Reader> {
+/// A reader of windows: it learns at once where a partition ends (a window that reaches the end
+/// is read), fetches a little at a time and counts its requests ([`round_trips`]).
+pub(super) fn window_reader(config: &Config) -> anyhow::Result<Reader> {
     let mut c = reader_config(config, "window");
-    // A probe or a window that reaches the end of a partition learns it at once.
     c.set("enable.partition.eof", "true")
         // A re-assignment's fetch waits for the one in flight, which at a partition's end
-        // waits this long for data: 50 ms cost a trace on a small topic one such wait per
-        // round (p50 ~260 ms → ~50 ms with the readers let go, BENCHMARKS.md).
+        // waits this long for data: a probe of the offsets, or the next window, waits no more.
         .set("fetch.wait.max.ms", "10")
-        // A probe re-assigns the partition at another offset; with the default queue backoff
-        // (1 s after a fetch filled the local queue) one probe in three waited a second
-        // (measured on tansu: 7-20 s for a trace of 66 probes; 10 ms a probe without it).
-        .set("fetch.queue.backoff.ms", "0")
+        // The reader outpaces its caller: with no backoff its broker thread re-decides at once,
+        // for as long as the local queue is full, that it cannot fetch — a core's worth of CPU
+        // spun through every scan. 1 ms lets it sleep.
+        .set("fetch.queue.backoff.ms", "1")
         .set("fetch.error.backoff.ms", "20")
         // A new client connects to its first broker on demand, and librdkafka suppresses that
-        // connection for half of this (50 ms by default: `sparse_connect_intvl`): the first
-        // metadata request of one reader in two waited 50–57 ms where it takes 1–3 ms (44 of
-        // 80 readers on the bench's small topics; 0 of 80 with this, each waiting ≤ 11 ms).
+        // connection for half of this (50 ms by default): the first metadata request of one
+        // reader in two waited 50–57 ms where it takes 1–3 ms.
         .set("reconnect.backoff.ms", "20")
         .set("fetch.message.max.bytes", "65536")
-        .set("queued.min.messages", "500");
-    if fetch == Fetch::Windows {
-        // A window's reader outpaces its caller: with no backoff its broker thread re-decides
-        // at once, for as long as the local queue is full, that it cannot fetch — it spun a
-        // core's worth of CPU through every scan (perf: 85 % of an `idemguard trace` in
-        // `rdk:broker` threads, in poll and clock_gettime). 1 ms lets it sleep. The probe
-        // readers keep 0: with 1–5 ms on them, four traces in seven of one order on the bench's
-        // 20,000,000 events took 2–9 s, their lookup 1.6–2.7 s against 0.1–0.3 (measured, the
-        // cause not traced); they give their partitions up once their windows are found
-        // instead (`OffsetLookup::rest`).
-        c.set("fetch.queue.backoff.ms", "1");
-    }
-    if fetch == Fetch::OneBatch {
-        // `fetch.max.bytes` may not be below `message.max.bytes` (a producer's limit, unused
-        // by a reader; 1,000 is its least).
-        c.set("message.max.bytes", "1000")
-            .set("fetch.max.bytes", "1024")
-            .set("fetch.message.max.bytes", "1024");
-    }
-    create_reader(&c).map_err(|e| {
+        .set("queued.min.messages", "500")
+        .set(
+            "statistics.interval.ms",
+            STATISTICS_EVERY.as_millis().to_string(),
+        );
+    let requests = RequestCount {
+        created: Instant::now(),
+        latest: Mutex::new((0, RoundTrips::default())),
+    };
+    let context = ReaderContext {
+        requests: Some(requests),
+    };
+    c.create_with_context(context).map_err(|e| {
         anyhow::anyhow!(
             "cannot create a Kafka reader for {}: {e}",
             config.kafka.bootstrap_servers

@@ -12,8 +12,8 @@
 //! `--since/--until` of `idemguard trace` ([`DEFAULT_UNKNOWN_WINDOW`] by default), and the
 //! answer says so ([`ReadCost`]).
 //!
-//! Pure: the reads themselves are in [`topics`](super::topics) (offsets of a window) and
-//! [`bounded`](super::bounded) (what is kept).
+//! Pure: the reads themselves are in [`kafka`](super::kafka) (the windows' offsets and
+//! messages) and [`bounded`](super::bounded) (what is kept).
 
 use std::time::Duration;
 
@@ -72,10 +72,10 @@ pub struct TopicPlan {
 }
 
 impl TopicPlan {
-    /// True for a trace's read: it keeps only the messages that name its IDs, so reading a few
-    /// messages past a window's edges changes its cost by milliseconds and its answer not at all
-    /// (the offset search may stop short, see [`seek`](super::seek)). A read of a window for its
-    /// rates or a report keeps every message: its edges stay exact.
+    /// True for a trace's read: it keeps only the messages that name its IDs, so a partition
+    /// small enough is read whole rather than its offsets looked up
+    /// ([`kafka::plan`](super::kafka::plan)). A read of a window for its rates or a report keeps
+    /// every message: its edges stay exact.
     pub fn selects_by_id(&self) -> bool {
         self.basis != WindowBasis::ExplicitWindow
     }
@@ -98,13 +98,16 @@ pub struct TopicCost {
     pub windows: Vec<TimeWindow>,
     pub partitions_total: usize,
     pub partitions_read: Vec<i32>,
-    /// `offsets_for_times` when the broker's lookup by time answered truthfully;
+    /// `offsets_for_times` when the broker's time index answered (and its answer checked out);
     /// `interpolation_search` when its answer failed the check (one message's timestamp read
-    /// per probe, see [`seek`](super::seek)); `read_whole` when the partitions were small
-    /// enough to read whole and no offset was looked up.
+    /// per probe, see [`kafka::offsets`](super::kafka::offsets)); `read_whole` when the
+    /// partitions were small enough to read whole and no offset was looked up.
     pub offset_lookup: &'static str,
-    /// Messages read to find the windows' offsets.
+    /// Messages read to check the broker's offsets, or to search for them where it answered
+    /// falsely.
     pub offset_probes: u64,
+    /// The requests the read sent the brokers.
+    pub round_trips: RoundTrips,
     /// Messages read inside the windows.
     pub messages_scanned: u64,
     /// Why every partition was read after all, when the partition of the traced keys turned
@@ -114,6 +117,25 @@ pub struct TopicCost {
     pub partitions_widened: Option<String>,
     /// Where the read's time went.
     pub times: ReadTimes,
+}
+
+/// The requests a read sent the brokers — its round trips — by kind (librdkafka's count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoundTrips {
+    /// Every request: these three and the rest (API versions, …).
+    pub total: u64,
+    pub metadata: u64,
+    pub list_offsets: u64,
+    pub fetch: u64,
+}
+
+impl RoundTrips {
+    fn add(&mut self, other: &RoundTrips) {
+        self.total += other.total;
+        self.metadata += other.metadata;
+        self.list_offsets += other.list_offsets;
+        self.fetch += other.fetch;
+    }
 }
 
 /// Where one topic's read spent its time, ms: a slow trace says which part was slow.
@@ -149,6 +171,8 @@ pub struct ReadCost {
     /// last time the rows carry (`console.forward_search`), part of `windows`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward_search: Option<TimeWindow>,
+    /// The requests the topics' reads sent the brokers, all together.
+    pub round_trips: RoundTrips,
 }
 
 impl TopicCost {
@@ -165,6 +189,12 @@ impl TopicCost {
 }
 
 impl ReadCost {
+    /// `topic`'s read, counted in.
+    pub fn add_topic(&mut self, topic: TopicCost) {
+        self.round_trips.add(&topic.round_trips);
+        self.topics.push(topic);
+    }
+
     pub fn messages_scanned(&self) -> u64 {
         self.topics.iter().map(|t| t.messages_scanned).sum()
     }
