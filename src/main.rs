@@ -72,14 +72,21 @@ async fn run(
             redis_keys,
             messages,
             redis_match,
+            environment,
+            production,
         }) => {
             let bounds = idemguard::profile::suggest::Bounds {
                 deadline,
                 redis_keys,
                 messages,
                 redis_match,
+                ..Default::default()
             };
-            setup::suggest_profile(&config, out, bounds).await
+            let environment = idemguard::profile::suggest::Environment {
+                name: environment,
+                production,
+            };
+            setup::suggest_profile(&config, out, bounds, environment).await
         }
         Command::Doctor { json, strict } => setup::doctor_command(&config, json, strict).await,
         Command::Consume {

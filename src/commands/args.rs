@@ -80,6 +80,14 @@ pub(crate) enum ProfileCommand {
         /// applications: the team's prefix, e.g. 'shop:*')
         #[arg(long, value_name = "GLOB", default_value = "*")]
         redis_match: String,
+        /// The file's `[environment]`, shown in the console's header: named NAME (default: the
+        /// database's host) and yellow, never the defaults' green `local`
+        #[arg(long, value_name = "NAME")]
+        environment: Option<String>,
+        /// Declare the environment production (red): every console action then asks for a
+        /// typed confirmation, and every connection must be TLS with a verified certificate
+        #[arg(long)]
+        production: bool,
     },
 }
 

@@ -65,6 +65,7 @@ pub(crate) async fn suggest_profile(
     config: &Config,
     out: Option<PathBuf>,
     bounds: idemguard::profile::suggest::Bounds,
+    environment: idemguard::profile::suggest::Environment,
 ) -> anyhow::Result<ExitCode> {
     use idemguard::profile::suggest;
     if let Some(path) = out.as_ref().filter(|p| p.exists()) {
@@ -77,7 +78,7 @@ pub(crate) async fn suggest_profile(
         "idemguard profile suggest: reading the database, Redis, the topics and the log files (each within {:?}) …",
         bounds.deadline
     );
-    let s = suggest::suggest(config, &bounds).await;
+    let s = suggest::suggest(config, &bounds, &environment).await;
     let text = s.to_toml();
     match &out {
         Some(path) => {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Config, TableNames};
+use super::{Config, Dialect, TableNames};
 
 /// The source profile (`[source]`): how the console's queries map onto an order system —
 /// idemguard's own by default, or a team's that follows the article's shapes. Applied to the
@@ -189,11 +189,87 @@ impl SourceProfile {
 }
 
 fn is_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
+    SourceProfile::is_plain_name(s)
 }
+
+impl SourceProfile {
+    /// Letters, digits and `_`, not starting with a digit, at most 64 long: the names a profile
+    /// may hold for tables and columns (written into SQL through [`Dialect::identifier`]).
+    pub fn is_plain_name(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+    }
+}
+
+impl Dialect {
+    /// A profile's table or column name as SQL text that names exactly it: bare when the server
+    /// reads it back unchanged (lowercase, no reserved word), else quoted. Unquoted, PostgreSQL
+    /// folds Prisma's `Order` to `order` and both servers refuse `order` as a name; the names
+    /// are written as `information_schema` spells them, so a quoted one matches.
+    pub fn identifier(self, name: &str) -> String {
+        let bare = name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && !name.is_empty()
+            && !RESERVED.contains(&name);
+        let quote = match self {
+            Dialect::Postgres => '"',
+            Dialect::Mysql => '`',
+        };
+        if bare {
+            name.to_string()
+        } else {
+            let doubled = name.replace(quote, &format!("{quote}{quote}"));
+            format!("{quote}{doubled}{quote}")
+        }
+    }
+}
+
+/// Words either server refuses as a bare table or column name (PostgreSQL's reserved key words,
+/// MySQL's and MariaDB's reserved words): such a name is quoted, in both dialects alike.
+#[rustfmt::skip]
+const RESERVED: &[&str] = &[
+    "accessible", "add", "all", "alter", "analyse", "analyze", "and", "any", "array", "as",
+    "asc", "asensitive", "asymmetric", "authorization", "before", "between", "bigint", "binary",
+    "blob", "both", "by", "call", "cascade", "case", "cast", "change", "char", "character",
+    "check", "collate", "collation", "column", "concurrently", "condition", "constraint",
+    "continue", "convert", "create", "cross", "cube", "cume_dist", "current_catalog",
+    "current_date", "current_role", "current_schema", "current_time", "current_timestamp",
+    "current_user", "cursor", "database", "databases", "day_hour", "day_microsecond",
+    "day_minute", "day_second", "dec", "decimal", "declare", "default", "deferrable", "delayed",
+    "delete", "dense_rank", "desc", "describe", "deterministic", "distinct", "distinctrow",
+    "div", "do", "double", "drop", "dual", "each", "else", "elseif", "empty", "enclosed", "end",
+    "escaped", "except", "exists", "exit", "explain", "false", "fetch", "first_value", "float",
+    "float4", "float8", "for", "force", "foreign", "freeze", "from", "full", "fulltext",
+    "function", "generated", "get", "grant", "group", "grouping", "groups", "having",
+    "high_priority", "hour_microsecond", "hour_minute", "hour_second", "if", "ignore", "ilike",
+    "in", "index", "infile", "initially", "inner", "inout", "insensitive", "insert", "int",
+    "int1", "int2", "int3", "int4", "int8", "integer", "intersect", "interval", "into", "is",
+    "isnull", "iterate", "join", "json_table", "key", "keys", "kill", "lag", "last_value",
+    "lateral", "lead", "leading", "leave", "left", "like", "limit", "linear", "lines", "load",
+    "localtime", "localtimestamp", "lock", "long", "longblob", "longtext", "loop",
+    "low_priority", "match", "maxvalue", "mediumblob", "mediumint", "mediumtext", "middleint",
+    "minute_microsecond", "minute_second", "mod", "modifies", "natural", "no_write_to_binlog",
+    "not", "notnull", "nth_value", "ntile", "null", "numeric", "of", "offset", "on", "only",
+    "optimize", "option", "optionally", "or", "order", "out", "outer", "outfile", "over",
+    "overlaps", "partition", "percent_rank", "placing", "precision", "primary", "procedure",
+    "purge", "range", "rank", "read", "read_write", "reads", "real", "recursive", "references",
+    "regexp", "release", "rename", "repeat", "replace", "require", "resignal", "restrict",
+    "return", "returning", "revoke", "right", "rlike", "row", "row_number", "rows", "schema",
+    "schemas", "second_microsecond", "select", "sensitive", "separator", "session_user", "set",
+    "show", "signal", "similar", "smallint", "some", "spatial", "specific", "sql",
+    "sql_big_result", "sql_calc_found_rows", "sql_small_result", "sqlexception", "sqlstate",
+    "sqlwarning", "ssl", "starting", "stored", "straight_join", "symmetric", "system",
+    "system_user", "table", "tablesample", "terminated", "then", "tinyblob", "tinyint",
+    "tinytext", "to", "trailing", "trigger", "true", "undo", "union", "unique", "unlock",
+    "unsigned", "update", "usage", "use", "user", "using", "utc_date", "utc_time",
+    "utc_timestamp", "values", "varbinary", "varchar", "varcharacter", "variadic", "varying",
+    "verbose", "virtual", "when", "where", "while", "window", "with", "write", "xor",
+    "year_month", "zerofill",
+];
 
 fn parse_offset(tz: &str) -> Result<i64, String> {
     let bad = || format!("`{tz}` is not an offset like +08:00 or -05:00");
@@ -208,4 +284,24 @@ fn parse_offset(tz: &str) -> Result<i64, String> {
         return Err(bad());
     }
     Ok(sign * (h * 3_600_000 + m * 60_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_quoted_where_the_server_would_read_them_otherwise() {
+        for (name, pg, my) in [
+            ("order_record", "order_record", "order_record"),
+            ("Order", "\"Order\"", "`Order`"),
+            ("orderNo", "\"orderNo\"", "`orderNo`"),
+            ("order", "\"order\"", "`order`"),
+            ("user", "\"user\"", "`user`"),
+            ("a\"b`c", "\"a\"\"b`c\"", "`a\"b``c`"),
+        ] {
+            assert_eq!(Dialect::Postgres.identifier(name), pg);
+            assert_eq!(Dialect::Mysql.identifier(name), my);
+        }
+    }
 }

@@ -144,8 +144,9 @@ pub async fn server_clock(db: &Database) -> anyhow::Result<ServerClock> {
     })
 }
 
-/// The newest wall-clock time of `column` of `table` (identifiers checked by the caller), within
-/// `deadline` (a `MAX` over a column without an index reads the table): `None` when empty or slow.
+/// The newest wall-clock time of `column` of `table` (names a profile may hold, checked by the
+/// caller), within `deadline` (a `MAX` over a column without an index reads the table): `None`
+/// when empty or slow.
 pub async fn newest_wall_ms(
     db: &Database,
     table: &str,
@@ -154,8 +155,8 @@ pub async fn newest_wall_ms(
 ) -> Option<i64> {
     let sql = db
         .sql("profile_newest_time")
-        .replace("{table}", table)
-        .replace("{col}", column);
+        .replace("{table}", &db.dialect().identifier(table))
+        .replace("{col}", &db.dialect().identifier(column));
     let read = sqlx::query_scalar::<_, Option<i64>>(&sql).fetch_one(&db.pool);
     tokio::time::timeout(deadline, read).await.ok()?.ok()?
 }

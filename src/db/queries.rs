@@ -130,6 +130,7 @@ builtin![
     "console_finalize_foreign_failed",
     "console_audit_table",
     "doctor_columns",
+    "doctor_unique_columns",
     "console_audit_attempt",
     "console_audit_outcome",
     "console_audit_list",
@@ -184,6 +185,7 @@ impl Queries {
     ) -> anyhow::Result<Queries> {
         let fragments = fragments(dialect);
         let ctx = Ctx {
+            dialect,
             with,
             fragments: &fragments,
             offset_ms: with
@@ -382,6 +384,8 @@ fn fragments(dialect: Dialect) -> HashMap<&'static str, String> {
 }
 
 struct Ctx<'a> {
+    /// How a profile's names are written ([`Dialect::identifier`]).
+    dialect: Dialect,
     with: &'a Templating<'a>,
     fragments: &'a HashMap<&'static str, String>,
     offset_ms: i64,
@@ -446,7 +450,9 @@ fn table_name(logical: &str, ctx: &Ctx<'_>) -> Expanded {
         Some(ABSENT) => Ok(Err(format!(
             "table {logical} is absent in the source profile"
         ))),
-        Some(named) if !named.is_empty() => Ok(Ok(named.to_string())),
+        // A team's name, as its schema spells it; `[tables]` names idemguard's own tables, which
+        // its migrations created unquoted.
+        Some(named) if !named.is_empty() => Ok(Ok(ctx.dialect.identifier(named))),
         _ => Ok(Ok(physical.to_string())),
     }
 }
@@ -492,8 +498,10 @@ fn column<'a>(reference: &str, ctx: &Ctx<'a>) -> Result<Result<Col<'a>, String>,
             "the source profile maps no column {logical}.{col}"
         )));
     }
-    let qualified = (!physical.is_empty())
-        .then(|| alias.map_or_else(|| physical.clone(), |a| format!("{a}.{physical}")));
+    let qualified = (!physical.is_empty()).then(|| {
+        let physical = ctx.dialect.identifier(physical);
+        alias.map_or_else(|| physical.clone(), |a| format!("{a}.{physical}"))
+    });
     Ok(Ok(Col { qualified, table }))
 }
 
@@ -609,6 +617,7 @@ mod tests {
         let fragments = fragments(Dialect::Mysql);
         let with = Templating::of(config);
         let ctx = Ctx {
+            dialect: Dialect::Mysql,
             with: &with,
             fragments: &fragments,
             offset_ms: config.source.offset_ms().unwrap(),

@@ -36,6 +36,14 @@ impl Section {
         ));
     }
 
+    pub fn set_bool(&mut self, key: &str, value: bool, note: &str) {
+        self.entries.push((
+            key.to_string(),
+            toml::Value::Boolean(value),
+            note.to_string(),
+        ));
+    }
+
     pub fn set_list(&mut self, key: &str, values: &[String], note: &str) {
         let list = values.iter().cloned().map(toml::Value::String).collect();
         self.entries

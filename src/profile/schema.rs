@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use crate::config::{StatusKind, TimeStorage, CONSOLE_TABLES};
+use crate::config::{SourceProfile, StatusKind, TimeStorage, CONSOLE_TABLES};
 use crate::db::Database;
 
-/// A table as `information_schema` lists it.
+/// A table as `information_schema` lists it, its names spelled as there (`Order`, `orderNo`:
+/// written into SQL through [`crate::config::Dialect::identifier`]).
 #[derive(Debug, Clone, Default)]
 pub struct LiveTable {
     pub name: String,
-    /// (column, data type), in the table's order, lowercase.
+    /// (column, data type lowercase), in the table's order.
     pub columns: Vec<(String, String)>,
     /// Columns that are a unique key on their own (the primary key excluded).
     pub unique: BTreeSet<String>,
@@ -31,40 +32,83 @@ impl LiveTable {
     }
 }
 
-/// The tables of the current database or schema, with their columns and unique keys.
-pub async fn live_tables(db: &Database) -> anyhow::Result<Vec<LiveTable>> {
+/// The tables read, and what was not: names a profile cannot hold, and what lies beyond the
+/// bounds (said in the file and on stderr, never dropped without a word).
+#[derive(Debug, Default)]
+pub struct LiveSchema {
+    pub tables: Vec<LiveTable>,
+    pub not_read: Vec<String>,
+}
+
+/// The tables of the current database or schema (the first `limit` by name), with their columns
+/// and unique keys.
+pub async fn live_tables(db: &Database, limit: usize) -> anyhow::Result<LiveSchema> {
     let err = |what: &str, e: sqlx::Error| anyhow::anyhow!("{what} ({}): {e}", db.shown_url);
     let mut tables: BTreeMap<String, LiveTable> = BTreeMap::new();
+    let (mut total, mut listed, mut odd_tables) = (0i64, 0i64, Vec::new());
     for r in sqlx::query(db.sql("profile_tables"))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&db.pool)
         .await
         .map_err(|e| err("listing the tables", e))?
     {
         let name: String = r.try_get(0)?;
-        // Spliced into the suggestion's own statements: plain identifiers only.
-        if !plain_identifier(&name) {
+        total = r.try_get(1)?;
+        listed += 1;
+        if !SourceProfile::is_plain_name(&name) {
+            odd_tables.push(name);
             continue;
         }
-        tables.insert(
-            name.to_lowercase(),
-            LiveTable {
-                name,
-                ..LiveTable::default()
-            },
-        );
+        let table = LiveTable {
+            name: name.clone(),
+            ..LiveTable::default()
+        };
+        tables.insert(name, table);
     }
+    let mut not_read = Vec::new();
+    if total > listed {
+        not_read.push(format!(
+            "{} of the {total} tables: only the first {listed} by name were read (the bound of a suggestion); map the others by hand",
+            total - listed
+        ));
+    }
+    if !odd_tables.is_empty() {
+        not_read.push(format!(
+            "{} table(s) whose names are not plain SQL identifiers (letters, digits, _), which a profile cannot name: {}",
+            odd_tables.len(),
+            odd_tables.join(", ")
+        ));
+    }
+    let (mut total, mut listed, mut odd_columns) = (0i64, 0i64, Vec::new());
     for r in sqlx::query(db.sql("profile_columns"))
         .fetch_all(&db.pool)
         .await
         .map_err(|e| err("listing the columns", e))?
     {
         let (t, c, ty): (String, String, String) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-        if let Some(table) = tables
-            .get_mut(&t.to_lowercase())
-            .filter(|_| plain_identifier(&c))
-        {
-            table.columns.push((c.to_lowercase(), ty.to_lowercase()));
+        total = r.try_get(3)?;
+        listed += 1;
+        let Some(table) = tables.get_mut(&t) else {
+            continue;
+        };
+        if SourceProfile::is_plain_name(&c) {
+            table.columns.push((c, ty.to_lowercase()));
+        } else {
+            odd_columns.push(format!("{t}.{c}"));
         }
+    }
+    if total > listed {
+        not_read.push(format!(
+            "{} of the {total} columns: only the first {listed} (by table name) were read",
+            total - listed
+        ));
+    }
+    if !odd_columns.is_empty() {
+        not_read.push(format!(
+            "{} column(s) whose names are not plain SQL identifiers (letters, digits, _), which a profile cannot name: {}",
+            odd_columns.len(),
+            odd_columns.join(", ")
+        ));
     }
     let mut keys: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for r in sqlx::query(db.sql("profile_unique_columns"))
@@ -73,23 +117,26 @@ pub async fn live_tables(db: &Database) -> anyhow::Result<Vec<LiveTable>> {
         .map_err(|e| err("listing the unique keys", e))?
     {
         let (t, i, c): (String, String, String) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-        keys.entry((t.to_lowercase(), i)).or_default().push(c);
+        keys.entry((t, i)).or_default().push(c);
     }
     for ((t, _), cols) in keys {
         if let (Some(table), [one]) = (tables.get_mut(&t), cols.as_slice()) {
-            table.unique.insert(one.to_lowercase());
+            table.unique.insert(one.clone());
         }
     }
-    Ok(tables.into_values().collect())
+    Ok(LiveSchema {
+        tables: tables.into_values().collect(),
+        not_read,
+    })
 }
 
-/// Letters, digits and `_`, not starting with a digit: a name that can be written into SQL
-/// unquoted (the profile's own rule for table and column names).
-pub fn plain_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
+/// A `profile_*` statement on column `col` of `table`, both written as the dialect names them
+/// exactly.
+pub fn statement(db: &Database, name: &str, table: &str, col: &str) -> String {
+    let d = db.dialect();
+    db.sql(name)
+        .replace("{table}", &d.identifier(table))
+        .replace("{col}", &d.identifier(col))
 }
 
 /// The names a team gives each logical column, compared without case, `_` or `-`, in order of
@@ -100,22 +147,28 @@ fn synonyms(logical_table: &str, column: &str) -> &'static [&'static str] {
             "requestid",
             "idempotencykey",
             "idemkey",
+            "idempotentkey",
             "reqid",
             "requestno",
+            "reqno",
         ],
         ("order_record", "req_id") => &[
             "reqid",
             "requestid",
             "idempotencykey",
             "idemkey",
+            "idempotentkey",
             "requestno",
+            "reqno",
         ],
         (_, "order_no") => &[
             "orderno",
+            "ordersn",
             "ordernumber",
             "orderid",
             "bizorderno",
             "ordercode",
+            "outtradeno",
         ],
         (_, "user_id") => &["userid", "customerid", "buyerid", "memberid", "uid"],
         (_, "sku_id") => &["skuid", "productid", "goodsid", "itemid", "sku"],
@@ -174,6 +227,7 @@ fn synonyms(logical_table: &str, column: &str) -> &'static [&'static str] {
             "txnno",
             "paymentid",
             "payid",
+            "outtradeno",
         ],
         ("points_ledger", "source_event_no") => &[
             "sourceeventno",
@@ -185,7 +239,17 @@ fn synonyms(logical_table: &str, column: &str) -> &'static [&'static str] {
         (_, "event_id") => &["eventid", "paymenteventid", "messageid", "msgid"],
         (_, "points") => &["points", "point", "score", "bonus"],
         (_, "delta") => &["delta", "change", "quantitychange", "qty", "quantity"],
-        (_, "stock") => &["stock", "available", "remaining", "quantity", "qty"],
+        (_, "stock") => &[
+            "stock",
+            "stockqty",
+            "stocknum",
+            "available",
+            "availableqty",
+            "remaining",
+            "onhand",
+            "quantity",
+            "qty",
+        ],
         (_, "channel") => &["channel", "kind", "type"],
         (_, "body") => &["body", "content", "message", "text", "title"],
         _ => &[],
@@ -256,9 +320,31 @@ fn score(logical: &str, table: &LiveTable) -> Option<usize> {
         score += if table.unique.contains(&found) { 3 } else { 2 };
         taken.insert(found);
     }
+    if logical == "inventory" && !holds_stock(table) {
+        return None;
+    }
     let name = table.name.to_lowercase();
     score += words.iter().filter(|w| name.contains(*w)).count() * 2;
     Some(score)
+}
+
+/// Whether `table` has a numeric column named like stock: a `qty` or `quantity` counts only in a
+/// table named for stock (an order's quantity is no stock level), a text column never.
+fn holds_stock(table: &LiveTable) -> bool {
+    let Some(stock) = find_column("inventory", "stock", table, &BTreeSet::new()) else {
+        return false;
+    };
+    let name = normalized(&table.name);
+    let stock_table = ["stock", "inventory", "inventories", "warehouse"]
+        .iter()
+        .any(|w| name.contains(w));
+    let weak = matches!(normalized(&stock).as_str(), "qty" | "quantity");
+    is_numeric(table.type_of(&stock).unwrap_or("")) && (stock_table || !weak)
+}
+
+/// An integer or decimal type, as `information_schema` names it in either dialect.
+pub fn is_numeric(ty: &str) -> bool {
+    ty.contains("int") || ty == "numeric" || ty == "decimal"
 }
 
 /// Each logical table's best live table (each live table used once), best matches first.
@@ -420,10 +506,7 @@ pub async fn refine_epoch(db: &Database, g: &mut TableGuess, deadline: Duration)
     let (Some(table), Some(col)) = (g.table.clone(), g.physical("created_at")) else {
         return;
     };
-    let sql = db
-        .sql("profile_newest_number")
-        .replace("{table}", &table)
-        .replace("{col}", &col);
+    let sql = statement(db, "profile_newest_number", &table, &col);
     let read = sqlx::query_scalar::<_, Option<i64>>(&sql).fetch_one(&db.pool);
     match tokio::time::timeout(deadline, read).await {
         Ok(Ok(Some(v))) if v < 100_000_000_000 => {
@@ -523,10 +606,7 @@ pub async fn guess_status(db: &Database, g: &mut TableGuess, live: &LiveTable, d
     } else {
         StatusKind::Text
     };
-    let sql = db
-        .sql("profile_status_values")
-        .replace("{table}", &table)
-        .replace("{col}", &col);
+    let sql = statement(db, "profile_status_values", &table, &col);
     let read = sqlx::query(&sql).fetch_all(&db.pool);
     let values: Vec<(String, i64)> = match tokio::time::timeout(deadline, read).await {
         Ok(Ok(rows)) => rows
@@ -578,5 +658,76 @@ pub async fn guess_status(db: &Database, g: &mut TableGuess, live: &LiveTable, d
             "values no name was given: {} (shown as stored)",
             unnamed.join(", ")
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(name: &str, columns: &[(&str, &str)], unique: &[&str]) -> LiveTable {
+        LiveTable {
+            name: name.into(),
+            columns: columns
+                .iter()
+                .map(|(c, t)| (c.to_string(), t.to_string()))
+                .collect(),
+            unique: unique.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    fn matched(live: &[LiveTable]) -> BTreeMap<&'static str, Option<String>> {
+        let defaults = crate::config::Config::defaults().source;
+        let columns_of = |logical: &str| -> Vec<String> {
+            defaults
+                .table(logical)
+                .map(|t| t.columns.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        match_tables(live, columns_of)
+            .into_iter()
+            .map(|g| (g.logical, g.table))
+            .collect()
+    }
+
+    #[test]
+    fn a_payment_table_of_alipay_names_is_a_payment_flow() {
+        let live = [
+            table(
+                "t_order",
+                &[
+                    ("order_sn", "varchar"),
+                    ("request_no", "varchar"),
+                    ("state", "int"),
+                ],
+                &["order_sn"],
+            ),
+            table(
+                "t_pay_record",
+                &[("trade_no", "varchar"), ("out_trade_no", "varchar")],
+                &["trade_no"],
+            ),
+        ];
+        let m = matched(&live);
+        assert_eq!(m["order_record"].as_deref(), Some("t_order"));
+        assert_eq!(m["payment_flow"].as_deref(), Some("t_pay_record"));
+    }
+
+    #[test]
+    fn no_inventory_without_a_numeric_stock() {
+        let orders_line = table(
+            "t_order_line",
+            &[("sku_id", "bigint"), ("qty", "integer")],
+            &[],
+        );
+        let text_stock = table(
+            "sku_stock",
+            &[("sku_id", "bigint"), ("stock", "character varying")],
+            &[],
+        );
+        let m = matched(&[orders_line, text_stock]);
+        assert_eq!(m["inventory"], None);
+        let real = table("t_stock", &[("sku_id", "bigint"), ("qty", "integer")], &[]);
+        assert_eq!(matched(&[real])["inventory"].as_deref(), Some("t_stock"));
     }
 }

@@ -26,6 +26,8 @@ pub struct Bounds {
     /// The Redis keys sampled (SCAN MATCH): a Redis shared by several applications is sampled
     /// under the team's prefix.
     pub redis_match: String,
+    /// Tables read at most (the first by name); the others are said as not read.
+    pub tables: usize,
 }
 
 impl Default for Bounds {
@@ -35,8 +37,19 @@ impl Default for Bounds {
             redis_keys: 5_000,
             messages: 500,
             redis_match: "*".into(),
+            tables: 1_000,
         }
     }
+}
+
+/// The `[environment]` the file declares (`--environment NAME`, `--production`): the console's
+/// header shows it on every screen, so a file pointing at a team's system is never the green
+/// `local` of the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `None`: the database's host.
+    pub name: Option<String>,
+    pub production: bool,
 }
 
 /// The suggested profile, and what could not be read (said on stderr and in the file).
@@ -53,7 +66,7 @@ impl Suggestion {
 }
 
 /// Reads every configured source and writes the profile they suggest.
-pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
+pub async fn suggest(config: &Config, bounds: &Bounds, environment: &Environment) -> Suggestion {
     let started = Instant::now();
     let mut problems = Vec::new();
     // Each statement is bounded by the server too: by `--deadline`, the bound asked for here.
@@ -99,7 +112,8 @@ pub async fn suggest(config: &Config, bounds: &Bounds) -> Suggestion {
         }
         logs.sources.push(format!("topic {}", shipped.topic));
     }
-    let mut sections = connections(config);
+    let mut sections = vec![environment_section(config, environment)];
+    sections.extend(connections(config));
     sections.extend(kafka_sections(config, &topics, db.as_ref(), tables.as_ref()).await);
     if let Some(r) = &redis {
         sections.push(lock_section(r, db.as_ref(), tables.as_ref()).await);
@@ -138,8 +152,11 @@ async fn database_side(
     bounds: &Bounds,
     problems: &mut Vec<String>,
 ) -> Option<DatabaseSide> {
-    let live = match schema::live_tables(db).await {
-        Ok(l) => l,
+    let live = match schema::live_tables(db, bounds.tables).await {
+        Ok(l) => {
+            problems.extend(l.not_read);
+            l.tables
+        }
         Err(e) => {
             problems.push(format!("{e:#}"));
             return None;
@@ -258,6 +275,45 @@ async fn log_side(config: &Config, bounds: &Bounds) -> LogSample {
             ..LogSample::default()
         },
     }
+}
+
+/// `[environment]`: named after the database's host unless named, yellow (a system that is not
+/// the user's own), red when production.
+fn environment_section(config: &Config, e: &Environment) -> Section {
+    let mut s = Section::new("environment");
+    s.note("shown in the console's header and in every audit row: where an operator is");
+    let host = url::Url::parse(&config.database.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
+    match &e.name {
+        Some(name) => s.set("name", name, "--environment"),
+        None => s.set(
+            "name",
+            &host,
+            "the database's host; name it with --environment NAME",
+        ),
+    }
+    if e.production {
+        s.set("color", "red", "production");
+        s.set_bool(
+            "production",
+            true,
+            "--production: every console action asks for a typed confirmation, and every connection must be TLS with a verified certificate (or listed in environment.allow_unverified)",
+        );
+    } else {
+        s.set(
+            "color",
+            "yellow",
+            "not the defaults' green `local`: a team's system",
+        );
+        s.set_bool(
+            "production",
+            false,
+            "give --production for a production system (typed confirmations, verified TLS)",
+        );
+    }
+    s
 }
 
 /// Where this run read from: written as keys when they hold no secret (so the file alone points
@@ -430,10 +486,7 @@ async fn check_values(
 
 /// True when the text column holds `value` (bounded: one indexed lookup, or a deadline).
 pub async fn has_value(db: &Database, table: &str, column: &str, value: &str) -> bool {
-    let sql = db
-        .sql("profile_has_value")
-        .replace("{table}", table)
-        .replace("{col}", column);
+    let sql = schema::statement(db, "profile_has_value", table, column);
     let q = sqlx::query(&sql)
         .bind(value.to_string())
         .fetch_optional(&db.pool);
