@@ -28,8 +28,8 @@ use article::{
     article_system, now_ms, redis_conn, redisson_lock, set_if_absent, ArticleSystem, RedisKeys,
 };
 use first_contact::{
-    crc32_partition, entries, kafka_copies, letters, murmur2_partition, produce, suggest, trace,
-    value, warnings, Produced,
+    crc32_partition, entries, failing, kafka_copies, letters, murmur2_partition, produce,
+    source_profile_rows, suggest, suggest_database, trace, value, warnings, Produced,
 };
 use idemguard::config::Dialect;
 use serde_json::json;
@@ -719,4 +719,268 @@ async fn postgres_a_teams_own_system_from_suggest_to_trace() {
             .any(|e| e["source"] == "order_record"),
         "the order still shows: {t:#}"
     );
+}
+
+/// A fresh database with `ddl` (statements separated by `;\n`) run in it; its URL.
+async fn database_with(dialect: Dialect, ddl: &str) -> String {
+    let config = common::fresh_database_config(dialect).await;
+    let db = idemguard::db::Database::connect(&config).await.unwrap();
+    for statement in ddl.split(";\n").filter(|s| !s.trim().is_empty()) {
+        common::exec(&db, statement).await;
+    }
+    db.pool.close().await;
+    config.database.url
+}
+
+/// Prisma's and Entity Framework's names: a table `Order` (a reserved word, and not lowercase)
+/// and columns `orderNo`, `createdAt`, as each dialect quotes them.
+fn mixed_case_schema(dialect: Dialect) -> String {
+    let (q, serial, time) = match dialect {
+        Dialect::Postgres => ('"', "BIGSERIAL", "TIMESTAMP(3)"),
+        Dialect::Mysql => ('`', "BIGINT AUTO_INCREMENT", "DATETIME(3)"),
+    };
+    format!(
+        "CREATE TABLE {q}Order{q} ({q}id{q} {serial} PRIMARY KEY, {q}orderNo{q} VARCHAR(40) NOT NULL UNIQUE, \
+           {q}requestId{q} VARCHAR(64) NOT NULL UNIQUE, {q}userId{q} BIGINT NOT NULL, {q}status{q} VARCHAR(16) NOT NULL, \
+           {q}createdAt{q} {time} NOT NULL);\n\
+         CREATE TABLE {q}Payment{q} ({q}id{q} {serial} PRIMARY KEY, {q}paymentNo{q} VARCHAR(64) NOT NULL UNIQUE, \
+           {q}orderNo{q} VARCHAR(40) NOT NULL, {q}createdAt{q} {time} NOT NULL);\n\
+         INSERT INTO {q}Order{q} ({q}orderNo{q}, {q}requestId{q}, {q}userId{q}, {q}status{q}, {q}createdAt{q}) \
+           VALUES ('O-1', 'r-1', 7, 'PAID', CURRENT_TIMESTAMP), ('O-2', 'r-2', 7, 'PENDING', CURRENT_TIMESTAMP);\n\
+         INSERT INTO {q}Payment{q} ({q}paymentNo{q}, {q}orderNo{q}, {q}createdAt{q}) VALUES ('P-1', 'O-1', CURRENT_TIMESTAMP)"
+    )
+}
+
+/// Mixed-case names are written as the schema spells them, their status values read, and every
+/// statement `doctor` prepares with them runs.
+async fn mixed_case_names_are_read_and_quoted(dialect: Dialect) {
+    let url = database_with(dialect, &mixed_case_schema(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, profile, _) = suggest_database(dir.path(), &url, &[]);
+    let at = |section: &str, key: &str| value(&profile, section, key).as_str().map(str::to_string);
+    assert_eq!(
+        at("source.order_record", "table").as_deref(),
+        Some("Order"),
+        "{profile}"
+    );
+    assert_eq!(
+        at("source.order_record", "columns.order_no").as_deref(),
+        Some("orderNo")
+    );
+    assert_eq!(
+        at("source.order_record", "columns.created_at").as_deref(),
+        Some("createdAt")
+    );
+    assert_eq!(
+        at("source.order_record", "status.PAID").as_deref(),
+        Some("PAID"),
+        "{profile}"
+    );
+    assert_eq!(
+        at("source.order_record", "status.CREATED").as_deref(),
+        Some("PENDING")
+    );
+    assert_eq!(
+        at("source.payment_flow", "table").as_deref(),
+        Some("Payment")
+    );
+    assert_eq!(
+        at("source.payment_flow", "columns.pay_no").as_deref(),
+        Some("paymentNo")
+    );
+    let rows = source_profile_rows(&config, &[]);
+    assert!(failing(&rows).is_empty(), "{rows:#?}\n{profile}");
+    assert!(rows.iter().any(|r| r["target"] == "[source]"), "{rows:#?}");
+}
+
+per_dialect!(mixed_case_names_are_read_and_quoted => postgres_mixed_case_names_are_read_and_quoted, mysql_mixed_case_names_are_read_and_quoted);
+
+/// A plain team schema: `t_`-prefixed tables, `order_sn`, `idem_key`, `state`, `trade_no`; an
+/// order's `sku_id` and `qty` are no stock table.
+fn plain_team_schema(dialect: Dialect) -> String {
+    let serial = match dialect {
+        Dialect::Postgres => "BIGSERIAL",
+        Dialect::Mysql => "BIGINT AUTO_INCREMENT",
+    };
+    format!(
+        "CREATE TABLE t_order (id {serial} PRIMARY KEY, order_sn VARCHAR(32) NOT NULL UNIQUE, idem_key VARCHAR(64) NOT NULL UNIQUE, \
+           user_id BIGINT NOT NULL, sku_id BIGINT NOT NULL, qty INT NOT NULL, state VARCHAR(16) NOT NULL, remark VARCHAR(200) NULL, \
+           batch_no VARCHAR(32) NULL, create_time TIMESTAMP NULL);\n\
+         CREATE TABLE t_payment (id {serial} PRIMARY KEY, trade_no VARCHAR(64) NOT NULL UNIQUE, order_sn VARCHAR(32) NOT NULL, \
+           amount BIGINT NOT NULL, create_time TIMESTAMP NULL);\n\
+         CREATE TABLE t_stock (id {serial} PRIMARY KEY, sku_id BIGINT NOT NULL, stock INT NOT NULL, location VARCHAR(32) NOT NULL);\n\
+         INSERT INTO t_order (order_sn, idem_key, user_id, sku_id, qty, state, remark, batch_no) VALUES \
+           ('S1', 'k1', 1, 9, 2, 'WAIT_PAY', 'call me before delivery', 'B1'), ('S2', 'k2', 1, 9, 1, 'PAID', 'leave it at the door', 'B1');\n\
+         INSERT INTO t_payment (trade_no, order_sn, amount) VALUES ('T1', 'S2', 100);\n\
+         INSERT INTO t_stock (sku_id, stock, location) VALUES (9, 40, 'shelf A')"
+    )
+}
+
+/// The usual names are recognised: orders and payments mapped, the orders never taken for stock.
+async fn a_plain_team_schema_is_recognised(dialect: Dialect) {
+    let url = database_with(dialect, &plain_team_schema(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, profile, _) = suggest_database(dir.path(), &url, &[]);
+    let at = |section: &str, key: &str| value(&profile, section, key).as_str().map(str::to_string);
+    for (section, key, want) in [
+        ("source.order_record", "table", "t_order"),
+        ("source.order_record", "columns.order_no", "order_sn"),
+        ("source.order_record", "columns.req_id", "idem_key"),
+        ("source.order_record", "columns.status", "state"),
+        ("source.order_record", "status.PAID", "PAID"),
+        ("source.order_record", "status.CREATED", "WAIT_PAY"),
+        ("source.payment_flow", "table", "t_payment"),
+        ("source.payment_flow", "columns.pay_no", "trade_no"),
+        ("source.payment_flow", "columns.order_no", "order_sn"),
+        ("source.inventory", "table", "t_stock"),
+        ("source.inventory", "columns.stock", "stock"),
+        ("source.idempotency_record", "table", "absent"),
+    ] {
+        assert_eq!(
+            at(section, key).as_deref(),
+            Some(want),
+            "[{section}] {key}:\n{profile}"
+        );
+    }
+    let rows = source_profile_rows(&config, &[]);
+    assert!(failing(&rows).is_empty(), "{rows:#?}\n{profile}");
+    doctor_checks_what_each_mapping_means(&config);
+}
+
+per_dialect!(a_plain_team_schema_is_recognised => postgres_a_plain_team_schema_is_recognised, mysql_a_plain_team_schema_is_recognised);
+
+/// Mappings whose columns exist but do not mean what the console takes them for: each is a
+/// failing row naming the table, the column and the key to set.
+fn doctor_checks_what_each_mapping_means(config: &Path) {
+    let env = |k: &str, v: &str| vec![(format!("IDEMGUARD_SOURCE__{k}"), v.to_string())];
+    let fails = |env: Vec<(String, String)>, target: &str, said: &[&str]| {
+        let rows = source_profile_rows(config, &env);
+        let row = failing(&rows)
+            .into_iter()
+            .find(|r| r["target"] == target)
+            .unwrap_or_else(|| panic!("{env:?}: no failing row for {target}: {rows:#?}"));
+        let text = format!("{} {}", row["detail"], row["hint"]);
+        for s in said {
+            assert!(text.contains(s), "{env:?}: {s:?} in {text}");
+        }
+    };
+    fails(
+        env("ORDER_RECORD__COLUMNS__ORDER_NO", "batch_no"),
+        "source.order_record.columns.order_no",
+        &[
+            "t_order.batch_no",
+            "no unique index",
+            "set source.order_record.columns.order_no",
+        ],
+    );
+    fails(
+        env("ORDER_RECORD__COLUMNS__STATUS", "remark"),
+        "source.order_record.columns.status",
+        &[
+            "t_order.remark",
+            "does not hold states",
+            "set source.order_record.columns.status",
+        ],
+    );
+    fails(
+        env("INVENTORY__COLUMNS__STOCK", "location"),
+        "source.inventory.columns.stock",
+        &["t_stock.location", "numeric stock column"],
+    );
+}
+
+/// Tables and columns a profile cannot name, and tables beyond the bound, are said with their
+/// counts: in the file and on stderr.
+async fn what_is_not_read_is_said(dialect: Dialect) {
+    let q = if dialect == Dialect::Postgres {
+        '"'
+    } else {
+        '`'
+    };
+    let ddl = format!(
+        "CREATE TABLE {q}order-items{q} (id BIGINT PRIMARY KEY);\n\
+         CREATE TABLE t_order (id BIGINT PRIMARY KEY, order_sn VARCHAR(32) NOT NULL, {q}unit price{q} BIGINT, state VARCHAR(16));\n\
+         CREATE TABLE t_payment (id BIGINT PRIMARY KEY, trade_no VARCHAR(32) NOT NULL, order_sn VARCHAR(32) NOT NULL)"
+    );
+    let url = database_with(dialect, &ddl).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, profile, stderr) = suggest_database(dir.path(), &url, &[]);
+    for said in [
+        "NOT READ: 1 table(s) whose names are not plain SQL identifiers",
+        "order-items",
+        "NOT READ: 1 column(s) whose names are not plain SQL identifiers",
+        "t_order.unit price",
+    ] {
+        assert!(profile.contains(said), "{said:?} in the file:\n{profile}");
+    }
+    assert!(
+        stderr.contains("order-items") && stderr.contains("t_order.unit price"),
+        "{stderr}"
+    );
+
+    let mut config = idemguard::config::Config::defaults();
+    config.database.url = url;
+    config.kafka.trace_topic.clear();
+    config.logs.topic.clear();
+    let bounds = idemguard::profile::suggest::Bounds {
+        tables: 2,
+        redis_match: "igt-nothing-here:*".into(),
+        ..Default::default()
+    };
+    let s = idemguard::profile::suggest::suggest(&config, &bounds, &Default::default()).await;
+    let text = s.to_toml();
+    assert!(
+        text.contains("NOT READ: 1 of the 3 tables: only the first 2 by name were read"),
+        "{text}"
+    );
+}
+
+per_dialect!(what_is_not_read_is_said => postgres_what_is_not_read_is_said, mysql_what_is_not_read_is_said);
+
+/// The file declares where it points: named after the database's host and yellow by default,
+/// as asked with `--environment` and `--production`; `--help` says so.
+#[tokio::test]
+async fn the_suggestion_declares_its_environment() {
+    let url = database_with(Dialect::Postgres, &plain_team_schema(Dialect::Postgres)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, profile, _) = suggest_database(dir.path(), &url, &[]);
+    assert_eq!(
+        value(&profile, "environment", "name").as_str(),
+        Some("127.0.0.1"),
+        "{profile}"
+    );
+    assert_eq!(
+        value(&profile, "environment", "color").as_str(),
+        Some("yellow")
+    );
+    assert_eq!(
+        value(&profile, "environment", "production").as_bool(),
+        Some(false)
+    );
+
+    let named = tempfile::tempdir().unwrap();
+    let args = ["--environment", "shop-prod", "--production"];
+    let (_, profile, _) = suggest_database(named.path(), &url, &args);
+    assert_eq!(
+        value(&profile, "environment", "name").as_str(),
+        Some("shop-prod")
+    );
+    assert_eq!(
+        value(&profile, "environment", "color").as_str(),
+        Some("red")
+    );
+    assert_eq!(
+        value(&profile, "environment", "production").as_bool(),
+        Some(true)
+    );
+
+    let (_, help, _) = first_contact::run(None, &[], &["profile", "suggest", "--help"]);
+    for said in [
+        "--environment <NAME>",
+        "--production",
+        "database's host",
+        "yellow",
+    ] {
+        assert!(help.contains(said), "{said:?} in {help}");
+    }
 }

@@ -188,3 +188,56 @@ pub fn value(profile: &str, section: &str, key: &str) -> toml::Value {
     }
     at
 }
+
+/// What a suggestion of a database needs: its URL; no trace topic, no log file, Redis sampled
+/// under a prefix nothing has (the payment topic stays the stack's).
+pub fn database_only_env(url: &str) -> Vec<(String, String)> {
+    [
+        ("IDEMGUARD_DATABASE__URL", url),
+        ("IDEMGUARD_KAFKA__TRACE_TOPIC", ""),
+        ("IDEMGUARD_LOGS__TOPIC", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// `profile suggest` of the database at `url` with `args` added; (the file's path, its text,
+/// stderr).
+pub fn suggest_database(
+    dir: &Path,
+    url: &str,
+    args: &[&str],
+) -> (std::path::PathBuf, String, String) {
+    let out = dir.join("profile.toml");
+    let mut all = vec![
+        "profile",
+        "suggest",
+        "--out",
+        out.to_str().unwrap(),
+        "--redis-match",
+        "igt-nothing-here:*",
+        "--deadline",
+        "5s",
+    ];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = run(None, &database_only_env(url), &all);
+    assert_eq!(code, Some(0), "profile suggest: {stdout}{stderr}");
+    let text = std::fs::read_to_string(&out).expect("the suggested profile was written");
+    (out, text, stderr)
+}
+
+/// `doctor --json`'s rows about the source profile (its tables, columns and their meaning).
+pub fn source_profile_rows(config: &Path, env: &[(String, String)]) -> Vec<Json> {
+    let (_, out, err) = run(Some(config), env, &["doctor", "--json"]);
+    let rows: Vec<Json> =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("doctor --json: {e}: {out}{err}"));
+    rows.into_iter()
+        .filter(|r| r["service"] == "source profile")
+        .collect()
+}
+
+/// The failing rows among `rows`.
+pub fn failing(rows: &[Json]) -> Vec<&Json> {
+    rows.iter().filter(|r| r["ok"] != true).collect()
+}
