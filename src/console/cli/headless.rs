@@ -242,7 +242,7 @@ fn read_cost_lines(t: &Timeline) -> String {
             .map(|w| format!("{}–{}", format_ms(w.from_ms), format_ms(w.to_ms)))
             .collect();
         out.push_str(&format!(
-            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; {} ({} probe(s)); {} ms setup, {} ms lookup{wait}, {} ms scan\n",
+            "read {}: {} message(s) scanned in {} window(s) [{}], partition(s) {:?} of {}; {} ({} probe(s)); {}; {} ms setup, {} ms lookup{wait}, {} ms scan\n",
             t.topic,
             t.messages_scanned,
             t.windows.len(),
@@ -251,10 +251,14 @@ fn read_cost_lines(t: &Timeline) -> String {
             t.partitions_total,
             t.offsets_found_by(),
             t.offset_probes,
+            t.round_trips,
             t.times.setup_ms,
             t.times.lookup_ms,
             t.times.scan_ms
         ));
+    }
+    if !cost.topics.is_empty() {
+        out.push_str(&format!("kafka, this trace: {}\n", cost.round_trips));
     }
     out
 }

@@ -7,10 +7,8 @@
 //! The console never joins a consumer group and never commits: it assigns partitions itself, so
 //! reading can never steal partitions from (or move the offsets of) the real consumer.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -61,87 +59,72 @@ pub fn reader_config(config: &Config, purpose: &str) -> ClientConfig {
 /// refused handshake) come back from the read that met them, which says them once, with the
 /// refusal explained ([`crate::kafka_client::explain_read_failure`]); repeated here as ERRORs
 /// they were a screen of `AllBrokersDown` before the answer, so they go to the debug log.
-/// A [`window_reader`]'s context also keeps what its statistics last said of its requests.
+/// A [`window_reader`]'s context also counts the requests the reader sends ([`round_trips`]).
 #[derive(Default)]
 pub struct ReaderContext {
     requests: Option<RequestCount>,
 }
 
 impl rdkafka::ClientContext for ReaderContext {
+    fn log(&self, _: RDKafkaLogLevel, fac: &str, line: &str) {
+        match &self.requests {
+            Some(count) if fac == "SEND" => count.sent(line),
+            _ => {}
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
             tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
         }
     }
-
-    fn stats_raw(&self, statistics: &[u8]) {
-        if let Some(count) = &self.requests {
-            count.report(statistics);
-        }
-    }
 }
 
-/// How often a window reader's statistics come: the longest a read waits, once done, for the
-/// statistics that count its last requests ([`round_trips`]).
-const STATISTICS_EVERY: Duration = Duration::from_millis(10);
-
-/// The requests a reader sent, as its latest statistics said them. librdkafka sends the fetches
-/// on its own threads, so only its statistics can say how many there were.
+/// The requests a reader has sent, counted from librdkafka's protocol log, one line a request
+/// sent (`…: Sent MetadataRequest (v12, …)`): the fetches go out on its own threads, and a
+/// request on the bootstrap connection, retired once the brokers are known, is in no
+/// statistics. The lines come through the reader's queue, so they are counted as it is polled.
+#[derive(Default)]
 struct RequestCount {
-    /// Just before the client was made: a report whose `age` (µs since the client was made) is
-    /// past `created.elapsed()` taken at some moment was made after that moment.
-    created: Instant,
-    /// The latest report's age, µs, and what it counted.
-    latest: Mutex<(u64, RoundTrips)>,
-}
-
-/// The parts of librdkafka's statistics that count requests.
-#[derive(serde::Deserialize)]
-struct Statistics {
-    age: u64,
-    brokers: HashMap<String, BrokerStatistics>,
-}
-
-#[derive(serde::Deserialize)]
-struct BrokerStatistics {
-    tx: u64,
-    #[serde(default)]
-    req: HashMap<String, u64>,
+    total: AtomicU64,
+    metadata: AtomicU64,
+    list_offsets: AtomicU64,
+    fetch: AtomicU64,
 }
 
 impl RequestCount {
-    fn report(&self, statistics: &[u8]) {
-        let Ok(s) = serde_json::from_slice::<Statistics>(statistics) else {
+    fn sent(&self, line: &str) {
+        // "[thrd:…]: 127.0.0.1:9092/1: Sent FetchRequest (v11, …)"
+        let Some((_, request)) = line.split_once(": Sent ") else {
             return;
         };
-        let mut sent = RoundTrips::default();
-        for b in s.brokers.values() {
-            let of = |kind: &str| b.req.get(kind).copied().unwrap_or(0);
-            sent.total += b.tx;
-            sent.metadata += of("Metadata");
-            sent.list_offsets += of("ListOffsets");
-            sent.fetch += of("Fetch");
-        }
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = (s.age, sent);
+        let add = |n: &AtomicU64| n.fetch_add(1, Ordering::Relaxed);
+        add(&self.total);
+        match request.split(' ').next() {
+            Some("MetadataRequest") => add(&self.metadata),
+            Some("ListOffsetsRequest") => add(&self.list_offsets),
+            Some("FetchRequest") => add(&self.fetch),
+            _ => 0,
+        };
     }
 }
 
-/// The requests `reader` (a [`window_reader`]) has sent its brokers so far: it waits for the
-/// first statistics made after the call (at most a few [`STATISTICS_EVERY`]), polling the
-/// reader, whose messages are dropped: the reader's read is over. `None` for a reader that does
-/// not count, or whose statistics did not come.
+/// The requests `reader` (a [`window_reader`]) has sent its brokers, its read over: the lines
+/// of the requests sent since it was last polled are drained first (a few ms, its messages
+/// dropped). `None` for a reader that does not count them.
 pub fn round_trips(reader: &Reader) -> Option<RoundTrips> {
     let count = reader.context().requests.as_ref()?;
-    let now_us = count.created.elapsed().as_micros() as u64;
-    let latest = || *count.latest.lock().unwrap_or_else(|e| e.into_inner());
-    let deadline = Instant::now() + 10 * STATISTICS_EVERY;
-    while latest().0 < now_us {
-        if Instant::now() > deadline {
-            return None;
-        }
-        let _ = reader.poll(STATISTICS_EVERY / 2);
+    let drained = std::time::Instant::now() + Duration::from_millis(3);
+    while let Some(left) = drained.checked_duration_since(std::time::Instant::now()) {
+        let _ = reader.poll(left);
     }
-    Some(latest().1)
+    let of = |n: &AtomicU64| n.load(Ordering::Relaxed);
+    Some(RoundTrips {
+        total: of(&count.total),
+        metadata: of(&count.metadata),
+        list_offsets: of(&count.list_offsets),
+        fetch: of(&count.fetch),
+    })
 }
 
 impl ConsumerContext for ReaderContext {}
@@ -289,16 +272,12 @@ pub(super) fn window_reader(config: &Config) -> anyhow::Result<Reader> {
         .set("reconnect.backoff.ms", "20")
         .set("fetch.message.max.bytes", "65536")
         .set("queued.min.messages", "500")
-        .set(
-            "statistics.interval.ms",
-            STATISTICS_EVERY.as_millis().to_string(),
-        );
-    let requests = RequestCount {
-        created: Instant::now(),
-        latest: Mutex::new((0, RoundTrips::default())),
-    };
+        // The protocol's debug lines, one a request sent, are how the reader counts them; the
+        // context keeps every line off the terminal ([`ReaderContext`]).
+        .set("debug", "protocol");
+    c.set_log_level(RDKafkaLogLevel::Debug);
     let context = ReaderContext {
-        requests: Some(requests),
+        requests: Some(RequestCount::default()),
     };
     c.create_with_context(context).map_err(|e| {
         anyhow::anyhow!(

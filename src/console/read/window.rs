@@ -129,8 +129,19 @@ pub struct RoundTrips {
     pub fetch: u64,
 }
 
+/// For people: "9 round trip(s): 2 metadata, 3 list offsets, 4 fetch".
+impl std::fmt::Display for RoundTrips {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} round trip(s): {} metadata, {} list offsets, {} fetch",
+            self.total, self.metadata, self.list_offsets, self.fetch
+        )
+    }
+}
+
 impl RoundTrips {
-    fn add(&mut self, other: &RoundTrips) {
+    pub fn add(&mut self, other: &RoundTrips) {
         self.total += other.total;
         self.metadata += other.metadata;
         self.list_offsets += other.list_offsets;
