@@ -6,6 +6,7 @@
 
 pub mod consumer;
 pub mod locks;
+pub mod own_broker;
 
 use std::cell::RefCell;
 use std::time::Duration;
