@@ -94,6 +94,9 @@ pub struct PaymentConsumer {
     dlq: FutureProducer,
     dlq_topic: String,
     group: String,
+    /// Who this consumer is, in the `dlq.by.*` headers of what it dead-letters: the tracer's
+    /// instance id (as in its trace events and lock values), this host and pid.
+    instance: crate::contracts::Instance,
     topic: String,
     batch_size: usize,
     batch_size_max: usize,
@@ -159,6 +162,10 @@ impl PaymentConsumer {
                 )
             })?;
         let dlq = dead_letter::dlq_producer(config, tracer.instance_id())?;
+        let instance = crate::contracts::Instance {
+            id: tracer.instance_id().to_string(),
+            ..crate::contracts::Instance::current()
+        };
         Ok(PaymentConsumer {
             orders: Orders::new(db.clone(), tracer.clone()),
             db,
@@ -166,6 +173,7 @@ impl PaymentConsumer {
             consumer: Arc::new(consumer),
             dlq,
             dlq_topic: config.kafka.dlq_topic.clone(),
+            instance,
             group,
             topic: config.kafka.payment_topic.clone(),
             batch_size: config.consumer.batch_size,

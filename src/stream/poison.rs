@@ -29,8 +29,9 @@ pub const EXCERPT_BYTES: usize = 64 * 1024;
 const KEY_KEPT: usize = 256;
 /// A cut message keeps its headers when they come to at most this many bytes, else none.
 const HEADERS_KEPT: usize = 8 * 1024;
-/// What the DLQ's `dlq.*` headers and the record's framing take at most, besides the key, the
-/// payload and the original headers.
+/// What the DLQ's `dlq.*` headers (`dlq.by.*` included: a group, an instance id, a host name, a
+/// version, a time — a few hundred bytes) and the record's framing take at most, besides the
+/// key, the payload and the original headers.
 const RECORD_OVERHEAD: usize = 2 * 1024;
 
 /// The consumer's `fetch.max.bytes`: one fetch brings at most 1 MiB of (compressed) data.
@@ -144,6 +145,120 @@ pub fn cut_headers(headers: OwnedHeaders, size: usize, kept: usize) -> OwnedHead
         })
 }
 
+/// The namespace of the headers the consumer writes on a DLQ message (`dlq.id`, `dlq.reason`,
+/// `dlq.source.*`, `dlq.by.*`, `dlq.size`, `dlq.cut`).
+pub const DLQ_HEADERS: &str = "dlq.";
+
+/// The headers of `from` that are not in one of the namespaces of `ours` (`"dlq."`,
+/// `"redrive."`). A header in a namespace idemguard writes is never copied from an incoming
+/// message: whoever produced it could have forged it (a `dlq.by.instance` naming another
+/// consumer, a `dlq.reason` read before the real one), so ours are always written fresh.
+/// Used by the consumer on the way into the DLQ and by a redrive on the way out of it.
+pub fn foreign_headers(from: Option<&OwnedHeaders>, ours: &[&str]) -> OwnedHeaders {
+    use rdkafka::message::Header;
+    let mut out = OwnedHeaders::new();
+    for h in from.into_iter().flat_map(|hs| hs.iter()) {
+        if !ours.iter().any(|ns| h.key.starts_with(ns)) {
+            out = out.insert(Header {
+                key: h.key,
+                value: h.value,
+            });
+        }
+    }
+    out
+}
+
+/// Who sent a message to the DLQ: the `dlq.by.*` headers the consumer adds, so that with several
+/// consumers on a topic an operator can tell which one refused an event (its group, which
+/// decides what "already processed" means; its instance and host, whose database and logs to
+/// look at; its version, whose parser it was).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetteredBy {
+    pub group: Option<String>,
+    /// The consumer's [`crate::contracts::Instance`] id, as in its lock values and trace events.
+    pub instance: Option<String>,
+    pub host: Option<String>,
+    /// The idemguard version that dead-lettered it.
+    pub version: Option<String>,
+    /// When, epoch milliseconds.
+    pub at_ms: Option<i64>,
+}
+
+/// The `dlq.by.*` header names.
+pub mod by {
+    pub const GROUP: &str = "dlq.by.group";
+    pub const INSTANCE: &str = "dlq.by.instance";
+    pub const HOST: &str = "dlq.by.host";
+    pub const VERSION: &str = "dlq.by.version";
+    pub const AT_MS: &str = "dlq.by.at_ms";
+    /// Their common prefix.
+    pub const PREFIX: &str = "dlq.by.";
+    /// At most this many characters of a `dlq.by.*` value are read and shown: anyone who can
+    /// write to the DLQ can write these headers, 100 KB long.
+    pub const VALUE_MAX: usize = 128;
+}
+
+impl DeadLetteredBy {
+    /// This consumer, dead-lettering now.
+    pub fn now(group: &str, instance: &crate::contracts::Instance) -> DeadLetteredBy {
+        DeadLetteredBy {
+            group: Some(group.to_string()),
+            instance: Some(instance.id.clone()),
+            host: Some(instance.host.clone()),
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            at_ms: Some(crate::contracts::now_ms()),
+        }
+    }
+
+    /// `headers` with the `dlq.by.*` headers added.
+    pub fn add_to(&self, mut headers: OwnedHeaders) -> OwnedHeaders {
+        use rdkafka::message::Header;
+        let at = self.at_ms.map(|t| t.to_string());
+        for (key, value) in [
+            (by::GROUP, &self.group),
+            (by::INSTANCE, &self.instance),
+            (by::HOST, &self.host),
+            (by::VERSION, &self.version),
+            (by::AT_MS, &at),
+        ] {
+            if let Some(v) = value {
+                headers = headers.insert(Header {
+                    key,
+                    value: Some(v.as_bytes()),
+                });
+            }
+        }
+        headers
+    }
+
+    /// The `dlq.by.*` headers of a DLQ message, each value (lossy UTF-8) at most
+    /// [`by::VALUE_MAX`] characters; `None` when it has none — dead-lettered by an idemguard
+    /// older than these headers, or written into the DLQ by someone else.
+    pub fn of(m: &impl Message) -> Option<DeadLetteredBy> {
+        let hs = m.headers()?;
+        let value = |name: &str| -> Option<String> {
+            let v = hs.iter().find(|h| h.key == name)?.value?;
+            let text = String::from_utf8_lossy(v);
+            Some(if text.chars().count() > by::VALUE_MAX {
+                let mut cut: String = text.chars().take(by::VALUE_MAX - 1).collect();
+                cut.push('…');
+                cut
+            } else {
+                text.into_owned()
+            })
+        };
+        let found = DeadLetteredBy {
+            group: value(by::GROUP),
+            instance: value(by::INSTANCE),
+            host: value(by::HOST),
+            version: value(by::VERSION),
+            at_ms: value(by::AT_MS).and_then(|t| t.parse().ok()),
+        };
+        let any = hs.iter().any(|h| h.key.starts_with(by::PREFIX));
+        any.then_some(found)
+    }
+}
+
 /// The value of header `name`, when it is UTF-8.
 pub fn header_str(m: &OwnedMessage, name: &str) -> Option<String> {
     let hs = m.headers()?;
@@ -211,6 +326,73 @@ mod tests {
             0,
             None,
         )
+    }
+
+    fn with_headers(hs: &[(&str, &[u8])]) -> OwnedMessage {
+        use rdkafka::message::Header;
+        let mut headers = OwnedHeaders::new();
+        for (key, value) in hs {
+            headers = headers.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
+        OwnedMessage::new(
+            None,
+            None,
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            0,
+            Some(headers),
+        )
+    }
+
+    #[test]
+    fn who_dead_lettered_a_message_is_read_back_bounded_and_never_guessed() {
+        let me = crate::contracts::Instance {
+            id: "h-1-abcdef".into(),
+            host: "h".into(),
+            pid: 1,
+        };
+        let by = DeadLetteredBy::now("g", &me);
+        let m = OwnedMessage::new(
+            None,
+            None,
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            0,
+            Some(by.add_to(OwnedHeaders::new())),
+        );
+        assert_eq!(DeadLetteredBy::of(&m), Some(by));
+        // Older messages have none: not known, rather than a default.
+        assert_eq!(
+            DeadLetteredBy::of(&with_headers(&[("dlq.reason", b"x")])),
+            None
+        );
+        let huge = "x".repeat(100_000);
+        let m = with_headers(&[(by::HOST, huge.as_bytes()), (by::AT_MS, b"soon")]);
+        let read = DeadLetteredBy::of(&m).unwrap();
+        let host = read.host.unwrap();
+        assert_eq!(host.chars().count(), by::VALUE_MAX);
+        assert!(host.ends_with('…'));
+        assert_eq!((read.instance, read.at_ms), (None, None));
+    }
+
+    #[test]
+    fn only_headers_outside_our_namespaces_are_copied() {
+        let m = with_headers(&[
+            ("eventId", b"e"),
+            ("dlq.by.instance", b"forged"),
+            ("redrive.audit_id", b"1"),
+        ]);
+        let names =
+            |hs: OwnedHeaders| -> Vec<String> { hs.iter().map(|h| h.key.to_string()).collect() };
+        let kept = foreign_headers(m.headers(), &[DLQ_HEADERS]);
+        assert_eq!(names(kept), ["eventId", "redrive.audit_id"]);
+        let kept = foreign_headers(m.headers(), &[DLQ_HEADERS, crate::stream::redrive::HEADERS]);
+        assert_eq!(names(kept), ["eventId"]);
     }
 
     #[test]

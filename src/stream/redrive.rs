@@ -9,6 +9,8 @@
 
 use rdkafka::message::{Headers, Message};
 
+/// The namespace of a redrive's headers.
+pub const HEADERS: &str = "redrive.";
 /// The DLQ topic the redriven message was read from.
 pub const DLQ_TOPIC: &str = "redrive.dlq.topic";
 /// Its DLQ partition.
@@ -130,17 +132,9 @@ impl DlqEntry {
         dlq_topic: &str,
         audit_id: i64,
     ) -> rdkafka::message::OwnedHeaders {
-        use rdkafka::message::{Header, OwnedHeaders};
-        let mut out = OwnedHeaders::new();
-        if let Some(hs) = self.message.headers() {
-            let ours = |k: &str| k.starts_with("dlq.") || k.starts_with("redrive.");
-            for h in hs.iter().filter(|h| !ours(h.key)) {
-                out = out.insert(Header {
-                    key: h.key,
-                    value: h.value,
-                });
-            }
-        }
+        use crate::stream::poison::{foreign_headers, DLQ_HEADERS};
+        use rdkafka::message::Header;
+        let mut out = foreign_headers(self.message.headers(), &[DLQ_HEADERS, HEADERS]);
         let (p, o, a) = (
             self.partition.to_string(),
             self.offset.to_string(),

@@ -1,7 +1,9 @@
 //! The consumer's dead-letter path: a poison message — unreadable
 //! ([`crate::stream::poison::parse`]), larger than `consumer.max_message_bytes`, for an unknown
-//! order, or an event already used by another order — goes to the DLQ with its reason and
-//! original partition/offset, after every database write of its batch succeeded.
+//! order, or an event already used by another order — goes to the DLQ with its reason, its
+//! original partition/offset and who dead-lettered it (`dlq.by.*`: this consumer's group,
+//! instance, host, version and the time), after every database write of its batch succeeded.
+//! An incoming `dlq.*` header is dropped, never copied: ours are the only ones.
 //!
 //! Once per group and source position (`processed_event`, outcome `dlq`), so a retried or
 //! redelivered batch does not publish it again. One too large for the DLQ is published as a
@@ -13,13 +15,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Header, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::PaymentConsumer;
 use crate::config::Config;
 use crate::contracts::{headers, Layer, Outcome, TraceEvent};
-use crate::stream::poison::{self, header_str};
+use crate::stream::poison::{self, header_str, DeadLetteredBy};
 use crate::stream::sinks::{self, DeadLetter};
 
 /// A message that cannot be processed, and why.
@@ -166,19 +168,13 @@ impl PaymentConsumer {
         // A redriven message still poison says so: it is back once, and never redriven again.
         let returned = crate::stream::redrive::RedriveMark::of(m);
         let reason = p.reason.clone() + &returned.map_or(String::new(), |r| r.still_poison_note());
-        let mut headers = OwnedHeaders::new();
-        if let Some(orig) = m
+        // The original headers but any `dlq.*` one: those are ours, and written fresh below.
+        let original = m
             .headers()
-            .filter(|_| cut.is_none() || poison::headers_fit_a_record(m))
-        {
-            for h in orig.iter() {
-                headers = headers.insert(Header {
-                    key: h.key,
-                    value: h.value,
-                });
-            }
-        }
-        headers = headers
+            .filter(|_| cut.is_none() || poison::headers_fit_a_record(m));
+        let headers = poison::foreign_headers(original, &[poison::DLQ_HEADERS]);
+        let mut headers = DeadLetteredBy::now(&self.group, &self.instance)
+            .add_to(headers)
             .insert(Header {
                 key: "dlq.id",
                 value: Some(id.as_bytes()),
