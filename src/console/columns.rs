@@ -342,8 +342,50 @@ pub static DLQ: &[Column] = &[
     col("EVENT ID", 36),
     col("REDRIVEN", 14),
     col("NOW", 28),
+    // The instance that dead-lettered it (an instance id is `host-pid-tag`); the rest of who it
+    // was is in the view's Selected pane and under the headless table ([`dlq_by`]).
+    col("BY", 27),
     col("REASON", 0),
 ];
+
+/// What a message without `dlq.by.*` headers says of who dead-lettered it: not a guess.
+pub const DLQ_BY_UNKNOWN: &str = "unknown (no dlq.by headers)";
+
+/// Who sent `m` to the DLQ, on one line: `instance I · host H · group G · idemguard V · at
+/// TIME (AGE ago)`, each value escaped and at most [`DLQ_BY_VALUE_MAX`] characters, `?` for one
+/// its headers lack; [`DLQ_BY_UNKNOWN`] without any.
+pub fn dlq_by(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> String {
+    let Some(by) = &m.dead_lettered_by else {
+        return DLQ_BY_UNKNOWN.into();
+    };
+    let v = |x: &Option<String>| {
+        x.as_deref()
+            .map_or("?".into(), |x| short(x, DLQ_BY_VALUE_MAX))
+    };
+    let at = by.at_ms.map_or("?".into(), |t| {
+        format!("{} ({} ago)", clock(t), age(now_ms - t))
+    });
+    format!(
+        "instance {} · host {} · group {} · idemguard {} · at {at}",
+        v(&by.instance),
+        v(&by.host),
+        v(&by.group),
+        v(&by.version),
+    )
+}
+
+/// The headless `dlq`'s second table: each message's position and who dead-lettered it, whole.
+pub static DLQ_WHO: &[Column] = &[col("AT", 10), col("DEAD-LETTERED BY", 0)];
+
+pub fn dlq_who_cells(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> Vec<String> {
+    drawn(vec![
+        format!("{}@{}", m.partition, m.offset),
+        dlq_by(m, now_ms),
+    ])
+}
+
+/// At most this many characters of a `dlq.by.*` value are shown (as many as are read).
+const DLQ_BY_VALUE_MAX: usize = crate::stream::poison::by::VALUE_MAX;
 
 pub fn dlq_cells(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> Vec<String> {
     use crate::console::read::dlq::Verdict;
@@ -374,6 +416,13 @@ pub fn dlq_cells(m: &crate::console::read::dlq::DlqMessage, now_ms: i64) -> Vec<
         m.event_id.clone().unwrap_or_default(),
         redriven,
         now,
+        match &m.dead_lettered_by {
+            Some(by) => by
+                .instance
+                .as_deref()
+                .map_or("?".into(), |i| short(i, DLQ_BY_VALUE_MAX)),
+            None => DLQ_BY_UNKNOWN.into(),
+        },
         m.reason.clone(),
     ])
 }

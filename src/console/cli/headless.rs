@@ -575,5 +575,15 @@ pub fn dlq_table(r: &Document<crate::console::read::dlq::DlqListing>) -> String 
         .map(|m| columns::dlq_cells(m, r.generated_at_ms))
         .collect();
     out.push_str(&columns::text_table(columns::DLQ, &rows));
+    if !l.messages.is_empty() {
+        // Who dead-lettered each, whole: the table's BY names only the instance.
+        let who: Vec<Vec<String>> = l
+            .messages
+            .iter()
+            .map(|m| columns::dlq_who_cells(m, r.generated_at_ms))
+            .collect();
+        out.push('\n');
+        out.push_str(&columns::text_table(columns::DLQ_WHO, &who));
+    }
     out
 }

@@ -1,8 +1,9 @@
 //! The DLQ view's read model, below every face (`idemguard dlq`, the TUI's `:dlq`): the
 //! messages of `kafka.dlq_topic` in a window of time, newest first, each with why it is there,
-//! where it came from, its IDs, whether it was redriven — and, looked up now, what the consumer
-//! would do with it today. Ops see why a payment event was refused and whether the cause is
-//! gone (the order arrived late, a field was backfilled) before they redrive it.
+//! where it came from, which consumer sent it there (`dlq.by.*`), its IDs, whether it was
+//! redriven — and, looked up now, what the consumer would do with it today. Ops see why a payment
+//! event was refused, by which consumer, and whether the cause is gone (the order arrived late,
+//! a field was backfilled) before they redrive it.
 //!
 //! The topic is read like a trace's windows ([`read_windows`]): the offsets of the
 //! window found by time, only those read, within [`DLQ_READ_DEADLINE`], at most
@@ -26,6 +27,7 @@ use crate::db::orders::{find_order, OrderKey};
 use crate::db::state_machine::OrderStatus;
 use crate::db::Database;
 use crate::ops::AuditRow;
+use crate::stream::poison::DeadLetteredBy;
 use crate::stream::redrive::{
     audit_row_is_of, audit_target, DlqEntry, RedriveMark, SourcePosition,
 };
@@ -75,6 +77,9 @@ pub struct DlqMessage {
     pub timestamp_ms: Option<i64>,
     pub reason: String,
     pub source: Option<SourcePosition>,
+    /// Who sent it to the DLQ (its `dlq.by.*` headers); `None` (JSON `null`) for a message
+    /// dead-lettered by an idemguard older than them, or put there by someone else.
+    pub dead_lettered_by: Option<DeadLetteredBy>,
     pub order_no: Option<String>,
     pub request_id: Option<String>,
     pub event_id: Option<String>,
@@ -104,6 +109,7 @@ impl DlqMessage {
             timestamp_ms: entry.timestamp_ms,
             reason: entry.reason.clone(),
             source: entry.source.clone(),
+            dead_lettered_by: DeadLetteredBy::of(m),
             order_no: at(&ids.order_no),
             request_id: at(&ids.request_id),
             event_id: at(&ids.event_id),
@@ -127,6 +133,7 @@ impl DlqMessage {
             timestamp_ms: Some(crate::contracts::now_ms() - 60_000),
             reason: "unparseable: eventId is not a UUID".into(),
             source: None,
+            dead_lettered_by: None,
             order_no: Some(order_no.into()),
             request_id: None,
             event_id: Some(event_id.into()),

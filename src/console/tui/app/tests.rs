@@ -420,6 +420,81 @@ fn a_hostile_or_long_event_id_never_hides_the_dlq_rows() {
     }
 }
 
+/// Who dead-lettered the selected message is in the Selected pane, whole, at 100 columns (the
+/// table's BY names its instance where there is room); a message without `dlq.by.*` headers
+/// says so, never blank; a hostile value is drawn escaped and cut.
+#[test]
+fn the_dlq_view_says_which_consumer_dead_lettered_the_selected_message() {
+    use crate::stream::poison::DeadLetteredBy;
+    let ids = ["not-a-uuid-1".to_string(), "not-a-uuid-2".to_string()];
+    let mut a = dlq_app(&ids);
+    let by = DeadLetteredBy {
+        group: Some("payments-eu".into()),
+        instance: Some("pay-7-4242-0a1b2c".into()),
+        host: Some("pay-7".into()),
+        version: Some("0.9.1".into()),
+        at_ms: Some(now_ms() - 90_000),
+    };
+    let Some(Ok(listing)) = &mut a.stores.dlq else {
+        unreachable!()
+    };
+    listing.messages[0].dead_lettered_by = Some(by.clone());
+    let hostile = format!("\x1b]0;pwned\x07{}", "h".repeat(300));
+    listing.messages[1].dead_lettered_by = Some(DeadLetteredBy {
+        host: Some(hostile),
+        at_ms: None,
+        ..by
+    });
+    let s = screen(&mut a, 100, 24);
+    let table: Vec<&str> = s
+        .lines()
+        .skip_while(|l| !l.contains("DLQ ["))
+        .take(ids.len() + 2)
+        .collect();
+    assert_whole(&table, 100, &s);
+    let pane = selected_pane(&s);
+    for want in [
+        "instance pay-7-4242-0a1b2c",
+        "host pay-7 ",
+        "group payments-eu",
+        "idemguard 0.9.1",
+        "(1m30s ago)",
+        "unparseable",
+    ] {
+        assert!(pane.contains(want), "{want}:\n{s}");
+    }
+    key(&mut a, KeyCode::Down);
+    let s = screen(&mut a, 100, 24);
+    let pane = selected_pane(&s);
+    // Its first 127 characters shown, then `…` (the pane wraps it: compared without spaces).
+    let host = format!(r"host\x1b]0;pwned\x07{}…·group", "h".repeat(127 - 16));
+    assert!(pane.replace(' ', "").contains(&host), "escaped and cut:\n{s}");
+    assert!(!s.contains('\x1b'), "{s}");
+    assert!(pane.contains("at ?"), "{s}");
+    // Dead-lettered by an idemguard older than the headers.
+    let mut old = dlq_app(&ids[..1]);
+    for w in [100, 200] {
+        let s = screen(&mut old, w, 24);
+        let pane = selected_pane(&s);
+        assert!(pane.contains("by unknown (no dlq.by headers)"), "{w}:\n{s}");
+    }
+    let s = screen(&mut old, 200, 24);
+    assert!(
+        s.contains(" BY ") && s.contains(" unknown (no dlq.by headers) "),
+        "the BY column at 200 columns:\n{s}"
+    );
+}
+
+/// The Selected pane's text, its lines joined by a space, its borders and padding left out.
+fn selected_pane(s: &str) -> String {
+    let lines = s.lines().skip_while(|l| !l.contains("Selected")).skip(1);
+    let text: Vec<&str> = lines
+        .take_while(|l| l.starts_with('│'))
+        .map(|l| l.trim_matches(['│', ' ']))
+        .collect();
+    text.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Each line of a table runs to its right border.
 fn assert_whole(table: &[&str], w: u16, s: &str) {
     for l in table {

@@ -1,10 +1,17 @@
-//! The DLQ view: the dead-letter topic's messages, why each went there, and their redrive.
+//! The DLQ view: the dead-letter topic's messages, why each went there, and their redrive; the
+//! selected one's consumer that dead-lettered it and its whole reason below the table (at 100
+//! columns the table has no room for them).
 
 use super::*;
 
 pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let [summary, table] =
-        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+    let [summary, table, detail] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Fill(1),
+        // A short terminal gives the table the rows: the selected message's first lines only.
+        Constraint::Length(if area.height < 30 { 5 } else { 6 }),
+    ])
+    .areas(area);
     let listing = match &app.stores.dlq {
         None => {
             let text = " reading the DLQ (its last 7 days) …";
@@ -70,4 +77,27 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             (cells, style)
         },
     );
+    let lines = match app.selected_dlq() {
+        None => vec![Line::from(Span::styled(" no message selected", DIM))],
+        Some(m) => vec![
+            Line::from(vec![
+                Span::styled(" by     ", DIM),
+                Span::raw(columns::dlq_by(m, now)),
+            ]),
+            Line::from(vec![
+                Span::styled(" reason ", DIM),
+                // Cut: a reason anyone writing to the DLQ could make 100 KB long.
+                Span::raw(crate::console::format::short(&m.reason, REASON_SHOWN)),
+            ]),
+        ],
+    };
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(titled(" Selected ".into())),
+        detail,
+    );
 }
+
+/// At most this many characters of the selected message's reason: more than its pane holds.
+const REASON_SHOWN: usize = 1024;
