@@ -15,6 +15,10 @@
 //!   `consume`'s memory bounded; one the DLQ refuses even as a record is kept in
 //!   `processed_event` as `dlq_failed`; the payment after them on another partition is applied;
 //! - a Kafka receive error (the topic not there yet) is counted and survived;
+//! - the broker SIGKILLed mid-batch and started again on its data (a broker of the test's own,
+//!   never the shared one): nothing lost or applied twice; the batch's unanswered offset commit
+//!   does not end `consume`, which says what it saw and rejoins by itself; `rates --json` says
+//!   the broker did not answer, then gives the lag;
 //! - a failed offset commit (the member evicted while frozen between its database commit and its
 //!   offset commit) ends `consume` with the error, synchronous or asynchronous
 //!   (`consumer.async_offset_commit`); the member that took over applies nothing twice.
@@ -27,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::consumer::*;
+use common::own_broker::OwnBroker;
 use common::*;
 use idemguard::config::Dialect;
 use idemguard::contracts::{headers, new_event_id, Instance, OrderNo, PaymentSucceeded};
@@ -72,17 +77,7 @@ impl std::ops::DerefMut for Setup {
 }
 
 async fn setup(dialect: Dialect) -> Setup {
-    let world = consumer_setup(dialect).await;
-    let db_name = url::Url::parse(&world.config.database.url)
-        .unwrap()
-        .path()
-        .trim_start_matches('/')
-        .to_string();
-    Setup {
-        world,
-        db_name,
-        user: None,
-    }
+    Setup::of(consumer_setup(dialect).await)
 }
 
 async fn admin(dialect: Dialect) -> Database {
@@ -92,6 +87,20 @@ async fn admin(dialect: Dialect) -> Database {
 }
 
 impl Setup {
+    /// The tests' world around `world`: its database's name for the faults.
+    fn of(world: ConsumerSetup) -> Setup {
+        let db_name = url::Url::parse(&world.config.database.url)
+            .unwrap()
+            .path()
+            .trim_start_matches('/')
+            .to_string();
+        Setup {
+            world,
+            db_name,
+            user: None,
+        }
+    }
+
     /// MariaDB: the consumer connects as a user of its own with rights on this database only,
     /// so the test can lock that user out without touching anyone else's connections.
     async fn private_mysql_user(&mut self) {
@@ -402,35 +411,53 @@ async fn database_faults_are_retried_never_dead_lettered_mysql() {
 // Claim: "a restart or a rebalance still catches replays" — with work applied, offsets not
 // committed, when the member dies.
 
-/// The real binary as a member of the test's group, aborting right after its first batch's
-/// database commit and before its offset commit. Its log lines are collected.
-struct CrashingMember {
+/// The real binary as a member of the test's group, its log lines collected as they come.
+struct ConsumeChild {
     child: tokio::process::Child,
     log: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-fn spawn_crashing_member(s: &Setup) -> CrashingMember {
-    let mut child = s
-        .consume_command(&["--crash-after-db-commit", "1"])
-        .env("IDEMGUARD_CONSUMER__BATCH_SIZE", "50")
-        .env("IDEMGUARD_LOG", "warn,idemguard=info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = log.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    CrashingMember { child, log }
+/// A member aborting right after its first batch's database commit and before its offset
+/// commit.
+fn spawn_crashing_member(s: &Setup) -> ConsumeChild {
+    ConsumeChild::spawn(
+        s.consume_command(&["--crash-after-db-commit", "1"])
+            .env("IDEMGUARD_CONSUMER__BATCH_SIZE", "50"),
+    )
 }
 
-impl CrashingMember {
-    /// The partitions of its latest non-empty assignment, once it has one (bounded).
-    async fn assignment(&self, secs: u64) -> String {
+impl ConsumeChild {
+    /// Starts `command` (a [`ConsumerSetup::consume_command`]) logging at info.
+    fn spawn(command: &mut tokio::process::Command) -> ConsumeChild {
+        let mut child = command
+            .env("IDEMGUARD_LOG", "warn,idemguard=info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        ConsumeChild { child, log }
+    }
+
+    /// Its log so far, one line each.
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// The latest line of its log that `wanted` picks, once there is one (bounded); fails at
+    /// once when the process has ended.
+    async fn until_logged(
+        &mut self,
+        what: &str,
+        secs: u64,
+        wanted: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let found = self
@@ -439,18 +466,48 @@ impl CrashingMember {
                 .unwrap()
                 .iter()
                 .rev()
-                .find(|l| l.contains("partitions assigned") && l.contains(".t"))
+                .find(|l| wanted(l))
                 .cloned();
             if let Some(line) = found {
                 return line;
             }
+            self.assert_running(what);
             assert!(
                 Instant::now() < deadline,
-                "the binary member got no partition within {secs}s: {:?}",
-                self.log.lock().unwrap()
+                "consume logged no {what} within {secs}s:\n{}",
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The partitions of its latest non-empty assignment, once it has one (bounded).
+    async fn assignment(&mut self, secs: u64) -> String {
+        self.until_logged("partition assigned", secs, |l| {
+            l.contains("partitions assigned") && l.contains(".t")
+        })
+        .await
+    }
+
+    fn assert_running(&mut self, what: &str) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!(
+                "consume ended ({status}) before {what}; its log:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    /// Ctrl-C, as an operator stops it: its exit status (within 30 s) and its whole log.
+    async fn stop(mut self) -> (std::process::ExitStatus, String) {
+        signal(self.child.id().expect("consume is running"), "-INT");
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("consume stops within 30 s of Ctrl-C:\n{}", self.log()))
+            .unwrap();
+        // The reader has the last lines once the pipe closed.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (status, self.log())
     }
 }
 
@@ -1000,16 +1057,16 @@ fn large_producer(s: &ConsumerSetup, gzip: bool) -> FutureProducer {
 /// produce time (Apache Kafka's `max.message.bytes`, about 1 MB unless a topic says otherwise),
 /// as a team's topic for large events would say. The DLQ topic keeps the broker's default.
 async fn payment_topic_takes(s: &ConsumerSetup, bytes: usize) {
+    let topic = &s.config.kafka.payment_topic;
     let admin: AdminClient<DefaultClientContext> =
         idemguard::kafka_client::client_config(&s.config.kafka)
             .create()
             .unwrap();
     let bytes = bytes.to_string();
-    let topic = AlterConfig::new(ResourceSpecifier::Topic(&s.config.kafka.payment_topic))
-        .set("max.message.bytes", &bytes);
+    let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", &bytes);
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for r in admin.alter_configs([&topic], &opts).await.unwrap() {
-        r.unwrap_or_else(|e| panic!("max.message.bytes of the payment topic: {e:?}"));
+    for r in admin.alter_configs([&change], &opts).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("max.message.bytes of {topic}: {e:?}"));
     }
 }
 
@@ -1222,6 +1279,209 @@ async fn a_kafka_receive_error_is_counted_and_survived() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The broker killed (SIGKILL) in the middle of a stream and started again on its data. The
+// broker is the test's own (tests/common/own_broker.rs): the shared one serves other tests.
+
+/// A consumer test's world on `broker`: a fresh PostgreSQL database, and payment, DLQ and trace
+/// topics of 3 partitions on that broker (gone with its data directory). The faults are the
+/// broker's; the dialects' paths are the other tests'.
+async fn setup_on(broker: &OwnBroker) -> Setup {
+    let (mut config, db) = migrated_database(Dialect::Postgres).await;
+    let suffix = unique_suffix();
+    config.kafka.bootstrap_servers = broker.bootstrap_servers();
+    config.kafka.payment_topic = format!("payment.succeeded.t{suffix}");
+    config.kafka.dlq_topic = format!("payment.succeeded.dlq.t{suffix}");
+    config.kafka.trace_topic = format!("idemguard.trace.t{suffix}");
+    let k = &config.kafka;
+    broker
+        .create_topics(&[&k.payment_topic, &k.dlq_topic, &k.trace_topic], 3)
+        .await;
+    config.consumer.batch_size = 50;
+    config.trace.enabled = false;
+    Setup::of(ConsumerSetup {
+        dialect: Dialect::Postgres,
+        config,
+        db,
+        group: format!("igt-group-{suffix}"),
+    })
+}
+
+/// `consume` on the test's own broker.
+fn consume_on_own_broker(s: &Setup) -> tokio::process::Command {
+    let mut c = s.consume_command(&[]);
+    c.env(
+        "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+        &s.config.kafka.bootstrap_servers,
+    );
+    c
+}
+
+/// `idemguard rates --json`, as an operator runs it, on the test's broker, topics and group
+/// (bounded: 60 s): how the payment topic's backend answered, and the document.
+async fn rates_json(s: &Setup) -> (serde_json::Value, serde_json::Value) {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    let k = &s.config.kafka;
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["--config", config, "rates", "--json"])
+        .env_remove("IDEMGUARD_CONFIG")
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env("IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS", &k.bootstrap_servers)
+        .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &k.payment_topic)
+        .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &k.trace_topic)
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &s.group)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("rates --json answers within 60 s")
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rates --json answers JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let payment = doc["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == "payment topic"))
+        .unwrap_or_else(|| panic!("no payment topic backend: {doc:#}"))
+        .clone();
+    (payment, doc)
+}
+
+/// Waits (bounded) until the database holds `n` processed events; fails at once if `consume`
+/// ended.
+async fn until_processed_by(s: &Setup, consume: &mut ConsumeChild, n: i64, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let done = count(&s.db, "processed_event").await;
+        if done >= n {
+            return;
+        }
+        consume.assert_running(&format!("{n} events were processed ({done} so far)"));
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s: {done} of {n} events processed; consume's log:\n{}",
+            consume.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The broker SIGKILLed while `consume` is inside a batch (its database writes under way, its
+/// offset commit still to come) in the middle of a stream of 300 payments, down until that
+/// commit has gone unanswered and the group session has timed out, then started again on the
+/// same data. Every payment is applied once (orders, points, notifications, processed_event),
+/// nothing is dead-lettered, every offset is committed — and the same `consume` process
+/// recovered by itself, having said in its log that the broker was down and that the commit was
+/// not answered. `rates --json` says the payment topic did not answer while the broker was down,
+/// and gives the lag after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_recovers() {
+    let mut broker = OwnBroker::start().await;
+    let s = setup_on(&broker).await;
+    let events = paid_events(&s.db, 300).await;
+    let held = events[99].clone();
+    let hold = hold_batch_of(&s, &held).await;
+    let mut consume = ConsumeChild::spawn(&mut consume_on_own_broker(&s));
+    consume.assignment(60).await;
+    let fed = feed(&s, events, Duration::from_millis(5));
+    let held_notified = format!("notification WHERE event_id = '{}'", held.event_id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&s.db, &held_notified).await < 1 {
+        consume.assert_running("the held batch reached its sinks");
+        assert!(
+            Instant::now() < deadline,
+            "the held batch never reached its sinks"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The broker dies; the batch's database writes finish; its offset commit finds no broker.
+    // Meanwhile the console reads the lag.
+    let killed = Instant::now();
+    broker.kill();
+    hold.rollback().await.unwrap();
+    let at_kill = count(&s.db, "processed_event").await;
+    let unanswered = consume.until_logged("unanswered offset commit", 60, |l| {
+        l.contains("offset commit not answered")
+    });
+    let (_, (payment, doc)) = tokio::join!(unanswered, rates_json(&s));
+    let down_for = killed.elapsed();
+    assert_eq!(payment["ok"], false, "{doc:#}");
+    let said = payment["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&s.config.kafka.bootstrap_servers) && said.contains("did not answer"),
+        "rates --json names the broker that did not answer: {doc:#}"
+    );
+
+    // Back on the same data: the same process rejoins and finishes the stream.
+    let restarting = Instant::now();
+    broker.restart().await;
+    tokio::time::timeout(Duration::from_secs(120), fed)
+        .await
+        .expect("every payment produced within 120 s of the restart")
+        .unwrap();
+    until_processed_by(&s, &mut consume, 300, 90).await;
+    until_caught_up(&s, &mut consume, 60).await;
+    eprintln!(
+        "{at_kill} events processed at the kill, the broker down for {down_for:?}, all committed \
+         {:?} after its restart began",
+        restarting.elapsed()
+    );
+    let (payment, doc) = rates_json(&s).await;
+    assert_eq!(payment["ok"], true, "{doc:#}");
+    let lag: Vec<i64> = doc["data"]["lag"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a lag per partition: {doc:#}"))
+        .iter()
+        .map(|p| p["lag"].as_i64().unwrap())
+        .collect();
+    assert_eq!(lag, [0, 0, 0], "{doc:#}");
+
+    let (status, log) = consume.stop().await;
+    assert!(status.success(), "consume ended {status}:\n{log}");
+    let said = |what: fn(&str) -> bool| log.lines().filter(|l| what(l)).count();
+    assert!(
+        said(|l| l.contains("kafka receive error") && l.contains("All broker connections are down")) > 0
+            && said(|l| l.contains("partitions revoked as lost")) > 0
+            && said(|l| l.contains("partitions assigned") && l.contains(".t")) >= 2,
+        "consume says the broker was down, its session lost, and its partitions assigned again:\n{log}"
+    );
+    assert_applied_once(&s, 300).await;
+    assert_eq!(processed(&s, "dlq").await, 0, "{log}");
+}
+
+/// Waits (bounded) until the group has committed every partition to its high watermark.
+async fn until_caught_up(s: &Setup, consume: &mut ConsumeChild, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (kafka, group, topic) = (
+            s.config.kafka.clone(),
+            s.group.clone(),
+            s.config.kafka.payment_topic.clone(),
+        );
+        let lag = tokio::task::spawn_blocking(move || {
+            consumer_lag(&kafka, &group, &topic, Duration::from_secs(10))
+        })
+        .await
+        .unwrap();
+        if matches!(&lag, Ok(parts) if parts.iter().all(|p| p.lag == 0)) {
+            return;
+        }
+        consume.assert_running("every offset was committed");
+        assert!(
+            Instant::now() < deadline,
+            "not caught up within {secs}s: {lag:?}; consume's log:\n{}",
+            consume.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // A failed offset commit: the member was evicted from the group while stopped between its
 // database commit and its offset commit.
 
@@ -1260,18 +1520,7 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
     for e in &events {
         send_event(s, &o, e).await;
     }
-    let mut hold = s.db.pool.begin().await.unwrap();
-    let sql = format!(
-        "INSERT INTO processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at) VALUES ({}, 'x', 0, 0, 'held', 0, 0)",
-        placeholders(s.dialect, 3)
-    );
-    sqlx::query(&sql)
-        .bind(&s.group)
-        .bind(&events[0].event_id)
-        .bind(&o)
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let hold = hold_batch_of(s, &events[0]).await;
     let mut m1 = s
         .consume_command(&[])
         .env(
@@ -1327,6 +1576,28 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
         "{d}: one order, one payment"
     );
     assert_eq!(count(&s.db, "processed_event").await, 3, "{d}");
+}
+
+/// Holds the consumer inside the batch that carries `e`: the test's open transaction has
+/// inserted `e`'s `processed_event` row, so the consumer's own insert — its last sink, after the
+/// order, the points and the notification — waits on that row until the transaction ends.
+async fn hold_batch_of(
+    s: &ConsumerSetup,
+    e: &PaymentSucceeded,
+) -> sqlx::Transaction<'static, sqlx::Any> {
+    let mut hold = s.db.pool.begin().await.unwrap();
+    let sql = format!(
+        "INSERT INTO processed_event (consumer_group, event_id, order_no, topic, kafka_partition, kafka_offset, outcome, processed_at, expire_at) VALUES ({}, 'x', 0, 0, 'held', 0, 0)",
+        placeholders(s.dialect, 3)
+    );
+    sqlx::query(&sql)
+        .bind(&s.group)
+        .bind(&e.event_id)
+        .bind(&e.order_no)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    hold
 }
 
 /// Everything the child writes on stderr, once it has closed it (read as it comes, so the pipe

@@ -6,6 +6,13 @@
 //! before that batch writes anything (and at a stop). [`RebalanceLog`] counts the assignments
 //! lost, so a batch applied across such a loss is refused alike whichever way the race between
 //! librdkafka's session timer and the commit went.
+//!
+//! A commit no broker answered is not a refusal ([`not_answered`]): with the broker down,
+//! librdkafka holds a commit until the group's coordinator is back, at most `session.timeout.ms`,
+//! then gives up. Nothing was committed and the member claimed nothing; the batch's messages come
+//! again to whoever owns their partitions once the broker is back, and change nothing. `consume`
+//! says so and goes on: it rejoins the group by itself, where ending on a broker restart left the
+//! consumer down until someone started it again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +21,7 @@ use std::sync::Arc;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -114,6 +121,13 @@ impl PendingCommit {
                     .into(),
             )),
             Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) if not_answered(&e) => {
+                if let Some(m) = crate::metrics::recording() {
+                    m.consumer_commit_failures.inc();
+                }
+                tracing::warn!(error = %e, "offset commit not answered: no broker could be reached for the group's coordinator, so nothing was committed; the batch's messages will be delivered again once the broker is back and change nothing");
+                Ok(())
+            }
             Ok(Err(e)) => Err(CommitRefused(e.to_string())),
             Err(e) => Err(CommitRefused(format!("the commit's thread failed: {e}"))),
         }
@@ -150,9 +164,30 @@ impl PendingCommit {
     }
 }
 
-/// The broker refused an offset commit (the member was evicted from its group, the coordinator
-/// moved): `consume` ends with it. Never retried as a database error is — the partitions may be
-/// someone else's now.
+/// True when no broker answered the commit: the coordinator was not reachable (a broker down,
+/// restarting or unreachable) or not ready to take it — nothing was committed. A refusal (the
+/// member unknown to the group, an old generation) is an answer: see [`CommitRefused`].
+fn not_answered(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            Code::WaitingForCoordinator
+                | Code::CoordinatorNotAvailable
+                | Code::NotCoordinator
+                | Code::CoordinatorLoadInProgress
+                | Code::AllBrokersDown
+                | Code::BrokerTransportFailure
+                | Code::RequestTimedOut
+                | Code::OperationTimedOut
+                | Code::NetworkException
+        )
+    )
+}
+
+/// The broker refused an offset commit (the member was evicted from its group: unknown to it, or
+/// of an old generation), or accepted one across a lost assignment: `consume` ends with it.
+/// Never retried as a database error is — the partitions may be someone else's now.
 #[derive(Debug)]
 pub(super) struct CommitRefused(String);
 
