@@ -9,7 +9,10 @@
 //!   returned message is refused: it never loops;
 //! - a redrive whose publish fails leaves its audit row at `error`, and may be retried;
 //! - a DLQ topic created again: the redrive of the message that held a position before does
-//!   not stand for the one that holds it now.
+//!   not stand for the one that holds it now;
+//! - a DLQ message names the consumer that dead-lettered it (`dlq.by.*`: group, instance, host,
+//!   version, time) in `dlq --json`, `dlq` and the view; a forged `dlq.*` header of the incoming
+//!   message never survives; one dead-lettered without them says so.
 //!
 //! Every test has its own database, topics and consumer group.
 
@@ -1012,3 +1015,255 @@ async fn a_recreated_dlq_does_not_inherit_redrives(s: &ConsumerSetup) {
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_recreated_dlq_does_not_inherit_redrives(&consumer_setup) => recreated_dlq_postgres, recreated_dlq_mysql);
+
+// ---------------------------------------------------------------------------------------------
+// Who dead-lettered a message
+// ---------------------------------------------------------------------------------------------
+
+/// A consumer of the test's group whose instance id the test chose: its `dlq.by.instance`.
+fn consumer_named(s: &ConsumerSetup, instance: &str) -> Member {
+    use idemguard::contracts::Instance;
+    use idemguard::stream::{ConsumeOptions, PaymentConsumer};
+    use idemguard::trace::Tracer;
+    let me = Instance {
+        id: instance.to_string(),
+        ..Instance::current()
+    };
+    let options = ConsumeOptions {
+        group: Some(s.group.clone()),
+        ..Default::default()
+    };
+    let consumer =
+        PaymentConsumer::new(&s.config, s.db.clone(), Tracer::log_only(&me), options).unwrap();
+    let stats = consumer.stats();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let handle = tokio::spawn(consumer.run(stop.clone()));
+    Member {
+        stop,
+        stats,
+        handle,
+    }
+}
+
+/// `idemguard dlq` (plus `args`) on the test's database and DLQ: its exit code and stdout.
+fn dlq_command(s: &ConsumerSetup, args: &[&str]) -> (Option<i32>, String) {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["--config", config, "dlq"])
+        .args(args)
+        .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
+        .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &s.config.kafka.dlq_topic)
+        .env("IDEMGUARD_KAFKA__CONSUMER_GROUP", &s.group)
+        .env("IDEMGUARD_TRACE__ENABLED", "false")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A poison event carrying forged `dlq.*` headers (another consumer named as its
+/// dead-letterer, a reason of the producer's making) reaches the DLQ with this consumer's
+/// `dlq.by.*` headers — group, instance, host, version, time — once each, and nothing forged;
+/// `dlq --json`, `dlq`'s text and the console's DLQ view name that consumer. A message
+/// dead-lettered by an older idemguard (no `dlq.by.*`) says so.
+async fn the_dlq_names_the_consumer_that_dead_lettered_a_message(s: &ConsumerSetup) {
+    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+    let d = s.dialect;
+    // Dead-lettered by an idemguard older than the headers: put there first, so it is the
+    // older of the two.
+    let (old_no, old_req) = create_order(&s.db, 81).await;
+    let old = payment(&old_no, &old_req, 81);
+    put_in_dlq(s, &old, &s.config.kafka.payment_topic).await;
+
+    let unknown = payment(
+        &OrderNo::generate().to_string(),
+        "APP:ORDER:20261130:by",
+        82,
+    );
+    let forged = [
+        (headers::EVENT_ID, unknown.event_id.as_str()),
+        ("dlq.by.instance", "forged-instance"),
+        ("dlq.by.group", "forged-group"),
+        ("dlq.by.at_ms", "1"),
+        ("dlq.reason", "forged reason"),
+        ("dlq.source.offset", "999"),
+    ];
+    let mut hs = OwnedHeaders::new();
+    for (key, value) in forged {
+        hs = hs.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let body = serde_json::to_vec(&unknown).unwrap();
+    producer(&s.config)
+        .send(
+            FutureRecord::to(&s.config.kafka.payment_topic)
+                .key(&unknown.order_no)
+                .payload(&body)
+                .headers(hs),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let instance = format!("igt-by-{}", unique_suffix());
+    let before = now_ms();
+    let member = consumer_named(s, &instance);
+    member
+        .until("the poison in the DLQ", 60, |st| get(&st.dlq) >= 1)
+        .await;
+    member.stop.cancel();
+    let _ = member.handle.await;
+
+    // The read model.
+    let l = until_listed(s, 2).await;
+    let m = by_event(&l, &unknown.event_id);
+    let host = hostname::get().unwrap().into_string().unwrap();
+    let by = m.dead_lettered_by.clone().expect("dlq.by headers");
+    assert_eq!(
+        (
+            by.group.as_deref(),
+            by.instance.as_deref(),
+            by.host.as_deref()
+        ),
+        (
+            Some(s.group.as_str()),
+            Some(instance.as_str()),
+            Some(host.as_str())
+        ),
+        "{d}: {m:?}"
+    );
+    assert_eq!(
+        by.version.as_deref(),
+        Some(env!("CARGO_PKG_VERSION")),
+        "{d}"
+    );
+    let at = by.at_ms.unwrap();
+    assert!(
+        at >= before && at <= now_ms(),
+        "{d}: at {at}, before {before}"
+    );
+    assert!(m.reason.starts_with("unknown order"), "{d}: {m:?}");
+    assert_eq!(by_event(&l, &old.event_id).dead_lettered_by, None, "{d}");
+
+    // The DLQ message itself: every `dlq.*` header once, none forged.
+    let (c, (p, o)) = (s.config.clone(), (m.partition, m.offset));
+    let entry =
+        tokio::task::spawn_blocking(move || idemguard::stream::redrive::read_entry(&c, p, o))
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the DLQ message");
+    let hs = entry.message.headers().unwrap();
+    let names: Vec<&str> = hs.iter().map(|h| h.key).collect();
+    for name in [
+        "dlq.by.group",
+        "dlq.by.instance",
+        "dlq.by.host",
+        "dlq.by.version",
+        "dlq.by.at_ms",
+        "dlq.reason",
+        "dlq.source.offset",
+    ] {
+        let n = names.iter().filter(|k| **k == name).count();
+        assert_eq!(n, 1, "{d}: {name} ×{n} in {names:?}");
+    }
+    let forged_left = hs
+        .iter()
+        .filter(|h| {
+            h.value
+                .is_some_and(|v| v.starts_with(b"forged") || v == b"999")
+        })
+        .count();
+    assert_eq!(forged_left, 0, "{d}: a forged header survived: {names:?}");
+    assert!(names.contains(&headers::EVENT_ID), "{d}: {names:?}");
+
+    // `dlq --json` and `dlq`.
+    let (code, out) = dlq_command(s, &["--json"]);
+    assert_eq!(code, Some(0), "{d}: {out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let messages = doc["data"]["messages"].as_array().unwrap();
+    let of = |id: &str| {
+        messages
+            .iter()
+            .find(|m| m["event_id"] == id)
+            .unwrap_or_else(|| panic!("{d}: {id} not in {doc}"))
+    };
+    let json_by = &of(&unknown.event_id)["dead_lettered_by"];
+    assert_eq!(json_by["instance"], instance.as_str(), "{d}: {json_by}");
+    assert_eq!(json_by["group"], s.group.as_str(), "{d}: {json_by}");
+    assert_eq!(json_by["host"], host.as_str(), "{d}: {json_by}");
+    assert_eq!(json_by["version"], env!("CARGO_PKG_VERSION"), "{d}");
+    assert_eq!(json_by["at_ms"], at, "{d}: {json_by}");
+    assert!(of(&old.event_id)["dead_lettered_by"].is_null(), "{d}");
+    let (code, text) = dlq_command(s, &[]);
+    assert_eq!(code, Some(0), "{d}: {text}");
+    let who = format!(
+        "{}@{}  instance {instance} · host {host} · group {} · idemguard {}",
+        m.partition,
+        m.offset,
+        s.group,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.contains(&who), "{d}: {who}\n{text}");
+    assert!(text.contains("unknown (no dlq.by headers)"), "{d}: {text}");
+    assert!(!text.contains("forged"), "{d}: {text}");
+
+    dlq_view_names_who(s, &instance, &host).await;
+}
+
+/// The console's DLQ view at 100 columns, by the real collectors: the newest message selected,
+/// its Selected pane names the consumer; the older one says it is not known.
+async fn dlq_view_names_who(s: &ConsumerSetup, instance: &str, host: &str) {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use idemguard::console::tui::{app::App, backend::Backends, ui};
+    let mut config = s.config.clone();
+    config.kafka.consumer_group = s.group.clone();
+    let mut backends = Backends::spawn(&config);
+    let mut app = App::new(&config, Some(backends.focus.clone()));
+    app.attach_executor(backends.spawn_executor(&config, false));
+    let key = |app: &mut App, c: KeyCode| app.handle_key(KeyEvent::new(c, KeyModifiers::NONE));
+    key(&mut app, KeyCode::Char('7'));
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !matches!(&app.stores.dlq, Some(Ok(l)) if l.messages.len() >= 2) {
+        assert!(Instant::now() < deadline, "the DLQ view was not read");
+        if let Ok(Some(u)) =
+            tokio::time::timeout(Duration::from_millis(200), backends.updates.recv()).await
+        {
+            app.apply(u);
+        }
+    }
+    let draw = |app: &mut App| {
+        app.ui.size = (100, 30);
+        app.refresh_views();
+        let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 30)).unwrap();
+        t.draw(|f| ui::draw(f, app)).unwrap();
+        let buf = t.backend().buffer();
+        (0..30)
+            .map(|y| (0..100).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let s_new = draw(&mut app);
+    let pane: String = s_new
+        .lines()
+        .skip_while(|l| !l.contains("Selected"))
+        .collect();
+    for want in [format!("instance {instance}"), format!("host {host}")] {
+        assert!(pane.contains(&want), "{want}:\n{s_new}");
+    }
+    assert!(pane.contains("unknown order"), "the reason:\n{s_new}");
+    key(&mut app, KeyCode::Down);
+    let s_old = draw(&mut app);
+    assert!(
+        s_old.contains("by     unknown (no dlq.by headers)"),
+        "{s_old}"
+    );
+    backends.shutdown().await;
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] the_dlq_names_the_consumer_that_dead_lettered_a_message(&consumer_setup) => dlq_by_postgres, dlq_by_mysql);

@@ -1,11 +1,13 @@
 //! What other systems write is shown safely: the standing bad-input suite. Every source of text
 //! idemguard did not write — a database row another service inserted (by SQL, on both
 //! dialects), a lock key, value and Redisson field set by a plain Redis client, a Kafka message
-//! from a raw producer (headers, key, body), a JSON log line on disk — is filled with every
-//! input of [`HOSTILE`] (terminal escapes, CR/LF, NUL, DEL, C1, bidi overrides and isolates,
-//! invisible characters, HTML, a `javascript:` link, a table pipe), and every face that shows
-//! it is read back: `trace` and `report --id` (table, Markdown and HTML), `locks`, `stuck`,
-//! `release-lock`, the TUI's Trace, Locks, Stuck and Overview views, and `consume`'s text log. Every face must show each input
+//! from a raw producer (headers, key, body), a DLQ message's `dlq.by.*` headers (who
+//! dead-lettered it, which anyone writing to the DLQ can forge), a JSON log line on disk — is
+//! filled with every input of [`HOSTILE`] (terminal escapes, CR/LF, NUL, DEL, C1, bidi overrides
+//! and isolates, invisible characters, HTML, a `javascript:` link, a table pipe; the DLQ headers
+//! also 100 KB values and invalid UTF-8), and every face that shows it is read back: `trace`
+//! and `report --id` (table, Markdown and HTML), `locks`, `stuck`, `release-lock`, `dlq`, the
+//! TUI's Trace, Locks, Stuck, Overview and DLQ views, and `consume`'s text log. Every face must show each input
 //! visibly escaped (`\x1b`, `\u{202e}`, `\n`) and never a raw control or bidi character; the
 //! Markdown report no raw HTML, link or extra table cell; the HTML report no element or
 //! attribute of a value's making; the JSON twins the values byte for byte.
@@ -137,9 +139,18 @@ async fn world(dialect: Dialect) -> World {
     let redis = RedisServer::start();
     config.redis.url = redis.url();
     config.redis.redlock_nodes = vec![];
-    let topics = common::fresh_topics(&config, &["payment.succeeded", "idemguard.trace"]).await;
+    let topics = common::fresh_topics(
+        &config,
+        &[
+            "payment.succeeded",
+            "idemguard.trace",
+            "payment.succeeded.dlq",
+        ],
+    )
+    .await;
     config.kafka.payment_topic = topics[0].clone();
     config.kafka.trace_topic = topics[1].clone();
+    config.kafka.dlq_topic = topics[2].clone();
     config.console.refresh = Duration::from_millis(250);
     let prefix = format!("ut{}", common::unique_suffix());
     config.foreign_locks.patterns = vec!["lock:*".into(), format!("{prefix}:*")];
@@ -152,6 +163,7 @@ async fn world(dialect: Dialect) -> World {
     write_rows(&db, &order_no, &db_inputs, now).await;
     write_keys(&redis, &order_no, &prefix).await;
     write_messages(&config, &order_no).await;
+    write_dlq_messages(&config).await;
     let log_file = write_log(&order_no, now);
     config.logs.files = vec![log_file.path().display().to_string()];
     World {
@@ -300,6 +312,68 @@ async fn write_messages(config: &Config, order_no: &str) {
     }
 }
 
+/// A `dlq.by.*` value of 100 KB: terminal escapes all along.
+fn dlq_by_huge() -> Vec<u8> {
+    let mut v = b"huge:".to_vec();
+    v.extend("\x1b[2J".repeat(25_000).bytes());
+    v
+}
+
+/// A `dlq.by.*` value that is not UTF-8, with an escape after the invalid bytes.
+const DLQ_BY_NOT_UTF8: &[u8] = b"bin:\xff\xfe\x1b[2J";
+
+/// DLQ messages from a raw producer, as if dead-lettered by a consumer whose `dlq.by.*` headers
+/// (group, instance, host, version) each hold an input; then one whose values are 100 KB, and
+/// one whose values are not UTF-8.
+async fn write_dlq_messages(config: &Config) {
+    let p: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    let mut values: Vec<[Vec<u8>; 4]> = HOSTILE
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            ["grp", "by", "host", "ver"].map(|tag| format!("{tag}{i}:{}", x.raw).into_bytes())
+        })
+        .collect();
+    values.push([(); 4].map(|_| dlq_by_huge()));
+    values.push([(); 4].map(|_| DLQ_BY_NOT_UTF8.to_vec()));
+    for (i, [group, instance, host, version]) in values.iter().enumerate() {
+        let reason = format!("dlqreason{i}");
+        let mut hs = OwnedHeaders::new().insert(Header {
+            key: "dlq.reason",
+            value: Some(reason.as_bytes()),
+        });
+        for (key, value) in [
+            ("dlq.by.group", group),
+            ("dlq.by.instance", instance),
+            ("dlq.by.host", host),
+            ("dlq.by.version", version),
+        ] {
+            hs = hs.insert(Header {
+                key,
+                value: Some(value.as_slice()),
+            });
+        }
+        p.send(
+            FutureRecord::<(), _>::to(&config.kafka.dlq_topic)
+                .payload("not a payment event")
+                .headers(hs),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+}
+
+/// How many DLQ messages [`write_dlq_messages`] writes.
+fn dlq_messages() -> usize {
+    HOSTILE.len() + 2
+}
+
 /// A JSON-lines log file on disk: one line per input, in its message, naming the order.
 fn write_log(order_no: &str, now: i64) -> tempfile::NamedTempFile {
     use std::io::Write;
@@ -337,6 +411,7 @@ impl World {
             .env("IDEMGUARD_REDIS__REDLOCK_NODES", "")
             .env("IDEMGUARD_KAFKA__PAYMENT_TOPIC", &c.kafka.payment_topic)
             .env("IDEMGUARD_KAFKA__TRACE_TOPIC", &c.kafka.trace_topic)
+            .env("IDEMGUARD_KAFKA__DLQ_TOPIC", &c.kafka.dlq_topic)
             .env(
                 "IDEMGUARD_FOREIGN_LOCKS__PATTERNS",
                 c.foreign_locks.patterns.join(","),
@@ -590,12 +665,91 @@ fn stuck(w: &World) {
     }
 }
 
+/// The longest a `dlq.by.*` value may be shown: its first 128 characters as read, each
+/// escape at most 10 characters (`\u{e007f}`).
+const DLQ_BY_SHOWN_MAX: usize = 128 * 10;
+
+/// The bounded form of the 100 KB and the not-UTF-8 `dlq.by.*` values, as a terminal face
+/// shows them: cut with `…`, and the invalid bytes as U+FFFD.
+#[track_caller]
+fn assert_dlq_by_bounded(face: &str, text: &str) {
+    let huge = text
+        .split("instance huge:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{face}: no 100 KB instance:\n{text}"));
+    let shown: String = huge
+        .chars()
+        .take_while(|c| *c != '…' && *c != ' ')
+        .collect();
+    assert!(
+        shown.starts_with(r"\x1b[2J\x1b[2J") && shown.chars().count() <= DLQ_BY_SHOWN_MAX,
+        "{face}: the 100 KB value is not shown escaped and cut ({} characters)",
+        shown.chars().count()
+    );
+    assert!(
+        huge.starts_with(&format!("{shown}…")),
+        "{face}: no … after the cut"
+    );
+    assert!(
+        text.contains("instance bin:\u{fffd}\u{fffd}\\x1b[2J"),
+        "{face}: the value that is not UTF-8:\n{text}"
+    );
+}
+
+/// `dlq`: the second table names each message's dead-letterer, every value escaped; the 100 KB
+/// values cut, the output a few KB.
+fn dlq_table(w: &World) {
+    let (code, out, err) = w.run(&["dlq"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_no_hidden("dlq", &format!("{out}{err}"));
+    let all: Vec<&Hostile> = HOSTILE.iter().collect();
+    assert_shown("dlq: dlq.by.instance", &out, &all, |i| {
+        format!("instance by{i}:")
+    });
+    assert_shown("dlq: dlq.by.host", &out, &all, |i| format!("host host{i}:"));
+    assert_shown("dlq: dlq.by.group", &out, &all, |i| {
+        format!("group grp{i}:")
+    });
+    assert_shown("dlq: dlq.by.version", &out, &all, |i| {
+        format!("idemguard ver{i}:")
+    });
+    assert_dlq_by_bounded("dlq", &out);
+    assert!(out.len() < 64 * 1024, "dlq printed {} bytes", out.len());
+}
+
+/// `dlq --json`: each value byte for byte; the 100 KB ones cut to 128 characters, the ones
+/// that are not UTF-8 with U+FFFD.
+fn dlq_json(w: &World) {
+    let doc = w.json(&["dlq", "--json"]);
+    let messages = doc["data"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), dlq_messages(), "{doc}");
+    let by: Vec<&Value> = messages.iter().map(|m| &m["dead_lettered_by"]).collect();
+    let has = |field: &str, value: &str| by.iter().any(|b| b[field] == value);
+    for (i, x) in HOSTILE.iter().enumerate() {
+        for (field, tag) in [("group", "grp"), ("instance", "by"), ("host", "host")] {
+            let want = format!("{tag}{i}:{}", x.raw);
+            assert!(has(field, &want), "{}: {field} {want:?}", x.name);
+        }
+        assert!(has("version", &format!("ver{i}:{}", x.raw)), "{}", x.name);
+    }
+    let huge = by
+        .iter()
+        .filter_map(|b| b["instance"].as_str())
+        .find(|i| i.starts_with("huge:"))
+        .expect("the 100 KB instance");
+    assert_eq!(huge.chars().count(), 128, "{huge}");
+    assert!(huge.ends_with('…'), "{huge}");
+    assert!(has("host", "bin:\u{fffd}\u{fffd}\x1b[2J"), "{doc}");
+}
+
 /// The TUI: the Trace, Locks and Stuck views drawn by the real collectors into a wide
 /// `TestBackend` (so cells are not cut) — no drawn cell holds a hidden character, and the
 /// inputs are drawn escaped.
 async fn tui(w: &World) {
     let mut backends = Backends::spawn(&w.config);
     let mut app = App::new(&w.config, Some(backends.focus.clone()));
+    // The DLQ view is read by the executor.
+    app.attach_executor(backends.spawn_executor(&w.config, false));
     let key = |app: &mut App, c: KeyCode| app.handle_key(KeyEvent::new(c, KeyModifiers::NONE));
     for c in format!(":trace {}", w.order_no).chars() {
         key(&mut app, KeyCode::Char(c));
@@ -659,7 +813,38 @@ async fn tui(w: &World) {
     assert_no_hidden("TUI Overview", &s);
     let first = format!("{p}:k0:{}", HOSTILE[0].shown);
     assert!(s.contains(&first), "TUI Overview: {first}:\n{s}");
+    tui_dlq(&mut app, &mut backends).await;
     backends.shutdown().await;
+}
+
+/// The TUI's DLQ view: each message selected in turn, its Selected pane shows who
+/// dead-lettered it, escaped and bounded.
+async fn tui_dlq(app: &mut App, backends: &mut Backends) {
+    let key = |app: &mut App, c: KeyCode| app.handle_key(KeyEvent::new(c, KeyModifiers::NONE));
+    key(app, KeyCode::Char('7'));
+    pump(
+        app,
+        backends,
+        "the hostile DLQ",
+        |a| matches!(&a.stores.dlq, Some(Ok(l)) if l.messages.len() >= dlq_messages()),
+    )
+    .await;
+    let mut panes = String::new();
+    for _ in 0..dlq_messages() {
+        let s = draw(app);
+        assert_no_hidden("TUI DLQ", &s);
+        let pane = s.lines().skip_while(|l| !l.contains("Selected"));
+        panes.extend(pane.map(|l| l.trim_matches(['│', ' ']).to_string() + " "));
+        key(app, KeyCode::Down);
+    }
+    let all: Vec<&Hostile> = HOSTILE.iter().collect();
+    assert_shown("TUI DLQ: dlq.by.instance", &panes, &all, |i| {
+        format!("instance by{i}:")
+    });
+    assert_shown("TUI DLQ: dlq.by.group", &panes, &all, |i| {
+        format!("group grp{i}:")
+    });
+    assert_dlq_by_bounded("TUI DLQ", &panes);
 }
 
 async fn pump(app: &mut App, b: &mut Backends, what: &str, done: impl Fn(&App) -> bool) {
@@ -701,7 +886,7 @@ async fn every_face_shows_every_source_escaped(dialect: Dialect) {
     use futures::FutureExt;
     use std::panic::AssertUnwindSafe;
     let w = world(dialect).await;
-    let faces: [(&str, Face); 7] = [
+    let faces: [(&str, Face); 9] = [
         ("trace", trace_table),
         ("trace --json", trace_json),
         ("report", report_markdown),
@@ -709,6 +894,8 @@ async fn every_face_shows_every_source_escaped(dialect: Dialect) {
         ("locks", locks),
         ("stuck", stuck),
         ("release-lock", release_lock),
+        ("dlq", dlq_table),
+        ("dlq --json", dlq_json),
     ];
     let mut failed: Vec<&str> = Vec::new();
     for (name, face) in faces {
