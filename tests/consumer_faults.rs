@@ -14,6 +14,8 @@
 //!   that inflates to 60 MB are recorded in the DLQ (their first 64 KiB, their size), with
 //!   `consume`'s memory bounded; one the DLQ refuses even as a record is kept in
 //!   `processed_event` as `dlq_failed`; the payment after them on another partition is applied;
+//! - the same rule when the DLQ topic's own `max.message.bytes` (below the DLQ producer's limit)
+//!   refuses: the broker's refusal leads to a record cut to 64 KiB, or to `dlq_failed`;
 //! - a Kafka receive error (the topic not there yet) is counted and survived;
 //! - the broker SIGKILLed mid-batch and started again on its data (a broker of the test's own,
 //!   never the shared one): nothing lost or applied twice; the batch's unanswered offset commit
@@ -1057,7 +1059,11 @@ fn large_producer(s: &ConsumerSetup, gzip: bool) -> FutureProducer {
 /// produce time (Apache Kafka's `max.message.bytes`, about 1 MB unless a topic says otherwise),
 /// as a team's topic for large events would say. The DLQ topic keeps the broker's default.
 async fn payment_topic_takes(s: &ConsumerSetup, bytes: usize) {
-    let topic = &s.config.kafka.payment_topic;
+    topic_takes(s, &s.config.kafka.payment_topic, bytes).await;
+}
+
+/// Sets `topic`'s `max.message.bytes` on the broker: it refuses a larger batch at produce time.
+async fn topic_takes(s: &ConsumerSetup, topic: &str, bytes: usize) {
     let admin: AdminClient<DefaultClientContext> =
         idemguard::kafka_client::client_config(&s.config.kafka)
             .create()
@@ -1235,6 +1241,75 @@ async fn a_poison_the_dlq_refuses_is_kept_as_dlq_failed(s: &ConsumerSetup) {
 }
 
 per_dialect!(a_poison_the_dlq_refuses_is_kept_as_dlq_failed(&consumer_setup) => a_poison_the_dlq_refuses_is_kept_as_dlq_failed_postgres, a_poison_the_dlq_refuses_is_kept_as_dlq_failed_mysql);
+
+/// The DLQ topic's own limit, below the DLQ producer's: the topic takes 80,000 bytes
+/// (`max.message.bytes`), `consumer.dlq_max_message_bytes` stays 1 MB, so the producer sends
+/// what the broker then refuses (RECORD_TOO_LARGE). On partition 0, two poison messages the
+/// broker refuses whole, then a payment; on partition 1, a payment. The rule of
+/// `stream/poison.rs` holds with the broker's refusal: a 200,000-byte poison is published as a
+/// record cut to its first 64 KiB (`dlq.size`, `dlq.cut`); one whose record is still too large
+/// for the topic (a 20,000-byte key beside the 64 KiB) is kept as `dlq_failed`, and the log says
+/// where it is; both payments are applied once and every offset is committed.
+async fn a_poison_over_the_dlq_topics_limit_stops_nothing(s: &ConsumerSetup) {
+    let d = s.dialect;
+    topic_takes(s, &s.config.kafka.dlq_topic, 80_000).await;
+    let (o1, r1) = create_order(&s.db, 42).await;
+    let (o2, r2) = create_order(&s.db, 42).await;
+    let p = producer(&s.config);
+    send_to_partition(s, &p, 0, &vec![b'x'; 200_000]).await;
+    let key = "k".repeat(20_000);
+    let payload = vec![b'y'; 70_000];
+    let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&s.config.kafka.payment_topic)
+        .partition(0)
+        .key(key.as_str())
+        .payload(&payload);
+    p.send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    send_event_to_partition(s, 0, &o1, &payment(&o1, &r1, 42)).await;
+    send_event_to_partition(s, 1, &o2, &payment(&o2, &r2, 42)).await;
+    let done = async || committed_total(s).await >= 4;
+    let (stderr, _) = consume_until(s, &[], "every offset committed", done).await;
+    for o in [&o1, &o2] {
+        let paid = format!("order_record WHERE order_no = '{o}' AND status = 'PAID'");
+        assert_eq!(count(&s.db, &paid).await, 1, "{d}: {o} paid: {stderr}");
+    }
+    for table in ["points_ledger", "notification"] {
+        assert_eq!(count(&s.db, table).await, 2, "{d}: {table}: {stderr}");
+    }
+    assert_eq!(processed(s, "dlq").await, 1, "{d}: {stderr}");
+    assert_eq!(processed(s, "dlq_failed").await, 1, "{d}: {stderr}");
+    let dlq = dlq_records(s).await;
+    assert_eq!(
+        dlq.len(),
+        1,
+        "{d}: only the record of the first poison: {dlq:?}"
+    );
+    let record = &dlq[0];
+    assert!(
+        record.payload_len == 65_536
+            && record.header("dlq.size") == "200000"
+            && record.header("dlq.cut").contains("first 65536 bytes")
+            && record.header("dlq.source.partition") == "0"
+            && record.header("dlq.source.offset") == "0",
+        "{d}: {record:?}"
+    );
+    for part in [
+        "NOT in the DLQ",
+        "partition=0",
+        "offset=1",
+        "size=90000",
+        "dlq_failed",
+    ] {
+        assert!(
+            stderr.contains(part),
+            "{d}: no `{part}` in the log:\n{stderr}"
+        );
+    }
+}
+
+per_dialect!(a_poison_over_the_dlq_topics_limit_stops_nothing(&consumer_setup) => a_poison_over_the_dlq_topics_limit_stops_nothing_postgres, a_poison_over_the_dlq_topics_limit_stops_nothing_mysql);
 
 // ---------------------------------------------------------------------------------------------
 // A Kafka receive error: the consumer subscribed to a topic that does not exist yet. (Deleting
