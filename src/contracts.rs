@@ -62,6 +62,11 @@ pub enum RequestIdError {
     FutureDate(String),
 }
 
+/// The `BIZ` part of a `CHANNEL:BIZ:date:unique` key ("" when it has none).
+pub fn business_of(request_id: &str) -> &str {
+    request_id.split(':').nth(1).unwrap_or("")
+}
+
 impl RequestId {
     pub fn parse(raw: &str) -> Result<RequestId, RequestIdError> {
         if raw.is_empty() {
@@ -284,6 +289,16 @@ fn shown(raw: &str) -> String {
     let head: String = raw.chars().take(40).collect();
     let cut = if head.len() < raw.len() { "…" } else { "" };
     format!("{}{cut}", head.escape_debug())
+}
+
+/// How a dead-lettered message's `processed_event` row is keyed: `dlq:` and its source
+/// position, never a UUID, so it cannot collide with a real eventId.
+pub const DEAD_LETTER_MARK: &str = "dlq:";
+
+/// True for the `processed_event` key of a dead-lettered message: a mark of the consumer's own,
+/// not a payment event.
+pub fn is_dead_letter_mark(id: &str) -> bool {
+    id.starts_with(DEAD_LETTER_MARK)
 }
 
 /// A payment event's id: a UUIDv7, so ids sort by time.

@@ -528,6 +528,15 @@ async fn fifty_identical_payment_callbacks(dialect: Dialect) {
     );
     assert_eq!(count(&s.db, "payment_flow").await, 1);
     assert_eq!(count(&s.db, "outbox").await, 1);
+    // Each record's business type is its key's own: the callbacks' are PAY, the order's ORDER.
+    assert_eq!(
+        count(&s.db, "idempotency_record WHERE biz_type = 'PAY'").await,
+        2
+    );
+    assert_eq!(
+        count(&s.db, "idempotency_record WHERE biz_type = 'ORDER'").await,
+        1
+    );
 
     // Exactly one event reaches the topic, with the IDs in its headers.
     let deadline = Instant::now() + Duration::from_secs(30);

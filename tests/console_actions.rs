@@ -235,7 +235,7 @@ async fn stuck_record(config: &Config, db: &Database, owner: &str) -> Idempotenc
     let rid = RequestId::generate("APP", "ORDER");
     let claim = ClaimRequest {
         request_id: rid.as_str(),
-        biz_type: &config.idempotency.biz_type,
+        biz_type: "ORDER",
         request_hash: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         owner,
         fence: 0,

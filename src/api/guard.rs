@@ -322,7 +322,8 @@ impl<L: OwnerLiveness> Guard<L> {
         let cfg = &self.config.idempotency;
         let claim = ClaimRequest {
             request_id: at.rid,
-            biz_type: &cfg.biz_type,
+            // The key's own BIZ part: a payment callback's record is PAY, an order's ORDER.
+            biz_type: crate::contracts::business_of(at.rid),
             request_hash: at.hash,
             owner: at.owner,
             fence: 0,

@@ -321,7 +321,6 @@ pub struct IdempotencyConfig {
     /// Fault-injection switch: false = no idempotency record, requests go straight to the order
     /// flow (the database layer is the only defense left).
     pub enabled: bool,
-    pub biz_type: String,
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
     #[serde(with = "humantime_serde")]
