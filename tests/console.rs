@@ -193,7 +193,13 @@ async fn trace_view(dialect: Dialect) {
         .map(|e| e.at_ms.unwrap_or(i64::MAX))
         .collect();
     assert!(times.windows(2).all(|p| p[0] <= p[1]), "{times:?}");
-    assert_eq!(t.entries[0].source, "idempotency_record");
+    // The claim at its start, then the record it wrote.
+    assert!(
+        t.entries[0].summary.starts_with("claimed"),
+        "{:?}",
+        t.entries[0]
+    );
+    assert_eq!(t.entries[1].source, "idempotency_record");
     // Every duplicate names the layer that stopped it.
     let stopped: Vec<(String, String)> = t
         .interceptions
@@ -234,6 +240,8 @@ async fn trace_view(dialect: Dialect) {
         all_up_but(a, None) && trace_read_done(a)
     })
     .await;
+    // The record the claim wrote, selected: its times read as times.
+    app.ui.selected.insert(View::Trace, 1);
     let s = screen(&mut app, 170, 46);
     snapshot!(format!("trace_view_{}", dialect.dir()), s.clone());
     // What the snapshot redacts, checked on the drawn cells: every TIME is the
@@ -819,6 +827,8 @@ async fn overview(dialect: Dialect) {
             },
         )
         .await;
+        // The record the claim wrote, selected.
+        app.ui.selected.insert(View::Trace, 1);
         let s = screen(&mut app, 80, 24);
         assert!(
             s.contains(&inc.order_no) && s.contains(&inc.request_id),

@@ -29,7 +29,8 @@ use article::{
 };
 use first_contact::{
     crc32_partition, entries, failing, kafka_copies, letters, murmur2_partition, produce,
-    source_profile_rows, suggest, suggest_database, trace, value, warnings, Produced,
+    profile_notes, source_profile_rows, suggest, suggest_database, trace, value, warnings,
+    Produced,
 };
 use idemguard::config::Dialect;
 use serde_json::json;
@@ -394,10 +395,7 @@ fn broken_article_assumptions(f: &ArticleIncident, config: &Path) {
         &with("IDEMGUARD_SOURCE__ORDER_RECORD__COLUMNS__SKU_ID", "sku_id"),
         &f.order,
     );
-    let notes: Vec<&str> = entries(&t, "db")
-        .iter()
-        .filter_map(|e| e["summary"].as_str())
-        .collect();
+    let notes = profile_notes(&t);
     assert!(
         notes
             .iter()
@@ -704,10 +702,7 @@ async fn postgres_a_teams_own_system_from_suggest_to_trace() {
         "version".to_string(),
     )];
     let t = trace(&config, &version, &f.order);
-    let notes: Vec<&str> = entries(&t, "db")
-        .iter()
-        .filter_map(|e| e["summary"].as_str())
-        .collect();
+    let notes = profile_notes(&t);
     assert!(
         notes.iter().any(|n| n.contains("version shown as unknown")
             && n.contains("acme_purchase.version does not exist")),

@@ -100,6 +100,16 @@ pub fn entries<'a>(trace: &'a Json, layer: &str) -> Vec<&'a Json> {
         .collect()
 }
 
+/// What the trace says the source profile cannot show: the one `source profile` entry's notes.
+pub fn profile_notes(trace: &Json) -> Vec<String> {
+    entries(trace, "db")
+        .iter()
+        .filter(|e| e["source"] == "source profile")
+        .flat_map(|e| e["fields"]["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect()
+}
+
 pub fn warnings(trace: &Json) -> Vec<String> {
     trace["data"]["warnings"]
         .as_array()

@@ -241,6 +241,8 @@ impl TraceRows {
         ids.extend(self.points.iter().map(|p| p.source_event_no.clone()));
         ids.extend(self.notifications.iter().map(|n| n.event_id.clone()));
         ids.extend(self.outbox.iter().map(|o| o.event_id.clone()));
+        // A dead-lettered message's mark is the consumer's own key, not a payment event.
+        ids.retain(|id| !crate::contracts::is_dead_letter_mark(id));
         ids
     }
 

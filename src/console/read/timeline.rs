@@ -326,24 +326,12 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
     if let Some(keys) = input.keys {
         entries.extend(key_entries(keys, input.now_ms, mask));
     }
-    // Oldest first; state without a time ("now") last; stable within a time.
-    entries.sort_by_key(|e| e.at_ms.unwrap_or(i64::MAX));
+    // Oldest first; state without a time ("now") last; within one ms a claim before what it
+    // turned away, otherwise stable.
+    entries.sort_by_key(|e| (e.at_ms.unwrap_or(i64::MAX), !is_claim(e)));
     let found = !entries.is_empty();
     // What the source profile (or the console's role) cannot show, said last, never a silence.
-    entries.extend(
-        input
-            .rows
-            .iter()
-            .flat_map(|r| &r.unavailable)
-            .map(|note| TimelineEntry {
-                at_ms: None,
-                layer: "db",
-                source: "source profile".into(),
-                summary: note.clone(),
-                stopped_by: None,
-                fields: serde_json::Value::Null,
-            }),
-    );
+    entries.extend(input.rows.and_then(|r| unavailable_entry(&r.unavailable)));
     let events = event_ids.iter().map(|id| effects_of(id, &input)).collect();
     let mut warnings: Vec<String> = input.rows.map_or_else(Vec::new, |r| r.warnings.clone());
     warnings.extend(times_disagree(input.rows, input.messages));
@@ -362,6 +350,27 @@ pub fn build(input: TimelineInputs<'_>) -> Timeline {
         read_cost: None,
         warnings,
     }
+}
+
+/// One entry for everything the source profile (or the console's role) cannot show: the note
+/// itself when there is one, else how many and the first, each of them in its fields.
+fn unavailable_entry(notes: &[String]) -> Option<TimelineEntry> {
+    let summary = match notes {
+        [] => return None,
+        [one] => one.clone(),
+        [first, ..] => format!(
+            "{} things not shown or shown as unknown (`idemguard doctor` lists them; the first: {first})",
+            notes.len()
+        ),
+    };
+    Some(TimelineEntry {
+        at_ms: None,
+        layer: "db",
+        source: "source profile".into(),
+        summary,
+        stopped_by: None,
+        fields: json!({ "notes": notes }),
+    })
 }
 
 /// The orderNo and requestId the trace is about: the database's, else the target itself, else
@@ -415,10 +424,11 @@ fn entry(
 /// One entry per database row, every table of the trace.
 fn row_entries(rows: &TraceRows, now: i64, mask: &Mask) -> Vec<TimelineEntry> {
     let mut entries: Vec<TimelineEntry> = Vec::new();
+    let traced = rows.ids.request_id.as_deref();
     entries.extend(
         rows.idempotency
             .iter()
-            .map(|r| idempotency_entry(r, now, mask)),
+            .map(|r| idempotency_entry(r, traced, now, mask)),
     );
     entries.extend(rows.orders.iter().map(|o| order_entry(o, mask)));
     for s in &rows.stock_movements {
@@ -513,7 +523,14 @@ fn consumer_entries(rows: &TraceRows, mask: &Mask) -> Vec<TimelineEntry> {
     entries
 }
 
-fn idempotency_entry(r: &IdempotencyRow, now: i64, mask: &Mask) -> TimelineEntry {
+/// An idempotency record: its key first when it is not the traced request's own (a payment
+/// callback's `PSP:PAY:…` record of the traced order).
+fn idempotency_entry(
+    r: &IdempotencyRow,
+    traced: Option<&str>,
+    now: i64,
+    mask: &Mask,
+) -> TimelineEntry {
     let m = |c: &str, v: &dyn std::fmt::Display| mask.cell("idempotency_record", c, v);
     let lease = if r.status == "PROCESSING" {
         match r.lease_until.map(|l| l - now) {
@@ -530,8 +547,13 @@ fn idempotency_entry(r: &IdempotencyRow, now: i64, mask: &Mask) -> TimelineEntry
             )
         )
     };
+    let key = if traced == Some(r.request_id.as_str()) {
+        String::new()
+    } else {
+        format!("{} ", r.request_id)
+    };
     let summary = format!(
-        "{} owner {} {} · replays {} · hash {} · age {}",
+        "{key}{} owner {} {} · replays {} · hash {} · age {}",
         m("status", &r.status),
         m("owner", &r.owner),
         lease,
@@ -544,11 +566,16 @@ fn idempotency_entry(r: &IdempotencyRow, now: i64, mask: &Mask) -> TimelineEntry
 
 fn order_entry(o: &OrderRow, mask: &Mask) -> TimelineEntry {
     let m = |c: &str, v: Option<i64>| mask.cell("order_record", c, or_unknown(v));
+    // A version or fence the table does not have is left out, not written "vunknown".
+    let known = |c: &str, label: &str, v: Option<i64>| {
+        v.map(|v| format!(" {label}{}", mask.cell("order_record", c, v)))
+            .unwrap_or_default()
+    };
     let summary = format!(
-        "{} v{} fence {} · user {} sku {} ×{} amount {}{}",
+        "{}{}{} · user {} sku {} ×{} amount {}{}",
         mask.cell("order_record", "status", &o.status),
-        m("version", o.version),
-        m("fence", o.fence),
+        known("version", "v", o.version),
+        known("fence", "fence ", o.fence),
         m("user_id", o.user_id),
         m("sku_id", o.sku_id),
         m("quantity", o.quantity),
@@ -618,11 +645,28 @@ fn message_entries(messages: &[PaymentMessage], mask: &Mask) -> Vec<TimelineEntr
 
 /// Decisions of every layer; the ones that stopped a duplicate name their layer and are
 /// counted as interceptions.
+fn is_claim(e: &TimelineEntry) -> bool {
+    e.source == "trace" && e.fields.get("outcome").and_then(|o| o.as_str()) == Some("claimed")
+}
+
+/// When a decision is placed on the timeline: when it was logged, except a claim, placed at its
+/// start. A request turned away because another holds the key logs its rejection after that
+/// claim took the key; the claim logs itself only when its own work is done, so by their log
+/// times the rejections would come before the claim that caused them. A claim's start is never
+/// after the moment it took the key.
+fn decision_ms(e: &TraceEvent) -> Option<i64> {
+    let at = event_ms(e)?;
+    Some(match e.outcome {
+        Outcome::Claimed => at - (e.latency_us / 1000) as i64,
+        _ => at,
+    })
+}
+
 fn decision_entries(events: &[TraceEvent]) -> (Vec<TimelineEntry>, Vec<Interception>) {
     let mut entries = Vec::new();
     let mut interceptions = Vec::new();
     for e in events {
-        let at = event_ms(e);
+        let at = decision_ms(e);
         let stopped = e
             .outcome
             .stops_duplicate()
@@ -636,12 +680,17 @@ fn decision_entries(events: &[TraceEvent]) -> (Vec<TimelineEntry>, Vec<Intercept
                 instance: e.instance.clone(),
             });
         }
+        let took = if e.outcome == Outcome::Claimed {
+            format!(" (its start; it took {} ms)", e.latency_us / 1000)
+        } else {
+            String::new()
+        };
         entries.push(TimelineEntry {
             at_ms: at,
             layer: e.layer.as_str(),
             source: "trace".into(),
             summary: format!(
-                "{}{}{}",
+                "{}{took}{}{}",
                 e.outcome.as_str(),
                 if e.detail.is_empty() { "" } else { ": " },
                 e.detail
@@ -781,5 +830,150 @@ fn lock_entry(l: &LockView, now: i64) -> TimelineEntry {
         summary: format!("{holder} · PTTL {}{alive}{quorum}", pttl(l.pttl_now(now))),
         stopped_by: None,
         fields: serde_json::to_value(l).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::read::records::{IdempotencyRow, OrderRow, TraceIds};
+    use crate::contracts::{format_ms, Layer};
+
+    const REQUEST: &str = "APP:ORDER:20261129:0193a1c2-7b3d-7c4e-8f00-aaaaaaaaaaaa";
+    const CALLBACK: &str = "PSP:PAY:20261129:0193a1c2-7b3d-7c4e-8f00-bbbbbbbbbbbb";
+
+    fn decision(outcome: Outcome, logged_ms: i64, latency_ms: u64) -> TraceEvent {
+        let mut e = TraceEvent::new(Layer::Api, outcome).request_id(REQUEST);
+        e.ts = format_ms(logged_ms);
+        e.latency_us = latency_ms * 1000;
+        e
+    }
+
+    fn record(request_id: &str, created_at: i64) -> IdempotencyRow {
+        IdempotencyRow {
+            request_id: request_id.into(),
+            biz_type: "PAY".into(),
+            request_hash: "h".into(),
+            status: "SUCCEEDED".into(),
+            response_code: Some(201),
+            order_no: Some("o".into()),
+            owner: "api-1".into(),
+            fence: None,
+            lease_until: None,
+            replay_count: Some(0),
+            created_at,
+            updated_at: None,
+            expire_at: None,
+            version: None,
+        }
+    }
+
+    fn built(rows: Option<&TraceRows>, events: &[TraceEvent]) -> Timeline {
+        let target = TraceTarget::classify(REQUEST);
+        build(TimelineInputs {
+            target: &target,
+            rows,
+            keys: None,
+            messages: &[],
+            events,
+            now_ms: 2_000_000_000_000,
+            mask: &Mask::none(),
+        })
+    }
+
+    /// The claim logs itself when its work is done, after the requests it turned away: it is
+    /// placed at its start, before them.
+    #[test]
+    fn a_claim_comes_before_the_rejections_it_caused() {
+        let t0 = 1_800_000_000_000;
+        let events = [
+            decision(Outcome::InFlightRejected, t0 + 10, 1),
+            decision(Outcome::InFlightRejected, t0 + 12, 1),
+            decision(Outcome::Claimed, t0 + 18, 17),
+        ];
+        let t = built(None, &events);
+        let order: Vec<&str> = t.entries.iter().map(|e| &e.summary[..9]).collect();
+        assert_eq!(
+            order,
+            ["claimed (", "in_flight", "in_flight"],
+            "{:#?}",
+            t.entries
+        );
+        assert_eq!(t.entries[0].at_ms, Some(t0 + 1));
+    }
+
+    /// A payment callback's record of the traced order names its own key; a version the table
+    /// does not have is left out; twenty notes of the profile are one entry; a dead-letter mark
+    /// is no payment event.
+    #[test]
+    fn rows_say_what_they_are_and_nothing_unknown_is_invented() {
+        let mut rows = TraceRows {
+            ids: TraceIds {
+                request_id: Some(REQUEST.into()),
+                ..TraceIds::default()
+            },
+            ..TraceRows::default()
+        };
+        rows.idempotency = vec![record(REQUEST, 10), record(CALLBACK, 20)];
+        rows.orders = vec![OrderRow {
+            req_id: REQUEST.into(),
+            order_no: "o".into(),
+            user_id: Some(1),
+            sku_id: Some(2),
+            quantity: Some(1),
+            amount: Some(1999),
+            status: "PAID".into(),
+            version: None,
+            fence: None,
+            payment_event_id: None,
+            created_at: 15,
+            updated_at: None,
+        }];
+        rows.unavailable = (0..20).map(|i| format!("note {i}")).collect();
+        let t = built(Some(&rows), &[]);
+        let summaries: Vec<&str> = t.entries.iter().map(|e| e.summary.as_str()).collect();
+        assert!(summaries[0].starts_with("SUCCEEDED"), "{summaries:#?}");
+        assert!(
+            summaries.iter().any(|s| s.starts_with(CALLBACK)),
+            "{summaries:#?}"
+        );
+        assert!(
+            summaries.iter().any(|s| s.starts_with("PAID · user 1")),
+            "{summaries:#?}"
+        );
+        assert!(
+            !summaries
+                .iter()
+                .any(|s| s.contains("vunknown") || s.contains("fence unknown")),
+            "{summaries:#?}"
+        );
+        let profile: Vec<&TimelineEntry> = t
+            .entries
+            .iter()
+            .filter(|e| e.source == "source profile")
+            .collect();
+        assert_eq!(profile.len(), 1, "{summaries:#?}");
+        assert!(
+            profile[0].summary.starts_with("20 things"),
+            "{}",
+            profile[0].summary
+        );
+        assert_eq!(
+            profile[0].fields["notes"].as_array().map(Vec::len),
+            Some(20)
+        );
+        rows.processed = vec![crate::console::read::records::ProcessedEventRow {
+            consumer_group: "g".into(),
+            event_id: "dlq:00ff00ff00ff00ff:2:17".into(),
+            order_no: Some("o".into()),
+            topic: "payment.succeeded".into(),
+            kafka_partition: 2,
+            kafka_offset: 17,
+            outcome: "dead_lettered".into(),
+            processed_at: 30,
+            expire_at: 40,
+        }];
+        assert!(rows.event_ids().is_empty(), "{:?}", rows.event_ids());
+        assert!(built(Some(&rows), &[]).events.is_empty());
     }
 }

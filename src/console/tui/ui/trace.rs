@@ -194,19 +194,25 @@ fn entry_lines(entry: Option<&TimelineEntry>) -> Vec<Line<'static>> {
                 let pairs: Vec<String> = obj
                     .iter()
                     .filter(|(_, v)| !v.is_null())
-                    .map(|(k, v)| {
-                        format!(
-                            "{}={}",
-                            shown(k),
-                            v.as_str().map_or_else(|| v.to_string(), shown)
-                        )
-                    })
+                    .map(|(k, v)| format!("{}={}", shown(k), field_text(k, v)))
                     .collect();
                 v.push(Line::from(Span::styled(pairs.join("  "), DIM)));
             }
             v
         }
         None => vec![Line::from(Span::styled("no entry selected", DIM))],
+    }
+}
+
+/// A field of the selected entry as people read it: a time column (`…_at`, `…_until`) holding
+/// epoch milliseconds as a UTC time, anything else as it is (escaped).
+fn field_text(key: &str, value: &serde_json::Value) -> String {
+    let is_time = key.ends_with("_at") || key.ends_with("_until");
+    match value.as_i64() {
+        Some(ms) if is_time && (1_000_000_000_000..10_000_000_000_000).contains(&ms) => {
+            crate::contracts::format_ms(ms)
+        }
+        _ => value.as_str().map_or_else(|| value.to_string(), shown),
     }
 }
 
@@ -288,6 +294,16 @@ mod tests {
         (0..40)
             .map(|y| (0..140).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
             .collect()
+    }
+
+    /// A time column's epoch milliseconds are shown as a UTC time; other numbers as they are.
+    #[test]
+    fn times_in_the_selected_entry_are_times() {
+        let ms = serde_json::json!(1_796_667_227_042_i64);
+        assert_eq!(super::field_text("created_at", &ms), "2026-12-07T18:13:47.042Z");
+        assert_eq!(super::field_text("lease_until", &ms), "2026-12-07T18:13:47.042Z");
+        assert_eq!(super::field_text("fence", &ms), "1796667227042");
+        assert_eq!(super::field_text("replay_count", &serde_json::json!(3)), "3");
     }
 
     /// The database's trace read failed: the view says PARTIAL first and never calls the ID
