@@ -344,3 +344,53 @@ async fn a_link_planted_at_a_reports_name_is_never_written_through() {
         "report -o onto a link: {run:?}"
     );
 }
+
+/// A value of 5,000 characters without a break (a hostile payNo, a runaway detail) wraps inside
+/// the page: the page is no wider than the browser's window. The page's own CSS is measured; the
+/// test adds only a script (the page's policy, which forbids scripts, is taken out for it) that
+/// writes the document's widths where `--dump-dom` shows them.
+#[tokio::test]
+async fn a_long_unbroken_value_wraps_inside_the_page() {
+    let w = world(Dialect::Postgres, 0).await;
+    let inc = Incident::write(&w).await;
+    let mut r = report::build(
+        &w.config,
+        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
+    )
+    .await
+    .unwrap();
+    let long = "W".repeat(5_000);
+    let entry = r.timelines[0].entries.first_mut().expect("an entry");
+    entry.summary = long.clone();
+    entry.source = long.clone();
+    r.errors.push(long);
+    let html = ReportFormat::Html.render(&r);
+    let policy = html
+        .find("<meta http-equiv=\"Content-Security-Policy\"")
+        .expect("its policy");
+    let policy_end = policy + html[policy..].find('>').unwrap() + 1;
+    let measured = format!(
+        "{}{}",
+        &html[..policy],
+        &html[policy_end..].replace(
+            "</body>",
+            "<script>document.body.dataset.widths = document.documentElement.scrollWidth + ' ' + document.documentElement.clientWidth;</script></body>",
+        )
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("long.html");
+    std::fs::write(&page, measured).unwrap();
+    let shown = chromium::render(&page, 900, 700, &dir.path().join("long.png"));
+    let body = Html::parse_document(&shown.dom);
+    let widths = body
+        .select(&scraper::Selector::parse("body").unwrap())
+        .next()
+        .and_then(|b| b.value().attr("data-widths").map(str::to_string))
+        .expect("the measuring script ran");
+    let (scroll, client) = widths.split_once(' ').unwrap();
+    let (scroll, client): (u32, u32) = (scroll.parse().unwrap(), client.parse().unwrap());
+    assert!(
+        scroll <= client,
+        "the page is {scroll}px wide in a {client}px window: a long value overflows"
+    );
+}

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::picture::{picture, row_cells, Lane};
 use super::svg::{colour, rates_chart, swimlanes, ALARM};
-use super::IncidentReport;
+use super::{provenance, IncidentReport};
 use crate::console::read::timeline::Timeline;
 use crate::contracts::format_ms;
 
@@ -32,11 +32,11 @@ fn stylesheet() -> String {
         .map(|l| format!(".chip[data-lane={}]{{background:{}}}", l.id(), colour(*l)))
         .collect();
     format!(
-        "body{{font:14px/1.45 system-ui,sans-serif;color:#0f172a;margin:24px auto;max-width:1040px;padding:0 16px}}\
+        "body{{font:14px/1.45 system-ui,sans-serif;color:#0f172a;margin:24px auto;max-width:1040px;padding:0 16px;overflow-wrap:anywhere}}\
 h1{{font-size:22px;margin:0 0 4px}}h2{{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #cbd5e1}}\
 h3{{font-size:15px;margin:20px 0 4px;word-break:break-all}}\
 table{{border-collapse:collapse;width:100%;font-size:12px;margin:8px 0}}\
-th,td{{border:1px solid #cbd5e1;padding:3px 6px;text-align:left;vertical-align:top;word-break:break-word}}\
+th,td{{border:1px solid #cbd5e1;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}}\
 th{{background:#f1f5f9;white-space:nowrap}}table.timeline td:first-child{{white-space:nowrap}}tr.stopped td{{background:#f0fdf4}}tr.got-through td{{background:#fee2e2}}\
 .verdict{{display:inline-block;padding:6px 12px;border-radius:4px;font-weight:bold;margin:8px 0}}\
 .verdict.ok{{background:#15803d;color:#fff}}.verdict.risk{{background:#c2410c;color:#fff}}\
@@ -112,18 +112,24 @@ fn summary(o: &mut String, r: &IncidentReport) {
             r.contradictions.len()
         );
     }
+    let from = |source: &str| format!(" <span class=\"muted\">({source})</span>");
     let _ = write!(
         o,
-        "<ul>\n<li>orders: {} ({} with a timeline below)</li>\n<li>duplicates stopped: {}</li>\n\
-<li><b>duplicates that got through: {}</b></li>\n<li><b>records that contradict the orders (duplicate risk): {}</b></li>\n\
-<li>operator actions: {}</li>\n<li>DLQ messages of these orders: {}</li>\n",
+        "<ul>\n<li>orders: {} ({} with a timeline below)</li>\n<li>duplicates stopped: {}{}</li>\n\
+<li><b>duplicates that got through: {}</b>{}</li>\n<li><b>records that contradict the orders (duplicate risk): {}</b>{}</li>\n\
+<li>operator actions: {}{}</li>\n<li>DLQ messages of these orders: {}{}</li>\n",
         r.orders_in_window,
         r.timelines.len(),
         r.duplicates_stopped(),
+        from(provenance::TRACE_EVENTS),
         r.leaks.len(),
+        from(provenance::ROWS),
         r.contradictions.len(),
+        from(provenance::ROWS),
         r.operator_actions.len(),
-        r.dlq_messages.len()
+        from(provenance::AUDIT),
+        r.dlq_messages.len(),
+        from(provenance::DLQ)
     );
     for e in &r.errors {
         let _ = writeln!(

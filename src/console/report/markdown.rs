@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::contracts::format_ms;
 
-use super::IncidentReport;
+use super::{provenance, IncidentReport};
 
 /// A value in the report's text or a table cell: escaped and its Markdown neutralized
 /// ([`crate::untrusted::markdown`]). Never inside a code span: its backslashes would show.
@@ -55,18 +55,35 @@ fn summary(o: &mut String, r: &IncidentReport) {
         r.orders_in_window,
         r.timelines.len()
     );
-    let _ = writeln!(o, "- duplicates stopped: {}", r.duplicates_stopped());
-    let _ = writeln!(o, "- **duplicates that got through: {}**", r.leaks.len());
     let _ = writeln!(
         o,
-        "- **records that contradict the orders (duplicate risk): {}**",
-        r.contradictions.len()
+        "- duplicates stopped: {} ({})",
+        r.duplicates_stopped(),
+        provenance::TRACE_EVENTS
     );
-    let _ = writeln!(o, "- operator actions: {}", r.operator_actions.len());
     let _ = writeln!(
         o,
-        "- DLQ messages of these orders: {}",
-        r.dlq_messages.len()
+        "- **duplicates that got through: {}** ({})",
+        r.leaks.len(),
+        provenance::ROWS
+    );
+    let _ = writeln!(
+        o,
+        "- **records that contradict the orders (duplicate risk): {}** ({})",
+        r.contradictions.len(),
+        provenance::ROWS
+    );
+    let _ = writeln!(
+        o,
+        "- operator actions: {} ({})",
+        r.operator_actions.len(),
+        provenance::AUDIT
+    );
+    let _ = writeln!(
+        o,
+        "- DLQ messages of these orders: {} ({})",
+        r.dlq_messages.len(),
+        provenance::DLQ
     );
     for e in &r.errors {
         let _ = writeln!(o, "- ⚠ not read: {} (the report is partial)", cell(e));

@@ -95,6 +95,17 @@ pub struct IncidentReport {
     pub errors: Vec<String>,
 }
 
+/// Where each count of a report's summary comes from, said beside it in every face: the trace
+/// events can be written by anyone who can write to the trace topic, the rows only by those who
+/// can write to the database.
+pub mod provenance {
+    pub const TRACE_EVENTS: &str =
+        "from trace events: anyone who can write to the trace topic can add to this count";
+    pub const ROWS: &str = "from the database's rows";
+    pub const AUDIT: &str = "from the ops_audit rows";
+    pub const DLQ: &str = "from the DLQ topic";
+}
+
 impl IncidentReport {
     pub fn duplicates_stopped(&self) -> usize {
         self.timelines.iter().map(|t| t.stopped_count()).sum()
