@@ -695,3 +695,102 @@ fn the_readmes_production_configurations_load() {
         assert!(!config.to_redacted_toml().is_empty());
     }
 }
+
+/// The console's least-privilege principal (`idemguard-console`: Describe, Read and
+/// DescribeConfigs on the topics, Describe on groups and the cluster) over SASL_SSL, logged in by
+/// each of the broker's three mechanisms: the DLQ, the trace and the lag are read; a redrive is
+/// refused before anything is published, naming the ACL it lacks and how to grant it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_principal_reads_and_its_redrive_names_the_missing_acl() {
+    use common::consumer::{consumer_setup, payment, produce, producer};
+    let s = consumer_setup(Dialect::Postgres).await;
+    let member = s.start_member().await;
+    // An order the database does not have: dead-lettered as unknown.
+    let order = idemguard::contracts::OrderNo::generate().to_string();
+    let poison = payment(
+        &order,
+        "APP:ORDER:20261130:0193a1c2-7b3d-7c4e-8f00-cccccccccccc",
+        7,
+    );
+    produce(&producer(&s.config), &s.config.kafka.payment_topic, &poison).await;
+    member
+        .until("the poison dead-lettered", 60, |st| {
+            st.dlq.load(std::sync::atomic::Ordering::Relaxed) >= 1
+        })
+        .await;
+    member.stop().await;
+
+    let console = |mechanism: &str| {
+        vec![
+            ("IDEMGUARD_DATABASE__URL", s.config.database.url.clone()),
+            (
+                "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
+                s.config.kafka.payment_topic.clone(),
+            ),
+            (
+                "IDEMGUARD_KAFKA__DLQ_TOPIC",
+                s.config.kafka.dlq_topic.clone(),
+            ),
+            ("IDEMGUARD_KAFKA__CONSUMER_GROUP", s.group.clone()),
+            (
+                "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+                "localhost:9094".into(),
+            ),
+            ("IDEMGUARD_KAFKA__SECURITY_PROTOCOL", "SASL_SSL".into()),
+            ("IDEMGUARD_KAFKA__SASL_MECHANISM", mechanism.into()),
+            ("IDEMGUARD_KAFKA__SASL_USERNAME", "idemguard-console".into()),
+            (
+                "IDEMGUARD_KAFKA__SASL_PASSWORD_FILE",
+                tls_file("kafka-console.password"),
+            ),
+            ("IDEMGUARD_KAFKA__SSL_CA_FILE", tls_file("ca.pem")),
+            ("IDEMGUARD_TRACE__ENABLED", "false".into()),
+        ]
+    };
+    let local = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml"));
+    let mut position = String::new();
+    for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
+        let (code, out) = idemguard(local, &["dlq", "--json"], &console(mechanism)).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "{mechanism}: dlq as the console's principal: {out}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..])
+            .unwrap_or_else(|e| panic!("{mechanism}: {e}: {out}"));
+        let m = &json["data"]["messages"][0];
+        assert_eq!(
+            m["event_id"],
+            poison.event_id.as_str(),
+            "{mechanism}: {json}"
+        );
+        position = format!("{}:{}", m["partition"], m["offset"]);
+    }
+    let env = console("SCRAM-SHA-512");
+    let (code, out) = idemguard(local, &["rates", "--json"], &env).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "rates (the group's lag) as the console's principal: {out}"
+    );
+    let (_, out) = idemguard(local, &["trace", &order, "--json"], &env).await;
+    assert!(
+        out.contains(&poison.event_id),
+        "the trace reads the payment topic: {out}"
+    );
+
+    let args = ["redrive", "--dlq", &position, "--allow-actions", "--json"];
+    let (code, out) = idemguard(local, &args, &env).await;
+    let topic = &s.config.kafka.payment_topic;
+    for says in [
+        "refused",
+        "User:idemguard-console",
+        &format!("the ACL Write on Topic:{topic}"),
+        "kafka-acls.sh",
+    ] {
+        assert!(out.contains(says), "redrive says `{says}`: {out}");
+    }
+    assert_ne!(code, Some(0), "{out}");
+    let published = common::count(&s.db, "ops_audit WHERE outcome = 'done'").await;
+    assert_eq!(published, 0, "nothing recorded as published: {out}");
+}

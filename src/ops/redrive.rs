@@ -21,6 +21,7 @@
 //! - a redrive of an event already applied changes nothing: the consumer's dedup
 //!   (`processed_event`) and the sinks' unique keys drop it.
 
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
 use serde::Serialize;
@@ -181,7 +182,8 @@ impl Actions {
                     Some(json(&Published { topic: &source.topic, partition: p, offset: o })),
                     format!("published to {} {p}@{o} with redrive.audit_id {id}: the consumer applies it once, drops it as already applied, or returns it to the DLQ once", source.topic),
                 ),
-                Err(e) => (ActionOutcome::Error, None, format!("the publish to {} failed: {e}; this row says error, and the redrive may be retried (should the broker have taken it after all, the consumer's dedup drops the second copy)", source.topic)),
+                Err(PublishError::NotAuthorized(why)) => (ActionOutcome::Refused, None, format!("not published: {why}")),
+                Err(PublishError::Failed(e)) => (ActionOutcome::Error, None, format!("the publish to {} failed: {e}; this row says error, and the redrive may be retried (should the broker have taken it after all, the consumer's dedup drops the second copy)", source.topic)),
             },
         };
         self.finish(action, id, outcome, before, after, detail)
@@ -226,7 +228,7 @@ impl Actions {
         entry: &DlqEntry,
         source: &SourcePosition,
         audit_id: i64,
-    ) -> anyhow::Result<(i32, i64)> {
+    ) -> Result<(i32, i64), PublishError> {
         let kafka = &self.config.kafka;
         let producer: FutureProducer = crate::kafka_client::client_config(kafka)
             .set("acks", "all")
@@ -237,10 +239,10 @@ impl Actions {
             )
             .create()
             .map_err(|e| {
-                anyhow::anyhow!(
+                PublishError::Failed(format!(
                     "cannot create a Kafka producer for {}: {e}",
                     kafka.bootstrap_servers
-                )
+                ))
             })?;
         let m = &entry.message;
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&source.topic)
@@ -256,8 +258,36 @@ impl Actions {
             .send(record, std::time::Duration::from_secs(15))
             .await
             .map(|d| (d.partition, d.offset))
-            .map_err(|(e, _)| anyhow::anyhow!("{e}"))
+            .map_err(|(e, _)| match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
+                    PublishError::NotAuthorized(missing_write_acl(kafka, &source.topic))
+                }
+                _ => PublishError::Failed(e.to_string()),
+            })
     }
+}
+
+/// Why a redrive's publish did not happen.
+enum PublishError {
+    /// The broker's ACLs do not let this principal write the topic: nothing to retry until they
+    /// do.
+    NotAuthorized(String),
+    Failed(String),
+}
+
+/// The ACL a redrive to `topic` needs and this configuration's principal lacks, with the
+/// command that grants it.
+fn missing_write_acl(kafka: &crate::config::KafkaConfig, topic: &str) -> String {
+    use crate::config::KafkaSecurityProtocol as P;
+    let principal = match kafka.security_protocol {
+        P::SaslSsl | P::SaslPlaintext => format!("User:{}", kafka.sasl_username),
+        P::Ssl => "the principal of kafka.ssl_cert_file's certificate (User:CN=…)".into(),
+        P::Plaintext => "User:ANONYMOUS".into(),
+    };
+    format!(
+        "the broker refused to let {principal} write to topic {topic} (TOPIC_AUTHORIZATION_FAILED): a redrive needs the ACL Write on Topic:{topic} for it — `kafka-acls.sh --bootstrap-server {} --add --allow-principal {principal} --operation Write --topic {topic}` — or run the redrive with the credentials of a principal that has it (the console's least-privilege principal reads only)",
+        kafka.bootstrap_servers
+    )
 }
 
 /// Where `entry` goes back to (a partition of `payment_topic`), or why it may not.
