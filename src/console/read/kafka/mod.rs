@@ -1,5 +1,5 @@
 //! A topic plan's windows read from Kafka: [`read_windows`] is where every windowed read of a
-//! topic starts (a trace's, the rates', a window report's, the DLQ's). In order:
+//! topic starts (a trace's, the rates', a window report's, the DLQ's, the log topic's). In order:
 //! 1. the partitions to read ([`plan`]: the traced keys', by the profile's partitioner) and
 //!    their watermarks;
 //! 2. each window's offsets, from the broker's time index ([`offsets`]: `offsets_for_times`,
