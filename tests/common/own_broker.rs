@@ -41,7 +41,7 @@ impl OwnBroker {
             .prefix("igt-kafka-")
             .tempdir()
             .expect("a temporary directory for the broker");
-        let (port, controller) = (free_port(), free_port());
+        let (port, controller) = free_ports();
         write_config(dir.path(), port, controller);
         format_storage(dir.path(), &libs);
         let mut broker = OwnBroker {
@@ -216,12 +216,13 @@ fn kafka_java(dir: &Path, libs: &Path) -> Command {
     c
 }
 
-/// A loopback port free now (the broker binds it a moment later).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+/// Two distinct loopback ports free now (the broker binds them a moment later; a restart binds
+/// them again).
+fn free_ports() -> (u16, u16) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    let (a, b) = (bind(), bind());
+    let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
+    (port(&a), port(&b))
 }
 
 /// server.properties and log4j2.properties. The stack's broker's settings for one node, its
