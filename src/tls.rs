@@ -185,7 +185,8 @@ pub async fn diagnose(
 pub async fn speaks_plaintext(backend: Backend, addr: &str) -> bool {
     // Kafka: size 10, ApiVersions (18) v0, correlation id 1, no client id.
     const API_VERSIONS: [u8; 14] = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff];
-    let (greeting, answered): (&[u8], fn(&[u8]) -> bool) = match backend {
+    type Answered = fn(&[u8]) -> bool;
+    let (greeting, answered): (&[u8], Answered) = match backend {
         Backend::Redis => (b"PING\r\n", |r| matches!(r.first(), Some(b'+' | b'-'))),
         Backend::Kafka => (&API_VERSIONS, |r| r.get(4..8) == Some(&[0, 0, 0, 1])),
         Backend::Postgres | Backend::Mysql => return false,

@@ -444,12 +444,15 @@ async fn half_sent_connections_to_the_metrics_port_never_starve_the_api() {
     drop(held);
 }
 
+/// (partition, produced, deleted before, committed, lag).
+type LagCase = (i32, i64, Option<i64>, Option<i64>, i64);
+
 /// What the test did to its topic's three partitions, and the lag each must show: p0 has 7
 /// messages and the group committed 2 (lag 5); p1 has 4 and nothing committed — the consumer
 /// starts at the beginning, so all 4 are lag; p2 has 6 of which retention dropped the first 3,
 /// and the group committed 1, below what is kept — the consumer resumes at 3, so the lag is 3,
 /// not 5.
-const LAG_FIXTURE: [(i32, i64, Option<i64>, Option<i64>, i64); 3] = [
+const LAG_FIXTURE: [LagCase; 3] = [
     // (partition, produced, deleted before, committed, lag)
     (0, 7, None, Some(2), 5),
     (1, 4, None, None, 4),

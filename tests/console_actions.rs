@@ -231,7 +231,7 @@ async fn redlock_release_deletes_the_acquisition_on_every_node() {
 // ---------------------------------------------------------------------------------------------
 
 /// A PROCESSING record owned by `owner`, as a claim that never finished leaves it.
-async fn stuck_record(config: &Config, db: &Database, owner: &str) -> IdempotencyRecord {
+async fn stuck_record(db: &Database, owner: &str) -> IdempotencyRecord {
     let rid = RequestId::generate("APP", "ORDER");
     let claim = ClaimRequest {
         request_id: rid.as_str(),
@@ -274,7 +274,7 @@ fn finalize(rec: &IdempotencyRecord) -> Action {
 
 async fn reconcile_picks_succeeded_when_the_order_exists(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
-    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let rec = stuck_record(&db, &instance("dead").id).await;
     let order = place_order(&db, &rec.request_id).await;
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
@@ -330,7 +330,7 @@ per_dialect!(reconcile_picks_succeeded_when_the_order_exists => reconcile_picks_
 
 async fn reconcile_picks_failed_when_no_order_exists_and_the_owner_is_dead(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
-    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let rec = stuck_record(&db, &instance("dead").id).await;
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
     assert_eq!(r.outcome, ActionOutcome::Done, "{dialect}: {}", r.detail);
@@ -366,7 +366,7 @@ async fn finalize_is_refused_while_the_owner_is_alive(dialect: Dialect) {
     let live = instance("live");
     let liveness = idemguard::lock::Liveness::from_config(&config).unwrap();
     let heartbeat = liveness.start(&live).await.unwrap();
-    let rec = stuck_record(&config, &db, &live.id).await;
+    let rec = stuck_record(&db, &live.id).await;
     let ops = actions_for(&config, &db, true).await;
     let r = ops.run(&finalize(&rec)).await;
     assert_eq!(r.outcome, ActionOutcome::Refused, "{dialect}: {}", r.detail);
@@ -390,8 +390,8 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
 ) {
     let (config, db) = common::migrated_database(dialect).await;
     let owner = instance("slow").id;
-    let shown = stuck_record(&config, &db, &owner).await; // what the operator saw
-                                                          // The owner finishes a moment later (its own conditional finalize).
+    let shown = stuck_record(&db, &owner).await; // what the operator saw
+                                                 // The owner finishes a moment later (its own conditional finalize).
     let outcome = idempotency::FinalResponse {
         status: "SUCCEEDED",
         code: 201,
@@ -421,7 +421,7 @@ async fn finalize_of_a_record_that_completed_after_it_was_displayed_writes_nothi
     );
 
     // Taken over by a retry (still PROCESSING, a new version): the version seen no longer matches.
-    let other = stuck_record(&config, &db, &owner).await;
+    let other = stuck_record(&db, &owner).await;
     assert!(
         idempotency::reclaim(&db, &other, "retrying-instance", 0, 60_000)
             .await
@@ -467,7 +467,7 @@ async fn read_only_mode_writes_nothing_but_audits_every_attempt(dialect: Dialect
     let key = order_key();
     let value = hold_and_abandon(&holder, &key).await;
     let fence = holder.current_fence(&key).await.unwrap();
-    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let rec = stuck_record(&db, &instance("dead").id).await;
     place_order(&db, &rec.request_id).await;
     let fast_key = keys::idempotency_fast_path(&rec.request_id);
     let placeholder = "{\"state\":\"PROCESSING\",\"hash\":\"h\",\"owner\":\"x\",\"nonce\":\"n\"}";
@@ -530,7 +530,7 @@ per_dialect!(read_only_mode_writes_nothing_but_audits_every_attempt => read_only
 
 async fn an_action_whose_audit_cannot_be_written_is_not_performed(dialect: Dialect) {
     let (config, db) = common::migrated_database(dialect).await;
-    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let rec = stuck_record(&db, &instance("dead").id).await;
     let holder = locks_for(&config, &instance("dead"));
     let key = order_key();
     let value = hold_and_abandon(&holder, &key).await;
@@ -587,7 +587,7 @@ async fn headless_twins_guard_audit_and_trace_like_the_library(dialect: Dialect)
     let (mut config, db) = common::migrated_database(dialect).await;
     let topics = common::fresh_topics(&config, &["idemguard.trace"]).await;
     config.kafka.trace_topic = topics[0].clone();
-    let rec = stuck_record(&config, &db, &instance("dead").id).await;
+    let rec = stuck_record(&db, &instance("dead").id).await;
     let holder = locks_for(&config, &instance("dead"));
     let key = order_key();
     let value = hold_and_abandon(&holder, &key).await;
@@ -789,9 +789,9 @@ async fn console_world() -> (
     let live_locks = locks_for(&config, &live);
     let heartbeat = live_locks.liveness().start(&live).await.unwrap();
     hold_and_abandon(&live_locks, LIVE_KEY).await;
-    let with_order = stuck_record(&config, &db, "dead-owner").await;
+    let with_order = stuck_record(&db, "dead-owner").await;
     place_order(&db, &with_order.request_id).await;
-    let without = stuck_record(&config, &db, "dead-owner").await;
+    let without = stuck_record(&db, "dead-owner").await;
     tokio::time::sleep(Duration::from_millis(5)).await; // older than the (zero) threshold
     (redis, config, db, vec![with_order, without], heartbeat)
 }
@@ -1351,8 +1351,8 @@ per_dialect!(the_report_names_a_points_row_written_behind_the_systems_back => th
 /// moved on matches nothing — the guard that holds even if a record changes between the
 /// reconcile and the write.
 async fn the_conditional_update_matches_nothing_once_the_record_moved_on(dialect: Dialect) {
-    let (config, db) = common::migrated_database(dialect).await;
-    let rec = stuck_record(&config, &db, "someone").await;
+    let (_, db) = common::migrated_database(dialect).await;
+    let rec = stuck_record(&db, "someone").await;
     let run = |version: i64| {
         sqlx::query(db.sql("console_finalize"))
             .bind("FAILED")

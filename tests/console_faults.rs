@@ -99,12 +99,12 @@ async fn audit(db: &Database, target: &str) -> Vec<AuditRow> {
 }
 
 /// A PROCESSING record whose lease is over and whose owner has no heartbeat.
-async fn stuck_record(config: &Config, db: &Database) -> IdempotencyRecord {
+async fn stuck_record(db: &Database) -> IdempotencyRecord {
     let rid = RequestId::generate("APP", "ORDER");
     let owner = instance("dead").id;
     let claim = ClaimRequest {
         request_id: rid.as_str(),
-        biz_type: &config.idempotency.biz_type,
+        biz_type: "ORDER",
         request_hash: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         owner: &owner,
         fence: 0,
@@ -156,7 +156,7 @@ async fn record(db: &Database, request_id: &str) -> IdempotencyRecord {
 /// since seen (exit 5), nothing written.
 async fn record_changed_between_reconcile_and_write(dialect: Dialect) {
     in_own_database(dialect, |config, db| async move {
-        let rec = stuck_record(&config, &db).await;
+        let rec = stuck_record(&db).await;
         let ops = actions_for(&config, &db, true).await;
         let p = common::placeholders(dialect, 1);
         let mut other = db.pool.begin().await.unwrap();
@@ -206,7 +206,7 @@ per_dialect!(record_changed_between_reconcile_and_write => record_changed_betwee
 
 async fn failed_audit_write_runs_nothing(dialect: Dialect) {
     in_own_database(dialect, |config, db| async move {
-        let rec = stuck_record(&config, &db).await;
+        let rec = stuck_record(&db).await;
         let key = keys::order_lock(OrderNo::generate().as_str());
         let value = hold_and_abandon(
             &locks_for(&config, &instance("dead")),
@@ -516,7 +516,7 @@ async fn finalize_reports_a_fast_path_it_could_not_update(dialect: Dialect, down
             config.idempotency.fast_path,
             "config/local.toml has the fast path on"
         );
-        let rec = stuck_record(&config, &db).await;
+        let rec = stuck_record(&db).await;
         place_order(&db, &rec.request_id).await;
         if down_at_start {
             main.kill();

@@ -37,7 +37,6 @@ const OWNER: &str = "bench-baseline";
 struct Durable {
     db: Database,
     redis: ConnectionManager,
-    biz_type: String,
     lease_ms: i64,
     retention_ms: i64,
     /// Where the replay answers are stored: `{replay_prefix}{Idempotency-Key}`.
@@ -63,7 +62,6 @@ pub async fn start(config: &Config, replay_prefix: &str) -> Baseline {
     let state = Arc::new(Durable {
         db,
         redis,
-        biz_type: config.idempotency.biz_type.clone(),
         lease_ms: config.idempotency.lease.as_millis() as i64,
         retention_ms: config.idempotency.retention.as_millis() as i64,
         replay_prefix: replay_prefix.to_string(),
@@ -111,7 +109,7 @@ async fn durable_order(State(s): State<Arc<Durable>>, headers: HeaderMap, body: 
     let (db, now) = (&s.db, now_ms());
     let claim = sqlx::query(db.sql("api_idem_claim"))
         .bind(key)
-        .bind(s.biz_type.as_str())
+        .bind(idemguard::contracts::business_of(key))
         .bind(NO_HASH)
         .bind(OWNER)
         .bind(0_i64)
