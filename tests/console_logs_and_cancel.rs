@@ -93,8 +93,9 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
         s.contains("enter runs it")
     });
     t.keys(&["Enter"]);
+    // The result is said once, in the row of the actions panel.
     let done = t.wait_for("the action's result", Duration::from_secs(20), |s| {
-        s.contains(&format!("finalize {request_id}:"))
+        s.contains("Last actions") && s.contains(&format!("finalize {request_id} — "))
     });
     std::thread::sleep(Duration::from_millis(500)); // anything written late would be drawn by now
     let after = t.screen();
