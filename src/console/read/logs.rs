@@ -30,7 +30,7 @@ use crate::config::{Config, LogsConfig};
 use crate::console::read::bounded::TOPIC_READ_DEADLINE;
 use crate::console::read::sources::blocking;
 use crate::console::read::window::{TimeWindow, TopicPlan, WindowBasis};
-use crate::console::read::window_read;
+use crate::console::read::kafka;
 use crate::stream::partitioner::Partitioner;
 
 /// Lines one trace keeps: a runaway service logging the same ID in a loop cannot exhaust the
@@ -502,7 +502,7 @@ fn read_topic(
         known_partitions: Vec::new(),
     };
     let cancel = CancellationToken::new();
-    window_read::read_windows(config, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
+    kafka::read_windows(config, &plan, TOPIC_READ_DEADLINE, &cancel, |m| {
         let Some(payload) = rdkafka::Message::payload(m) else {
             return;
         };

@@ -41,5 +41,3 @@ pub mod topics;
 pub mod trace;
 pub mod window;
 
-/// [`kafka`], by the name the DLQ's and the logs' readers import it by.
-pub use kafka as window_read;

@@ -244,5 +244,6 @@ fn dead_letter_id(m: &OwnedMessage) -> String {
     let topic = m.topic().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    format!("dlq:{topic:016x}:{}:{}", m.partition(), m.offset())
+    let mark = crate::contracts::DEAD_LETTER_MARK;
+    format!("{mark}{topic:016x}:{}:{}", m.partition(), m.offset())
 }
