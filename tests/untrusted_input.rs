@@ -14,6 +14,15 @@
 //!
 //! Data-driven: a new hostile input is one line of [`HOSTILE`], a new face one function that
 //! reads it back.
+//!
+//! The bad input that is no text to show is fed where its face is tested: connections that send
+//! half a request head to the metrics port (`tests/alerting.rs`,
+//! `half_sent_connections_to_the_metrics_port_never_starve_the_api`); secret and CA files that are
+//! `/dev/zero`, a FIFO, a directory or world-readable (`tests/redaction.rs`,
+//! `secret_and_certificate_files_are_read_as_bounded_files`); schemas with mixed-case, reserved
+//! and non-identifier names, and more tables than are read (`tests/first_contact.rs`,
+//! `mixed_case_names_are_read_and_quoted`, `what_is_not_read_is_said`); a forged `dlq.source.*`
+//! or `redrive.*` header (`tests/redrive.rs`, `a_redrive_writes_only_to_the_payment_topic`).
 
 mod common;
 #[path = "support/redis_server.rs"]
