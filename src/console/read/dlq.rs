@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::console::read::bounded::window_plan;
+use crate::console::read::kafka::read_windows;
 use crate::console::read::messages::id_at;
 use crate::console::read::sources::blocking;
 use crate::console::read::window::{TimeWindow, TopicCost};
-use crate::console::read::kafka::read_windows;
 use crate::contracts::PaymentSucceeded;
 use crate::db::orders::{find_order, OrderKey};
 use crate::db::state_machine::OrderStatus;

@@ -28,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, LogsConfig};
 use crate::console::read::bounded::TOPIC_READ_DEADLINE;
+use crate::console::read::kafka;
 use crate::console::read::sources::blocking;
 use crate::console::read::window::{TimeWindow, TopicPlan, WindowBasis};
-use crate::console::read::kafka;
 use crate::stream::partitioner::Partitioner;
 
 /// Lines one trace keeps: a runaway service logging the same ID in a loop cannot exhaust the

@@ -40,4 +40,3 @@ pub mod timeline;
 pub mod topics;
 pub mod trace;
 pub mod window;
-

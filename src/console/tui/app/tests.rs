@@ -468,7 +468,10 @@ fn the_dlq_view_says_which_consumer_dead_lettered_the_selected_message() {
     let pane = selected_pane(&s);
     // Its first 127 characters shown, then `…` (the pane wraps it: compared without spaces).
     let host = format!(r"host\x1b]0;pwned\x07{}…·group", "h".repeat(127 - 16));
-    assert!(pane.replace(' ', "").contains(&host), "escaped and cut:\n{s}");
+    assert!(
+        pane.replace(' ', "").contains(&host),
+        "escaped and cut:\n{s}"
+    );
     assert!(!s.contains('\x1b'), "{s}");
     assert!(pane.contains("at ?"), "{s}");
     // Dead-lettered by an idemguard older than the headers.
@@ -492,7 +495,10 @@ fn selected_pane(s: &str) -> String {
         .take_while(|l| l.starts_with('│'))
         .map(|l| l.trim_matches(['│', ' ']))
         .collect();
-    text.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+    text.join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Each line of a table runs to its right border.

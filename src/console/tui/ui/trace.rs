@@ -300,10 +300,19 @@ mod tests {
     #[test]
     fn times_in_the_selected_entry_are_times() {
         let ms = serde_json::json!(1_796_667_227_042_i64);
-        assert_eq!(super::field_text("created_at", &ms), "2026-12-07T18:13:47.042Z");
-        assert_eq!(super::field_text("lease_until", &ms), "2026-12-07T18:13:47.042Z");
+        assert_eq!(
+            super::field_text("created_at", &ms),
+            "2026-12-07T18:13:47.042Z"
+        );
+        assert_eq!(
+            super::field_text("lease_until", &ms),
+            "2026-12-07T18:13:47.042Z"
+        );
         assert_eq!(super::field_text("fence", &ms), "1796667227042");
-        assert_eq!(super::field_text("replay_count", &serde_json::json!(3)), "3");
+        assert_eq!(
+            super::field_text("replay_count", &serde_json::json!(3)),
+            "3"
+        );
     }
 
     /// The database's trace read failed: the view says PARTIAL first and never calls the ID
