@@ -444,6 +444,29 @@ async fn half_sent_connections_to_the_metrics_port_never_starve_the_api() {
     drop(held);
 }
 
+/// What the Overview says of `lag`: its `consumer lag` lines.
+fn overview_lag_lines(
+    lag: &Result<Vec<idemguard::stream::lag::PartitionLag>, String>,
+) -> Vec<String> {
+    let rates = idemguard::console::read::store::RateTable::default();
+    idemguard::console::read::overview::findings(
+        &idemguard::console::read::overview::OverviewInput {
+            leaks: None,
+            stuck: None,
+            locks: None,
+            lag: Some(lag),
+            rates: &rates,
+            rates_reading: None,
+            lock_patterns: &[],
+            now_ms: 0,
+        },
+    )
+    .into_iter()
+    .map(|f| f.text)
+    .filter(|t| t.starts_with("consumer lag"))
+    .collect()
+}
+
 /// (partition, produced, deleted before, committed, lag).
 type LagCase = (i32, i64, Option<i64>, Option<i64>, i64);
 
@@ -630,23 +653,7 @@ async fn the_lag_gauge_and_the_console_agree_on_known_offsets() {
     .await
     .unwrap()
     .map_err(|e| e.to_string());
-    let rates_table = idemguard::console::read::store::RateTable::default();
-    let lines: Vec<String> = idemguard::console::read::overview::findings(
-        &idemguard::console::read::overview::OverviewInput {
-            leaks: None,
-            stuck: None,
-            locks: None,
-            lag: Some(&lag),
-            rates: &rates_table,
-            rates_reading: None,
-            lock_patterns: &[],
-            now_ms: 0,
-        },
-    )
-    .into_iter()
-    .map(|f| f.text)
-    .filter(|t| t.starts_with("consumer lag"))
-    .collect();
+    let lines = overview_lag_lines(&lag);
     assert_eq!(
         lines,
         [
@@ -705,22 +712,6 @@ async fn a_lag_the_broker_did_not_give_is_said_with_the_broker() {
         "{said}"
     );
     let lag = Err(said.clone());
-    let rates = idemguard::console::read::store::RateTable::default();
-    let lines: Vec<String> = idemguard::console::read::overview::findings(
-        &idemguard::console::read::overview::OverviewInput {
-            leaks: None,
-            stuck: None,
-            locks: None,
-            lag: Some(&lag),
-            rates: &rates,
-            rates_reading: None,
-            lock_patterns: &[],
-            now_ms: 0,
-        },
-    )
-    .into_iter()
-    .map(|f| f.text)
-    .filter(|t| t.starts_with("consumer lag"))
-    .collect();
+    let lines = overview_lag_lines(&lag);
     assert_eq!(lines, [format!("consumer lag unknown — {said}")]);
 }

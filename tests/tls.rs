@@ -152,34 +152,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A process of the binary for the test's duration (killed when dropped).
-fn spawn(file: &Path, args: &[&str]) -> tokio::process::Child {
+/// A process of the binary for the test's duration (killed when dropped), its stderr as asked.
+fn spawn_with(file: &Path, args: &[&str], stderr: std::process::Stdio) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
         .arg("--config")
         .arg(file)
         .args(args)
         .env_remove("IDEMGUARD_CONFIG")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+fn spawn(file: &Path, args: &[&str]) -> tokio::process::Child {
+    spawn_with(file, args, std::process::Stdio::null())
 }
 
 /// A service started on `file`, and the line it says on stderr, as it starts, of how each
 /// connection is secured.
 async fn spawn_saying_connections(file: &Path, args: &[&str]) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
-        .arg("--config")
-        .arg(file)
-        .args(args)
-        .env_remove("IDEMGUARD_CONFIG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_with(file, args, std::process::Stdio::piped());
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let said = tokio::time::timeout(Duration::from_secs(30), async {
         while let Ok(Some(line)) = lines.next_line().await {
