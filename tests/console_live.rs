@@ -20,6 +20,7 @@ use idemguard::config::Dialect;
 use idemguard::console::cli::headless;
 use idemguard::console::tui::app::{App, Health};
 use idemguard::console::tui::backend::Backends;
+use idemguard::console::tui::keymap::View;
 use idemguard::contracts::{Instance, RequestId, TraceTarget};
 use idemguard::db::orders::Orders;
 use idemguard::stream::{ConsumeOptions, ConsumeStats, PaymentConsumer};
@@ -288,6 +289,13 @@ async fn console_over_a_real_incident(dialect: Dialect) {
         times.windows(2).all(|p| p[0] <= p[1]),
         "oldest first: {times:?}"
     );
+    // The order's idempotency record selected (a claim, placed at its start, comes before it).
+    let record = t
+        .entries
+        .iter()
+        .position(|e| e.source == "idempotency_record")
+        .expect("the record");
+    app.ui.selected.insert(View::Trace, record);
     // The view's head — environment, backends, which layer stopped each duplicate, the event's
     // effects — is the same on every run once volatile text is redacted.
     let drawn = screen(&mut app, 170, 52);
