@@ -28,12 +28,7 @@ const ALARM_RGB: [u8; 3] = [0xe0, 0x00, 0x00];
 /// The report of the incident's order, written as HTML and rendered: the report, the page as
 /// the browser parsed it, and the count of alarm-coloured pixels on screen.
 async fn rendered(w: &World, inc: &Incident, name: &str) -> (IncidentReport, chromium::Rendered) {
-    let r = report::build(
-        &w.config,
-        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
-    )
-    .await
-    .unwrap();
+    let r = report_of(w, inc).await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("report_html");
     std::fs::create_dir_all(&dir).unwrap();
@@ -42,6 +37,35 @@ async fn rendered(w: &World, inc: &Incident, name: &str) -> (IncidentReport, chr
     let png = dir.join(format!("{name}-{:?}.png", w.dialect));
     let shown = chromium::render(&page, 1100, 1000, &png);
     (r, shown)
+}
+
+/// The console's `:report html` of the incident's order, run until it says where it wrote.
+async fn console_report_html(w: &World, inc: &Incident) -> idemguard::console::tui::app::App {
+    use idemguard::console::tui::app::App;
+    use idemguard::console::tui::backend::Backends;
+    let mut backends = Backends::spawn(&w.config);
+    let exec = backends.spawn_executor(&w.config, false);
+    let mut app = App::new(&w.config, None);
+    app.attach_executor(exec);
+    app.run_command(&format!("report html {}", inc.order_no));
+    console_fixture::pump_until(&mut app, &mut backends.updates, "the report written", |a| {
+        a.ui.message
+            .as_ref()
+            .is_some_and(|(m, _, _)| m.starts_with("report "))
+    })
+    .await;
+    backends.shutdown().await;
+    app
+}
+
+/// The report of the incident's order, as `report --id` builds it.
+async fn report_of(w: &World, inc: &Incident) -> IncidentReport {
+    report::build(
+        &w.config,
+        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
+    )
+    .await
+    .unwrap()
 }
 
 fn assert_loaded_quietly(shown: &chromium::Rendered) {
@@ -203,25 +227,11 @@ per_dialect!(the_rate_chart_holds_the_rates_views_numbers
 /// The console's `:report html ID` writes the same page into `console.report_dir`.
 #[tokio::test]
 async fn the_consoles_report_html_writes_the_page_into_the_report_dir() {
-    use idemguard::console::tui::app::App;
-    use idemguard::console::tui::backend::Backends;
-
     let mut w = world(Dialect::Postgres, 0).await;
     let inc = Incident::write(&w).await;
     let tmp = tempfile::tempdir().unwrap();
     w.config.console.report_dir = tmp.path().display().to_string();
-    let mut backends = Backends::spawn(&w.config);
-    let exec = backends.spawn_executor(&w.config, false);
-    let mut app = App::new(&w.config, None);
-    app.attach_executor(exec);
-    app.run_command(&format!("report html {}", inc.order_no));
-    console_fixture::pump_until(&mut app, &mut backends.updates, "the report written", |a| {
-        a.ui.message
-            .as_ref()
-            .is_some_and(|(m, _, _)| m.starts_with("report "))
-    })
-    .await;
-    backends.shutdown().await;
+    let app = console_report_html(&w, &inc).await;
     let path = tmp
         .path()
         .join(format!("idemguard-report-{}.html", inc.order_no));
@@ -252,8 +262,6 @@ async fn the_consoles_report_html_writes_the_page_into_the_report_dir() {
 /// name, which the console says. `idemguard report -o` onto a link refuses, saying why.
 #[tokio::test]
 async fn a_link_planted_at_a_reports_name_is_never_written_through() {
-    use idemguard::console::tui::app::App;
-    use idemguard::console::tui::backend::Backends;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     let mut w = world(Dialect::Postgres, 0).await;
@@ -282,18 +290,7 @@ async fn a_link_planted_at_a_reports_name_is_never_written_through() {
         symlink(&victim, named("", ext)).unwrap();
     }
 
-    let mut backends = Backends::spawn(&w.config);
-    let exec = backends.spawn_executor(&w.config, false);
-    let mut app = App::new(&w.config, None);
-    app.attach_executor(exec);
-    app.run_command(&format!("report html {}", inc.order_no));
-    console_fixture::pump_until(&mut app, &mut backends.updates, "the report written", |a| {
-        a.ui.message
-            .as_ref()
-            .is_some_and(|(m, _, _)| m.starts_with("report "))
-    })
-    .await;
-    backends.shutdown().await;
+    let app = console_report_html(&w, &inc).await;
     untouched();
     let said = &app.ui.message.as_ref().unwrap().0;
     let html = named("-2", "html");
@@ -353,12 +350,7 @@ async fn a_link_planted_at_a_reports_name_is_never_written_through() {
 async fn a_long_unbroken_value_wraps_inside_the_page() {
     let w = world(Dialect::Postgres, 0).await;
     let inc = Incident::write(&w).await;
-    let mut r = report::build(
-        &w.config,
-        &ReportScope::Id(TraceTarget::classify(&inc.order_no)),
-    )
-    .await
-    .unwrap();
+    let mut r = report_of(&w, &inc).await;
     let long = "W".repeat(5_000);
     let entry = r.timelines[0].entries.first_mut().expect("an entry");
     entry.summary = long.clone();
