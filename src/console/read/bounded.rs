@@ -86,27 +86,6 @@ impl Keep {
         }
     }
 
-    /// The target and the IDs it resolved to (the live console's trace target).
-    pub fn of_ids(target: &TraceTarget, ids: &TraceIds) -> Keep {
-        let mut keep = BTreeSet::from([target.id().to_string()]);
-        keep.extend(
-            [
-                ids.order_no.clone(),
-                ids.request_id.clone(),
-                ids.event_id.clone(),
-            ]
-            .into_iter()
-            .flatten(),
-        );
-        Keep {
-            ids: keep,
-            order_no: ids.order_no.clone(),
-            request_id: ids.request_id.clone(),
-            event_id: ids.event_id.clone(),
-            all: false,
-        }
-    }
-
     /// The keys of the trace's payment messages (key = orderNo): the orderNos kept; none (every
     /// partition) while the order is unknown.
     fn payment_keys(&self, rows: Option<&TraceRows>) -> Vec<String> {

@@ -7,15 +7,18 @@
 //! 1. the database rows link requestId ↔ orderNo ↔ eventId ([`records::trace_rows`]);
 //! 2. the topics are read for those IDs ([`bounded::read_topics_for`]) — or, in the TUI, its
 //!    stores are what the collectors have read so far;
-//! 3. an eventId only Kafka knows yet leads to its order: the database is asked again
-//!    ([`resolve_ids`]);
+//! 3. the IDs are resolved from the rows and the topics ([`Resolved::of`]); an eventId only Kafka
+//!    knows yet leads to its order, and the database is asked again;
 //! 4. the Redis keys of the order and request are read (not for a report: the keys of then are
-//!    gone);
+//!    gone), and the log lines of every ID the timeline shows ([`Resolved::log_ids`]), in the
+//!    trace's windows ([`logs::read_for_trace`]);
 //! 5. [`assemble`] picks the messages and events of the IDs and builds the [`Timeline`].
 //!
 //! Steps 1–4 are [`read_trace`] for the one-shot faces. The TUI's collectors do them
-//! continuously (each on its own backend, following the TUI's `Focus`),
-//! and the TUI calls [`assemble`] over its stores: the same step 5, the same [`TracePieces`].
+//! continuously (each on its own backend, following the TUI's `Focus`, which carries what
+//! [`Resolved::of`] its stores gave: the IDs and the log IDs), and the TUI calls [`assemble`]
+//! over its stores: the same step 5, the same [`TracePieces`]. So every face reads the same log
+//! lines for a trace.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -58,7 +61,7 @@ pub struct TracePieces<'a> {
 /// The IDs a trace target resolves to, from every source: the database rows first (they link
 /// requestId ↔ orderNo ↔ eventId), then the payment messages and the trace events for an eventId
 /// the database does not know yet.
-pub fn resolve_ids(
+fn resolve_ids(
     target: &TraceTarget,
     rows: Option<&TraceRows>,
     payments: &PaymentIndex,
@@ -86,8 +89,9 @@ pub fn resolve_ids(
 }
 
 /// What a trace target resolves to from its rows and the topics' stores, worked out once: its
-/// IDs, the payment messages that name them, and every eventId of both. The trace's keys and
-/// log lines are read for it, and its timeline built from it.
+/// IDs, the payment messages that name them, and every eventId of both. The trace's rows are
+/// read again, and its keys and log lines read, for it, and its timeline built from it — by the
+/// one-shot faces over what they read, by the TUI over its stores.
 pub struct Resolved {
     pub ids: TraceIds,
     messages: Vec<PaymentMessage>,
@@ -255,14 +259,18 @@ pub async fn read_trace(
             (&read.0, &read.1)
         }
     };
+    let mut resolved = Resolved::of(target, rows.as_ref(), payments, log);
     if let Some(db) = sources.database {
         if let Some(r) = &mut rows {
-            db_error = reread_rows(db, target, r, payments, log).await.err();
+            match reread_rows(db, &resolved.ids, r).await {
+                Ok(true) => resolved = Resolved::of(target, rows.as_ref(), payments, log),
+                Ok(false) => {}
+                Err(e) => db_error = Some(e),
+            }
         }
         let status = BackendStatus::of(config, BackendId::Database, t_db, db_error);
         statuses.insert(0, status);
     }
-    let resolved = Resolved::of(target, rows.as_ref(), payments, log);
     let keys = if sources.redis {
         let (keys, status) = read_keys(config, &resolved.ids, sources.database).await;
         // After the database, before the topics: the order every document lists them in.
@@ -327,21 +335,20 @@ fn warn_of_cost(timeline: &mut Timeline, cost: &ReadCost) {
 }
 
 /// Step 3: an eventId only Kafka knows yet leads to its order — the database is asked again
-/// with the IDs the topics added (on failure the rows read first stay).
+/// when the IDs resolved name more than the rows did (on failure the rows read first stay).
+/// True when `rows` were read again.
 async fn reread_rows(
     db: &Database,
-    target: &TraceTarget,
+    resolved: &TraceIds,
     rows: &mut TraceRows,
-    payments: &PaymentIndex,
-    log: &TraceLog,
-) -> Result<(), String> {
-    let ids = resolve_ids(target, Some(rows), payments, log);
-    if ids != rows.ids {
-        *rows = records::trace_rows(db, &ids)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
+) -> Result<bool, String> {
+    if *resolved == rows.ids {
+        return Ok(false);
     }
-    Ok(())
+    *rows = records::trace_rows(db, resolved)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(true)
 }
 
 fn failed<T>(r: &anyhow::Result<T>) -> Option<String> {

@@ -645,9 +645,16 @@ impl App {
     /// Tell the collectors what the UI looks at (only when it changed).
     fn publish_focus(&mut self) {
         let Some(tx) = &self.focus else { return };
+        let resolved = self.stores.resolved();
+        let target = self.stores.trace_target.clone();
+        let log_ids = match (&resolved, &target) {
+            (Some(r), Some(t)) => r.log_ids(t),
+            _ => Vec::new(),
+        };
         let next = Focus {
-            target: self.stores.trace_target.clone(),
-            ids: self.stores.resolved_ids(),
+            ids: resolved.map(|r| r.ids).unwrap_or_default(),
+            log_ids,
+            target,
             rows: self.stores.trace_rows.clone(),
             tracing: self.ui.view == View::Trace,
             paused: self.ui.paused,

@@ -510,14 +510,22 @@ impl Stores {
         true
     }
 
+    /// What the trace target resolved to, from every source that answered ([`trace::Resolved`]:
+    /// what the one-shot faces resolve from what they read).
+    pub fn resolved(&self) -> Option<trace::Resolved> {
+        let target = self.trace_target.as_ref()?;
+        let rows = self.trace_rows.as_ref();
+        Some(trace::Resolved::of(
+            target,
+            rows,
+            &self.payments,
+            &self.trace_log,
+        ))
+    }
+
     /// The IDs the trace target resolved to, from every source that answered.
     pub fn resolved_ids(&self) -> TraceIds {
-        match &self.trace_target {
-            Some(t) => {
-                trace::resolve_ids(t, self.trace_rows.as_ref(), &self.payments, &self.trace_log)
-            }
-            None => TraceIds::default(),
-        }
+        self.resolved().map(|r| r.ids).unwrap_or_default()
     }
 
     /// The timeline of the current trace target, from whatever the collectors have sent: the
@@ -535,7 +543,7 @@ impl Stores {
             cost: self.trace_read.as_ref().and_then(|(_, cost)| cost.as_ref()),
             no_trace_topic: self.no_trace_topic,
         };
-        let resolved = trace::Resolved::of(target, pieces.rows, pieces.payments, pieces.log);
+        let resolved = self.resolved()?;
         let mut t = trace::assemble(target, &pieces, &resolved, now);
         for (id, state) in &self.backends {
             // The DLQ is not a trace source; no trace topic is a configuration, not a failure.

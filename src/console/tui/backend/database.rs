@@ -88,9 +88,8 @@ async fn database_round(
         }
     }
     if let Some(target) = &f.target {
-        let mut start = TraceIds::of_target(target);
-        start.absorb(&f.ids);
-        let rows = records::trace_rows(d, &start);
+        // The IDs the UI resolved, the target's own among them.
+        let rows = records::trace_rows(d, &f.ids);
         if let Some(result) = reads.read("the trace's rows", rows).await {
             let target = target.clone();
             if tx.send(Update::TraceRows { target, result }).await.is_err() {

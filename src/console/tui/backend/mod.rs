@@ -68,8 +68,12 @@ pub use crate::console::read::sources::{BackendId, DB_CONNECTIONS, POLL_TIMEOUT}
 pub struct Focus {
     /// The trace target, when the trace view has one.
     pub target: Option<TraceTarget>,
-    /// The IDs it resolved to so far (from any backend).
+    /// The IDs it resolved to so far (from any backend), the target's own among them.
     pub ids: TraceIds,
+    /// The IDs its log lines are searched for: every ID its timeline shows
+    /// ([`Resolved::log_ids`](crate::console::read::trace::Resolved::log_ids), as the one-shot
+    /// trace searches them).
+    pub log_ids: Vec<String>,
     /// The target's database rows, once read: their times are where the read of the target's
     /// history looks in the topics (`None` before, and while the database is down).
     pub rows: Option<TraceRows>,
@@ -84,6 +88,7 @@ impl Focus {
         Focus {
             target: None,
             ids: TraceIds::default(),
+            log_ids: Vec::new(),
             rows: None,
             tracing: true,
             paused: false,
