@@ -2,8 +2,9 @@
 //! flight never holds it.
 //! - while the console owns the terminal, log lines (an action's `INFO idemguard::trace:
 //!   decision …`) go to its log file, never over the screen; the help screen shows the file;
-//! - `q` while the console reads a large trace topic (`:trace` of an unknown ID) exits at
-//!   once instead of when the read ends; a new trace or another view cancels the read too.
+//! - `q` while the console reads a trace topic (`:trace` of an unknown ID) exits at once instead
+//!   of when the read ends; a new trace or another view cancels the read too. The reads are made
+//!   slow by a client property in `[kafka.client]`, over some MB.
 
 mod common;
 mod console_fixture;
@@ -140,95 +141,138 @@ async fn logs_never_reach_the_console_screen(dialect: Dialect) {
 
 per_dialect!(logs_never_reach_the_console_screen => logs_never_reach_the_console_screen_postgres, logs_never_reach_the_console_screen_mysql);
 
-/// Messages on the trace topic, enough that reading it all takes seconds: a third of them in
-/// the partition a trace of one unknown requestId reads, each of [`DETAIL_BYTES`] more. With
-/// 1,200,000 the read took 1.99–2.1 s on a quiet 2-core machine, at the edge of the 2 s the
-/// tests need.
-const TOPIC_MESSAGES: usize = 2_000_000;
-/// What each message carries beyond its IDs (a long `detail`, as a service's error text can be).
-const DETAIL_BYTES: usize = 100;
+/// The client property that slows the console's reads, set through `[kafka.client]` as an
+/// operator would: the broker answers a fetch once it holds `fetch.min.bytes` or when
+/// `fetch.wait.max.ms` has passed, and asking for more than a fetch may carry makes every fetch
+/// wait that whole time (10 ms for the console's window reader).
+const EVERY_FETCH_WAITS: (&str, &str) = ("fetch.min.bytes", "100000000");
 
+/// The floor of one fetch's wait with [`EVERY_FETCH_WAITS`]: the console's window reader's
+/// `fetch.wait.max.ms`. A partition of `n` messages, one a fetch, takes at least `n` of them to
+/// read, quiet machine or loaded (11–12 ms each measured on 2 busy cores).
+const FETCH_WAIT: Duration = Duration::from_millis(10);
+/// What each message carries beyond its IDs (a long `detail`, as a service's error text can
+/// be): each is a record batch of its own, more than half of the 64 KiB a fetch of the console's
+/// reader may carry from a partition, so a fetch carries one.
+const DETAIL_BYTES: usize = 34_000;
+/// The one partition of the trace topic that holds the messages and that every traced ID maps to.
+const PARTITION: i32 = 0;
+
+/// `id` with a numbered suffix, the first whose trace partition (by `kafka.partitioner`) is
+/// [`PARTITION`]: a trace of an unknown requestId reads that partition only.
+fn id_in_the_partition(config: &idemguard::config::Config, id: &str) -> String {
+    (0..)
+        .map(|n| format!("{id}-{n}"))
+        .find(|id| config.kafka.partitioner.partition_of(id.as_bytes(), 3) == Some(PARTITION))
+        .unwrap()
+}
+
+/// `n` trace events of some other request into [`PARTITION`], each a record batch of its own,
+/// keyed as the tracer keys them (so the read's partition shortcut holds).
 async fn fill(config: &idemguard::config::Config, topic: &str, n: usize) {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
-        .set("linger.ms", "20")
-        .set("batch.num.messages", "5000")
+        .set("batch.num.messages", "1")
         .create()
         .unwrap();
+    let someone_else = id_in_the_partition(config, "APP:ORDER:20261129:someone-else");
     let payload = format!(
-        r#"{{"layer":"api","outcome":"claimed","request_id":"APP:ORDER:20261129:someone-else","detail":"{}"}}"#,
+        r#"{{"layer":"api","outcome":"claimed","request_id":"{someone_else}","detail":"{}"}}"#,
         "x".repeat(DETAIL_BYTES)
     );
-    let payload = payload.as_bytes();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
-        let sends = chunk.iter().map(|i| {
-            let key = format!("k{}", i % 64);
-            let producer = &producer;
-            async move {
-                producer
-                    .send(
-                        FutureRecord::to(topic).key(&key).payload(payload),
-                        Duration::from_secs(30),
-                    )
-                    .await
-                    .map_err(|(e, _)| e)
-                    .unwrap()
-            }
-        });
-        futures::future::join_all(sends).await;
+    let sends = (0..n).map(|_| {
+        let record = FutureRecord::to(topic)
+            .partition(PARTITION)
+            .key(&someone_else)
+            .payload(&payload);
+        producer.send(record, Duration::from_secs(30))
+    });
+    for sent in futures::future::join_all(sends).await {
+        sent.map_err(|(e, _)| e).unwrap();
     }
 }
 
-/// A world whose trace topic takes seconds to read whole; and how long that takes, timed on the
-/// read a trace of an unknown ID starts (the console's, cancelled below): its last day of both
-/// topics, every partition.
-async fn world_with_a_large_trace_topic(dialect: Dialect) -> (World, Duration) {
-    let w = world(dialect, 0).await;
-    fill(&w.config, &w.config.kafka.trace_topic, TOPIC_MESSAGES).await;
-    let target = TraceTarget::classify("APP:ORDER:20261129:sizing-unknown");
+/// `[kafka.client]` with [`EVERY_FETCH_WAITS`], as the console's environment gives it.
+fn slow_fetches_env() -> (&'static str, String) {
+    let (name, value) = EVERY_FETCH_WAITS;
+    (
+        "IDEMGUARD_KAFKA__CLIENT",
+        format!(r#"{{ "{name}" = "{value}" }}"#),
+    )
+}
+
+/// A world whose trace topic holds `messages` (some MB) that take seconds to read, its readers
+/// slowed by [`EVERY_FETCH_WAITS`] (at the broker's full speed it took two million messages, a
+/// GB and more); and how long that takes, timed on the read a trace of an unknown ID starts
+/// (the console's, cancelled below).
+async fn world_with_a_slow_trace_topic(dialect: Dialect, messages: usize) -> (World, Duration) {
+    let mut w = world(dialect, 0).await;
+    let (name, value) = EVERY_FETCH_WAITS;
+    w.config.kafka.client.insert(name.into(), value.into());
+    fill(&w.config, &w.config.kafka.trace_topic, messages).await;
+    let id = id_in_the_partition(&w.config, "APP:ORDER:20261129:sizing-unknown");
     let window = TimeWindow::last_day(now_ms());
     let never = CancellationToken::new();
     let started = Instant::now();
-    let (_, log, cost) = bounded::read_topics_for(&w.config, &target, None, window, &never).await;
+    let (_, log, cost) =
+        bounded::read_topics_for(&w.config, &TraceTarget::classify(&id), None, window, &never)
+            .await;
     let full_read = started.elapsed();
     log.unwrap();
-    assert!(
-        cost.messages_scanned() as usize >= TOPIC_MESSAGES / 5,
+    assert_eq!(
+        cost.messages_scanned() as usize,
+        messages,
         "{dialect}: the read scans the ID's partition whole: {cost:?}"
     );
     assert!(
-        full_read >= Duration::from_secs(2),
-        "{dialect}: a full read took only {full_read:?}; the test needs a slower one"
+        cost.round_trips.fetch as usize > messages,
+        "{dialect}: a fetch carries one message: {cost:?}"
+    );
+    assert!(
+        full_read >= FETCH_WAIT * messages as u32,
+        "{dialect}: a full read took only {full_read:?}: the fetches did not wait"
     );
     (w, full_read)
 }
 
 async fn quitting_cancels_a_topic_read(dialect: Dialect) {
-    // The read `q` must not wait for really takes seconds.
-    let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
+    // The read `q` must not wait for really takes seconds: over 2.4 s.
+    let (w, full_read) = world_with_a_slow_trace_topic(dialect, 240).await;
 
     let dir = tempfile::tempdir().unwrap();
+    let log_file = dir.path().join("console.log").display().to_string();
     let t = open_console(
         &w,
-        &[(
-            "IDEMGUARD_CONSOLE__LOG_FILE",
-            dir.path().join("console.log").display().to_string(),
-        )],
+        &[
+            ("IDEMGUARD_CONSOLE__LOG_FILE", log_file),
+            slow_fetches_env(),
+        ],
     );
     t.wait_for("the console", Duration::from_secs(20), |s| {
         s.contains("idemguard console") && s.contains("database ok")
     });
-    t.keys(&[":trace APP:ORDER:20261129:nobody-knows-me", "Enter"]);
-    t.wait_for("the trace", Duration::from_secs(10), |s| {
-        s.contains("nobody-knows-me")
-    });
-    std::thread::sleep(Duration::from_millis(700)); // the read of the whole topic is under way
+    let id = id_in_the_partition(&w.config, "APP:ORDER:20261129:nobody-knows-me");
+    let traced = Instant::now();
+    t.keys(&[&format!(":trace {id}"), "Enter"]);
+    t.wait_for(
+        "the read of the topic under way",
+        Duration::from_secs(10),
+        |s| {
+            s.contains(&id) && s.contains(" messages scanned") && !s.contains(" 0 messages scanned")
+        },
+    );
     let asked = Instant::now();
+    let left = full_read.saturating_sub(asked - traced);
+    assert!(
+        left > Duration::from_millis(1500),
+        "{dialect}: the read had only {left:?} left of {full_read:?} when q was pressed; the \
+         test needs a slower one"
+    );
     t.quit_console(Duration::from_secs(30));
     let took = asked.elapsed();
     assert!(
         took < Duration::from_millis(1500),
-        "{dialect}: q took {took:?} (a full read of the topic takes {full_read:?})"
+        "{dialect}: q took {took:?} (the read had {left:?} left)"
     );
 }
 
@@ -240,14 +284,17 @@ fn command(app: &mut App, line: &str) {
     press(app, KeyCode::Enter);
 }
 
-/// Applies updates to `app` for `d`; the requestIds whose history read (the whole trace topic)
-/// came back.
-async fn histories_within(
+fn in_ms(ms: u64) -> Instant {
+    Instant::now() + Duration::from_millis(ms)
+}
+
+/// Applies updates to `app` until `deadline`; the requestIds whose history read (the whole trace
+/// topic) came back.
+async fn histories_until(
     app: &mut App,
     rx: &mut mpsc::Receiver<Update>,
-    d: Duration,
+    deadline: Instant,
 ) -> Vec<String> {
-    let deadline = Instant::now() + d;
     let mut seen = Vec::new();
     while Instant::now() < deadline {
         if let Ok(Some(u)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
@@ -263,20 +310,23 @@ async fn histories_within(
 /// A new trace, or another view, cancels the read of the trace topic started for the last one:
 /// its answer never comes (before, every read ran to the end and answered, for nothing).
 async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
-    let (w, full_read) = world_with_a_large_trace_topic(dialect).await;
+    // Each read outlasts the 700 ms before the next step: over 1.1 s.
+    let (w, full_read) = world_with_a_slow_trace_topic(dialect, 110).await;
     let mut b = Backends::spawn(&w.config);
     let mut app = App::new(&w.config, Some(b.focus.clone()));
-    let [first, second, third] =
-        ["first", "second", "third"].map(|n| format!("APP:ORDER:20261129:{n}-unknown"));
-    let long_enough = full_read * 2 + Duration::from_secs(3);
+    let [first, second, third] = ["first", "second", "third"]
+        .map(|n| id_in_the_partition(&w.config, &format!("APP:ORDER:20261129:{n}-unknown")));
+    // By then a read not cancelled has answered: its length and half again, and a second.
+    let answered_by = |asked: Instant| asked + full_read * 3 / 2 + Duration::from_secs(1);
+    let updates = &mut b.updates;
 
     command(&mut app, &format!("trace {first}"));
     assert_eq!(
-        histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await,
+        histories_until(&mut app, updates, in_ms(700)).await,
         Vec::<String>::new()
     );
     command(&mut app, &format!("trace {second}"));
-    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    let seen = histories_until(&mut app, updates, answered_by(Instant::now())).await;
     assert_eq!(
         seen,
         vec![second],
@@ -284,9 +334,9 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
     );
     // Its answer is kept: another view and back does not read the whole topic again.
     press(&mut app, KeyCode::Char('3'));
-    histories_within(&mut app, &mut b.updates, Duration::from_millis(300)).await;
+    histories_until(&mut app, updates, in_ms(300)).await;
     press(&mut app, KeyCode::Char('2'));
-    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    let seen = histories_until(&mut app, updates, answered_by(Instant::now())).await;
     assert_eq!(
         seen,
         Vec::<String>::new(),
@@ -294,9 +344,13 @@ async fn leaving_a_trace_cancels_its_topic_read(dialect: Dialect) {
     );
 
     command(&mut app, &format!("trace {third}"));
-    histories_within(&mut app, &mut b.updates, Duration::from_millis(700)).await;
+    let third_asked = Instant::now();
+    assert_eq!(
+        histories_until(&mut app, updates, in_ms(700)).await,
+        Vec::<String>::new()
+    );
     press(&mut app, KeyCode::Char('3')); // the Locks view
-    let seen = histories_within(&mut app, &mut b.updates, long_enough).await;
+    let seen = histories_until(&mut app, updates, answered_by(third_asked)).await;
     assert_eq!(
         seen,
         Vec::<String>::new(),
