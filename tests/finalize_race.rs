@@ -1,20 +1,22 @@
 //! `finalize` must never answer FAILED for a request whose order can still be
 //! created. The attack, against the real binary on both dialects: hold `SELECT … FOR UPDATE` on a
 //! SKU's stock row, POST /orders with key KA (the create routine blocks on that row), `kill -9`
-//! the service, 12 s later run `idemguard finalize KA --allow-actions`, release the row lock. The
-//! dead service's statement still commits its order. Before the fix finalize wrote FAILED and the
-//! order appeared after it: FAILED + an order, and a client told to send a new key.
+//! the service, once its heartbeat has expired run `idemguard finalize KA --allow-actions`,
+//! release the row lock. The dead service's statement still commits its order. Before the fix
+//! finalize wrote FAILED and the order appeared after it: FAILED + an order, and a client told
+//! to send a new key. The service runs with a heartbeat of [`HEARTBEAT_TTL`], so its expiry is
+//! waited for in about a second rather than the default's ten.
 
 mod common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use idemguard::api::idempotency::{self, ClaimRequest};
+use idemguard::api::idempotency::{self, ClaimRequest, IdempotencyRecord};
 use idemguard::api::server::OrderView;
 use idemguard::config::{Config, Dialect};
 use idemguard::console::report;
-use idemguard::contracts::{Instance, OrderNo, RequestId};
+use idemguard::contracts::{now_ms, Instance, OrderNo, RequestId};
 use idemguard::db::orders::{find_order, NewOrder, OrderError, OrderKey, Orders};
 use idemguard::db::{migrate, Database};
 use idemguard::lock::Locks;
@@ -34,10 +36,16 @@ fn idemguard(config: &Config) -> Command {
     c
 }
 
-/// `idemguard serve` on a random port; `lease` overrides idempotency.lease.
+/// The killed services' heartbeat TTL (`instance.heartbeat_ttl`): what finalize's liveness
+/// check waits out after a kill.
+const HEARTBEAT_TTL: &str = "1s";
+
+/// `idemguard serve` on a random port with a heartbeat of [`HEARTBEAT_TTL`]; `lease` overrides
+/// idempotency.lease.
 async fn serve(config: &Config, lease: Option<&str>) -> (Child, String) {
     let mut cmd = idemguard(config);
     cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .env("IDEMGUARD_INSTANCE__HEARTBEAT_TTL", HEARTBEAT_TTL)
         .stdout(Stdio::piped());
     if let Some(l) = lease {
         cmd.env("IDEMGUARD_IDEMPOTENCY__LEASE", l);
@@ -72,21 +80,56 @@ async fn finalize_cli(config: &Config, key: &str) -> (Option<i32>, serde_json::V
     )
 }
 
-/// Statements of this test database (other than ours) waiting for a row lock: the create
+/// The session of `conn` (PostgreSQL's backend pid, MariaDB's connection id).
+async fn session_of(conn: &mut sqlx::AnyConnection, dialect: Dialect) -> i64 {
+    let sql = match dialect {
+        Dialect::Postgres => "SELECT CAST(pg_backend_pid() AS BIGINT)",
+        Dialect::Mysql => "SELECT CAST(CONNECTION_ID() AS SIGNED)",
+    };
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Statements of this test database waiting for a row lock, other than `holder`'s: the create
 /// routine of the killed service, blocked on the stock row. MariaDB's INNODB_TRX does not list a
-/// wait taken while the optimizer reads a row by primary key, so there the process list says it.
-async fn lock_waiters(db: &Database) -> i64 {
+/// wait taken while the optimizer reads a row by primary key, so there the process list says it
+/// — and it lists a statement whose answer has been sent for as long as the server takes to
+/// finish it: the holder's `SELECT … FOR UPDATE`, or an earlier one of these counts (whose text
+/// holds the pattern), was seen there in up to 1 % of tries on a busy machine. Counted, it let
+/// the test kill the service before its POST had reached the database (no record at all).
+async fn lock_waiters(db: &Database, holder: i64) -> i64 {
     let sql = match db.dialect() {
-        Dialect::Postgres => "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        Dialect::Postgres => "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> $1",
         Dialect::Mysql => {
             "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST \
-             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND INFO LIKE '%FROM inventory%FOR UPDATE%'"
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND ID <> ? AND COMMAND <> 'Sleep' \
+             AND INFO LIKE '%FROM inventory%FOR UPDATE%' AND INFO NOT LIKE '%PROCESSLIST%'"
+        }
+    };
+    sqlx::query_scalar::<_, i64>(sql)
+        .bind(holder)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Whether a finalize waits for the record row's lock (which the blocked create holds).
+async fn finalize_waits(db: &Database) -> bool {
+    let sql = match db.dialect() {
+        Dialect::Postgres => "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM idempotency_record%FOR UPDATE%'",
+        Dialect::Mysql => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' \
+             AND INFO LIKE '%FROM idempotency_record%FOR UPDATE%' AND INFO NOT LIKE '%PROCESSLIST%'"
         }
     };
     sqlx::query_scalar::<_, i64>(sql)
         .fetch_one(&db.pool)
         .await
         .unwrap()
+        > 0
 }
 
 /// Statements of this test database still running (other than ours): the killed service's
@@ -118,17 +161,20 @@ fn order_body(sku: i64) -> serde_json::Value {
     serde_json::json!({"userId": 42, "skuId": sku, "quantity": 1, "amount": 1999})
 }
 
-/// The attack up to the kill: returns the key and the open transaction holding the stock row.
+/// The attack up to the kill: returns the killed service's record (PROCESSING) and the open
+/// transaction holding the stock row.
 async fn blocked_create_then_kill(
     config: &Config,
     db: &Database,
     sku: i64,
     lease: Option<&str>,
-) -> (String, sqlx::Transaction<'static, sqlx::Any>) {
+) -> (IdempotencyRecord, sqlx::Transaction<'static, sqlx::Any>) {
     let (mut child, base) = serve(config, lease).await;
     let mut holder = db.pool.begin().await.unwrap();
     let lock = format!("SELECT stock FROM inventory WHERE sku_id = {sku} FOR UPDATE");
     sqlx::query(&lock).fetch_one(&mut *holder).await.unwrap();
+    // A statement after it on the same connection: the SELECT has ended on the server too.
+    let holder_session = session_of(&mut *holder, db.dialect()).await;
     let key = RequestId::generate("APP", "ORDER").to_string();
     let post = reqwest::Client::new()
         .post(format!("{base}/orders"))
@@ -142,7 +188,7 @@ async fn blocked_create_then_kill(
         Ok::<_, reqwest::Error>(format!("{status} {}", r.text().await?))
     });
     let deadline = Instant::now() + Duration::from_secs(15);
-    while lock_waiters(db).await == 0 {
+    while lock_waiters(db, holder_session).await == 0 {
         if in_flight.is_finished() {
             panic!(
                 "POST /orders answered instead of blocking on the stock row: {:?}",
@@ -157,7 +203,24 @@ async fn blocked_create_then_kill(
     }
     child.kill().await.unwrap(); // SIGKILL
     let _ = in_flight.await;
-    (key, holder)
+    let rec = idempotency::get(db, &key)
+        .await
+        .unwrap()
+        .expect("the service claimed the record before its create blocked");
+    assert_eq!(rec.status, "PROCESSING", "{rec:?}");
+    (rec, holder)
+}
+
+/// Waits (bounded) until the killed owner of `rec` has no heartbeat: its TTL ran out.
+async fn until_no_heartbeat(config: &Config, rec: &IdempotencyRecord) {
+    let me = Instance::current();
+    let locks = Locks::from_config(config, &me, Tracer::log_only(&me)).unwrap();
+    wait_for(
+        "the killed owner's heartbeat expires",
+        Duration::from_secs(10),
+        || async { !locks.liveness().is_alive(&rec.owner).await.unwrap() },
+    )
+    .await;
 }
 
 /// After everything has settled: a FAILED record never coexists with an order.
@@ -189,15 +252,20 @@ async fn assert_never_failed_with_order(
     order
 }
 
-/// The repro exactly, with the default lease (30 s): 12 s after the kill the owner's heartbeat is
-/// gone but its lease is not over, so finalize refuses; the order then commits, and finalize
+/// The repro exactly, with the default lease (30 s): after the kill the owner's heartbeat runs
+/// out but its lease is not over, so finalize refuses; the order then commits, and finalize
 /// answers SUCCEEDED with the order's response.
 async fn repro_with_the_default_lease(dialect: Dialect) {
     let (config, db) = fresh(dialect, 21).await;
     let (config, db) = (&config, &db);
-    let (key, holder) = blocked_create_then_kill(config, db, 21, None).await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let (code, result) = finalize_cli(config, &key).await;
+    let (rec, holder) = blocked_create_then_kill(config, db, 21, None).await;
+    until_no_heartbeat(config, &rec).await;
+    assert!(
+        rec.lease_until > now_ms() + 20_000,
+        "{dialect}: the lease runs on: {rec:?}"
+    );
+    let key = rec.request_id.as_str();
+    let (code, result) = finalize_cli(config, key).await;
     assert_eq!(
         (code, result["outcome"].as_str()),
         (Some(4), Some("refused")),
@@ -215,14 +283,14 @@ async fn repro_with_the_default_lease(dialect: Dialect) {
     )
     .await;
     assert!(
-        assert_never_failed_with_order(db, &key, dialect)
+        assert_never_failed_with_order(db, key, dialect)
             .await
             .is_some(),
         "{dialect}: the killed instance's statement committed its order"
     );
-    let (code, result) = finalize_cli(config, &key).await;
+    let (code, result) = finalize_cli(config, key).await;
     assert_finalized_with_the_order(code, &result, dialect);
-    assert_never_failed_with_order(db, &key, dialect).await;
+    assert_never_failed_with_order(db, key, dialect).await;
     assert_eq!(
         common::count(db, "order_record").await,
         1,
@@ -253,13 +321,23 @@ fn assert_finalized_with_the_order(
 async fn race_past_the_lease(dialect: Dialect) {
     let (config, db) = fresh(dialect, 22).await;
     let (config, db) = (&config, &db);
-    let (key, holder) = blocked_create_then_kill(config, db, 22, Some("2s")).await;
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    let (rec, holder) = blocked_create_then_kill(config, db, 22, Some("2s")).await;
+    until_no_heartbeat(config, &rec).await;
+    wait_for("the lease runs out", Duration::from_secs(5), || async {
+        now_ms() > rec.lease_until
+    })
+    .await;
+    let key = rec.request_id.clone();
     let finalize = tokio::spawn({
         let (config, key) = (config.clone(), key.clone());
         async move { finalize_cli(&config, &key).await }
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for(
+        "finalize waits for the record row",
+        Duration::from_secs(20),
+        || async { finalize_waits(db).await },
+    )
+    .await;
     holder.rollback().await.unwrap();
     let (code, result) = finalize.await.unwrap();
     wait_for(
@@ -292,7 +370,7 @@ async fn fresh(dialect: Dialect, sku: i64) -> (Config, Database) {
     (config, db)
 }
 
-/// Both scenarios at once (each waits 12 s for the dead owner's heartbeat to expire).
+/// Both scenarios at once (each waits about a second for the dead owner's heartbeat to expire).
 async fn finalize_against_an_in_flight_create(dialect: Dialect) {
     tokio::join!(
         repro_with_the_default_lease(dialect),
