@@ -14,6 +14,9 @@
 //!   version, time) in `dlq --json`, `dlq` and the view; a forged `dlq.*` header of the incoming
 //!   message never survives; one dead-lettered without them says so.
 //!
+//! - `redrive` publishes over TLS with a client certificate, as every Kafka client does in
+//!   production.
+//!
 //! Every test has its own database, topics and consumer group.
 
 mod common;
@@ -86,10 +89,21 @@ async fn redrive(s: &ConsumerSetup, m: &DlqMessage, extra: &[&str]) -> (i32, ser
 
 /// `idemguard redrive --dlq POSITION --json` (plus `extra`): its exit code and its JSON.
 async fn redrive_at(s: &ConsumerSetup, position: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+    redrive_at_with(s, position, extra, &[]).await
+}
+
+/// [`redrive_at`] with `env` over the test's settings.
+async fn redrive_at_with(
+    s: &ConsumerSetup,
+    position: &str,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> (i32, serde_json::Value) {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.toml");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
         .args(["--config", config, "redrive", "--dlq", position, "--json"])
         .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("IDEMGUARD_DATABASE__URL", &s.config.database.url)
         .env(
             "IDEMGUARD_KAFKA__PAYMENT_TOPIC",
@@ -960,6 +974,49 @@ async fn a_redrive_writes_only_to_the_payment_topic(s: &ConsumerSetup) {
 }
 
 per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_redrive_writes_only_to_the_payment_topic(&consumer_setup) => redrive_only_to_the_payment_topic_postgres, redrive_only_to_the_payment_topic_mysql);
+
+/// Every Kafka client of a production deployment connects over TLS with a client certificate:
+/// `idemguard redrive`, the writer, on the stack's mutual-TLS listener (9093, which takes no
+/// other client) reads the DLQ message and publishes it once to the payment topic, with its
+/// audit row's id.
+async fn a_redrive_publishes_over_tls_with_a_client_certificate(s: &ConsumerSetup) {
+    let d = s.dialect;
+    let (order_no, req) = create_order(&s.db, 94).await;
+    let event = payment(&order_no, &req, 94);
+    let source = s.config.kafka.payment_topic.clone();
+    let in_partition_1 = [("dlq.source.partition", "1")];
+    let (p, o) = put_in_dlq_on(s, &event, &source, None, &in_partition_1).await;
+
+    let mut tls = s.config.clone();
+    kafka_over_mutual_tls(&mut tls.kafka);
+    let k = &tls.kafka;
+    let env = [
+        (
+            "IDEMGUARD_KAFKA__BOOTSTRAP_SERVERS",
+            k.bootstrap_servers.clone(),
+        ),
+        (
+            "IDEMGUARD_KAFKA__SECURITY_PROTOCOL",
+            k.security_protocol.as_str().into(),
+        ),
+        ("IDEMGUARD_KAFKA__SSL_CA_FILE", k.ssl_ca_file.clone()),
+        ("IDEMGUARD_KAFKA__SSL_CERT_FILE", k.ssl_cert_file.clone()),
+        ("IDEMGUARD_KAFKA__SSL_KEY_FILE", k.ssl_key_file.clone()),
+    ];
+    let (code, r) = redrive_at_with(s, &format!("{p}:{o}"), &["--allow-actions"], &env).await;
+    assert_eq!((code, r["outcome"].as_str()), (0, Some("done")), "{d}: {r}");
+    let audit_id = r["audit_id"].as_i64().unwrap();
+    let target = idemguard::stream::redrive::audit_target(&s.config.kafka.dlq_topic, p, o);
+    assert_eq!(audit_outcomes(s, &target).await, ["done"], "{d}: {r}");
+    let copies = tokio::task::spawn_blocking(move || redriven_copies(&tls, &source, 3));
+    assert_eq!(
+        copies.await.unwrap(),
+        [(1, event.event_id.clone(), audit_id)],
+        "{d}: one copy on the payment topic, read over the same listener"
+    );
+}
+
+per_dialect!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a_redrive_publishes_over_tls_with_a_client_certificate(&consumer_setup) => redrive_over_tls_postgres, redrive_over_tls_mysql);
 
 /// A DLQ topic deleted and created again (a broker rebuilt, a topic reset) hands its positions
 /// to new messages: the redrive of the message that held a position before does not stand for

@@ -45,6 +45,30 @@ pub const ALLOW_UNVERIFIED: (&str, &str) = (
     "database,redis,kafka",
 );
 
+/// A file of the stack's test CA and its client (`scripts/stack up` makes them under .stack/tls/).
+pub fn stack_tls_file(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".stack/tls")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `scripts/stack up` (it makes the test CA and the TLS servers)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// `kafka` on the stack's mutual-TLS listener (localhost:9093, which takes nothing else): the
+/// broker verified against the test CA, and the client certificate, whose CN the broker maps to
+/// the principal `idemguard` (`ssl.principal.mapping.rules` in scripts/stack).
+pub fn kafka_over_mutual_tls(kafka: &mut KafkaConfig) {
+    kafka.bootstrap_servers = "localhost:9093".into();
+    kafka.security_protocol = idemguard::config::KafkaSecurityProtocol::Ssl;
+    kafka.ssl_ca_file = stack_tls_file("ca.pem");
+    kafka.ssl_cert_file = stack_tls_file("client.pem");
+    kafka.ssl_key_file = stack_tls_file("client.key");
+}
+
 pub fn unique_suffix() -> String {
     format!(
         "{:x}",
