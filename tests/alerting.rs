@@ -334,7 +334,7 @@ async fn real_prometheus_scrapes_a_real_serve_and_consume(dialect: Dialect) {
         "{dialect}: expressions without data after {SCRAPE_DEADLINE:?}: {missing:#?}"
     );
 
-    // What the query-backed gauges cost here (printed with --nocapture; README "Alerting").
+    // What the query-backed gauges cost here (printed with --nocapture; docs/alerting.md).
     let cost = "sum by (gauges) (idemguard_metrics_refresh_duration_seconds_sum) \
                 / sum by (gauges) (idemguard_metrics_refresh_duration_seconds_count)";
     for s in query(&http, &base, cost).await {

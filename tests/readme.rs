@@ -1,20 +1,22 @@
-//! The README's commands, run as written, so the README cannot rot.
+//! The documents' commands, run as written, so the README and the guides cannot rot.
 //!
-//! Every ```` ```sh ```` block of `README.md` runs here, in README order, in one bash session
-//! from the repository root — the way a new user types them — except the last one (the tests:
+//! Every ```` ```sh ```` block of `README.md` and of the guides in `docs/` runs here, in reading
+//! order (`DOCUMENTS`: later blocks rely on earlier ones — the build, `IDEMGUARD_CONFIG`, the
+//! service started in the background, the README's `$KEY`), in one bash session from the
+//! repository root — the way a new user types them — except the last one (the tests:
 //! `scripts/stack up && cargo test`), which is exactly what `.ci/run` runs. Around them:
 //! - `scripts/demo --no-tui` (the demo's headless form the README gives) must print where to
 //!   look as JSON; `scripts/demo` itself runs in a real terminal (tmux): the console opens under
 //!   the DEMO badge with actions enabled, shows the dead owner's lock, and `q` stops everything
-//!   the demo started; the headless twins the README names (`trace`, `report --id`, `locks`,
+//!   the demo started; the headless twins `docs/cli.md` names (`trace`, `report --id`, `locks`,
 //!   `rates`, `stuck`) then run on the order the demo clicked five times;
-//! - the expected answers the README writes under a command (`#   HTTP/1.1 201 Created …`)
-//!   are checked against what that command printed;
-//! - the config error the README shows is the one the binary prints.
+//! - the expected answers a document writes under a command (`#   HTTP/1.1 201 Created …`, or
+//!   any other `#   text` the command must print) are checked against what that command printed;
+//! - the config error `docs/cli.md` shows is the one the binary prints.
 //!
 //! The only lines this test adds are marked `# harness:` in the script it prints on failure:
 //! waiting for the order service started in the background to answer, capturing output, and
-//! stopping the background processes at the end. The README's commands use the shared
+//! stopping the background processes at the end. The documents' commands use the shared
 //! `idemguard` databases and 127.0.0.1:8080, as a user's would; the test refuses to start if
 //! something else already listens there.
 
@@ -28,6 +30,23 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const README: &str = include_str!("../README.md");
+const ARCHITECTURE: &str = include_str!("../docs/architecture.md");
+
+/// Every document whose commands run, in reading order: the README, then the guides.
+const DOCUMENTS: [(&str, &str); 9] = [
+    ("README.md", README),
+    ("docs/console.md", include_str!("../docs/console.md")),
+    ("docs/cli.md", include_str!("../docs/cli.md")),
+    (
+        "docs/team-system.md",
+        include_str!("../docs/team-system.md"),
+    ),
+    ("docs/production.md", include_str!("../docs/production.md")),
+    ("docs/alerting.md", include_str!("../docs/alerting.md")),
+    ("docs/storms.md", include_str!("../docs/storms.md")),
+    ("docs/security.md", include_str!("../docs/security.md")),
+    ("docs/architecture.md", ARCHITECTURE),
+];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,33 +93,40 @@ fn the_late_event_redriven_as_the_story_says(t: &tmux::Terminal) {
     });
 }
 
-/// The ```` ```sh ```` blocks of the README, each as its lines.
-fn sh_blocks(readme: &str) -> Vec<Vec<String>> {
+/// The ```` ```sh ```` blocks of a document, each as its lines, less the fence's indentation (a
+/// block inside a list item is indented with it).
+fn sh_blocks(doc: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
-    let mut current: Option<Vec<String>> = None;
-    for line in readme.lines() {
+    let mut current: Option<(usize, Vec<String>)> = None;
+    for line in doc.lines() {
         let t = line.trim_start();
+        let indent = line.len() - t.len();
         match &mut current {
-            None if t == "```sh" => current = Some(Vec::new()),
-            Some(lines) if t == "```" => {
+            None if t == "```sh" => current = Some((indent, Vec::new())),
+            Some((_, lines)) if t == "```" => {
                 blocks.push(std::mem::take(lines));
                 current = None;
             }
-            Some(lines) => lines.push(line.to_string()),
+            Some((fence, lines)) => {
+                let cut = indent.min(*fence);
+                lines.push(line[cut..].to_string());
+            }
             None => {}
         }
     }
-    assert!(current.is_none(), "README.md: a ```sh block is not closed");
+    assert!(current.is_none(), "a ```sh block is not closed");
     blocks
 }
 
-/// What the README says a command answers: the comment lines right under it that start with
-/// `#   ` (three spaces): the HTTP status and any `name: value` header it names.
+/// What a document says a command answers: the comment lines right under it that start with
+/// `#   ` (three spaces): the HTTP status and any `name: value` header it names, or else a text
+/// the command prints as written.
 #[derive(Debug, Default)]
 struct Expected {
     status: Option<String>,
     headers: Vec<String>,
     problem_json: bool,
+    prints: Vec<String>,
 }
 
 fn expectation(comments: &[&str]) -> Option<Expected> {
@@ -123,12 +149,15 @@ fn expectation(comments: &[&str]) -> Option<Expected> {
                 }
             }
             e.problem_json |= rest.contains("application/problem+json");
+        } else if c.starts_with("#   ") && !text.is_empty() {
+            any = true;
+            e.prints.push(text.to_string());
         }
     }
     any.then_some(e)
 }
 
-/// Kills the whole process group of the README session (the service and consumer it started
+/// Kills the whole process group of the documents' session (the service and consumer it started
 /// in the background) however the test ends.
 struct Session {
     pgid: i32,
@@ -218,30 +247,52 @@ fn tail(s: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Every guide in `docs/` is one of `DOCUMENTS`, so none is left out of the run.
 #[test]
-fn the_readme_commands_work_as_written() {
-    let blocks = sh_blocks(README);
+fn every_guide_is_run() {
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let name = format!("docs/{}", entry.unwrap().file_name().to_string_lossy());
+        if name.ends_with(".md") && !DOCUMENTS.iter().any(|(doc, _)| *doc == name) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "guides tests/readme.rs does not run: {missing:?}"
+    );
+}
+
+#[test]
+fn the_documents_commands_work_as_written() {
+    let blocks: Vec<(&str, Vec<String>)> = DOCUMENTS
+        .iter()
+        .flat_map(|(doc, text)| sh_blocks(text).into_iter().map(move |b| (*doc, b)))
+        .collect();
     assert!(
         blocks.len() >= 3,
-        "README.md has too few ```sh blocks: {blocks:?}"
+        "the documents have too few ```sh blocks: {blocks:?}"
     );
 
-    // The first block is the demo; the last one the tests, which `.ci/run` runs.
+    // The first block is the README's demo; the last one the tests, which `.ci/run` runs.
     assert_eq!(
         blocks[0],
-        vec!["scripts/demo".to_string()],
+        ("README.md", vec!["scripts/demo".to_string()]),
         "the README's first command is the demo"
     );
     let tests = blocks.last().unwrap();
     assert_eq!(
         tests,
-        &vec!["scripts/stack up && cargo test".to_string()],
-        "the README's last command is the tests"
+        &(
+            "docs/architecture.md",
+            vec!["scripts/stack up && cargo test".to_string()]
+        ),
+        "the last command of the last guide is the tests"
     );
     let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
     assert!(
         ci.contains("scripts/stack up") && ci.contains("\ncargo test"),
-        ".ci/run runs the README's test command:\n{ci}"
+        ".ci/run runs the documents' test command:\n{ci}"
     );
 
     if TcpStream::connect_timeout(
@@ -253,7 +304,7 @@ fn the_readme_commands_work_as_written() {
         panic!("something already listens on 127.0.0.1:8080, where the README starts the order service (an `idemguard serve` left running?) — stop it and rerun");
     }
 
-    // ---- the release binary the demo and the README run --------------------------------------
+    // ---- the release binary the demo and the documents run -----------------------------------
     // Built first, with a bound of its own: on a fresh clone it compiles every dependency
     // optimized, the vendored OpenSSL and librdkafka among them (20 minutes on two busy cores),
     // and the bounds below are for the commands themselves.
@@ -335,7 +386,7 @@ fn the_readme_commands_work_as_written() {
         "quitting the demo's console left processes running: {left:?}"
     );
 
-    // ---- the headless twins the README names, on the order the demo clicked five times ----------
+    // ---- the headless twins the CLI guide names, on the order the demo clicked five times -------
     let bin = repo().join("target/release/idemguard");
     for args in [
         vec!["trace", clicked.as_str()],
@@ -371,7 +422,8 @@ fn the_readme_commands_work_as_written() {
     let capture = tempfile::tempdir().unwrap();
     let mut script = String::from("set -euo pipefail\n");
     let mut checks: Vec<(usize, String, Expected)> = Vec::new();
-    for (b, block) in blocks[1..blocks.len() - 1].iter().enumerate() {
+    for (b, (doc, block)) in blocks[1..blocks.len() - 1].iter().enumerate() {
+        script.push_str(&format!("# harness: {doc}, block {b}\n"));
         let mut i = 0;
         while i < block.len() {
             let line = &block[i];
@@ -408,14 +460,14 @@ fn the_readme_commands_work_as_written() {
             ));
         }
     }
-    script.push_str("kill -INT $(jobs -p) 2>/dev/null; wait # harness: stop what the README started in the background\n");
+    script.push_str("kill -INT $(jobs -p) 2>/dev/null; wait # harness: stop what the documents started in the background\n");
     let (ok, out, err) = run_bash(&script, &repo(), Duration::from_secs(1200));
-    assert!(ok, "the README's commands failed.\n--- script ---\n{script}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}", tail(&out, 40), tail(&err, 40));
+    assert!(ok, "the documents' commands failed.\n--- script ---\n{script}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}", tail(&out, 40), tail(&err, 40));
 
-    // ---- what the README says they answer -------------------------------------------------------
+    // ---- what the documents say they answer ----------------------------------------------------
     assert!(
         !checks.is_empty(),
-        "the README's expected answers were found"
+        "the documents' expected answers were found"
     );
     for (n, line, e) in &checks {
         let got = std::fs::read_to_string(capture.path().join(format!("out.{n}"))).unwrap();
@@ -423,28 +475,35 @@ fn the_readme_commands_work_as_written() {
         if let Some(status) = &e.status {
             assert!(
                 got.starts_with(status.as_str()),
-                "`{line}`: the README says {status}, it answered:\n{got}"
+                "`{line}`: the document says {status}, it answered:\n{got}"
             );
         }
         for h in &e.headers {
             assert!(
                 lower.contains(h.as_str()),
-                "`{line}`: the README says `{h}`, it answered:\n{got}"
+                "`{line}`: the document says `{h}`, it answered:\n{got}"
             );
         }
         if e.problem_json {
             assert!(
                 lower.contains("content-type: application/problem+json"),
-                "`{line}`: the README says problem+json, it answered:\n{got}"
+                "`{line}`: the document says problem+json, it answered:\n{got}"
+            );
+        }
+        for p in &e.prints {
+            assert!(
+                got.contains(p.as_str()),
+                "`{line}`: the document says it prints `{p}`, it printed:\n{got}"
             );
         }
     }
 
-    // ---- the config error the README shows ------------------------------------------------------
-    let shown = README
-        .lines()
+    // ---- the config error the CLI guide shows ---------------------------------------------------
+    let shown = DOCUMENTS
+        .iter()
+        .flat_map(|(_, text)| text.lines())
         .find(|l| l.starts_with("idemguard: config error in config/mine.toml"))
-        .expect("the README shows a config error");
+        .expect("a document shows a config error");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("config")).unwrap();
     std::fs::write(
@@ -461,12 +520,12 @@ fn the_readme_commands_work_as_written() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         shown,
-        "the README's config error is the real one"
+        "the documents' config error is the real one"
     );
 }
 
 #[test]
-fn the_readme_parser_finds_blocks_and_expectations() {
+fn the_parser_finds_blocks_and_expectations() {
     let blocks = sh_blocks("x\n```sh\na\n#   HTTP/1.1 201 Created   idempotent-replayed: true\n```\n   ```sh\n   b\n   ```\n");
     assert_eq!(
         blocks,
@@ -475,7 +534,7 @@ fn the_readme_parser_finds_blocks_and_expectations() {
                 "a".to_string(),
                 "#   HTTP/1.1 201 Created   idempotent-replayed: true".to_string()
             ],
-            vec!["   b".to_string()]
+            vec!["b".to_string()]
         ]
     );
     let e = expectation(&[
@@ -486,16 +545,22 @@ fn the_readme_parser_finds_blocks_and_expectations() {
     assert_eq!(e.headers, vec!["idempotent-replayed: true".to_string()]);
     let e = expectation(&["#   HTTP/1.1 422 Unprocessable Entity   application/problem+json: \"Idempotency-Key reused\""]).unwrap();
     assert!(e.problem_json && e.headers.is_empty());
+    let e = expectation(&["#   url = \"postgres://root:***@h/db\""]).unwrap();
+    assert_eq!(
+        e.prints,
+        vec!["url = \"postgres://root:***@h/db\"".to_string()]
+    );
+    assert!(e.status.is_none());
     assert!(expectation(&["# a comment"]).is_none());
 }
 
-/// The README's Layout section, read as a tree: each entry's path (an indented entry lies in the
+/// The architecture guide's Layout section, read as a tree: each entry's path (an indented entry lies in the
 /// directory above it; `a.rs, b.rs` names two), never a description's continuation line.
-fn layout_paths(readme: &str) -> Vec<String> {
-    let section = readme
+fn layout_paths(architecture: &str) -> Vec<String> {
+    let section = architecture
         .split("\n## Layout\n")
         .nth(1)
-        .expect("the README has a Layout section");
+        .expect("docs/architecture.md has a Layout section");
     let block = section
         .split("```")
         .nth(1)
@@ -533,8 +598,8 @@ fn layout_paths(readme: &str) -> Vec<String> {
 /// The Layout names what exists, and every module directly under `src/` (a file or a
 /// directory) is in it: a file that moves, or a new module, cannot leave it behind.
 #[test]
-fn the_readme_layout_names_what_exists() {
-    let paths = layout_paths(README);
+fn the_architecture_layout_names_what_exists() {
+    let paths = layout_paths(ARCHITECTURE);
     assert!(paths.len() > 40, "the Layout was read: {paths:?}");
     let missing: Vec<&String> = paths
         .iter()
@@ -551,7 +616,7 @@ fn the_readme_layout_names_what_exists() {
         .collect();
     assert!(
         missing.is_empty(),
-        "the README's Layout names paths that do not exist: {missing:?}"
+        "docs/architecture.md's Layout names paths that do not exist: {missing:?}"
     );
     let mut unnamed = Vec::new();
     for entry in std::fs::read_dir(repo().join("src")).unwrap() {
@@ -569,18 +634,18 @@ fn the_readme_layout_names_what_exists() {
     unnamed.sort();
     assert!(
         unnamed.is_empty(),
-        "modules under src/ the README's Layout does not name: {unnamed:?}"
+        "modules under src/ docs/architecture.md's Layout does not name: {unnamed:?}"
     );
 }
 
-/// The README's guarantee table names tests that exist: each `file: names` cell is a file
+/// The architecture guide's guarantee table names tests that exist: each `file: names` cell is a file
 /// under `tests/` holding each name (a test's name or the part its dialects share).
 #[test]
 fn the_guarantee_table_names_tests_that_exist() {
-    let section = README
+    let section = ARCHITECTURE
         .split("\n### Which test proves which guarantee\n")
         .nth(1)
-        .expect("the README has the guarantee table");
+        .expect("docs/architecture.md has the guarantee table");
     let rows: Vec<&str> = section
         .lines()
         .skip_while(|l| !l.starts_with("|---"))

@@ -637,20 +637,15 @@ fn kafka_refusals() -> Vec<Refused> {
     ]
 }
 
-/// The six worked configurations of the README's "Connecting to production", as written there:
+/// The six worked configurations of `docs/production.md`, as written there:
 /// each parses and passes the same validation as `--config`. The files they name (provider CA
 /// bundles, secrets under /run) are pointed at the test CA's files, key by key, through the
 /// environment — the rest of each block is loaded as written.
 #[test]
-fn the_readmes_production_configurations_load() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("\n## Connecting to production")
-        .expect("the section");
-    let section = &readme[start + 1..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
-    let blocks: Vec<&str> = section
+fn the_production_guides_configurations_load() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/production.md"))
+        .unwrap();
+    let blocks: Vec<&str> = guide
         .split("```toml\n")
         .skip(1)
         .map(|b| &b[..b.find("```").unwrap()])
@@ -686,7 +681,7 @@ fn the_readmes_production_configurations_load() {
             file: Some(path),
             env,
         })
-        .unwrap_or_else(|e| panic!("README block {i} does not load: {e}\n{block}"));
+        .unwrap_or_else(|e| panic!("docs/production.md block {i} does not load: {e}\n{block}"));
         assert!(!config.to_redacted_toml().is_empty());
     }
 }
