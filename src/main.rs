@@ -121,8 +121,17 @@ async fn run(
             commands::stdout::print(config.to_redacted_toml())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Console { allow_actions } => {
-            console::tui::terminal::run_with(config, allow_actions).await?;
+        Command::Console {
+            allow_actions,
+            view,
+            trace,
+        } => {
+            let opening = match (view, trace) {
+                (_, Some(id)) => console::tui::app::Opening::Trace(id),
+                (Some(v), None) => console::tui::app::Opening::View(v),
+                (None, None) => console::tui::app::Opening::Overview,
+            };
+            console::tui::terminal::run_opening(config, allow_actions, &opening).await?;
             Ok(ExitCode::SUCCESS)
         }
         command @ (Command::Storm { .. } | Command::LockHold { .. }) => {

@@ -229,6 +229,13 @@ pub(crate) enum Command {
         /// each confirmed and audited
         #[arg(long)]
         allow_actions: bool,
+        /// Open on this view: overview, trace, locks, rates, stuck, audit or dlq (the `:`
+        /// commands' names and aliases)
+        #[arg(long, value_name = "VIEW", value_parser = parse_view, conflicts_with = "trace")]
+        view: Option<idemguard::console::tui::keymap::View>,
+        /// Open on the trace of this orderNo, requestId or eventId, as `:trace ID` does
+        #[arg(long, value_name = "ID")]
+        trace: Option<String>,
     },
     /// Trace one orderNo, requestId or eventId across every layer
     ///
@@ -399,6 +406,11 @@ pub(crate) enum Command {
 /// again into its window.
 fn parse_time_arg(s: &str) -> Result<String, String> {
     idemguard::console::report::parse_time(s).map(|_| s.to_string())
+}
+
+/// `console --view`: a view's name, as the console's `:` commands spell it.
+fn parse_view(s: &str) -> Result<idemguard::console::tui::keymap::View, String> {
+    idemguard::console::tui::keymap::View::named(s)
 }
 
 /// `--dlq PARTITION:OFFSET`.

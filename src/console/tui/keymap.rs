@@ -48,6 +48,41 @@ impl View {
     pub fn index(self) -> usize {
         View::ALL.iter().position(|v| *v == self).unwrap_or(0)
     }
+
+    /// The view's name as `:` commands and `idemguard console --view` spell it: the name of its
+    /// command in [`COMMANDS`].
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Overview => "overview",
+            View::Trace => "trace",
+            View::Locks => "locks",
+            View::Rates => "rates",
+            View::Stuck => "stuck",
+            View::Audit => "audit",
+            View::Dlq => "dlq",
+        }
+    }
+
+    /// The view a name or an alias of its command names (`dlq`, `d`, `Locks`); the error lists
+    /// the views and the nearest one to a typo, as the command line does.
+    pub fn named(word: &str) -> Result<View, String> {
+        let found = COMMANDS
+            .iter()
+            .find(|c| is_called(c, word))
+            .and_then(|c| View::ALL.into_iter().find(|v| v.name() == c.name));
+        found.ok_or_else(|| {
+            let names: Vec<&str> = View::ALL.iter().map(|v| v.name()).collect();
+            let guess = nearest_command(word)
+                .filter(|n| names.contains(n))
+                .map_or(String::new(), |n| format!(": did you mean `{n}`?"));
+            format!("unknown view `{word}`{guess} (views: {})", names.join(", "))
+        })
+    }
+
+    /// The command line that opens the console on this view.
+    pub fn opening_command(self) -> String {
+        format!("idemguard console --view {}", self.name())
+    }
 }
 
 /// What a key does. Nothing here writes anywhere: the destructive keys ([`UiAction::Release`],
@@ -127,7 +162,7 @@ pub static KEYMAP: &[Binding] = &[
     Binding { keys: &[Key::Char(':')], label: ":", action: UiAction::CommandLine, help: "command line (:overview, :trace ID, :locks, :rates, :stuck, :audit, :dlq)", footer: Some("cmd") },
     Binding { keys: &[Key::Char('/')], label: "/", action: UiAction::Filter, help: "filter this view's rows (/!text inverts); remembered per view", footer: Some("filter") },
     Binding { keys: &[Key::Code(KeyCode::Enter)], label: "enter", action: UiAction::Drill, help: "Overview: open the finding's view or trace; Locks, Stuck, DLQ: trace the row", footer: Some("open") },
-    Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52)", footer: Some("copy") },
+    Binding { keys: &[Key::Char('y')], label: "y", action: UiAction::Copy, help: "copy the selected ID to the clipboard (OSC 52): the row's ID, the traced ID in Trace; in a view without one, the command that opens it (idemguard console --view rates)", footer: Some("copy") },
     Binding { keys: &[Key::Char(' ')], label: "space", action: UiAction::TagOrPause, help: "Locks, Stuck, DLQ: tag / untag the row for a bulk action; elsewhere: pause / resume", footer: Some("pause") },
     Binding { keys: &[Key::Char('T')], label: "T", action: UiAction::TagShown, help: "DLQ: tag every row shown — narrow them with / to a reason first (a whole reason for a bulk redrive)", footer: None },
     Binding { keys: &[Key::Char('p')], label: "p", action: UiAction::Pause, help: "pause / resume live updates (every view)", footer: None },
@@ -361,10 +396,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         .map_or((line, ""), |(w, r)| (w, r.trim()));
     let spec = COMMANDS
         .iter()
-        .find(|c| {
-            c.name.eq_ignore_ascii_case(word)
-                || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(word))
-        })
+        .find(|c| is_called(c, word))
         .ok_or_else(|| {
             let known: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
             let guess = nearest_command(word)
@@ -374,15 +406,13 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
                 known.join(", ")
             )
         })?;
+    if let Some(view) = View::ALL.into_iter().find(|v| v.name() == spec.name) {
+        return Ok(match view {
+            View::Trace if !rest.is_empty() => Command::Trace(rest.to_string()),
+            view => Command::Show(view),
+        });
+    }
     match spec.name {
-        "trace" if rest.is_empty() => Ok(Command::Show(View::Trace)),
-        "trace" => Ok(Command::Trace(rest.to_string())),
-        "overview" => Ok(Command::Show(View::Overview)),
-        "locks" => Ok(Command::Show(View::Locks)),
-        "rates" => Ok(Command::Show(View::Rates)),
-        "stuck" => Ok(Command::Show(View::Stuck)),
-        "audit" => Ok(Command::Show(View::Audit)),
-        "dlq" => Ok(Command::Show(View::Dlq)),
         "refresh" => humantime::parse_duration(rest)
             .map_err(|e| format!("`{rest}` is not a duration ({e}); e.g. :refresh 2s"))
             .and_then(|d| {
@@ -396,6 +426,11 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }
+}
+
+/// `word` is the command's name or one of its aliases, in any case.
+fn is_called(c: &CommandSpec, word: &str) -> bool {
+    c.name.eq_ignore_ascii_case(word) || c.aliases.iter().any(|a| a.eq_ignore_ascii_case(word))
 }
 
 /// The command a mistyped word was meant to be, as clap answers a mistyped subcommand: the
@@ -553,6 +588,28 @@ mod tests {
                 assert!(help.iter().any(|(k, v)| k == b.label && v == b.help));
             }
         }
+    }
+
+    /// `--view` and the `:` commands read one table of names: every view's name is its
+    /// command's, its aliases open it too, and a typo is answered with the nearest view.
+    #[test]
+    fn a_view_is_named_as_its_command() {
+        for v in View::ALL {
+            assert_eq!(View::named(v.name()), Ok(v));
+            assert_eq!(parse_command(v.name()), Ok(Command::Show(v)));
+            assert!(COMMANDS.iter().any(|c| c.name == v.name()), "{v:?}");
+        }
+        assert_eq!(View::named("DLQ"), Ok(View::Dlq));
+        assert_eq!(View::named("lk"), Ok(View::Locks));
+        let e = View::named("dql").unwrap_err();
+        assert!(e.contains("did you mean `dlq`?"), "{e}");
+        assert!(
+            e.contains("(views: overview, trace, locks, rates, stuck, audit, dlq)"),
+            "{e}"
+        );
+        let e = View::named("report").unwrap_err();
+        assert!(e.starts_with("unknown view `report` (views:"), "{e}");
+        assert_eq!(View::Dlq.opening_command(), "idemguard console --view dlq");
     }
 
     #[test]

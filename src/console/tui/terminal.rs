@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Config;
 
-use crate::console::tui::app::App;
+use crate::console::tui::app::{App, Opening};
 use crate::console::tui::backend::{Backends, Update};
 use crate::console::tui::ui;
 
@@ -188,6 +188,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 /// `idemguard console [--allow-actions]`: also starts the executor of confirmed actions.
 pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
+    run_opening(config, allow_actions, &Opening::Overview).await
+}
+
+/// `idemguard console [--allow-actions] [--view V | --trace ID]`: opens on `opening`.
+pub async fn run_opening(
+    config: Config,
+    allow_actions: bool,
+    opening: &Opening,
+) -> anyhow::Result<()> {
     // While the console owns the terminal, a log line on stderr would be drawn over its rows and
     // stay there: they go to a file (shown in the help screen) until the terminal is restored.
     let fault = injected_fault(&config)?;
@@ -206,6 +215,7 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     let executor =
         backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
     app.attach_executor(executor);
+    app.open(opening);
     install_panic_hook();
     enable_raw_mode().map_err(|e| {
         anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}")
@@ -226,11 +236,8 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
         &mut backends.updates,
         signals,
         |text| {
-            // OSC 52: the terminal (also over SSH and tmux with set-clipboard on) puts it on the clipboard.
-            use base64::Engine;
-            let b64 = base64::engine::general_purpose::STANDARD.encode(text);
             let mut out = io::stdout();
-            let _ = write!(out, "\x1b]52;c;{b64}\x07");
+            let _ = out.write_all(osc52(text).as_bytes());
             let _ = out.flush();
         },
     )
@@ -243,6 +250,14 @@ pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()>
     logs.keep_until_exit();
     backends.shutdown().await;
     result
+}
+
+/// The OSC 52 sequence that puts `text` on the clipboard: the terminal does it (also over SSH,
+/// and through tmux with `set-clipboard on`). Base64, so the text cannot end the sequence.
+pub fn osc52(text: &str) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+    format!("\x1b]52;c;{b64}\x07")
 }
 
 /// The main loop over any ratatui backend and any event stream: the real terminal in
@@ -343,6 +358,23 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    /// The clipboard's text travels base64-encoded: a BEL or an ESC in it cannot end the
+    /// sequence early.
+    #[test]
+    fn osc52_carries_the_text_base64_encoded() {
+        use base64::Engine;
+        let seq = osc52("APP:ORDER:1\x07\x1b]0;x");
+        let b64 = seq
+            .strip_prefix("\x1b]52;c;")
+            .and_then(|s| s.strip_suffix('\x07'))
+            .unwrap();
+        assert!(!b64.contains(['\x07', '\x1b']));
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        assert_eq!(text, b"APP:ORDER:1\x07\x1b]0;x");
     }
 
     /// A full 220x40 frame (tens of kilobytes) reaches the terminal in one write, from the

@@ -35,6 +35,17 @@ pub use actions::{ActionsPane, BatchEnd, ConfirmStep};
 pub use stores::{BackendState, Health, Stores};
 pub use ui_state::{Filter, Input, Level, UiState};
 
+/// Where the console opens: an alert or a ticket names the view or the ID, and the engineer
+/// lands on the answer without typing (`idemguard console --view dlq`, `--trace ORDER`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Opening {
+    #[default]
+    Overview,
+    View(View),
+    /// An orderNo, requestId or eventId as given on the command line.
+    Trace(String),
+}
+
 pub struct App {
     pub env: EnvironmentConfig,
     pub ui: UiState,
@@ -64,6 +75,16 @@ impl App {
     pub fn attach_executor(&mut self, tx: mpsc::Sender<ExecRequest>) {
         self.actions.attach(tx);
         self.request(ExecRequest::LoadAudit);
+    }
+
+    /// Open on what the command line asked for; after [`App::attach_executor`], which reads the
+    /// DLQ and the audit a view may show.
+    pub fn open(&mut self, opening: &Opening) {
+        match opening {
+            Opening::Overview => {}
+            Opening::View(v) => self.show_view(*v),
+            Opening::Trace(id) => self.trace(id),
+        }
     }
 
     fn request(&mut self, req: ExecRequest) {
@@ -206,7 +227,7 @@ impl App {
             UiAction::Faster | UiAction::Slower => {
                 self.set_refresh(self.ui.stepped_refresh(action == UiAction::Faster))
             }
-            UiAction::Copy => self.ui.copy(self.selected_id()),
+            UiAction::Copy => self.copy(),
             UiAction::Up => self.move_selection(-1),
             UiAction::Down => self.move_selection(1),
             UiAction::PageUp => self.move_selection(-20),
@@ -388,7 +409,16 @@ impl App {
         }
     }
 
-    /// What `y` copies in the current view.
+    /// `y`: the selected row's ID (the Trace: the traced ID); in a view without one, the
+    /// command that opens the console on it, so the answer can be handed on.
+    fn copy(&mut self) {
+        let text = self
+            .selected_id()
+            .unwrap_or_else(|| self.ui.view.opening_command());
+        self.ui.copy(text);
+    }
+
+    /// The ID of the current view's selected row (the Trace: the traced ID), if it has one.
     fn selected_id(&self) -> Option<String> {
         match self.ui.view {
             View::Trace => {

@@ -158,16 +158,14 @@ impl UiState {
         steps[i]
     }
 
-    /// Copy `text` (the terminal loop writes it as OSC 52).
-    pub fn copy(&mut self, text: Option<String>) {
-        match text {
-            Some(t) => {
-                self.say(format!("copied {t}"), Level::Info);
-                self.copied = Some(t.clone());
-                self.clipboard_out = Some(t);
-            }
-            None => self.say("nothing to copy here", Level::Error),
-        }
+    /// Copy `text` as it is shown — [escaped](crate::untrusted::escape): an ID another system
+    /// wrote must not carry a control character into the shell it is pasted into. The terminal
+    /// loop writes it as OSC 52; the status line says what was copied.
+    pub fn copy(&mut self, text: String) {
+        let shown = crate::untrusted::escape(&text).into_owned();
+        self.say(format!("copied to the clipboard: {shown}"), Level::Info);
+        self.copied = Some(shown.clone());
+        self.clipboard_out = Some(shown);
     }
 
     /// Text to put on the clipboard (written by the terminal loop as OSC 52).
