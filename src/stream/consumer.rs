@@ -14,7 +14,9 @@
 //!    saying "already there" is `sink_duplicate`;
 //! 4. only then commit the offsets (`stream/commit.rs`), awaited at once or, with
 //!    `consumer.async_offset_commit`, before the next batch writes anything. A refused commit
-//!    ends `consume` either way, before another batch is applied.
+//!    ends `consume` either way, before another batch is applied — unless the broker was away
+//!    and the process ran all along: then nothing was committed, the batch comes again and
+//!    changes nothing, and `consume` goes on.
 //!
 //! A crash anywhere before step 4 redelivers the batch, and every step is idempotent, so the
 //! redelivery changes nothing. A transient database error retries the whole batch with backoff
@@ -32,7 +34,7 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
 
-use super::commit::{next_offsets, to_tpl, CommitRefused, PendingCommit, RebalanceLog};
+use super::commit::{next_offsets, to_tpl, CommitRefused, MemberLog, PendingCommit};
 use super::dedup::DedupState;
 use super::poison::{self, parse};
 use super::sinks::{self, Delivery, PaidDecision, SinkWrite};
@@ -90,7 +92,7 @@ pub struct PaymentConsumer {
     db: Database,
     orders: Orders,
     tracer: Tracer,
-    consumer: Arc<StreamConsumer<RebalanceLog>>,
+    consumer: Arc<StreamConsumer<MemberLog>>,
     dlq: FutureProducer,
     dlq_topic: String,
     group: String,
@@ -129,30 +131,32 @@ impl PaymentConsumer {
             .clone()
             .unwrap_or_else(|| config.kafka.consumer_group.clone());
         let servers = &config.kafka.bootstrap_servers;
-        let consumer: StreamConsumer<RebalanceLog> =
-            crate::kafka_client::client_config(&config.kafka)
-                .set("group.id", &group)
-                .set(
-                    "client.id",
-                    format!("idemguard-consume-{}", tracer.instance_id()),
-                )
-                .set("enable.auto.commit", "false")
-                .set("auto.offset.reset", "earliest")
-                .set("session.timeout.ms", "10000")
-                .set("heartbeat.interval.ms", "1000")
-                // A topic created (or partitions added) after the consumer started is seen within
-                // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
-                .set("topic.metadata.refresh.interval.ms", "10000")
-                // Bounded reads: a fetch, a partition's share of it, what is read ahead.
-                .set("fetch.max.bytes", poison::FETCH_MAX_BYTES)
-                .set(
-                    "max.partition.fetch.bytes",
-                    poison::PARTITION_FETCH_MAX_BYTES,
-                )
-                .set("queued.max.messages.kbytes", poison::QUEUED_MAX_KBYTES)
-                .set("log_level", "3")
-                .create_with_context(RebalanceLog::default())
-                .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
+        let consumer: StreamConsumer<MemberLog> = crate::kafka_client::client_config(&config.kafka)
+            .set("group.id", &group)
+            .set(
+                "client.id",
+                format!("idemguard-consume-{}", tracer.instance_id()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set(
+                "session.timeout.ms",
+                SESSION_TIMEOUT.as_millis().to_string(),
+            )
+            .set("heartbeat.interval.ms", "1000")
+            // A topic created (or partitions added) after the consumer started is seen within
+            // 10 s, not librdkafka's default 5 minutes; until then each poll reports it missing.
+            .set("topic.metadata.refresh.interval.ms", "10000")
+            // Bounded reads: a fetch, a partition's share of it, what is read ahead.
+            .set("fetch.max.bytes", poison::FETCH_MAX_BYTES)
+            .set(
+                "max.partition.fetch.bytes",
+                poison::PARTITION_FETCH_MAX_BYTES,
+            )
+            .set("queued.max.messages.kbytes", poison::QUEUED_MAX_KBYTES)
+            .set("log_level", "3")
+            .create_with_context(MemberLog::new(SESSION_TIMEOUT))
+            .map_err(|e| anyhow::anyhow!("kafka {servers}: cannot create the consumer: {e}"))?;
         consumer
             .subscribe(&[&config.kafka.payment_topic])
             .map_err(|e| {
@@ -231,7 +235,7 @@ impl PaymentConsumer {
             }
             let batch_len = batch.len();
             self.adapt_batch_size(batch_len);
-            let lost_before = self.consumer.context().lost();
+            let received = self.consumer.context().seen();
             let next = next_offsets(&batch);
             let started = Instant::now();
             if !self
@@ -253,7 +257,7 @@ impl PaymentConsumer {
                 eprintln!("idemguard consume: crashing after the database commit of batch {n}, before the offset commit (fault injection)");
                 std::process::abort();
             }
-            let commit = PendingCommit::start(&self.consumer, to_tpl(&next), lost_before);
+            let commit = PendingCommit::start(&self.consumer, to_tpl(&next), received);
             if self.async_commit {
                 pending = Some(commit);
             } else {
@@ -279,7 +283,7 @@ impl PaymentConsumer {
     }
 
     /// The next batch, while the previous batch's offset commit (if in flight) is answered: a
-    /// refusal ends `consume` at once, also when no message comes. `None` once shut down (a
+    /// refusal that ends `consume` ends it at once, also when no message comes. `None` once shut down (a
     /// batch being filled is dropped: its offsets were never committed).
     async fn receive(
         &mut self,
@@ -636,6 +640,10 @@ fn keep(
     }
     kept
 }
+
+/// The group session (`session.timeout.ms`): a member no broker hears from for this long is out
+/// of its group. Its freezes are judged by it too (`stream/commit.rs`).
+const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A batch stops taking messages once it holds this many bytes (kept messages are at most
 /// `consumer.max_message_bytes` each): the batch in memory stays bounded whatever arrives.
