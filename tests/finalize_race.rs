@@ -174,7 +174,7 @@ async fn blocked_create_then_kill(
     let lock = format!("SELECT stock FROM inventory WHERE sku_id = {sku} FOR UPDATE");
     sqlx::query(&lock).fetch_one(&mut *holder).await.unwrap();
     // A statement after it on the same connection: the SELECT has ended on the server too.
-    let holder_session = session_of(&mut *holder, db.dialect()).await;
+    let holder_session = session_of(&mut holder, db.dialect()).await;
     let key = RequestId::generate("APP", "ORDER").to_string();
     let post = reqwest::Client::new()
         .post(format!("{base}/orders"))
