@@ -313,11 +313,8 @@ impl Config {
         }
         let mut check = rdkafka::ClientConfig::new();
         for (name, value) in &k.client {
-            if let Some((_, own)) = KAFKA_OWN_PROPERTIES.iter().find(|(p, _)| p == name) {
-                return Err(err(
-                    "kafka.client",
-                    format!("`{name}` is set by {own}: set it there"),
-                ));
+            if let Some(why) = set_elsewhere(name) {
+                return Err(err("kafka.client", format!("`{name}` {why}")));
             }
             check.set(name, value);
         }
@@ -697,9 +694,120 @@ fn check_masked_column(source: &SourceProfile, name: &str) -> Result<(), String>
     }
 }
 
+/// Why a `[kafka.client]` property cannot be set there, if it cannot: a `[kafka]` key or
+/// idemguard's own clients set it. Names are compared as librdkafka reads them, aliases resolved:
+/// librdkafka applies a client's properties in no fixed order, so a second value under an alias
+/// (`max.partition.fetch.bytes` beside `fetch.message.max.bytes`) would win in one client and
+/// lose in the next.
+fn set_elsewhere(name: &str) -> Option<String> {
+    let property = librdkafka_name(name);
+    let alias = if property == name {
+        String::new()
+    } else {
+        format!(" (librdkafka's alias of `{property}`)")
+    };
+    if let Some((_, key)) = KAFKA_OWN_PROPERTIES
+        .iter()
+        .find(|(p, _)| librdkafka_name(p) == property)
+    {
+        return Some(format!("{alias} is set by {key}: set it there"));
+    }
+    KAFKA_CLIENTS_OWN_PROPERTIES
+        .iter()
+        .find(|(p, _)| librdkafka_name(p) == property)
+        .map(|(_, why)| {
+            format!("{alias} is set by idemguard's own clients ({why}): it cannot be changed")
+        })
+}
+
+/// librdkafka's aliases (its CONFIGURATION.md, "Alias for"): (alias, the property it sets).
+const LIBRDKAFKA_ALIASES: [(&str, &str); 11] = [
+    ("bootstrap.servers", "metadata.broker.list"),
+    ("max.in.flight", "max.in.flight.requests.per.connection"),
+    ("sasl.mechanism", "sasl.mechanisms"),
+    ("max.partition.fetch.bytes", "fetch.message.max.bytes"),
+    ("linger.ms", "queue.buffering.max.ms"),
+    ("retries", "message.send.max.retries"),
+    ("compression.type", "compression.codec"),
+    ("acks", "request.required.acks"),
+    ("delivery.timeout.ms", "message.timeout.ms"),
+    ("enable.auto.commit", "auto.commit.enable"),
+    (
+        "sasl.oauthbearer.client.credentials.client.id",
+        "sasl.oauthbearer.client.id",
+    ),
+];
+
+fn librdkafka_name(name: &str) -> &str {
+    LIBRDKAFKA_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map_or(name, |(_, property)| property)
+}
+
+/// The properties idemguard's consumers, producers and readers set for what they guarantee, with
+/// why: refused in `[kafka.client]` rather than silently overridden. `client.id` is not among
+/// them: it names `consume`'s and `serve`'s clients for the broker's quotas and logs.
+const KAFKA_CLIENTS_OWN_PROPERTIES: [(&str, &str); 20] = [
+    (
+        "group.id",
+        "kafka.consumer_group for consume; readers never join a group",
+    ),
+    (
+        "enable.auto.commit",
+        "offsets are committed only after the database commit",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are committed only after the database commit",
+    ),
+    (
+        "auto.offset.reset",
+        "where a consumer or reader starts is decided per client",
+    ),
+    (
+        "enable.partition.eof",
+        "a window read stops at a partition's end",
+    ),
+    ("heartbeat.interval.ms", "the consumer's group membership"),
+    (
+        "topic.metadata.refresh.interval.ms",
+        "the consumer's view of new partitions",
+    ),
+    (
+        "acks",
+        "payment, DLQ and redrive messages are acknowledged by every in-sync replica",
+    ),
+    (
+        "enable.idempotence",
+        "the payment producer never writes a message twice",
+    ),
+    (
+        "message.timeout.ms",
+        "a publish that is not acknowledged in time is reported, not retried forever",
+    ),
+    ("linger.ms", "the trace producer's batching"),
+    ("queued.min.messages", "the readers' bounded prefetch"),
+    (
+        "queued.max.messages.kbytes",
+        "the readers' bounded prefetch",
+    ),
+    ("fetch.max.bytes", "the readers' bounded fetches"),
+    ("fetch.message.max.bytes", "the readers' bounded fetches"),
+    ("fetch.wait.max.ms", "a window read's latency"),
+    ("fetch.queue.backoff.ms", "a window read's latency"),
+    ("fetch.error.backoff.ms", "a window read's latency"),
+    ("reconnect.backoff.ms", "a window read's latency"),
+    (
+        "debug",
+        "the readers count their requests from librdkafka's protocol lines",
+    ),
+];
+
 /// The librdkafka properties `[kafka]`'s own keys set: refused in `[kafka.client]`, so each has
 /// one place (and `doctor` reports what is really used).
-pub const KAFKA_OWN_PROPERTIES: [(&str, &str); 10] = [
+pub const KAFKA_OWN_PROPERTIES: [(&str, &str); 11] = [
+    ("partitioner", "kafka.partitioner"),
     ("bootstrap.servers", "kafka.bootstrap_servers"),
     ("security.protocol", "kafka.security_protocol"),
     ("sasl.mechanism", "kafka.sasl_mechanism"),
@@ -744,8 +852,9 @@ mod tests {
         assert_eq!(e.key, "kafka.partitioner");
     }
 
-    /// `[kafka.client]`: quoted or dotted names, values as text; a property a `[kafka]` key sets
-    /// and one librdkafka does not know are refused, naming the key.
+    /// `[kafka.client]`: quoted or dotted names, values as text; a property a `[kafka]` key or
+    /// idemguard's own clients set (under its name or a librdkafka alias) and one librdkafka does
+    /// not know are refused, naming the key.
     #[test]
     fn kafka_client_properties_are_passed_as_written_and_checked() {
         let c = load_with(
@@ -764,6 +873,28 @@ mod tests {
         let e = load_with(Some("[kafka.client]\n\"sasl.password\" = \"x\"\n"), &[]).unwrap_err();
         assert_eq!(e.key, "kafka.client");
         assert!(e.message.contains("kafka.sasl_password"), "{e}");
+        let e = load_with(
+            Some("[kafka.client]\nmetadata.broker.list = \"x:9092\"\n"),
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.message.contains("kafka.bootstrap_servers"), "{e}");
+        let e =
+            load_with(Some("[kafka.client]\nmax.partition.fetch.bytes = 1\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "kafka.client");
+        assert!(
+            e.message.contains("alias of `fetch.message.max.bytes`")
+                && e.message.contains("bounded fetches"),
+            "{e}"
+        );
+        let e = load_with(
+            Some("[kafka.client]\n\"queue.buffering.max.ms\" = 5\n"),
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.message.contains("batching"), "{e}");
+        let c = load_with(Some("[kafka.client]\n\"fetch.min.bytes\" = 1\n"), &[]).unwrap();
+        assert_eq!(c.kafka.client["fetch.min.bytes"], "1");
         let e = load_with(Some("[kafka.client]\n\"no.such.property\" = \"x\"\n"), &[]).unwrap_err();
         assert_eq!(e.key, "kafka.client");
         assert!(e.message.contains("no.such.property"), "{e}");
