@@ -1450,19 +1450,20 @@ async fn until_processed_by(s: &Setup, consume: &mut ConsumeChild, n: i64, secs:
 /// commit has gone unanswered and the group session has timed out, then started again on the
 /// same data. Every payment is applied once (orders, points, notifications, processed_event),
 /// nothing is dead-lettered, every offset is committed — and the same `consume` process
-/// recovered by itself, having said in its log that the broker was down and that the commit was
-/// not answered. `rates --json` says the payment topic did not answer while the broker was down,
-/// and gives the lag after.
+/// recovered by itself, having said in its log that the broker was down, that the commit was not
+/// answered, that its partitions were revoked as lost and assigned again, and that it did not
+/// freeze. `rates --json` says the payment topic did not answer while the broker was down, and
+/// gives the lag after.
 ///
-/// Not in the standing suite: it fails in about half the runs on a loaded machine, and the
-/// failure is the product's. When the broker stays down past `session.timeout.ms`, a batch the
-/// member had fetched before the kill is applied and committed under its old generation once
-/// the broker is back; the broker answers `UnknownMemberId`, and `consume` ends by the rule that
-/// a refused commit ends it (the rule that stops a frozen member, `a_failed_offset_commit…`).
-/// Nothing is lost or doubled — the batch comes again to whoever owns the partitions — but the
-/// process does not recover by itself. Run it with `cargo test --test consumer_faults -- --ignored`.
+/// The batch after the held one, fetched before the kill, is held in turn at its last sink until
+/// the broker is back, so its offset commit reaches the broker after the group session has
+/// ended: it is refused under the member's old membership, or accepted under its new one across
+/// the lost assignment. The process ran all along and saw no broker answer, so `consume` logs
+/// that as the broker's absence (nothing lost: the batch comes again and changes nothing) and
+/// goes on (`stream/commit.rs`); a frozen member's refusal still ends it
+/// (`a_failed_offset_commit…`). When that batch had not been fetched before the kill, it is
+/// applied after the restart and nothing is refused; the test prints which it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "consume ends on a commit refused after an outage longer than the group session"]
 async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_recovers() {
     let mut broker = OwnBroker::start().await;
     let s = setup_on(&broker).await;
@@ -1471,7 +1472,7 @@ async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_rec
     let hold = hold_batch_of(&s, &held).await;
     let mut consume = ConsumeChild::spawn(&mut consume_on_own_broker(&s));
     consume.assignment(60).await;
-    let fed = feed(&s, events, Duration::from_millis(5));
+    let fed = feed(&s, events.clone(), Duration::from_millis(5));
     let held_notified = format!("notification WHERE event_id = '{}'", held.event_id);
     let deadline = Instant::now() + Duration::from_secs(60);
     while count(&s.db, &held_notified).await < 1 {
@@ -1488,8 +1489,24 @@ async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_rec
     let killed = Instant::now();
     broker.kill();
     hold.rollback().await.unwrap();
+    // The next batch, fetched before the kill, is held in turn at its last sink until the broker
+    // is back: its offset commit then reaches the broker after the group session has ended.
+    let held_recorded = format!("processed_event WHERE event_id = '{}'", held.event_id);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&s.db, &held_recorded).await < 1 {
+        consume.assert_running("the held batch was recorded");
+        assert!(
+            Instant::now() < deadline,
+            "the held batch was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let at_kill = count(&s.db, "processed_event").await;
-    let unanswered = consume.until_logged("unanswered offset commit", 60, |l| {
+    let next = first_unprocessed(&s, &events).await;
+    let hold_next = hold_batch_of(&s, &next).await;
+    // librdkafka holds a commit made once it knows the coordinator gone for session.timeout.ms
+    // (10 s); one sent before it knew waits for socket.timeout.ms (60 s).
+    let unanswered = consume.until_logged("unanswered offset commit", 90, |l| {
         l.contains("offset commit not answered")
     });
     let (_, (payment, doc)) = tokio::join!(unanswered, rates_json(&s));
@@ -1504,6 +1521,9 @@ async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_rec
     // Back on the same data: the same process rejoins and finishes the stream.
     let restarting = Instant::now();
     broker.restart().await;
+    let next_notified = format!("notification WHERE event_id = '{}'", next.event_id);
+    let applied_while_down = count(&s.db, &next_notified).await == 1;
+    hold_next.rollback().await.unwrap();
     tokio::time::timeout(Duration::from_secs(120), fed)
         .await
         .expect("every payment produced within 120 s of the restart")
@@ -1534,8 +1554,38 @@ async fn a_broker_killed_mid_batch_loses_nothing_doubles_nothing_and_consume_rec
             && said(|l| l.contains("partitions assigned") && l.contains(".t")) >= 2,
         "consume says the broker was down, its session lost, and its partitions assigned again:\n{log}"
     );
+    assert_eq!(
+        said(|l| l.contains("consume did not run")),
+        0,
+        "consume ran all along (no freeze):\n{log}"
+    );
+    let refused = said(|l| {
+        l.contains("offset commit refused after no broker could be reached")
+            || l.contains("offset commit accepted under a new group membership")
+    });
+    eprintln!(
+        "the next batch applied while the broker was down: {applied_while_down}; commits refused \
+         or accepted across the lost assignment, consume going on: {refused}"
+    );
+    if applied_while_down {
+        assert!(
+            refused > 0,
+            "the batch applied while the broker was down had its commit refused, and consume said so:\n{log}"
+        );
+    }
     assert_applied_once(&s, 300).await;
     assert_eq!(processed(&s, "dlq").await, 0, "{log}");
+}
+
+/// The first of `events` (in the order they are produced) with no `processed_event` row.
+async fn first_unprocessed(s: &Setup, events: &[PaymentSucceeded]) -> PaymentSucceeded {
+    for e in events {
+        let recorded = format!("processed_event WHERE event_id = '{}'", e.event_id);
+        if count(&s.db, &recorded).await == 0 {
+            return e.clone();
+        }
+    }
+    panic!("every event was processed before the broker came back");
 }
 
 /// Waits (bounded) until the group has committed every partition to its high watermark.
@@ -1581,16 +1631,17 @@ fn signal(pid: u32, sig: &str) {
 /// The real binary M1 is held inside its batch (its `processed_event` insert waits on a row the
 /// test holds uncommitted), then frozen (SIGSTOP) until member M2 has taken the partitions over
 /// (M1 evicted: no heartbeat). Thawed, M1 finishes its database work and its offset commit
-/// fails: `consume` exits with the error, and M2 — which received the same batch — applies
-/// nothing twice. Both members commit as `s.config.consumer.async_offset_commit` says.
+/// fails: `consume` exits with the error, having logged that it did not run, and M2 — which
+/// received the same batch — applies nothing twice. Both members commit as
+/// `s.config.consumer.async_offset_commit` says.
 ///
 /// Which way the late commit fails is a race inside librdkafka: a commit sent under M1's old
 /// membership is refused by the broker, but when librdkafka's session timeout is served first
-/// the assignment is revoked as lost and the commit is deferred until M1 has rejoined — then
-/// it was accepted under the new membership, M1 went on, and this test failed once in ten runs
-/// ("M1 ends within 60 s of its thaw: Elapsed"; M1's log: SESSTMOUT, partitions revoked,
-/// partitions assigned, no error). The consumer now refuses its own commit of a batch applied
-/// across a lost assignment, so both branches end M1. M1's log is printed when it does not end.
+/// the assignment is revoked as lost and the commit is deferred until M1 has rejoined, then
+/// accepted under the new membership. The consumer refuses its own commit of a batch applied
+/// across a lost assignment, and a refusal after a freeze ends it even when the broker was also
+/// unreachable, so both branches end M1 (`stream/commit.rs`). M1's log is printed when it does not
+/// end.
 async fn a_failed_offset_commit(s: &ConsumerSetup) {
     let d = s.dialect;
     let mode = if s.config.consumer.async_offset_commit {
@@ -1647,6 +1698,10 @@ async fn a_failed_offset_commit(s: &ConsumerSetup) {
     eprintln!("{d}: M1 ended {:?} after its thaw", thawed.elapsed());
     assert!(!status.success(), "{d}: M1 exits with the failed commit");
     assert!(stderr.contains("offset commit failed"), "{d}: {stderr}");
+    assert!(
+        stderr.contains("consume did not run"),
+        "{d}: M1 says it was frozen: {stderr}"
+    );
     m2.until("M2 handled the batch", 60, |st| {
         get(&st.dedup_hits) + get(&st.sink_duplicates) + get(&st.applied) >= 3
     })
