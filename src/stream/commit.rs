@@ -200,7 +200,7 @@ impl Refusal {
     }
 }
 
-/// Notices when the process did not run — stopped (SIGSTOP, a paused VM) or starved of CPU — for
+/// Notices when the process did not run — stopped (SIGSTOP) or starved of CPU — for
 /// at least `threshold`: a thread of its own wakes every [`FreezeWatch::TICK`], and a wake-up that
 /// late is a freeze. librdkafka's heartbeats stop with the process, so a freeze is how a member
 /// loses its session while the broker answers all along.
