@@ -188,3 +188,114 @@ fn every_runbook_names_the_view_the_console_opens_on() {
         rules.contains("IdemguardDlqGrowing") && rules.contains("`idemguard console --view dlq`")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Narrow terminals
+// ---------------------------------------------------------------------------------------------
+
+const SIZES: [(u16, u16); 3] = [(80, 24), (100, 30), (200, 50)];
+
+/// The header row of the table titled `title`: the line under its title.
+fn header_row<'a>(screen: &'a str, title: &str) -> &'a str {
+    let mut lines = screen.lines().skip_while(|l| !l.contains(title));
+    lines
+        .nth(1)
+        .unwrap_or_else(|| panic!("no table titled {title}:\n{screen}"))
+}
+
+/// Where `header` starts in `row`, in characters.
+fn column_at(row: &str, header: &str) -> Option<usize> {
+    let at = row.find(header)?;
+    Some(row[..at].chars().count())
+}
+
+/// The header (tabs) and the footer (keys) at every size: the current view's name, the others'
+/// names from 100 columns; help and quit always.
+fn assert_frame(screen: &str, (cols, _): (u16, u16), view: &str) {
+    let head = screen.lines().next().unwrap_or_default();
+    assert!(head.contains(view), "{cols}: {head}");
+    if cols >= 100 {
+        assert!(
+            head.contains("1:Overview") && head.contains("7:DLQ"),
+            "{cols}: {head}"
+        );
+    }
+    let foot = status_line(screen);
+    assert!(
+        foot.contains("<?> help") && foot.contains("<q> quit"),
+        "{cols}: {foot}"
+    );
+}
+
+/// The DLQ at 80×24, 100×30 and 200×50: the order (whole), what the consumer would do NOW and the
+/// REASON at every size, REDRIVEN from 100 columns, every column at 200; the Selected panel names
+/// the message's event, hidden from the table at 80 and 100.
+async fn dlq_view_at_three_sizes(dialect: Dialect) {
+    let mut w = world(dialect, 0).await;
+    fresh_dlq(&mut w).await;
+    let inc = Incident::write(&w).await;
+    let unknown_order = format!("20261129{}", common::unique_suffix());
+    let reason = "unknown order: no orders row after 3 lookups over 30s (the order service's \
+                  outbox may be behind, or the event names an order of another environment)";
+    dead_letter(&w, &unknown_order, &inc.event_id, reason).await;
+    dead_letter(&w, &inc.order_no, &inc.event_id, "unknown order").await;
+    for size in SIZES {
+        let t = console(&w, size, " --view dlq");
+        let s = t.wait_for("the DLQ's messages", WITHIN, |s| {
+            s.contains("2 message(s) in")
+                && s.contains(&inc.order_no)
+                && s.contains(&unknown_order)
+                && status_line(s).contains("<q> quit")
+        });
+        let row = header_row(&s, " DLQ [");
+        for h in ["ORDER", "NOW", "REASON"] {
+            assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        if size.0 >= 100 {
+            assert!(row.contains("REDRIVEN"), "{dialect} {size:?}:\n{s}");
+        }
+        if size.0 >= 200 {
+            for h in ["AGE", "AT", "SOURCE", "EVENT ID", "BY"] {
+                assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+            }
+        }
+        // The event ID: in its column at 200, else in the Selected panel.
+        let panel: String = s.lines().skip_while(|l| !l.contains("Selected")).collect();
+        let event_shown = row.contains("EVENT ID") || panel.contains(&inc.event_id);
+        assert!(event_shown, "{dialect} {size:?}:\n{s}");
+        assert_frame(&s, size, "7:DLQ");
+        tmux::assert_console_gone(&t.quit_console(WITHIN));
+    }
+}
+per_dialect!(dlq_view_at_three_sizes => dlq_view_at_three_sizes_postgres, dlq_view_at_three_sizes_mysql);
+
+/// The Trace at 80×24, 100×30 and 200×50: TIME, SOURCE, WHAT and STOPPED BY at every size, the
+/// LAYER from 100; SOURCE is no wider than its cells need, so WHAT keeps most of the row (at
+/// 100 columns it had 25 when SOURCE took 43).
+async fn trace_view_at_three_sizes(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    for size in SIZES {
+        let t = console(&w, size, &format!(" --trace {}", inc.order_no));
+        // The keys are on the bottom line once "tracing order no …" has faded.
+        let s = t.wait_for("the order's timeline", WITHIN, |s| {
+            s.contains("Timeline, oldest first [23]") && status_line(s).contains("<q> quit")
+        });
+        let row = header_row(&s, "Timeline, oldest first");
+        for h in ["TIME", "SOURCE", "WHAT", "STOPPED BY"] {
+            assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        if size.0 >= 100 {
+            assert!(row.contains("LAYER"), "{dialect} {size:?}:\n{s}");
+        }
+        let what = column_at(row, "STOPPED BY").unwrap() - column_at(row, "WHAT").unwrap();
+        let least = (size.0 as usize) * 35 / 100;
+        assert!(
+            what >= least,
+            "{dialect} {size:?}: WHAT {what} < {least}:\n{s}"
+        );
+        assert_frame(&s, size, "2:Trace");
+        tmux::assert_console_gone(&t.quit_console(WITHIN));
+    }
+}
+per_dialect!(trace_view_at_three_sizes => trace_view_at_three_sizes_postgres, trace_view_at_three_sizes_mysql);

@@ -40,8 +40,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                 f,
                 table,
                 titled(title),
-                columns::AUDIT,
-                columns::AUDIT_ID,
+                &TableSpec {
+                    cols: columns::AUDIT,
+                    keep: columns::AUDIT_ID,
+                    rank: None,
+                },
                 rows.len(),
                 Some((app.selected(View::Audit), selected_style(app))),
                 |i| {

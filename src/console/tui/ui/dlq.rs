@@ -8,8 +8,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     let [summary, table, detail] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Fill(1),
-        // A short terminal gives the table the rows: the selected message's first lines only.
-        Constraint::Length(if area.height < 30 { 5 } else { 6 }),
+        // A short terminal gives the table the rows: the selected message's first lines only; a
+        // narrow one moves cells from the table to the panel, and wraps it more.
+        Constraint::Length(
+            if area.height < 30 { 5 } else { 6 } + if area.width < 160 { 2 } else { 0 },
+        ),
     ])
     .areas(area);
     let listing = match &app.stores.dlq {
@@ -56,12 +59,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
     let now = app.now_ms();
     let table = results_panel(f, app, View::Dlq, table);
-    windowed_table(
+    let shown = windowed_table(
         f,
         table,
         titled(title),
-        columns::DLQ,
-        columns::DLQ_ID,
+        &TABLE,
         rows.len(),
         Some((app.selected(View::Dlq), selected_style(app))),
         |i| {
@@ -79,17 +81,7 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
     let lines = match app.selected_dlq() {
         None => vec![Line::from(Span::styled(" no message selected", DIM))],
-        Some(m) => vec![
-            Line::from(vec![
-                Span::styled(" by     ", DIM),
-                Span::raw(columns::dlq_by(m, now)),
-            ]),
-            Line::from(vec![
-                Span::styled(" reason ", DIM),
-                // Cut: a reason anyone writing to the DLQ could make 100 KB long.
-                Span::raw(crate::console::format::short(&m.reason, REASON_SHOWN)),
-            ]),
-        ],
+        Some(m) => selected_lines(m, &shown, now),
     };
     f.render_widget(
         Paragraph::new(lines)
@@ -97,6 +89,39 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             .block(titled(" Selected ".into())),
         detail,
     );
+}
+
+/// The DLQ's columns: the order identifies a message; what the consumer would do NOW and the
+/// REASON answer the view's question, then whether it was REDRIVEN. Who dead-lettered it (the
+/// Selected panel says it whole), the source and the event ID give way first.
+static TABLE: TableSpec = TableSpec {
+    cols: columns::DLQ,
+    keep: columns::DLQ_ID,
+    //          AGE AT SOURCE ORDER EVENT REDRIVEN NOW BY REASON
+    rank: Some(&[4, 3, 6, 0, 5, 2, 0, 7, 1]),
+};
+
+/// The selected message: who dead-lettered it, the cells of the columns the width hid, and its
+/// reason whole (wrapped, last: it may be long).
+fn selected_lines(
+    m: &crate::console::read::dlq::DlqMessage,
+    shown: &[usize],
+    now: i64,
+) -> Vec<Line<'static>> {
+    const BY: usize = 7;
+    const REASON: usize = 8;
+    let mut lines = vec![Line::from(vec![
+        Span::styled(" by     ", DIM),
+        Span::raw(columns::dlq_by(m, now)),
+    ])];
+    let cells = columns::dlq_cells(m, now);
+    lines.extend(hidden_cells(&TABLE, shown, &[BY, REASON], &cells));
+    lines.push(Line::from(vec![
+        Span::styled(" reason ", DIM),
+        // Cut: a reason anyone writing to the DLQ could make 100 KB long.
+        Span::raw(crate::console::format::short(&m.reason, REASON_SHOWN)),
+    ]));
+    lines
 }
 
 /// At most this many characters of the selected message's reason: more than its pane holds.

@@ -32,8 +32,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         f,
         table,
         titled(title),
-        columns::LOCKS,
-        columns::LOCKS_ID,
+        &TableSpec {
+            cols: columns::LOCKS,
+            keep: columns::LOCKS_ID,
+            rank: None,
+        },
         rows.len(),
         Some((app.selected(View::Locks), selected_style(app))),
         |i| {

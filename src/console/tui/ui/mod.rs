@@ -23,15 +23,17 @@ use ratatui::Frame;
 
 use crate::contracts::now_ms;
 
-use crate::console::columns::{self, Column};
+use crate::console::columns;
 use crate::console::format::age;
 use crate::console::read::overview::Severity;
 use crate::console::tui::app::{ui_state, App, Health, Input, Level};
 use crate::console::tui::backend::BackendId;
 use crate::console::tui::keymap::{self, View, KEYMAP};
+use fit::TableSpec;
 
 mod audit;
 mod dlq;
+mod fit;
 mod locks;
 mod overview;
 mod rates;
@@ -127,7 +129,7 @@ fn without_colours(f: &mut Frame<'_>) {
 
 /// The header: the environment, the views, and on the right — never cut — whether actions are
 /// enabled ("read-only" whole at 80 columns), the refresh period and PAUSED. When the views do
-/// not fit, the others are shown by their key only.
+/// not fit, the console's name gives way first, then the other views' names (their keys stay).
 fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut right = vec![if app.actions.enabled {
@@ -161,10 +163,11 @@ fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
             bold.bg(Color::Red).fg(Color::White),
         ));
     }
-    spans.push(Span::styled(" idemguard console ", bold));
     let fixed: usize = spans.iter().map(|s| s.width()).sum();
-    let full: usize = View::ALL.iter().map(|v| v.title().len() + 4).sum();
-    let compact = fixed + full > left_area.width as usize;
+    let (label, names) = tab_style(fixed, app.ui.view, left_area.width as usize);
+    if label {
+        spans.push(Span::styled(" idemguard console ", bold));
+    }
     for (i, v) in View::ALL.iter().enumerate() {
         let current = *v == app.ui.view;
         let style = if current {
@@ -172,18 +175,34 @@ fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         } else {
             DIM
         };
-        let label = if compact && !current {
-            format!(" {} ", i + 1)
-        } else {
+        let tab = if names || current {
             format!(" {}:{} ", i + 1, v.title())
+        } else {
+            format!(" {} ", i + 1)
         };
-        spans.push(Span::styled(label, style));
+        spans.push(Span::styled(tab, style));
     }
     f.render_widget(Paragraph::new(Line::from(spans)), left_area);
     f.render_widget(
         Paragraph::new(right).alignment(Alignment::Right),
         right_area,
     );
+}
+
+/// Whether the header shows the console's name, and the names of the views other than the
+/// `current` one, after `fixed` columns of `width`: the widest of these that fits.
+fn tab_style(fixed: usize, current: View, width: usize) -> (bool, bool) {
+    const LABEL: usize = " idemguard console ".len();
+    let names: usize = View::ALL.iter().map(|v| v.title().len() + 4).sum();
+    // " 2 " for each other view, the current one whole.
+    let keys = (View::ALL.len() - 1) * " 2 ".len() + current.title().len() + 4;
+    [(true, true), (false, true), (true, false), (false, false)]
+        .into_iter()
+        .find(|(label, named)| {
+            let tabs = if *named { names } else { keys };
+            fixed + usize::from(*label) * LABEL + tabs <= width
+        })
+        .unwrap_or((false, false))
 }
 
 fn draw_backends(f: &mut Frame<'_>, app: &App, area: Rect) {
@@ -280,18 +299,17 @@ fn titled(title: String) -> Block<'static> {
 }
 
 /// A table of which only the rows on screen are built: `cells(i)` is called for those alone.
-/// Column `keep` identifies a row and is kept whole at any width ([`columns::fit`]).
-#[allow(clippy::too_many_arguments)] // one drawing call per table, every part named
+/// Its columns are fitted to the width ([`fit::fit`]): `spec.keep` identifies a row and is kept
+/// whole at any width; the columns shown are returned, for a Selected panel to show the rest.
 fn windowed_table(
     f: &mut Frame<'_>,
     area: Rect,
     block: Block<'_>,
-    cols: &[Column],
-    keep: usize,
+    spec: &TableSpec,
     total: usize,
     selected: Option<(usize, Style)>,
     mut cells: impl FnMut(usize) -> (Vec<String>, Style),
-) {
+) -> Vec<usize> {
     let highlight_style = selected.map_or(SELECTED, |(_, style)| style);
     let selected = selected.map(|(i, _)| i);
     let inner_height = area.height.saturating_sub(3) as usize; // borders + header
@@ -304,22 +322,21 @@ fn windowed_table(
     };
     let end = (offset + inner_height).min(total);
     let shown: Vec<(Vec<String>, Style)> = (offset..end).map(&mut cells).collect();
-    let keep_len = shown
-        .iter()
-        .filter_map(|(c, _)| c.get(keep))
-        .map(|c| c.chars().count())
-        .chain([cols[keep].header.len()])
-        .max()
-        .unwrap_or(0) as u16;
-    let widths: Vec<Constraint> = columns::fit(cols, area.width.saturating_sub(2), keep, keep_len)
-        .into_iter()
-        .map(Constraint::Length)
-        .collect();
+    let widest = widest_cells(spec, &shown);
+    let fitted = fit::fit(spec, area.width.saturating_sub(2), &widest);
+    let pick = |c: &[String]| -> Vec<String> {
+        fitted
+            .iter()
+            .map(|(i, _)| c.get(*i).cloned().unwrap_or_default())
+            .collect()
+    };
     let rows: Vec<Row<'_>> = shown
-        .into_iter()
-        .map(|(c, style)| Row::new(c.into_iter().map(Cell::from)).style(style))
+        .iter()
+        .map(|(c, style)| Row::new(pick(c).into_iter().map(Cell::from)).style(*style))
         .collect();
-    let header = Row::new(cols.iter().map(|c| Cell::from(c.header))).style(HEADER);
+    let header =
+        Row::new(fitted.iter().map(|(i, _)| Cell::from(spec.cols[*i].header))).style(HEADER);
+    let widths = fitted.iter().map(|(_, w)| Constraint::Length(*w));
     let table = Table::new(rows, widths)
         .header(header)
         .block(block)
@@ -327,6 +344,44 @@ fn windowed_table(
         .column_spacing(1);
     let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
     f.render_stateful_widget(table, area, &mut state);
+    fitted.into_iter().map(|(i, _)| i).collect()
+}
+
+/// Per column, its widest cell among `rows`, its header included.
+fn widest_cells(spec: &TableSpec, rows: &[(Vec<String>, Style)]) -> Vec<u16> {
+    spec.cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            rows.iter()
+                .filter_map(|(cells, _)| cells.get(i))
+                .map(|cell| cell.chars().count())
+                .chain([c.header.chars().count()])
+                .max()
+                .unwrap_or(0) as u16
+        })
+        .collect()
+}
+
+/// The cells of the columns a table does not show (but `except`, shown elsewhere), on one line
+/// as `HEADER value · HEADER value`: what a narrow terminal moved from the row to its Selected
+/// panel, which wraps it. `None` when every column is shown.
+fn hidden_cells(
+    spec: &TableSpec,
+    shown: &[usize],
+    except: &[usize],
+    cells: &[String],
+) -> Option<Line<'static>> {
+    let mut spans = Vec::new();
+    for i in (0..spec.cols.len()).filter(|i| !shown.contains(i) && !except.contains(i)) {
+        let Some(cell) = cells.get(i).filter(|c| !c.is_empty()) else {
+            continue;
+        };
+        let sep = if spans.is_empty() { " " } else { " · " };
+        spans.push(Span::styled(format!("{sep}{} ", spec.cols[i].header), DIM));
+        spans.push(Span::raw(cell.clone()));
+    }
+    (!spans.is_empty()).then(|| Line::from(spans))
 }
 
 fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {
@@ -489,7 +544,8 @@ fn draw_confirm(
 // Footer and help
 // ---------------------------------------------------------------------------------------------
 
-/// Draws the bottom line in its three states (command, filter, normal); long because each span is styled.
+/// Draws the bottom line in its three states: the command line, the filter line, and the status
+/// message or the keys.
 fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     let line = match &app.ui.input {
         Input::Command(s) => {
@@ -532,56 +588,101 @@ fn draw_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
                     Style::new().fg(Color::Green)
                 },
             )),
-            None => {
-                let mut spans = Vec::new();
-                let actions: &[(&str, &str)] = match app.ui.view {
-                    View::Locks => &[("space", "tag"), ("x", "release")],
-                    View::Stuck => &[("space", "tag"), ("f", "finalize")],
-                    View::Dlq => &[("space", "tag"), ("r", "redrive")],
-                    _ => &[],
-                };
-                for (k, what) in actions {
-                    let style = if app.actions.enabled || *k == "space" {
-                        Style::new().fg(Color::Yellow)
-                    } else {
-                        DIM.add_modifier(Modifier::CROSSED_OUT)
-                    };
-                    spans.push(Span::styled(format!(" <{k}>"), style));
-                    spans.push(Span::styled(
-                        format!(" {what}"),
-                        if *k == "space" || app.actions.enabled {
-                            DIM
-                        } else {
-                            style
-                        },
-                    ));
-                }
-                if !actions.is_empty() && !app.actions.enabled {
-                    spans.push(Span::styled(" (read-only: --allow-actions)", DIM));
-                }
-                for b in KEYMAP.iter().filter(|b| b.footer.is_some()) {
-                    let label = b.label.split(' ').next().unwrap_or(b.label);
-                    // In Locks and Stuck, space tags: pause is on p there.
-                    let (label, what) = if b.action == keymap::UiAction::TagOrPause {
-                        if actions.is_empty() {
-                            (label, b.footer.unwrap_or_default())
-                        } else {
-                            ("p", "pause")
-                        }
-                    } else {
-                        (label, b.footer.unwrap_or_default())
-                    };
-                    spans.push(Span::styled(
-                        format!(" <{label}>"),
-                        Style::new().fg(Color::Cyan),
-                    ));
-                    spans.push(Span::styled(format!(" {what}"), DIM));
-                }
-                Line::from(spans)
-            }
+            None => key_hints(app, area.width),
         },
     };
     f.render_widget(Paragraph::new(line), area);
+}
+
+/// A key the footer names, and how soon it gives way on a narrow terminal (0: never).
+struct Hint {
+    spans: Vec<Span<'static>>,
+    gives_way: u8,
+}
+
+/// The footer's keys that fit in `width`: the view's actions, then the keymap's (`footer`); help
+/// and quit always, the refresh and view keys first to go.
+fn key_hints(app: &App, width: u16) -> Line<'static> {
+    let mut hints = action_hints(app);
+    let tags = !hints.is_empty();
+    for b in KEYMAP.iter().filter(|b| b.footer.is_some()) {
+        let label = b.label.split(' ').next().unwrap_or(b.label);
+        let what = b.footer.unwrap_or_default();
+        // In Locks, Stuck and the DLQ, space tags: pause is on p there.
+        let (label, what) = match b.action {
+            keymap::UiAction::TagOrPause if tags => ("p", "pause"),
+            _ => (label, what),
+        };
+        hints.push(Hint {
+            spans: vec![
+                Span::styled(format!(" <{label}>"), Style::new().fg(Color::Cyan)),
+                Span::styled(format!(" {what}"), DIM),
+            ],
+            gives_way: hint_gives_way(b.action),
+        });
+    }
+    let width_of = |h: &[Hint]| -> usize { h.iter().flat_map(|h| &h.spans).map(Span::width).sum() };
+    while width_of(&hints) > width as usize {
+        let Some(last) = (0..hints.len())
+            .filter(|i| hints[*i].gives_way > 0)
+            .max_by_key(|i| (hints[*i].gives_way, *i))
+        else {
+            break;
+        };
+        hints.remove(last);
+    }
+    Line::from(hints.into_iter().flat_map(|h| h.spans).collect::<Vec<_>>())
+}
+
+/// How soon a keymap key leaves the footer: help and quit never, the refresh keys first.
+fn hint_gives_way(action: keymap::UiAction) -> u8 {
+    use keymap::UiAction::*;
+    match action {
+        Help | Quit => 0,
+        CommandLine | Drill => 2,
+        Filter | Copy => 3,
+        TagOrPause => 5,
+        NextView => 6,
+        _ => 7,
+    }
+}
+
+/// The current view's action keys (Locks, Stuck, DLQ), crossed out when read-only, and how to
+/// enable them.
+fn action_hints(app: &App) -> Vec<Hint> {
+    let actions: &[(&str, &str)] = match app.ui.view {
+        View::Locks => &[("space", "tag"), ("x", "release")],
+        View::Stuck => &[("space", "tag"), ("f", "finalize")],
+        View::Dlq => &[("space", "tag"), ("r", "redrive")],
+        _ => &[],
+    };
+    let mut hints = Vec::new();
+    for (k, what) in actions {
+        let style = if app.actions.enabled || *k == "space" {
+            Style::new().fg(Color::Yellow)
+        } else {
+            DIM.add_modifier(Modifier::CROSSED_OUT)
+        };
+        let what_style = if *k == "space" || app.actions.enabled {
+            DIM
+        } else {
+            style
+        };
+        hints.push(Hint {
+            spans: vec![
+                Span::styled(format!(" <{k}>"), style),
+                Span::styled(format!(" {what}"), what_style),
+            ],
+            gives_way: 1,
+        });
+    }
+    if !actions.is_empty() && !app.actions.enabled {
+        hints.push(Hint {
+            spans: vec![Span::styled(" (read-only: --allow-actions)", DIM)],
+            gives_way: 4,
+        });
+    }
+    hints
 }
 
 /// The help, scrolled to `top`: its rows are [`ui_state::help_rows`] — wrapped to the popup's

@@ -31,8 +31,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         f,
         table,
         titled(" Overview — what is wrong now, across the three layers ".into()),
-        columns::OVERVIEW,
-        0,
+        &TableSpec {
+            cols: columns::OVERVIEW,
+            keep: 0,
+            rank: None,
+        },
         findings.len(),
         Some((app.selected(View::Overview), selected_style(app))),
         |i| {

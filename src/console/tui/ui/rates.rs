@@ -29,8 +29,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         f,
         table,
         titled(title),
-        columns::RATES,
-        1,
+        &TableSpec {
+            cols: columns::RATES,
+            keep: 1,
+            rank: None,
+        },
         rows.len(),
         Some((app.selected(View::Rates), selected_style(app))),
         |i| {
@@ -103,8 +106,11 @@ fn draw_lag(f: &mut Frame<'_>, app: &App, lag: Rect) {
                 f,
                 lag,
                 titled(" Consumer lag per partition ".into()),
-                columns::LAG,
-                0,
+                &TableSpec {
+                    cols: columns::LAG,
+                    keep: 0,
+                    rank: None,
+                },
                 l.len(),
                 None,
                 |i| {

@@ -58,8 +58,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         f,
         table,
         titled(title),
-        columns::STUCK,
-        columns::STUCK_ID,
+        &TableSpec {
+            cols: columns::STUCK,
+            keep: columns::STUCK_ID,
+            rank: None,
+        },
         rows.len(),
         Some((app.selected(View::Stuck), selected_style(app))),
         |i| {

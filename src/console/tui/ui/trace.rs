@@ -37,12 +37,12 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         " Timeline, oldest first [{}] ",
         filter_note(app, View::Trace, rows.len(), t.entries.len())
     );
+    let source_width = source_width(area.width);
     windowed_table(
         f,
         table,
         titled(title),
-        columns::TIMELINE,
-        columns::TIMELINE_ID,
+        &TABLE,
         rows.len(),
         Some((selected, selected_style(app))),
         |i| {
@@ -58,7 +58,11 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                     _ => Style::new(),
                 }
             };
-            (cells.clone(), style)
+            let mut cells = cells.clone();
+            if let Some(source) = cells.get_mut(columns::TIMELINE_ID) {
+                *source = short_source(source, t, source_width);
+            }
+            (cells, style)
         },
     );
 
@@ -70,6 +74,39 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             .block(titled(" Selected ".into())),
         detail,
     );
+}
+
+/// The timeline's columns: TIME and WHAT answer (when, and what happened), then which layer
+/// STOPPED BY a duplicate; the SOURCE (shortened: the Selected panel names it whole) and the LAYER
+/// (the row's colour says it too) give way first.
+static TABLE: TableSpec = TableSpec {
+    cols: columns::TIMELINE,
+    keep: columns::TIMELINE_ID,
+    //          TIME LAYER SOURCE WHAT STOPPED BY
+    rank: Some(&[0, 3, 2, 0, 1]),
+};
+
+/// How much of a SOURCE cell a terminal `width` wide shows: what is left beyond 80 columns (16
+/// at least), so that WHAT keeps about half of a 100-column row; a key whole from 140.
+fn source_width(width: u16) -> usize {
+    width.saturating_sub(80).max(16) as usize
+}
+
+/// A SOURCE cell in at most `max` characters: the IDs the summary above names already (the
+/// orderNo in a lock's key, the requestId in a fast-path key) are written `…`, then what is still
+/// too long keeps its end, which tells the rows apart (a Kafka copy's `p0@17`).
+fn short_source(cell: &str, t: &Timeline, max: usize) -> String {
+    if cell.chars().count() <= max {
+        return cell.to_string();
+    }
+    let ids = t.order_no.iter().chain(&t.request_id).chain(&t.event_ids);
+    let cell = ids.fold(cell.to_string(), |cell, id| cell.replace(&shown(id), "…"));
+    let n = cell.chars().count();
+    if n <= max {
+        return cell;
+    }
+    let kept: String = cell.chars().skip(n + 1 - max).collect();
+    format!("…{kept}")
 }
 
 /// Before any trace: what the view is for and how to ask.
