@@ -11,7 +11,7 @@
 //! window (`support/proc_cpu.rs`, from `/proc`): CPU µs per event and cores used by this process
 //! (the consumer under test, librdkafka's threads included), the database server (PostgreSQL:
 //! the postmaster's helpers and the backends of the bench's own database; MariaDB: the whole
-//! `mariadbd`, other clients' work included), the broker (`tansu`), the rest of the machine
+//! `mariadbd`, other clients' work included), the broker (Apache Kafka), the rest of the machine
 //! ("others") and its idle cores; the report gives the medians for the bare consumer and for
 //! today's and the default consumer.
 //!
@@ -179,7 +179,7 @@ fn group_name(dialect: Dialect, g: Group) -> &'static str {
     match g {
         Group::Service => "consumer",
         Group::Database => db_name(dialect),
-        Group::Kafka => "tansu",
+        Group::Kafka => "kafka",
         other => other.name(),
     }
 }
@@ -241,7 +241,7 @@ impl CpuFigures {
         }
     }
 
-    /// "consumer 310 µs/ev (0.62 cores), postgres 402 µs/ev (0.81 cores), tansu 48 µs/ev (0.10
+    /// "consumer 310 µs/ev (0.62 cores), postgres 402 µs/ev (0.81 cores), kafka 48 µs/ev (0.10
     /// cores); others 0.31, idle 0.16 of 2 cores; busiest: postgres".
     fn line(&self, dialect: Dialect) -> String {
         let parts: Vec<String> = self

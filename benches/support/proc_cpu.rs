@@ -5,7 +5,8 @@
 //! Groups: the service (this process), the load generator (its pid), the database server
 //! (PostgreSQL: the postmaster's helpers and the backends connected to the bench's own
 //! database, never other tests' backends; MariaDB: the whole `mariadbd`), `redis-server` on
-//! 6379, the Kafka broker (`tansu`), the five RedLock nodes (`redis-server` on 6381-6385,
+//! 6379, the Kafka broker (Apache Kafka: the `java` process running `kafka.Kafka`), the five
+//! RedLock nodes (`redis-server` on 6381-6385,
 //! `redlock` only). "others" is the rest of the machine's busy time — other
 //! helpers' compiles and tests on this shared machine.
 #![allow(dead_code)]
@@ -83,10 +84,35 @@ impl Watch {
             "redis-server" if (6381..=6385).any(|p| cmdline.contains(&format!(":{p}"))) => {
                 Some(Group::LockNodes)
             }
-            "tansu" => Some(Group::Kafka),
+            "java" if is_kafka_broker(cmdline) => Some(Group::Kafka),
             _ => None,
         }
     }
+}
+
+/// Apache Kafka's broker: a JVM whose main class is `kafka.Kafka` (`cmdline` with its NULs
+/// turned into spaces).
+pub fn is_kafka_broker(cmdline: &str) -> bool {
+    cmdline.split_whitespace().any(|arg| arg == "kafka.Kafka")
+}
+
+/// The pid of Apache Kafka's broker on this machine, if one runs.
+pub fn kafka_broker_pid() -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "java" {
+            continue;
+        }
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        if is_kafka_broker(&String::from_utf8_lossy(&cmdline).replace('\0', " ")) {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 /// CPU ticks per watched pid, and the machine's busy and total ticks.
