@@ -5,8 +5,9 @@
 //! - `y` says on the status line what it copied: the traced ID, the selected DLQ message, or —
 //!   in a view without an ID — the command that opens the console on it;
 //! - every alert's runbook that names the console names a view or a trace it opens;
-//! - at 80×24, 100×30 and 200×50 the DLQ and Trace views keep the columns that identify a row and
-//!   answer the view's question, the tabs keep their names and the footer its help and quit keys.
+//! - at 80×24, 100×30 and 200×50 the DLQ, Trace, Locks and Stuck views keep the columns that
+//!   identify a row and answer the view's question (the rest in the Selected panel), the tabs
+//!   keep their names from 100 columns and the footer its help and quit keys.
 
 mod common;
 mod console_fixture;
@@ -299,3 +300,45 @@ async fn trace_view_at_three_sizes(dialect: Dialect) {
     }
 }
 per_dialect!(trace_view_at_three_sizes => trace_view_at_three_sizes_postgres, trace_view_at_three_sizes_mysql);
+
+/// Locks and Stuck at 80×24, 100×30 and 200×50: a lock's KEY (whole), whether its OWNER is
+/// alive and its PTTL at every size, its FLAGS at 200 (else in the Selected panel); a stuck
+/// record's REQUEST ID, AGE and whether its owner is ALIVE at every size, its ORDER at 200 (else
+/// in the Selected panel).
+async fn locks_and_stuck_at_three_sizes(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    let lock_key = idemguard::contracts::keys::request_lock(&inc.stuck_dead);
+    for size in SIZES {
+        let t = console(&w, size, " --view locks");
+        // Whole frames: the flags (in the table or the panel drawn under it) and the keys.
+        let s = t.wait_for("the locks", WITHIN, |s| {
+            s.contains(&lock_key)
+                && s.contains("FLAGS")
+                && (s.contains(" held_long") || !s.contains("Selected"))
+                && status_line(s).contains("<q> quit")
+        });
+        let row = header_row(&s, "Locks [");
+        for h in ["KEY", "OWNER", "PTTL"] {
+            assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        // The flags: in their column at 200, else in the Selected panel.
+        let flags_shown = row.contains("FLAGS") || s.contains("FLAGS held_long");
+        assert!(flags_shown, "{dialect} {size:?}:\n{s}");
+        assert_frame(&s, size, "3:Locks");
+        t.keys(&["5"]);
+        let s = t.wait_for("the stuck records", WITHIN, |s| {
+            s.contains(&inc.stuck_dead)
+                && s.contains("Stuck records [")
+                && (s.contains("ORDER no order") || !s.contains("Selected"))
+        });
+        let row = header_row(&s, "Stuck records [");
+        for h in ["REQUEST ID", "AGE", "ALIVE"] {
+            assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        let order_shown = row.contains("ORDER") || s.contains("ORDER no order");
+        assert!(order_shown, "{dialect} {size:?}:\n{s}");
+        tmux::assert_console_gone(&t.quit_console(WITHIN));
+    }
+}
+per_dialect!(locks_and_stuck_at_three_sizes => locks_and_stuck_at_three_sizes_postgres, locks_and_stuck_at_three_sizes_mysql);

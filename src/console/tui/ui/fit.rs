@@ -57,7 +57,8 @@ fn by_need(keep: usize, rank: &[u8]) -> Vec<usize> {
 }
 
 /// What column `i` asks for: the identifying one its widest cell, a fixed one its width but no
-/// more than its widest cell, one that takes the rest at least [`FILL_MIN`].
+/// more than its widest cell (a narrow one, [`NARROW`] or less, its width: a duration or a PID
+/// keeps its place however long it is now), one that takes the rest at least [`FILL_MIN`].
 fn wanted(spec: &TableSpec, i: usize, widest: &[u16]) -> u16 {
     let c = &spec.cols[i];
     if i == spec.keep {
@@ -65,9 +66,12 @@ fn wanted(spec: &TableSpec, i: usize, widest: &[u16]) -> u16 {
     } else if c.width == 0 {
         FILL_MIN.min(widest[i].max(c.header.len() as u16))
     } else {
-        c.width.min(widest[i])
+        c.width.min(widest[i].max(NARROW))
     }
 }
+
+/// A fixed column this wide or narrower keeps its width (in the Selected panel too).
+pub(super) const NARROW: u16 = 8;
 
 /// What is left goes to the shown columns that take the rest (`width == 0`).
 fn share_the_rest(cols: &[Column], shown: &mut [Option<u16>], mut left: u16) {
@@ -129,6 +133,6 @@ mod tests {
             rank: Some(&[0, 3, 2, 0, 1]),
         };
         let shown = fit(&spec, 98, &[12, 5, 6, 80, 10]);
-        assert_eq!(shown, [(0, 12), (1, 5), (2, 6), (3, 61), (4, 10)]);
+        assert_eq!(shown, [(0, 12), (1, 6), (2, 6), (3, 60), (4, 10)]);
     }
 }

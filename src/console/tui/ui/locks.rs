@@ -28,15 +28,12 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         tag_note(app, View::Locks)
     );
     let table = results_panel(f, app, View::Locks, table);
-    windowed_table(
+    let (table, panel) = with_hidden_panel(table);
+    let shown = windowed_table(
         f,
         table,
         titled(title),
-        &TableSpec {
-            cols: columns::LOCKS,
-            keep: columns::LOCKS_ID,
-            rank: None,
-        },
+        &TABLE,
         rows.len(),
         Some((app.selected(View::Locks), selected_style(app))),
         |i| {
@@ -46,7 +43,21 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             (cells, style)
         },
     );
+    if let Some(panel) = panel {
+        let selected = app.selected_lock().map(|l| lock_row(l, now).0);
+        draw_hidden_panel(f, panel, &TABLE, &shown, selected);
+    }
 }
+
+/// The Locks' columns: the key identifies a lock; whether its OWNER is alive, its PTTL and its
+/// FLAGS answer whether it is stuck; the holder and how long it is held next; the fence, the PID
+/// and the quorum give way first.
+static TABLE: TableSpec = TableSpec {
+    cols: columns::LOCKS,
+    keep: columns::LOCKS_ID,
+    //          KEY SCOPE HOLDER PID HELD PTTL FENCE OWNER QUORUM FLAGS
+    rank: Some(&[0, 4, 2, 6, 3, 1, 7, 0, 5, 1]),
+};
 
 /// The counts of locks by flag and how long the scan took; then each node, red when down.
 fn summary_lines(scan: &LockScan) -> Vec<Line<'static>> {

@@ -378,10 +378,49 @@ fn hidden_cells(
             continue;
         };
         let sep = if spans.is_empty() { " " } else { " · " };
-        spans.push(Span::styled(format!("{sep}{} ", spec.cols[i].header), DIM));
-        spans.push(Span::raw(cell.clone()));
+        let column = &spec.cols[i];
+        spans.push(Span::styled(format!("{sep}{} ", column.header), DIM));
+        // A narrow column's cell keeps its width here too: the panel wraps at the same place
+        // whether an age reads 9.5s or 10m05s.
+        let width = if column.width <= fit::NARROW {
+            column.width as usize
+        } else {
+            0
+        };
+        spans.push(Span::raw(format!("{cell:<width$}")));
     }
     (!spans.is_empty()).then(|| Line::from(spans))
+}
+
+/// Below 160 columns a table without a Selected panel of its own gets one line-pair under it for
+/// the cells its width hid: `(table, panel)`.
+fn with_hidden_panel(area: Rect) -> (Rect, Option<Rect>) {
+    if area.width >= 160 {
+        return (area, None);
+    }
+    let [table, panel] = Layout::vertical([Constraint::Fill(1), Constraint::Length(4)]).areas(area);
+    (table, Some(panel))
+}
+
+/// The Selected panel of [`with_hidden_panel`]: the selected row's hidden cells, wrapped.
+fn draw_hidden_panel(
+    f: &mut Frame<'_>,
+    area: Rect,
+    spec: &TableSpec,
+    shown: &[usize],
+    selected: Option<Vec<String>>,
+) {
+    let line = match selected {
+        None => Line::from(Span::styled(" no row selected", DIM)),
+        Some(cells) => hidden_cells(spec, shown, &[], &cells)
+            .unwrap_or_else(|| Line::from(Span::styled(" every column is in the table", DIM))),
+    };
+    f.render_widget(
+        Paragraph::new(line)
+            .wrap(Wrap { trim: true })
+            .block(titled(" Selected ".into())),
+        area,
+    );
 }
 
 fn filter_note(app: &App, view: View, shown: usize, total: usize) -> String {

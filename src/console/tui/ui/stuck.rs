@@ -54,15 +54,12 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
         tag_note(app, View::Stuck)
     );
     let table = results_panel(f, app, View::Stuck, table);
-    windowed_table(
+    let (table, panel) = with_hidden_panel(table);
+    let shown = windowed_table(
         f,
         table,
         titled(title),
-        &TableSpec {
-            cols: columns::STUCK,
-            keep: columns::STUCK_ID,
-            rank: None,
-        },
+        &TABLE,
         rows.len(),
         Some((app.selected(View::Stuck), selected_style(app))),
         |i| {
@@ -77,4 +74,20 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
             (cells, style)
         },
     );
+    if let Some(panel) = panel {
+        let selected = app
+            .selected_stuck()
+            .map(|s| columns::stuck_cells(&s.shown(&app.stores.mask), now));
+        draw_hidden_panel(f, panel, &TABLE, &shown, selected);
+    }
 }
+
+/// The Stuck records' columns: the request ID identifies a record; whether its owner is ALIVE
+/// answers what to do with it, then its AGE and its ORDER; its order's STATUS and its LEASE next;
+/// the owner's name and the replays give way first.
+static TABLE: TableSpec = TableSpec {
+    cols: columns::STUCK,
+    keep: columns::STUCK_ID,
+    //          REQUEST AGE OWNER ALIVE LEASE REPLAYS ORDER STATUS
+    rank: Some(&[0, 1, 4, 0, 3, 5, 1, 2]),
+};
