@@ -276,6 +276,57 @@ async fn a_trace_of_an_order_in_the_middle_reads_only_its_windows() {
     );
 }
 
+/// An order never paid, on a database that shows the consumer's decisions: no `processed_event`
+/// row names it, so no payment of it was consumed, late or not — its topics are read around its
+/// rows only, not searched `console.forward_search` forward (a million messages a trace on a
+/// week of 50 M, BENCHMARKS.md).
+#[tokio::test]
+async fn an_unpaid_order_is_not_searched_forward_where_the_consumer_decisions_show() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 7 * DAY_MS / 2;
+    let order = TracedOrder::new("20261126000000unpaid".into());
+    let rows = [
+        format!(
+            "INSERT INTO idempotency_record (request_id, biz_type, request_hash, status, \
+             order_no, owner, lease_until, created_at, updated_at, expire_at) VALUES ('{r}', \
+             'ORDER', 'h', 'SUCCEEDED', '{o}', 'api-1', {t}, {t}, {f}, {e})",
+            r = order.request_id,
+            o = order.order_no,
+            f = t + 200,
+            e = t + DAY_MS
+        ),
+        format!(
+            "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, \
+             status, created_at, updated_at) VALUES ('{r}', '{o}', 7, 7, 1, 1999, 'CREATED', \
+             {t}, {t})",
+            r = order.request_id,
+            o = order.order_no,
+        ),
+    ];
+    for sql in rows {
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+    let mut out = filler(30_000, 6_000, now);
+    let claim = TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(&order.request_id);
+    out.push(trace_event(claim, t));
+    produce(&config, "consistent_random", out);
+
+    let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+    assert!(r.ok && r.data.found, "{}", r.failures());
+    let cost = r.data.read_cost.clone().expect("a read trace has a cost");
+    assert_eq!(cost.forward_search, None, "{cost:?}");
+    let margin = config.console.trace_margin.as_millis() as i64;
+    for c in &cost.topics {
+        assert_eq!(c.windows.len(), 1, "{c:?}");
+        assert_eq!(
+            (c.windows[0].from_ms, c.windows[0].to_ms),
+            (t - margin, t + 200 + margin),
+            "around the rows' times only: {c:?}"
+        );
+    }
+}
+
 /// The rows name the order and the request, so the trace topic is read beside the payment topic
 /// (`read_cost.concurrent`) — and still keeps what only the payment topic names: a copy of the
 /// payment re-published with an eventId the database never saw, whose dedup hit names that

@@ -238,7 +238,13 @@ pub fn row_times(rows: &TraceRows) -> Vec<i64> {
 /// payment, processing and sink rows are all missing (a callback that failed, a table the team
 /// does not have) still has its payment events found when they come twenty minutes — or hours,
 /// as providers repeat callbacks — after the order. `None` when a row carries the payment's
-/// time, there is no time at all, or `forward` is zero.
+/// time, there is no time at all, or `forward` is zero — and when the rows can speak for the
+/// consumer ([`consumer_decisions_shown`]): its every decision on a payment event (applied,
+/// rejected, dead-lettered) is a `processed_event` row naming the order, whose time gets a
+/// window of its own, so no such row says no payment was consumed for the order, late or not.
+/// Searched blindly, the two hours after an unpaid order cost a trace a million messages on a
+/// topic of 50 M a week (BENCHMARKS.md); a payment still waiting in the consumer's lag is the
+/// consumer group's lag to read, not a trace's window.
 pub fn forward_window(rows: &TraceRows, forward: Duration) -> Option<TimeWindow> {
     let payment_timed = !rows.payments.is_empty()
         || !rows.processed.is_empty()
@@ -248,7 +254,7 @@ pub fn forward_window(rows: &TraceRows, forward: Duration) -> Option<TimeWindow>
             .orders
             .iter()
             .any(|o| o.updated_at.is_some_and(|u| u > o.created_at));
-    if payment_timed || forward.is_zero() {
+    if payment_timed || forward.is_zero() || consumer_decisions_shown(rows) {
         return None;
     }
     let last = row_times(rows).into_iter().max()?;
@@ -256,6 +262,15 @@ pub fn forward_window(rows: &TraceRows, forward: Duration) -> Option<TimeWindow>
         from_ms: last,
         to_ms: last + forward.as_millis() as i64,
     })
+}
+
+/// The rows were read from a database that shows every table a trace reads — the consumer's
+/// decisions (`processed_event`) among them: no table of the source profile was marked absent
+/// or refused to the console's role, so a decision that is not there was not made. (Rows of
+/// decisions older than `consumer.dedup_ttl` are deleted; so are the topic's messages past its
+/// retention, seven days by default.)
+pub fn consumer_decisions_shown(rows: &TraceRows) -> bool {
+    rows.unavailable.is_empty()
 }
 
 /// `windows` sorted and merged where they touch or overlap.
@@ -367,10 +382,11 @@ mod tests {
         );
     }
 
-    /// An order without a payment-side row is searched forward from its last time; one whose
-    /// payment row carries the time is not.
+    /// An order without a payment-side row is searched forward from its last time — where the
+    /// database cannot show the consumer's decisions; one whose payment row carries the time is
+    /// not, nor one whose database shows that the consumer decided on no payment of it.
     #[test]
-    fn a_step_without_a_time_is_searched_forward() {
+    fn a_step_without_a_time_is_searched_forward_only_where_no_row_can_say_it() {
         use crate::console::read::records::{OrderRow, PaymentFlowRow};
         let order = OrderRow {
             req_id: "r".into(),
@@ -391,6 +407,13 @@ mod tests {
             ..TraceRows::default()
         };
         let hour = Duration::from_secs(3600);
+        assert_eq!(
+            forward_window(&rows, hour),
+            None,
+            "every table read, no decision of the consumer names the order: nothing to search"
+        );
+        rows.unavailable
+            .push("the consumer's decisions: not shown (processed_event marked absent)".into());
         assert_eq!(
             forward_window(&rows, hour),
             Some(TimeWindow {
