@@ -342,3 +342,35 @@ async fn locks_and_stuck_at_three_sizes(dialect: Dialect) {
     }
 }
 per_dialect!(locks_and_stuck_at_three_sizes => locks_and_stuck_at_three_sizes_postgres, locks_and_stuck_at_three_sizes_mysql);
+
+/// The Audit at 80×24, 100×30 and 200×50, after a read-only console's refused release: the
+/// TARGET (whole), TIME, ACTION and OUTCOME at every size; the DETAIL at 200, else in the
+/// Selected panel.
+async fn audit_at_three_sizes(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    let inc = Incident::write(&w).await;
+    let order_lock = idemguard::contracts::keys::order_lock(&inc.order_no);
+    for size in SIZES {
+        let t = console(&w, size, " --view locks");
+        t.wait_for("the locks", WITHIN, |s| s.contains(&order_lock));
+        // Read-only: the attempt is refused, and audited.
+        t.keys(&["x"]);
+        t.wait_for("the refusal", WITHIN, |s| {
+            status_line(s).contains("read-only")
+        });
+        t.keys(&["6"]);
+        let s = t.wait_for("the audited refusal", WITHIN, |s| {
+            s.contains("Audit (ops_audit) [")
+                && s.contains(&order_lock)
+                && (s.contains("DETAIL") || s.contains("no row selected"))
+                && status_line(s).contains("<q> quit")
+        });
+        let row = header_row(&s, "Audit (ops_audit) [");
+        for h in ["TIME", "ACTION", "TARGET", "OUTCOME"] {
+            assert!(row.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        assert_frame(&s, size, "6:Audit");
+        tmux::assert_console_gone(&t.quit_console(WITHIN));
+    }
+}
+per_dialect!(audit_at_three_sizes => audit_at_three_sizes_postgres, audit_at_three_sizes_mysql);

@@ -36,15 +36,12 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                 " Audit (ops_audit) [{}] ",
                 filter_note(app, View::Audit, rows.len(), all.len())
             );
-            windowed_table(
+            let (table, panel) = with_hidden_panel(table);
+            let shown = windowed_table(
                 f,
                 table,
                 titled(title),
-                &TableSpec {
-                    cols: columns::AUDIT,
-                    keep: columns::AUDIT_ID,
-                    rank: None,
-                },
+                &TABLE,
                 rows.len(),
                 Some((app.selected(View::Audit), selected_style(app))),
                 |i| {
@@ -56,6 +53,21 @@ pub(super) fn draw(f: &mut Frame<'_>, app: &App, area: Rect) {
                     (columns::audit_cells(rows[i]), style)
                 },
             );
+            if let Some(panel) = panel {
+                let selected = rows.get(app.selected(View::Audit));
+                let cells = selected.map(|r| columns::audit_cells(r));
+                draw_hidden_panel(f, panel, &TABLE, &shown, cells);
+            }
         }
     }
 }
+
+/// The audit's columns: its target identifies what was acted on; when, which ACTION and its
+/// OUTCOME answer what was done; the DETAIL (what it found) next, then who and why; the
+/// environment gives way first (the header names it).
+static TABLE: TableSpec = TableSpec {
+    cols: columns::AUDIT,
+    keep: columns::AUDIT_ID,
+    //          TIME OPERATOR ENV ACTION TARGET OUTCOME REASON DETAIL
+    rank: Some(&[0, 2, 4, 0, 0, 0, 3, 1]),
+};

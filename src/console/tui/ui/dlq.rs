@@ -105,7 +105,7 @@ static TABLE: TableSpec = TableSpec {
 /// reason whole (wrapped, last: it may be long).
 fn selected_lines(
     m: &crate::console::read::dlq::DlqMessage,
-    shown: &[usize],
+    shown: &[(usize, u16)],
     now: i64,
 ) -> Vec<Line<'static>> {
     const BY: usize = 7;

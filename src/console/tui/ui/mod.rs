@@ -300,7 +300,8 @@ fn titled(title: String) -> Block<'static> {
 
 /// A table of which only the rows on screen are built: `cells(i)` is called for those alone.
 /// Its columns are fitted to the width ([`fit::fit`]): `spec.keep` identifies a row and is kept
-/// whole at any width; the columns shown are returned, for a Selected panel to show the rest.
+/// whole at any width; the columns shown and their widths are returned, for a Selected panel to
+/// show the rest.
 fn windowed_table(
     f: &mut Frame<'_>,
     area: Rect,
@@ -309,7 +310,7 @@ fn windowed_table(
     total: usize,
     selected: Option<(usize, Style)>,
     mut cells: impl FnMut(usize) -> (Vec<String>, Style),
-) -> Vec<usize> {
+) -> Vec<(usize, u16)> {
     let highlight_style = selected.map_or(SELECTED, |(_, style)| style);
     let selected = selected.map(|(i, _)| i);
     let inner_height = area.height.saturating_sub(3) as usize; // borders + header
@@ -344,7 +345,7 @@ fn windowed_table(
         .column_spacing(1);
     let mut state = TableState::default().with_selected(highlight.then(|| selected - offset));
     f.render_stateful_widget(table, area, &mut state);
-    fitted.into_iter().map(|(i, _)| i).collect()
+    fitted
 }
 
 /// Per column, its widest cell among `rows`, its header included.
@@ -363,20 +364,25 @@ fn widest_cells(spec: &TableSpec, rows: &[(Vec<String>, Style)]) -> Vec<u16> {
         .collect()
 }
 
-/// The cells of the columns a table does not show (but `except`, shown elsewhere), on one line
-/// as `HEADER value · HEADER value`: what a narrow terminal moved from the row to its Selected
-/// panel, which wraps it. `None` when every column is shown.
+/// The cells of the columns a table does not show or cuts (but `except`, shown elsewhere), on
+/// one line as `HEADER value · HEADER value`: what a narrow terminal moved from the row to its
+/// Selected panel, which wraps it. `None` when every cell is in the table whole.
 fn hidden_cells(
     spec: &TableSpec,
-    shown: &[usize],
+    shown: &[(usize, u16)],
     except: &[usize],
     cells: &[String],
 ) -> Option<Line<'static>> {
+    let whole = |i: usize, cell: &str| {
+        shown
+            .iter()
+            .any(|(c, w)| *c == i && cell.chars().count() <= *w as usize)
+    };
     let mut spans = Vec::new();
-    for i in (0..spec.cols.len()).filter(|i| !shown.contains(i) && !except.contains(i)) {
-        let Some(cell) = cells.get(i).filter(|c| !c.is_empty()) else {
+    for (i, cell) in cells.iter().enumerate() {
+        if cell.is_empty() || except.contains(&i) || whole(i, cell) {
             continue;
-        };
+        }
         let sep = if spans.is_empty() { " " } else { " · " };
         let column = &spec.cols[i];
         spans.push(Span::styled(format!("{sep}{} ", column.header), DIM));
@@ -407,7 +413,7 @@ fn draw_hidden_panel(
     f: &mut Frame<'_>,
     area: Rect,
     spec: &TableSpec,
-    shown: &[usize],
+    shown: &[(usize, u16)],
     selected: Option<Vec<String>>,
 ) {
     let line = match selected {
