@@ -278,8 +278,8 @@ async fn a_trace_of_an_order_in_the_middle_reads_only_its_windows() {
 
 /// An order never paid, on a database that shows the consumer's decisions: no `processed_event`
 /// row names it, so no payment of it was consumed, late or not — its topics are read around its
-/// rows only, not searched `console.forward_search` forward (a million messages a trace on a
-/// week of 50 M, BENCHMARKS.md).
+/// rows only, not searched `console.forward_search` forward (224,000 messages a trace on a week
+/// of 20 M, BENCHMARKS.md).
 #[tokio::test]
 async fn an_unpaid_order_is_not_searched_forward_where_the_consumer_decisions_show() {
     let (config, db) = world(Partitioner::ConsistentRandom).await;
