@@ -5,9 +5,9 @@
 //! - `y` says on the status line what it copied: the traced ID, the selected DLQ message, or —
 //!   in a view without an ID — the command that opens the console on it;
 //! - every alert's runbook that names the console names a view or a trace it opens;
-//! - at 80×24, 100×30 and 200×50 the DLQ, Trace, Locks and Stuck views keep the columns that
-//!   identify a row and answer the view's question (the rest in the Selected panel), the tabs
-//!   keep their names from 100 columns and the footer its help and quit keys.
+//! - at 80×24, 100×30 and 200×50 the DLQ, Trace, Locks, Stuck, Audit and Rates views keep the
+//!   columns that identify a row and answer the view's question (the rest in the Selected
+//!   panel), the tabs keep their names from 100 columns and the footer its help and quit keys.
 
 mod common;
 mod console_fixture;
@@ -196,12 +196,11 @@ fn every_runbook_names_the_view_the_console_opens_on() {
 
 const SIZES: [(u16, u16); 3] = [(80, 24), (100, 30), (200, 50)];
 
-/// The header row of the table titled `title`: the line under its title.
+/// The header row of the table titled `title`: the line under its title (empty when there is
+/// no such table).
 fn header_row<'a>(screen: &'a str, title: &str) -> &'a str {
     let mut lines = screen.lines().skip_while(|l| !l.contains(title));
-    lines
-        .nth(1)
-        .unwrap_or_else(|| panic!("no table titled {title}:\n{screen}"))
+    lines.nth(1).unwrap_or_default()
 }
 
 /// Where `header` starts in `row`, in characters.
@@ -374,3 +373,31 @@ async fn audit_at_three_sizes(dialect: Dialect) {
     }
 }
 per_dialect!(audit_at_three_sizes => audit_at_three_sizes_postgres, audit_at_three_sizes_mysql);
+
+/// The Rates at 80×24, 100×30 and 200×50: the consumer lag's TOPIC, PARTITION and LAG at
+/// every size, the interceptions' LAYER, INTERCEPTION and LAST MIN too.
+async fn rates_at_three_sizes(dialect: Dialect) {
+    let w = world(dialect, 0).await;
+    Incident::write(&w).await;
+    for size in SIZES {
+        let t = console(&w, size, " --view rates");
+        let s = t.wait_for("the lag per partition", WITHIN, |s| {
+            header_row(s, "Consumer lag per partition").contains("TOPIC")
+                && status_line(s).contains("<q> quit")
+        });
+        let lag = header_row(&s, "Consumer lag per partition");
+        for h in ["TOPIC", "PARTITION", "LAG"] {
+            assert!(lag.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        let rates = s
+            .lines()
+            .find(|l| l.contains("INTERCEPTION"))
+            .unwrap_or_else(|| panic!("{dialect} {size:?}:\n{s}"));
+        for h in ["LAYER", "LAST MIN"] {
+            assert!(rates.contains(h), "{dialect} {size:?} {h}:\n{s}");
+        }
+        assert_frame(&s, size, "4:Rates");
+        tmux::assert_console_gone(&t.quit_console(WITHIN));
+    }
+}
+per_dialect!(rates_at_three_sizes => rates_at_three_sizes_postgres, rates_at_three_sizes_mysql);

@@ -98,6 +98,15 @@ fn summary_line(app: &App, rates: &RateTable, reading: Option<&str>) -> Line<'st
     }
 }
 
+/// The lag's columns: a partition is its topic and number; its LAG answers, then the committed
+/// offset, then the end it is measured to.
+static LAG_TABLE: TableSpec = TableSpec {
+    cols: columns::LAG,
+    keep: 0,
+    //          TOPIC PARTITION COMMITTED END LAG
+    rank: Some(&[0, 0, 1, 2, 0]),
+};
+
 /// The consumer's lag per partition, or why it is not known.
 fn draw_lag(f: &mut Frame<'_>, app: &App, lag: Rect) {
     match &app.stores.lag {
@@ -106,11 +115,7 @@ fn draw_lag(f: &mut Frame<'_>, app: &App, lag: Rect) {
                 f,
                 lag,
                 titled(" Consumer lag per partition ".into()),
-                &TableSpec {
-                    cols: columns::LAG,
-                    keep: 0,
-                    rank: None,
-                },
+                &LAG_TABLE,
                 l.len(),
                 None,
                 |i| {
