@@ -365,10 +365,7 @@ impl App {
                     .and_then(|f| f.jump)
                 {
                     Some(Jump::Trace(t)) => self.trace_target(t),
-                    Some(Jump::Locks) => self.show_view(View::Locks),
-                    Some(Jump::Stuck) => self.show_view(View::Stuck),
-                    Some(Jump::Rates) => self.show_view(View::Rates),
-                    Some(Jump::Dlq) => self.show_view(View::Dlq),
+                    Some(jump) => self.show_view(view_of(&jump)),
                     None => self.ui.say("nothing to open on this line", Level::Info),
                 }
             }
@@ -409,13 +406,28 @@ impl App {
         }
     }
 
-    /// `y`: the selected row's ID (the Trace: the traced ID); in a view without one, the
-    /// command that opens the console on it, so the answer can be handed on.
+    /// `y`: the selected row's ID (the Trace: the traced ID); else the command that opens the
+    /// console on this view — on an Overview line, on the view it points to — so the answer
+    /// can be handed on.
     fn copy(&mut self) {
         let text = self
             .selected_id()
-            .unwrap_or_else(|| self.ui.view.opening_command());
+            .unwrap_or_else(|| self.view_to_open().opening_command());
         self.ui.copy(text);
+    }
+
+    /// The view the screen answers with: the current one, or the one the selected Overview line
+    /// opens.
+    fn view_to_open(&self) -> View {
+        if self.ui.view != View::Overview {
+            return self.ui.view;
+        }
+        let line = self
+            .findings()
+            .into_iter()
+            .nth(self.selected(View::Overview));
+        line.and_then(|f| f.jump)
+            .map_or(View::Overview, |j| view_of(&j))
     }
 
     /// The ID of the current view's selected row (the Trace: the traced ID), if it has one.
@@ -741,6 +753,17 @@ impl App {
             .map(columns::rate_cells)
             .filter(|c| columns::passes(c, &needle, f.invert))
             .collect()
+    }
+}
+
+/// The view an Overview line opens (a trace opens the Trace view).
+fn view_of(jump: &Jump) -> View {
+    match jump {
+        Jump::Trace(_) => View::Trace,
+        Jump::Locks => View::Locks,
+        Jump::Stuck => View::Stuck,
+        Jump::Rates => View::Rates,
+        Jump::Dlq => View::Dlq,
     }
 }
 

@@ -716,3 +716,27 @@ fn an_actions_result_is_said_once() {
     let said = b.ui.message.clone().unwrap().0;
     assert!(said.contains(detail), "{said}");
 }
+
+/// `y` copies the ID as it is shown (escaped: it may be pasted into a shell) and says so; a view
+/// without an ID copies the command that opens the console on it.
+#[test]
+fn y_copies_the_id_shown_or_the_command_that_opens_the_view() {
+    let mut a = App::new(&Config::defaults(), None);
+    key(&mut a, KeyCode::Char('4'));
+    key(&mut a, KeyCode::Char('y'));
+    assert_eq!(
+        a.take_clipboard().as_deref(),
+        Some("idemguard console --view rates")
+    );
+    let said = a.ui.message.as_ref().map(|(m, _, _)| m.as_str());
+    assert_eq!(
+        said,
+        Some("copied to the clipboard: idemguard console --view rates")
+    );
+    a.trace("ORDER\x1b]0;pwned\x07");
+    key(&mut a, KeyCode::Char('y'));
+    assert_eq!(
+        a.take_clipboard().as_deref(),
+        Some("ORDER\\x1b]0;pwned\\x07")
+    );
+}
