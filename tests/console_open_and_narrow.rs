@@ -159,6 +159,18 @@ fn an_unknown_view_is_refused_naming_the_views() {
     );
 }
 
+/// An empty `--trace` is refused before anything opens (a blank ID traces nothing).
+#[test]
+fn an_empty_trace_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
+        .args(["console", "--trace", ""])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--trace <ID>"), "{err}");
+}
+
 /// Every runbook that sends the engineer to the console says where it opens (`--view V` of a view
 /// the console has, or `--trace ID`), and the DLQ's alert opens the DLQ.
 #[test]

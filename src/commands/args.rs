@@ -234,7 +234,7 @@ pub(crate) enum Command {
         #[arg(long, value_name = "VIEW", value_parser = parse_view, conflicts_with = "trace")]
         view: Option<idemguard::console::tui::keymap::View>,
         /// Open on the trace of this orderNo, requestId or eventId, as `:trace ID` does
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         trace: Option<String>,
     },
     /// Trace one orderNo, requestId or eventId across every layer
