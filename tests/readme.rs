@@ -334,10 +334,12 @@ fn the_documents_commands_work_as_written() {
         repo().display()
     );
     let t = tmux::Terminal::run("igreadme", (200, 50), &script);
-    // The header is drawn before the database answers: wait for both.
+    // The header is drawn before the database answers: wait for both. `scripts/demo` builds
+    // first, so when the sources changed since the build above (a shared working tree) the wait
+    // includes that build; the bound is for it, the usual wait is seconds.
     t.wait_for(
         "the console with the DEMO badge, actions enabled and the database ok",
-        Duration::from_secs(180),
+        Duration::from_secs(900),
         |s| {
             s.contains("DEMO")
                 && s.contains("idemguard console")
