@@ -793,8 +793,8 @@ async fn overview(dialect: Dialect) {
         let s = screen(&mut app, 80, 24);
         assert!(s.contains(&keys::request_lock(&inc.stuck_dead)), "{s}");
         snapshot!("locks_view_80x24", s.clone());
-        // At 80 columns only KEY and SCOPE fit; what is redacted is the header's refresh and
-        // the SCAN's duration (a real, short one).
+        // At 80 columns KEY, OWNER and PTTL fit, the rest in the Selected panel; what is
+        // redacted is the header's refresh and the SCAN's duration (a real, short one).
         assert_refresh_drawn(&s, w.config.console.refresh);
         let scan = age_after(&s, "SCAN of 1 node(s) took ");
         assert!((0..SLACK_MS).contains(&scan), "{s}");
