@@ -89,7 +89,7 @@ pub struct DatabaseConfig {
     #[serde(with = "humantime_serde")]
     pub read_timeout: Duration,
     pub queries_dir: String,
-    // Credentials kept off the command line (README "Connecting to production"); TLS is set by
+    // Credentials kept off the command line (docs/production.md); TLS is set by
     // the URLs' own parameters (sslmode, sslrootcert… / ssl-mode, ssl-ca…).
     /// A file holding the password of `url` and `replica_url`, for URLs that carry none.
     pub password_file: String,

@@ -97,8 +97,8 @@ pub fn row(
         matches!(verification, Verification::Unverified(why) if why.contains("tls_insecure"));
     if insecure || (weak && config.environment.production) {
         let hint = match verification {
-            Verification::Plaintext => "production: encrypt it (README \"Connecting to production\")",
-            _ => "verify the server: a CA file and a mode that checks it (README \"Connecting to production\")",
+            Verification::Plaintext => "production: encrypt it (docs/production.md)",
+            _ => "verify the server: a CA file and a mode that checks it (docs/production.md)",
         };
         CheckRow::warn(service, target, started, detail, hint)
     } else {
