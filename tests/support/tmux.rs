@@ -2,9 +2,12 @@
 //! reads back with `capture-pane`, killed when dropped, pass or fail (a panicking test does not
 //! leave its console running on the shared tmux server).
 //!
-//! Session names are a prefix and a fixed-width random suffix: the tests of every binary run in
-//! parallel on one tmux server, and tmux takes a target that names no session as a prefix of
-//! one, so no name may be the start of another.
+//! Every terminal has a tmux server of its own (`-S`, a socket named like the session, removed
+//! when the terminal is dropped). On one
+//! shared server, the tests of every binary run in parallel, and a server exits when its last
+//! session is killed: a test starting its session at that moment failed with "server exited
+//! unexpectedly". Session names are still a prefix and a random suffix, so a failing test's
+//! socket says which test it was.
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
@@ -13,8 +16,16 @@ use std::time::{Duration, Instant};
 /// What the shell prints when `idemguard console` ends: `CONSOLE-EXITED-<status>`.
 pub const CONSOLE_EXITED: &str = "CONSOLE-EXITED-";
 
-fn tmux(args: &[&str]) -> Output {
+/// The socket of the tmux server of the session `session`.
+fn socket(session: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{session}.tmux"))
+}
+
+/// `tmux -S socket args`: a command to the server of one terminal.
+fn tmux(session: &str, args: &[&str]) -> Output {
     Command::new("tmux")
+        .arg("-S")
+        .arg(socket(session))
         .args(args)
         .output()
         .expect("tmux must be installed (scripts/stack up installs it)")
@@ -83,7 +94,7 @@ impl Terminal {
         // A pane whose command ended stays, dead, with its last screen, until the session is
         // killed: a test that waits for a screen reads why the command ended, not an empty one.
         args.extend([";", "set-option", "-t", &session, "remain-on-exit", "on"]);
-        let started = tmux(&args);
+        let started = tmux(&session, &args);
         assert!(
             started.status.success(),
             "{}",
@@ -92,27 +103,39 @@ impl Terminal {
         Terminal { session }
     }
 
+    fn tmux(&self, args: &[&str]) -> Output {
+        tmux(&self.session, args)
+    }
+
     pub fn screen(&self) -> String {
-        String::from_utf8_lossy(&tmux(&["capture-pane", "-t", &self.session, "-p"]).stdout)
-            .into_owned()
+        String::from_utf8_lossy(
+            &self
+                .tmux(&["capture-pane", "-t", &self.session, "-p"])
+                .stdout,
+        )
+        .into_owned()
     }
 
     /// The screen with its attributes and colours as SGR escape sequences (`capture-pane -e`).
     pub fn screen_with_attributes(&self) -> String {
-        let out = tmux(&["capture-pane", "-e", "-t", &self.session, "-p"]);
+        let out = self.tmux(&["capture-pane", "-e", "-t", &self.session, "-p"]);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// A tmux format of the pane: `#{alternate_on}`, `#{cursor_flag}`.
     pub fn flag(&self, format: &str) -> String {
-        String::from_utf8_lossy(&tmux(&["display", "-p", "-t", &self.session, format]).stdout)
-            .trim()
-            .to_string()
+        String::from_utf8_lossy(
+            &self
+                .tmux(&["display", "-p", "-t", &self.session, format])
+                .stdout,
+        )
+        .trim()
+        .to_string()
     }
 
     /// Whether the pane's command still runs, or how it ended, or that tmux has no such session.
     fn pane_state(&self) -> String {
-        let out = tmux(&[
+        let out = self.tmux(&[
             "display",
             "-p",
             "-t",
@@ -131,7 +154,7 @@ impl Terminal {
                 return state;
             }
             // A dead pane's last output is in its history, above tmux's "Pane is dead" line.
-            let all = tmux(&["capture-pane", "-p", "-S", "-", "-t", &self.session]);
+            let all = self.tmux(&["capture-pane", "-p", "-S", "-", "-t", &self.session]);
             let all = String::from_utf8_lossy(&all.stdout);
             let lines: Vec<&str> = all.lines().filter(|l| !l.trim().is_empty()).collect();
             let tail = lines[lines.len().saturating_sub(40)..].join("\n");
@@ -143,12 +166,12 @@ impl Terminal {
     pub fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", self.session.as_str()];
         args.extend(keys);
-        tmux(&args);
+        self.tmux(&args);
     }
 
     /// `line` typed literally (no key names), then Enter.
     pub fn type_line(&self, line: &str) {
-        tmux(&["send-keys", "-t", &self.session, "-l", line]);
+        self.tmux(&["send-keys", "-t", &self.session, "-l", line]);
         self.keys(&["Enter"]);
     }
 
@@ -185,7 +208,8 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
-        tmux(&["kill-session", "-t", &self.session]);
+        self.tmux(&["kill-server"]);
+        let _ = std::fs::remove_file(socket(&self.session));
     }
 }
 
