@@ -19,6 +19,11 @@ use commands::{act, exercise, inspect, services, setup};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Console { keys: true, .. }) {
+        // The keymap needs no configuration and no connection.
+        print!("{}", console::tui::keymap::help_markdown());
+        return ExitCode::SUCCESS;
+    }
     init_logging(cli.log_format, &cli.command);
     let mut source = ConfigSource::from_process(cli.config.clone());
     if let Some(url) = &cli.actions_database_url {
@@ -125,6 +130,7 @@ async fn run(
             allow_actions,
             view,
             trace,
+            keys: _,
         } => {
             let opening = match (view, trace) {
                 (_, Some(id)) => console::tui::app::Opening::Trace(id),

@@ -236,6 +236,9 @@ pub(crate) enum Command {
         /// Open on the trace of this orderNo, requestId or eventId, as `:trace ID` does
         #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         trace: Option<String>,
+        /// Print every key and `:` command as Markdown tables (what `?` shows) and exit
+        #[arg(long, conflicts_with_all = ["view", "trace", "allow_actions"])]
+        keys: bool,
     },
     /// Trace one orderNo, requestId or eventId across every layer
     ///

@@ -509,9 +509,63 @@ pub fn help_lines() -> Vec<(String, String)> {
     out
 }
 
+/// The help as Markdown, one table per section of [`help_lines`] (`idemguard console --keys`;
+/// the README's keymap is this text).
+pub fn help_markdown() -> String {
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::new();
+    for (key, text) in help_lines() {
+        if key.is_empty() && text.is_empty() {
+            out.push('\n');
+        } else if text.is_empty() {
+            out.push_str(&format!(
+                "**{}**\n\n| Key | What it does |\n|---|---|\n",
+                sentence(&key)
+            ));
+        } else {
+            out.push_str(&format!("| `{}` | {} |\n", key, cell(&text)));
+        }
+    }
+    out
+}
+
+/// `IN THE HELP (any other key closes it)` → `In the help (any other key closes it)`.
+fn sentence(title: &str) -> String {
+    let (caps, rest) = title.split_at(title.find(" (").unwrap_or(title.len()));
+    let lower = caps.to_lowercase();
+    let mut chars = lower.chars();
+    let first = chars.next().map(|c| c.to_uppercase().collect::<String>());
+    format!("{}{}{rest}", first.unwrap_or_default(), chars.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's keymap is what `?` shows: the text between its markers is
+    /// [`help_markdown`], so a key added, changed or removed changes the README with it.
+    #[test]
+    fn the_readmes_keymap_is_the_help() {
+        let readme = include_str!("../../../README.md");
+        let (start, end) = (
+            "<!-- keymap: idemguard console --keys -->\n",
+            "<!-- /keymap -->",
+        );
+        let from = readme
+            .find(start)
+            .expect("README.md has the keymap's start marker")
+            + start.len();
+        let to = readme[from..]
+            .find(end)
+            .expect("README.md has the keymap's end marker")
+            + from;
+        assert_eq!(
+            readme[from..to].trim(),
+            help_markdown().trim(),
+            "README.md's keymap differs from the console's: put the output of \
+             `idemguard console --keys` between the markers"
+        );
+    }
 
     #[test]
     fn commands_and_aliases_parse() {
