@@ -29,10 +29,7 @@ pub struct ConsumerSetup {
 }
 
 pub async fn consumer_setup(dialect: Dialect) -> ConsumerSetup {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn,idemguard=info")
-        .try_init();
+    super::log::test_log();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded", "payment.succeeded.dlq"]).await;
     config.kafka.payment_topic = topics[0].clone();

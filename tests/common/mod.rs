@@ -4,8 +4,11 @@
 //! the test ends, pass or fail ([`Leftovers`]).
 #![allow(dead_code)]
 
+pub mod article;
 pub mod consumer;
+pub mod first_contact;
 pub mod locks;
+pub mod log;
 pub mod own_broker;
 
 use std::cell::RefCell;

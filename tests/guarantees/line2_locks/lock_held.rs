@@ -4,9 +4,8 @@
 //! saw that value and flags it past `console.lock_held_warning`. Redisson's fair-lock queue and
 //! timeout keys left without a TTL are listed and flagged.
 
-mod common;
-#[path = "support/tmux.rs"]
-mod tmux;
+use crate::common;
+use crate::support::tmux;
 
 use std::time::Duration;
 

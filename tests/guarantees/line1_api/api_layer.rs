@@ -3,7 +3,7 @@
 //! too, once the world has changed), in-flight 409s, a
 //! dead owner's record reclaimed, payment callbacks booked once and published once.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -27,10 +27,7 @@ struct Service {
 }
 
 async fn service(dialect: Dialect) -> Service {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn,idemguard=info")
-        .try_init();
+    common::log::test_log();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(&config, &["payment.succeeded"]).await;
     config.kafka.payment_topic = topics[0].clone();

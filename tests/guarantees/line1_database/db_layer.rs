@@ -4,7 +4,7 @@
 //!
 //! Pools stay at 16 connections; the concurrency comes from hundreds of tasks waiting on them.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -27,7 +27,7 @@
 //!
 //! Every test has its own database, topics, group and keys, and removes them, pass or fail.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

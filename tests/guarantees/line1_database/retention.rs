@@ -3,7 +3,7 @@
 //! PROCESSING record and an unpublished outbox row; on both dialects, by `idemguard purge` (one
 //! pass, in batches) and by the background task of `serve` and of `consume`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

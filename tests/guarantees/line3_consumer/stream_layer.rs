@@ -2,11 +2,9 @@
 //! (re-produced events, rewound offsets, a crash between the database commit and the offset
 //! commit, a rebalance) change nothing; poison goes to the DLQ without stalling the partition.
 
-mod common;
-#[path = "common/first_contact.rs"]
-mod first_contact;
-#[path = "support/java_kafka.rs"]
-mod java_kafka;
+use crate::common;
+use crate::common::first_contact;
+use crate::support::java_kafka;
 
 use std::time::{Duration, Instant};
 

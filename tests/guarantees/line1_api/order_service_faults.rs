@@ -13,9 +13,8 @@
 //!   fast path never held the answer, so the retry reaches the record, reclaims it and gets the
 //!   same order (the gap the 180 s chaos storm found, BENCHMARKS.md).
 
-mod common;
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::support::redis_server;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -45,10 +44,7 @@ const SKU: i64 = 11;
 /// A migrated database of its own, its own payment / DLQ / trace topics and consumer group.
 /// The database and topics are removed when the test ends, pass or fail (tests/common).
 async fn rig(dialect: Dialect) -> (Config, Database) {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter("warn,idemguard=info")
-        .try_init();
+    common::log::test_log();
     let (mut config, db) = migrated_database(dialect).await;
     let topics = fresh_topics(
         &config,

@@ -1,7 +1,7 @@
 //! Foundation against the real services: migrations on both dialects, unique keys refused by
 //! the database itself, doctor, the trace pipeline with the broker up and down.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,11 +4,10 @@
 //! twice, and every error is problem+json — plus the standing bad-input suite, each row with
 //! "nothing written". Raw TCP is used for what an HTTP client library refuses to send.
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -23,35 +22,12 @@ use tokio::net::TcpStream;
 // ---------------------------------------------------------------------------------------------
 
 /// Everything the service logs, so a test can find an error id or a trace outcome in it.
-fn log() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = LogWriter(buf.clone());
-        let _ = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .with_env_filter("warn,idemguard=info")
-            .try_init();
-        buf
-    })
-}
-
-#[derive(Clone)]
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn log() -> &'static common::log::TestLog {
+    common::log::test_log()
 }
 
 fn logged() -> String {
-    String::from_utf8_lossy(&log().lock().unwrap()).into_owned()
+    log().text()
 }
 
 struct Service {

@@ -2,9 +2,8 @@
 //! 127.0.0.1:6381-6385 for RedLock) and, for the tests that stop nodes, private redis-server
 //! processes this file starts and kills. Every test uses its own keys.
 
-mod common;
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use crate::common;
+use crate::support::redis_server;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -925,69 +924,12 @@ async fn redlock_per_node_view_release_and_fence_bump() {
     assert!(next.release().await.unwrap().released());
 }
 
-mod capture {
-    //! Trace events, read back from the structured log lines the tracer writes.
-    use std::sync::{Arc, Mutex};
-    use tracing::field::{Field, Visit};
-    use tracing_subscriber::layer::{Context, Layer};
-
-    #[derive(Debug, Clone, Default)]
-    pub struct Seen {
-        pub outcome: String,
-        pub order_no: String,
-        pub detail: String,
-    }
-
-    #[derive(Clone, Default)]
-    pub struct Captured(pub Arc<Mutex<Vec<Seen>>>);
-
-    impl Captured {
-        pub fn all(&self) -> Vec<Seen> {
-            self.0.lock().unwrap().clone()
-        }
-    }
-
-    impl Visit for Seen {
-        fn record_str(&mut self, field: &Field, value: &str) {
-            match field.name() {
-                "outcome" => self.outcome = value.into(),
-                "order_no" => self.order_no = value.into(),
-                _ => {}
-            }
-        }
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            if field.name() == "detail" {
-                self.detail = format!("{value:?}");
-            }
-        }
-    }
-
-    impl<S: tracing::Subscriber> Layer<S> for Captured {
-        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-            if event.metadata().target() == "idemguard::trace" {
-                let mut seen = Seen::default();
-                event.record(&mut seen);
-                self.0.lock().unwrap().push(seen);
-            }
-        }
-    }
-}
-
 /// Every decision of the lock layer is a trace event carrying the orderNo from the key.
 /// The capturing subscriber is global (a thread-scoped one misses events when other tests'
 /// threads cache the callsites as disabled); this test reads only the events of its own key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_emits_a_trace_event_with_its_ids() {
-    use tracing_subscriber::layer::SubscriberExt;
-    static CAPTURED: std::sync::OnceLock<capture::Captured> = std::sync::OnceLock::new();
-    let captured = CAPTURED
-        .get_or_init(|| {
-            let c = capture::Captured::default();
-            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(c.clone()))
-                .expect("no other global subscriber in this test binary");
-            c
-        })
-        .clone();
+    let captured = common::log::test_log();
 
     let config = single_config();
     let locks = lock_service(&config);
@@ -1019,8 +961,8 @@ async fn every_decision_emits_a_trace_event_with_its_ids() {
     let second = hold(&locks, &key, &locks.options()).await;
     assert!(second.release().await.unwrap().released());
 
-    let ours: Vec<capture::Seen> = captured
-        .all()
+    let ours: Vec<common::log::Seen> = captured
+        .trace_events()
         .into_iter()
         .filter(|s| s.order_no == order_no)
         .collect();

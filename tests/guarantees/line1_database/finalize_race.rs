@@ -7,7 +7,7 @@
 //! to send a new key. The service runs with a heartbeat of [`HEARTBEAT_TTL`], so its expiry is
 //! waited for in about a second rather than the default's ten.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

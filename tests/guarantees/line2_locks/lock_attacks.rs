@@ -7,7 +7,7 @@
 //! - fence counters never expired (one per order, on every node, for ever);
 //! - one key of another type under `lock:*` (a Redisson lock is a hash) hid every lock.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -1,0 +1,5 @@
+//! Line 2, the Redis locks: one holder at a time; only the holder releases; the watchdog renews
+//! only its own lock; a holder whose lock expired cannot write (fence tokens); RedLock's quorum.
+mod lock_attacks;
+mod lock_held;
+mod lock_layer;
