@@ -416,13 +416,7 @@ async fn kafka_security(config: &Config, started: Instant) -> CheckRow {
     let first = k.bootstrap_servers.split(',').next().unwrap_or("").trim();
     let client = (!k.ssl_cert_file.is_empty())
         .then_some((k.ssl_cert_file.as_str(), k.ssl_key_file.as_str()));
-    let user = if k.security_protocol.sasl() {
-        format!("{} (SASL {})", k.sasl_username, k.sasl_mechanism.as_str())
-    } else if !k.ssl_cert_file.is_empty() {
-        "by client certificate".into()
-    } else {
-        String::new()
-    };
+    let user = crate::kafka_client::login(k);
     let endpoint = security::Endpoint {
         backend: crate::tls::Backend::Kafka,
         addr: first,

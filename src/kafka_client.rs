@@ -36,6 +36,21 @@ pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// How the clients log in to the brokers, read back from what [`client_config`] gives
+/// librdkafka: "idemguard (SASL SCRAM-SHA-256)", "by client certificate", or empty (no login).
+/// What `serve` and `consume` say as they start and `doctor` reports.
+pub fn login(kafka: &KafkaConfig) -> String {
+    let c = client_config(kafka);
+    match (c.get("sasl.mechanism"), c.get("ssl.certificate.location")) {
+        (Some(mechanism), _) => format!(
+            "{} (SASL {mechanism})",
+            c.get("sasl.username").unwrap_or_default()
+        ),
+        (None, Some(_)) => "by client certificate".into(),
+        (None, None) => String::new(),
+    }
+}
+
 pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &kafka.bootstrap_servers);

@@ -381,7 +381,9 @@ pub fn connections(config: &crate::config::Config) -> Vec<Connection> {
 }
 
 /// How each connection is secured, one clause per key: what `serve` and `consume` say at start,
-/// e.g. "database.url TLS, verified against ca.pem, host checked · redis.url PLAINTEXT".
+/// e.g. "database.url TLS, verified against ca.pem, host checked · redis.url PLAINTEXT ·
+/// kafka.security_protocol TLS, verified against ca.pem, host checked, user idemguard (SASL
+/// SCRAM-SHA-256)".
 pub fn secured_summary(config: &crate::config::Config) -> String {
     let mut clauses: Vec<String> = Vec::new();
     for (name, key, v) in connections(config) {
@@ -412,7 +414,12 @@ pub fn secured_summary(config: &crate::config::Config) -> String {
         } else {
             ""
         };
-        let clause = format!("{key} {how}{note}");
+        // Kafka's login is part of how its connection is secured: which user, which mechanism.
+        let login = match crate::kafka_client::login(&config.kafka) {
+            l if name == "kafka" && !l.is_empty() => format!(", user {l}"),
+            _ => String::new(),
+        };
+        let clause = format!("{key} {how}{note}{login}");
         if !clauses.contains(&clause) {
             clauses.push(clause);
         }
