@@ -15,7 +15,7 @@
 //!   message never survives; one dead-lettered without them says so.
 //!
 //! - `redrive` publishes over TLS with a client certificate, as every Kafka client does in
-//!   production.
+//!   production (over SASL_SSL, logged in by each of the broker's mechanisms: tests/tls.rs).
 //!
 //! Every test has its own database, topics and consumer group.
 

@@ -8,6 +8,9 @@
 //!   VERIFY_IDENTITY against the test CA, Redis with client certificates, Kafka with a client
 //!   certificate on PostgreSQL's run and a SASL SCRAM login on MariaDB's), the passwords read
 //!   from files;
+//! - every Kafka client — `serve`'s producers, `consume` and its DLQ producer, the console's
+//!   `trace` and `dlq` readers, `redrive` — runs over SASL_SSL logged in by each of the broker's
+//!   three mechanisms, and `serve` and `consume` say at start which login they use;
 //! - each refusal — a certificate that does not verify, a host name not in it (127.0.0.2, which
 //!   the servers also listen on), plaintext to a TLS-only server, no client certificate, a SASL
 //!   login the broker refuses — fails within seconds, saying which and naming the setting.
@@ -74,7 +77,8 @@ fn tls_config(dialect: Dialect) -> Config {
 /// Kafka's other production login, on the stack's SASL broker (9094: TLS, then SCRAM; the user
 /// `idemguard` and the password of .stack/tls/kafka.password): the MariaDB run reaches Kafka
 /// this way, the PostgreSQL run with a client certificate (9093) — Kafka's login does not depend
-/// on the dialect, so each run proves one of the two.
+/// on the dialect, so each run proves one of the two. [`every_kafka_client_logs_in_by`] overrides
+/// the mechanism per process, for each of the broker's three.
 fn sasl_login(c: &mut Config) {
     c.kafka.bootstrap_servers = "localhost:9094".into();
     c.kafka.security_protocol = KafkaSecurityProtocol::SaslSsl;
@@ -86,10 +90,19 @@ fn sasl_login(c: &mut Config) {
 }
 
 /// A database and topics of the test's own on the TLS servers, the schema applied by the real
-/// `idemguard migrate`; the configuration as the file the binary is given.
+/// `idemguard migrate`; the configuration as the file the binary is given. Kafka is reached as
+/// the dialect's run does (see [`sasl_login`]).
 async fn tls_world(dialect: Dialect) -> (Config, tempfile::TempDir, PathBuf, Database) {
+    tls_world_with(dialect, dialect == Dialect::Mysql).await
+}
+
+/// [`tls_world`], Kafka reached by the SASL login when `sasl`, else by client certificate.
+async fn tls_world_with(
+    dialect: Dialect,
+    sasl: bool,
+) -> (Config, tempfile::TempDir, PathBuf, Database) {
     let mut config = tls_config(dialect);
-    if dialect == Dialect::Mysql {
+    if sasl {
         sasl_login(&mut config);
     }
     let server = match dialect {
@@ -152,13 +165,20 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A process of the binary for the test's duration (killed when dropped), its stderr as asked.
-fn spawn_with(file: &Path, args: &[&str], stderr: std::process::Stdio) -> tokio::process::Child {
+/// A process of the binary for the test's duration (killed when dropped), with `env` over
+/// `file`, its stderr as asked.
+fn spawn_with(
+    file: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+    stderr: std::process::Stdio,
+) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_idemguard"))
         .arg("--config")
         .arg(file)
         .args(args)
         .env_remove("IDEMGUARD_CONFIG")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::null())
         .stderr(stderr)
         .kill_on_drop(true)
@@ -167,14 +187,18 @@ fn spawn_with(file: &Path, args: &[&str], stderr: std::process::Stdio) -> tokio:
 }
 
 fn spawn(file: &Path, args: &[&str]) -> tokio::process::Child {
-    spawn_with(file, args, std::process::Stdio::null())
+    spawn_with(file, args, &[], std::process::Stdio::null())
 }
 
-/// A service started on `file`, and the line it says on stderr, as it starts, of how each
-/// connection is secured.
-async fn spawn_saying_connections(file: &Path, args: &[&str]) -> (tokio::process::Child, String) {
+/// A service started on `file` with `env` over it, and the line it says on stderr, as it
+/// starts, of how each connection is secured.
+async fn spawn_saying_connections(
+    file: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
-    let mut child = spawn_with(file, args, std::process::Stdio::piped());
+    let mut child = spawn_with(file, args, env, std::process::Stdio::piped());
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let said = tokio::time::timeout(Duration::from_secs(30), async {
         while let Ok(Some(line)) = lines.next_line().await {
@@ -207,6 +231,59 @@ async fn post(
     (r.status().as_u16(), r.json().await.unwrap_or_default())
 }
 
+/// On the order service at `port`: an order placed twice with one key (the second a replay),
+/// then paid; waits (bounded) until the consumer has made it PAID with one points row. Its
+/// orderNo.
+async fn placed_twice_and_paid(port: u16, db: &Database, what: &str) -> String {
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let ready = Instant::now();
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(
+            ready.elapsed() < Duration::from_secs(30),
+            "{what}: serve did not start over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = idemguard::contracts::RequestId::generate("APP", "ORDER")
+        .as_str()
+        .to_string();
+    let body = serde_json::json!({"userId": 42, "skuId": 1, "quantity": 1, "amount": 1999});
+    let (status, first) = post(&http, &format!("{base}/orders"), &key, body.clone()).await;
+    assert_eq!(status, 201, "{what}: {first}");
+    let (status, again) = post(&http, &format!("{base}/orders"), &key, body).await;
+    assert_eq!((status, &again), (201, &first), "{what}: the replay");
+    let order_no = first["orderNo"].as_str().unwrap().to_string();
+    let pay = serde_json::json!({"payNo": format!("PAY{}", common::unique_suffix()), "orderNo": order_no, "amount": 1999});
+    let pay_key = idemguard::contracts::RequestId::generate("PAY", "CALLBACK")
+        .as_str()
+        .to_string();
+    let (status, paid) = post(&http, &format!("{base}/payments/callback"), &pay_key, pay).await;
+    assert!(
+        status == 200 || status == 201,
+        "{what}: payment {status} {paid}"
+    );
+    let waited = Instant::now();
+    loop {
+        if common::count(
+            db,
+            &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID'"),
+        )
+        .await
+            == 1
+            && common::count(db, &format!("points_ledger WHERE order_no = '{order_no}'")).await == 1
+        {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "{what}: the consumer did not pay {order_no} over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    order_no
+}
+
 /// An order placed twice with one key, paid, consumed; then the console's twins on it — every
 /// process of it on verified TLS to every backend.
 async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect) {
@@ -234,19 +311,6 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
             "{dialect}: {line}"
         );
     }
-    if dialect == Dialect::Mysql {
-        // The broker's other mechanisms on that listener, the same user: each login completes.
-        for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
-            let chosen = ("IDEMGUARD_KAFKA__SASL_MECHANISM", mechanism.to_string());
-            let (code, out) = idemguard(&file, &["doctor", "--strict"], &[chosen]).await;
-            let kafka = out.lines().find(|l| l.starts_with("kafka security"));
-            let login = format!("user idemguard (SASL {mechanism})");
-            assert!(
-                code == Some(0) && kafka.is_some_and(|l| l.contains(&login)),
-                "{dialect}: doctor over SASL {mechanism}:\n{out}"
-            );
-        }
-    }
     assert!(
         out.lines()
             .any(|l| l.starts_with("database security") && l.contains("user idemguard")),
@@ -267,8 +331,12 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
         .await
         .unwrap();
     let port = free_port();
-    let (_serve, secured) =
-        spawn_saying_connections(&file, &["serve", "--listen", &format!("127.0.0.1:{port}")]).await;
+    let (_serve, secured) = spawn_saying_connections(
+        &file,
+        &["serve", "--listen", &format!("127.0.0.1:{port}")],
+        &[],
+    )
+    .await;
     for key in [
         "database.url",
         "redis.url",
@@ -281,55 +349,12 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
         );
     }
     assert!(!secured.contains("PLAINTEXT"), "{dialect}: {secured}");
-    let _consume = spawn(&file, &["consume"]);
-    let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    let ready = Instant::now();
-    while http.get(format!("{base}/healthz")).send().await.is_err() {
-        assert!(
-            ready.elapsed() < Duration::from_secs(30),
-            "{dialect}: serve did not start over TLS"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let key = idemguard::contracts::RequestId::generate("APP", "ORDER")
-        .as_str()
-        .to_string();
-    let body = serde_json::json!({"userId": 42, "skuId": 1, "quantity": 1, "amount": 1999});
-    let (status, first) = post(&http, &format!("{base}/orders"), &key, body.clone()).await;
-    assert_eq!(status, 201, "{dialect}: {first}");
-    let (status, again) = post(&http, &format!("{base}/orders"), &key, body).await;
-    assert_eq!((status, &again), (201, &first), "{dialect}: the replay");
-    let order_no = first["orderNo"].as_str().unwrap().to_string();
-    let pay = serde_json::json!({"payNo": format!("PAY{}", common::unique_suffix()), "orderNo": order_no, "amount": 1999});
-    let pay_key = idemguard::contracts::RequestId::generate("PAY", "CALLBACK")
-        .as_str()
-        .to_string();
-    let (status, paid) = post(&http, &format!("{base}/payments/callback"), &pay_key, pay).await;
     assert!(
-        status == 200 || status == 201,
-        "{dialect}: payment {status} {paid}"
+        secured.contains(&format!("host checked, user {kafka_user}")),
+        "{dialect}: serve says its Kafka login: {secured}"
     );
-    let waited = Instant::now();
-    loop {
-        if common::count(
-            &db,
-            &format!("order_record WHERE order_no = '{order_no}' AND status = 'PAID'"),
-        )
-        .await
-            == 1
-            && common::count(&db, &format!("points_ledger WHERE order_no = '{order_no}'")).await
-                == 1
-        {
-            break;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(60),
-            "{dialect}: the consumer did not pay {order_no} over TLS"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
+    let _consume = spawn(&file, &["consume"]);
+    let order_no = placed_twice_and_paid(port, &db, &dialect.to_string()).await;
     let (code, out) = idemguard(&file, &["trace", &order_no, "--json"], &[]).await;
     assert_eq!(code, Some(0), "{dialect}: trace over TLS: {out}");
     let trace: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
@@ -362,6 +387,178 @@ async fn the_three_lines_and_the_console_run_over_verified_tls(dialect: Dialect)
 per_dialect!(#[tokio::test(flavor = "multi_thread")] the_three_lines_and_the_console_run_over_verified_tls
     => the_three_lines_and_the_console_run_over_verified_tls_postgres,
        the_three_lines_and_the_console_run_over_verified_tls_mysql);
+
+/// Every Kafka client over SASL_SSL, logged in by `mechanism` — chosen as an operator would, by
+/// `IDEMGUARD_KAFKA__SASL_MECHANISM` over a file that names SCRAM-SHA-512: `serve`'s producers
+/// (the outbox's payment events, the trace events), `consume` (its reads and its DLQ producer),
+/// the console's readers (`trace`, `dlq`) and `redrive`. `serve` and `consume` say that login as
+/// they start, and `doctor` with the same environment reports it, as every command reads the
+/// one configuration; the listener (9094) takes nothing but a SASL login. An order is paid once;
+/// its trace reads the payment and trace topics; an event for an order not yet written is
+/// dead-lettered, listed, and once its order exists its redrive is applied once.
+async fn every_kafka_client_logs_in_by(mechanism: &str) {
+    let (config, _dir, file, db) = tls_world_with(Dialect::Postgres, true).await;
+    let env = [("IDEMGUARD_KAFKA__SASL_MECHANISM", mechanism.to_string())];
+    let login = format!("user idemguard (SASL {mechanism})");
+    let (code, out) = idemguard(&file, &["doctor", "--strict"], &env).await;
+    let kafka = out.lines().find(|l| l.starts_with("kafka security"));
+    assert!(
+        code == Some(0) && kafka.is_some_and(|l| l.contains(&login)),
+        "{mechanism}: doctor:\n{out}"
+    );
+
+    sqlx::query("INSERT INTO inventory (sku_id, stock, updated_at) VALUES (1, 100, 0)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let (_serve, serve_says) =
+        spawn_saying_connections(&file, &["serve", "--listen", &listen], &env).await;
+    let (_consume, consume_says) = spawn_saying_connections(&file, &["consume"], &env).await;
+    for said in [&serve_says, &consume_says] {
+        assert!(
+            said.contains(&format!(
+                "kafka.security_protocol TLS, verified against {}, host checked, {login}",
+                config.kafka.ssl_ca_file
+            )),
+            "{mechanism}: {said}"
+        );
+    }
+    let order_no = placed_twice_and_paid(port, &db, mechanism).await;
+
+    let (code, out) = idemguard(&file, &["trace", &order_no, "--json"], &env).await;
+    assert_eq!(code, Some(0), "{mechanism}: trace: {out}");
+    let trace = json_in(&out, mechanism);
+    for topic in ["payment topic", "trace topic"] {
+        let read = trace["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == topic);
+        assert!(
+            read.is_some_and(
+                |b| b["ok"] == true && b["target"].as_str().unwrap().starts_with("localhost:9094 ")
+            ),
+            "{mechanism}: the trace read the {topic} over the login: {trace}"
+        );
+    }
+    // Read over the login: serve's trace events (the replay, the outbox's publish), the
+    // consumer's, and the payment event the outbox published.
+    let entries = trace["data"]["entries"].as_array().unwrap();
+    for outcome in ["replayed", "event_published", "transition_applied"] {
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["source"] == "trace" && e["fields"]["outcome"] == outcome),
+            "{mechanism}: the trace event {outcome}: {trace}"
+        );
+    }
+    let payment_topic = format!("{} p", config.kafka.payment_topic);
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["source"].as_str().unwrap().starts_with(&payment_topic)),
+        "{mechanism}: the payment event: {trace}"
+    );
+
+    // An event for an order not written yet: the consumer dead-letters it as unknown.
+    let (late_no, late_req) = (
+        idemguard::contracts::OrderNo::generate().to_string(),
+        format!("APP:ORDER:20261130:{}", uuid::Uuid::now_v7()),
+    );
+    let late = common::consumer::payment(&late_no, &late_req, 43);
+    let producer: rdkafka::producer::FutureProducer =
+        idemguard::kafka_client::producer_config(&config.kafka)
+            .create()
+            .unwrap();
+    common::consumer::produce(&producer, &config.kafka.payment_topic, &late).await;
+    let position = dlq_position(&file, &env, &late.event_id, mechanism).await;
+    sqlx::query(
+        "INSERT INTO order_record (req_id, order_no, user_id, sku_id, quantity, amount, status, created_at, updated_at) VALUES ($1, $2, 43, 1, 1, 1999, 'CREATED', 0, 0)",
+    )
+    .bind(&late_req)
+    .bind(&late_no)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let args = ["redrive", "--dlq", &position, "--allow-actions", "--json"];
+    let (code, out) = idemguard(&file, &args, &env).await;
+    let redriven = json_in(&out, mechanism);
+    assert_eq!(
+        (code, redriven["results"][0]["outcome"].as_str()),
+        (Some(0), Some("done")),
+        "{mechanism}: redrive: {out}"
+    );
+    let applied = format!("points_ledger WHERE source_event_no = '{}'", late.event_id);
+    let waited = Instant::now();
+    while common::count(&db, &applied).await == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "{mechanism}: the redriven event was not applied"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let paid = format!("order_record WHERE order_no = '{late_no}' AND status = 'PAID'");
+    assert_eq!(common::count(&db, &paid).await, 1, "{mechanism}");
+    assert_eq!(common::count(&db, &applied).await, 1, "{mechanism}: once");
+}
+
+/// The DLQ position (`P:O`) of the message of `event_id`, as `idemguard dlq --json` lists it;
+/// waits (bounded) until it is listed.
+async fn dlq_position(
+    file: &Path,
+    env: &[(&str, String)],
+    event_id: &str,
+    mechanism: &str,
+) -> String {
+    let waited = Instant::now();
+    loop {
+        let (code, out) = idemguard(file, &["dlq", "--json"], env).await;
+        assert_eq!(code, Some(0), "{mechanism}: dlq: {out}");
+        let json = json_in(&out, mechanism);
+        let listed = json["data"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["event_id"] == event_id);
+        if let Some(m) = listed {
+            return format!("{}:{}", m["partition"], m["offset"]);
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "{mechanism}: {event_id} not dead-lettered: {json}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The JSON document a command printed on stdout, before what it said on stderr.
+fn json_in(out: &str, what: &str) -> serde_json::Value {
+    let from = out
+        .find('{')
+        .unwrap_or_else(|| panic!("{what}: no JSON: {out}"));
+    serde_json::Deserializer::from_str(&out[from..])
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("{what}: no JSON: {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_kafka_client_logs_in_by_scram_sha_256() {
+    every_kafka_client_logs_in_by("SCRAM-SHA-256").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_kafka_client_logs_in_by_plain() {
+    every_kafka_client_logs_in_by("PLAIN").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_kafka_client_logs_in_by_scram_sha_512() {
+    every_kafka_client_logs_in_by("SCRAM-SHA-512").await;
+}
 
 /// One refusal: what was run, what the message must say (which refusal, the setting).
 struct Refused {
