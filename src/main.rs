@@ -25,11 +25,40 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(cli.log_format, &cli.command);
+    if let Some(name) = &cli.context {
+        // Before any thread starts: the processes a command starts (the demo's services) open
+        // the same context.
+        std::env::set_var(idemguard::config::CONTEXT_ENV, name);
+    }
     let mut source = ConfigSource::from_process(cli.config.clone());
     if let Some(url) = &cli.actions_database_url {
         source
             .env
             .push(("IDEMGUARD_DATABASE__ACTIONS_URL".into(), url.clone()));
+    }
+    // The commands over every context: no one context's configuration is loaded for them.
+    let over_contexts = match cli.command {
+        Command::Contexts { json } => Some(commands::setup::list_contexts(&source, json)),
+        Command::Doctor {
+            json,
+            strict,
+            all_contexts: true,
+        } => Some(
+            current_thread().block_on(commands::setup::doctor_all_contexts(&source, json, strict)),
+        ),
+        _ => None,
+    };
+    if let Some(result) = over_contexts {
+        return match result {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!(
+                    "idemguard: {}",
+                    idemguard::untrusted::escape_lines(&format!("{e:#}"))
+                );
+                ExitCode::FAILURE
+            }
+        };
     }
     let config = match Config::load(&source) {
         Ok(c) => c,
@@ -93,7 +122,8 @@ async fn run(
             };
             setup::suggest_profile(&config, out, bounds, environment).await
         }
-        Command::Doctor { json, strict } => setup::doctor_command(&config, json, strict).await,
+        Command::Doctor { json, strict, .. } => setup::doctor_command(&config, json, strict).await,
+        Command::Contexts { .. } => unreachable!("listed before a configuration is loaded"),
         Command::Consume {
             crash_after_db_commit,
             group,
@@ -170,4 +200,12 @@ fn init_logging(format: LogFormat, command: &Command) {
     let ansi = std::io::stderr().is_terminal()
         && !matches!(command, Command::Console { .. } | Command::Demo { .. });
     idemguard::logging::init(matches!(format, LogFormat::Json), ansi);
+}
+
+/// A runtime for a command that runs before the configuration is loaded.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }

@@ -23,6 +23,11 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
+    /// The context of the config file to use: one of its [contexts.NAME] tables, or `default`
+    /// (its top-level sections) [env: IDEMGUARD_CONTEXT]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub(crate) context: Option<String>,
+
     /// The actions' own database credentials (database.actions_url; prefer
     /// IDEMGUARD_DATABASE__ACTIONS_URL: a command line is visible to `ps`)
     #[arg(long, global = true, value_name = "URL")]
@@ -105,9 +110,19 @@ pub(crate) enum Command {
         /// unverified connection
         #[arg(long)]
         strict: bool,
+        /// Check every context of the config file, one table with a CONTEXT column
+        #[arg(long, conflicts_with = "context")]
+        all_contexts: bool,
     },
     /// Print the effective configuration (passwords hidden)
     Config,
+    /// List the config file's contexts: environment, actions policy and services; `*` marks
+    /// the one in use (--context, IDEMGUARD_CONTEXT, else `default`)
+    Contexts {
+        /// Print the rows as JSON
+        #[arg(long)]
+        json: bool,
+    },
     /// The source profile of a team's system, read from the live systems (`profile suggest`)
     #[command(subcommand)]
     Profile(ProfileCommand),

@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use idemguard::config::Config;
+use idemguard::config::{host_port, Config, ConfigSource, DEFAULT_CONTEXT};
 use idemguard::db::{migrate, Database};
 use idemguard::doctor;
+use idemguard::untrusted::escape_lines;
 
 use super::stdout;
 
@@ -56,6 +57,179 @@ pub(crate) async fn doctor_command(
             Ok(ExitCode::FAILURE)
         }
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `idemguard doctor --all-contexts`: every context of the file checked, one table with a
+/// CONTEXT column; a context whose configuration does not load is a failed row of its own.
+pub(crate) async fn doctor_all_contexts(
+    source: &ConfigSource,
+    json: bool,
+    strict: bool,
+) -> anyhow::Result<ExitCode> {
+    let names = Config::contexts(source)?;
+    if names.is_empty() {
+        anyhow::bail!(
+            "the config file has no [contexts.NAME] tables: `idemguard doctor` checks its one \
+             configuration (docs/production.md, Contexts)"
+        );
+    }
+    let mut checked: Vec<(String, Vec<doctor::CheckRow>)> = Vec::new();
+    for name in names {
+        let rows = match Config::load(&source.with_context(&name)) {
+            Ok(config) => doctor::run(&config).await,
+            Err(e) => vec![doctor::CheckRow {
+                service: "config".into(),
+                target: e.origin.clone(),
+                ok: false,
+                latency_ms: 0.0,
+                detail: e.to_string(),
+                hint: None,
+                warning: false,
+            }],
+        };
+        checked.push((name, rows));
+    }
+    if json {
+        let doc: Vec<serde_json::Value> = checked
+            .iter()
+            .map(|(name, rows)| serde_json::json!({ "context": name, "rows": rows }))
+            .collect();
+        stdout::json(&doc)?;
+    } else {
+        stdout::print(render_contexts(&checked))?;
+    }
+    let closing = |(name, rows): &(String, Vec<doctor::CheckRow>)| {
+        let strict = strict.then(|| doctor::warnings(rows)).flatten();
+        doctor::failures(rows)
+            .or(strict)
+            .map(|line| format!("context {name}: {line}"))
+    };
+    let failed: Vec<String> = checked.iter().filter_map(closing).collect();
+    if failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("idemguard doctor: {}", failed.join("; "));
+    Ok(ExitCode::FAILURE)
+}
+
+/// The doctor's table with each row's context in a first column.
+fn render_contexts(checked: &[(String, Vec<doctor::CheckRow>)]) -> String {
+    let width = checked
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    let rows: Vec<doctor::CheckRow> = checked
+        .iter()
+        .flat_map(|(name, rows)| {
+            rows.iter().map(move |r| doctor::CheckRow {
+                service: format!("{name:<width$}  {}", r.service),
+                ..r.clone()
+            })
+        })
+        .collect();
+    let table = doctor::render(&rows);
+    let (header, body) = table.split_once('\n').unwrap_or((&table, ""));
+    let services = header.find("  TARGET").unwrap_or(header.len());
+    let rest = services.saturating_sub(width + 2);
+    format!(
+        "{:<width$}  {:<rest$}{}\n{body}",
+        "CONTEXT",
+        "SERVICE",
+        &header[services..]
+    )
+}
+
+/// `idemguard contexts`: the file's contexts, each with its environment, its services and
+/// whether its console may act; the one in use marked `*`. A context that does not load says
+/// why on its row; the others are still listed.
+pub(crate) fn list_contexts(source: &ConfigSource, json: bool) -> anyhow::Result<ExitCode> {
+    let names = Config::contexts(source)?;
+    let current = source.context().unwrap_or(DEFAULT_CONTEXT).to_string();
+    let rows: Vec<ContextRow> = names
+        .iter()
+        .map(|name| ContextRow::of(name, name == &current, source))
+        .collect();
+    if json {
+        stdout::json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        stdout::line(
+            "no contexts: the config file has no [contexts.NAME] tables, so every command uses \
+             its one configuration (docs/production.md, Contexts)",
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4) + 2;
+    let mut out = format!(
+        "{:<w$}{:<22}{:<18}SERVICES\n",
+        "NAME", "ENVIRONMENT", "ACTIONS"
+    );
+    for r in &rows {
+        let name = format!("{}{}", if r.current { "*" } else { " " }, r.name);
+        match &r.error {
+            Some(e) => out.push_str(&format!("{name:<w$}does not load: {e}\n")),
+            None => out.push_str(&format!(
+                "{name:<w$}{:<22}{:<18}{}\n",
+                r.environment, r.actions, r.services
+            )),
+        }
+    }
+    stdout::print(escape_lines(&out))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One context as `idemguard contexts` lists it.
+#[derive(serde::Serialize)]
+struct ContextRow {
+    name: String,
+    current: bool,
+    environment: String,
+    production: bool,
+    actions: String,
+    services: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl ContextRow {
+    fn of(name: &str, current: bool, source: &ConfigSource) -> ContextRow {
+        let mut row = ContextRow {
+            name: name.into(),
+            current,
+            environment: String::new(),
+            production: false,
+            actions: String::new(),
+            services: String::new(),
+            error: None,
+        };
+        match Config::load(&source.with_context(name)) {
+            Ok(c) => {
+                let production = if c.environment.production {
+                    " (production)"
+                } else {
+                    ""
+                };
+                row.environment = format!("{}{production}", c.environment.name);
+                row.production = c.environment.production;
+                row.actions = if c.environment.allow_actions {
+                    "allowed".into()
+                } else {
+                    "read-only".into()
+                };
+                row.services = format!(
+                    "database {} · redis {} · kafka {}",
+                    host_port(&c.database.url),
+                    host_port(&c.redis.url),
+                    c.kafka.bootstrap_servers
+                );
+            }
+            Err(e) => row.error = Some(e.to_string()),
+        }
+        row
     }
 }
 

@@ -18,6 +18,10 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub const CONFIG_ENV: &str = "IDEMGUARD_CONFIG";
 /// Prefix of per-key overrides: `IDEMGUARD_DATABASE__URL`.
 pub const ENV_PREFIX: &str = "IDEMGUARD_";
+/// Environment variable choosing one of the file's contexts (`--context NAME` sets it).
+pub const CONTEXT_ENV: &str = "IDEMGUARD_CONTEXT";
+/// The name of a file's top-level sections when it also has `[contexts.NAME]` tables.
+pub const DEFAULT_CONTEXT: &str = "default";
 
 /// Where the configuration comes from.
 #[derive(Debug, Clone, Default)]
@@ -29,6 +33,30 @@ pub struct ConfigSource {
 }
 
 impl ConfigSource {
+    /// The context `IDEMGUARD_CONTEXT` names, if any.
+    pub fn context(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, v)| k == CONTEXT_ENV && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The same source with `name` as its context (`idemguard contexts`, `doctor --all-contexts`).
+    pub fn with_context(&self, name: &str) -> ConfigSource {
+        let mut env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .filter(|(k, _)| k != CONTEXT_ENV)
+            .cloned()
+            .collect();
+        env.push((CONTEXT_ENV.into(), name.into()));
+        ConfigSource {
+            file: self.file.clone(),
+            env,
+        }
+    }
+
     /// The process's environment, with the file from `--config` or `$IDEMGUARD_CONFIG`.
     pub fn from_process(file: Option<PathBuf>) -> Self {
         let env: Vec<(String, String)> = std::env::vars().collect();
@@ -55,6 +83,7 @@ impl Config {
                     message: e.to_string(),
                 })?;
         let mut merged = defaults.clone();
+        let mut context = None;
 
         if let Some(path) = &source.file {
             let origin = path.display().to_string();
@@ -68,7 +97,18 @@ impl Config {
                 key: String::new(),
                 message: format!("not valid TOML: {}", e.message()),
             })?;
-            overlay(&defaults, &mut merged, &file, "", &origin, &mut origins)?;
+            let (chosen, name, origin) = choose_context(file, source.context(), &origin)?;
+            overlay(&defaults, &mut merged, &chosen, "", &origin, &mut origins)?;
+            context = name;
+        } else if let Some(name) = source.context() {
+            return Err(ConfigError {
+                origin: format!("environment variable {CONTEXT_ENV}"),
+                key: String::new(),
+                message: format!(
+                    "names the context `{name}`, but no config file is given: contexts are \
+                     [contexts.NAME] tables of the file given with --config or IDEMGUARD_CONFIG"
+                ),
+            });
         }
 
         for (name, value) in &source.env {
@@ -94,8 +134,8 @@ impl Config {
             origins.insert(key, origin);
         }
 
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged))
+            .map_err(|e| {
                 let key = e.path().to_string();
                 let origin = origin_of(&origins, &key);
                 // A type error quotes the value, which may be a URL with its password.
@@ -106,12 +146,114 @@ impl Config {
                 }
             })?;
         config.validate(&|key| origin_of(&origins, key))?;
+        config.context = context;
         Ok(config)
+    }
+
+    /// The contexts of `source`'s file, [`DEFAULT_CONTEXT`] (its top-level sections) first; none
+    /// when it has no `[contexts]` table, or there is no file.
+    pub fn contexts(source: &ConfigSource) -> Result<Vec<String>, ConfigError> {
+        let Some(path) = &source.file else {
+            return Ok(vec![]);
+        };
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        let mut file: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
+            origin: origin.clone(),
+            key: String::new(),
+            message: format!("not valid TOML: {}", e.message()),
+        })?;
+        let contexts = take_contexts(&mut file, &origin)?;
+        if contexts.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut names = vec![DEFAULT_CONTEXT.to_string()];
+        names.extend(contexts.keys().cloned());
+        Ok(names)
     }
 
     /// Defaults only (tests, and tools that need no file).
     pub fn defaults() -> Config {
         Config::load(&ConfigSource::default()).expect("the built-in defaults are valid")
+    }
+}
+
+/// The `[contexts]` table of `file`, removed from it: each context's table, by name.
+fn take_contexts(file: &mut toml::Table, origin: &str) -> Result<toml::Table, ConfigError> {
+    let refused = |key: String, message: &str| ConfigError {
+        origin: origin.into(),
+        key,
+        message: message.into(),
+    };
+    let contexts = match file.remove("contexts") {
+        None => return Ok(toml::Table::new()),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => {
+            return Err(refused(
+                "contexts".into(),
+                "is a section: write each context as [contexts.NAME]",
+            ))
+        }
+    };
+    for (name, table) in &contexts {
+        let key = format!("contexts.{name}");
+        if name == DEFAULT_CONTEXT {
+            return Err(refused(
+                key,
+                "`default` names the file's top-level sections: give this context another name",
+            ));
+        }
+        if !table.is_table() {
+            return Err(refused(
+                key,
+                "is a context: write it as [contexts.NAME] with its own sections",
+            ));
+        }
+    }
+    Ok(contexts)
+}
+
+/// What of `file` is laid over the defaults for the context `wanted`, its name (`None` when the
+/// file has no contexts) and the origin its keys are reported with. A context is whole on its
+/// own: its sections are laid over the built-in defaults, not over the file's top level, so a
+/// production context never inherits a local connection by omission.
+fn choose_context(
+    mut file: toml::Table,
+    wanted: Option<&str>,
+    origin: &str,
+) -> Result<(toml::Table, Option<String>, String), ConfigError> {
+    let mut contexts = take_contexts(&mut file, origin)?;
+    match wanted {
+        None if contexts.is_empty() => Ok((file, None, origin.into())),
+        None => Ok((file, Some(DEFAULT_CONTEXT.into()), origin.into())),
+        Some(DEFAULT_CONTEXT) => Ok((file, Some(DEFAULT_CONTEXT.into()), origin.into())),
+        Some(name) => match contexts.remove(name) {
+            Some(toml::Value::Table(t)) => {
+                Ok((t, Some(name.into()), format!("{origin} [contexts.{name}]")))
+            }
+            _ => {
+                let mut names = vec![DEFAULT_CONTEXT.to_string()];
+                names.extend(contexts.keys().cloned());
+                let guess = names
+                    .iter()
+                    .map(|n| (strsim::levenshtein(n, name), n))
+                    .min()
+                    .filter(|(d, _)| *d <= 2)
+                    .map_or(String::new(), |(_, n)| format!(" (did you mean `{n}`?)"));
+                Err(ConfigError {
+                    origin: origin.into(),
+                    key: String::new(),
+                    message: format!(
+                        "no context `{name}`{guess}: its contexts are {}",
+                        names.join(", ")
+                    ),
+                })
+            }
+        },
     }
 }
 
@@ -312,6 +454,77 @@ mod tests {
             let again = load_with(Some(&text), &[]).expect("written back, loads again");
             assert_eq!(again.source, config.source);
         }
+    }
+
+    const TWO_CONTEXTS: &str = r#"
+[environment]
+name = "local"
+[database]
+url = "postgres://root@127.0.0.1:5432/idemguard"
+[lock]
+ttl = "10s"
+
+[contexts.tls.environment]
+name = "tls"
+color = "yellow"
+[contexts.tls.database]
+url = "mysql://idemguard@localhost:3307/idemguard?ssl-mode=verify_identity"
+"#;
+
+    #[test]
+    fn a_context_is_laid_over_the_defaults_not_over_the_top_level() {
+        let top = load_with(Some(TWO_CONTEXTS), &[]).unwrap();
+        assert_eq!(top.context.as_deref(), Some("default"));
+        assert_eq!(top.environment.name, "local");
+        assert_eq!(top.lock.ttl, Duration::from_secs(10));
+        let tls = load_with(Some(TWO_CONTEXTS), &[("IDEMGUARD_CONTEXT", "tls")]).unwrap();
+        assert_eq!(tls.context.as_deref(), Some("tls"));
+        assert_eq!(
+            (tls.environment.name.as_str(), tls.dialect()),
+            ("tls", Dialect::Mysql)
+        );
+        // The top level's lock TTL is not the context's: a context is whole on its own.
+        assert_eq!(tls.lock.ttl, Duration::from_secs(30));
+        // The environment still overrides the context's keys.
+        let env = [
+            ("IDEMGUARD_CONTEXT", "tls"),
+            ("IDEMGUARD_ENVIRONMENT__NAME", "other"),
+        ];
+        assert_eq!(
+            load_with(Some(TWO_CONTEXTS), &env)
+                .unwrap()
+                .environment
+                .name,
+            "other"
+        );
+        let named = load_with(Some(TWO_CONTEXTS), &[("IDEMGUARD_CONTEXT", "default")]).unwrap();
+        assert_eq!(named.environment.name, "local");
+        // A file without contexts has none, as before contexts existed.
+        let plain = load_with(Some("[environment]\nname = \"x\"\n"), &[]).unwrap();
+        assert_eq!(plain.context, None);
+    }
+
+    #[test]
+    fn an_unknown_context_is_refused_with_the_ones_there_are() {
+        let e = load_with(Some(TWO_CONTEXTS), &[("IDEMGUARD_CONTEXT", "tsl")]).unwrap_err();
+        assert!(
+            e.message.contains("no context `tsl` (did you mean `tls`?)")
+                && e.message.contains("its contexts are default, tls"),
+            "{e}"
+        );
+        let e = load_with(None, &[("IDEMGUARD_CONTEXT", "tls")]).unwrap_err();
+        assert!(e.message.contains("no config file is given"), "{e}");
+        let e = load_with(Some("[contexts.default.database]\nurl = \"x\"\n"), &[]).unwrap_err();
+        assert_eq!(e.key, "contexts.default");
+    }
+
+    #[test]
+    fn a_key_wrong_inside_a_context_names_the_context() {
+        let file = "[contexts.prod.database]\nurll = \"postgres://x@h/db\"\n";
+        let e = load_with(Some(file), &[("IDEMGUARD_CONTEXT", "prod")]).unwrap_err();
+        assert_eq!(e.key, "database.urll");
+        assert!(e.origin.ends_with("test.toml [contexts.prod]"), "{e}");
+        assert!(e.message.contains("did you mean `database.url`"), "{e}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod secrets;
 mod target;
 mod validate;
 
-pub use load::{ConfigSource, CONFIG_ENV, DEFAULT_TOML, ENV_PREFIX};
+pub use load::{ConfigSource, CONFIG_ENV, CONTEXT_ENV, DEFAULT_CONTEXT, DEFAULT_TOML, ENV_PREFIX};
 pub use profile::{
     SourceProfile, SourceTable, StatusKind, TimeStorage, ABSENT, CONSOLE_TABLES, OWN_TABLES,
 };
@@ -57,6 +57,10 @@ pub struct Config {
     pub kafka_ids: KafkaIdsConfig,
     pub logs: LogsConfig,
     pub mask: MaskConfig,
+    /// The context of the file this configuration is (`--context`); `None` when the file has no
+    /// `[contexts]`.
+    #[serde(skip)]
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

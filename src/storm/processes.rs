@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::config::Config;
+use crate::config::{Config, CONTEXT_ENV};
 
 /// The run's exact configuration in a private file (0600: it holds the database URL) for the
 /// child processes; removed when dropped.
@@ -41,6 +41,8 @@ impl ChildConfig {
             .arg(&self.path)
             .args(args)
             .env_remove("IDEMGUARD_CONFIG")
+            // The file is the configuration resolved: it has no contexts to choose from.
+            .env_remove(CONTEXT_ENV)
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);

@@ -23,6 +23,9 @@ pub struct EnvironmentInfo {
     pub name: String,
     pub color: String,
     pub production: bool,
+    /// The config file's context these sources are (`--context`), when it has contexts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 impl EnvironmentInfo {
@@ -31,6 +34,7 @@ impl EnvironmentInfo {
             name: config.environment.name.clone(),
             color: config.environment.color.clone(),
             production: config.environment.production,
+            context: config.context.clone(),
         }
     }
 }

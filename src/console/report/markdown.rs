@@ -275,6 +275,7 @@ mod tests {
                 name: "local".into(),
                 color: "green".into(),
                 production: false,
+                context: None,
             },
             generated_at: "2026-11-29T23:07:42.123Z".into(),
             id: Some("APP:ORDER:20261129:abcdefgh".into()),

@@ -48,6 +48,8 @@ pub enum Opening {
 
 pub struct App {
     pub env: EnvironmentConfig,
+    /// The config file's context open (`--context`), when it has contexts.
+    pub context: Option<String>,
     pub ui: UiState,
     pub stores: Stores,
     pub actions: ActionsPane,
@@ -59,6 +61,7 @@ impl App {
     pub fn new(config: &Config, focus: Option<watch::Sender<Focus>>) -> App {
         App {
             env: config.environment.clone(),
+            context: config.context.clone(),
             ui: UiState::new(config.console.refresh),
             stores: Stores::new(config),
             actions: ActionsPane::new(config),

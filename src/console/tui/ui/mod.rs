@@ -157,6 +157,9 @@ fn draw_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         format!(" {} ", app.env.name.to_uppercase()),
         bold.bg(color).fg(Color::Black),
     )];
+    if let Some(context) = &app.context {
+        spans.push(Span::styled(format!(" ctx {} ", shown(context)), bold));
+    }
     if app.env.production {
         spans.push(Span::styled(
             " PRODUCTION ",
