@@ -167,7 +167,9 @@ async fn run(
                 (Some(v), None) => console::tui::app::Opening::View(v),
                 (None, None) => console::tui::app::Opening::Overview,
             };
-            console::tui::terminal::run_opening(config, allow_actions, &opening).await?;
+            let contexts = ConfigSource::from_process(config_file);
+            console::tui::terminal::run_opening(config, allow_actions, &opening, Some(&contexts))
+                .await?;
             Ok(ExitCode::SUCCESS)
         }
         command @ (Command::Storm { .. } | Command::LockHold { .. }) => {

@@ -171,3 +171,98 @@ fn the_consoles_header_says_which_context_is_open() {
     );
     t.quit_console(Duration::from_secs(20));
 }
+
+/// `:ctx NAME` reopens the console on another context: its header, its services answering;
+/// a name that is no context is said on the status line and changes nothing.
+#[test]
+fn ctx_switches_the_console_to_another_context() {
+    let args = format!(" --config {CONTEXTS}");
+    let env: [(&str, &str); 0] = [];
+    let t = tmux::Terminal::console("igctxs", (100, 30), &env, &args);
+    t.wait_for("the default context", Duration::from_secs(60), |s| {
+        s.contains("ctx default") && s.contains("database ok")
+    });
+    let console = console_pid(&t.flag("#{pane_pid}"));
+    assert!(
+        connections(console)
+            .iter()
+            .any(|peer| peer.ends_with(":5432")),
+        "the default context's database is connected: {:?}",
+        connections(console)
+    );
+    t.keys(&[":"]);
+    t.type_line("ctx tsl");
+    let refused = t.wait_for("the refusal", Duration::from_secs(20), |s| {
+        s.contains("no context `tsl`")
+    });
+    assert!(
+        refused
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("ctx default"),
+        "{refused}"
+    );
+    t.keys(&[":"]);
+    t.type_line("ctx tls");
+    let screen = t.wait_for(
+        "the tls context's Overview, its database answering",
+        Duration::from_secs(30),
+        |s| s.contains("ctx tls") && s.contains("database ok") && s.contains("Overview"),
+    );
+    assert!(screen.contains("LOCAL-TLS"), "{screen}");
+    // The default context's collectors are shut down: no connection of the console's is left to
+    // the plaintext services' ports (the tls context's are 5433, 6390-6393, 9093).
+    let plaintext = [":5432", ":6379", ":9092"];
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let left: Vec<String> = connections(console)
+            .into_iter()
+            .filter(|peer| plaintext.iter().any(|p| peer.ends_with(p)))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the default context's connections stay open: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        connections(console)
+            .iter()
+            .any(|peer| peer.ends_with(":5433")),
+        "the tls context's database is connected: {:?}",
+        connections(console)
+    );
+    t.quit_console(Duration::from_secs(20));
+}
+
+/// The idemguard process the pane's shell `shell` runs.
+fn console_pid(shell: &str) -> u32 {
+    let children =
+        std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read_link(format!("/proc/{p}/exe"))
+                .is_ok_and(|e| e.file_name().is_some_and(|n| n == "idemguard"))
+        })
+        .unwrap_or_else(|| panic!("no idemguard under the pane's shell {shell}"))
+}
+
+/// The peers (`address:port`) of `pid`'s established TCP connections, as `ss` lists them.
+fn connections(pid: u32) -> Vec<String> {
+    let out = Command::new("ss")
+        .args(["-Htnp", "state", "established"])
+        .output()
+        .expect("ss (iproute2) runs");
+    let marker = format!("pid={pid},");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&marker))
+        .filter_map(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .collect()
+}

@@ -369,6 +369,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "dlq", aliases: &["d", "dead"], args: "", help: "the DLQ's messages (last 7 days), their reason and what the consumer would do now" },
     CommandSpec { name: "report", aliases: &["rep"], args: "[html] [ID]", help: "write the report of ID (default: the order traced) to console.report_dir, as Markdown or html" },
     CommandSpec { name: "refresh", aliases: &["rf"], args: "DURATION", help: "polling period, e.g. :refresh 2s" },
+    CommandSpec { name: "ctx", aliases: &["context"], args: "NAME", help: "switch to a context of the config file (idemguard contexts lists them): its Overview, read-only unless its own allow_actions" },
     CommandSpec { name: "help", aliases: &["h"], args: "", help: "keys and commands" },
     CommandSpec { name: "quit", aliases: &["q", "q!", "exit"], args: "", help: "leave the console" },
 ];
@@ -386,6 +387,8 @@ pub enum Command {
     },
     Help,
     Quit,
+    /// `:ctx NAME`: the console reopens on that context of the config file.
+    Context(String),
 }
 
 /// `trace ID`, `t ID`, `locks`, … ; the error says what is known.
@@ -423,6 +426,8 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
                 }
             }),
         "report" => Ok(report_command(rest)),
+        "ctx" if rest.is_empty() => Err(":ctx needs a context's name, e.g. :ctx prod".into()),
+        "ctx" => Ok(Command::Context(rest.to_string())),
         "help" => Ok(Command::Help),
         _ => Ok(Command::Quit),
     }

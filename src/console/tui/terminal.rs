@@ -18,9 +18,9 @@ use ratatui::backend::{Backend, CrosstermBackend};
 use ratatui::Terminal;
 use tokio::sync::mpsc;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigSource};
 
-use crate::console::tui::app::{App, Opening};
+use crate::console::tui::app::{App, Level, Opening};
 use crate::console::tui::backend::{Backends, Update};
 use crate::console::tui::ui;
 
@@ -188,14 +188,38 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 /// `idemguard console [--allow-actions]`: also starts the executor of confirmed actions.
 pub async fn run_with(config: Config, allow_actions: bool) -> anyhow::Result<()> {
-    run_opening(config, allow_actions, &Opening::Overview).await
+    run_opening(config, allow_actions, &Opening::Overview, None).await
 }
 
-/// `idemguard console [--allow-actions] [--view V | --trace ID]`: opens on `opening`.
+/// The console open on one configuration: its collectors, executor and app.
+struct Opened {
+    backends: Backends,
+    app: App,
+}
+
+impl Opened {
+    fn start(config: &Config, allow_actions: bool, opening: &Opening, log_file: &str) -> Opened {
+        let mut backends = Backends::spawn(config);
+        let mut app = App::new(config, Some(backends.focus.clone()));
+        app.ui.log_file = Some(log_file.to_string());
+        app.allow_actions(allow_actions);
+        let executor =
+            backends.spawn_executor(config, allow_actions || config.environment.allow_actions);
+        app.attach_executor(executor);
+        app.open(opening);
+        Opened { backends, app }
+    }
+}
+
+/// `idemguard console [--allow-actions] [--view V | --trace ID]`: opens on `opening`. With
+/// `contexts` (the source the configuration was loaded from), `:ctx NAME` reopens the console on
+/// another context of the file: its Overview, its own actions policy (`--allow-actions` was for
+/// the first), the old context's collectors and executor shut down first.
 pub async fn run_opening(
     config: Config,
     allow_actions: bool,
     opening: &Opening,
+    contexts: Option<&ConfigSource>,
 ) -> anyhow::Result<()> {
     // While the console owns the terminal, a log line on stderr would be drawn over its rows and
     // stay there: they go to a file (shown in the help screen) until the terminal is restored.
@@ -207,15 +231,9 @@ pub async fn run_opening(
             log_path.display()
         )
     })?;
-    let signals = QuitSignals::listen()?;
-    let mut backends = Backends::spawn(&config);
-    let mut app = App::new(&config, Some(backends.focus.clone()));
-    app.ui.log_file = Some(log_path.display().to_string());
-    app.allow_actions(allow_actions);
-    let executor =
-        backends.spawn_executor(&config, allow_actions || config.environment.allow_actions);
-    app.attach_executor(executor);
-    app.open(opening);
+    let log_file = log_path.display().to_string();
+    let mut signals = Some(QuitSignals::listen()?);
+    let mut opened = Opened::start(&config, allow_actions, opening, &log_file);
     install_panic_hook();
     enable_raw_mode().map_err(|e| {
         anyhow::anyhow!("cannot put the terminal in raw mode (is stdout a terminal?): {e}")
@@ -229,27 +247,54 @@ pub async fn run_opening(
         cursor::Hide
     )?;
     let mut terminal = Terminal::new(CrosstermBackend::new(WholeFrames::new(io::stdout())))?;
-    let result = run_loop(
-        &mut terminal,
-        &mut app,
-        EventStream::new().map(move |e| inject(fault, e)),
-        &mut backends.updates,
-        signals,
-        |text| {
-            let mut out = io::stdout();
-            let _ = out.write_all(osc52(text).as_bytes());
-            let _ = out.flush();
-        },
-    )
-    .await;
+    let result = loop {
+        let signals = match signals.take() {
+            Some(s) => s,
+            None => QuitSignals::listen()?,
+        };
+        let ran = run_loop(
+            &mut terminal,
+            &mut opened.app,
+            EventStream::new().map(move |e| inject(fault, e)),
+            &mut opened.backends.updates,
+            signals,
+            |text| {
+                let mut out = io::stdout();
+                let _ = out.write_all(osc52(text).as_bytes());
+                let _ = out.flush();
+            },
+        )
+        .await;
+        let Some(name) = opened.app.switch_to.take().filter(|_| ran.is_ok()) else {
+            break ran;
+        };
+        match switch_context(contexts, &name) {
+            Ok(next) => {
+                opened.backends.shutdown().await;
+                opened = Opened::start(&next, false, &Opening::Overview, &log_file);
+            }
+            Err(e) => opened.app.ui.say(e, Level::Error),
+        }
+    };
     drop(terminal);
     drop(guard);
     // What is logged from here on — a statement `q` cancelled, which sqlx logs as slow when it
     // is dropped, during the shutdown or the runtime's — stays in the console's log, not on the
     // shell the terminal was given back to.
     logs.keep_until_exit();
-    backends.shutdown().await;
+    opened.backends.shutdown().await;
     result
+}
+
+/// The configuration of the context `name` of the file the console was opened from, or what
+/// the status line says instead.
+fn switch_context(contexts: Option<&ConfigSource>, name: &str) -> Result<Config, String> {
+    let source = contexts.ok_or("this console was not opened from a config file: no contexts")?;
+    let names = Config::contexts(source).map_err(|e| e.to_string())?;
+    if names.is_empty() {
+        return Err("the config file has no [contexts.NAME] tables (idemguard contexts)".into());
+    }
+    Config::load(&source.with_context(name)).map_err(|e| format!("context {name}: {e}"))
 }
 
 /// The OSC 52 sequence that puts `text` on the clipboard: the terminal does it (also over SSH,
@@ -313,7 +358,7 @@ where
         if let Some(text) = app.take_clipboard() {
             clipboard(&text);
         }
-        if app.ui.quit {
+        if app.ui.quit || app.switch_to.is_some() {
             break;
         }
     }

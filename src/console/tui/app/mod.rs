@@ -50,6 +50,8 @@ pub struct App {
     pub env: EnvironmentConfig,
     /// The config file's context open (`--context`), when it has contexts.
     pub context: Option<String>,
+    /// The context `:ctx` asked for: the loop ends and the console reopens on it.
+    pub switch_to: Option<String>,
     pub ui: UiState,
     pub stores: Stores,
     pub actions: ActionsPane,
@@ -62,6 +64,7 @@ impl App {
         App {
             env: config.environment.clone(),
             context: config.context.clone(),
+            switch_to: None,
             ui: UiState::new(config.console.refresh),
             stores: Stores::new(config),
             actions: ActionsPane::new(config),
@@ -273,6 +276,11 @@ impl App {
             Ok(Command::Report { id, format }) => self.report(id, format),
             Ok(Command::Help) => self.ui.help = Some(0),
             Ok(Command::Quit) => self.ui.quit = true,
+            Ok(Command::Context(name)) => {
+                self.ui
+                    .say(format!("opening the context {name}…"), Level::Info);
+                self.switch_to = Some(name);
+            }
             Err(e) => self.ui.say(e, Level::Error),
         }
     }
