@@ -86,17 +86,7 @@ impl Config {
         let mut context = None;
 
         if let Some(path) = &source.file {
-            let origin = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-                origin: origin.clone(),
-                key: String::new(),
-                message: format!("cannot read the file: {e}"),
-            })?;
-            let file: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
-                origin: origin.clone(),
-                key: String::new(),
-                message: format!("not valid TOML: {}", e.message()),
-            })?;
+            let (file, origin) = read_table(path)?;
             let (chosen, name, origin) = choose_context(file, source.context(), &origin)?;
             overlay(&defaults, &mut merged, &chosen, "", &origin, &mut origins)?;
             context = name;
@@ -156,17 +146,7 @@ impl Config {
         let Some(path) = &source.file else {
             return Ok(vec![]);
         };
-        let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            origin: origin.clone(),
-            key: String::new(),
-            message: format!("cannot read the file: {e}"),
-        })?;
-        let mut file: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
-            origin: origin.clone(),
-            key: String::new(),
-            message: format!("not valid TOML: {}", e.message()),
-        })?;
+        let (mut file, origin) = read_table(path)?;
         let contexts = take_contexts(&mut file, &origin)?;
         if contexts.is_empty() {
             return Ok(vec![]);
@@ -180,6 +160,22 @@ impl Config {
     pub fn defaults() -> Config {
         Config::load(&ConfigSource::default()).expect("the built-in defaults are valid")
     }
+}
+
+/// The TOML table of the file at `path`, and the origin its keys are reported with.
+fn read_table(path: &std::path::Path) -> Result<(toml::Table, String), ConfigError> {
+    let origin = path.display().to_string();
+    let failed = |message: String| ConfigError {
+        origin: origin.clone(),
+        key: String::new(),
+        message,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| failed(format!("cannot read the file: {e}")))?;
+    let table = text
+        .parse()
+        .map_err(|e: toml::de::Error| failed(format!("not valid TOML: {}", e.message())))?;
+    Ok((table, origin))
 }
 
 /// The `[contexts]` table of `file`, removed from it: each context's table, by name.
