@@ -376,6 +376,75 @@ async fn the_topics_read_together_keep_what_the_payment_messages_name() {
     assert!(table.contains("read at the same time"), "{table}");
 }
 
+/// An order paid three hours after it was made — two windows a topic, the trace topic read in
+/// two partitions (its request's and its order's), so each partition is read in two stretches
+/// with a seek between them — on topics written in large record batches (a producer's default
+/// `batch.size`: ~1,500 messages, several hundred KB, more than the window reader asks of a
+/// partition per fetch). What a read fetches follows its windows, not the topic: two rounds of
+/// probes (a fetch for each partition and one in flight) and a few fetches a stretch. A
+/// partition left in the fetches once done with — a probe answered — was fetched on, batch
+/// after batch, while the other waited for a fetch response of its own (2–67 fetches a round
+/// at 1 M events, thousands at 20 M).
+#[tokio::test]
+async fn a_read_in_two_partitions_of_large_batches_fetches_what_its_windows_hold() {
+    let (config, db) = world(Partitioner::ConsistentRandom).await;
+    let now = now_ms();
+    let t = now - 6 * DAY_MS;
+    let paid = t + 3 * 3600 * 1000;
+    let partition = |k: &str| Partitioner::ConsistentRandom.partition_of(k.as_bytes(), 3);
+    let order_no = "20261126000000000two".to_string();
+    let order = (0..)
+        .map(|_| TracedOrder::new(order_no.clone()))
+        .find(|o| partition(&o.request_id) != partition(&o.order_no))
+        .unwrap();
+    order.write_rows(&db, t).await;
+    let sql = format!(
+        "UPDATE order_record SET updated_at = {paid} WHERE order_no = '{}'",
+        order.order_no
+    );
+    sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    let (o, r, e) = (&order.order_no, &order.request_id, &order.event_id);
+    let mut out = filler(150_000, 30_000, now);
+    out.extend([
+        trace_event(
+            TraceEvent::new(Layer::Api, Outcome::Claimed).request_id(r),
+            t,
+        ),
+        payment_message(o, r, e, paid),
+        trace_event(
+            TraceEvent::new(Layer::Stream, Outcome::SinkApplied)
+                .order_no(o)
+                .event_id(e),
+            paid + 300,
+        ),
+    ]);
+    produce(&config, "consistent_random", out);
+
+    // Three traces: how long a starved partition waits is a race between the reader's broker
+    // thread and its poller, so one read can be lucky.
+    for _ in 0..3 {
+        let r = headless::trace(&config, &TraceTarget::classify(&order.order_no)).await;
+        assert!(r.ok && r.data.found, "{}", r.failures());
+        let j = serde_json::to_value(&r).unwrap()["data"].clone();
+        assert_eq!(kafka_entries(&j), 1, "the payment message: {j:#}");
+        let cost = r.data.read_cost.clone().unwrap();
+        assert_eq!(cost.topics[1].topic, config.kafka.trace_topic);
+        assert_eq!(cost.topics[1].partitions_read.len(), 2, "{cost:?}");
+        for c in &cost.topics {
+            assert_eq!(c.windows.len(), 2, "{c:?}");
+            let partitions = c.partitions_read.len() as u64;
+            let stretches = partitions * c.windows.len() as u64;
+            let bound = 3 * (partitions + 1) + 3 * stretches;
+            assert!(
+                c.round_trips.fetch <= bound,
+                "{} fetches (at most {bound} for {stretches} stretches in {partitions} \
+                 partition(s)): {c:?}",
+                c.round_trips.fetch
+            );
+        }
+    }
+}
+
 /// A payment message produced by a Java-compatible producer (librdkafka's `murmur2_random`, the
 /// Java client's default) is found in the one partition Kafka's murmur2 gives its key — chosen
 /// so that librdkafka's default partitioner would point elsewhere.

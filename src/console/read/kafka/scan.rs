@@ -1,7 +1,8 @@
 //! Reading the stretches of a topic's partitions: every partition at once (one fetch request
 //! serves them all), each partition's stretches in order, each stopping at its end — the one
-//! place a window's read stops ([`Reading::reached`]). Bounded by a deadline; ends within one
-//! poll of its cancellation.
+//! place a window's read stops ([`Reading::reached`]) — and a partition whose last stretch is
+//! read leaving the fetches ([`set_aside`]), so that the others are not starved behind it.
+//! Bounded by a deadline; ends within one poll of its cancellation.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::plan::Stretch;
-use crate::console::read::topics::{Reader, KAFKA_TIMEOUT};
+use crate::console::read::topics::{assign_at, set_aside, Reader, KAFKA_TIMEOUT};
 
 /// Reads `stretches` of `topic`'s partitions with `reader` (which knows the topic's metadata):
 /// `each` gets every message inside them; how many that was.
@@ -36,9 +37,7 @@ pub fn read(
     for (p, r) in &reading.left {
         tpl.add_partition_offset(topic, *p, Offset::Offset(r[0].from))?;
     }
-    reader
-        .assign(&tpl)
-        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+    assign_at(reader, servers, topic, &tpl)?;
     let started = Instant::now();
     let mut read = 0u64;
     while !reading.left.is_empty() {
@@ -108,9 +107,7 @@ impl Reading {
             Some(_) => {}
             None => {
                 self.left.remove(&p);
-                let mut one = TopicPartitionList::new();
-                one.add_partition(topic, p);
-                reader.pause(&one)?;
+                set_aside(reader, topic, p)?;
             }
         }
         Ok(inside)

@@ -9,13 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::{Ask, BrokerTimeIndex, OffsetsAtTime};
-use crate::console::read::topics::Reader;
+use crate::console::read::topics::{assign_at, set_aside, Reader};
 
 /// How long one round of probes (the message at one offset of each partition) may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -327,9 +326,7 @@ fn probe_round(
     for &(p, at) in probes {
         tpl.add_partition_offset(topic, p, Offset::Offset(at))?;
     }
-    reader
-        .assign(&tpl)
-        .map_err(|e| anyhow::anyhow!("kafka {servers}: assign {topic}: {e}"))?;
+    assign_at(reader, servers, topic, &tpl)?;
     let mut out: Vec<Option<Probed>> = vec![None; probes.len()];
     let started = Instant::now();
     while out.iter().any(Option::is_none) {
@@ -354,8 +351,12 @@ fn probe_round(
             Some(Err(e)) => anyhow::bail!("kafka {servers}: reading {topic}/{probes:?}: {e}"),
             None => continue,
         };
+        // An answered partition leaves the fetches: the ones still waiting get theirs next.
         if let Some(i) = probes.iter().position(|(q, _)| *q == p) {
-            out[i].get_or_insert(got);
+            if out[i].is_none() {
+                out[i] = Some(got);
+                set_aside(reader, topic, p)?;
+            }
         }
     }
     Ok(out.into_iter().flatten().collect())
