@@ -192,6 +192,44 @@ fn the_overview_shows_what_is_wrong_and_enter_opens_its_view_or_trace() {
     assert_eq!(a.ui.view, View::Stuck);
 }
 
+/// At 80 columns a finding's text is cut in the table (the stuck record's age and owner come
+/// after its requestId); the Selected panel under it shows the selected finding whole, and at
+/// 160 columns, where the table holds it, there is no panel.
+#[test]
+fn the_overview_at_80_columns_shows_the_selected_finding_whole() {
+    let mut a = fed();
+    let findings = a.findings();
+    let stuck = findings
+        .iter()
+        .position(|f| f.text.contains(STUCK_ID))
+        .expect("the stuck record is a finding");
+    let tail = findings[stuck]
+        .text
+        .rsplit(" · ")
+        .next()
+        .unwrap()
+        .to_string();
+    a.ui.selected.insert(View::Overview, stuck);
+    let narrow = screen(&mut a, 80, 24);
+    let row = narrow.lines().find(|l| l.contains(STUCK_ID)).unwrap();
+    assert!(
+        !row.contains(&tail),
+        "the table row is cut at 80 columns: {narrow}"
+    );
+    let panel: String = narrow
+        .lines()
+        .skip_while(|l| !l.contains("Selected"))
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        panel.contains(STUCK_ID) && panel.contains(&tail),
+        "the Selected panel holds the whole finding ({tail}): {narrow}"
+    );
+    let wide = screen(&mut a, 200, 50);
+    assert!(!wide.contains("Selected"), "{wide}");
+}
+
 #[test]
 fn the_help_scrolls_at_80x24_and_is_never_cut() {
     let mut a = app();
