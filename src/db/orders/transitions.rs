@@ -341,7 +341,8 @@ impl Orders {
         let db = &self.db;
         // Sorted and distinct: MariaDB takes the row locks in the order of this JSON list, not
         // of the statement's ORDER BY, so two members locking overlapping batches in different
-        // orders deadlocked (tests/consumer_faults.rs, reverse_order_batches_never_deadlock_mysql).
+        // orders deadlocked (tests/guarantees/line3_consumer/consumer_faults.rs,
+        // reverse_order_batches_never_deadlock_mysql).
         let mut order_nos: Vec<&str> = batch.iter().map(|t| t.order_no.as_str()).collect();
         order_nos.sort_unstable();
         order_nos.dedup();
