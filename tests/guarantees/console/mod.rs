@@ -2,6 +2,7 @@
 //! audited; each view shows where a duplicate was stopped; the terminal, the report and the
 //! headless twins hold under faults.
 mod actions;
+mod contexts;
 mod faults;
 pub(crate) mod fixture;
 mod hygiene;
@@ -9,6 +10,8 @@ mod live;
 mod logs_and_cancel;
 mod open_and_narrow;
 mod operator_details;
+mod redrive;
 mod report_html;
 mod trace_logs;
+mod trace_scale;
 mod views;

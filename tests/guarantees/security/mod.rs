@@ -3,4 +3,5 @@
 mod masking;
 mod read_bounds;
 mod redaction;
+mod tls;
 mod untrusted_input;

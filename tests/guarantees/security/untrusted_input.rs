@@ -22,7 +22,7 @@
 //! `secret_and_certificate_files_are_read_as_bounded_files`); schemas with mixed-case, reserved
 //! and non-identifier names, and more tables than are read
 //! (`tests/guarantees/team_system/first_contact.rs`, `mixed_case_names_are_read_and_quoted`,
-//! `what_is_not_read_is_said`); a forged `dlq.source.*` or `redrive.*` header (`tests/redrive.rs`,
+//! `what_is_not_read_is_said`); a forged `dlq.source.*` or `redrive.*` header (`console::redrive`,
 //! `a_redrive_writes_only_to_the_payment_topic`).
 
 use crate::common;

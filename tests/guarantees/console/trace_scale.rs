@@ -4,7 +4,7 @@
 //! thousands of messages with Kafka timestamps spread over seven days, so the assertions are on
 //! what was read (the trace's own `read_cost`), not on how long it took.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! the local stack — its plaintext services (`default`) and its TLS services (`tls`). Each test
 //! drives the real binary: the listing, the doctor over every context, the console's header.
 
-#[path = "support/tmux.rs"]
-mod tmux;
+use crate::support::tmux;
 
 use std::process::Command;
 use std::time::Duration;
@@ -208,9 +207,13 @@ fn ctx_switches_the_console_to_another_context() {
     let screen = t.wait_for(
         "the tls context's Overview, its database answering",
         Duration::from_secs(30),
-        |s| s.contains("ctx tls") && s.contains("database ok") && s.contains("Overview"),
+        // The header, not the command line the name was typed on.
+        |s| {
+            let header = s.lines().next().unwrap_or_default();
+            header.contains("LOCAL-TLS  ctx tls") && s.contains("database ok")
+        },
     );
-    assert!(screen.contains("LOCAL-TLS"), "{screen}");
+    assert!(screen.contains("Overview — what is wrong now"), "{screen}");
     // The default context's collectors are shut down: no connection of the console's is left to
     // the plaintext services' ports (the tls context's are 5433, 6390-6393, 9093).
     let plaintext = [":5432", ":6379", ":9092"];

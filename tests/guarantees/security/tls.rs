@@ -15,7 +15,7 @@
 //!   the servers also listen on), plaintext to a TLS-only server, no client certificate, a SASL
 //!   login the broker refuses — fails within seconds, saying which and naming the setting.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

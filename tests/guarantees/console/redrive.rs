@@ -15,18 +15,16 @@
 //!   message never survives; one dead-lettered without them says so.
 //!
 //! - `redrive` publishes over TLS with a client certificate, as every Kafka client does in
-//!   production (over SASL_SSL, logged in by each of the broker's mechanisms: tests/tls.rs).
+//!   production (over SASL_SSL, logged in by each of the broker's mechanisms: security::tls).
 //!
 //! Every test has its own database, topics and consumer group.
 
-mod common;
-#[path = "support/tmux.rs"]
-mod tmux;
+use crate::support::tmux;
 
 use std::time::{Duration, Instant};
 
-use common::consumer::*;
-use common::*;
+use crate::common::consumer::*;
+use crate::common::*;
 use idemguard::console::cli::headless;
 use idemguard::console::read::dlq::{DlqMessage, Verdict};
 use idemguard::console::read::window::TimeWindow;
