@@ -753,6 +753,8 @@ async fn overview(dialect: Dialect) {
     assert!(dead.text.contains("DEAD"), "{dialect}: {dead:?}");
     if dialect == Dialect::Postgres {
         snapshot!("overview_80x24", screen(&mut app, 80, 24));
+        snapshot!("overview_100x30", screen(&mut app, 100, 30));
+        snapshot!("overview_200x50", screen(&mut app, 200, 50));
         let wide = screen(&mut app, 160, 45);
         snapshot!("overview_160x45", wide.clone());
         // What the snapshots redact, checked on the drawn cells: the stuck record was
