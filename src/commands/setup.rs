@@ -50,14 +50,19 @@ pub(crate) async fn doctor_command(
     } else {
         stdout::print(doctor::render(&rows))?;
     }
-    let strict = strict.then(|| doctor::warnings(&rows)).flatten();
-    match doctor::failures(&rows).or(strict) {
+    match verdict(&rows, strict) {
         Some(line) => {
             eprintln!("idemguard doctor: {line}");
             Ok(ExitCode::FAILURE)
         }
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Why `doctor` fails on `rows`: a failed check, or with `strict` a warning; `None` when it passes.
+fn verdict(rows: &[doctor::CheckRow], strict: bool) -> Option<String> {
+    let warned = strict.then(|| doctor::warnings(rows)).flatten();
+    doctor::failures(rows).or(warned)
 }
 
 /// `idemguard doctor --all-contexts`: every context of the file checked, one table with a
@@ -100,10 +105,7 @@ pub(crate) async fn doctor_all_contexts(
         stdout::print(render_contexts(&checked))?;
     }
     let closing = |(name, rows): &(String, Vec<doctor::CheckRow>)| {
-        let strict = strict.then(|| doctor::warnings(rows)).flatten();
-        doctor::failures(rows)
-            .or(strict)
-            .map(|line| format!("context {name}: {line}"))
+        verdict(rows, strict).map(|line| format!("context {name}: {line}"))
     };
     let failed: Vec<String> = checked.iter().filter_map(closing).collect();
     if failed.is_empty() {
